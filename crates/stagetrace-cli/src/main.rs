@@ -1,0 +1,3 @@
+//! The `stagetrace` command.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! stagetrace transport integrations.

@@ -1,0 +1,1 @@
+//! OTLP export of stagetrace call records.

@@ -1,0 +1,192 @@
+//! Project tasks. `cargo xtask test` runs the whole test suite with its set-up:
+//! it builds Jaeger from the Go module proxy into `target/tools/`, starts it on
+//! loopback for the tests that need it, installs the Python test dependencies,
+//! runs every Rust and Python test, and stops Jaeger again.
+
+use std::env;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const JAEGER_MODULE: &str = "github.com/jaegertracing/jaeger/cmd/jaeger";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        Some("jaeger") => build_jaeger().map(|bin| println!("{}", bin.display())),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       cargo xtask jaeger                      build Jaeger into target/tools/"
+            );
+            Err("no task given".into())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
+}
+
+fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+        || Command::new(program)
+            .arg("version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok()
+}
+
+/// Builds Jaeger from the pinned Go tool module, once; later runs reuse it.
+fn build_jaeger() -> Result<PathBuf, String> {
+    let root = root();
+    let tool_dir = root.join("crates/stagetrace-otlp/tests/jaeger-tool");
+    let bin = root.join("target/tools/jaeger");
+    let stamp = root.join("target/tools/jaeger.go.sum");
+    let go_sum = std::fs::read(tool_dir.join("go.sum")).unwrap_or_default();
+    if bin.exists() && std::fs::read(&stamp).ok().as_deref() == Some(&go_sum[..]) {
+        return Ok(bin);
+    }
+    if !have("go") {
+        return Err("Go is not installed: cannot build Jaeger".into());
+    }
+    eprintln!("xtask: building Jaeger from the Go module proxy (first run only; a few minutes)");
+    run(Command::new("go")
+        .current_dir(&tool_dir)
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(JAEGER_MODULE))?;
+    std::fs::write(&stamp, &go_sum).map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
+    Ok(bin)
+}
+
+/// A Jaeger all-in-one (in-memory storage) on loopback, stopped on drop.
+struct Jaeger {
+    child: Child,
+}
+
+impl Drop for Jaeger {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn port_open(port: u16) -> bool {
+    TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok()
+}
+
+fn start_jaeger(bin: &Path) -> Result<Jaeger, String> {
+    for port in [4317, 4318, 16686] {
+        if port_open(port) {
+            return Err(format!(
+                "port {port} is already taken on 127.0.0.1: stop the other Jaeger or collector first"
+            ));
+        }
+    }
+    let log_path = root().join("target/tools/jaeger.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+    let err_log = log.try_clone().map_err(|e| e.to_string())?;
+    let child = Command::new(bin)
+        .stdout(log)
+        .stderr(err_log)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let jaeger = Jaeger { child };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if port_open(4318) && port_open(16686) {
+            eprintln!("xtask: Jaeger is up (OTLP 127.0.0.1:4318, query 127.0.0.1:16686; log {})", log_path.display());
+            return Ok(jaeger);
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!("Jaeger did not open its ports within 60 s; see {}", log_path.display()))
+}
+
+fn python_deps() -> Result<(), String> {
+    let ok = Command::new("python3")
+        .args(["-c", "import msgpack, websockets, pytest, numpy"])
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        return Ok(());
+    }
+    run(Command::new("python3").args([
+        "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r",
+    ]).arg(root().join("examples/python/requirements-test.txt")))
+}
+
+fn test(extra: &[String]) -> Result<(), String> {
+    let root = root();
+    let started = Instant::now();
+    let jaeger_bin = match build_jaeger() {
+        Ok(bin) => Some(bin),
+        Err(e) => {
+            eprintln!("\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+            eprintln!("!!! xtask: {e}");
+            eprintln!("!!! The Jaeger end-to-end tests will be SKIPPED (they say so).");
+            eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n");
+            None
+        }
+    };
+    let _jaeger = match &jaeger_bin {
+        Some(bin) => Some(start_jaeger(bin)?),
+        None => None,
+    };
+
+    let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.current_dir(&root).args(["test", "--workspace", "--all-targets"]);
+    if let Some(bin) = &jaeger_bin {
+        cargo
+            .env("STAGETRACE_JAEGER_BIN", bin)
+            .env("STAGETRACE_JAEGER_OTLP", "http://127.0.0.1:4318")
+            .env("STAGETRACE_JAEGER_QUERY", "http://127.0.0.1:16686");
+    }
+    cargo.args(extra);
+    run(&mut cargo)?;
+    // Doctests are not part of --all-targets.
+    run(Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args(["test", "--workspace", "--doc"]))?;
+
+    if root.join("examples/python").exists() {
+        python_deps()?;
+        run(Command::new("python3")
+            .current_dir(root.join("examples/python"))
+            .args(["-m", "pytest", "-q"]))?;
+    }
+    eprintln!("xtask: all tests passed in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
