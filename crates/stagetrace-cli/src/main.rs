@@ -1,3 +1,40 @@
-//! The `stagetrace` command.
+//! The `stagetrace` command: demo, report, compare, tail.
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod compare;
+mod demo;
+mod report;
+mod tail;
+
+/// Where does your control loop's latency go?
+#[derive(Debug, Parser)]
+#[command(name = "stagetrace", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A real robot client and policy server over loopback, traced stage by stage.
+    Demo(demo::DemoArgs),
+    /// Tables, baseline comparison, outliers, shape, periodicity and a verdict from record files.
+    Report(report::ReportArgs),
+    /// Per-stage change between two runs, with confidence (`~` when it is noise).
+    Compare(compare::CompareArgs),
+    /// A live table from the rolling summary files of a run directory.
+    Tail(tail::TailArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::Report(args) => report::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Tail(args) => tail::run(args),
+    }
+}
