@@ -1,12 +1,1130 @@
-//! `stagetrace demo`.
+//! `stagetrace demo`: a real robot client and policy server over loopback,
+//! traced stage by stage.
+//!
+//! The client is a control loop at `--hz`: a simulated camera (`capture`),
+//! one request to the policy server (`transport`, WebSocket + msgpack in the
+//! openpi protocol by default, or HTTP), and a simulated actuator
+//! (`dispatch`). The server runs a simulated model (`--model-ms`) behind the
+//! built-in proxy, which delays each direction, and stamps its timing with a
+//! clock skewed by `--server-skew-ms` — so the table can be checked against
+//! the truth the demo injected. The stage layer is registered as an app
+//! would register it; records and summaries go to `--out`.
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value as Json};
+use stagetrace::{CallRecord, ClockMode, RecordSink, ServerRecord, StageLayer, Summary};
+use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
+use stagetrace_net::{
+    ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
+    ServerClock, ServerHandle, TimingLayer, TracedHttpClient,
+};
+use tracing::Instrument;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// Transport between the robot client and the policy server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TransportArg {
+    /// WebSocket + msgpack (openpi / LingBot-VA protocol).
+    Ws,
+    /// HTTP POST of a msgpack body (axum server, reqwest client).
+    Http,
+}
+
+/// What the uplink/downlink split rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ClockArg {
+    /// Estimate the server−client clock offset from each call (NTP-style).
+    Estimate,
+    /// Trust the clocks as synchronised: raw wall times.
+    Trusted,
+    /// No split: report `net_ms` only.
+    None,
+}
 
 /// Arguments of `stagetrace demo`.
 #[derive(Debug, clap::Args)]
-pub(crate) struct DemoArgs {}
+pub(crate) struct DemoArgs {
+    /// Calls to make, warm-up included.
+    #[arg(long, default_value_t = 150)]
+    pub(crate) calls: u64,
+    /// Control rate of the robot loop (calls per second).
+    #[arg(long, default_value_t = 30.0)]
+    pub(crate) hz: f64,
+    /// Cost of one simulated model inference on the server, ms.
+    #[arg(long, default_value_t = 12.0)]
+    pub(crate) model_ms: f64,
+    /// Camera frame sent with each observation, KiB.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) payload_kb: u64,
+    /// Offset of the server's clock from the client's, ms (what a skewed machine reports).
+    #[arg(long, default_value_t = 40.0, allow_hyphen_values = true)]
+    pub(crate) server_skew_ms: f64,
+    /// Delay added to client → server traffic by the proxy, ms.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) uplink_delay_ms: f64,
+    /// Delay added to server → client traffic by the proxy, ms.
+    #[arg(long, default_value_t = 2.0)]
+    pub(crate) downlink_delay_ms: f64,
+    /// What the uplink/downlink split rests on.
+    #[arg(long, value_enum, default_value_t = ClockArg::Estimate)]
+    pub(crate) clock: ClockArg,
+    /// Transport between client and server.
+    #[arg(long, value_enum, default_value_t = TransportArg::Ws)]
+    pub(crate) transport: TransportArg,
+    /// Cost of one simulated camera capture, ms.
+    #[arg(long, default_value_t = 2.0)]
+    pub(crate) capture_ms: f64,
+    /// Cost of handing one action chunk to the simulated actuator, ms.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) dispatch_ms: f64,
+    /// Warm-up calls, flagged and kept out of the figures.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) warmup: u64,
+    /// Make the server's clock jump by this much (ms) during the run, as an NTP step would.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) server_step_ms: f64,
+    /// Call number after which the server's clock jumps (default: half-way).
+    #[arg(long)]
+    pub(crate) server_step_at: Option<u64>,
+    /// Directory for records and summaries (default: runs/demo-<UTC time>).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Print one JSON object (field names as in the records) instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
 
-pub(crate) fn run(_args: DemoArgs) -> ExitCode {
-    eprintln!("stagetrace demo: not built yet");
-    ExitCode::FAILURE
+pub(crate) fn run(args: DemoArgs) -> ExitCode {
+    match demo(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stagetrace demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Why the demo could not run.
+#[derive(Debug)]
+struct DemoError(String);
+
+impl fmt::Display for DemoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn err(msg: impl Into<String>) -> DemoError {
+    DemoError(msg.into())
+}
+
+/// Record fields the demo tabulates, in call order, then the derived ones.
+const FIGURES: [&str; 15] = [
+    "capture_ms",
+    "uplink_ms",
+    "queue_ms",
+    "infer_ms",
+    "downlink_ms",
+    "dispatch_ms",
+    "roundtrip_ms",
+    "server_ms",
+    "net_ms",
+    "e2e_ms",
+    "gap_ms",
+    "offset_ms",
+    "split_err_ms",
+    "late_ms",
+    "observer_us",
+];
+
+/// The leaf stages of a call (what can dominate it).
+const LEAVES: [&str; 6] = [
+    "capture_ms",
+    "uplink_ms",
+    "queue_ms",
+    "infer_ms",
+    "downlink_ms",
+    "dispatch_ms",
+];
+
+fn validate(a: &DemoArgs) -> Result<(), DemoError> {
+    let ms_ok = |v: f64| v.is_finite() && (0.0..=60_000.0).contains(&v);
+    if a.calls == 0 || a.calls > 1_000_000 {
+        return Err(err("--calls must be between 1 and 1000000"));
+    }
+    if !(a.hz.is_finite() && a.hz > 0.0 && a.hz <= 10_000.0) {
+        return Err(err("--hz must be a rate between 0 and 10000 calls per second"));
+    }
+    for (name, v) in [
+        ("--model-ms", a.model_ms),
+        ("--uplink-delay-ms", a.uplink_delay_ms),
+        ("--downlink-delay-ms", a.downlink_delay_ms),
+        ("--capture-ms", a.capture_ms),
+        ("--dispatch-ms", a.dispatch_ms),
+    ] {
+        if !ms_ok(v) {
+            return Err(err(format!("{name} must be between 0 and 60000 ms, got {v}")));
+        }
+    }
+    for (name, v) in [
+        ("--server-skew-ms", a.server_skew_ms),
+        ("--server-step-ms", a.server_step_ms),
+    ] {
+        if !(v.is_finite() && v.abs() <= 86_400_000.0) {
+            return Err(err(format!("{name} must be within ±1 day, got {v}")));
+        }
+    }
+    if a.payload_kb > 16 * 1024 {
+        return Err(err("--payload-kb must be at most 16384 (16 MiB)"));
+    }
+    if a.warmup >= a.calls {
+        return Err(err(format!(
+            "--warmup {} leaves no measured call out of --calls {}; lower --warmup or raise --calls",
+            a.warmup, a.calls
+        )));
+    }
+    Ok(())
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0) / 1e3)
+}
+
+fn ms_to_ns(v: f64) -> i64 {
+    (v * 1e6).round() as i64
+}
+
+// ---------------------------------------------------------------------------
+// the run
+// ---------------------------------------------------------------------------
+
+fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
+    validate(args)?;
+    let out = args.out.clone().unwrap_or_else(default_out_dir);
+    std::fs::create_dir_all(&out).map_err(|e| {
+        err(format!(
+            "cannot create the output directory {} ({e}); pass a writable --out DIR",
+            out.display()
+        ))
+    })?;
+
+    // The server side: its own runtime, clock and (optionally) clock step.
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("demo-server")
+        .enable_all()
+        .build()
+        .map_err(|e| err(format!("cannot start the server runtime: {e}")))?;
+    let clock = ServerClock::skewed_ns(ms_to_ns(args.server_skew_ms));
+    let server_seen = Arc::new(ServerSeen::default());
+    let model = ModelSim {
+        cost: ms(args.model_ms),
+        clock: clock.clone(),
+        step: (args.server_step_ms != 0.0).then(|| {
+            (
+                args.server_step_at.unwrap_or(args.calls / 2),
+                ms_to_ns(args.server_step_ms),
+            )
+        }),
+    };
+    let server = server_rt
+        .block_on(start_server(args.transport, model, clock, server_hook(&server_seen)))
+        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
+
+    // The network between them: the built-in proxy delays each direction.
+    let proxy = Proxy::spawn_in_thread(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        server.addr(),
+        ProxyConfig {
+            uplink: LinkConfig::delay(ms(args.uplink_delay_ms)),
+            downlink: LinkConfig::delay(ms(args.downlink_delay_ms)),
+            ..ProxyConfig::default()
+        },
+    )
+    .map_err(|e| err(format!("cannot start the network proxy: {e}")))?;
+
+    // The stage layer, registered as an app would.
+    let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
+    let (layer, guard) = StageLayer::builder()
+        .output_dir(&out)
+        .target_hz(args.hz)
+        .clock_mode(match args.clock {
+            ClockArg::Estimate => ClockMode::Estimate,
+            ClockArg::Trusted => ClockMode::Trusted,
+            ClockArg::None => ClockMode::None,
+        })
+        .warmup_calls(args.warmup)
+        .sink(Box::new(Collect {
+            records: Arc::clone(&records),
+            cap: args.calls as usize,
+        }))
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    tracing_subscriber::registry()
+        .with(layer)
+        .try_init()
+        .map_err(|e| err(format!("cannot install the tracing subscriber: {e}")))?;
+
+    // The robot: a control loop on this thread.
+    let client_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err(format!("cannot start the client runtime: {e}")))?;
+    let robot = client_rt.block_on(robot_loop(args, proxy.local_addr()));
+
+    let summary = guard.finish();
+    drop(client_rt);
+    let proxy_stats = proxy.stats();
+    proxy.shutdown();
+    server_rt.block_on(server.shutdown());
+    drop(server_rt);
+    let robot = robot?;
+
+    let records = match records.lock() {
+        Ok(mut r) => std::mem::take(&mut *r),
+        Err(_) => return Err(err("the record collector failed; see the records file instead")),
+    };
+    let report = Report::new(args, &out, &records, &summary, &robot, &server_seen);
+    let obj = report.to_json(&records);
+    let pretty = serde_json::to_string_pretty(&obj).unwrap_or_default();
+    let _ = std::fs::write(out.join("demo.json"), &pretty);
+    if args.json {
+        println!("{pretty}");
+    } else {
+        print!("{}", report.table());
+        let _ = proxy_stats;
+    }
+    Ok(if robot.completed == 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn default_out_dir() -> PathBuf {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    PathBuf::from("runs").join(format!(
+        "demo-{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    ))
+}
+
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// Every finished call, kept for the table (bounded by `--calls`).
+struct Collect {
+    records: Arc<Mutex<Vec<CallRecord>>>,
+    cap: usize,
+}
+
+impl RecordSink for Collect {
+    fn on_record(&mut self, rec: &CallRecord) {
+        if let Ok(mut v) = self.records.lock() {
+            if v.len() < self.cap {
+                v.push(rec.clone());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// server
+// ---------------------------------------------------------------------------
+
+/// What the server's request hook saw.
+#[derive(Debug, Default)]
+struct ServerSeen {
+    requests: AtomicU64,
+    failed: AtomicU64,
+    with_context: AtomicU64,
+}
+
+/// The server's per-request hook. An exporter of the server's own spans
+/// (e.g. `stagetrace-otlp` for `demo --otlp`) plugs in here.
+fn server_hook(seen: &Arc<ServerSeen>) -> impl Fn(&ServerRecord) + Send + Sync + 'static {
+    let seen = Arc::clone(seen);
+    move |rec: &ServerRecord| {
+        seen.requests.fetch_add(1, Ordering::Relaxed);
+        if rec.error.is_some() {
+            seen.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if rec.trace_parent.is_some() {
+            seen.with_context.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The simulated policy: pre-processing (a checksum of the frame), the
+/// model (a fixed cost), post-processing (an action chunk from the checksum).
+#[derive(Clone, Debug)]
+struct ModelSim {
+    cost: Duration,
+    clock: ServerClock,
+    /// (call number, jump in ns): the server's clock steps after that call.
+    step: Option<(u64, i64)>,
+}
+
+/// Action chunk shape: 50 steps × 7 joints (ALOHA-style).
+const CHUNK: [u64; 2] = [50, 7];
+
+impl ModelSim {
+    async fn infer(&self, obs: MsgMap, timer: InferTimer) -> Result<MsgMap, HandlerError> {
+        let seq = obs.get("seq").and_then(rmpv::Value::as_u64);
+        let frame_sum = obs
+            .array("observation/image")
+            .map_or(0, |a| fnv1a(&a.data));
+        timer.pre_done();
+        sleep_until_precise(Instant::now() + self.cost).await;
+        timer.post_start();
+        let mut state = frame_sum | 1;
+        let n = (CHUNK[0] * CHUNK[1]) as usize;
+        let chunk: Vec<f32> = (0..n)
+            .map(|_| (xorshift(&mut state) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+            .collect();
+        if let (Some((at, jump)), Some(seq)) = (self.step, seq) {
+            if seq == at {
+                self.clock.step_ns(jump);
+            }
+        }
+        Ok(MsgMap::new().with("actions", NdArray::from_f32(&chunk, &CHUNK)))
+    }
+}
+
+enum DemoServer {
+    Ws(ServerHandle),
+    Http {
+        addr: SocketAddr,
+        stop: tokio::sync::oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<()>,
+    },
+}
+
+impl DemoServer {
+    fn addr(&self) -> SocketAddr {
+        match self {
+            DemoServer::Ws(h) => h.local_addr(),
+            DemoServer::Http { addr, .. } => *addr,
+        }
+    }
+
+    async fn shutdown(self) {
+        match self {
+            DemoServer::Ws(h) => h.shutdown().await,
+            DemoServer::Http { stop, task, .. } => {
+                let _ = stop.send(());
+                let _ = task.await;
+            }
+        }
+    }
+}
+
+async fn start_server(
+    transport: TransportArg,
+    model: ModelSim,
+    clock: ServerClock,
+    hook: impl Fn(&ServerRecord) + Send + Sync + 'static,
+) -> Result<DemoServer, String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    match transport {
+        TransportArg::Ws => {
+            let model = Arc::new(model);
+            let handle = PolicyServer::builder()
+                .metadata(
+                    MsgMap::new()
+                        .with("policy", "stagetrace-demo")
+                        .with("action_horizon", CHUNK[0]),
+                )
+                .clock(clock)
+                .on_request(hook)
+                .spawn(addr, move |obs: MsgMap, timer: InferTimer| {
+                    let model = Arc::clone(&model);
+                    async move { model.infer(obs, timer).await }
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(DemoServer::Ws(handle))
+        }
+        TransportArg::Http => {
+            use axum::extract::Extension;
+            use axum::http::{header, StatusCode};
+            use axum::response::IntoResponse;
+
+            let model = Arc::new(model);
+            let app = axum::Router::new()
+                .route(
+                    "/infer",
+                    axum::routing::post(
+                        move |Extension(timer): Extension<InferTimer>, body: axum::body::Bytes| {
+                            let model = Arc::clone(&model);
+                            async move {
+                                let obs = match MsgMap::from_msgpack(&body) {
+                                    Ok(o) => o,
+                                    Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+                                };
+                                match model.infer(obs, timer).await {
+                                    Ok(action) => (
+                                        [(header::CONTENT_TYPE, "application/msgpack")],
+                                        action.to_msgpack(),
+                                    )
+                                        .into_response(),
+                                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+                                }
+                            }
+                        },
+                    ),
+                )
+                .layer(TimingLayer::new().clock(clock).on_request(hook));
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| e.to_string())?;
+            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+            Ok(DemoServer::Http { addr, stop, task })
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// robot client
+// ---------------------------------------------------------------------------
+
+/// What the robot loop itself counted.
+#[derive(Debug, Default)]
+struct RobotStats {
+    completed: u64,
+    failed: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+}
+
+enum Link {
+    Ws(PolicyClient),
+    Http(TracedHttpClient, String),
+}
+
+impl Link {
+    async fn connect(transport: TransportArg, addr: SocketAddr) -> Result<Link, String> {
+        match transport {
+            TransportArg::Ws => {
+                let options = ClientOptions {
+                    call_timeout: Duration::from_secs(5),
+                    ..ClientOptions::default()
+                };
+                PolicyClient::connect_with(&format!("ws://{addr}"), options)
+                    .await
+                    .map(Link::Ws)
+                    .map_err(|e| e.to_string())
+            }
+            TransportArg::Http => TracedHttpClient::new()
+                .map(|c| Link::Http(c.timeout(Duration::from_secs(5)), format!("http://{addr}/infer")))
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn infer(&mut self, obs: &MsgMap) -> Result<MsgMap, String> {
+        match self {
+            Link::Ws(client) => {
+                if !client.is_connected() {
+                    client.reconnect().await.map_err(|e| e.to_string())?;
+                }
+                client
+                    .infer(obs)
+                    .await
+                    .map(|r| r.action)
+                    .map_err(|e| e.to_string())
+            }
+            Link::Http(client, url) => {
+                let req = client
+                    .inner()
+                    .post(url.as_str())
+                    .header("content-type", "application/msgpack")
+                    .body(obs.to_msgpack());
+                let reply = client.send(req).await.map_err(|e| e.to_string())?;
+                MsgMap::from_msgpack(&reply.body).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// The simulated camera: fills a frame (real memory work) and waits out
+/// the rest of its exposure / readout time.
+struct Camera {
+    frame: Vec<u8>,
+    shape: [u64; 3],
+    state: u64,
+    cost: Duration,
+}
+
+impl Camera {
+    fn new(payload_kb: u64, cost: Duration) -> Self {
+        let width = 160u64;
+        let rows = (payload_kb * 1024).div_ceil(width * 3);
+        Camera {
+            frame: vec![0; (rows * width * 3) as usize],
+            shape: [rows, width, 3],
+            state: 0x9e37_79b9_7f4a_7c15,
+            cost,
+        }
+    }
+
+    fn capture(&mut self) -> Option<NdArray> {
+        let start = Instant::now();
+        for chunk in self.frame.chunks_mut(8) {
+            let v = xorshift(&mut self.state).to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+        let frame = (!self.frame.is_empty()).then(|| NdArray::from_u8(self.frame.clone(), &self.shape));
+        sleep_until_precise_blocking(start + self.cost);
+        frame
+    }
+}
+
+/// The simulated actuator: decodes the chunk and waits out the bus time.
+fn dispatch(action: &MsgMap, cost: Duration) -> Option<u64> {
+    let start = Instant::now();
+    let digest = action.array("actions").map(|a| fnv1a(&a.data));
+    sleep_until_precise_blocking(start + cost);
+    digest
+}
+
+async fn robot_loop(args: &DemoArgs, server: SocketAddr) -> Result<RobotStats, DemoError> {
+    let mut link = Link::connect(args.transport, server)
+        .await
+        .map_err(|e| err(format!("the robot client cannot reach the policy server: {e}")))?;
+    let mut camera = Camera::new(args.payload_kb, ms(args.capture_ms));
+    let dispatch_cost = ms(args.dispatch_ms);
+    let period = Duration::from_secs_f64(1.0 / args.hz);
+    let mut stats = RobotStats::default();
+    let progress = Progress::new(args.calls);
+    let start = Instant::now();
+    for seq in 0..args.calls {
+        // Scheduled tick: a late call does not shift the schedule.
+        let tick = start + period.mul_f64(seq as f64);
+        sleep_until_precise(tick).await;
+        let call = tracing::info_span!("call", seq = seq);
+        let result = async {
+            let frame = {
+                let _capture = tracing::info_span!("capture").entered();
+                camera.capture()
+            };
+            let mut obs = MsgMap::new()
+                .with("prompt", "pick up the red cup")
+                .with("seq", seq)
+                .with(
+                    "observation/state",
+                    NdArray::from_f32(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[7]),
+                );
+            if let Some(frame) = frame {
+                obs.insert("observation/image", frame);
+            }
+            let action = link.infer(&obs).await?;
+            let digest = {
+                let _dispatch = tracing::info_span!("dispatch").entered();
+                dispatch(&action, dispatch_cost)
+            };
+            if let Some(d) = digest {
+                stagetrace::record_output_digest(&tracing::Span::current(), d);
+            }
+            Ok::<(), String>(())
+        }
+        .instrument(call)
+        .await;
+        match result {
+            Ok(()) => stats.completed += 1,
+            Err(e) => {
+                stats.failed += 1;
+                if stats.first_error.is_none() {
+                    eprintln!("stagetrace demo: call {seq} failed: {e}");
+                    stats.first_error = Some(e);
+                }
+            }
+        }
+        progress.tick(seq + 1, stats.failed);
+    }
+    stats.elapsed = start.elapsed();
+    progress.done();
+    if let Link::Ws(client) = link {
+        client.close().await;
+    }
+    Ok(stats)
+}
+
+/// Progress on stderr: a live line on a terminal, a few lines otherwise.
+struct Progress {
+    total: u64,
+    tty: bool,
+    start: Instant,
+    last: std::cell::Cell<Instant>,
+}
+
+impl Progress {
+    fn new(total: u64) -> Self {
+        let now = Instant::now();
+        Progress {
+            total,
+            tty: std::io::stderr().is_terminal(),
+            start: now,
+            last: std::cell::Cell::new(now),
+        }
+    }
+
+    fn tick(&self, done: u64, failed: u64) {
+        let now = Instant::now();
+        let quarter = (self.total / 4).max(1);
+        let show = if self.tty {
+            now.duration_since(self.last.get()) >= Duration::from_millis(200) || done == self.total
+        } else {
+            done % quarter == 0 && done != self.total
+        };
+        if !show {
+            return;
+        }
+        self.last.set(now);
+        let line = format!(
+            "demo: {done}/{} calls, {failed} failed, {:.1} s",
+            self.total,
+            now.duration_since(self.start).as_secs_f64()
+        );
+        if self.tty {
+            eprint!("\r{line}  ");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn done(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// timing helpers
+// ---------------------------------------------------------------------------
+
+/// Timers wake up to ~1 ms late; sleep to just before the deadline, then spin.
+const SPIN: Duration = Duration::from_micros(1500);
+
+fn spin_until(deadline: Instant) {
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+}
+
+fn sleep_until_precise_blocking(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now + SPIN {
+        std::thread::sleep(deadline - now - SPIN);
+    }
+    spin_until(deadline);
+}
+
+async fn sleep_until_precise(deadline: Instant) {
+    if deadline > Instant::now() + SPIN {
+        tokio::time::sleep_until((deadline - SPIN).into()).await;
+    }
+    spin_until(deadline);
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+// ---------------------------------------------------------------------------
+// report
+// ---------------------------------------------------------------------------
+
+/// Distribution of one record field over the measured calls.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Dist {
+    n: usize,
+    min: f64,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+    max: f64,
+    mean: f64,
+}
+
+impl Dist {
+    fn of(mut v: Vec<f64>) -> Option<Dist> {
+        v.retain(|x| x.is_finite());
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        // Nearest-rank percentiles: exact values of the calls.
+        let q = |p: f64| v[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+        Some(Dist {
+            n,
+            min: v[0],
+            p50: q(0.50),
+            p90: q(0.90),
+            p99: q(0.99),
+            max: v[n - 1],
+            mean: v.iter().sum::<f64>() / n as f64,
+        })
+    }
+
+    fn to_json(self) -> Json {
+        let r = |x: f64| (x * 1000.0).round() / 1000.0;
+        json!({
+            "n": self.n,
+            "min": r(self.min),
+            "p50": r(self.p50),
+            "p90": r(self.p90),
+            "p99": r(self.p99),
+            "max": r(self.max),
+            "mean": r(self.mean),
+        })
+    }
+}
+
+struct Report<'a> {
+    args: &'a DemoArgs,
+    out: PathBuf,
+    calls: usize,
+    measured: usize,
+    warmup: usize,
+    failed: usize,
+    stages: BTreeMap<&'static str, Dist>,
+    basis: Option<String>,
+    summary: &'a Summary,
+    robot: &'a RobotStats,
+    server_requests: u64,
+    server_with_context: u64,
+    step_detected: Option<(f64, f64)>,
+}
+
+fn field(rec: &Json, name: &str) -> Option<f64> {
+    rec.get(name).and_then(Json::as_f64)
+}
+
+impl<'a> Report<'a> {
+    fn new(
+        args: &'a DemoArgs,
+        out: &std::path::Path,
+        records: &[CallRecord],
+        summary: &'a Summary,
+        robot: &'a RobotStats,
+        seen: &ServerSeen,
+    ) -> Self {
+        // Read fields through the record's own JSON: the names are the format's.
+        let objs: Vec<Json> = records
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap_or(Json::Null))
+            .collect();
+        let measured: Vec<&Json> = objs
+            .iter()
+            .filter(|r| r.get("warmup").is_none() && r.get("failed").is_none())
+            .collect();
+        let mut stages = BTreeMap::new();
+        for name in FIGURES {
+            if let Some(d) = Dist::of(measured.iter().filter_map(|r| field(r, name)).collect()) {
+                stages.insert(name, d);
+            }
+        }
+        let mut bases: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &measured {
+            if let Some(c) = r.get("clock").and_then(Json::as_str) {
+                *bases.entry(c.to_owned()).or_default() += 1;
+            }
+        }
+        let basis = bases.into_iter().max_by_key(|(_, n)| *n).map(|(c, _)| c);
+        // Offset before / after the configured clock step (median of each side).
+        let step_detected = (args.server_step_ms != 0.0).then(|| {
+            let at = args.server_step_at.unwrap_or(args.calls / 2);
+            let side = |after: bool| {
+                Dist::of(
+                    objs.iter()
+                        .filter(|r| r.get("failed").is_none())
+                        .filter(|r| field(r, "seq").is_some_and(|s| (s as u64 > at + 5) == after && (after || (s as u64) <= at)))
+                        .filter_map(|r| field(r, "offset_ms"))
+                        .collect(),
+                )
+                .map(|d| d.p50)
+            };
+            side(false).zip(side(true))
+        }).flatten();
+        Report {
+            args,
+            out: out.to_path_buf(),
+            calls: records.len(),
+            measured: measured.len(),
+            warmup: objs.iter().filter(|r| r.get("warmup").is_some()).count(),
+            failed: objs.iter().filter(|r| r.get("failed").is_some()).count(),
+            stages,
+            basis,
+            summary,
+            robot,
+            server_requests: seen.requests.load(Ordering::Relaxed),
+            server_with_context: seen.with_context.load(Ordering::Relaxed),
+            step_detected,
+        }
+    }
+
+    fn p50(&self, name: &str) -> Option<f64> {
+        self.stages.get(name).map(|d| d.p50)
+    }
+
+    fn diagnosis(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let a = self.args;
+        // Which stage dominates the median call.
+        let e2e = self.p50("e2e_ms");
+        let split = self.stages.contains_key("uplink_ms");
+        let mut leaves: Vec<(&str, f64)> = LEAVES
+            .iter()
+            .filter_map(|&n| self.p50(n).map(|v| (n, v)))
+            .collect();
+        if !split {
+            if let Some(net) = self.p50("net_ms") {
+                leaves.push(("net_ms", net));
+            }
+        }
+        if let (Some((name, v)), Some(e2e)) = (
+            leaves.iter().copied().max_by(|x, y| x.1.total_cmp(&y.1)),
+            e2e,
+        ) {
+            lines.push(format!(
+                "{} dominates: {v:.2} ms of the {e2e:.2} ms median call ({:.0} %).",
+                name.trim_end_matches("_ms"),
+                if e2e > 0.0 { 100.0 * v / e2e } else { 0.0 }
+            ));
+        }
+        if let Some(net) = self.p50("net_ms") {
+            let injected = a.uplink_delay_ms + a.downlink_delay_ms;
+            lines.push(format!(
+                "net (uplink + downlink, exact without clock sync) {net:.2} ms median: {injected:.1} ms injected by the proxy + {:.2} ms of loopback, framing and copies.",
+                net - injected
+            ));
+        }
+        match (self.basis.as_deref(), self.p50("uplink_ms"), self.p50("downlink_ms")) {
+            (Some("estimate"), Some(up), Some(down)) => {
+                let err = self.p50("split_err_ms").unwrap_or(f64::NAN);
+                lines.push(format!(
+                    "split: uplink {up:.2} ms / downlink {down:.2} ms (injected {:.1} / {:.1}), each ± {err:.2} ms (split_err_ms). The offset estimate assumes a symmetric path: asymmetry cannot be measured from two clocks, only bounded.",
+                    a.uplink_delay_ms, a.downlink_delay_ms
+                ));
+            }
+            (Some("trusted"), Some(up), Some(down)) => lines.push(format!(
+                "split from trusted clocks: uplink {up:.2} ms / downlink {down:.2} ms (injected {:.1} / {:.1}); only as good as the clocks' sync.",
+                a.uplink_delay_ms, a.downlink_delay_ms
+            )),
+            (Some("none"), _, _) => lines.push("no split (--clock none): net_ms only.".to_owned()),
+            (Some("degraded"), _, _) => lines.push(
+                "degraded: the server sent too little timing for a split (infer and net only).".to_owned(),
+            ),
+            _ => {}
+        }
+        if let Some(off) = self.p50("offset_ms") {
+            lines.push(format!(
+                "server clock offset {off:+.2} ms median (the demo skewed it {:+.1} ms{}).",
+                a.server_skew_ms,
+                if a.server_step_ms != 0.0 {
+                    format!(", then stepped it {:+.1} ms", a.server_step_ms)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if let Some((before, after)) = self.step_detected {
+            lines.push(format!(
+                "clock step followed: offset {before:+.2} ms before the step, {after:+.2} ms after (injected {:+.1} ms).",
+                a.server_step_ms
+            ));
+        }
+        if let Some(infer) = self.p50("infer_ms") {
+            lines.push(format!(
+                "infer {infer:.2} ms median for a {:.1} ms model (pre/post-processing included).",
+                a.model_ms
+            ));
+        }
+        let s = self.summary;
+        let misses = s.deadline.map(|d| (d.misses, d.effective_hz));
+        lines.push(format!(
+            "calls {} ({} measured, {} warm-up, {} failed); {}queue drops {}, rejected headers {}, clamped {}.",
+            self.calls,
+            self.measured,
+            self.warmup,
+            self.failed,
+            match misses {
+                Some((m, hz)) => format!("deadline misses {m} at {} Hz (achieved {hz:.1} Hz); ", a.hz),
+                None => String::new(),
+            },
+            s.queue_drops,
+            s.rejected_headers,
+            s.clamped
+        ));
+        if let Some(e) = &self.robot.first_error {
+            lines.push(format!("first failure: {e}"));
+        }
+        lines
+    }
+
+    fn to_json(&self, records: &[CallRecord]) -> Json {
+        let a = self.args;
+        let mut stages = Map::new();
+        for (name, d) in &self.stages {
+            stages.insert((*name).to_owned(), d.to_json());
+        }
+        json!({
+            "calls": self.calls,
+            "measured": self.measured,
+            "warmup": self.warmup,
+            "failed": self.failed,
+            "transport": match a.transport { TransportArg::Ws => "ws", TransportArg::Http => "http" },
+            "clock": self.basis,
+            "out": self.out.display().to_string(),
+            "config": {
+                "calls": a.calls,
+                "hz": a.hz,
+                "model_ms": a.model_ms,
+                "payload_kb": a.payload_kb,
+                "capture_ms": a.capture_ms,
+                "dispatch_ms": a.dispatch_ms,
+                "server_skew_ms": a.server_skew_ms,
+                "server_step_ms": a.server_step_ms,
+                "server_step_at": a.server_step_at.unwrap_or(a.calls / 2),
+                "uplink_delay_ms": a.uplink_delay_ms,
+                "downlink_delay_ms": a.downlink_delay_ms,
+                "clock": match a.clock { ClockArg::Estimate => "estimate", ClockArg::Trusted => "trusted", ClockArg::None => "none" },
+                "warmup": a.warmup,
+            },
+            "stages": stages,
+            "counters": {
+                "queue_drops": self.summary.queue_drops,
+                "rejected_headers": self.summary.rejected_headers,
+                "clamped": self.summary.clamped,
+                "deadline_misses": self.summary.deadline.map(|d| d.misses),
+                "server_requests": self.server_requests,
+                "server_requests_with_traceparent": self.server_with_context,
+            },
+            "diagnosis": self.diagnosis(),
+            "records": records.iter().map(|r| serde_json::to_value(r).unwrap_or(Json::Null)).collect::<Vec<_>>(),
+        })
+    }
+
+    fn table(&self) -> String {
+        use std::fmt::Write as _;
+        let a = self.args;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "stagetrace demo: {} calls at {} Hz over {} (loopback), model {} ms, frame {} KiB",
+            a.calls,
+            a.hz,
+            match a.transport {
+                TransportArg::Ws => "WebSocket + msgpack",
+                TransportArg::Http => "HTTP",
+            },
+            a.model_ms,
+            a.payload_kb
+        );
+        let _ = writeln!(
+            out,
+            "injected: server clock {:+} ms, uplink +{} ms, downlink +{} ms; clock mode {}\n",
+            a.server_skew_ms,
+            a.uplink_delay_ms,
+            a.downlink_delay_ms,
+            match a.clock {
+                ClockArg::Estimate => "estimate",
+                ClockArg::Trusted => "trusted",
+                ClockArg::None => "none",
+            }
+        );
+        let _ = writeln!(
+            out,
+            "{:<14} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "field", "n", "p50", "p90", "p99", "max", "mean"
+        );
+        for name in FIGURES {
+            if let Some(d) = self.stages.get(name) {
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:>5} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                    name, d.n, d.p50, d.p90, d.p99, d.max, d.mean
+                );
+            }
+        }
+        let _ = writeln!(out);
+        for line in self.diagnosis() {
+            let _ = writeln!(out, "- {line}");
+        }
+        let _ = writeln!(
+            out,
+            "\nrecords and summaries: {}  (try: stagetrace report {})",
+            self.out.display(),
+            self.out.display()
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let d = Dist::of((1..=100).map(f64::from).collect()).unwrap();
+        assert_eq!((d.n, d.p50, d.p90, d.p99, d.max), (100, 50.0, 90.0, 99.0, 100.0));
+        assert_eq!(d.mean, 50.5);
+        assert!(Dist::of(vec![f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+    }
 }

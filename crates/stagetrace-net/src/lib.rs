@@ -1,1 +1,64 @@
-//! stagetrace transport integrations.
+//! stagetrace transport integrations: the pieces that carry trace context to
+//! a policy server and its timing back, so the client's stage layer can tell
+//! inference from communication.
+//!
+//! # Core concepts
+//!
+//! - The client runs each exchange in a `transport` span, sends the span's
+//!   W3C `traceparent` with the request, and attaches the server's timing
+//!   (`recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, ...) to the span.
+//!   The stage layer then derives `uplink`, `downlink`, `net`, `server`,
+//!   `queue` and `infer` for the call.
+//! - The server stamps its receive time when the *whole* request has arrived,
+//!   times the handler (`infer`, optionally split with an [`InferTimer`]),
+//!   stamps `total` just before sending, and reports each request to an
+//!   optional hook as a [`stagetrace::ServerRecord`] (for an exporter).
+//! - Anything a peer sends is untrusted: malformed `traceparent` or timing
+//!   maps are ignored and counted, never a panic; a peer that disconnects
+//!   mid-call gives an error and a call record flagged as failed, never a hang.
+//!
+//! # Transports
+//!
+//! - [`ws`]: WebSocket + msgpack in the openpi / LingBot-VA protocol:
+//!   [`PolicyServer`], [`PolicyClient`], [`BlockingPolicyClient`].
+//!   The client also works, degraded (`infer` and `net`, no split), against an
+//!   unmodified openpi server that only returns `server_timing.infer_ms`.
+//! - [`http`]: a tower [`TimingLayer`] for axum servers and a reqwest
+//!   [`TracedHttpClient`].
+//!
+//! # Usage
+//!
+//! ```no_run
+//! use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer};
+//! use tracing::Instrument;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = PolicyServer::builder()
+//!     .on_request(|rec| println!("server saw {:?}", rec.timing))
+//!     .spawn("127.0.0.1:0", |_obs: MsgMap, _timer| async move {
+//!         Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.0; 7], &[1, 7])))
+//!     })
+//!     .await?;
+//!
+//! let mut client = PolicyClient::connect(&server.url()).await?;
+//! let call = tracing::info_span!("call");
+//! let obs = MsgMap::new().with("prompt", "wave");
+//! let reply = client.infer(&obs).instrument(call).await?;
+//! println!("{:?}", reply.server_timing);
+//! # Ok(()) }
+//! ```
+
+pub mod http;
+pub mod msg;
+pub mod proxy;
+mod server;
+mod transport;
+pub mod ws;
+
+pub use http::{HttpCallError, HttpReply, TimingLayer, TimingService, TracedHttpClient};
+pub use msg::{DecodeError, MsgMap, NdArray};
+pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
+pub use ws::{
+    BlockingPolicyClient, ClientError, ClientOptions, Handler, HandlerError, PolicyClient,
+    PolicyServer, PolicyServerBuilder, Reply, ServeError, ServerHandle,
+};

@@ -1,1 +1,73 @@
-//! OTLP export of stagetrace call records.
+//! OTLP export of stagetrace call records: every call becomes one trace in
+//! Jaeger (or any OpenTelemetry collector), spanning client and server.
+//!
+//! # Core concepts
+//!
+//! - The client exports each [`CallRecord`](stagetrace::CallRecord) as a trace: a root `call` span
+//!   with `capture`, `transport` and `dispatch` children, and under
+//!   `transport` the synthesized `uplink` and `downlink` spans, placed with
+//!   the estimated clock offset (attributes `stagetrace.offset_ms`,
+//!   `stagetrace.split_err_ms`). The `call` span carries every field of the
+//!   record as a `stagetrace.*` attribute; every stage span carries
+//!   `stagetrace.stage`, `stagetrace.kind` and `stagetrace.seq`.
+//! - The server exports each [`ServerRecord`](stagetrace::ServerRecord) as `queue` and `infer` spans in
+//!   the client's trace, children of the client's `transport` span through
+//!   the request's `traceparent`: the ids in `traceparent` are the exported
+//!   ids. Client and server appear as two services.
+//! - Start and end times come from the records (the call's timeline), never
+//!   from when the exporter ran.
+//! - Export runs on a thread of its own behind a bounded queue: handing a
+//!   record over never blocks, a full queue drops and counts, and a collector
+//!   that is down, slow or refusing only shows up in [`ExportStats`]. Export
+//!   resumes by itself when the collector is back.
+//!
+//! # Usage
+//!
+//! Settings resolve as: the `with_*` call, else the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
+//! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT` and
+//! `OTEL_SERVICE_NAME` variables, else the defaults (OTLP/HTTP with protobuf
+//! to `http://localhost:4318`, service `stagetrace`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use stagetrace_otlp::OtlpExporter;
+//!
+//! // Client side.
+//! let client = OtlpExporter::builder()
+//!     .with_endpoint("http://127.0.0.1:4318")
+//!     .with_service_name("robot-client")
+//!     .with_header("authorization", "Bearer s3cret")
+//!     .build()?;
+//! # let record = stagetrace::CallRecord::default();
+//! client.export_call(&record);
+//!
+//! // Server side, in the policy server's process.
+//! let server = OtlpExporter::builder().with_service_name("policy-server").build()?;
+//! # let request = stagetrace::ServerRecord::default();
+//! server.export_server(&request);
+//!
+//! client.flush(Duration::from_secs(2));
+//! eprintln!("{}", client.stats());
+//! # Ok::<(), stagetrace_otlp::BuildError>(())
+//! ```
+//!
+//! OTLP/gRPC needs the crate feature `grpc` (it brings tonic and a small
+//! Tokio runtime on the export thread); HTTP/protobuf needs no async runtime.
+//! `https://` endpoints use TLS (rustls); a private CA can be added with
+//! [`OtlpBuilder::with_ca_certificate_pem`].
+//!
+//! # Supported Rust versions
+//!
+//! The workspace's `rust-version` (1.85) and newer.
+
+mod config;
+mod export;
+mod http;
+mod spans;
+
+pub use config::{
+    BuildError, Origin, OtlpBuilder, Protocol, DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT,
+    DEFAULT_SERVICE_NAME, ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_TIMEOUT,
+};
+pub use export::{ExportStats, OtlpExporter};

@@ -1,5 +1,21 @@
 //! Clocks (DESIGN section 2): wall/monotonic anchor, per-peer offset estimation
 //! and the stitching of server timing onto the client's timeline.
+//!
+//! - [`Anchor`]: a (wall, monotonic) pair that turns an [`Instant`] into
+//!   Unix nanoseconds, so intervals stay monotonic and only the cross-machine
+//!   stitching uses wall time.
+//! - [`OffsetFilter`]: one peer's server − client offset, an NTP clock
+//!   filter over the free NTP sample every instrumented call gives: minimum
+//!   delay over a sliding window, drift followed by regression, clock steps
+//!   detected and the window reset.
+//! - [`Stitcher`]: per-peer filters plus the [`ClockMode`]; turns a call's
+//!   [`ClientTimes`] and [`ServerTiming`] into [`Stitched`] stage times.
+//!
+//! `docs/clocks.md` explains what `offset_ms` and `split_err_ms` mean and
+//! why path asymmetry cannot be measured from two clocks.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::record::ClockBasis;
 use crate::wire::ServerTiming;
@@ -15,6 +31,455 @@ pub enum ClockMode {
     /// Report `net_ms` only.
     None,
 }
+
+// ---------------------------------------------------------------------------
+// Anchor
+// ---------------------------------------------------------------------------
+
+/// A (wall clock, monotonic clock) pair read at the same moment: converts an
+/// [`Instant`] to nanoseconds since the Unix epoch.
+///
+/// Intervals are always taken on the monotonic clock; the anchor only places
+/// them on the wall clock for cross-machine stitching. Refresh it
+/// periodically ([`Anchor::refresh_if_older`]) so a corrected system clock
+/// (NTP slew or step) is picked up; convert both ends of one interval with
+/// the same anchor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Anchor {
+    wall_unix_ns: u64,
+    mono: Instant,
+}
+
+/// How often an anchor is refreshed by default.
+pub const ANCHOR_REFRESH: Duration = Duration::from_secs(1);
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Anchor {
+    /// Read both clocks now. The wall clock is read between two monotonic
+    /// readings and paired with their midpoint.
+    pub fn now() -> Self {
+        let before = Instant::now();
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, duration_ns);
+        let after = Instant::now();
+        let mono = before + after.saturating_duration_since(before) / 2;
+        Anchor {
+            wall_unix_ns: wall,
+            mono,
+        }
+    }
+
+    /// An anchor from explicit readings (tests, or a clock source of the
+    /// app's own).
+    pub fn from_parts(wall_unix_ns: u64, mono: Instant) -> Self {
+        Anchor { wall_unix_ns, mono }
+    }
+
+    /// The wall time of the anchor, ns since the Unix epoch.
+    pub fn wall_unix_ns(&self) -> u64 {
+        self.wall_unix_ns
+    }
+
+    /// The monotonic reading of the anchor.
+    pub fn instant(&self) -> Instant {
+        self.mono
+    }
+
+    /// `t` as ns since the Unix epoch (saturating, never panics).
+    pub fn to_unix_ns(&self, t: Instant) -> u64 {
+        match t.checked_duration_since(self.mono) {
+            Some(after) => self.wall_unix_ns.saturating_add(duration_ns(after)),
+            None => self
+                .wall_unix_ns
+                .saturating_sub(duration_ns(self.mono.saturating_duration_since(t))),
+        }
+    }
+
+    /// Now, as ns since the Unix epoch.
+    pub fn now_unix_ns(&self) -> u64 {
+        self.to_unix_ns(Instant::now())
+    }
+
+    /// Time since the anchor was read.
+    pub fn age(&self) -> Duration {
+        self.mono.elapsed()
+    }
+
+    /// Re-read both clocks when the anchor is older than `max_age`; returns
+    /// whether it did.
+    pub fn refresh_if_older(&mut self, max_age: Duration) -> bool {
+        if self.age() >= max_age {
+            *self = Anchor::now();
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Default for Anchor {
+    fn default() -> Self {
+        Anchor::now()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// NTP samples and the offset filter
+// ---------------------------------------------------------------------------
+
+/// One call's four timestamps, ns since the Unix epoch: `t0`, `t3` on the
+/// client clock, `t1`, `t2` on the server clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NtpSample {
+    /// Client sends the request.
+    pub t0: u64,
+    /// Server has the whole request.
+    pub t1: u64,
+    /// Server sends the response (`t1 + total_ns`).
+    pub t2: u64,
+    /// Client has the whole response.
+    pub t3: u64,
+}
+
+impl NtpSample {
+    /// The sample of one call, when the server gave its receive time and
+    /// total.
+    pub fn from_call(client: ClientTimes, server: &ServerTiming) -> Option<Self> {
+        let t1 = server.recv_unix_ns?;
+        let t2 = t1.checked_add(server.total_ns?)?;
+        Some(NtpSample {
+            t0: client.send_unix_ns,
+            t1,
+            t2,
+            t3: client.recv_unix_ns,
+        })
+    }
+
+    /// Offset θ = ((t1−t0)+(t2−t3))/2, ns (server − client).
+    pub fn offset_ns(&self) -> f64 {
+        (diff(self.t1, self.t0) + diff(self.t2, self.t3)) / 2.0
+    }
+
+    /// Delay δ = (t3−t0)−(t2−t1), ns: the network part of the roundtrip.
+    pub fn delay_ns(&self) -> f64 {
+        diff(self.t3, self.t0) - diff(self.t2, self.t1)
+    }
+}
+
+/// `a − b` in ns as f64, exact for any realistic difference.
+fn diff(a: u64, b: u64) -> f64 {
+    (i128::from(a) - i128::from(b)) as f64
+}
+
+/// Tuning of the [`OffsetFilter`]; the defaults suit control loops from
+/// 1 Hz to 1 kHz.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FilterConfig {
+    /// Samples kept for the minimum-delay choice.
+    pub window_samples: usize,
+    /// Oldest sample kept for the minimum-delay choice.
+    pub window: Duration,
+    /// Width of one drift bucket (its minimum-delay sample feeds the drift
+    /// regression).
+    pub drift_bucket: Duration,
+    /// Buckets kept for the drift regression.
+    pub drift_buckets: usize,
+    /// Frequency error assumed before drift can be estimated, ppm.
+    pub default_drift_ppm: f64,
+    /// Extra tolerance before a sample counts as a clock step.
+    pub step_margin: Duration,
+    /// Consecutive, mutually consistent off-track samples that confirm a step.
+    pub step_confirm: usize,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        FilterConfig {
+            window_samples: 64,
+            window: Duration::from_secs(30),
+            drift_bucket: Duration::from_secs(1),
+            drift_buckets: 64,
+            default_drift_ppm: 50.0,
+            step_margin: Duration::from_millis(1),
+            step_confirm: 2,
+        }
+    }
+}
+
+/// The largest frequency error believed from a regression, ppm; beyond it
+/// the fit is noise (or the peer's clock is broken) and is not used.
+const MAX_DRIFT_PPM: f64 = 500.0;
+/// Floor on the drift-rate uncertainty once drift is estimated, ppm.
+const MIN_DRIFT_ERR_PPM: f64 = 2.0;
+/// Buckets needed before drift is estimated.
+const MIN_DRIFT_POINTS: usize = 5;
+/// Time span the drift buckets must cover before drift is estimated, s.
+const MIN_DRIFT_SPAN_S: f64 = 5.0;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Sample {
+    /// Client time of the sample (t3), ns since the epoch.
+    at: u64,
+    theta: f64,
+    delta: f64,
+}
+
+/// What the filter says the offset is at one moment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OffsetEstimate {
+    /// Server − client offset, ns.
+    pub offset_ns: f64,
+    /// ± bound on `offset_ns`: δ of the sample used / 2, plus drift since it.
+    pub err_ns: f64,
+    /// Delay δ of the sample used, ns.
+    pub delay_ns: f64,
+    /// Frequency error (server clock rate − client clock rate), ppm, once
+    /// enough samples span enough time.
+    pub drift_ppm: Option<f64>,
+    /// True when the estimate rests on the current sample alone because it
+    /// disagrees with the window (a suspected clock step not yet confirmed).
+    pub own_sample: bool,
+    /// True when this sample confirmed a clock step and reset the window.
+    pub step: bool,
+}
+
+/// One peer's NTP clock filter: minimum-delay sample over a sliding window
+/// (count and time), drift by regression over per-bucket minimum-delay
+/// samples, and step detection (a sample far outside the window's bound,
+/// confirmed by the next ones, resets the window).
+///
+/// Why it works: for any sample, the true offset lies within
+/// `θ ± δ/2` as long as both one-way delays are non-negative. The sample with
+/// the smallest δ has the tightest bound; drift widens it with age.
+#[derive(Clone, Debug)]
+pub struct OffsetFilter {
+    cfg: FilterConfig,
+    window: VecDeque<Sample>,
+    /// (bucket index, minimum-delay sample of that bucket), oldest first.
+    buckets: VecDeque<(u64, Sample)>,
+    pending: Vec<Sample>,
+    steps: u64,
+    outliers: u64,
+    invalid: u64,
+}
+
+impl Default for OffsetFilter {
+    fn default() -> Self {
+        OffsetFilter::new(FilterConfig::default())
+    }
+}
+
+impl OffsetFilter {
+    /// An empty filter.
+    pub fn new(cfg: FilterConfig) -> Self {
+        let cfg = FilterConfig {
+            window_samples: cfg.window_samples.max(1),
+            drift_buckets: cfg.drift_buckets.max(MIN_DRIFT_POINTS),
+            step_confirm: cfg.step_confirm.max(1),
+            drift_bucket: cfg.drift_bucket.max(Duration::from_millis(1)),
+            ..cfg
+        };
+        OffsetFilter {
+            cfg,
+            window: VecDeque::with_capacity(cfg.window_samples),
+            buckets: VecDeque::with_capacity(cfg.drift_buckets),
+            pending: Vec::with_capacity(cfg.step_confirm),
+            steps: 0,
+            outliers: 0,
+            invalid: 0,
+        }
+    }
+
+    /// Clock steps detected so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Off-track samples that were not confirmed as a step.
+    pub fn outliers(&self) -> u64 {
+        self.outliers
+    }
+
+    /// Samples rejected outright (negative delay: the server's total exceeds
+    /// the client's roundtrip).
+    pub fn invalid(&self) -> u64 {
+        self.invalid
+    }
+
+    /// Samples in the window.
+    pub fn len(&self) -> usize {
+        self.window.len()
+    }
+
+    /// True before the first valid sample (and right after a reset).
+    pub fn is_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    /// Feed one sample; returns the estimate to use for that call, `None`
+    /// when the sample is invalid and no earlier estimate exists.
+    pub fn add(&mut self, s: NtpSample) -> Option<OffsetEstimate> {
+        let sample = Sample {
+            at: s.t3,
+            theta: s.offset_ns(),
+            delta: s.delay_ns(),
+        };
+        if !(sample.delta >= 0.0 && sample.theta.is_finite()) {
+            self.invalid += 1;
+            return self.estimate_at(s.t3);
+        }
+        let Some(pred) = self.estimate_at(sample.at) else {
+            self.push(sample);
+            return Some(self.own(sample, false));
+        };
+        let margin = duration_ns(self.cfg.step_margin) as f64;
+        let off_track = (sample.theta - pred.offset_ns).abs() > sample.delta / 2.0 + pred.err_ns + margin;
+        if !off_track {
+            self.outliers += self.pending.len() as u64;
+            self.pending.clear();
+            self.push(sample);
+            return self.estimate_at(sample.at);
+        }
+        // Off track: keep only pending samples that agree with this one.
+        let rate = self.cfg.default_drift_ppm * 1e-6;
+        let before = self.pending.len();
+        self.pending.retain(|p| {
+            let age = diff(sample.at, p.at).abs();
+            (p.theta - sample.theta).abs() <= p.delta / 2.0 + sample.delta / 2.0 + rate * age + margin
+        });
+        self.outliers += (before - self.pending.len()) as u64;
+        self.pending.push(sample);
+        if self.pending.len() < self.cfg.step_confirm {
+            return Some(self.own(sample, false));
+        }
+        self.steps += 1;
+        self.window.clear();
+        self.buckets.clear();
+        for p in std::mem::take(&mut self.pending) {
+            self.push(p);
+        }
+        self.estimate_at(sample.at).map(|e| OffsetEstimate { step: true, ..e })
+    }
+
+    fn own(&self, s: Sample, step: bool) -> OffsetEstimate {
+        OffsetEstimate {
+            offset_ns: s.theta,
+            err_ns: s.delta / 2.0,
+            delay_ns: s.delta,
+            drift_ppm: None,
+            own_sample: true,
+            step,
+        }
+    }
+
+    fn push(&mut self, s: Sample) {
+        let window_ns = duration_ns(self.cfg.window);
+        self.window.push_back(s);
+        while self.window.len() > self.cfg.window_samples
+            || self
+                .window
+                .front()
+                .is_some_and(|f| s.at.saturating_sub(f.at) > window_ns)
+        {
+            self.window.pop_front();
+        }
+        let width = duration_ns(self.cfg.drift_bucket).max(1);
+        let idx = s.at / width;
+        match self.buckets.back_mut() {
+            Some((b, best)) if *b == idx => {
+                if s.delta < best.delta {
+                    *best = s;
+                }
+            }
+            // A sample older than the newest bucket (client clock moved
+            // back) only updates the window.
+            Some((b, _)) if *b > idx => {}
+            _ => self.buckets.push_back((idx, s)),
+        }
+        let span = self.cfg.drift_buckets as u64;
+        while self.buckets.len() > self.cfg.drift_buckets
+            || self
+                .buckets
+                .front()
+                .is_some_and(|(b, _)| idx.saturating_sub(*b) >= span)
+        {
+            self.buckets.pop_front();
+        }
+    }
+
+    /// Frequency error by least squares of θ over time on the buckets' low-δ
+    /// samples: (slope as a fraction, its standard error).
+    fn drift(&self) -> Option<(f64, f64)> {
+        let min_delta = self
+            .buckets
+            .iter()
+            .map(|(_, s)| s.delta)
+            .fold(f64::INFINITY, f64::min);
+        // "Low δ": within twice the best plus 100 µs.
+        let cut = 2.0 * min_delta + 100_000.0;
+        let pts = || self.buckets.iter().map(|(_, s)| s).filter(|s| s.delta <= cut);
+        let n = pts().count();
+        let newest = self.buckets.back()?.1.at;
+        let first = pts().next()?.at;
+        if n < MIN_DRIFT_POINTS || diff(newest, first) / 1e9 < MIN_DRIFT_SPAN_S {
+            return None;
+        }
+        let nf = n as f64;
+        let (sx, sy) = pts().fold((0.0, 0.0), |(sx, sy), s| (sx + diff(s.at, newest), sy + s.theta));
+        let (mx, my) = (sx / nf, sy / nf);
+        let (sxx, sxy) = pts().fold((0.0, 0.0), |(sxx, sxy), s| {
+            let dx = diff(s.at, newest) - mx;
+            (sxx + dx * dx, sxy + dx * (s.theta - my))
+        });
+        if sxx <= 0.0 {
+            return None;
+        }
+        let slope = sxy / sxx;
+        let rss = pts().fold(0.0, |acc, s| {
+            let r = s.theta - (my + slope * (diff(s.at, newest) - mx));
+            acc + r * r
+        });
+        let stderr = (rss / (nf - 2.0) / sxx).sqrt();
+        (slope.is_finite() && slope.abs() <= MAX_DRIFT_PPM * 1e-6).then_some((slope, stderr))
+    }
+
+    /// The offset at client time `at` (ns since the epoch): the window's
+    /// minimum-δ sample, moved along the drift; `None` when the window is
+    /// empty.
+    pub fn estimate_at(&self, at: u64) -> Option<OffsetEstimate> {
+        // Minimum δ; among equals the newest.
+        let best = self
+            .window
+            .iter()
+            .rev()
+            .fold(None::<&Sample>, |b, s| match b {
+                Some(b) if b.delta <= s.delta => Some(b),
+                _ => Some(s),
+            })?;
+        let age = diff(at, best.at);
+        let drift = self.drift();
+        let (slope, rate) = match drift {
+            Some((slope, stderr)) => (slope, (3.0 * stderr).max(MIN_DRIFT_ERR_PPM * 1e-6)),
+            None => (0.0, self.cfg.default_drift_ppm * 1e-6),
+        };
+        Some(OffsetEstimate {
+            offset_ns: best.theta + slope * age,
+            err_ns: best.delta / 2.0 + rate * age.abs(),
+            delay_ns: best.delta,
+            drift_ppm: drift.map(|(s, _)| s * 1e6),
+            own_sample: false,
+            step: false,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stitching
+// ---------------------------------------------------------------------------
 
 /// The client's side of one transport exchange, as wall-clock nanoseconds
 /// derived from the monotonic clock through the process anchor.
@@ -52,18 +517,66 @@ pub struct Stitched {
     pub basis: Option<ClockBasis>,
     /// True when a negative figure had to be clamped to 0.
     pub clamped: bool,
+    /// Frequency error of the peer's clock against ours, ppm, once estimated.
+    pub drift_ppm: Option<f64>,
+    /// True when this call confirmed a step of the peer's clock (the
+    /// estimator's window was reset).
+    pub clock_step: bool,
+}
+
+fn ns_ms(ns: f64) -> f64 {
+    ns / 1e6
+}
+
+/// Clamp a duration in ns to `[0, max]`, flagging when it had to move.
+fn clamp_ns(v: f64, max: f64, clamped: &mut bool) -> f64 {
+    if v < 0.0 || v.is_nan() {
+        *clamped = true;
+        0.0
+    } else if v > max {
+        *clamped = true;
+        max
+    } else {
+        v
+    }
+}
+
+/// Most peers a [`Stitcher`] keeps an estimate for; the least recently used
+/// one is forgotten beyond this.
+pub const MAX_PEERS: usize = 64;
+
+#[derive(Debug)]
+struct Peer {
+    name: String,
+    filter: OffsetFilter,
+    last_used: u64,
 }
 
 /// Per-layer stitching state: the offset estimator(s) and the mode.
 #[derive(Debug)]
 pub struct Stitcher {
     mode: ClockMode,
+    cfg: FilterConfig,
+    peers: Vec<Peer>,
+    tick: u64,
+    clamped: u64,
 }
 
 impl Stitcher {
     /// A stitcher in the given mode.
     pub fn new(mode: ClockMode) -> Self {
-        Stitcher { mode }
+        Self::with_config(mode, FilterConfig::default())
+    }
+
+    /// A stitcher with explicit filter tuning.
+    pub fn with_config(mode: ClockMode, cfg: FilterConfig) -> Self {
+        Stitcher {
+            mode,
+            cfg,
+            peers: Vec::new(),
+            tick: 0,
+            clamped: 0,
+        }
     }
 
     /// The mode this stitcher runs in.
@@ -71,14 +584,365 @@ impl Stitcher {
         self.mode
     }
 
+    /// Calls that had a negative (or impossible) figure clamped.
+    pub fn clamped(&self) -> u64 {
+        self.clamped
+    }
+
+    /// The offset filter of `peer`, when it has one.
+    pub fn filter(&self, peer: &str) -> Option<&OffsetFilter> {
+        self.peers.iter().find(|p| p.name == peer).map(|p| &p.filter)
+    }
+
+    fn filter_mut(&mut self, peer: &str) -> &mut OffsetFilter {
+        self.tick += 1;
+        let tick = self.tick;
+        let i = match self.peers.iter().position(|p| p.name == peer) {
+            Some(i) => i,
+            None => {
+                if self.peers.len() >= MAX_PEERS {
+                    if let Some(lru) = (0..self.peers.len()).min_by_key(|&i| self.peers[i].last_used) {
+                        self.peers.swap_remove(lru);
+                    }
+                }
+                self.peers.push(Peer {
+                    name: peer.to_owned(),
+                    filter: OffsetFilter::new(self.cfg),
+                    last_used: tick,
+                });
+                self.peers.len() - 1
+            }
+        };
+        let p = &mut self.peers[i];
+        p.last_used = tick;
+        &mut p.filter
+    }
+
     /// Stitch one call. `peer` names the server (e.g. its address; "" for the
     /// only one), so each peer keeps its own offset estimate.
-    pub fn stitch(&mut self, _peer: &str, client: ClientTimes, _server: &ServerTiming) -> Stitched {
-        // Placeholder until the clock work lands: roundtrip only.
-        let rt = client.recv_unix_ns.saturating_sub(client.send_unix_ns) as f64 / 1e6;
-        Stitched {
-            roundtrip_ms: Some(rt),
+    pub fn stitch(&mut self, peer: &str, client: ClientTimes, server: &ServerTiming) -> Stitched {
+        let mut clamped = false;
+        let rt_ns = clamp_ns(
+            diff(client.recv_unix_ns, client.send_unix_ns),
+            f64::INFINITY,
+            &mut clamped,
+        );
+        let mut out = Stitched {
+            roundtrip_ms: Some(ns_ms(rt_ns)),
+            queue_ms: server.queue_ns.map(|v| ns_ms(v as f64)),
+            infer_ms: server.infer_ns.map(|v| ns_ms(v as f64)),
             ..Stitched::default()
+        };
+        // Server time inside the roundtrip: the total when given, else (an
+        // unmodified openpi server) the inference time alone.
+        let inside = server.total_ns.or(server.infer_ns);
+        if let Some(total) = server.total_ns {
+            out.server_ms = Some(ns_ms(total as f64));
         }
+        let net_ns = inside.map(|s| clamp_ns(rt_ns - s as f64, f64::INFINITY, &mut clamped));
+        out.net_ms = net_ns.map(ns_ms);
+
+        let sample = NtpSample::from_call(client, server);
+        out.basis = Some(match (self.mode, sample, net_ns) {
+            (ClockMode::None, _, _) => ClockBasis::None,
+            (_, None, _) | (_, _, None) => ClockBasis::Degraded,
+            (ClockMode::Trusted, Some(s), Some(net)) => {
+                let up = clamp_ns(diff(s.t1, s.t0), net, &mut clamped);
+                out.uplink_ms = Some(ns_ms(up));
+                out.downlink_ms = Some(ns_ms(net - up));
+                out.offset_ms = Some(0.0);
+                ClockBasis::Trusted
+            }
+            (ClockMode::Estimate, Some(s), Some(net)) => match self.filter_mut(peer).add(s) {
+                Some(est) => {
+                    let up = clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
+                    out.uplink_ms = Some(ns_ms(up));
+                    out.downlink_ms = Some(ns_ms(net - up));
+                    out.offset_ms = Some(ns_ms(est.offset_ns));
+                    out.split_err_ms = Some(ns_ms(est.err_ns));
+                    out.drift_ppm = est.drift_ppm;
+                    out.clock_step = est.step;
+                    ClockBasis::Estimate
+                }
+                // A sample the filter rejects, with nothing to fall back on.
+                None => ClockBasis::Degraded,
+            },
+        });
+        if clamped {
+            self.clamped += 1;
+        }
+        out.clamped = clamped;
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const BASE: u64 = 1_700_000_000_000_000_000;
+
+    /// A synthetic pair of clocks and a path: true times in ns since BASE.
+    struct World {
+        skew_ns: i64,
+        drift_ppm: f64,
+        /// (time, extra skew) steps of the server clock.
+        step: Option<(u64, i64)>,
+    }
+
+    impl World {
+        fn server_clock(&self, true_ns: u64) -> u64 {
+            let mut off = self.skew_ns as f64 + true_ns as f64 * self.drift_ppm * 1e-6;
+            if let Some((at, by)) = self.step {
+                if true_ns >= at {
+                    off += by as f64;
+                }
+            }
+            (BASE as i128 + true_ns as i128 + off as i128) as u64
+        }
+
+        /// One call sent at true time `t`, with the given one-way delays
+        /// and server time; returns client times, server timing.
+        fn call(&self, t: u64, up: u64, server: u64, down: u64) -> (ClientTimes, ServerTiming) {
+            let client = ClientTimes {
+                send_unix_ns: BASE + t,
+                recv_unix_ns: BASE + t + up + server + down,
+            };
+            let timing = ServerTiming {
+                recv_unix_ns: Some(self.server_clock(t + up)),
+                total_ns: Some(server),
+                queue_ns: Some(server / 10),
+                infer_ns: Some(server - server / 10),
+                ..Default::default()
+            };
+            (client, timing)
+        }
+    }
+
+    /// Deterministic jitter in [0, span) without a dependency.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self, span: u64) -> u64 {
+            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (self.0 >> 33) % span.max(1)
+        }
+    }
+
+    fn check_bounds(s: &Stitched, up: u64, down: u64) {
+        let (u, d, e) = (s.uplink_ms.unwrap(), s.downlink_ms.unwrap(), s.split_err_ms.unwrap());
+        let (tu, td) = (up as f64 / 1e6, down as f64 / 1e6);
+        assert!((u - tu).abs() <= e + 1e-6, "uplink {u} vs true {tu} ± {e}");
+        assert!((d - td).abs() <= e + 1e-6, "downlink {d} vs true {td} ± {e}");
+        assert!(u >= 0.0 && d >= 0.0);
+    }
+
+    #[test]
+    fn anchor_converts_instants() {
+        let now = Instant::now();
+        let a = Anchor::from_parts(BASE, now);
+        assert_eq!(a.to_unix_ns(now + Duration::from_millis(5)), BASE + 5 * MS);
+        assert_eq!(a.to_unix_ns(now), BASE);
+        let real = Anchor::now();
+        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        assert!(real.now_unix_ns().abs_diff(wall) < 50 * MS);
+        let mut old = Anchor::from_parts(BASE, now);
+        assert!(!old.refresh_if_older(Duration::from_secs(3600)));
+        assert!(old.refresh_if_older(Duration::ZERO));
+        assert!(old.wall_unix_ns() > BASE);
+    }
+
+    #[test]
+    fn skew_and_asymmetric_path() {
+        // Server clock +250 ms, uplink 20 ms, downlink 5 ms, model 12 ms.
+        let w = World {
+            skew_ns: 250 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let mut rng = Lcg(7);
+        for i in 0..200u64 {
+            let (up, down) = (20 * MS + rng.next(MS / 5), 5 * MS + rng.next(MS / 5));
+            let (c, s) = w.call(i * 20 * MS, up, 12 * MS, down);
+            let out = st.stitch("server", c, &s);
+            assert_eq!(out.basis, Some(ClockBasis::Estimate));
+            assert!(!out.clamped);
+            check_bounds(&out, up, down);
+            let net = out.net_ms.unwrap();
+            assert!((net - (up + down) as f64 / 1e6).abs() < 1e-6);
+            assert!((out.infer_ms.unwrap() - 10.8).abs() < 1e-9);
+            assert!((out.server_ms.unwrap() - 12.0).abs() < 1e-9);
+            // Asymmetry is invisible: the offset lands halfway, 7.5 ms off.
+            let off = out.offset_ms.unwrap();
+            assert!((off - 257.5).abs() < 0.3, "offset {off}");
+            assert!(out.split_err_ms.unwrap() < 12.8);
+        }
+        assert_eq!(st.clamped(), 0);
+    }
+
+    #[test]
+    fn drift_is_followed() {
+        let w = World {
+            skew_ns: -40 * MS as i64,
+            drift_ppm: 20.0,
+            step: None,
+        };
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let mut rng = Lcg(11);
+        let mut last = Stitched::default();
+        // 90 s at 20 Hz, 1–3 ms one-way delays.
+        for i in 0..1800u64 {
+            let (up, down) = (MS + rng.next(2 * MS), MS + rng.next(2 * MS));
+            let (c, s) = w.call(i * 50 * MS, up, 8 * MS, down);
+            last = st.stitch("", c, &s);
+            check_bounds(&last, up, down);
+        }
+        let ppm = last.drift_ppm.expect("drift estimated");
+        assert!((ppm - 20.0).abs() < 5.0, "drift {ppm} ppm");
+        // Offset tracks the drifted clock: −40 ms + 20 ppm · 90 s = −38.2 ms.
+        assert!((last.offset_ms.unwrap() - -38.2).abs() < 1.0, "{:?}", last.offset_ms);
+        assert_eq!(st.filter("").unwrap().steps(), 0);
+    }
+
+    #[test]
+    fn step_is_detected_without_absurd_stages() {
+        let w = World {
+            skew_ns: 250 * MS as i64,
+            drift_ppm: 15.0,
+            step: Some((30_000 * MS, 2_000 * MS as i64)),
+        };
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let mut rng = Lcg(3);
+        let mut steps_seen = 0;
+        for i in 0..1200u64 {
+            let (up, down) = (20 * MS + rng.next(MS), 5 * MS + rng.next(MS));
+            let (c, s) = w.call(i * 50 * MS, up, 10 * MS, down);
+            let out = st.stitch("p", c, &s);
+            if out.clock_step {
+                steps_seen += 1;
+                // Confirmed within a couple of samples of the step.
+                assert!((600..603).contains(&i), "step confirmed at call {i}");
+            }
+            check_bounds(&out, up, down);
+            assert!(!out.clamped, "call {i} clamped");
+            let (u, d) = (out.uplink_ms.unwrap(), out.downlink_ms.unwrap());
+            assert!(u <= out.net_ms.unwrap() && d <= out.net_ms.unwrap());
+            if i > 605 {
+                assert!((out.offset_ms.unwrap() - 2257.5).abs() < 2.0, "{:?}", out.offset_ms);
+            }
+        }
+        assert_eq!(steps_seen, 1);
+        assert_eq!(st.filter("p").unwrap().steps(), 1);
+    }
+
+    #[test]
+    fn single_outlier_is_not_a_step() {
+        let w = World {
+            skew_ns: 0,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        for i in 0..50u64 {
+            let (c, mut s) = w.call(i * 10 * MS, 2 * MS, 3 * MS, 2 * MS);
+            if i == 20 {
+                // A server that stamped a bogus receive time once.
+                s.recv_unix_ns = s.recv_unix_ns.map(|r| r + 900 * MS);
+            }
+            let out = st.stitch("", c, &s);
+            assert!(!out.clamped);
+            if i != 20 {
+                check_bounds(&out, 2 * MS, 2 * MS);
+            }
+        }
+        let f = st.filter("").unwrap();
+        assert_eq!((f.steps(), f.outliers()), (0, 1));
+    }
+
+    #[test]
+    fn trusted_none_and_degraded() {
+        let w = World {
+            skew_ns: 0,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let (c, s) = w.call(0, 20 * MS, 12 * MS, 5 * MS);
+        let t = Stitcher::new(ClockMode::Trusted).stitch("", c, &s);
+        assert_eq!(t.basis, Some(ClockBasis::Trusted));
+        assert_eq!((t.uplink_ms, t.downlink_ms, t.offset_ms), (Some(20.0), Some(5.0), Some(0.0)));
+        let n = Stitcher::new(ClockMode::None).stitch("", c, &s);
+        assert_eq!(n.basis, Some(ClockBasis::None));
+        assert_eq!((n.net_ms, n.uplink_ms, n.roundtrip_ms), (Some(25.0), None, Some(37.0)));
+
+        // An unmodified openpi server: only infer_ms.
+        let openpi = ServerTiming {
+            infer_ns: Some(12 * MS),
+            ..Default::default()
+        };
+        let d = Stitcher::new(ClockMode::Estimate).stitch("", c, &openpi);
+        assert_eq!(d.basis, Some(ClockBasis::Degraded));
+        assert_eq!((d.infer_ms, d.net_ms, d.server_ms), (Some(12.0), Some(25.0), None));
+        assert_eq!((d.uplink_ms, d.split_err_ms), (None, None));
+        // Nothing at all: a labelled black box.
+        let b = Stitcher::new(ClockMode::Estimate).stitch("", c, &ServerTiming::default());
+        assert_eq!((b.basis, b.roundtrip_ms, b.net_ms), (Some(ClockBasis::Degraded), Some(37.0), None));
+    }
+
+    #[test]
+    fn impossible_inputs_are_clamped_and_counted() {
+        let mut st = Stitcher::new(ClockMode::Trusted);
+        // Server total longer than the client's roundtrip.
+        let c = ClientTimes {
+            send_unix_ns: BASE,
+            recv_unix_ns: BASE + 10 * MS,
+        };
+        let s = ServerTiming {
+            recv_unix_ns: Some(BASE + 30 * MS),
+            total_ns: Some(15 * MS),
+            ..Default::default()
+        };
+        let out = st.stitch("", c, &s);
+        assert!(out.clamped);
+        assert_eq!((out.net_ms, out.uplink_ms, out.downlink_ms), (Some(0.0), Some(0.0), Some(0.0)));
+        // Client clock going backwards.
+        let back = ClientTimes {
+            send_unix_ns: BASE + MS,
+            recv_unix_ns: BASE,
+        };
+        let out = st.stitch("", back, &ServerTiming::default());
+        assert!(out.clamped && out.roundtrip_ms == Some(0.0));
+        assert_eq!(st.clamped(), 2);
+        let mut est = Stitcher::new(ClockMode::Estimate);
+        let out = est.stitch("", c, &s);
+        assert_eq!(out.basis, Some(ClockBasis::Degraded));
+        assert_eq!(est.filter("").unwrap().invalid(), 1);
+    }
+
+    #[test]
+    fn peers_are_separate_and_bounded() {
+        let a = World {
+            skew_ns: 100 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let b = World {
+            skew_ns: -100 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        for i in 0..20u64 {
+            let (c, s) = a.call(i * 10 * MS, MS, MS, MS);
+            assert!((st.stitch("a", c, &s).offset_ms.unwrap() - 100.0).abs() < 1e-6);
+            let (c, s) = b.call(i * 10 * MS, MS, MS, MS);
+            assert!((st.stitch("b", c, &s).offset_ms.unwrap() + 100.0).abs() < 1e-6);
+        }
+        for p in 0..(MAX_PEERS + 10) {
+            let (c, s) = a.call(0, MS, MS, MS);
+            st.stitch(&format!("peer{p}"), c, &s);
+        }
+        assert_eq!(st.peers.len(), MAX_PEERS);
+        assert_eq!(st.filter("a").map(|f| f.steps()), None);
     }
 }

@@ -51,6 +51,12 @@ pub struct Timeline {
     pub downlink: Option<SpanTime>,
     /// The `dispatch` span.
     pub dispatch: Option<SpanTime>,
+    /// Id of the client `transport` span: the parent id sent in `traceparent`.
+    /// Exporters give the exported `transport` span this id, so the server's
+    /// spans (parented through `traceparent`) join under it.
+    pub transport_span_id: Option<[u8; 8]>,
+    /// Id of the `call` span, when the layer assigned one (exporters make one up otherwise).
+    pub call_span_id: Option<[u8; 8]>,
 }
 
 /// One call: the public record (one JSON object per line of `records-*.jsonl`).
@@ -178,4 +184,19 @@ mod us_required {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         f64::deserialize(d)
     }
+}
+
+/// One request as a policy server saw it: what a server-side exporter needs
+/// to place the server's own spans (`queue`, `infer`) under the client's
+/// transport span in the same trace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerRecord {
+    /// The context the request carried (`None` when it carried none or a rejected one).
+    pub trace_parent: Option<crate::wire::TraceParent>,
+    /// Request kind, `"call"` when the request names none.
+    pub kind: String,
+    /// The server's timing for this request (`recv_unix_ns` anchors it in wall time).
+    pub timing: crate::wire::ServerTiming,
+    /// `Some(reason)` when the request failed on the server.
+    pub error: Option<String>,
 }

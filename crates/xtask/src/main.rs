@@ -43,7 +43,9 @@ fn root() -> PathBuf {
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask: running {cmd:?}");
-    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -85,7 +87,8 @@ fn build_jaeger() -> Result<PathBuf, String> {
         .args(["build", "-o"])
         .arg(&bin)
         .arg(JAEGER_MODULE))?;
-    std::fs::write(&stamp, &go_sum).map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
+    std::fs::write(&stamp, &go_sum)
+        .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
     Ok(bin)
 }
 
@@ -102,7 +105,11 @@ impl Drop for Jaeger {
 }
 
 fn port_open(port: u16) -> bool {
-    TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200)).is_ok()
+    TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
 }
 
 fn start_jaeger(bin: &Path) -> Result<Jaeger, String> {
@@ -114,7 +121,8 @@ fn start_jaeger(bin: &Path) -> Result<Jaeger, String> {
         }
     }
     let log_path = root().join("target/tools/jaeger.log");
-    let log = std::fs::File::create(&log_path).map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
     let err_log = log.try_clone().map_err(|e| e.to_string())?;
     let child = Command::new(bin)
         .stdout(log)
@@ -125,12 +133,42 @@ fn start_jaeger(bin: &Path) -> Result<Jaeger, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if port_open(4318) && port_open(16686) {
-            eprintln!("xtask: Jaeger is up (OTLP 127.0.0.1:4318, query 127.0.0.1:16686; log {})", log_path.display());
+            eprintln!(
+                "xtask: Jaeger is up (OTLP 127.0.0.1:4318, query 127.0.0.1:16686; log {})",
+                log_path.display()
+            );
             return Ok(jaeger);
         }
         thread::sleep(Duration::from_millis(200));
     }
-    Err(format!("Jaeger did not open its ports within 60 s; see {}", log_path.display()))
+    Err(format!(
+        "Jaeger did not open its ports within 60 s; see {}",
+        log_path.display()
+    ))
+}
+
+/// Headless Chromium renders the HTML report in a test; installed from
+/// Debian's packages when missing and we may (root with apt-get).
+fn chromium() -> Option<PathBuf> {
+    let bin = PathBuf::from("/usr/bin/chromium");
+    if bin.exists() {
+        return Some(bin);
+    }
+    if !have("apt-get") {
+        return None;
+    }
+    eprintln!("xtask: installing Debian's chromium for the HTML report test");
+    let install = |cmd: &mut Command| {
+        cmd.env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    };
+    if !install(Command::new("apt-get").args(["install", "-y", "-q", "chromium"])) {
+        let _ = install(Command::new("apt-get").args(["update", "-q"]));
+        let _ = install(Command::new("apt-get").args(["install", "-y", "-q", "chromium"]));
+    }
+    bin.exists().then_some(bin)
 }
 
 fn python_deps() -> Result<(), String> {
@@ -143,9 +181,16 @@ fn python_deps() -> Result<(), String> {
     if ok {
         return Ok(());
     }
-    run(Command::new("python3").args([
-        "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r",
-    ]).arg(root().join("examples/python/requirements-test.txt")))
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(root().join("examples/python/requirements-test.txt")))
 }
 
 fn test(extra: &[String]) -> Result<(), String> {
@@ -167,9 +212,22 @@ fn test(extra: &[String]) -> Result<(), String> {
     };
 
     let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo.current_dir(&root).args(["test", "--workspace", "--all-targets"]);
+    cargo
+        .current_dir(&root)
+        .args(["test", "--workspace", "--all-targets"]);
+    match chromium() {
+        Some(bin) => {
+            cargo
+                .env("STAGETRACE_CHROMIUM", bin)
+                .env("STAGETRACE_REQUIRE_CHROMIUM", "1");
+        }
+        None => {
+            eprintln!("\n!!! xtask: chromium is not installed and could not be: the HTML screenshot test will be SKIPPED\n");
+        }
+    }
     if let Some(bin) = &jaeger_bin {
         cargo
+            .env("STAGETRACE_REQUIRE_JAEGER", "1")
             .env("STAGETRACE_JAEGER_BIN", bin)
             .env("STAGETRACE_JAEGER_OTLP", "http://127.0.0.1:4318")
             .env("STAGETRACE_JAEGER_QUERY", "http://127.0.0.1:16686");
@@ -177,9 +235,11 @@ fn test(extra: &[String]) -> Result<(), String> {
     cargo.args(extra);
     run(&mut cargo)?;
     // Doctests are not part of --all-targets.
-    run(Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(&root)
-        .args(["test", "--workspace", "--doc"]))?;
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .args(["test", "--workspace", "--doc"]),
+    )?;
 
     if root.join("examples/python").exists() {
         python_deps()?;
@@ -187,6 +247,9 @@ fn test(extra: &[String]) -> Result<(), String> {
             .current_dir(root.join("examples/python"))
             .args(["-m", "pytest", "-q"]))?;
     }
-    eprintln!("xtask: all tests passed in {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "xtask: all tests passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }

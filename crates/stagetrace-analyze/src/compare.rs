@@ -1,0 +1,324 @@
+//! `compare BEFORE AFTER`: per-stage change with confidence (`~` when it is
+//! noise), and output consistency where records carry an output digest.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::analysis::{group_data, Inputs, ALL_KINDS};
+use crate::load::Dataset;
+use crate::metric::Metric;
+use crate::render::fmt_ms;
+use crate::stats;
+
+/// Version tag of the compare `--json` document.
+pub const COMPARE_SCHEMA: &str = "stagetrace-compare/1";
+
+/// Family-wise significance level (Holm over every row of a comparison).
+pub const COMPARE_ALPHA: f64 = 0.05;
+
+/// Most digest mismatches listed (all are counted).
+const MAX_LISTED_MISMATCHES: usize = 20;
+
+/// The result of comparing two runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// [`COMPARE_SCHEMA`].
+    pub schema: &'static str,
+    /// The first run.
+    pub before: Inputs,
+    /// The second run.
+    pub after: Inputs,
+    /// Per kind.
+    pub groups: Vec<GroupComparison>,
+    /// Output consistency.
+    pub outputs: DigestCheck,
+    /// Rows whose change is significant.
+    pub significant: u64,
+}
+
+/// One kind's comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupComparison {
+    /// The request kind.
+    pub kind: String,
+    /// Steady calls before.
+    pub before_n: u64,
+    /// Steady calls after.
+    pub after_n: u64,
+    /// One row per stage and statistic.
+    pub rows: Vec<Row>,
+}
+
+/// One stage statistic, before and after.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// Stage name.
+    pub stage: &'static str,
+    /// `p50`, `p90` or `p99`.
+    pub stat: &'static str,
+    /// Value before (ms).
+    pub before: f64,
+    /// Value after (ms).
+    pub after: f64,
+    /// Change in percent (`+20.0` = 20 % slower).
+    pub delta_pct: f64,
+    /// 95 % bootstrap interval of the change, percent.
+    pub ci_pct: [f64; 2],
+    /// p-value: Mann–Whitney for `p50`, bootstrap for the other quantiles.
+    pub p: f64,
+    /// `mann_whitney` or `bootstrap`.
+    pub test: &'static str,
+    /// Significant after Holm's correction over all rows at [`COMPARE_ALPHA`].
+    pub significant: bool,
+}
+
+/// Same inputs, same outputs?
+#[derive(Clone, Debug, Serialize)]
+pub struct DigestCheck {
+    /// Calls with a digest on both sides, joined by (kind, seq).
+    pub compared: u64,
+    /// Of those, equal digests.
+    pub matched: u64,
+    /// Of those, different digests.
+    pub mismatched: u64,
+    /// Digests only in the first run.
+    pub only_before: u64,
+    /// Digests only in the second run.
+    pub only_after: u64,
+    /// The first mismatches.
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// One call whose output changed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Mismatch {
+    /// Request kind.
+    pub kind: String,
+    /// The call's `seq`.
+    pub seq: u64,
+    /// Digest before.
+    pub before: String,
+    /// Digest after.
+    pub after: String,
+}
+
+impl DigestCheck {
+    /// True when some output changed.
+    pub fn failed(&self) -> bool {
+        self.mismatched > 0
+    }
+}
+
+/// Compares two runs.
+pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
+    let gb = group_data(before);
+    let ga = group_data(after);
+    let mut groups = Vec::new();
+    let mut pvals = Vec::new();
+    for b in gb.iter().filter(|g| g.kind != ALL_KINDS) {
+        let Some(a) = ga.iter().find(|a| a.kind == b.kind) else {
+            continue;
+        };
+        let mut rows = Vec::new();
+        for m in Metric::ALL {
+            let (xs, ys) = (b.sorted(m), a.sorted(m));
+            if xs.len() < 2 || ys.len() < 2 {
+                continue;
+            }
+            for (stat, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
+                let Some(r) = stats::quantile_ratio(xs, ys, q, seed ^ m.index() as u64) else {
+                    continue;
+                };
+                let (p, test) = if stat == "p50" {
+                    (
+                        stats::mann_whitney(xs, ys).map_or(1.0, |mw| mw.p),
+                        "mann_whitney",
+                    )
+                } else {
+                    (r.p, "bootstrap")
+                };
+                pvals.push(p);
+                rows.push(Row {
+                    stage: m.name(),
+                    stat,
+                    before: r.before,
+                    after: r.after,
+                    delta_pct: 100.0 * (r.ratio - 1.0),
+                    ci_pct: [100.0 * (r.lo - 1.0), 100.0 * (r.hi - 1.0)],
+                    p,
+                    test,
+                    significant: false,
+                });
+            }
+        }
+        groups.push(GroupComparison {
+            kind: b.kind.clone(),
+            before_n: b.calls.len() as u64,
+            after_n: a.calls.len() as u64,
+            rows,
+        });
+    }
+    let sig = stats::holm(&pvals, COMPARE_ALPHA);
+    let mut k = 0;
+    let mut significant = 0;
+    for g in groups.iter_mut() {
+        for r in g.rows.iter_mut() {
+            r.significant = sig.get(k).copied().unwrap_or(false);
+            // A significant test whose interval still straddles "no change" is shown as noise.
+            if r.significant && r.ci_pct[0] <= 0.0 && r.ci_pct[1] >= 0.0 && r.test == "bootstrap" {
+                r.significant = false;
+            }
+            significant += u64::from(r.significant);
+            k += 1;
+        }
+    }
+    Comparison {
+        schema: COMPARE_SCHEMA,
+        before: inputs(before),
+        after: inputs(after),
+        groups,
+        outputs: digests(before, after),
+        significant,
+    }
+}
+
+fn inputs(ds: &Dataset) -> Inputs {
+    crate::analysis::inputs_of(ds)
+}
+
+fn digests(before: &Dataset, after: &Dataset) -> DigestCheck {
+    let mut map: HashMap<(&str, u64), &str> = HashMap::new();
+    for (i, d) in before.digests() {
+        if before.is_failed(i) {
+            continue;
+        }
+        map.entry((before.kind_of(i), before.seq(i))).or_insert(d);
+    }
+    let mut check = DigestCheck {
+        compared: 0,
+        matched: 0,
+        mismatched: 0,
+        only_before: 0,
+        only_after: 0,
+        mismatches: Vec::new(),
+    };
+    let mut seen = 0u64;
+    for (i, d) in after.digests() {
+        if after.is_failed(i) {
+            continue;
+        }
+        let key = (after.kind_of(i), after.seq(i));
+        match map.get(&key) {
+            Some(b) => {
+                seen += 1;
+                check.compared += 1;
+                if *b == d {
+                    check.matched += 1;
+                } else {
+                    check.mismatched += 1;
+                    if check.mismatches.len() < MAX_LISTED_MISMATCHES {
+                        check.mismatches.push(Mismatch {
+                            kind: key.0.to_string(),
+                            seq: key.1,
+                            before: (*b).to_string(),
+                            after: d.to_string(),
+                        });
+                    }
+                }
+            }
+            None => check.only_after += 1,
+        }
+    }
+    check.only_before = (map.len() as u64).saturating_sub(seen);
+    check
+}
+
+/// The comparison as the terminal shows it (benchstat style: `~` for noise).
+pub fn text(c: &Comparison) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "before: {} record(s) from {}\nafter:  {} record(s) from {}",
+        c.before.records,
+        c.before.files.join(", "),
+        c.after.records,
+        c.after.files.join(", ")
+    );
+    for w in c.before.warnings.iter().chain(c.after.warnings.iter()) {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    for g in &c.groups {
+        let _ = writeln!(
+            s,
+            "\nkind \"{}\" (n = {} before, {} after; p50 by Mann–Whitney, p90/p99 by bootstrap; Holm-corrected, α = {COMPARE_ALPHA})",
+            g.kind, g.before_n, g.after_n
+        );
+        let _ = writeln!(
+            s,
+            "  {:<10} {:<4} {:>12} {:>12}   {:<34} p",
+            "stage", "stat", "before", "after", "delta [95% CI]"
+        );
+        for r in &g.rows {
+            let delta = if r.significant {
+                format!(
+                    "{:+.1}% [{:+.1}% {:+.1}%]",
+                    r.delta_pct, r.ci_pct[0], r.ci_pct[1]
+                )
+            } else {
+                "~".to_string()
+            };
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<4} {:>12} {:>12}   {:<34} {:.3}",
+                r.stage,
+                r.stat,
+                fmt_ms(r.before),
+                fmt_ms(r.after),
+                delta,
+                r.p
+            );
+        }
+    }
+    if c.groups.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nno kind of call is present in both runs: nothing to compare"
+        );
+    }
+    let o = &c.outputs;
+    if o.compared == 0 {
+        let _ = writeln!(
+            s,
+            "\noutputs: no call carries an output digest in both runs (by kind and seq): consistency not checked"
+        );
+    } else if o.failed() {
+        let _ = writeln!(
+            s,
+            "\nOUTPUTS CHANGED: {} of {} calls returned a different output digest — the change altered the results:",
+            o.mismatched, o.compared
+        );
+        for m in &o.mismatches {
+            let _ = writeln!(
+                s,
+                "  kind {} seq {}: {} → {}",
+                m.kind, m.seq, m.before, m.after
+            );
+        }
+    } else {
+        let _ = writeln!(
+            s,
+            "\noutputs: identical for all {} calls compared by (kind, seq)",
+            o.compared
+        );
+    }
+    if o.only_before + o.only_after > 0 {
+        let _ = writeln!(
+            s,
+            "  ({} digest(s) only before, {} only after: not compared)",
+            o.only_before, o.only_after
+        );
+    }
+    s
+}

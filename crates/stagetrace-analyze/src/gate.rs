@@ -1,0 +1,294 @@
+//! `--fail-if` conditions for CI gates: `infer.p99>80ms`, `call:e2e.max>=0.2s`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::analysis::{Report, ALL_KINDS};
+use crate::metric::Metric;
+
+/// Comparison of a gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+}
+
+impl Op {
+    fn holds(self, a: f64, b: f64) -> bool {
+        match self {
+            Op::Gt => a > b,
+            Op::Ge => a >= b,
+            Op::Lt => a < b,
+            Op::Le => a <= b,
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            Op::Gt => ">",
+            Op::Ge => ">=",
+            Op::Lt => "<",
+            Op::Le => "<=",
+        }
+    }
+}
+
+/// What a gate looks at.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// A statistic of a stage (`infer.p99`), in ms (`n` is a count).
+    Stage {
+        /// The stage.
+        metric: Metric,
+        /// `n`, `min`, `p50`, `p90`, `p99`, `p999`, `max`, `mean`, `stddev`.
+        stat: String,
+    },
+    /// `deadline.misses` (a count).
+    DeadlineMisses,
+    /// `deadline.miss_rate` (a fraction; `1%` is accepted).
+    DeadlineMissRate,
+    /// `outliers.count`: rounds that stand out.
+    Outliers,
+}
+
+/// One `--fail-if` condition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gate {
+    /// The text as given.
+    pub text: String,
+    /// Restrict to one kind (`call:infer.p99>80ms`); default: all kinds pooled.
+    pub kind: Option<String>,
+    /// What is compared.
+    pub target: Target,
+    /// The comparison.
+    pub op: Op,
+    /// The limit, in ms for durations.
+    pub limit: f64,
+}
+
+/// Why a `--fail-if` condition could not be read or evaluated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateError(pub String);
+
+impl fmt::Display for GateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for GateError {}
+
+const SYNTAX: &str =
+    "write [KIND:]STAGE.STAT OP VALUE[UNIT], e.g. 'infer.p99>80ms' or 'call:e2e.max>=0.2s' \
+     (STAT: n min p50 p90 p99 p999 max mean stddev; OP: > >= < <=; UNIT: ms (default), us, s; \
+     also deadline.misses, deadline.miss_rate, outliers.count)";
+
+impl FromStr for Gate {
+    type Err = GateError;
+
+    fn from_str(text: &str) -> Result<Gate, GateError> {
+        let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        let bad = |why: &str| GateError(format!("--fail-if '{text}': {why}; {SYNTAX}"));
+        let pos = t
+            .find(['>', '<'])
+            .ok_or_else(|| bad("no comparison (> >= < <=)"))?;
+        let (lhs, rest) = t.split_at(pos);
+        let (op, value) = if let Some(v) = rest.strip_prefix(">=") {
+            (Op::Ge, v)
+        } else if let Some(v) = rest.strip_prefix("<=") {
+            (Op::Le, v)
+        } else if let Some(v) = rest.strip_prefix('>') {
+            (Op::Gt, v)
+        } else if let Some(v) = rest.strip_prefix('<') {
+            (Op::Lt, v.trim_start_matches('='))
+        } else {
+            return Err(bad("no comparison"));
+        };
+        let (kind, lhs) = match lhs.split_once(':') {
+            Some((k, l)) if !k.is_empty() => (Some(k.to_string()), l),
+            _ => (None, lhs),
+        };
+        let (stage, stat) = lhs
+            .split_once('.')
+            .ok_or_else(|| bad("expected STAGE.STAT before the comparison"))?;
+        let target = match (stage, stat) {
+            ("deadline", "misses") => Target::DeadlineMisses,
+            ("deadline", "miss_rate") => Target::DeadlineMissRate,
+            ("outliers", "count") => Target::Outliers,
+            _ => {
+                let metric = Metric::from_name(stage)
+                    .ok_or_else(|| bad(&format!("unknown stage '{stage}'")))?;
+                let stat = match stat {
+                    "p99.9" => "p999",
+                    "count" => "n",
+                    "median" => "p50",
+                    s => s,
+                };
+                if crate::stats::Summary::default().get(stat).is_none() {
+                    return Err(bad(&format!("unknown statistic '{stat}'")));
+                }
+                Target::Stage {
+                    metric,
+                    stat: stat.to_string(),
+                }
+            }
+        };
+        let split = value
+            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
+            .unwrap_or(value.len());
+        let (num, unit) = value.split_at(split);
+        let num: f64 = num
+            .parse()
+            .map_err(|_| bad(&format!("'{value}' is not a number with an optional unit")))?;
+        let is_duration = matches!(&target, Target::Stage { stat, .. } if stat != "n");
+        let scale = match (unit, is_duration) {
+            ("" | "ms", true) => 1.0,
+            ("us" | "µs", true) => 1e-3,
+            ("s", true) => 1e3,
+            ("", false) => 1.0,
+            ("%", false) if target == Target::DeadlineMissRate => 0.01,
+            _ => return Err(bad(&format!("unit '{unit}' does not fit {lhs}"))),
+        };
+        Ok(Gate {
+            text: text.to_string(),
+            kind,
+            target,
+            op,
+            limit: num * scale,
+        })
+    }
+}
+
+/// A gate that fired.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fired {
+    /// The gate as given.
+    pub gate: String,
+    /// The measured value.
+    pub value: f64,
+    /// A sentence for the log.
+    pub message: String,
+}
+
+impl Gate {
+    /// Evaluates the gate; `Ok(Some(_))` when it fires, `Err` when the
+    /// report has no such figure (a misconfigured gate must not pass silently).
+    pub fn check(&self, report: &Report) -> Result<Option<Fired>, GateError> {
+        let group = match &self.kind {
+            Some(k) => report.groups.iter().find(|g| &g.kind == k),
+            None => report
+                .groups
+                .iter()
+                .find(|g| g.kind == ALL_KINDS)
+                .or_else(|| report.groups.first()),
+        }
+        .ok_or_else(|| {
+            GateError(format!(
+                "--fail-if '{}': no calls of kind '{}' in the records",
+                self.text,
+                self.kind.as_deref().unwrap_or("*")
+            ))
+        })?;
+        let missing = |what: &str| {
+            GateError(format!(
+                "--fail-if '{}': the records carry no {what}",
+                self.text
+            ))
+        };
+        let (value, unit) = match &self.target {
+            Target::Stage { metric, stat } => {
+                let s = group
+                    .stages
+                    .get(metric.name())
+                    .ok_or_else(|| missing(&format!("{} figures", metric.name())))?;
+                let v = s.get(stat).ok_or_else(|| missing(stat))?;
+                (v, if stat == "n" { "" } else { " ms" })
+            }
+            Target::DeadlineMisses => (
+                group
+                    .rate
+                    .deadline
+                    .as_ref()
+                    .ok_or_else(|| missing("deadlines (no target rate)"))?
+                    .misses as f64,
+                "",
+            ),
+            Target::DeadlineMissRate => (
+                group
+                    .rate
+                    .deadline
+                    .as_ref()
+                    .ok_or_else(|| missing("deadlines (no target rate)"))?
+                    .miss_rate,
+                "",
+            ),
+            Target::Outliers => (group.outliers.count as f64, ""),
+        };
+        if self.op.holds(value, self.limit) {
+            Ok(Some(Fired {
+                gate: self.text.clone(),
+                value,
+                message: format!(
+                    "fail-if fired: {} — measured {value:.3}{unit} {} {}{unit} (kind {})",
+                    self.text,
+                    self.op.symbol(),
+                    self.limit,
+                    group.kind
+                ),
+            }))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let g: Gate = "infer.p99>80ms".parse().unwrap();
+        assert_eq!(g.op, Op::Gt);
+        assert_eq!(g.limit, 80.0);
+        assert_eq!(
+            g.target,
+            Target::Stage {
+                metric: Metric::Infer,
+                stat: "p99".into()
+            }
+        );
+        let g: Gate = "call:e2e.p99.9 >= 0.2s".parse().unwrap();
+        assert_eq!(g.kind.as_deref(), Some("call"));
+        assert_eq!(g.limit, 200.0);
+        assert_eq!(g.op, Op::Ge);
+        let g: Gate = "uplink_ms.max<500us".parse().unwrap();
+        assert_eq!(g.limit, 0.5);
+        let g: Gate = "deadline.miss_rate>1%".parse().unwrap();
+        assert_eq!(g.limit, 0.01);
+        let g: Gate = "e2e.n<100".parse().unwrap();
+        assert_eq!(g.limit, 100.0);
+    }
+
+    #[test]
+    fn rejects_nonsense_with_the_syntax() {
+        for bad in [
+            "infer.p99",
+            "infer>80",
+            "inferr.p99>80",
+            "infer.p98>80",
+            "infer.p99>fast",
+            "infer.n>3ms",
+        ] {
+            let e = bad.parse::<Gate>().unwrap_err();
+            assert!(e.0.contains("STAGE.STAT"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,542 @@
+//! The self-contained HTML report: inline SVG only (no script, no external
+//! file): an HDR percentile plot on a log 1/(1−q) axis, a per-call stacked
+//! stage timeline with outlier rounds marked, and a CDF, per kind.
+
+use std::fmt::Write as _;
+
+use crate::analysis::{Analysis, GroupData, GroupReport, ALL_KINDS};
+use crate::metric::Metric;
+use crate::render::{self, fmt_ms};
+use crate::stats;
+
+const W: f64 = 1200.0;
+const H: f64 = 420.0;
+const ML: f64 = 70.0;
+const MR: f64 = 150.0;
+const MT: f64 = 30.0;
+const MB: f64 = 50.0;
+/// Points per curve.
+const CURVE_POINTS: usize = 400;
+/// Columns of the timeline (calls beyond this share a column; it shows its slowest call).
+const TIMELINE_COLUMNS: usize = 900;
+
+fn color(m: Metric) -> &'static str {
+    match m {
+        Metric::Capture => "#8c564b",
+        Metric::Uplink => "#1f77b4",
+        Metric::Queue => "#bcbd22",
+        Metric::Infer => "#2ca02c",
+        Metric::Downlink => "#17becf",
+        Metric::Dispatch => "#9467bd",
+        Metric::Roundtrip => "#7f7f7f",
+        Metric::Server => "#98df8a",
+        Metric::Net => "#aec7e8",
+        Metric::E2e => "#d62728",
+        Metric::Gap => "#ff7f0e",
+        Metric::Observer => "#e377c2",
+        Metric::Late => "#c49c94",
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Metrics drawn as curves: the stages present, then e2e and gap.
+fn curves(g: &GroupData) -> Vec<Metric> {
+    [
+        Metric::Capture,
+        Metric::Uplink,
+        Metric::Queue,
+        Metric::Infer,
+        Metric::Downlink,
+        Metric::Dispatch,
+        Metric::Roundtrip,
+        Metric::Net,
+        Metric::E2e,
+        Metric::Gap,
+    ]
+    .into_iter()
+    .filter(|m| !g.sorted(*m).is_empty())
+    .filter(|m| {
+        // roundtrip/net only when the split is missing
+        !matches!(m, Metric::Roundtrip | Metric::Net) || g.sorted(Metric::Uplink).is_empty()
+    })
+    .collect()
+}
+
+/// The whole HTML document.
+pub fn html(a: &Analysis<'_>) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>stagetrace report</title>\n<style>\
+body{{font-family:sans-serif;margin:24px;color:#222;max-width:1250px}}\
+h1{{font-size:22px}}h2{{font-size:18px;margin-top:32px}}h3{{font-size:15px}}\
+pre{{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}}\
+li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;border:1px solid #ddd}}\
+</style></head><body>\n<h1>stagetrace report</h1>\n"
+    );
+    let _ = writeln!(
+        s,
+        "<p>{} record(s) from {}</p>",
+        a.report.inputs.records,
+        esc(&a.report.inputs.files.join(", "))
+    );
+    let _ = writeln!(s, "<h2>Verdict</h2>\n<ul id=\"verdicts\">");
+    for v in &a.report.verdicts {
+        let _ = writeln!(
+            s,
+            "<li><code>{}</code> [{}] {}</li>",
+            esc(v.code),
+            esc(&v.kind),
+            esc(&v.text)
+        );
+    }
+    let _ = writeln!(s, "</ul>");
+    let mut n = 0usize;
+    for (g, r) in a.groups.iter().zip(&a.report.groups) {
+        if g.kind == ALL_KINDS && a.groups.len() > 1 {
+            continue;
+        }
+        let suffix = if n == 0 {
+            String::new()
+        } else {
+            format!("-{n}")
+        };
+        n += 1;
+        let base = a.baseline_groups.iter().find(|b| b.kind == g.kind);
+        let _ = writeln!(s, "<h2>kind \"{}\"</h2>", esc(&g.kind));
+        let _ = writeln!(
+            s,
+            "<h3>Percentile spectrum (HDR){}</h3>",
+            if base.is_some() {
+                " — dashed: baseline"
+            } else {
+                ""
+            }
+        );
+        hdr_plot(&mut s, g, base, &suffix);
+        let _ = writeln!(
+            s,
+            "<h3>Per-call stages (stacked, time order; each column shows its slowest call; ▼ outlier round)</h3>"
+        );
+        timeline_plot(&mut s, a, g, r, &suffix);
+        let _ = writeln!(s, "<h3>CDF</h3>");
+        cdf_plot(&mut s, g, base, &suffix);
+    }
+    let _ = writeln!(
+        s,
+        "<h2>Tables</h2>\n<pre>{}</pre>",
+        esc(&render::text(&a.report))
+    );
+    let _ = writeln!(s, "</body></html>");
+    s
+}
+
+fn svg_open(s: &mut String, id: &str, title: &str) {
+    let _ = writeln!(
+        s,
+        "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\"><title>{}</title>",
+        esc(title)
+    );
+}
+
+fn legend(s: &mut String, items: &[Metric]) {
+    for (i, m) in items.iter().enumerate() {
+        let y = MT + 10.0 + 18.0 * i as f64;
+        let x = W - MR + 15.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{x}\" y=\"{:.1}\" width=\"14\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            y - 9.0,
+            color(*m),
+            x + 20.0,
+            y,
+            m.name()
+        );
+    }
+}
+
+/// Y axis with ~6 nice ticks from 0 to `max`; returns the rounded max.
+fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
+    let step = nice_step(max / 6.0);
+    let top = (max / step).ceil().max(1.0) * step;
+    let mut v = 0.0;
+    while v <= top + step * 1e-9 {
+        let y = MT + (H - MT - MB) * (1.0 - v / top);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            W - MR,
+            ML - 6.0,
+            y + 4.0,
+            trim_num(v)
+        );
+        v += step;
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">{}</text>",
+        (MT + H - MB) / 2.0,
+        (MT + H - MB) / 2.0,
+        label
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{ML}\" x2=\"{ML}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#333\"/><line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>",
+        H - MB,
+        W - MR,
+        H - MB,
+        H - MB
+    );
+    top
+}
+
+fn nice_step(raw: f64) -> f64 {
+    if raw.is_nan() || raw <= 0.0 || !raw.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(raw.log10().floor());
+    let f = raw / p;
+    let m = if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    m * p
+}
+
+fn trim_num(v: f64) -> String {
+    let t = format!("{v:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    t.to_string()
+}
+
+fn polyline(s: &mut String, pts: &[(f64, f64)], col: &str, dashed: bool, title: &str) {
+    if pts.is_empty() {
+        return;
+    }
+    let mut d = String::with_capacity(pts.len() * 14);
+    for (x, y) in pts {
+        let _ = write!(d, "{x:.1},{y:.1} ");
+    }
+    let dash = if dashed {
+        " stroke-dasharray=\"6 4\" opacity=\"0.7\""
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        s,
+        "<polyline fill=\"none\" stroke=\"{col}\" stroke-width=\"1.8\"{dash} points=\"{d}\"><title>{}</title></polyline>",
+        esc(title)
+    );
+}
+
+fn hdr_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &str) {
+    let ms = curves(g);
+    let n = g.calls.len().max(2) as f64;
+    let xmax = n.log10().clamp(1.0, 7.0);
+    let mut ymax = 0f64;
+    for m in &ms {
+        ymax = ymax.max(stats::quantile(g.sorted(*m), 1.0));
+        if let Some(b) = base {
+            let v = stats::quantile(b.sorted(*m), 1.0);
+            if v.is_finite() {
+                ymax = ymax.max(v);
+            }
+        }
+    }
+    svg_open(s, &format!("hdr-plot{suffix}"), "latency by percentile");
+    let top = y_axis(s, ymax.max(1e-3), "latency (ms)");
+    let px = |x: f64| ML + (W - ML - MR) * x / xmax;
+    let py = |v: f64| MT + (H - MT - MB) * (1.0 - v / top);
+    let mut k = 0.0;
+    while k <= xmax + 1e-9 {
+        let label = if k == 0.0 {
+            "0%".to_string()
+        } else {
+            let q = 100.0 * (1.0 - 10f64.powf(-k));
+            format!("{}%", trim_num((q * 1e4).round() / 1e4))
+        };
+        let x = px(k);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#eee\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>",
+            H - MB,
+            H - MB + 18.0
+        );
+        k += 1.0;
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">percentile (log 1/(1−q) axis)</text>",
+        (ML + W - MR) / 2.0,
+        H - 8.0
+    );
+    let curve = |sorted: &[f32]| -> Vec<(f64, f64)> {
+        let len = sorted.len().max(1) as f64;
+        let xend = len.log10().min(xmax);
+        (0..=CURVE_POINTS)
+            .map(|i| {
+                let x = xend * i as f64 / CURVE_POINTS as f64;
+                let q = 1.0 - 10f64.powf(-x);
+                (px(x), py(stats::quantile(sorted, q)))
+            })
+            .collect()
+    };
+    if let Some(b) = base {
+        for m in &ms {
+            let sorted = b.sorted(*m);
+            if !sorted.is_empty() {
+                polyline(s, &curve(sorted), color(*m), true, &format!("baseline {m}"));
+            }
+        }
+    }
+    for m in &ms {
+        polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
+    }
+    legend(s, &ms);
+    let _ = writeln!(s, "</svg>");
+}
+
+fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &str) {
+    let ms = curves(g);
+    let (mut lo, mut hi) = (f64::INFINITY, 0f64);
+    for m in &ms {
+        let v = g.sorted(*m);
+        if let (Some(a), Some(b)) = (v.first(), v.last()) {
+            lo = lo.min(f64::from(*a));
+            hi = hi.max(f64::from(*b));
+        }
+    }
+    if hi.is_nan() || hi <= 0.0 {
+        hi = 1.0;
+    }
+    let log = lo > 0.0 && hi / lo > 20.0;
+    let lo = if log { lo } else { 0.0 };
+    svg_open(s, &format!("cdf-plot{suffix}"), "cumulative distribution");
+    // Y axis: fraction of calls.
+    for i in 0..=5 {
+        let f = i as f64 / 5.0;
+        let y = MT + (H - MT - MB) * (1.0 - f);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{f:.1}</text>",
+            W - MR,
+            ML - 6.0,
+            y + 4.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<line x1=\"{ML}\" x2=\"{ML}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#333\"/><line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>",
+        H - MB,
+        W - MR,
+        H - MB,
+        H - MB
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">fraction of calls ≤ x</text>",
+        (MT + H - MB) / 2.0,
+        (MT + H - MB) / 2.0
+    );
+    let tx = |v: f64| -> f64 {
+        if log {
+            (v.max(lo).ln() - lo.ln()) / (hi.ln() - lo.ln())
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let px = |v: f64| ML + (W - ML - MR) * tx(v).clamp(0.0, 1.0);
+    let py = |f: f64| MT + (H - MT - MB) * (1.0 - f);
+    // X ticks.
+    let ticks: Vec<f64> = if log {
+        let mut t = Vec::new();
+        let mut d = 10f64.powf(lo.log10().floor());
+        while d <= hi * 1.0001 {
+            for m in [1.0, 2.0, 5.0] {
+                let v = d * m;
+                if v >= lo && v <= hi {
+                    t.push(v);
+                }
+            }
+            d *= 10.0;
+        }
+        t
+    } else {
+        let step = nice_step((hi - lo) / 8.0);
+        (0..=8)
+            .map(|i| lo + step * i as f64)
+            .filter(|v| *v <= hi)
+            .collect()
+    };
+    for v in ticks {
+        let x = px(v);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#eee\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            H - MB,
+            H - MB + 18.0,
+            trim_num(v)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">latency (ms{})</text>",
+        (ML + W - MR) / 2.0,
+        H - 8.0,
+        if log { ", log scale" } else { "" }
+    );
+    let curve = |sorted: &[f32]| -> Vec<(f64, f64)> {
+        (0..=CURVE_POINTS)
+            .map(|i| {
+                let f = i as f64 / CURVE_POINTS as f64;
+                (px(stats::quantile(sorted, f)), py(f))
+            })
+            .collect()
+    };
+    if let Some(b) = base {
+        for m in &ms {
+            let sorted = b.sorted(*m);
+            if !sorted.is_empty() {
+                polyline(s, &curve(sorted), color(*m), true, &format!("baseline {m}"));
+            }
+        }
+    }
+    for m in &ms {
+        polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
+    }
+    legend(s, &ms);
+    let _ = writeln!(s, "</svg>");
+}
+
+fn timeline_plot(s: &mut String, a: &Analysis<'_>, g: &GroupData, r: &GroupReport, suffix: &str) {
+    let ds = a.run;
+    let has = |m: Metric| !g.sorted(m).is_empty();
+    let mut stack: Vec<Metric> = vec![Metric::Capture];
+    if has(Metric::Uplink) {
+        stack.extend([
+            Metric::Uplink,
+            Metric::Queue,
+            Metric::Infer,
+            Metric::Downlink,
+        ]);
+    } else if has(Metric::Net) {
+        stack.extend([Metric::Net, Metric::Queue, Metric::Infer]);
+    } else {
+        stack.extend([Metric::Roundtrip]);
+    }
+    stack.extend([Metric::Dispatch, Metric::Gap]);
+    stack.retain(|m| has(*m));
+    let calls = &g.calls;
+    svg_open(
+        s,
+        &format!("timeline-plot{suffix}"),
+        "per-call stage timeline",
+    );
+    if calls.is_empty() {
+        let _ = writeln!(s, "</svg>");
+        return;
+    }
+    let cols = calls.len().min(TIMELINE_COLUMNS);
+    let e2e = |i: usize| ds.value(Metric::E2e, i).unwrap_or(0.0);
+    // Per column: the slowest call.
+    let mut chosen: Vec<(usize, bool)> = Vec::with_capacity(cols);
+    let per = calls.len() as f64 / cols as f64;
+    let is_outlier = |i: usize| -> bool {
+        Metric::ALL.iter().any(|m| {
+            g.thresholds[m.index()].is_some_and(|thr| {
+                !matches!(m, Metric::Observer | Metric::Late)
+                    && ds.value(*m, i).is_some_and(|v| v > thr)
+            })
+        })
+    };
+    for c in 0..cols {
+        let from = (c as f64 * per) as usize;
+        let to = (((c + 1) as f64 * per) as usize).clamp(from + 1, calls.len());
+        let mut best = calls[from] as usize;
+        let mut any_out = false;
+        for &i in &calls[from..to] {
+            let i = i as usize;
+            if e2e(i) > e2e(best) {
+                best = i;
+            }
+            if r.outliers.count > 0 && !any_out {
+                any_out = is_outlier(i);
+            }
+        }
+        chosen.push((best, any_out));
+    }
+    let ymax = chosen
+        .iter()
+        .map(|(i, _)| {
+            let stacked: f64 = stack.iter().map(|m| ds.value(*m, *i).unwrap_or(0.0)).sum();
+            stacked.max(e2e(*i))
+        })
+        .fold(0.0, f64::max);
+    let top = y_axis(s, ymax.max(1e-3) * 1.08, "ms per call");
+    let cw = (W - ML - MR) / cols as f64;
+    let py = |v: f64| MT + (H - MT - MB) * (1.0 - v / top);
+    for (c, (i, out)) in chosen.iter().enumerate() {
+        let x = ML + c as f64 * cw;
+        let mut acc = 0.0;
+        for m in &stack {
+            let v = ds.value(*m, *i).unwrap_or(0.0).max(0.0);
+            if v <= 0.0 {
+                continue;
+            }
+            let (y1, y0) = (py(acc + v), py(acc));
+            let _ = write!(
+                s,
+                "<rect x=\"{x:.2}\" y=\"{y1:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\"/>",
+                cw.max(0.5),
+                (y0 - y1).max(0.2),
+                color(*m)
+            );
+            acc += v;
+        }
+        if *out {
+            let y = py(acc.max(e2e(*i))) - 4.0;
+            let _ = write!(
+                s,
+                "<path class=\"outlier\" d=\"M{:.1},{:.1} l-4,-7 h8 z\" fill=\"#d00\"><title>seq {} e2e {}</title></path>",
+                x + cw / 2.0,
+                y,
+                ds.seq(*i),
+                fmt_ms(e2e(*i))
+            );
+        }
+        s.push('\n');
+    }
+    let t0 = ds.ts_unix_ms(calls[0] as usize);
+    for k in 0..=4 {
+        let f = k as f64 / 4.0;
+        let x = ML + (W - ML - MR) * f;
+        let call = calls[((calls.len() - 1) as f64 * f) as usize] as usize;
+        let _ = writeln!(
+            s,
+            "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.1} s</text>",
+            H - MB + 18.0,
+            (ds.ts_unix_ms(call) - t0) / 1000.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time since the first steady call ({} calls in {} columns)</text>",
+        (ML + W - MR) / 2.0,
+        H - 8.0,
+        calls.len(),
+        cols
+    );
+    legend(s, &stack);
+    let _ = writeln!(s, "</svg>");
+}

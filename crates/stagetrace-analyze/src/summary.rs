@@ -1,0 +1,382 @@
+//! Rolling summary files (`summary.*.jsonl`) for `stagetrace tail`: find the
+//! newest file in a run directory, follow it as windows arrive (rotation and
+//! truncation included), and render a window as a table.
+//!
+//! The reader is tolerant: it shows every per-stage statistics object it
+//! finds in a line (an object with `count`/`min`/`p50`/`p90`/`p99`/`p999` or
+//! `p99.9`/`max`/`mean` numbers), wherever it sits, so new summary fields do
+//! not break it.
+
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::analysis::iso_time;
+
+/// Longest summary line kept (a longer one is skipped and counted).
+const MAX_LINE: usize = 4 << 20;
+
+/// The newest `summary*.jsonl` file in `dir` (by modification time, then name).
+pub fn newest_summary(dir: &Path) -> io::Result<Option<PathBuf>> {
+    let mut best: Option<(SystemTime, PathBuf)> = None;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with("summary") && name.ends_with(".jsonl")) {
+            continue;
+        }
+        let meta = match entry.metadata() {
+            Ok(m) if m.is_file() => m,
+            _ => continue,
+        };
+        let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        let path = entry.path();
+        let newer = match &best {
+            None => true,
+            Some((t, p)) => (mtime, &path) > (*t, p),
+        };
+        if newer {
+            best = Some((mtime, path));
+        }
+    }
+    Ok(best.map(|(_, p)| p))
+}
+
+/// Follows the newest summary file of a directory.
+#[derive(Debug)]
+pub struct Follower {
+    dir: PathBuf,
+    current: Option<PathBuf>,
+    offset: u64,
+    partial: Vec<u8>,
+    /// Lines that were not JSON objects (skipped).
+    pub bad_lines: u64,
+}
+
+impl Follower {
+    /// A follower of `dir` (nothing read yet).
+    pub fn new(dir: &Path) -> Follower {
+        Follower {
+            dir: dir.to_path_buf(),
+            current: None,
+            offset: 0,
+            partial: Vec::new(),
+            bad_lines: 0,
+        }
+    }
+
+    /// The file being followed.
+    pub fn current(&self) -> Option<&Path> {
+        self.current.as_deref()
+    }
+
+    /// Reads what arrived since the last poll: complete new summary lines,
+    /// oldest first. Switches to a newer file when one appears (rotation)
+    /// and starts over when the file shrank (truncation).
+    pub fn poll(&mut self) -> io::Result<Vec<Value>> {
+        let newest = newest_summary(&self.dir)?;
+        if newest.is_some() && newest != self.current {
+            self.current = newest;
+            self.offset = 0;
+            self.partial.clear();
+        }
+        let Some(path) = self.current.clone() else {
+            return Ok(Vec::new());
+        };
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.current = None;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        let len = file.metadata()?.len();
+        if len < self.offset {
+            self.offset = 0;
+            self.partial.clear();
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut reader = BufReader::new(file.take(len - self.offset));
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            let n = reader.read_until(b'\n', &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            self.offset += n as u64;
+            if buf.last() != Some(&b'\n') {
+                // The writer is mid-line: keep it for the next poll.
+                if self.partial.len() + buf.len() <= MAX_LINE {
+                    self.partial.extend_from_slice(&buf);
+                } else {
+                    self.partial.clear();
+                    self.bad_lines += 1;
+                }
+                continue;
+            }
+            let line: Vec<u8> = if self.partial.is_empty() {
+                std::mem::take(&mut buf)
+            } else {
+                let mut l = std::mem::take(&mut self.partial);
+                l.extend_from_slice(&buf);
+                l
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Value>(&line) {
+                Ok(v @ Value::Object(_)) => out.push(v),
+                _ => self.bad_lines += 1,
+            }
+        }
+        Ok(out)
+    }
+}
+
+const STAT_FIELDS: [&str; 9] = [
+    "count", "min", "p50", "p90", "p99", "p999", "p99.9", "max", "mean",
+];
+
+fn is_stats(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| {
+        STAT_FIELDS
+            .iter()
+            .filter(|f| o.get(**f).is_some_and(Value::is_number))
+            .count()
+            >= 3
+    })
+}
+
+/// Every statistics object in a summary line, as (table, row, object):
+/// `stages.infer` → ("stages", "infer"), `kinds.call.stages.infer` →
+/// ("kinds.call.stages", "infer").
+pub fn stats_tables(line: &Value) -> Vec<(String, String, &serde_json::Map<String, Value>)> {
+    let mut out = Vec::new();
+    walk(line, String::new(), &mut out, 0);
+    out
+}
+
+fn walk<'a>(
+    v: &'a Value,
+    path: String,
+    out: &mut Vec<(String, String, &'a serde_json::Map<String, Value>)>,
+    depth: usize,
+) {
+    let Some(obj) = v.as_object() else { return };
+    if depth > 8 {
+        return;
+    }
+    for (k, child) in obj {
+        if is_stats(child) {
+            if let Some(o) = child.as_object() {
+                out.push((path.clone(), k.clone(), o));
+            }
+        } else if child.is_object() {
+            let p = if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            };
+            walk(child, p, out, depth + 1);
+        }
+    }
+}
+
+fn num(o: &serde_json::Map<String, Value>, keys: &[&str]) -> String {
+    keys.iter()
+        .find_map(|k| o.get(*k).and_then(Value::as_f64))
+        .map_or_else(
+            || "-".to_string(),
+            |v| {
+                if keys[0] == "count" {
+                    format!("{v:.0}")
+                } else {
+                    format!("{v:.3}")
+                }
+            },
+        )
+}
+
+/// Stage order for display: the canonical order first, then the rest by name.
+fn stage_rank(name: &str) -> usize {
+    const ORDER: [&str; 12] = [
+        "capture",
+        "uplink",
+        "queue",
+        "infer",
+        "downlink",
+        "dispatch",
+        "roundtrip",
+        "server",
+        "net",
+        "e2e",
+        "gap",
+        "observer_us",
+    ];
+    ORDER.iter().position(|s| *s == name).unwrap_or(ORDER.len())
+}
+
+/// One summary window as a terminal table.
+pub fn window_table(line: &Value, source: Option<&Path>) -> String {
+    let mut s = String::new();
+    let get = |k: &str| line.get(k);
+    let text = |k: &str| get(k).and_then(Value::as_str).unwrap_or("");
+    let int = |k: &str| get(k).and_then(Value::as_u64);
+    let mut head = String::from("stagetrace tail");
+    if let Some(p) = source {
+        let _ = write!(head, " — {}", p.display());
+    }
+    let _ = writeln!(s, "{head}");
+    let mut w = Vec::new();
+    if !text("run").is_empty() {
+        w.push(format!("run {}", text("run")));
+    }
+    if !text("window").is_empty() {
+        let idx = int("index").map(|i| format!(" #{i}")).unwrap_or_default();
+        w.push(format!("{} window{idx}", text("window")));
+    }
+    if let (Some(a), Some(b)) = (
+        get("start_unix_ms").and_then(Value::as_f64),
+        get("end_unix_ms").and_then(Value::as_f64),
+    ) {
+        w.push(format!(
+            "{} → {} ({:.1} s)",
+            iso_time(a),
+            iso_time(b),
+            (b - a) / 1000.0
+        ));
+    }
+    let _ = writeln!(s, "{}", w.join(", "));
+    let mut counts = Vec::new();
+    for (k, label) in [
+        ("calls", "calls"),
+        ("warmup_calls", "warm-up"),
+        ("failed_calls", "failed"),
+        ("queue_drops", "queue drops"),
+        ("write_failures", "write failures"),
+        ("rejected_headers", "rejected headers"),
+        ("clamped", "clamped"),
+    ] {
+        if let Some(v) = int(k) {
+            if k == "calls" || v > 0 {
+                counts.push(format!("{label} {v}"));
+            }
+        }
+    }
+    if !counts.is_empty() {
+        let _ = writeln!(s, "{}", counts.join(", "));
+    }
+    if let Some(d) = get("deadline").and_then(Value::as_object) {
+        let f = |k: &str| d.get(k).and_then(Value::as_f64);
+        let mut t = Vec::new();
+        if let Some(hz) = f("target_hz") {
+            t.push(format!("target {hz:.1} Hz"));
+        }
+        if let Some(hz) = f("effective_hz") {
+            t.push(format!("effective {hz:.1} Hz"));
+        }
+        if let Some(m) = f("misses") {
+            t.push(format!("deadline misses {m:.0}"));
+        }
+        if let Some(l) = d
+            .get("late_ms")
+            .and_then(|l| l.get("p99"))
+            .and_then(Value::as_f64)
+        {
+            t.push(format!("late p99 {l:.3} ms"));
+        }
+        if let Some(j) = d
+            .get("jitter_ms")
+            .and_then(|l| l.get("p99"))
+            .and_then(Value::as_f64)
+        {
+            t.push(format!("jitter p99 {j:.3} ms"));
+        }
+        let _ = writeln!(s, "{}", t.join(", "));
+    }
+    if let Some(o) = get("observer_us").and_then(Value::as_object) {
+        let p = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
+    }
+    let mut tables = stats_tables(line);
+    tables.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| stage_rank(&a.1).cmp(&stage_rank(&b.1)))
+            .then_with(|| a.1.cmp(&b.1))
+    });
+    let mut last_table: Option<&str> = None;
+    for (table, row, o) in &tables {
+        if last_table != Some(table.as_str()) {
+            let title = if table.is_empty() {
+                "figures".to_string()
+            } else {
+                table.clone()
+            };
+            let _ = writeln!(
+                s,
+                "\n{:<24} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
+                title, "n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
+            );
+            last_table = Some(table.as_str());
+        }
+        let _ = writeln!(
+            s,
+            "  {:<22} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            row,
+            num(o, &["count", "n"]),
+            num(o, &["min"]),
+            num(o, &["p50"]),
+            num(o, &["p90"]),
+            num(o, &["p99"]),
+            num(o, &["p999", "p99.9"]),
+            num(o, &["max"]),
+            num(o, &["mean"])
+        );
+    }
+    if tables.is_empty() {
+        let _ = writeln!(s, "\n(no per-stage figures in this window yet)");
+    }
+    s
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_stats_anywhere() {
+        let v: Value = serde_json::from_str(
+            r#"{"run":"r","window":"rolling","index":3,"calls":10,
+            "stages":{"infer":{"count":10,"min":1,"p50":2,"p90":3,"p99":4,"p99.9":5,"max":6,"mean":2.5},
+                      "e2e":{"count":10,"min":1,"p50":2,"p90":3,"p99":4,"p99.9":5,"max":7,"mean":2.5}},
+            "kinds":{"call":{"calls":10,"stages":{"infer":{"count":10,"min":1,"p50":2,"p90":3,"p99":4,"p99.9":5,"max":6,"mean":2.5}}}},
+            "observer_us":{"p50":1.5,"p99":3.0}}"#,
+        )
+        .unwrap();
+        let t = stats_tables(&v);
+        assert_eq!(t.len(), 3);
+        let table = window_table(&v, None);
+        assert!(table.contains("rolling window #3"), "{table}");
+        assert!(table.contains("kinds.call.stages"));
+        let infer = table
+            .lines()
+            .position(|l| l.trim_start().starts_with("infer"))
+            .unwrap();
+        let e2e = table
+            .lines()
+            .position(|l| l.trim_start().starts_with("e2e"))
+            .unwrap();
+        assert!(infer < e2e, "{table}");
+        assert!(table.contains("7.000"));
+        assert!(table.contains("observer p50 1.5 µs"));
+    }
+}

@@ -1,0 +1,154 @@
+//! Seeded generator of record files with a known ground truth (shared by the
+//! analyze and CLI tests through `#[path]`).
+
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use stagetrace_analyze::stats::SplitMix64;
+
+/// What to inject into an otherwise steady run.
+#[derive(Clone, Debug)]
+pub(crate) struct Scenario {
+    pub(crate) seed: u64,
+    pub(crate) calls: usize,
+    pub(crate) hz: f64,
+    pub(crate) start_unix_ms: f64,
+    pub(crate) warmup: usize,
+    pub(crate) kind: &'static str,
+    /// Multiplies every infer time (1.2 = a 20 % median shift).
+    pub(crate) infer_factor: f64,
+    /// Fraction of calls whose uplink (and, half as often, downlink) is held up, and by how much (ms, uniform in [x, 2x]).
+    pub(crate) transport_tail: Option<(f64, f64)>,
+    /// Dispatch spike every `period_s` seconds, adding `extra_ms`.
+    pub(crate) dispatch_spikes: Option<(f64, f64)>,
+    /// Mean of an exponential extra gap per call (ms): jitter no stage explains.
+    pub(crate) gap_jitter_ms: f64,
+    /// Write `output_digest` fields.
+    pub(crate) digests: bool,
+    /// Change the digest of these seqs (an optimisation that altered outputs).
+    pub(crate) flip_digests: Vec<u64>,
+    /// Failed calls mixed in (every n-th call).
+    pub(crate) fail_every: Option<usize>,
+    /// Target rate fields (`late_ms`, `deadline_miss`).
+    pub(crate) deadline: bool,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            seed: 1,
+            calls: 3000,
+            hz: 50.0,
+            start_unix_ms: 1_764_000_000_000.0,
+            warmup: 20,
+            kind: "call",
+            infer_factor: 1.0,
+            transport_tail: None,
+            dispatch_spikes: None,
+            gap_jitter_ms: 0.0,
+            digests: false,
+            flip_digests: Vec::new(),
+            fail_every: None,
+            deadline: false,
+        }
+    }
+}
+
+fn r3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// The JSON lines of a scenario.
+pub(crate) fn lines(s: &Scenario) -> String {
+    let mut rng = SplitMix64::new(s.seed.wrapping_mul(0x9e37_79b9) ^ 0xabcdef);
+    let mut out = String::new();
+    let period = 1000.0 / s.hz;
+    let mut next_spike_ms = s.dispatch_spikes.map(|(p, _)| p * 1000.0 * 0.5);
+    for i in 0..(s.calls + s.warmup) {
+        let seq = i as u64;
+        let ts = s.start_unix_ms + i as f64 * period + rng.normal() * 0.2;
+        let rel = i as f64 * period;
+        let warm = i < s.warmup;
+        let pos = |v: f64| v.max(0.01);
+        let capture = pos(2.0 + 0.1 * rng.normal());
+        let mut uplink = pos(1.5 + 0.15 * rng.normal());
+        let queue = pos(0.2 + 0.03 * rng.normal());
+        let mut infer = pos(30.0 + 1.5 * rng.normal()) * s.infer_factor;
+        let mut downlink = pos(1.2 + 0.1 * rng.normal());
+        let mut dispatch = pos(1.0 + 0.08 * rng.normal());
+        let observer_us = pos(3.0 + 0.5 * rng.normal());
+        let mut gap = pos(0.3 + 0.03 * rng.normal());
+        if warm {
+            infer *= 3.0;
+        }
+        if let Some((frac, extra)) = s.transport_tail {
+            if rng.next_f64() < frac {
+                uplink += extra * (1.0 + rng.next_f64());
+            }
+            if rng.next_f64() < frac / 2.0 {
+                downlink += extra * (1.0 + rng.next_f64());
+            }
+        }
+        if let (Some((p, extra)), Some(next)) = (s.dispatch_spikes, next_spike_ms.as_mut()) {
+            if rel >= *next {
+                dispatch += extra;
+                *next += p * 1000.0;
+            }
+        }
+        if s.gap_jitter_ms > 0.0 {
+            gap += -s.gap_jitter_ms * (1.0 - rng.next_f64()).ln();
+        }
+        let (capture, uplink, queue, infer, downlink, dispatch, gap) = (
+            r3(capture),
+            r3(uplink),
+            r3(queue),
+            r3(infer),
+            r3(downlink),
+            r3(dispatch),
+            r3(gap),
+        );
+        let server = r3(queue + infer + 0.1);
+        let roundtrip = r3(uplink + server + downlink);
+        let net = r3(roundtrip - server);
+        let e2e = r3(capture + roundtrip + dispatch + gap);
+        let mut l = format!(
+            "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"uplink_ms\":{uplink},\"queue_ms\":{queue},\"infer_ms\":{infer},\"downlink_ms\":{downlink},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"server_ms\":{server},\"net_ms\":{net},\"e2e_ms\":{e2e},\"gap_ms\":{gap},\"offset_ms\":0.5,\"split_err_ms\":0.05,\"clock\":\"estimate\",\"observer_us\":{:.3}",
+            ts,
+            s.kind,
+            u128::from(seq) + 1,
+            observer_us
+        );
+        if s.deadline {
+            let late = e2e - period;
+            let _ = write!(
+                l,
+                ",\"late_ms\":{:.3},\"deadline_miss\":{}",
+                late.max(0.0),
+                late > 0.0
+            );
+        }
+        if warm {
+            l.push_str(",\"warmup\":true");
+        }
+        if s.fail_every.is_some_and(|n| i % n == n - 1) {
+            l.push_str(",\"failed\":true,\"error\":\"timeout\"");
+        }
+        if s.digests {
+            let mut d = seq.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234;
+            if s.flip_digests.contains(&seq) {
+                d ^= 1;
+            }
+            let _ = write!(l, ",\"output_digest\":\"{d:016x}\"");
+        }
+        l.push_str("}\n");
+        out.push_str(&l);
+    }
+    out
+}
+
+/// Writes a scenario to `path`.
+pub(crate) fn write(path: &Path, s: &Scenario) {
+    std::fs::write(path, lines(s)).unwrap();
+}

@@ -1,0 +1,303 @@
+//! Server-side pieces shared by the WebSocket server and the HTTP layer: the
+//! clock that stamps `recv_unix_ns`, the [`InferTimer`] a handler uses to
+//! report its pre / infer / post split, and the per-request hook.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use stagetrace::{ServerRecord, ServerTiming};
+
+/// Called once per request, after the response was sent (or the request
+/// failed), with what the server saw: the trace context the request carried
+/// and the server's timing. An exporter (e.g. `stagetrace-otlp`) uses it to
+/// draw the server's `queue` / `infer` spans under the client's transport span.
+///
+/// Runs on the connection's task: keep it short (hand the record to a channel).
+pub type RequestHook = Arc<dyn Fn(&ServerRecord) + Send + Sync>;
+
+/// The server's wall clock, as stamped into `recv_unix_ns`.
+///
+/// [`ServerClock::system`] reads the host clock. [`ServerClock::skewed_ns`]
+/// adds a fixed offset, as a machine whose clock is off would report, and
+/// [`ServerClock::step_ns`] makes it jump at runtime (an NTP step): the demo
+/// and the tests use both to check the client's clock estimation against a
+/// known truth. Clones share the offset.
+#[derive(Clone)]
+pub struct ServerClock {
+    offset_ns: Arc<AtomicI64>,
+}
+
+impl fmt::Debug for ServerClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerClock")
+            .field("offset_ns", &self.offset_ns())
+            .finish()
+    }
+}
+
+impl Default for ServerClock {
+    fn default() -> Self {
+        ServerClock::system()
+    }
+}
+
+impl ServerClock {
+    /// The host's wall clock.
+    pub fn system() -> Self {
+        ServerClock::skewed_ns(0)
+    }
+
+    /// The host's wall clock plus `offset_ns` (positive: the server's clock is ahead).
+    pub fn skewed_ns(offset_ns: i64) -> Self {
+        ServerClock {
+            offset_ns: Arc::new(AtomicI64::new(offset_ns)),
+        }
+    }
+
+    /// Make the clock jump by `delta_ns` from now on (every clone sees it).
+    pub fn step_ns(&self, delta_ns: i64) {
+        self.offset_ns.fetch_add(delta_ns, Ordering::Relaxed);
+    }
+
+    /// The current offset from the host clock.
+    pub fn offset_ns(&self) -> i64 {
+        self.offset_ns.load(Ordering::Relaxed)
+    }
+
+    /// Wall time now, ns since the Unix epoch (0 if the host clock is before 1970).
+    pub fn now_unix_ns(&self) -> u64 {
+        let host = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        host.saturating_add_signed(self.offset_ns())
+    }
+}
+
+/// Handed to a request handler so it can say where its inference starts and
+/// ends; the server stamps everything else.
+///
+/// Without any mark, the whole handler counts as `infer` (pre- and
+/// post-processing belong to inference: they compete for the same CPU/GPU).
+/// [`InferTimer::infer_start`] moves the start of inference later (time
+/// before it is `queue`, e.g. the handler's own batcher); [`InferTimer::pre_done`]
+/// and [`InferTimer::post_start`] report the pre- / post-processing parts.
+#[derive(Clone)]
+pub struct InferTimer {
+    inner: Arc<TimerMarks>,
+}
+
+struct TimerMarks {
+    base: Instant,
+    /// ns after `base` + 1 (0 = unset).
+    infer_start: AtomicU64,
+    pre_done: AtomicU64,
+    post_start: AtomicU64,
+}
+
+impl fmt::Debug for InferTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InferTimer")
+            .field("infer_start", &self.mark(&self.inner.infer_start))
+            .field("pre_done", &self.mark(&self.inner.pre_done))
+            .field("post_start", &self.mark(&self.inner.post_start))
+            .finish()
+    }
+}
+
+impl InferTimer {
+    pub(crate) fn new(base: Instant) -> Self {
+        InferTimer {
+            inner: Arc::new(TimerMarks {
+                base,
+                infer_start: AtomicU64::new(0),
+                pre_done: AtomicU64::new(0),
+                post_start: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    fn set(&self, slot: &AtomicU64) {
+        let ns = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        slot.store(ns + 1, Ordering::Relaxed);
+    }
+
+    fn mark(&self, slot: &AtomicU64) -> Option<u64> {
+        match slot.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(v - 1),
+        }
+    }
+
+    /// Inference starts now: the time before (since the handler started) is
+    /// reported as `queue`.
+    pub fn infer_start(&self) {
+        self.set(&self.inner.infer_start);
+    }
+
+    /// Pre-processing is done, the model starts now.
+    pub fn pre_done(&self) {
+        self.set(&self.inner.pre_done);
+    }
+
+    /// The model is done, post-processing starts now.
+    pub fn post_start(&self) {
+        self.set(&self.inner.post_start);
+    }
+}
+
+fn ns_between(a: Instant, b: Instant) -> u64 {
+    u64::try_from(b.saturating_duration_since(a).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One request's server-side stamps, from receive to send.
+#[derive(Debug)]
+pub(crate) struct RequestStamps {
+    pub(crate) recv: Instant,
+    pub(crate) recv_unix_ns: u64,
+    handler: Option<(Instant, Instant, InferTimer)>,
+}
+
+impl RequestStamps {
+    /// Stamp the receive time now: call it when the whole request has arrived.
+    pub(crate) fn received(clock: &ServerClock) -> Self {
+        let recv = Instant::now();
+        RequestStamps {
+            recv,
+            recv_unix_ns: clock.now_unix_ns(),
+            handler: None,
+        }
+    }
+
+    /// A timer for a handler that starts now (its marks are relative to `recv`).
+    pub(crate) fn timer(&self) -> InferTimer {
+        InferTimer::new(self.recv)
+    }
+
+    /// The handler ran from `start` to `end`.
+    pub(crate) fn handled(&mut self, start: Instant, end: Instant, timer: InferTimer) {
+        self.handler = Some((start, end, timer));
+    }
+
+    /// The timing to send, with `total` ending now (just before the send).
+    pub(crate) fn timing_now(&self) -> ServerTiming {
+        self.timing_at(Instant::now())
+    }
+
+    pub(crate) fn timing_at(&self, send: Instant) -> ServerTiming {
+        let mut t = ServerTiming {
+            recv_unix_ns: Some(self.recv_unix_ns),
+            total_ns: Some(ns_between(self.recv, send)),
+            ..ServerTiming::default()
+        };
+        if let Some((start, end, timer)) = &self.handler {
+            let start_ns = ns_between(self.recv, *start);
+            let end_ns = ns_between(self.recv, *end);
+            let infer_from = timer
+                .mark(&timer.inner.infer_start)
+                .map_or(start_ns, |m| m.clamp(start_ns, end_ns));
+            t.queue_ns = Some(infer_from);
+            t.infer_ns = Some(end_ns - infer_from);
+            if let Some(pre) = timer.mark(&timer.inner.pre_done) {
+                t.pre_ns = Some(pre.clamp(infer_from, end_ns) - infer_from);
+            }
+            if let Some(post) = timer.mark(&timer.inner.post_start) {
+                t.post_ns = Some(end_ns - post.clamp(infer_from, end_ns));
+            }
+        }
+        t
+    }
+}
+
+/// Process-wide counters of a server, readable from its handle.
+#[derive(Debug, Default)]
+pub(crate) struct ServerCounters {
+    pub(crate) requests: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) rejected_headers: AtomicU64,
+    pub(crate) connections: AtomicU64,
+}
+
+impl ServerCounters {
+    pub(crate) fn snapshot(&self) -> ServerStats {
+        ServerStats {
+            connections: self.connections.load(Ordering::Relaxed),
+            requests: self.requests.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            rejected_headers: self.rejected_headers.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn reject_header(&self) {
+        self.rejected_headers.fetch_add(1, Ordering::Relaxed);
+        stagetrace::count_rejected_header();
+    }
+}
+
+/// What a server has seen so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Connections accepted (WebSocket) — 0 for the HTTP layer.
+    pub connections: u64,
+    /// Requests answered or failed.
+    pub requests: u64,
+    /// Requests whose handler failed or whose message was malformed.
+    pub failed: u64,
+    /// `traceparent` values rejected as malformed (ignored, counted).
+    pub rejected_headers: u64,
+}
+
+/// Build the record handed to the hook.
+pub(crate) fn server_record(
+    trace_parent: Option<stagetrace::wire::TraceParent>,
+    kind: Option<&str>,
+    timing: ServerTiming,
+    error: Option<String>,
+) -> ServerRecord {
+    ServerRecord {
+        trace_parent,
+        kind: kind
+            .filter(|k| !k.is_empty() && k.len() <= 64)
+            .unwrap_or("call")
+            .to_owned(),
+        timing,
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn skew_and_step_move_the_wall_clock() {
+        let c = ServerClock::skewed_ns(250_000_000);
+        let host = ServerClock::system();
+        let d = c.now_unix_ns() as i64 - host.now_unix_ns() as i64;
+        assert!((d - 250_000_000).abs() < 50_000_000, "{d}");
+        let clone = c.clone();
+        clone.step_ns(2_000_000_000);
+        assert_eq!(c.offset_ns(), 2_250_000_000);
+    }
+
+    #[test]
+    fn marks_split_the_handler_time() {
+        let clock = ServerClock::system();
+        let mut s = RequestStamps::received(&clock);
+        let timer = s.timer();
+        let start = s.recv + Duration::from_millis(1);
+        let end = s.recv + Duration::from_millis(11);
+        // Marks set "by hand" at known offsets.
+        timer.inner.pre_done.store(3_000_000 + 1, Ordering::Relaxed);
+        timer.inner.post_start.store(9_000_000 + 1, Ordering::Relaxed);
+        s.handled(start, end, timer);
+        let t = s.timing_at(s.recv + Duration::from_millis(12));
+        assert_eq!(t.total_ns, Some(12_000_000));
+        assert_eq!(t.queue_ns, Some(1_000_000));
+        assert_eq!(t.infer_ns, Some(10_000_000));
+        assert_eq!(t.pre_ns, Some(2_000_000));
+        assert_eq!(t.post_ns, Some(2_000_000));
+    }
+}

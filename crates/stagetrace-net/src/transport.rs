@@ -1,0 +1,42 @@
+//! The client's `transport` span: the stage the layer turns into `roundtrip`,
+//! `uplink`, `downlink` and `net` once the server's timing is attached.
+
+use tracing::Span;
+
+/// The span a client call runs in: the current span when it is already a
+/// `transport` span (the app opened it), otherwise a new `transport` span,
+/// child of the current one (normally the app's `call` span).
+///
+/// `peer` names the server (its URL): the layer keeps one clock-offset
+/// estimate per peer.
+pub(crate) fn transport_span(peer: &str) -> Span {
+    let current = Span::current();
+    if current.metadata().is_some_and(|m| m.name() == "transport") {
+        current
+    } else {
+        tracing::info_span!("transport", peer = peer)
+    }
+}
+
+/// The `traceparent` to send for this transport span, when a stage layer is
+/// installed and tracks the span.
+pub(crate) fn traceparent(span: &Span) -> Option<[u8; stagetrace::wire::TRACEPARENT_LEN]> {
+    stagetrace::trace_parent(span).map(|tp| tp.to_bytes())
+}
+
+/// Attach the server's timing (parsed from the response) to the span.
+pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
+    if !timing.is_empty() {
+        stagetrace::record_server_timing(span, timing);
+    }
+}
+
+/// Flag the call as failed with a short reason.
+pub(crate) fn fail(span: &Span, reason: &'static str) {
+    stagetrace::mark_failed(span, reason);
+}
+
+/// Count a server-timing input that was malformed and ignored.
+pub(crate) fn reject() {
+    stagetrace::count_rejected_header();
+}

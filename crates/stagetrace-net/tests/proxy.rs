@@ -1,0 +1,229 @@
+//! The shaping proxy on loopback: injected delays show up in the measured
+//! roundtrip, a bandwidth limit paces a bulk transfer, settings change at
+//! runtime, and shutdown closes everything.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, Stall};
+
+/// A blocking echo server on its own thread; returns its address.
+fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            s.set_nodelay(true).unwrap();
+            thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A server that reads everything and reports (bytes, time of the last byte).
+fn sink_server() -> (SocketAddr, std::sync::mpsc::Receiver<(usize, Instant)>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 65536];
+        let mut total = 0;
+        let mut last = Instant::now();
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    total += n;
+                    last = Instant::now();
+                }
+            }
+        }
+        let _ = tx.send((total, last));
+    });
+    (addr, rx)
+}
+
+/// Median roundtrip of `n` 64-byte pings over `s`, in ms.
+fn median_rtt_ms(s: &mut TcpStream, n: usize) -> f64 {
+    let msg = [7u8; 64];
+    let mut back = [0u8; 64];
+    let mut rtts: Vec<f64> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            s.write_all(&msg).unwrap();
+            s.read_exact(&mut back).unwrap();
+            let rtt = t.elapsed().as_secs_f64() * 1e3;
+            assert_eq!(back, msg);
+            rtt
+        })
+        .collect();
+    rtts.sort_by(f64::total_cmp);
+    rtts[n / 2]
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+#[test]
+fn delays_show_up_in_the_roundtrip() {
+    let echo = echo_server();
+    let proxy = Proxy::spawn_in_thread(
+        "127.0.0.1:0".parse().unwrap(),
+        echo,
+        ProxyConfig::default(),
+    )
+    .unwrap();
+    let mut s = connect(proxy.local_addr());
+    // Baseline through the proxy with no shaping: loopback + proxy cost.
+    let base = median_rtt_ms(&mut s, 30);
+    proxy.set_uplink(LinkConfig::delay(Duration::from_millis(20)));
+    proxy.set_downlink(LinkConfig::delay(Duration::from_millis(5)));
+    let shaped = median_rtt_ms(&mut s, 30);
+    let extra = shaped - base;
+    assert!((extra - 25.0).abs() < 2.0, "baseline {base:.3} ms, shaped {shaped:.3} ms, extra {extra:.3} ms");
+    // Each direction on its own.
+    proxy.set_downlink(LinkConfig::default());
+    let up_only = median_rtt_ms(&mut s, 20) - base;
+    eprintln!("baseline {base:.3} extra {extra:.3} up_only {up_only:.3}");
+    assert!((up_only - 20.0).abs() < 2.0, "uplink only: {up_only:.3} ms");
+    let stats = proxy.stats();
+    assert_eq!((stats.connections, stats.active), (1, 1));
+    assert_eq!(stats.bytes_up, 80 * 64);
+    // The last echo's count may land just after the client read it.
+    assert!((79 * 64..=80 * 64).contains(&stats.bytes_down), "{stats:?}");
+    drop(s);
+    proxy.shutdown();
+}
+
+#[test]
+fn bandwidth_limit_paces_a_transfer() {
+    let (sink, done) = sink_server();
+    let cfg = ProxyConfig {
+        uplink: LinkConfig::default().with_bandwidth(1_000_000),
+        ..ProxyConfig::default()
+    };
+    let proxy = Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), sink, cfg).unwrap();
+    let mut s = connect(proxy.local_addr());
+    let data = vec![0xabu8; 500_000];
+    let start = Instant::now();
+    s.write_all(&data).unwrap();
+    drop(s);
+    let (n, last) = done.recv_timeout(Duration::from_secs(10)).unwrap();
+    let secs = last.duration_since(start).as_secs_f64();
+    assert_eq!(n, 500_000);
+    assert!((0.4..=0.6).contains(&secs), "500 KB at 1 MB/s took {secs:.3} s");
+    proxy.shutdown();
+}
+
+#[tokio::test]
+async fn works_inside_a_runtime_and_shuts_down() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let echo = echo_server();
+    let cfg = ProxyConfig {
+        uplink: LinkConfig::delay(Duration::from_millis(10)),
+        ..ProxyConfig::default()
+    };
+    let proxy = Proxy::start("127.0.0.1:0".parse().unwrap(), echo, cfg).unwrap();
+    let mut s = tokio::net::TcpStream::connect(proxy.local_addr()).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    let t = Instant::now();
+    s.write_all(b"hello").await.unwrap();
+    let mut back = [0u8; 5];
+    s.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"hello");
+    assert!(t.elapsed() >= Duration::from_millis(10));
+    assert_eq!(proxy.uplink().delay, Duration::from_millis(10));
+    let addr = proxy.local_addr();
+    proxy.shutdown();
+    // The open connection is closed and the listener is gone.
+    let mut buf = [0u8; 1];
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    assert!(matches!(r, Ok(Ok(0)) | Ok(Err(_))), "{r:?}");
+    let mut refused = false;
+    for _ in 0..50 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused, "proxy still accepting after shutdown");
+}
+
+#[test]
+fn chunks_keep_their_order_under_jitter_and_stalls() {
+    let echo = echo_server();
+    let cfg = ProxyConfig {
+        uplink: LinkConfig::delay(Duration::from_millis(3))
+            .with_jitter(stagetrace_net::proxy::Jitter::Uniform(Duration::from_millis(3))),
+        downlink: LinkConfig::delay(Duration::from_millis(1))
+            .with_jitter(stagetrace_net::proxy::Jitter::Normal(Duration::from_millis(2)))
+            .with_stall(Stall {
+                every: Duration::from_millis(100),
+                length: Duration::from_millis(20),
+            }),
+        ..ProxyConfig::default()
+    };
+    let proxy = Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), echo, cfg).unwrap();
+    let mut s = connect(proxy.local_addr());
+    let writer = {
+        let mut w = s.try_clone().unwrap();
+        thread::spawn(move || {
+            for i in 0..2000u32 {
+                w.write_all(&i.to_le_bytes()).unwrap();
+                if i % 100 == 0 {
+                    thread::sleep(Duration::from_millis(2));
+                }
+            }
+        })
+    };
+    let mut got = [0u8; 4];
+    for i in 0..2000u32 {
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(u32::from_le_bytes(got), i, "reordered at {i}");
+    }
+    writer.join().unwrap();
+    // The counter moves just after the write the reader already saw.
+    let t = Instant::now();
+    while proxy.stats().bytes_down < 8000 && t.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(proxy.stats().bytes_down, 8000);
+}
+
+#[test]
+fn unreachable_upstream_is_refused_and_counted() {
+    // A port nobody listens on: bind, read the port, close.
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let proxy = Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), dead, ProxyConfig::default()).unwrap();
+    let mut s = connect(proxy.local_addr());
+    let mut buf = [0u8; 1];
+    let r = s.read(&mut buf);
+    assert!(matches!(r, Ok(0) | Err(_)));
+    let t = Instant::now();
+    while proxy.stats().refused == 0 && t.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(proxy.stats().refused, 1);
+    assert_eq!(proxy.stats().connections, 0);
+}

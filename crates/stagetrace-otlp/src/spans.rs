@@ -1,0 +1,499 @@
+//! Records → OpenTelemetry spans: one trace per call.
+//!
+//! Client side (a [`CallRecord`]):
+//!
+//! ```text
+//! call                      root, every derived field of the record as attributes
+//! ├── capture
+//! ├── transport             id = the parent id sent in traceparent
+//! │   ├── uplink            synthesized, placed with the clock offset
+//! │   ├── (queue, infer)    from the server's own exporter (or synthesized on request)
+//! │   └── downlink          synthesized
+//! └── dispatch
+//! ```
+//!
+//! Server side (a [`ServerRecord`]): `queue` and `infer`, children of the
+//! client's `transport` span through the request's `traceparent`.
+
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue, Value};
+use opentelemetry_sdk::trace::{IdGenerator, SpanData, SpanEvents, SpanLinks};
+use stagetrace::record::{SpanTime, Timeline};
+use stagetrace::{CallRecord, ClockBasis, ServerRecord};
+
+/// Converts records to spans; holds what every span shares.
+#[derive(Debug)]
+pub(crate) struct SpanMaker<G> {
+    scope: InstrumentationScope,
+    ids: G,
+    synthesize_server_spans: bool,
+}
+
+/// Attribute keys (all under `stagetrace.`).
+pub(crate) mod key {
+    pub(crate) const STAGE: &str = "stagetrace.stage";
+    pub(crate) const KIND: &str = "stagetrace.kind";
+    pub(crate) const SEQ: &str = "stagetrace.seq";
+    pub(crate) const OFFSET_MS: &str = "stagetrace.offset_ms";
+    pub(crate) const SPLIT_ERR_MS: &str = "stagetrace.split_err_ms";
+    pub(crate) const CLOCK: &str = "stagetrace.clock";
+    pub(crate) const SYNTHESIZED: &str = "stagetrace.synthesized";
+}
+
+impl<G: IdGenerator> SpanMaker<G> {
+    pub(crate) fn new(ids: G, synthesize_server_spans: bool) -> Self {
+        SpanMaker {
+            scope: InstrumentationScope::builder("stagetrace")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+            ids,
+            synthesize_server_spans,
+        }
+    }
+
+    /// Appends the spans of one call to `out`; returns how many.
+    pub(crate) fn call_spans(&self, rec: &CallRecord, out: &mut Vec<SpanData>) -> usize {
+        let before = out.len();
+        let tl = &rec.timeline;
+        let trace_id = rec
+            .trace_id
+            .as_deref()
+            .and_then(parse_trace_id)
+            .unwrap_or_else(|| self.ids.new_trace_id());
+        let call_id = valid_span_id(tl.call_span_id).unwrap_or_else(|| self.ids.new_span_id());
+        let (base_ns, call_dur_ns) = call_extent(rec);
+        let at = |t: SpanTime| {
+            (
+                unix(base_ns.saturating_add(t.start_ns)),
+                unix(base_ns.saturating_add(t.start_ns).saturating_add(t.dur_ns)),
+            )
+        };
+
+        // The call span carries the whole record.
+        let mut attrs = vec![
+            KeyValue::new(key::KIND, rec.kind.clone()),
+            KeyValue::new(key::SEQ, seq_value(rec.seq)),
+        ];
+        record_attributes(rec, &mut attrs);
+        let status = match (rec.failed, &rec.error) {
+            (Some(true), Some(e)) => Status::error(e.clone()),
+            (Some(true), None) => Status::error("call failed"),
+            _ => Status::Unset,
+        };
+        out.push(self.span(
+            trace_id,
+            call_id,
+            SpanId::INVALID,
+            false,
+            "call",
+            SpanKind::Internal,
+            (unix(base_ns), unix(base_ns.saturating_add(call_dur_ns))),
+            attrs,
+            status,
+        ));
+
+        let stage_attrs = |stage: &'static str, extra: &[(&'static str, Option<f64>)]| {
+            let mut a = vec![
+                KeyValue::new(key::STAGE, stage),
+                KeyValue::new(key::KIND, rec.kind.clone()),
+                KeyValue::new(key::SEQ, seq_value(rec.seq)),
+            ];
+            for (k, v) in extra {
+                if let Some(v) = v.filter(|v| v.is_finite()) {
+                    a.push(KeyValue::new(*k, v));
+                }
+            }
+            a
+        };
+
+        if let Some(t) = tl.capture {
+            let attrs = stage_attrs("capture", &[("stagetrace.capture_ms", rec.capture_ms)]);
+            out.push(self.child(
+                trace_id,
+                call_id,
+                "capture",
+                SpanKind::Internal,
+                at(t),
+                attrs,
+            ));
+        }
+
+        // The id sent as the parent in traceparent, so the server's spans join here.
+        let transport_id =
+            valid_span_id(tl.transport_span_id).unwrap_or_else(|| self.ids.new_span_id());
+        if let Some(t) = tl.transport {
+            {
+                let attrs = stage_attrs(
+                    "transport",
+                    &[
+                        ("stagetrace.roundtrip_ms", rec.roundtrip_ms),
+                        ("stagetrace.server_ms", rec.server_ms),
+                        ("stagetrace.net_ms", rec.net_ms),
+                    ],
+                );
+                let status = if rec.failed == Some(true) {
+                    Status::error(rec.error.clone().unwrap_or_else(|| "call failed".into()))
+                } else {
+                    Status::Unset
+                };
+                out.push(self.span(
+                    trace_id,
+                    transport_id,
+                    call_id,
+                    false,
+                    "transport",
+                    SpanKind::Client,
+                    at(t),
+                    attrs,
+                    status,
+                ));
+                for (name, time, ms) in [
+                    ("uplink", tl.uplink, ("stagetrace.uplink_ms", rec.uplink_ms)),
+                    (
+                        "downlink",
+                        tl.downlink,
+                        ("stagetrace.downlink_ms", rec.downlink_ms),
+                    ),
+                ] {
+                    if let Some(time) = time {
+                        let mut attrs = stage_attrs(
+                            name,
+                            &[
+                                ms,
+                                (key::OFFSET_MS, rec.offset_ms),
+                                (key::SPLIT_ERR_MS, rec.split_err_ms),
+                            ],
+                        );
+                        if let Some(clock) = clock_name(rec) {
+                            attrs.push(KeyValue::new(key::CLOCK, clock));
+                        }
+                        attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+                        out.push(self.child(
+                            trace_id,
+                            transport_id,
+                            name,
+                            SpanKind::Internal,
+                            at(time),
+                            attrs,
+                        ));
+                    }
+                }
+            }
+        }
+
+        // queue / infer inside the transport ran on the server: its own
+        // exporter sends them, unless asked to draw them here or the server
+        // is an unmodified one (degraded timing) that exports nothing.
+        // Outside a transport they ran in this process (local inference).
+        let synthesize = self.synthesize_server_spans || rec.clock == Some(ClockBasis::Degraded);
+        for (name, time, ms) in [
+            ("queue", tl.queue, ("stagetrace.queue_ms", rec.queue_ms)),
+            ("infer", tl.infer, ("stagetrace.infer_ms", rec.infer_ms)),
+        ] {
+            let Some(time) = time else { continue };
+            let on_server = tl.transport.is_some_and(|tr| {
+                time.start_ns >= tr.start_ns
+                    && time.start_ns <= tr.start_ns.saturating_add(tr.dur_ns)
+            });
+            if !on_server {
+                let attrs = stage_attrs(name, &[ms]);
+                out.push(self.child(trace_id, call_id, name, SpanKind::Internal, at(time), attrs));
+            } else if synthesize {
+                let mut attrs = stage_attrs(name, &[ms, (key::OFFSET_MS, rec.offset_ms)]);
+                attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+                out.push(self.child(
+                    trace_id,
+                    transport_id,
+                    name,
+                    SpanKind::Internal,
+                    at(time),
+                    attrs,
+                ));
+            }
+        }
+
+        if let Some(t) = tl.dispatch {
+            let attrs = stage_attrs("dispatch", &[("stagetrace.dispatch_ms", rec.dispatch_ms)]);
+            out.push(self.child(
+                trace_id,
+                call_id,
+                "dispatch",
+                SpanKind::Internal,
+                at(t),
+                attrs,
+            ));
+        }
+        out.len() - before
+    }
+
+    /// Appends the server's spans for one request to `out`; returns how many.
+    ///
+    /// With a `traceparent`, `queue` and `infer` become children of the
+    /// client's transport span in the client's trace. Without one they hang
+    /// under a root `request` span of a trace of their own.
+    pub(crate) fn server_spans(&self, rec: &ServerRecord, out: &mut Vec<SpanData>) -> usize {
+        let before = out.len();
+        let timing = &rec.timing;
+        let total_ns = timing.total_ns.unwrap_or(0);
+        let recv_ns = timing.recv_unix_ns.unwrap_or_else(|| {
+            // No anchor: the record is made right after the response was sent.
+            now_unix_ns().saturating_sub(total_ns)
+        });
+        let error_status = || match &rec.error {
+            Some(e) => Status::error(e.clone()),
+            None => Status::Unset,
+        };
+        let (trace_id, parent_id, remote) = match rec.trace_parent {
+            Some(tp) if tp.trace_id != [0; 16] && tp.parent_id != [0; 8] => (
+                TraceId::from_bytes(tp.trace_id),
+                SpanId::from_bytes(tp.parent_id),
+                true,
+            ),
+            _ => {
+                let trace_id = self.ids.new_trace_id();
+                let root = self.ids.new_span_id();
+                let attrs = vec![
+                    KeyValue::new(key::KIND, rec.kind.clone()),
+                    KeyValue::new("stagetrace.server_ms", ns_to_ms(total_ns)),
+                ];
+                out.push(self.span(
+                    trace_id,
+                    root,
+                    SpanId::INVALID,
+                    false,
+                    "request",
+                    SpanKind::Server,
+                    (unix(recv_ns), unix(recv_ns.saturating_add(total_ns))),
+                    attrs,
+                    error_status(),
+                ));
+                (trace_id, root, false)
+            }
+        };
+        let server_attrs = |stage: &'static str, dur_ns: u64| {
+            let mut a = vec![
+                KeyValue::new(key::STAGE, stage),
+                KeyValue::new(key::KIND, rec.kind.clone()),
+                KeyValue::new(format!("stagetrace.{stage}_ms"), ns_to_ms(dur_ns)),
+            ];
+            if let Some(total) = timing.total_ns {
+                a.push(KeyValue::new("stagetrace.server_ms", ns_to_ms(total)));
+            }
+            a
+        };
+
+        let queue_ns = timing.queue_ns.unwrap_or(0);
+        if let Some(q) = timing.queue_ns {
+            out.push(self.span(
+                trace_id,
+                self.ids.new_span_id(),
+                parent_id,
+                remote,
+                "queue",
+                SpanKind::Server,
+                (unix(recv_ns), unix(recv_ns.saturating_add(q))),
+                server_attrs("queue", q),
+                Status::Unset,
+            ));
+        }
+        if let Some(infer) = timing.infer_ns {
+            let start = recv_ns.saturating_add(queue_ns);
+            let mut attrs = server_attrs("infer", infer);
+            for (k, v) in [
+                ("stagetrace.pre_ms", timing.pre_ns),
+                ("stagetrace.post_ms", timing.post_ns),
+            ] {
+                if let Some(v) = v {
+                    attrs.push(KeyValue::new(k, ns_to_ms(v)));
+                }
+            }
+            out.push(self.span(
+                trace_id,
+                self.ids.new_span_id(),
+                parent_id,
+                remote,
+                "infer",
+                SpanKind::Server,
+                (unix(start), unix(start.saturating_add(infer))),
+                attrs,
+                error_status(),
+            ));
+        }
+        if timing.queue_ns.is_none() && timing.infer_ns.is_none() && remote {
+            // The server gave only its total: still show where it spent the time.
+            let attrs = vec![
+                KeyValue::new(key::KIND, rec.kind.clone()),
+                KeyValue::new("stagetrace.server_ms", ns_to_ms(total_ns)),
+            ];
+            out.push(self.span(
+                trace_id,
+                self.ids.new_span_id(),
+                parent_id,
+                remote,
+                "server",
+                SpanKind::Server,
+                (unix(recv_ns), unix(recv_ns.saturating_add(total_ns))),
+                attrs,
+                error_status(),
+            ));
+        }
+        out.len() - before
+    }
+
+    fn child(
+        &self,
+        trace_id: TraceId,
+        parent: SpanId,
+        name: &'static str,
+        kind: SpanKind,
+        times: (SystemTime, SystemTime),
+        attrs: Vec<KeyValue>,
+    ) -> SpanData {
+        self.span(
+            trace_id,
+            self.ids.new_span_id(),
+            parent,
+            false,
+            name,
+            kind,
+            times,
+            attrs,
+            Status::Unset,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn span(
+        &self,
+        trace_id: TraceId,
+        span_id: SpanId,
+        parent: SpanId,
+        parent_is_remote: bool,
+        name: &'static str,
+        kind: SpanKind,
+        (start_time, end_time): (SystemTime, SystemTime),
+        attributes: Vec<KeyValue>,
+        status: Status,
+    ) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                trace_id,
+                span_id,
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: parent,
+            parent_span_is_remote: parent_is_remote,
+            span_kind: kind,
+            name: Cow::Borrowed(name),
+            start_time,
+            end_time,
+            attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status,
+            instrumentation_scope: self.scope.clone(),
+        }
+    }
+}
+
+/// Every field of the public record (bar the ones that are the span's own
+/// identity) as `stagetrace.<field>` attributes, so fields added to the
+/// record later are exported too.
+fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(rec) else {
+        return;
+    };
+    for (name, value) in fields {
+        if matches!(name.as_str(), "trace_id" | "kind" | "seq") {
+            continue;
+        }
+        let value = match value {
+            serde_json::Value::Bool(b) => Value::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) if !name.ends_with("_ms") && !name.ends_with("_us") => Value::I64(i),
+                _ => match n.as_f64() {
+                    Some(f) => Value::F64(f),
+                    None => continue,
+                },
+            },
+            serde_json::Value::String(s) => Value::String(s.into()),
+            _ => continue,
+        };
+        out.push(KeyValue::new(format!("stagetrace.{name}"), value));
+    }
+}
+
+fn clock_name(rec: &CallRecord) -> Option<&'static str> {
+    rec.clock.map(|c| match c {
+        ClockBasis::Estimate => "estimate",
+        ClockBasis::Trusted => "trusted",
+        ClockBasis::None => "none",
+        ClockBasis::Degraded => "degraded",
+    })
+}
+
+/// Start (Unix ns) and duration of the call span: from the timeline, or from
+/// the record's own fields when the timeline was not filled in.
+fn call_extent(rec: &CallRecord) -> (u64, u64) {
+    let tl: &Timeline = &rec.timeline;
+    let start = if tl.call_start_unix_ns > 0 {
+        tl.call_start_unix_ns
+    } else {
+        ms_to_ns(rec.ts_unix_ms)
+    };
+    let dur = if tl.call_dur_ns > 0 {
+        tl.call_dur_ns
+    } else {
+        ms_to_ns(rec.e2e_ms)
+    };
+    (start, dur)
+}
+
+fn seq_value(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+fn ms_to_ns(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1e6).round() as u64
+    } else {
+        0
+    }
+}
+
+fn ns_to_ms(ns: u64) -> f64 {
+    // µs resolution, as in the record.
+    (ns as f64 / 1e3).round() / 1e3
+}
+
+fn unix(ns: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+fn now_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn valid_span_id(id: Option<[u8; 8]>) -> Option<SpanId> {
+    id.filter(|b| *b != [0; 8]).map(SpanId::from_bytes)
+}
+
+/// 32 lowercase (or uppercase) hex digits, not all zero.
+pub(crate) fn parse_trace_id(hex: &str) -> Option<TraceId> {
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let v = u128::from_str_radix(hex, 16).ok()?;
+    (v != 0).then(|| TraceId::from(v))
+}

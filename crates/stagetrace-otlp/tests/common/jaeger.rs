@@ -1,0 +1,361 @@
+//! A real Jaeger (v2, all-in-one, in-memory storage) for end-to-end tests:
+//! each test starts its own on free loopback ports from a generated config,
+//! so tests do not share traces and a test may stop and restart it.
+//!
+//! The binary comes from `STAGETRACE_JAEGER_BIN` (`cargo xtask test` builds
+//! it from the pinned Go module in `tests/jaeger-tool` and sets the variable).
+//! Without it the test says loudly that it was SKIPPED; with
+//! `STAGETRACE_REQUIRE_JAEGER=1` (set by xtask when Go is present) it fails.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One running (or stopped) Jaeger.
+pub struct Jaeger {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// OTLP/HTTP receiver port.
+    pub otlp_http: u16,
+    /// OTLP/gRPC receiver port.
+    pub otlp_grpc: u16,
+    /// Query API (HTTP) port.
+    pub query_http: u16,
+    query_grpc: u16,
+    http: reqwest::blocking::Client,
+}
+
+impl Jaeger {
+    /// Starts a Jaeger for `test`, or returns `None` after a loud SKIPPED
+    /// message when no binary is configured (panics instead when
+    /// `STAGETRACE_REQUIRE_JAEGER=1`).
+    pub fn start_or_skip(test: &str) -> Option<Jaeger> {
+        let bin = match std::env::var_os("STAGETRACE_JAEGER_BIN") {
+            Some(b) if !b.is_empty() => PathBuf::from(b),
+            _ => {
+                let required = std::env::var("STAGETRACE_REQUIRE_JAEGER").is_ok_and(|v| v == "1");
+                assert!(
+                    !required,
+                    "{test}: STAGETRACE_REQUIRE_JAEGER=1 but STAGETRACE_JAEGER_BIN is not set: \
+                     run `cargo xtask test` (it builds Jaeger), or set STAGETRACE_JAEGER_BIN \
+                     to a Jaeger v2 binary (`cargo xtask jaeger` prints its path)"
+                );
+                eprintln!();
+                eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+                eprintln!("!!! {test}: SKIPPED, no Jaeger: STAGETRACE_JAEGER_BIN is not set.");
+                eprintln!("!!! Run `cargo xtask test`, or `cargo xtask jaeger` and set");
+                eprintln!("!!! STAGETRACE_JAEGER_BIN to the path it prints.");
+                eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+                eprintln!();
+                return None;
+            }
+        };
+        assert!(
+            bin.exists(),
+            "STAGETRACE_JAEGER_BIN={} does not exist: run `cargo xtask jaeger`",
+            bin.display()
+        );
+        let ports = free_ports(4);
+        let mut jaeger = Jaeger {
+            bin,
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            otlp_http: ports[0],
+            otlp_grpc: ports[1],
+            query_http: ports[2],
+            query_grpc: ports[3],
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        };
+        std::fs::write(jaeger.dir.path().join("jaeger.yaml"), jaeger.config()).unwrap();
+        jaeger.spawn();
+        Some(jaeger)
+    }
+
+    /// The OTLP/HTTP base URL to point an exporter at.
+    pub fn otlp_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.otlp_http)
+    }
+
+    fn config(&self) -> String {
+        format!(
+            r#"service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: []
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+    logs:
+      level: warn
+extensions:
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 100000
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: 127.0.0.1:{query_http}
+    grpc:
+      endpoint: 127.0.0.1:{query_grpc}
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:{otlp_grpc}
+      http:
+        endpoint: 127.0.0.1:{otlp_http}
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+"#,
+            query_http = self.query_http,
+            query_grpc = self.query_grpc,
+            otlp_grpc = self.otlp_grpc,
+            otlp_http = self.otlp_http,
+        )
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("jaeger.log")
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(&self.bin)
+            .arg("--config")
+            .arg(self.dir.path().join("jaeger.yaml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !(port_open(self.otlp_http) && port_open(self.query_http)) {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("Jaeger exited with {status}:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Jaeger did not open its ports within 60 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops Jaeger (its in-memory traces are lost); the ports stay reserved
+    /// for [`restart`](Self::restart) by nobody but chance.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while port_open(self.otlp_http) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts Jaeger again on the same ports.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Jaeger's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// `GET /api/v3/traces/{trace_id}`: the spans Jaeger has for the trace
+    /// (empty while it has none: a 404).
+    pub fn trace(&self, trace_id: &str) -> Vec<JSpan> {
+        let url = format!(
+            "http://127.0.0.1:{}/api/v3/traces/{trace_id}?raw_traces=true",
+            self.query_http
+        );
+        let resp = match self.http.get(&url).send() {
+            Ok(r) => r,
+            Err(_) => return Vec::new(),
+        };
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Vec::new();
+        }
+        assert!(resp.status().is_success(), "GET {url}: {}", resp.status());
+        let body: Value = resp.json().unwrap();
+        JSpan::from_response(&body)
+    }
+
+    /// Polls the trace until `done` accepts its spans or `timeout` passes;
+    /// returns the last spans seen.
+    pub fn wait_trace(
+        &self,
+        trace_id: &str,
+        timeout: Duration,
+        done: impl Fn(&[JSpan]) -> bool,
+    ) -> Vec<JSpan> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let spans = self.trace(trace_id);
+            if done(&spans) || Instant::now() >= deadline {
+                return spans;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Jaeger {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One span as Jaeger's v3 API returns it (OTLP JSON).
+#[derive(Clone, Debug)]
+pub struct JSpan {
+    pub service: String,
+    pub trace_id: String,
+    pub span_id: String,
+    /// Empty for a root span.
+    pub parent_span_id: String,
+    pub name: String,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    pub attributes: Value,
+}
+
+impl JSpan {
+    fn from_response(body: &Value) -> Vec<JSpan> {
+        let mut out = Vec::new();
+        let empty = Vec::new();
+        let resource_spans = body["result"]["resourceSpans"].as_array().unwrap_or(&empty);
+        for rs in resource_spans {
+            let service = attr_str(&rs["resource"]["attributes"], "service.name").unwrap_or_default();
+            for ss in rs["scopeSpans"].as_array().unwrap_or(&empty) {
+                for s in ss["spans"].as_array().unwrap_or(&empty) {
+                    out.push(JSpan {
+                        service: service.clone(),
+                        trace_id: id_hex(&s["traceId"]),
+                        span_id: id_hex(&s["spanId"]),
+                        parent_span_id: id_hex(&s["parentSpanId"]),
+                        name: s["name"].as_str().unwrap_or_default().to_owned(),
+                        start_unix_ns: num(&s["startTimeUnixNano"]),
+                        end_unix_ns: num(&s["endTimeUnixNano"]),
+                        attributes: s["attributes"].clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Duration in ms.
+    pub fn dur_ms(&self) -> f64 {
+        self.end_unix_ns.saturating_sub(self.start_unix_ns) as f64 / 1e6
+    }
+
+    /// A string attribute.
+    pub fn attr_str(&self, key: &str) -> Option<String> {
+        attr_str(&self.attributes, key)
+    }
+
+    /// A numeric attribute.
+    pub fn attr_f64(&self, key: &str) -> Option<f64> {
+        let v = attr_value(&self.attributes, key)?;
+        v["doubleValue"]
+            .as_f64()
+            .or_else(|| v["intValue"].as_str().and_then(|s| s.parse().ok()))
+            .or_else(|| v["intValue"].as_f64())
+    }
+}
+
+fn attr_value<'a>(attrs: &'a Value, key: &str) -> Option<&'a Value> {
+    attrs
+        .as_array()?
+        .iter()
+        .find(|kv| kv["key"] == key)
+        .map(|kv| &kv["value"])
+}
+
+fn attr_str(attrs: &Value, key: &str) -> Option<String> {
+    attr_value(attrs, key)?["stringValue"].as_str().map(str::to_owned)
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| v.as_u64())
+        .unwrap_or(0)
+}
+
+/// OTLP JSON ids are hex; older gateways sent base64. Normalise to lowercase hex.
+fn id_hex(v: &Value) -> String {
+    let s = v.as_str().unwrap_or_default();
+    if s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        s.to_ascii_lowercase()
+    } else {
+        base64_to_hex(s)
+    }
+}
+
+fn base64_to_hex(s: &str) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bits: u32 = 0;
+    let mut nbits = 0;
+    let mut out = String::new();
+    for c in s.bytes().filter(|&c| c != b'=') {
+        let Some(v) = ALPHABET.iter().position(|&a| a == c) else {
+            return String::new();
+        };
+        bits = (bits << 6) | v as u32;
+        nbits += 6;
+        if nbits >= 8 {
+            nbits -= 8;
+            out.push_str(&format!("{:02x}", (bits >> nbits) & 0xff));
+        }
+    }
+    out
+}
+
+/// `n` distinct free loopback ports (bound together, then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+pub fn port_open(port: u16) -> bool {
+    TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}

@@ -1,0 +1,370 @@
+//! Building a [`StageLayer`]: configuration, the worker thread and the
+//! [`FlushGuard`] that drains it.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use tracing_core::Subscriber;
+use tracing_subscriber::layer::Layer;
+use tracing_subscriber::registry::LookupSpan;
+
+pub use tracing_appender::rolling::Rotation;
+
+use crate::clock::ClockMode;
+use crate::layer::{FilteredStageLayer, Msg, Names, Shared, StageFilter, StageLayer, WithScope};
+use crate::sink::RecordSink;
+use crate::stage::Stage;
+use crate::summary::Summary;
+use crate::worker::{run_id, Worker, WorkerConfig};
+
+/// How long dropping the guard waits for the worker to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Configures a [`StageLayer`]; see [`StageLayer::builder`].
+pub struct StageLayerBuilder {
+    output_dir: Option<PathBuf>,
+    window: Duration,
+    target_hz: Option<f64>,
+    map: Vec<(String, Stage)>,
+    call_span_name: String,
+    warmup_calls: u64,
+    warmup_duration: Option<Duration>,
+    queue_capacity: usize,
+    clock_mode: ClockMode,
+    rotation: Rotation,
+    sinks: Vec<Box<dyn RecordSink>>,
+}
+
+impl fmt::Debug for StageLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageLayerBuilder")
+            .field("output_dir", &self.output_dir)
+            .field("window", &self.window)
+            .field("target_hz", &self.target_hz)
+            .field("map", &self.map)
+            .field("call_span_name", &self.call_span_name)
+            .field("warmup_calls", &self.warmup_calls)
+            .field("warmup_duration", &self.warmup_duration)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("clock_mode", &self.clock_mode)
+            .field("rotation", &self.rotation)
+            .field("sinks", &self.sinks.len())
+            .finish()
+    }
+}
+
+impl Default for StageLayerBuilder {
+    fn default() -> Self {
+        StageLayerBuilder {
+            output_dir: None,
+            window: Duration::from_secs(10),
+            target_hz: None,
+            map: Vec::new(),
+            call_span_name: "call".to_owned(),
+            warmup_calls: 0,
+            warmup_duration: None,
+            queue_capacity: 4096,
+            clock_mode: ClockMode::default(),
+            rotation: Rotation::DAILY,
+            sinks: Vec::new(),
+        }
+    }
+}
+
+/// Why a [`StageLayer`] could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `.window(...)` was zero.
+    ZeroWindow,
+    /// `.target_hz(...)` was not a positive finite number.
+    BadTargetHz(f64),
+    /// `.queue_capacity(0)`.
+    ZeroQueue,
+    /// A span name was empty, or mapped to two roles.
+    BadSpanName(String),
+    /// The worker thread could not be started.
+    Spawn(std::io::Error),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::ZeroWindow => f.write_str(
+                "stagetrace: the summary window is zero; pass a positive duration to .window(...), e.g. Duration::from_secs(10)",
+            ),
+            BuildError::BadTargetHz(hz) => write!(
+                f,
+                "stagetrace: target_hz {hz} is not a positive rate; pass the control loop's rate in Hz, e.g. .target_hz(30.0), or leave it unset"
+            ),
+            BuildError::ZeroQueue => f.write_str(
+                "stagetrace: queue_capacity is 0; pass at least 1 (the default 4096 holds minutes of a 30 Hz loop)",
+            ),
+            BuildError::BadSpanName(name) => write!(
+                f,
+                "stagetrace: span name {name:?} is empty or mapped twice (call span vs. a stage); give each name one role in .call_span_name(...) / .map_span(...)"
+            ),
+            BuildError::Spawn(e) => write!(
+                f,
+                "stagetrace: cannot start the worker thread: {e}; the process may be out of threads or memory"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl StageLayer {
+    /// Start configuring a stage layer.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tracing_subscriber::prelude::*;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let (stages, guard) = stagetrace::StageLayer::builder()
+    ///     .output_dir(dir.path())
+    ///     .window(Duration::from_secs(10))
+    ///     .target_hz(30.0)
+    ///     .build()?;
+    /// let subscriber = tracing_subscriber::registry().with(stages);
+    /// tracing::subscriber::with_default(subscriber, || {
+    ///     let _call = tracing::info_span!("call").entered();
+    ///     tracing::info_span!("capture").in_scope(|| { /* grab frames */ });
+    /// });
+    /// let summary = guard.finish();
+    /// assert_eq!(summary.calls, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder() -> StageLayerBuilder {
+        StageLayerBuilder::default()
+    }
+}
+
+impl StageLayerBuilder {
+    /// Write `records-<run>.*.jsonl` and `summary.*.jsonl` into `dir` (created
+    /// if missing). Without it, records go only to the sinks and the summary
+    /// returned by [`FlushGuard::finish`].
+    pub fn output_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.output_dir = Some(dir.into());
+        self
+    }
+
+    /// Length of a rolling summary window (default 10 s).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The control loop's rate: enables deadline misses, lateness, effective
+    /// rate and jitter.
+    pub fn target_hz(mut self, hz: f64) -> Self {
+        self.target_hz = Some(hz);
+        self
+    }
+
+    /// Treat spans named `name` as `stage` (in addition to the default names
+    /// `capture`, `transport`, `queue`, `infer`, `dispatch`).
+    pub fn map_span(mut self, name: impl Into<String>, stage: Stage) -> Self {
+        self.map.push((name.into(), stage));
+        self
+    }
+
+    /// Name of the span that encloses one call (default `"call"`).
+    pub fn call_span_name(mut self, name: impl Into<String>) -> Self {
+        self.call_span_name = name.into();
+        self
+    }
+
+    /// Flag the first `n` calls as warm-up and keep them out of every figure.
+    pub fn warmup_calls(mut self, n: u64) -> Self {
+        self.warmup_calls = n;
+        self
+    }
+
+    /// Flag calls starting within `d` of the first call as warm-up.
+    pub fn warmup_duration(mut self, d: Duration) -> Self {
+        self.warmup_duration = Some(d);
+        self
+    }
+
+    /// Calls that may wait for the worker (default 4096); when full, calls are
+    /// dropped and counted, never blocking the app.
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n;
+        self
+    }
+
+    /// How the uplink/downlink split is obtained (default: estimate).
+    pub fn clock_mode(mut self, mode: ClockMode) -> Self {
+        self.clock_mode = mode;
+        self
+    }
+
+    /// File rotation of both outputs (default daily; `Rotation::NEVER` gives
+    /// `summary.jsonl` and `records-<run>.jsonl`).
+    pub fn rotation(mut self, rotation: Rotation) -> Self {
+        self.rotation = rotation;
+        self
+    }
+
+    /// Also hand every record and summary to `sink`, on the worker thread.
+    /// Several sinks may be added.
+    pub fn sink(mut self, sink: Box<dyn RecordSink>) -> Self {
+        self.sinks.push(sink);
+        self
+    }
+
+    /// Start the worker and return the layer (with its per-layer filter) and
+    /// the guard that drains the worker when dropped.
+    ///
+    /// An unwritable output directory is not an error here: it is reported
+    /// once on stderr, counted as `write_failures` and retried, and the app
+    /// keeps running.
+    pub fn build<S>(self) -> Result<(FilteredStageLayer<S>, FlushGuard), BuildError>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if self.window.is_zero() {
+            return Err(BuildError::ZeroWindow);
+        }
+        if let Some(hz) = self.target_hz {
+            if !(hz.is_finite() && hz > 0.0) {
+                return Err(BuildError::BadTargetHz(hz));
+            }
+        }
+        if self.queue_capacity == 0 {
+            return Err(BuildError::ZeroQueue);
+        }
+        if self.call_span_name.is_empty() {
+            return Err(BuildError::BadSpanName(self.call_span_name));
+        }
+        let mut stages: Vec<(String, Stage)> = Vec::new();
+        for (name, stage) in self.map {
+            if name.is_empty() || name == self.call_span_name {
+                return Err(BuildError::BadSpanName(name));
+            }
+            if !stages.iter().any(|(n, _)| *n == name) {
+                stages.push((name, stage));
+            }
+        }
+        for stage in Stage::ALL {
+            let name = stage.name();
+            if name != self.call_span_name && !stages.iter().any(|(n, _)| n == name) {
+                stages.push((name.to_owned(), stage));
+            }
+        }
+        let names = Arc::new(Names {
+            call: self.call_span_name,
+            stages,
+        });
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = crossbeam_channel::bounded(self.queue_capacity);
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let worker = Worker::new(
+            WorkerConfig {
+                run: run_id(),
+                output_dir: self.output_dir,
+                rotation: self.rotation,
+                window: self.window,
+                target_hz: self.target_hz,
+                warmup_calls: self.warmup_calls,
+                warmup_duration: self.warmup_duration,
+                clock_mode: self.clock_mode,
+                queue_capacity: self.queue_capacity,
+                sinks: self.sinks,
+            },
+            Arc::clone(&shared),
+        );
+        let handle = std::thread::Builder::new()
+            .name("stagetrace-worker".to_owned())
+            .spawn(move || worker.run(rx, done_tx))
+            .map_err(BuildError::Spawn)?;
+        let layer = StageLayer {
+            names: Arc::clone(&names),
+            tx: tx.clone(),
+            shared,
+            with_scope: WithScope::for_subscriber::<S>(),
+        };
+        let guard = FlushGuard {
+            tx,
+            done: done_rx,
+            handle: Some(handle),
+            summary: None,
+        };
+        Ok((layer.with_filter(StageFilter { names }), guard))
+    }
+}
+
+/// Drains the worker when dropped (or on [`finish`](FlushGuard::finish)):
+/// every call already queued is written, the last window and the cumulative
+/// summary are emitted, sinks are flushed. Keep it alive for as long as the
+/// app runs, e.g. `let _guard = ...` in `main`.
+pub struct FlushGuard {
+    tx: Sender<Msg>,
+    done: Receiver<Summary>,
+    handle: Option<JoinHandle<()>>,
+    summary: Option<Summary>,
+}
+
+impl fmt::Debug for FlushGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FlushGuard")
+            .field("running", &self.handle.is_some())
+            .finish()
+    }
+}
+
+impl FlushGuard {
+    /// Drain the worker and return the cumulative summary (steady-state
+    /// calls since the layer was built). Calls that close after this are
+    /// counted as queue drops.
+    ///
+    /// If the worker does not finish within 10 s (e.g. a sink hangs) or has
+    /// died, an empty summary with `window == "incomplete"` is returned and
+    /// the problem is reported on stderr.
+    pub fn finish(mut self) -> Summary {
+        self.shutdown();
+        self.summary.take().unwrap_or_else(|| Summary {
+            window: "incomplete".to_owned(),
+            ..Summary::default()
+        })
+    }
+
+    fn shutdown(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        if self.tx.send_timeout(Msg::Shutdown, DRAIN_TIMEOUT).is_err() {
+            eprintln!("stagetrace: the worker thread did not accept the shutdown request; some calls may be unwritten");
+            return;
+        }
+        match self.done.recv_timeout(DRAIN_TIMEOUT) {
+            Ok(summary) => {
+                self.summary = Some(summary);
+                let _ = handle.join();
+            }
+            Err(_) => eprintln!(
+                "stagetrace: the worker thread did not finish within {}s (a slow sink or a hung disk?); some calls may be unwritten",
+                DRAIN_TIMEOUT.as_secs()
+            ),
+        }
+    }
+}
+
+impl Drop for FlushGuard {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

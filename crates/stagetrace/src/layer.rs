@@ -1,0 +1,626 @@
+//! The stage [`Layer`]: the app-thread hot path.
+//!
+//! Per tracked span the layer keeps one small `Copy` struct in the span's
+//! registry extensions; a stage span adds its time to the nearest enclosing
+//! call span when it closes; the call span, when it closes, becomes one
+//! fixed-size message on a bounded queue to the worker thread (`try_send`: a
+//! full queue drops and counts, never blocks). No locks are held across calls
+//! into other code, no I/O, no allocation beyond the registry's own per-span
+//! extension slot.
+
+use std::any::TypeId;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+use tracing_core::field::{Field, Visit};
+use tracing_core::span::{self, Attributes, Record};
+use tracing_core::subscriber::Interest;
+use tracing_core::{Dispatch, Metadata, Subscriber};
+use tracing_subscriber::layer::{Context, Filter, Layer};
+use tracing_subscriber::registry::{ExtensionsMut, LookupSpan};
+
+use crate::ids;
+use crate::stage::Stage;
+use crate::wire::{ServerTiming, TraceParent};
+
+/// A short string kept inline (no allocation); longer values are truncated
+/// at a character boundary.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InlineStr<const N: usize> {
+    len: u8,
+    buf: [u8; N],
+}
+
+impl<const N: usize> InlineStr<N> {
+    pub(crate) const fn new() -> Self {
+        InlineStr { len: 0, buf: [0; N] }
+    }
+
+    pub(crate) fn set(&mut self, s: &str) {
+        let mut n = s.len().min(N).min(u8::MAX as usize);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[..n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len = n as u8;
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<const N: usize> fmt::Debug for InlineStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// Longest `kind` kept (bytes).
+pub(crate) const KIND_LEN: usize = 32;
+/// Longest transport `peer` kept (bytes).
+pub(crate) const PEER_LEN: usize = 64;
+
+/// What a tracked span is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Call,
+    Stage(Stage),
+}
+
+/// Span names → roles, fixed at build time.
+#[derive(Debug)]
+pub(crate) struct Names {
+    pub(crate) call: String,
+    /// Name → stage; user mappings first, then the defaults.
+    pub(crate) stages: Vec<(String, Stage)>,
+}
+
+impl Names {
+    #[inline]
+    fn role(&self, name: &str) -> Option<Role> {
+        if name == self.call {
+            return Some(Role::Call);
+        }
+        self.stages
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| Role::Stage(*s))
+    }
+
+    fn role_of_value(&self, value: &str) -> Option<Role> {
+        if value == self.call || value == "call" {
+            return Some(Role::Call);
+        }
+        value.parse().ok().map(Role::Stage)
+    }
+
+    fn interesting(&self, meta: &Metadata<'_>) -> bool {
+        meta.is_span() && (self.role(meta.name()).is_some() || meta.fields().field("stage").is_some())
+    }
+}
+
+/// Counters the app thread bumps and the worker reports.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    pub(crate) next_ordinal: AtomicU64,
+    pub(crate) queue_drops: AtomicU64,
+    pub(crate) ignored_spans: AtomicU64,
+    pub(crate) unknown_stage: AtomicU64,
+}
+
+/// Accumulated time of one stage inside one call (client monotonic clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StageAcc {
+    /// Spans of this stage that closed inside the call.
+    pub(crate) count: u32,
+    /// Sum of their durations.
+    pub(crate) sum_ns: u64,
+    /// Start of the first one, ns after the call started.
+    pub(crate) first_start_ns: u64,
+}
+
+/// The transport span used for stitching.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TransportAcc {
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    pub(crate) span_id: u64,
+    pub(crate) timing: Option<ServerTiming>,
+    pub(crate) peer: InlineStr<PEER_LEN>,
+}
+
+/// Per-call state, in the call span's extensions; sent whole to the worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallState {
+    pub(crate) start: Instant,
+    pub(crate) ordinal: u64,
+    pub(crate) seq: Option<u64>,
+    pub(crate) trace_id: u128,
+    pub(crate) span_id: u64,
+    pub(crate) kind: InlineStr<KIND_LEN>,
+    pub(crate) stages: [StageAcc; 5],
+    /// Sum of the durations of stage spans not nested in another stage span.
+    pub(crate) covered_ns: u64,
+    pub(crate) transport: Option<TransportAcc>,
+    pub(crate) failed: Option<&'static str>,
+    pub(crate) digest: Option<u64>,
+    pub(crate) observer_ns: u64,
+}
+
+/// Per-stage-span state.
+#[derive(Clone, Copy, Debug)]
+struct StageState {
+    stage: Stage,
+    start: Instant,
+    /// Non-zero for transport spans: the parent id sent in `traceparent`.
+    span_id: u64,
+    observer_ns: u64,
+    timing: Option<ServerTiming>,
+    peer: InlineStr<PEER_LEN>,
+}
+
+/// One finished call, as queued to the worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawCall {
+    pub(crate) state: CallState,
+    pub(crate) end: Instant,
+    pub(crate) panicking: bool,
+}
+
+/// Messages to the worker.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Call(RawCall),
+    /// Drain, write the cumulative summary, reply, exit.
+    Shutdown,
+}
+
+/// Reads the few fields the layer cares about.
+struct Fields<'a> {
+    names: &'a Names,
+    stage: Option<Option<Role>>,
+    kind: Option<InlineStr<KIND_LEN>>,
+    seq: Option<u64>,
+    peer: Option<InlineStr<PEER_LEN>>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(names: &'a Names) -> Self {
+        Fields {
+            names,
+            stage: None,
+            kind: None,
+            seq: None,
+            peer: None,
+        }
+    }
+}
+
+impl Visit for Fields<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "stage" => self.stage = Some(self.names.role_of_value(value)),
+            "kind" => {
+                let mut k = InlineStr::new();
+                k.set(value);
+                self.kind = Some(k);
+            }
+            "peer" => {
+                let mut p = InlineStr::new();
+                p.set(value);
+                self.peer = Some(p);
+            }
+            _ => {}
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if field.name() == "seq" {
+            self.seq = Some(value);
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if field.name() == "seq" {
+            self.seq = u64::try_from(value).ok();
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `stage = ?x` / `kind = %x` arrive here; format into a stack buffer.
+        if matches!(field.name(), "stage" | "kind" | "peer") {
+            let mut buf = StackWriter::<64>::new();
+            if fmt::write(&mut buf, format_args!("{value:?}")).is_ok() || buf.len > 0 {
+                let s = buf.as_str().trim_matches('"');
+                self.record_str(field, s);
+            }
+        }
+    }
+}
+
+/// A `fmt::Write` into a fixed stack buffer; excess is dropped.
+struct StackWriter<const N: usize> {
+    len: usize,
+    buf: [u8; N],
+}
+
+impl<const N: usize> StackWriter<N> {
+    fn new() -> Self {
+        StackWriter { len: 0, buf: [0; N] }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+}
+
+impl<const N: usize> fmt::Write for StackWriter<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = N - self.len;
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        if n < s.len() {
+            Err(fmt::Error)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Walks the scope of a span, innermost first, handing each span's extensions
+/// to `f` until it returns `true`. Set when the layer is attached, because
+/// only then is the subscriber type known (tracing-opentelemetry's `WithContext`
+/// does the same).
+#[derive(Clone, Copy)]
+pub(crate) struct WithScope(Option<WalkFn>);
+
+impl WithScope {
+    pub(crate) fn for_subscriber<S>() -> Self
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        WithScope(Some(walk_scope::<S>))
+    }
+}
+
+type WalkFn = fn(&Dispatch, &span::Id, &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool);
+
+impl fmt::Debug for WithScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WithScope")
+    }
+}
+
+fn walk_scope<S>(dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
+        return;
+    };
+    let Some(span) = subscriber.span(id) else {
+        return;
+    };
+    for s in span.scope() {
+        if f(&mut s.extensions_mut()) {
+            return;
+        }
+    }
+}
+
+/// The stage layer. Built by [`StageLayer::builder`]; what the builder returns
+/// is this layer wrapped in its per-layer filter ([`FilteredStageLayer`]), so
+/// spans that are not stages cost almost nothing and other layers still see them.
+pub struct StageLayer {
+    pub(crate) names: Arc<Names>,
+    pub(crate) tx: Sender<Msg>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) with_scope: WithScope,
+}
+
+impl fmt::Debug for StageLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageLayer")
+            .field("call_span", &self.names.call)
+            .field("stage_spans", &self.names.stages)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-layer filter: enables call spans, spans with a stage name and
+/// spans with a `stage` field, for this layer only.
+#[derive(Clone, Debug)]
+pub struct StageFilter {
+    pub(crate) names: Arc<Names>,
+}
+
+impl<S> Filter<S> for StageFilter {
+    fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        self.names.interesting(meta)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if self.names.interesting(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn event_enabled(&self, _event: &tracing_core::Event<'_>, _cx: &Context<'_, S>) -> bool {
+        false
+    }
+}
+
+/// What [`StageLayer::builder`]`.build()` returns: the layer with its
+/// per-layer filter, ready for `registry().with(...)`.
+pub type FilteredStageLayer<S> = tracing_subscriber::filter::Filtered<StageLayer, StageFilter, S>;
+
+impl<S> Layer<S> for StageLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_layer(&mut self, _subscriber: &mut S) {
+        self.with_scope = WithScope::for_subscriber::<S>();
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        let t0 = Instant::now();
+        let meta = attrs.metadata();
+        let mut role = self.names.role(meta.name());
+        let mut fields = Fields::new(&self.names);
+        if !meta.fields().is_empty() {
+            attrs.record(&mut fields);
+        }
+        if let Some(by_field) = fields.stage {
+            role = by_field;
+            if by_field.is_none() {
+                self.shared.unknown_stage.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let Some(role) = role else { return };
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        match role {
+            Role::Call => {
+                let ordinal = self.shared.next_ordinal.fetch_add(1, Ordering::Relaxed);
+                let mut state = CallState {
+                    start: t0,
+                    ordinal,
+                    seq: fields.seq,
+                    trace_id: ids::trace_id(),
+                    span_id: ids::span_id(),
+                    kind: fields.kind.unwrap_or(InlineStr::new()),
+                    stages: [StageAcc::default(); 5],
+                    covered_ns: 0,
+                    transport: None,
+                    failed: None,
+                    digest: None,
+                    observer_ns: 0,
+                };
+                state.observer_ns = t0.elapsed().as_nanos() as u64;
+                ext.replace(state);
+            }
+            Role::Stage(stage) => {
+                let state = StageState {
+                    stage,
+                    start: t0,
+                    span_id: if stage == Stage::Transport { ids::span_id() } else { 0 },
+                    observer_ns: t0.elapsed().as_nanos() as u64,
+                    timing: None,
+                    peer: fields.peer.unwrap_or(InlineStr::new()),
+                };
+                ext.replace(state);
+            }
+        }
+    }
+
+    fn on_record(&self, id: &span::Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let mut fields = Fields::new(&self.names);
+        values.record(&mut fields);
+        if fields.kind.is_none() && fields.seq.is_none() && fields.peer.is_none() {
+            return;
+        }
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        if let Some(call) = ext.get_mut::<CallState>() {
+            if let Some(k) = fields.kind {
+                call.kind = k;
+            }
+            if let Some(s) = fields.seq {
+                call.seq = Some(s);
+            }
+        } else if let Some(st) = ext.get_mut::<StageState>() {
+            if let Some(p) = fields.peer {
+                st.peer = p;
+            }
+        }
+    }
+
+    fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
+        let end = Instant::now();
+        let Some(span) = ctx.span(&id) else { return };
+        let (call, stage) = {
+            let ext = span.extensions();
+            (ext.get::<CallState>().copied(), ext.get::<StageState>().copied())
+        };
+        if let Some(state) = call {
+            self.finish_call(state, end);
+            return;
+        }
+        let Some(st) = stage else { return };
+        let dur_ns = end.saturating_duration_since(st.start).as_nanos() as u64;
+        let mut nested = false;
+        for ancestor in span.scope().skip(1) {
+            let mut ext = ancestor.extensions_mut();
+            if let Some(call) = ext.get_mut::<CallState>() {
+                let acc = &mut call.stages[st.stage.index()];
+                if acc.count == 0 {
+                    acc.first_start_ns = st.start.saturating_duration_since(call.start).as_nanos() as u64;
+                }
+                acc.count = acc.count.saturating_add(1);
+                acc.sum_ns = acc.sum_ns.saturating_add(dur_ns);
+                if !nested {
+                    call.covered_ns = call.covered_ns.saturating_add(dur_ns);
+                }
+                if st.stage == Stage::Transport && (st.timing.is_some() || call.transport.is_none_or(|t| t.timing.is_none())) {
+                    call.transport = Some(TransportAcc {
+                        start: st.start,
+                        end,
+                        span_id: st.span_id,
+                        timing: st.timing,
+                        peer: st.peer,
+                    });
+                }
+                call.observer_ns = call
+                    .observer_ns
+                    .saturating_add(st.observer_ns)
+                    .saturating_add(end.elapsed().as_nanos() as u64);
+                return;
+            }
+            if ext.get_mut::<StageState>().is_some() {
+                nested = true;
+            }
+        }
+        self.shared.ignored_spans.fetch_add(1, Ordering::Relaxed);
+    }
+
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            Some(self as *const Self as *const ())
+        } else if id == TypeId::of::<WithScope>() {
+            Some(&self.with_scope as *const WithScope as *const ())
+        } else {
+            None
+        }
+    }
+}
+
+impl StageLayer {
+    fn finish_call(&self, mut state: CallState, end: Instant) {
+        let panicking = std::thread::panicking();
+        state.observer_ns = state
+            .observer_ns
+            .saturating_add(end.elapsed().as_nanos() as u64);
+        let msg = Msg::Call(RawCall {
+            state,
+            end,
+            panicking,
+        });
+        if self.tx.try_send(msg).is_err() {
+            self.shared.queue_drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs `f` on the extensions of `span` and its ancestors, innermost first,
+/// until `f` returns `true`. Does nothing when no stage layer is installed.
+fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool) {
+    span.with_subscriber(|(id, dispatch)| {
+        if let Some(WithScope(Some(walk))) = dispatch.downcast_ref::<WithScope>() {
+            walk(dispatch, id, f);
+        }
+    });
+}
+
+/// Attach the server timing a response carried (DESIGN section 3) to the
+/// transport span `span`, or to the nearest transport span enclosing it.
+///
+/// The worker stitches it onto the client's timeline when the call ends:
+/// `server_ms`, `net_ms`, the `uplink_ms` / `downlink_ms` split, `queue_ms`
+/// and `infer_ms`. Without it the transport is reported as `roundtrip_ms`
+/// only. No effect when `span` is not inside a transport span or no
+/// [`StageLayer`] is installed. Never allocates or blocks.
+pub fn record_server_timing(span: &tracing::Span, timing: ServerTiming) {
+    walk(span, &mut |ext| {
+        if let Some(st) = ext.get_mut::<StageState>() {
+            if st.stage == Stage::Transport {
+                st.timing = Some(timing);
+                return true;
+            }
+        }
+        ext.get_mut::<CallState>().is_some()
+    });
+}
+
+/// The W3C trace context to send with the request made inside `span`:
+/// trace id = the call's trace id (the record's `trace_id`), parent id = the
+/// enclosing transport span's own id (or the call's when there is no
+/// transport span). `None` outside a call or without a [`StageLayer`].
+pub fn trace_parent(span: &tracing::Span) -> Option<TraceParent> {
+    let mut parent_id = 0u64;
+    let mut out = None;
+    walk(span, &mut |ext| {
+        if let Some(st) = ext.get_mut::<StageState>() {
+            if parent_id == 0 && st.span_id != 0 {
+                parent_id = st.span_id;
+            }
+            return false;
+        }
+        if let Some(call) = ext.get_mut::<CallState>() {
+            if parent_id == 0 {
+                parent_id = call.span_id;
+            }
+            out = Some(TraceParent {
+                version: 0,
+                trace_id: call.trace_id.to_be_bytes(),
+                parent_id: parent_id.to_be_bytes(),
+                flags: 1,
+            });
+            return true;
+        }
+        false
+    });
+    out
+}
+
+/// Mark the call enclosing `span` (or `span` itself, if it is the call span)
+/// as failed: its record gets `failed: true, error: reason`, and it is kept out
+/// of the stage figures (counted as `failed_calls`).
+pub fn mark_failed(span: &tracing::Span, reason: &'static str) {
+    with_call(span, |call| call.failed = Some(reason));
+}
+
+/// Attach a digest of the call's output (e.g. a hash of the action chunk) to
+/// the enclosing call; written as `output_digest` in hex, for consistency
+/// checks between runs.
+pub fn record_output_digest(span: &tracing::Span, digest: u64) {
+    with_call(span, |call| call.digest = Some(digest));
+}
+
+fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
+    walk(span, &mut |ext| match ext.get_mut::<CallState>() {
+        Some(call) => {
+            f(call);
+            true
+        }
+        None => false,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_str_truncates_on_char_boundary() {
+        let mut s = InlineStr::<4>::new();
+        s.set("abcdef");
+        assert_eq!(s.as_str(), "abcd");
+        s.set("aé€");
+        assert_eq!(s.as_str(), "aé");
+        assert!(!s.is_empty());
+    }
+}

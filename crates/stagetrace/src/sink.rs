@@ -1,0 +1,39 @@
+//! Sinks: where finished calls go besides the files.
+
+use crate::record::CallRecord;
+use crate::summary::WindowSummary;
+
+/// Receives every finished call and every summary window, on the worker thread.
+///
+/// Register sinks with [`StageLayerBuilder::sink`](crate::StageLayerBuilder::sink).
+/// The methods run on stagetrace's worker thread, never on the app thread, so
+/// a sink may allocate, lock or do I/O; a slow sink delays only the worker
+/// (and, when the queue fills up, makes the layer drop and count calls). A sink
+/// that panics is disabled and reported once; the other outputs keep running.
+///
+/// ```
+/// use stagetrace::{CallRecord, RecordSink};
+///
+/// #[derive(Debug, Default)]
+/// struct Slowest(f64);
+///
+/// impl RecordSink for Slowest {
+///     fn on_record(&mut self, rec: &CallRecord) {
+///         self.0 = self.0.max(rec.e2e_ms);
+///     }
+/// }
+/// ```
+pub trait RecordSink: Send + 'static {
+    /// One finished call, with its clock-stitched stages and timeline.
+    fn on_record(&mut self, rec: &CallRecord);
+
+    /// One summary: every rolling window, then the cumulative one at shutdown
+    /// (`summary.window == "cumulative"`).
+    fn on_window(&mut self, summary: &WindowSummary) {
+        let _ = summary;
+    }
+
+    /// The worker is shutting down (flush guard dropped or finished): write out
+    /// anything buffered.
+    fn flush(&mut self) {}
+}

@@ -1,0 +1,259 @@
+//! Property tests of the wire codecs: every codec round-trips, and every
+//! parser survives arbitrary bytes (returns, never panics, never accepts
+//! what it cannot re-emit).
+
+use proptest::prelude::*;
+use stagetrace::wire::{
+    ServerTiming, TimingMap, TraceParent, TraceState, MAX_DURATION_NS, MAX_TRACESTATE_LEN,
+    MAX_UNIX_NS,
+};
+
+fn opt(max: u64) -> impl Strategy<Value = Option<u64>> {
+    proptest::option::of(0..=max)
+}
+
+fn timing() -> impl Strategy<Value = ServerTiming> {
+    (
+        opt(MAX_UNIX_NS),
+        opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
+    )
+        .prop_map(|(recv, total, queue, infer, pre, post)| ServerTiming {
+            recv_unix_ns: recv,
+            total_ns: total,
+            queue_ns: queue,
+            infer_ns: infer,
+            pre_ns: pre,
+            post_ns: post,
+        })
+}
+
+fn to_us(t: ServerTiming) -> ServerTiming {
+    let r = |v: Option<u64>| v.map(|ns| (ns + 500) / 1000 * 1000);
+    ServerTiming {
+        recv_unix_ns: None,
+        total_ns: r(t.total_ns),
+        queue_ns: r(t.queue_ns),
+        infer_ns: r(t.infer_ns),
+        pre_ns: r(t.pre_ns),
+        post_ns: r(t.post_ns),
+    }
+}
+
+fn key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z][a-z0-9_*/-]{0,20}",
+        "[a-z0-9][a-z0-9_*/-]{0,10}@[a-z][a-z0-9_*/-]{0,13}",
+    ]
+}
+
+fn value() -> impl Strategy<Value = String> {
+    // Printable ASCII except ',' and '=', spaces inside but not at the ends
+    // (a member's surrounding spaces are optional whitespace).
+    "[!-+\\--<>-~]([ !-+\\--<>-~]{0,30}[!-+\\--<>-~])?"
+}
+
+fn json_of(v: &rmpv::Value) -> serde_json::Value {
+    match v {
+        rmpv::Value::Map(m) => serde_json::Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.as_str().unwrap_or("?").to_owned(), json_of(v)))
+                .collect(),
+        ),
+        rmpv::Value::Integer(i) => match (i.as_u64(), i.as_i64()) {
+            (Some(u), _) => u.into(),
+            (_, Some(n)) => n.into(),
+            _ => serde_json::Value::Null,
+        },
+        rmpv::Value::F64(f) => serde_json::Number::from_f64(*f)
+            .map(serde_json::Value::Number)
+            .unwrap_or(serde_json::Value::Null),
+        rmpv::Value::String(s) => s.as_str().unwrap_or("").into(),
+        _ => serde_json::Value::Null,
+    }
+}
+
+fn any_value() -> impl Strategy<Value = rmpv::Value> {
+    let leaf = prop_oneof![
+        Just(rmpv::Value::Nil),
+        any::<bool>().prop_map(rmpv::Value::from),
+        any::<i64>().prop_map(rmpv::Value::from),
+        any::<u64>().prop_map(rmpv::Value::from),
+        any::<f64>().prop_map(rmpv::Value::F64),
+        any::<f32>().prop_map(rmpv::Value::F32),
+        ".{0,12}".prop_map(rmpv::Value::from),
+    ];
+    let key = prop_oneof![
+        Just("infer_ms"),
+        Just("prev_total_ms"),
+        Just("recv_unix_ns"),
+        Just("total_ns"),
+        Just("queue_ns"),
+        Just("infer_ns"),
+        Just("pre_ns"),
+        Just("post_ns"),
+        Just("other"),
+    ]
+    .prop_map(rmpv::Value::from);
+    prop_oneof![
+        leaf.clone(),
+        proptest::collection::vec((key, leaf), 0..12).prop_map(rmpv::Value::Map),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn traceparent_round_trips(
+        trace_id in any::<[u8; 16]>(),
+        parent_id in any::<[u8; 8]>(),
+        flags in any::<u8>(),
+    ) {
+        prop_assume!(trace_id != [0; 16] && parent_id != [0; 8]);
+        let tp = TraceParent { version: 0, trace_id, parent_id, flags };
+        let h = tp.to_header();
+        prop_assert_eq!(h.len(), 55);
+        prop_assert_eq!(TraceParent::parse(&h), Ok(tp));
+    }
+
+    #[test]
+    fn traceparent_future_versions(
+        version in 1u8..0xff,
+        trace_id in any::<[u8; 16]>(),
+        parent_id in any::<[u8; 8]>(),
+        tail in proptest::option::of("-[ -~]{0,40}"),
+    ) {
+        prop_assume!(trace_id != [0; 16] && parent_id != [0; 8]);
+        let v0 = TraceParent { version: 0, trace_id, parent_id, flags: 1 }.to_header();
+        let h = format!("{version:02x}{}{}", &v0[2..], tail.unwrap_or_default());
+        let tp = TraceParent::parse(&h).unwrap();
+        prop_assert_eq!(tp.version, version);
+        prop_assert_eq!(tp.to_header(), v0);
+    }
+
+    #[test]
+    fn traceparent_survives_garbage(b in proptest::collection::vec(any::<u8>(), 0..700)) {
+        if let Ok(tp) = TraceParent::parse_bytes(&b) {
+            // Whatever is accepted re-emits as a valid version-00 header.
+            prop_assert_eq!(TraceParent::parse(&tp.to_header()), Ok(TraceParent { version: 0, ..tp }));
+        }
+    }
+
+    #[test]
+    fn traceparent_survives_near_misses(s in "[0-9a-fA-F-]{50,60}") {
+        let _ = TraceParent::parse(&s);
+    }
+
+    #[test]
+    fn tracestate_round_trips(members in proptest::collection::btree_map(key(), value(), 0..32)) {
+        let mut ts = TraceState::new();
+        for (k, v) in &members {
+            ts.insert(k, v).unwrap();
+        }
+        let h = ts.to_header();
+        prop_assert!(h.len() <= MAX_TRACESTATE_LEN);
+        let back = TraceState::parse(&h).unwrap();
+        if h.len() < MAX_TRACESTATE_LEN - 64 || back.len() == ts.len() {
+            prop_assert_eq!(&back, &ts);
+        }
+        // A second pass changes nothing.
+        prop_assert_eq!(back.to_header(), h);
+    }
+
+    #[test]
+    fn tracestate_survives_garbage(b in proptest::collection::vec(any::<u8>(), 0..1200)) {
+        if let Ok(ts) = TraceState::parse_bytes(&b) {
+            prop_assert!(ts.len() <= 32);
+            let h = ts.to_header();
+            prop_assert!(TraceState::parse(&h).is_ok());
+        }
+    }
+
+    #[test]
+    fn tracestate_survives_listy_garbage(s in "[a-z0-9@=, \t*/_-]{0,600}") {
+        let _ = TraceState::parse(&s);
+    }
+
+    #[test]
+    fn timing_header_round_trips(t in timing()) {
+        let h = t.to_timing_header();
+        prop_assert_eq!(ServerTiming::parse_timing_header(&h), Ok(t));
+    }
+
+    #[test]
+    fn timing_header_survives_garbage(b in proptest::collection::vec(any::<u8>(), 0..1200)) {
+        if let Ok(t) = ServerTiming::parse_timing_header_bytes(&b) {
+            prop_assert_eq!(ServerTiming::parse_timing_header(&t.to_timing_header()), Ok(t));
+        }
+    }
+
+    #[test]
+    fn timing_header_survives_near_misses(s in "(v=1;)?([a-z]{1,6}=[0-9-]{0,22};?){0,8}") {
+        if let Ok(t) = ServerTiming::parse_timing_header(&s) {
+            prop_assert!(t.total_ns.is_none_or(|v| v <= MAX_DURATION_NS));
+        }
+    }
+
+    #[test]
+    fn server_timing_header_round_trips(t in timing()) {
+        let h = t.to_server_timing_header();
+        prop_assert_eq!(ServerTiming::parse_server_timing_header(&h), Ok(to_us(t)));
+    }
+
+    #[test]
+    fn server_timing_header_survives_garbage(b in proptest::collection::vec(any::<u8>(), 0..1200)) {
+        let _ = ServerTiming::parse_server_timing_header_bytes(&b);
+    }
+
+    #[test]
+    fn server_timing_header_survives_near_misses(s in "([a-z]{1,5}(;[a-z]{1,4}=(\"[^\"]{0,5}\"?|[0-9.e-]{0,8}))*, ?){0,5}") {
+        if let Ok(t) = ServerTiming::parse_server_timing_header(&s) {
+            prop_assert!(t.infer_ns.is_none_or(|v| v <= MAX_DURATION_NS));
+        }
+    }
+
+    #[test]
+    fn map_round_trips(t in timing(), prev in proptest::option::of(0.0f64..3_600_000.0)) {
+        let m = TimingMap { timing: t, prev_total_ms: prev };
+        prop_assert_eq!(TimingMap::from_msgpack(&m.to_msgpack()), Ok(m));
+        prop_assert_eq!(TimingMap::from_json(&m.to_json()), Ok(m));
+        // Through real msgpack bytes too.
+        let mut buf = Vec::new();
+        rmpv::encode::write_value(&mut buf, &m.to_msgpack()).unwrap();
+        let v = rmpv::decode::read_value(&mut buf.as_slice()).unwrap();
+        prop_assert_eq!(TimingMap::from_msgpack(&v), Ok(m));
+    }
+
+    #[test]
+    fn openpi_only_map_degrades(ms in 0.0f64..10_000.0) {
+        let v = rmpv::Value::Map(vec![(rmpv::Value::from("infer_ms"), rmpv::Value::F64(ms))]);
+        let t = ServerTiming::from_msgpack(&v).unwrap();
+        prop_assert!(t.is_degraded());
+        prop_assert_eq!(t.infer_ns, Some((ms * 1e6).round() as u64));
+        prop_assert_eq!((t.recv_unix_ns, t.total_ns), (None, None));
+    }
+
+    #[test]
+    fn map_survives_garbage(v in any_value()) {
+        if let Ok(t) = ServerTiming::from_msgpack(&v) {
+            prop_assert!(t.total_ns.is_none_or(|v| v <= MAX_DURATION_NS));
+            prop_assert!(t.infer_ns.is_none_or(|v| v <= MAX_DURATION_NS));
+        }
+        let _ = ServerTiming::from_json(&json_of(&v));
+    }
+
+    #[test]
+    fn map_survives_garbage_bytes(b in proptest::collection::vec(any::<u8>(), 0..512)) {
+        // What a socket may hand the client: arbitrary msgpack bytes.
+        if let Ok(v) = rmpv::decode::read_value(&mut b.as_slice()) {
+            let _ = ServerTiming::from_msgpack(&v);
+        }
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&b) {
+            let _ = ServerTiming::from_json(&v);
+        }
+    }
+}

@@ -1,0 +1,756 @@
+"""stagetrace for Python policy servers (openpi / LingBot-VA WebSocket + msgpack).
+
+What it is
+----------
+One file, dependencies ``msgpack`` and ``numpy`` (``websockets`` only for
+:func:`serve`), that lets a policy server tell a `stagetrace` client where a
+call's time went on the server side:
+
+* it honours the W3C ``traceparent`` / ``tracestate`` the client puts in the
+  request map (a malformed, oversized or hostile value is ignored and counted,
+  never raised);
+* it stamps the ``server_timing`` map of each response: openpi's ``infer_ms``
+  and ``prev_total_ms`` are kept, and ``recv_unix_ns`` (server wall time when
+  the whole request had arrived), ``total_ns`` (receive to send, monotonic) and
+  ``queue_ns`` / ``infer_ns`` / ``pre_ns`` / ``post_ns`` when known are added.
+  With those the client splits its round trip into uplink, server and downlink.
+
+Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
+
+    import stagetrace_server as st
+
+    session = st.Session()                      # one per connection
+    while True:
+        raw = await websocket.recv()
+        t = session.received()                  # stamp first, before unpacking
+        obs = msgpack_numpy.unpackb(raw)
+        t.read_trace(obs)                       # takes traceparent out of obs
+        with t.stage("infer"):
+            action = policy.infer(obs)
+        t.stamp(action)                         # action["server_timing"] = {...}
+        await websocket.send(packer.pack(action))
+        t.sent()                                # feeds the next prev_total_ms
+
+or, starting fresh, ``asyncio.run(st.serve(policy, "0.0.0.0", 8000, metadata))``.
+
+Time sources: ``time.time_ns()`` for the one wall-clock anchor,
+``time.perf_counter_ns()`` for every duration (never a difference of wall
+times).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import http
+import logging
+import os
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any
+
+import msgpack
+import numpy as np
+
+__all__ = [
+    "MAX_TRACEPARENT_LEN",
+    "MAX_TRACESTATE_LEN",
+    "MalformedRequest",
+    "PolicyServer",
+    "RequestTimer",
+    "Session",
+    "TraceParent",
+    "encode_response",
+    "packb",
+    "Packer",
+    "parse_traceparent",
+    "parse_tracestate",
+    "read_trace",
+    "received",
+    "serve",
+    "stats",
+    "unpackb",
+]
+
+logger = logging.getLogger("stagetrace_server")
+
+TRACEPARENT_KEY = "traceparent"
+TRACESTATE_KEY = "tracestate"
+SERVER_TIMING_KEY = "server_timing"
+
+#: Longest ``traceparent`` looked at. Version 00 is exactly 55 characters;
+#: later versions may append fields, but nothing legitimate needs more.
+MAX_TRACEPARENT_LEN = 256
+#: Longest ``tracestate`` kept (W3C: 32 list members; 512 characters is what
+#: every vendor must be able to propagate).
+MAX_TRACESTATE_LEN = 512
+_MAX_TRACESTATE_MEMBERS = 32
+
+_HEX_LC = frozenset("0123456789abcdef")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+# W3C Trace Context, tracestate list-member (key "=" value); ASCII only.
+_TS_KEY = re.compile(
+    r"(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})\Z",
+    re.ASCII,
+)
+_TS_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]\Z", re.ASCII)
+
+_STAGES = ("queue", "pre", "infer", "post")
+# Stages that make up DESIGN's `infer`: pre- and post-processing compete for
+# the same CPU/GPU as the model, so infer_ns spans them.
+_INFER_PARTS = ("pre", "infer", "post")
+
+
+# --------------------------------------------------------------------------
+# Counters: rejected headers and bad requests, readable at any time.
+
+
+class _Counters:
+    """Process-wide counts of ignored input; thread-safe."""
+
+    _NAMES = ("rejected_traceparent", "rejected_tracestate", "bad_requests", "requests")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(self._NAMES, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+_COUNTERS = _Counters()
+
+
+def stats() -> dict[str, int]:
+    """Counts since the process started: ``rejected_traceparent``,
+    ``rejected_tracestate``, ``bad_requests`` (undecodable requests seen by
+    :class:`PolicyServer`) and ``requests`` (timers created)."""
+    return _COUNTERS.snapshot()
+
+
+# --------------------------------------------------------------------------
+# W3C Trace Context.
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceParent:
+    """A parsed W3C ``traceparent``: ids as lowercase hex strings."""
+
+    version: int
+    trace_id: str
+    parent_id: str
+    flags: int
+
+    @property
+    def sampled(self) -> bool:
+        """The ``sampled`` trace flag."""
+        return bool(self.flags & 0x01)
+
+    def __str__(self) -> str:
+        # We only ever emit version 00, whatever version we received.
+        return f"00-{self.trace_id}-{self.parent_id}-{self.flags:02x}"
+
+    def child(self) -> TraceParent:
+        """A new span id in the same trace: the ``traceparent`` of the
+        server-side span, for the server's own logs or tracer."""
+        while True:
+            span = os.urandom(8).hex()
+            if span != _ZERO_SPAN:
+                return TraceParent(0, self.trace_id, span, self.flags)
+
+
+def _is_hex_lc(s: str) -> bool:
+    return all(c in _HEX_LC for c in s)
+
+
+def _as_text(value: Any, limit: int) -> str | None:
+    """``value`` as an ASCII ``str`` of at most ``limit`` characters, else None."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        if len(value) > limit:
+            return None
+        try:
+            return bytes(value).decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(value, str):
+        if len(value) > limit or not value.isascii():
+            return None
+        return value
+    return None
+
+
+def parse_traceparent(value: Any) -> TraceParent | None:
+    """Parse a ``traceparent`` by the W3C Trace Context rules, or return None.
+
+    Accepts ``str`` or ASCII ``bytes``. Version 00 must be exactly
+    ``00-<32 hex>-<16 hex>-<2 hex>`` in lowercase with non-zero ids; a later
+    version is parsed by its first four fields and may carry more after a
+    ``-``; version ``ff`` is invalid. Never raises; the caller counts a None.
+    """
+    s = _as_text(value, MAX_TRACEPARENT_LEN)
+    if s is None or len(s) < 55:
+        return None
+    version = s[0:2]
+    if not _is_hex_lc(version) or version == "ff":
+        return None
+    if version == "00" and len(s) != 55:
+        return None
+    if len(s) > 55 and s[55] != "-":
+        return None
+    if s[2] != "-" or s[35] != "-" or s[52] != "-":
+        return None
+    trace_id, parent_id, flags = s[3:35], s[36:52], s[53:55]
+    if not (_is_hex_lc(trace_id) and _is_hex_lc(parent_id) and _is_hex_lc(flags)):
+        return None
+    if trace_id == _ZERO_TRACE or parent_id == _ZERO_SPAN:
+        return None
+    return TraceParent(int(version, 16), trace_id, parent_id, int(flags, 16))
+
+
+def parse_tracestate(value: Any) -> str | None:
+    """Validate a ``tracestate`` (W3C list of ``key=value`` members) and return
+    it with empty members dropped, or None when it is invalid or too long."""
+    s = _as_text(value, MAX_TRACESTATE_LEN)
+    if s is None:
+        return None
+    members = [m.strip(" \t") for m in s.split(",")]
+    members = [m for m in members if m]
+    if len(members) > _MAX_TRACESTATE_MEMBERS:
+        return None
+    keys = set()
+    for m in members:
+        key, eq, val = m.partition("=")
+        if not eq or not _TS_KEY.match(key) or not _TS_VALUE.match(val) or key in keys:
+            return None
+        keys.add(key)
+    return ",".join(members) if members else None
+
+
+def _lookup(request: Mapping[Any, Any], key: str) -> tuple[Any, Any]:
+    """(stored key, value) for ``key`` given as str or as bytes; (None, None)."""
+    if key in request:
+        return key, request[key]
+    bkey = key.encode()
+    if bkey in request:
+        return bkey, request[bkey]
+    return None, None
+
+
+def read_trace(request: Any, *, pop: bool = True) -> tuple[TraceParent | None, str | None]:
+    """Take ``traceparent`` and ``tracestate`` from a request map.
+
+    Returns ``(traceparent, tracestate)``; an absent key gives None silently,
+    a present but invalid one gives None and is counted in :func:`stats`.
+    With ``pop`` (the default) both keys are removed from a mutable request so
+    the policy sees only the observation. Never raises.
+    """
+    if not isinstance(request, Mapping):
+        return None, None
+    tp_key, tp_raw = _lookup(request, TRACEPARENT_KEY)
+    ts_key, ts_raw = _lookup(request, TRACESTATE_KEY)
+    if pop and isinstance(request, MutableMapping):
+        for k in (tp_key, ts_key):
+            if k is not None:
+                request.pop(k, None)
+    tp = None
+    if tp_key is not None:
+        tp = parse_traceparent(tp_raw)
+        if tp is None:
+            _COUNTERS.add("rejected_traceparent")
+    ts = None
+    if ts_key is not None:
+        ts = parse_tracestate(ts_raw) if tp is not None else None
+        if ts is None and tp is not None:
+            _COUNTERS.add("rejected_tracestate")
+    return tp, ts
+
+
+# --------------------------------------------------------------------------
+# Per-request timing.
+
+
+class RequestTimer:
+    """Times one request on the server.
+
+    Created by :func:`received` / :meth:`Session.received` right after the
+    whole request has arrived. Stage durations use ``perf_counter_ns``; the
+    only wall-clock reading is ``recv_unix_ns``.
+    """
+
+    __slots__ = (
+        "recv_unix_ns",
+        "_recv_mono",
+        "_prev_total_ns",
+        "_session",
+        "_sums",
+        "_first",
+        "_last",
+        "_total_ns",
+        "_sent",
+        "trace",
+        "tracestate",
+        "span",
+    )
+
+    def __init__(self, *, prev_total_ns: int | None = None, session: Session | None = None) -> None:
+        self._recv_mono = time.perf_counter_ns()
+        self.recv_unix_ns: int = time.time_ns()
+        self._prev_total_ns = prev_total_ns
+        self._session = session
+        self._sums: dict[str, int] = {}
+        self._first: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._total_ns: int | None = None
+        self._sent = False
+        #: The client's ``traceparent``, when it sent a valid one.
+        self.trace: TraceParent | None = None
+        #: The client's ``tracestate``, when valid and a traceparent came with it.
+        self.tracestate: str | None = None
+        #: ``traceparent`` of this server span (child of :attr:`trace`), or None.
+        self.span: TraceParent | None = None
+        _COUNTERS.add("requests")
+
+    def read_trace(self, request: Any, *, pop: bool = True) -> TraceParent | None:
+        """Read (and by default remove) the trace context of ``request``; see
+        :func:`read_trace`. Returns the client's traceparent or None."""
+        self.trace, self.tracestate = read_trace(request, pop=pop)
+        self.span = self.trace.child() if self.trace is not None else None
+        return self.trace
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a block as stage ``name``: ``queue``, ``pre``, ``infer`` or
+        ``post``. A stage entered more than once accumulates."""
+        if name not in _STAGES:
+            raise ValueError(f"unknown stage {name!r}: use one of {', '.join(_STAGES)}")
+        start = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            self._add(name, start, time.perf_counter_ns())
+
+    def record(self, name: str, duration_ns: int) -> None:
+        """Record a stage measured elsewhere (e.g. with CUDA events), as if it
+        ended now. Negative or non-integer durations are rejected."""
+        if name not in _STAGES:
+            raise ValueError(f"unknown stage {name!r}: use one of {', '.join(_STAGES)}")
+        if isinstance(duration_ns, bool) or not isinstance(duration_ns, int) or duration_ns < 0:
+            raise ValueError(f"duration_ns must be a non-negative int, got {duration_ns!r}")
+        end = time.perf_counter_ns()
+        self._add(name, end - duration_ns, end)
+
+    def _add(self, name: str, start: int, end: int) -> None:
+        self._sums[name] = self._sums.get(name, 0) + (end - start)
+        self._first.setdefault(name, start)
+        self._last[name] = end
+
+    def _infer_ns(self) -> int | None:
+        parts = [p for p in _INFER_PARTS if p in self._sums]
+        if not parts:
+            return None
+        # From the first pre/infer/post start to the last end: DESIGN's infer.
+        return max(self._last[p] for p in parts) - min(self._first[p] for p in parts)
+
+    def server_timing(self) -> dict[str, Any]:
+        """The ``server_timing`` map, with ``total_ns`` measured now: call it
+        immediately before packing the response."""
+        now = time.perf_counter_ns()
+        self._total_ns = now - self._recv_mono
+        out: dict[str, Any] = {}
+        infer_ns = self._infer_ns()
+        if infer_ns is not None:
+            out["infer_ms"] = infer_ns / 1e6
+        if self._prev_total_ns is not None:
+            out["prev_total_ms"] = self._prev_total_ns / 1e6
+        out["recv_unix_ns"] = self.recv_unix_ns
+        out["total_ns"] = self._total_ns
+        if "queue" in self._sums:
+            out["queue_ns"] = self._sums["queue"]
+        if infer_ns is not None:
+            out["infer_ns"] = infer_ns
+        for p in ("pre", "post"):
+            if p in self._sums:
+                out[f"{p}_ns"] = self._sums[p]
+        return out
+
+    def stamp(self, response: MutableMapping[Any, Any]) -> MutableMapping[Any, Any]:
+        """Set ``response["server_timing"]`` (see :meth:`server_timing`).
+
+        Keys an existing ``server_timing`` map already has (openpi's own
+        ``infer_ms``, say) are kept unless this timer measured them too.
+        """
+        response[SERVER_TIMING_KEY] = _merged(response.get(SERVER_TIMING_KEY), self.server_timing())
+        return response
+
+    def sent(self) -> int:
+        """Call once the response has been sent. Returns receive → sent in
+        ns, which the session reports as the next ``prev_total_ms``."""
+        total = time.perf_counter_ns() - self._recv_mono
+        if self._session is not None and not self._sent:
+            self._session._prev_total_ns = total
+        self._sent = True
+        return total
+
+
+def _merged(existing: Any, timing: dict[str, Any]) -> dict[str, Any]:
+    """``timing`` over an existing ``server_timing`` map, whose other keys stay."""
+    if not isinstance(existing, Mapping):
+        return timing
+    merged = dict(existing)
+    merged.update(timing)
+    return merged
+
+
+class Session:
+    """Per-connection state: carries ``prev_total_ms`` from one request to
+    the next, as openpi does."""
+
+    def __init__(self) -> None:
+        self._prev_total_ns: int | None = None
+
+    def received(self, request: Any = None) -> RequestTimer:
+        """Start timing a request whose bytes have all arrived. Call it right
+        after ``recv`` returns; pass the decoded request (or call
+        :meth:`RequestTimer.read_trace` later) to honour its traceparent."""
+        t = RequestTimer(prev_total_ns=self._prev_total_ns, session=self)
+        if request is not None:
+            t.read_trace(request)
+        return t
+
+
+def received(request: Any = None) -> RequestTimer:
+    """Start timing a request outside any :class:`Session` (no ``prev_total_ms``)."""
+    t = RequestTimer()
+    if request is not None:
+        t.read_trace(request)
+    return t
+
+
+# --------------------------------------------------------------------------
+# msgpack with numpy arrays, wire-compatible with openpi_client.msgpack_numpy.
+
+
+class MalformedRequest(ValueError):
+    """A request that is not a valid msgpack map in the openpi encoding."""
+
+
+_MAX_NDIM = 32
+
+
+def _pack_default(obj: Any) -> Any:
+    if isinstance(obj, (np.ndarray, np.generic)) and obj.dtype.kind in ("V", "O", "c"):
+        raise TypeError(f"cannot send numpy dtype {obj.dtype}: convert it to a numeric or string dtype first")
+    if isinstance(obj, np.ndarray):
+        # Same encoding as openpi: bin keys, C-order bytes, dtype.str.
+        return {
+            b"__ndarray__": True,
+            b"data": np.ascontiguousarray(obj).tobytes(),
+            b"dtype": obj.dtype.str,
+            b"shape": list(obj.shape),
+        }
+    if isinstance(obj, np.generic):
+        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    raise TypeError(f"cannot msgpack an object of type {type(obj).__name__}")
+
+
+def _field(obj: Mapping[Any, Any], name: str) -> Any:
+    if name in obj:
+        return obj[name]
+    return obj.get(name.encode())
+
+
+def _dtype(raw: Any) -> np.dtype:
+    text = _as_text(raw, 32)
+    if text is None:
+        raise MalformedRequest("ndarray dtype must be a short ASCII string such as '<f4'")
+    try:
+        dt = np.dtype(text)
+    except Exception as e:  # numpy raises TypeError, ValueError or SyntaxError
+        raise MalformedRequest(f"ndarray dtype {text!r} is not a numpy dtype") from e
+    if dt.kind in ("V", "O", "c") or dt.itemsize == 0:
+        raise MalformedRequest(f"ndarray dtype {text!r} is not allowed")
+    return dt
+
+
+def _unpack_hook(obj: dict[Any, Any]) -> Any:
+    if _field(obj, "__ndarray__") is True:
+        data = _field(obj, "data")
+        shape = _field(obj, "shape")
+        dt = _dtype(_field(obj, "dtype"))
+        if not isinstance(data, (bytes, bytearray)):
+            raise MalformedRequest("ndarray data must be msgpack bin")
+        if not isinstance(shape, (list, tuple)) or len(shape) > _MAX_NDIM:
+            raise MalformedRequest("ndarray shape must be a list of at most 32 sizes")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise MalformedRequest("ndarray shape must hold non-negative integers")
+        count = 1
+        for d in shape:
+            count *= d
+        if count * dt.itemsize != len(data):
+            raise MalformedRequest(
+                f"ndarray data is {len(data)} bytes, shape {list(shape)} of {dt.str} needs {count * dt.itemsize}"
+            )
+        return np.frombuffer(data, dtype=dt, count=count).reshape(shape)
+    if _field(obj, "__npgeneric__") is True:
+        dt = _dtype(_field(obj, "dtype"))
+        try:
+            return dt.type(_field(obj, "data"))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise MalformedRequest(f"bad numpy scalar of dtype {dt.str}") from e
+    return obj
+
+
+def packb(obj: Any) -> bytes:
+    """msgpack-encode ``obj``, numpy arrays in the openpi encoding."""
+    return msgpack.packb(obj, default=_pack_default, use_bin_type=True)
+
+
+def Packer() -> msgpack.Packer:  # noqa: N802 - mirrors openpi's factory name
+    """A reusable msgpack packer with the openpi numpy encoding."""
+    return msgpack.Packer(default=_pack_default, use_bin_type=True)
+
+
+def unpackb(data: bytes) -> Any:
+    """Decode msgpack bytes, rebuilding numpy arrays (read-only views).
+
+    Raises :class:`MalformedRequest` for anything that is not valid msgpack in
+    the openpi encoding (truncated, trailing bytes, bad array header, too deep).
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise MalformedRequest(f"expected a binary frame, got {type(data).__name__}")
+    try:
+        return msgpack.unpackb(data, object_hook=_unpack_hook, raw=False, strict_map_key=False)
+    except MalformedRequest:
+        raise
+    except Exception as e:  # msgpack raises several unrelated types
+        raise MalformedRequest(f"not valid msgpack: {type(e).__name__}: {e}") from e
+
+
+def encode_response(response: Mapping[Any, Any], timer: RequestTimer, packer: msgpack.Packer | None = None) -> bytes:
+    """Pack ``response`` plus its ``server_timing`` as one msgpack map.
+
+    The action is packed first and ``total_ns`` stamped after, so the time to
+    serialise a large action chunk counts as server time, not downlink.
+    """
+    return _encode(response, timer, packer)[0]
+
+
+def _encode(
+    response: Mapping[Any, Any], timer: RequestTimer, packer: msgpack.Packer | None
+) -> tuple[bytes, dict[str, Any]]:
+    p = packer if packer is not None else Packer()
+    body = [p.pack(k) + p.pack(v) for k, v in response.items() if k != SERVER_TIMING_KEY]
+    timing = _merged(response.get(SERVER_TIMING_KEY), timer.server_timing())
+    frame = b"".join([p.pack_map_header(len(body) + 1), *body, p.pack(SERVER_TIMING_KEY), p.pack(timing)])
+    return frame, timing
+
+
+# --------------------------------------------------------------------------
+# A ready-made server, like openpi's WebsocketPolicyServer but instrumented.
+
+
+class PolicyServer:
+    """Serves ``policy.infer(obs) -> dict`` over WebSocket + msgpack (openpi
+    protocol) with ``traceparent`` honoured and ``server_timing`` stamped.
+
+    ``policy`` is any object with ``infer(obs)``; when the returned dict has
+    its own ``server_timing`` map (with ``pre_ns`` etc.) those keys are kept.
+    Connections are served one request at a time, each in order.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        host: str = "0.0.0.0",
+        port: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        in_thread: bool = False,
+        on_request: Callable[[RequestTimer, Mapping[str, Any]], None] | None = None,
+    ) -> None:
+        """``in_thread`` runs ``infer`` in a worker thread so other
+        connections and pings keep being served while the model runs.
+        ``on_request(timer, server_timing)`` is called after each response
+        has been sent (for logs: ``timer.trace``, ``timer.span``); an
+        exception it raises is logged, not propagated."""
+        self._policy = policy
+        self._on_request = on_request
+        self._host = host
+        self._port = port
+        self._metadata = dict(metadata or {})
+        self._in_thread = in_thread
+        self._server: Any = None
+
+    @property
+    def port(self) -> int | None:
+        """The bound port once started (useful with ``port=0``)."""
+        if self._server is None:
+            return self._port
+        for sock in self._server.sockets:
+            return sock.getsockname()[1]
+        return None
+
+    async def start(self) -> int | None:
+        """Bind and start accepting; returns the bound port."""
+        try:
+            from websockets.asyncio.server import serve as ws_serve
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ImportError("PolicyServer needs websockets >= 13: pip install 'websockets>=13'") from e
+        self._server = await ws_serve(
+            self._handler,
+            self._host,
+            self._port,
+            compression=None,
+            max_size=None,
+            process_request=_health_check,
+        )
+        return self.port
+
+    async def close(self) -> None:
+        """Stop accepting and close open connections."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        """Start (if needed) and serve until cancelled."""
+        if self._server is None:
+            await self.start()
+        try:
+            await self._server.serve_forever()
+        finally:
+            await self.close()
+
+    def run(self) -> None:
+        """Blocking: serve forever on a new event loop."""
+        asyncio.run(self.serve_forever())
+
+    async def _handler(self, websocket: Any) -> None:
+        import websockets.exceptions
+        from websockets.frames import CloseCode
+
+        packer = Packer()
+        session = Session()
+        await websocket.send(packer.pack(self._metadata))
+        while True:
+            try:
+                raw = await websocket.recv()
+            except websockets.exceptions.ConnectionClosed:
+                return
+            timer = session.received()
+            try:
+                obs = unpackb(raw)
+                if not isinstance(obs, dict):
+                    raise MalformedRequest(f"request must be a msgpack map, got {type(obs).__name__}")
+            except MalformedRequest as e:
+                _COUNTERS.add("bad_requests")
+                logger.warning("bad request from %s: %s", websocket.remote_address, e)
+                await websocket.close(code=CloseCode.INVALID_DATA, reason=str(e)[:120])
+                return
+            timer.read_trace(obs)
+            try:
+                with timer.stage("infer"):
+                    if self._in_thread:
+                        action = await asyncio.to_thread(self._policy.infer, obs)
+                    else:
+                        action = self._policy.infer(obs)
+                if not isinstance(action, Mapping):
+                    raise TypeError(f"policy.infer must return a dict, got {type(action).__name__}")
+                frame, timing = _encode(action, timer, packer)
+            except Exception:
+                # As openpi does: the traceback goes to the client, then close.
+                with contextlib.suppress(websockets.exceptions.ConnectionClosed):
+                    await websocket.send(traceback.format_exc())
+                    await websocket.close(
+                        code=CloseCode.INTERNAL_ERROR,
+                        reason="Internal server error. Traceback included in previous frame.",
+                    )
+                raise
+            try:
+                await websocket.send(frame)
+            except websockets.exceptions.ConnectionClosed:
+                return
+            timer.sent()
+            if self._on_request is not None:
+                try:
+                    self._on_request(timer, timing)
+                except Exception:
+                    logger.exception("on_request hook failed")
+
+
+def _health_check(connection: Any, request: Any) -> Any:
+    if request.path == "/healthz":
+        return connection.respond(http.HTTPStatus.OK, "OK\n")
+    return None
+
+
+async def serve(
+    policy: Any,
+    host: str = "0.0.0.0",
+    port: int = 8000,
+    metadata: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> None:
+    """Serve ``policy`` until cancelled: ``asyncio.run(serve(policy, port=8000))``.
+    ``options`` are :class:`PolicyServer`'s (``in_thread``, ``on_request``)."""
+    await PolicyServer(policy, host, port, metadata, **options).serve_forever()
+
+
+# --------------------------------------------------------------------------
+# `python3 stagetrace_server.py --port 8000 --model-ms 20`: a stand-in policy.
+
+
+class _SleepPolicy:
+    """A model that costs ``model_ms`` and returns an action chunk of
+    ``horizon`` x ``dof`` float32. It sleeps, then spin-waits the last
+    ``spin_ms`` for sub-ms accuracy (``spin_ms >= model_ms``: spin throughout,
+    immune to sleep overshoot on a loaded machine)."""
+
+    def __init__(self, model_ms: float, horizon: int = 10, dof: int = 7, spin_ms: float = 1.0) -> None:
+        self._model_ns = int(model_ms * 1e6)
+        self._spin_ns = int(spin_ms * 1e6)
+        self._action = np.zeros((horizon, dof), dtype=np.float32)
+
+    def infer(self, obs: Mapping[str, Any]) -> dict[str, Any]:
+        end = time.perf_counter_ns() + self._model_ns
+        coarse = (self._model_ns - self._spin_ns) / 1e9
+        if coarse > 0:
+            time.sleep(coarse)
+        while time.perf_counter_ns() < end:
+            pass
+        return {"actions": self._action}
+
+
+def _main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="A stand-in policy server with stagetrace server timing.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    ap.add_argument("--model-ms", type=float, default=20.0, help="simulated inference cost")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+
+    async def main() -> None:
+        server = PolicyServer(_SleepPolicy(args.model_ms), args.host, args.port, {"server": "stagetrace_server demo"})
+        port = await server.start()
+        # One parseable line for scripts that start us with --port 0.
+        print(f"listening on ws://{args.host}:{port}", flush=True)
+        await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,131 @@
+"""Shared fixtures: the module under test on sys.path, servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import stagetrace_server as st  # noqa: E402
+
+MODEL_MS = 20.0
+
+
+class LoopThread:
+    """An asyncio loop on a background thread, for servers the test talks to."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="server-loop", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Any, timeout: float = 30.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[LoopThread]:
+    lt = LoopThread()
+    yield lt
+    lt.stop()
+
+
+class EchoPolicy:
+    """Returns the observation's keys and a copy of its ``image``, after a
+    spin-waited model cost."""
+
+    def __init__(self, model_ms: float = MODEL_MS) -> None:
+        # Spin the whole cost: a sleep can overshoot by ms on a loaded machine.
+        self._inner = st._SleepPolicy(model_ms, spin_ms=model_ms)
+        self.seen: list[dict[str, Any]] = []
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        self.seen.append(obs)
+        out = self._inner.infer(obs)
+        out["keys"] = sorted(str(k) for k in obs)
+        if "image" in obs:
+            out["image"] = obs["image"]
+        return out
+
+
+@pytest.fixture
+def start_server(loop_thread: LoopThread) -> Iterator[Callable[..., tuple[st.PolicyServer, int]]]:
+    """start_server(policy, metadata=None) -> (server, port) on 127.0.0.1."""
+    started: list[st.PolicyServer] = []
+
+    def start(policy: Any, metadata: dict[str, Any] | None = None, **kw: Any) -> tuple[st.PolicyServer, int]:
+        server = st.PolicyServer(policy, "127.0.0.1", 0, metadata, **kw)
+        port = loop_thread.run(server.start())
+        started.append(server)
+        return server, port
+
+    yield start
+    for s in started:
+        loop_thread.run(s.close())
+
+
+async def openpi_style_handler(websocket: Any, policy: Any, metadata: dict[str, Any]) -> None:
+    """An unmodified openpi-style server loop: only ``infer_ms`` and
+    ``prev_total_ms``, no traceparent handling, no stagetrace at all."""
+    import websockets.exceptions
+
+    packer = st.Packer()
+    await websocket.send(packer.pack(metadata))
+    prev_total = None
+    while True:
+        try:
+            start = time.monotonic()
+            obs = st.unpackb(await websocket.recv())
+            t_infer = time.monotonic()
+            action = policy.infer(obs)
+            action["server_timing"] = {"infer_ms": (time.monotonic() - t_infer) * 1000}
+            if prev_total is not None:
+                action["server_timing"]["prev_total_ms"] = prev_total * 1000
+            await websocket.send(packer.pack(action))
+            prev_total = time.monotonic() - start
+        except websockets.exceptions.ConnectionClosed:
+            return
+
+
+@pytest.fixture
+def start_openpi_server(loop_thread: LoopThread) -> Iterator[Callable[..., int]]:
+    """start_openpi_server(policy) -> port of a plain openpi-style server."""
+    from websockets.asyncio.server import serve
+
+    servers: list[Any] = []
+
+    def start(policy: Any, metadata: dict[str, Any] | None = None) -> int:
+        async def go() -> Any:
+            return await serve(
+                lambda ws: openpi_style_handler(ws, policy, metadata or {}),
+                "127.0.0.1",
+                0,
+                compression=None,
+                max_size=None,
+            )
+
+        server = loop_thread.run(go())
+        servers.append(server)
+        return next(iter(server.sockets)).getsockname()[1]
+
+    yield start
+
+    async def stop(s: Any) -> None:
+        s.close()
+        await s.wait_closed()
+
+    for s in servers:
+        loop_thread.run(stop(s))
