@@ -33,9 +33,10 @@ Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
 
 or, starting fresh, ``asyncio.run(st.serve(policy, "0.0.0.0", 8000, metadata))``.
 
-Time sources: ``time.time_ns()`` for the one wall-clock anchor,
-``time.perf_counter_ns()`` for every duration (never a difference of wall
-times).
+Time sources: ``time.perf_counter_ns()`` for every duration (never a
+difference of wall times); ``recv_unix_ns`` is the receive reading of that
+clock turned into wall time through a (``time.time_ns()``, monotonic) anchor
+refreshed every second. The wire format is ``docs/protocol.md``.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import msgpack
 import numpy as np
 
 __all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
     "MAX_TRACEPARENT_LEN",
     "MAX_TRACESTATE_LEN",
     "MalformedRequest",
@@ -82,12 +84,11 @@ TRACEPARENT_KEY = "traceparent"
 TRACESTATE_KEY = "tracestate"
 SERVER_TIMING_KEY = "server_timing"
 
-#: Longest ``traceparent`` looked at. Version 00 is exactly 55 characters;
-#: later versions may append fields, but nothing legitimate needs more.
-MAX_TRACEPARENT_LEN = 256
-#: Longest ``tracestate`` kept (W3C: 32 list members; 512 characters is what
-#: every vendor must be able to propagate).
-MAX_TRACESTATE_LEN = 512
+#: Longest ``traceparent`` looked at (docs/protocol.md). Version 00 is
+#: exactly 55 characters; later versions may append fields.
+MAX_TRACEPARENT_LEN = 512
+#: Longest ``tracestate`` looked at (docs/protocol.md; W3C: 32 members).
+MAX_TRACESTATE_LEN = 8192
 _MAX_TRACESTATE_MEMBERS = 32
 
 _HEX_LC = frozenset("0123456789abcdef")
@@ -195,10 +196,14 @@ def parse_traceparent(value: Any) -> TraceParent | None:
     Accepts ``str`` or ASCII ``bytes``. Version 00 must be exactly
     ``00-<32 hex>-<16 hex>-<2 hex>`` in lowercase with non-zero ids; a later
     version is parsed by its first four fields and may carry more after a
-    ``-``; version ``ff`` is invalid. Never raises; the caller counts a None.
+    ``-``; version ``ff`` is invalid. Surrounding spaces and tabs are
+    ignored. Never raises; the caller counts a None.
     """
     s = _as_text(value, MAX_TRACEPARENT_LEN)
-    if s is None or len(s) < 55:
+    if s is None:
+        return None
+    s = s.strip(" \t")  # optional whitespace around a header value
+    if len(s) < 55:
         return None
     version = s[0:2]
     if not _is_hex_lc(version) or version == "ff":
@@ -279,12 +284,48 @@ def read_trace(request: Any, *, pop: bool = True) -> tuple[TraceParent | None, s
 # Per-request timing.
 
 
+class _WallAnchor:
+    """A (wall, monotonic) pair, refreshed every second: a monotonic reading
+    becomes wall time without a second wall-clock read (docs/protocol.md)."""
+
+    _REFRESH_NS = 1_000_000_000
+    _TIGHT_NS = 20_000
+
+    def __init__(self) -> None:
+        self._pair = self._read()
+
+    @classmethod
+    def _read(cls) -> tuple[int, int]:
+        best = None
+        for _ in range(3):
+            m0 = time.perf_counter_ns()
+            wall = time.time_ns()
+            m1 = time.perf_counter_ns()
+            # The pair is as good as the two monotonic reads are close: a
+            # preemption between them would shift every wall time derived.
+            if best is None or m1 - m0 < best[0]:
+                best = (m1 - m0, wall, (m0 + m1) // 2)
+            if m1 - m0 <= cls._TIGHT_NS:
+                break
+        return best[1], best[2]
+
+    def wall_ns(self, mono_ns: int) -> int:
+        wall, mono = self._pair  # one tuple: consistent without a lock
+        if mono_ns - mono > self._REFRESH_NS:
+            self._pair = self._read()
+            wall, mono = self._pair
+        return wall + (mono_ns - mono)
+
+
+_ANCHOR = _WallAnchor()
+
+
 class RequestTimer:
     """Times one request on the server.
 
     Created by :func:`received` / :meth:`Session.received` right after the
-    whole request has arrived. Stage durations use ``perf_counter_ns``; the
-    only wall-clock reading is ``recv_unix_ns``.
+    whole request has arrived. Every duration uses ``perf_counter_ns``;
+    ``recv_unix_ns`` is that same receive reading turned into wall time.
     """
 
     __slots__ = (
@@ -304,7 +345,7 @@ class RequestTimer:
 
     def __init__(self, *, prev_total_ns: int | None = None, session: Session | None = None) -> None:
         self._recv_mono = time.perf_counter_ns()
-        self.recv_unix_ns: int = time.time_ns()
+        self.recv_unix_ns: int = _ANCHOR.wall_ns(self._recv_mono)
         self._prev_total_ns = prev_total_ns
         self._session = session
         self._sums: dict[str, int] = {}
@@ -329,8 +370,11 @@ class RequestTimer:
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Time a block as stage ``name``: ``queue``, ``pre``, ``infer`` or
-        ``post``. A stage entered more than once accumulates."""
+        """Time a block as stage ``name``: ``pre``, ``infer``, ``post`` or
+        ``queue``. ``infer_ns`` runs from the first pre/infer/post start to
+        the last end; ``queue_ns`` from receive to that start (a timed
+        ``queue`` stage is only used when no inference was timed). ``pre_ns``
+        and ``post_ns`` add up every entry of their stage."""
         if name not in _STAGES:
             raise ValueError(f"unknown stage {name!r}: use one of {', '.join(_STAGES)}")
         start = time.perf_counter_ns()
@@ -354,12 +398,13 @@ class RequestTimer:
         self._first.setdefault(name, start)
         self._last[name] = end
 
-    def _infer_ns(self) -> int | None:
+    def _infer_span(self) -> tuple[int, int] | None:
+        """(start, end) of DESIGN's infer: first pre/infer/post start to the
+        last end, or None when none was timed."""
         parts = [p for p in _INFER_PARTS if p in self._sums]
         if not parts:
             return None
-        # From the first pre/infer/post start to the last end: DESIGN's infer.
-        return max(self._last[p] for p in parts) - min(self._first[p] for p in parts)
+        return min(self._first[p] for p in parts), max(self._last[p] for p in parts)
 
     def server_timing(self) -> dict[str, Any]:
         """The ``server_timing`` map, with ``total_ns`` measured now: call it
@@ -367,14 +412,18 @@ class RequestTimer:
         now = time.perf_counter_ns()
         self._total_ns = now - self._recv_mono
         out: dict[str, Any] = {}
-        infer_ns = self._infer_ns()
+        span = self._infer_span()
+        infer_ns = None if span is None else span[1] - span[0]
         if infer_ns is not None:
             out["infer_ms"] = infer_ns / 1e6
         if self._prev_total_ns is not None:
             out["prev_total_ms"] = self._prev_total_ns / 1e6
         out["recv_unix_ns"] = self.recv_unix_ns
         out["total_ns"] = self._total_ns
-        if "queue" in self._sums:
+        if span is not None:
+            # Receive -> inference start: waiting and decoding (docs/protocol.md).
+            out["queue_ns"] = max(0, span[0] - self._recv_mono)
+        elif "queue" in self._sums:
             out["queue_ns"] = self._sums["queue"]
         if infer_ns is not None:
             out["infer_ns"] = infer_ns
@@ -445,6 +494,8 @@ class MalformedRequest(ValueError):
 
 
 _MAX_NDIM = 32
+#: Largest request :class:`PolicyServer` accepts by default (same as the Rust client's limit).
+DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
 
 
 def _pack_default(obj: Any) -> Any:
@@ -536,7 +587,9 @@ def unpackb(data: bytes) -> Any:
         raise MalformedRequest(f"not valid msgpack: {type(e).__name__}: {e}") from e
 
 
-def encode_response(response: Mapping[Any, Any], timer: RequestTimer, packer: msgpack.Packer | None = None) -> bytes:
+def encode_response(
+    response: Mapping[Any, Any], timer: RequestTimer, packer: msgpack.Packer | None = None
+) -> bytes:
     """Pack ``response`` plus its ``server_timing`` as one msgpack map.
 
     The action is packed first and ``total_ns`` stamped after, so the time to
@@ -577,14 +630,18 @@ class PolicyServer:
         *,
         in_thread: bool = False,
         on_request: Callable[[RequestTimer, Mapping[str, Any]], None] | None = None,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """``in_thread`` runs ``infer`` in a worker thread so other
         connections and pings keep being served while the model runs.
+        ``max_message_bytes`` bounds one request (a larger one closes the
+        connection with 1009); ``None`` lifts the limit, as openpi does.
         ``on_request(timer, server_timing)`` is called after each response
         has been sent (for logs: ``timer.trace``, ``timer.span``); an
         exception it raises is logged, not propagated."""
         self._policy = policy
         self._on_request = on_request
+        self._max_size = max_message_bytes
         self._host = host
         self._port = port
         self._metadata = dict(metadata or {})
@@ -611,7 +668,7 @@ class PolicyServer:
             self._host,
             self._port,
             compression=None,
-            max_size=None,
+            max_size=self._max_size,
             process_request=_health_check,
         )
         return self.port
@@ -655,7 +712,10 @@ class PolicyServer:
             except MalformedRequest as e:
                 _COUNTERS.add("bad_requests")
                 logger.warning("bad request from %s: %s", websocket.remote_address, e)
-                await websocket.close(code=CloseCode.INVALID_DATA, reason=str(e)[:120])
+                # A close reason is at most 123 bytes of UTF-8.
+                reason = str(e).encode()[:120].decode(errors="ignore")
+                with contextlib.suppress(websockets.exceptions.ConnectionClosed):
+                    await websocket.close(code=CloseCode.INVALID_DATA, reason=reason)
                 return
             timer.read_trace(obs)
             try:

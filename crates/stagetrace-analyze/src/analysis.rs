@@ -936,6 +936,16 @@ fn dedupe(flagged: &[Metric]) -> Vec<Metric> {
         .collect()
 }
 
+fn fmt_p(p: f64) -> String {
+    if p < 1e-300 {
+        "<1e-300".to_string()
+    } else if p < 1e-3 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.3}")
+    }
+}
+
 fn fmt_ms(v: f64) -> String {
     crate::render::fmt_ms(v)
 }
@@ -945,33 +955,43 @@ fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
     let kind = r.kind.clone();
     let metric = |name: &str| Metric::from_name(name);
     for code in ["median_shift", "tail_only", "faster"] {
-        let flagged: Vec<Metric> = r
+        let mut flagged: Vec<(f64, Metric)> = r
             .baseline
             .iter()
             .filter(|(_, s)| s.shape == code)
-            .filter_map(|(n, _)| metric(n))
+            .filter_map(|(n, s)| {
+                let strength = if code == "tail_only" {
+                    s.exceed_p
+                } else {
+                    s.mann_whitney.p
+                };
+                metric(n).map(|m| (strength, m))
+            })
             .collect();
+        // Strongest evidence first.
+        flagged.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let flagged: Vec<Metric> = flagged.into_iter().map(|(_, m)| m).collect();
         for m in dedupe(&flagged) {
             let Some(s) = r.baseline.get(m.name()) else {
                 continue;
             };
             let text = match code {
                 "median_shift" => format!(
-                    "{m} got slower as a whole: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={:.1e}, shift {} [{}, {}]); p99 ×{:.2}. The whole stage is slower — {}.",
+                    "{m} got slower as a whole: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}, shift {} [{}, {}]); p99 ×{:.2}. The whole stage is slower — {}.",
                     fmt_ms(s.p50.before), fmt_ms(s.p50.after), s.p50.ratio, s.p50.lo, s.p50.hi,
-                    s.mann_whitney.p, fmt_ms(s.shift.estimate), fmt_ms(s.shift.lo), fmt_ms(s.shift.hi),
+                    fmt_p(s.mann_whitney.p), fmt_ms(s.shift.estimate), fmt_ms(s.shift.lo), fmt_ms(s.shift.hi),
                     s.p99.ratio, advice(m)
                 ),
                 "tail_only" => format!(
-                    "{m} has a longer tail with a flat median: p99 {} → {} (×{:.2}, 95% CI {:.2}–{:.2}), {:.1}% of calls above the baseline p99 (baseline {:.1}%, p={:.1e}), median ×{:.2} (shift {} within noise). A few requests are held up: queueing or contention — {}.",
+                    "{m} has a longer tail with a flat median: p99 {} → {} (×{:.2}, 95% CI {:.2}–{:.2}), {:.1}% of calls above the baseline p99 (baseline {:.1}%, p={}), median ×{:.2} (shift {} within noise). A few requests are held up: queueing or contention — {}.",
                     fmt_ms(s.p99.before), fmt_ms(s.p99.after), s.p99.ratio, s.p99.lo, s.p99.hi,
-                    100.0 * s.exceed, 100.0 * s.baseline_exceed, s.exceed_p, s.p50.ratio,
+                    100.0 * s.exceed, 100.0 * s.baseline_exceed, fmt_p(s.exceed_p), s.p50.ratio,
                     fmt_ms(s.shift.estimate), advice(m)
                 ),
                 _ => format!(
-                    "{m} got faster: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={:.1e}).",
+                    "{m} got faster: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}).",
                     fmt_ms(s.p50.before), fmt_ms(s.p50.after), s.p50.ratio, s.p50.lo, s.p50.hi,
-                    s.mann_whitney.p
+                    fmt_p(s.mann_whitney.p)
                 ),
             };
             out.push(Verdict {
@@ -1019,11 +1039,26 @@ fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
             }),
         });
     }
-    let stage_moved = out
-        .iter()
-        .any(|v| matches!(v.code, "median_shift" | "tail_only") && v.stage != Some("gap"));
+    let stage_moved = out.iter().any(|v| {
+        matches!(v.code, "median_shift" | "tail_only")
+            && !matches!(v.stage, Some("gap" | "observer" | "e2e"))
+    });
     if let Some(gp) = &r.gap {
         if gp.unexplained && !stage_moved {
+            // The gap's own shape verdicts say the same thing less well.
+            out.retain(|v| {
+                !(matches!(v.code, "median_shift" | "tail_only")
+                    && matches!(v.stage, Some("gap" | "observer" | "e2e")))
+            });
+            let moved = r.baseline.get("gap").map_or(String::new(), |b| {
+                format!(
+                    " Against the baseline the gap went from median {} / p99 {} to {} / {}.",
+                    fmt_ms(b.p50.before),
+                    fmt_ms(b.p99.before),
+                    fmt_ms(b.p50.after),
+                    fmt_ms(b.p99.after)
+                )
+            });
             let who = if gp.observer_share >= 0.25 * gp.gap_share {
                 "a large part of it is the observer's own cost"
             } else {
@@ -1040,7 +1075,7 @@ fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
                 stage: Some("gap"),
                 group: Some("call"),
                 text: format!(
-                    "e2e jitters (σ {} around a median of {}) but {steady}: the gap — time inside the call no stage covers — explains {:.0}% of the e2e variance, the observer's own cost {:.1}%; {who}.",
+                    "e2e jitters (σ {} around a median of {}) but {steady}: the gap — time inside the call no stage covers — explains {:.0}% of the e2e variance, the observer's own cost {:.1}%; {who}.{moved}",
                     fmt_ms(gp.e2e_stddev_ms), fmt_ms(gp.e2e_median_ms),
                     100.0 * gp.gap_share, 100.0 * gp.observer_share
                 ),

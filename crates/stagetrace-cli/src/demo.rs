@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value as Json};
 use stagetrace::{CallRecord, ClockMode, RecordSink, ServerRecord, StageLayer, Summary};
-use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
+use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{
     ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
     ServerClock, ServerHandle, TimingLayer, TracedHttpClient,
@@ -397,9 +397,11 @@ const CHUNK: [u64; 2] = [50, 7];
 impl ModelSim {
     async fn infer(&self, obs: MsgMap, timer: InferTimer) -> Result<MsgMap, HandlerError> {
         let seq = obs.get("seq").and_then(rmpv::Value::as_u64);
+        // Pre-processing: a checksum over a sample of the frame (cheap, so
+        // that `infer` stays close to the model's cost even in debug builds).
         let frame_sum = obs
             .array("observation/image")
-            .map_or(0, |a| fnv1a(&a.data));
+            .map_or(0, |a| fnv1a_strided(&a.data, 64));
         timer.pre_done();
         sleep_until_precise(Instant::now() + self.cost).await;
         timer.post_start();
@@ -769,6 +771,12 @@ fn xorshift(state: &mut u64) -> u64 {
     x ^= x << 17;
     *state = x;
     x
+}
+
+fn fnv1a_strided(data: &[u8], stride: usize) -> u64 {
+    data.iter().step_by(stride.max(1)).fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn fnv1a(data: &[u8]) -> u64 {

@@ -26,12 +26,12 @@
 //! # Ok(()) }
 //! ```
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -135,7 +135,7 @@ impl Default for ProxyConfig {
             downlink: LinkConfig::default(),
             seed: 0x5eed,
             max_connections: 256,
-            max_in_flight: 1024,
+            max_in_flight: 256,
         }
     }
 }
@@ -408,7 +408,10 @@ async fn connection(client: TcpStream, index: u64, shared: &Shared) {
     let upstream = match TcpStream::connect(shared.upstream).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::debug!("stagetrace proxy: upstream {} unreachable: {e}", shared.upstream);
+            tracing::debug!(
+                "stagetrace proxy: upstream {} unreachable: {e}",
+                shared.upstream
+            );
             shared.counters.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -422,8 +425,22 @@ async fn connection(client: TcpStream, index: u64, shared: &Shared) {
     let seed = shared.seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let c = &shared.counters;
     tokio::join!(
-        direction(client_rd, up_wr, shared.uplink.clone(), seed, shared, &c.bytes_up),
-        direction(up_rd, client_wr, shared.downlink.clone(), seed ^ 1, shared, &c.bytes_down),
+        direction(
+            client_rd,
+            up_wr,
+            shared.uplink.clone(),
+            seed,
+            shared,
+            &c.bytes_up
+        ),
+        direction(
+            up_rd,
+            client_wr,
+            shared.downlink.clone(),
+            seed ^ 1,
+            shared,
+            &c.bytes_down
+        ),
     );
 }
 
@@ -496,7 +513,10 @@ async fn direction(
     tokio::join!(reader, writer);
 }
 
-/// Delay plus jitter for one chunk, never negative.
+/// Longest one-way delay or stall applied (longer settings are capped).
+const MAX_DELAY: Duration = Duration::from_secs(3600);
+
+/// Delay plus jitter for one chunk, never negative, at most [`MAX_DELAY`].
 fn one_way(cfg: &LinkConfig, rng: &mut StdRng) -> Duration {
     let base = cfg.delay.as_secs_f64();
     let extra = match cfg.jitter {
@@ -516,7 +536,9 @@ fn one_way(cfg: &LinkConfig, rng: &mut StdRng) -> Duration {
             sd.as_secs_f64() * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
         }
     };
-    Duration::try_from_secs_f64((base + extra).max(0.0)).unwrap_or(cfg.delay)
+    Duration::try_from_secs_f64((base + extra).max(0.0))
+        .unwrap_or(cfg.delay)
+        .min(MAX_DELAY)
 }
 
 async fn wait_out_stall(stall: Stall, shared: &Shared) {
@@ -525,13 +547,10 @@ async fn wait_out_stall(stall: Stall, shared: &Shared) {
     }
     let every = stall.every.as_nanos();
     let phase = shared.started.elapsed().as_nanos() % every;
-    let length = stall.length.min(stall.every).as_nanos();
+    let length = stall.length.min(stall.every).min(MAX_DELAY).as_nanos();
     if phase < length {
-        let left = u64::try_from(length - phase).unwrap_or(u64::MAX);
-        shared
-            .timer
-            .sleep_until(Instant::now() + Duration::from_nanos(left))
-            .await;
+        let left = Duration::from_nanos(u64::try_from(length - phase).unwrap_or(0));
+        shared.timer.sleep_until(Instant::now() + left).await;
     }
 }
 
@@ -544,7 +563,14 @@ async fn wait_out_stall(stall: Stall, shared: &Shared) {
 struct PreciseTimer {
     state: Mutex<TimerState>,
     cv: Condvar,
+    /// How early to fire, ns: a low percentile of the wake-up latency the
+    /// waiters measure (timer thread → runtime → task), so that a task
+    /// resumes at its deadline or just after, rarely before.
+    lead_ns: AtomicU64,
 }
+
+/// Most lead the timer takes against its measured wake-up latency.
+const MAX_LEAD_NS: u64 = 500_000;
 
 #[derive(Debug, Default)]
 struct TimerState {
@@ -600,9 +626,10 @@ impl PreciseTimer {
                 st.heap.clear(); // waiters see the sender dropped
                 return;
             }
+            let lead = Duration::from_nanos(self.lead_ns.load(Ordering::Relaxed));
             let now = Instant::now();
             match st.heap.peek().map(|w| w.0.at) {
-                Some(at) if at <= now => {
+                Some(at) if at <= now + lead => {
                     if let Some(Reverse(w)) = st.heap.pop() {
                         let _ = w.tx.send(());
                     }
@@ -610,7 +637,7 @@ impl PreciseTimer {
                 Some(at) => {
                     st = self
                         .cv
-                        .wait_timeout(st, at - now)
+                        .wait_timeout(st, (at - now).saturating_sub(lead))
                         .map(|(g, _)| g)
                         .unwrap_or_else(|e| e.into_inner().0);
                 }
@@ -648,7 +675,23 @@ impl PreciseTimer {
             }
         }
         // An error means the proxy is shutting down: stop waiting.
-        let _ = rx.await;
+        if rx.await.is_ok() {
+            self.follow_latency(deadline);
+        }
+    }
+
+    /// Track the 10th percentile of the wake-up latency: a late wake-up
+    /// moves the lead up a small step, an early one down nine steps, so about
+    /// one wake-up in ten is early (by little) and the rest late by little.
+    fn follow_latency(&self, deadline: Instant) {
+        const STEP_NS: u64 = 4_000;
+        let lead = self.lead_ns.load(Ordering::Relaxed);
+        let next = if Instant::now() >= deadline {
+            lead.saturating_add(STEP_NS).min(MAX_LEAD_NS)
+        } else {
+            lead.saturating_sub(9 * STEP_NS)
+        };
+        self.lead_ns.store(next, Ordering::Relaxed);
     }
 }
 
@@ -671,7 +714,8 @@ impl TokenBucket {
         loop {
             let now = Instant::now();
             let last = *self.last.get_or_insert(now);
-            self.tokens = (self.tokens + now.duration_since(last).as_secs_f64() * rate_f).min(burst);
+            self.tokens =
+                (self.tokens + now.duration_since(last).as_secs_f64() * rate_f).min(burst);
             self.last = Some(now);
             if self.tokens >= piece {
                 self.tokens -= piece;
@@ -686,12 +730,14 @@ impl TokenBucket {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn one_way_never_negative_and_seeded() {
-        let cfg = LinkConfig::delay(Duration::from_millis(1)).with_jitter(Jitter::Normal(Duration::from_millis(5)));
+        let cfg = LinkConfig::delay(Duration::from_millis(1))
+            .with_jitter(Jitter::Normal(Duration::from_millis(5)));
         let mut a = StdRng::seed_from_u64(1);
         let mut b = StdRng::seed_from_u64(1);
         let xs: Vec<Duration> = (0..1000).map(|_| one_way(&cfg, &mut a)).collect();
@@ -701,7 +747,8 @@ mod tests {
         let mean = xs.iter().map(Duration::as_secs_f64).sum::<f64>() / 1000.0;
         // A clipped normal N(1 ms, 5 ms) has a mean near 2.6 ms.
         assert!((0.0015..0.004).contains(&mean), "mean {mean}");
-        let uni = LinkConfig::delay(Duration::from_millis(10)).with_jitter(Jitter::Uniform(Duration::from_millis(2)));
+        let uni = LinkConfig::delay(Duration::from_millis(10))
+            .with_jitter(Jitter::Uniform(Duration::from_millis(2)));
         let mut r = StdRng::seed_from_u64(2);
         for _ in 0..1000 {
             let d = one_way(&uni, &mut r);

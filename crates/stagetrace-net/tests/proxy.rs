@@ -2,6 +2,8 @@
 //! roundtrip, a bandwidth limit paces a bulk transfer, settings change at
 //! runtime, and shutdown closes everything.
 
+#![allow(missing_docs, clippy::unwrap_used)]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
@@ -87,12 +89,9 @@ fn connect(addr: SocketAddr) -> TcpStream {
 #[test]
 fn delays_show_up_in_the_roundtrip() {
     let echo = echo_server();
-    let proxy = Proxy::spawn_in_thread(
-        "127.0.0.1:0".parse().unwrap(),
-        echo,
-        ProxyConfig::default(),
-    )
-    .unwrap();
+    let proxy =
+        Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), echo, ProxyConfig::default())
+            .unwrap();
     let mut s = connect(proxy.local_addr());
     // Baseline through the proxy with no shaping: loopback + proxy cost.
     let base = median_rtt_ms(&mut s, 30);
@@ -100,7 +99,10 @@ fn delays_show_up_in_the_roundtrip() {
     proxy.set_downlink(LinkConfig::delay(Duration::from_millis(5)));
     let shaped = median_rtt_ms(&mut s, 30);
     let extra = shaped - base;
-    assert!((extra - 25.0).abs() < 2.0, "baseline {base:.3} ms, shaped {shaped:.3} ms, extra {extra:.3} ms");
+    assert!(
+        (extra - 25.0).abs() < 2.0,
+        "baseline {base:.3} ms, shaped {shaped:.3} ms, extra {extra:.3} ms"
+    );
     // Each direction on its own.
     proxy.set_downlink(LinkConfig::default());
     let up_only = median_rtt_ms(&mut s, 20) - base;
@@ -131,7 +133,10 @@ fn bandwidth_limit_paces_a_transfer() {
     let (n, last) = done.recv_timeout(Duration::from_secs(10)).unwrap();
     let secs = last.duration_since(start).as_secs_f64();
     assert_eq!(n, 500_000);
-    assert!((0.4..=0.6).contains(&secs), "500 KB at 1 MB/s took {secs:.3} s");
+    assert!(
+        (0.4..=0.6).contains(&secs),
+        "500 KB at 1 MB/s took {secs:.3} s"
+    );
     proxy.shutdown();
 }
 
@@ -144,7 +149,9 @@ async fn works_inside_a_runtime_and_shuts_down() {
         ..ProxyConfig::default()
     };
     let proxy = Proxy::start("127.0.0.1:0".parse().unwrap(), echo, cfg).unwrap();
-    let mut s = tokio::net::TcpStream::connect(proxy.local_addr()).await.unwrap();
+    let mut s = tokio::net::TcpStream::connect(proxy.local_addr())
+        .await
+        .unwrap();
     s.set_nodelay(true).unwrap();
     let t = Instant::now();
     s.write_all(b"hello").await.unwrap();
@@ -174,10 +181,13 @@ async fn works_inside_a_runtime_and_shuts_down() {
 fn chunks_keep_their_order_under_jitter_and_stalls() {
     let echo = echo_server();
     let cfg = ProxyConfig {
-        uplink: LinkConfig::delay(Duration::from_millis(3))
-            .with_jitter(stagetrace_net::proxy::Jitter::Uniform(Duration::from_millis(3))),
+        uplink: LinkConfig::delay(Duration::from_millis(3)).with_jitter(
+            stagetrace_net::proxy::Jitter::Uniform(Duration::from_millis(3)),
+        ),
         downlink: LinkConfig::delay(Duration::from_millis(1))
-            .with_jitter(stagetrace_net::proxy::Jitter::Normal(Duration::from_millis(2)))
+            .with_jitter(stagetrace_net::proxy::Jitter::Normal(
+                Duration::from_millis(2),
+            ))
             .with_stall(Stall {
                 every: Duration::from_millis(100),
                 length: Duration::from_millis(20),
@@ -214,8 +224,13 @@ fn chunks_keep_their_order_under_jitter_and_stalls() {
 #[test]
 fn unreachable_upstream_is_refused_and_counted() {
     // A port nobody listens on: bind, read the port, close.
-    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let proxy = Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), dead, ProxyConfig::default()).unwrap();
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let proxy =
+        Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), dead, ProxyConfig::default())
+            .unwrap();
     let mut s = connect(proxy.local_addr());
     let mut buf = [0u8; 1];
     let r = s.read(&mut buf);
@@ -226,4 +241,164 @@ fn unreachable_upstream_is_refused_and_counted() {
     }
     assert_eq!(proxy.stats().refused, 1);
     assert_eq!(proxy.stats().connections, 0);
+}
+
+/// A policy-like server over raw TCP: reads a 64-byte request, stamps its
+/// receive time on a clock `skew_ms` ahead, "infers" for `model`, and answers
+/// with `recv_unix_ns`, `total_ns` and, for the test's ground truth, the
+/// receive time on the true (unskewed) clock — 8 bytes each.
+fn timing_server(skew_ms: i64, model: Duration) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut req = [0u8; 64];
+        while s.read_exact(&mut req).is_ok() {
+            let recv = Instant::now();
+            let true_recv = PROCESS_ANCHOR.to_unix_ns(recv);
+            let recv_unix = (true_recv as i64 + skew_ms * 1_000_000) as u64;
+            let until = recv + model;
+            while Instant::now() < until {
+                thread::sleep(Duration::from_micros(200).min(until - Instant::now()));
+            }
+            let mut resp = [0u8; 24];
+            resp[..8].copy_from_slice(&recv_unix.to_le_bytes());
+            resp[16..].copy_from_slice(&true_recv.to_le_bytes());
+            let total = recv.elapsed().as_nanos() as u64;
+            resp[8..16].copy_from_slice(&total.to_le_bytes());
+            if s.write_all(&resp).is_err() {
+                return;
+            }
+        }
+    });
+    addr
+}
+
+/// Client and server share the process's clocks, so one anchor gives both
+/// sides the same true wall time.
+static PROCESS_ANCHOR: std::sync::LazyLock<stagetrace::clock::Anchor> =
+    std::sync::LazyLock::new(stagetrace::clock::Anchor::now);
+
+/// One call's stitched figures and its true one-way delays (ms).
+struct Call {
+    st: stagetrace::clock::Stitched,
+    true_up: f64,
+    true_down: f64,
+}
+
+/// `n` calls through `s`, stitched.
+fn stitched_calls(s: &mut TcpStream, st: &mut stagetrace::clock::Stitcher, n: usize) -> Vec<Call> {
+    use stagetrace::clock::ClientTimes;
+    let anchor = *PROCESS_ANCHOR;
+    (0..n)
+        .map(|_| {
+            let t0 = Instant::now();
+            s.write_all(&[1u8; 64]).unwrap();
+            let mut resp = [0u8; 24];
+            s.read_exact(&mut resp).unwrap();
+            let t3 = Instant::now();
+            let word = |i: usize| u64::from_le_bytes(resp[i * 8..i * 8 + 8].try_into().unwrap());
+            let timing = stagetrace::ServerTiming {
+                recv_unix_ns: Some(word(0)),
+                total_ns: Some(word(1)),
+                ..Default::default()
+            };
+            let client = ClientTimes {
+                send_unix_ns: anchor.to_unix_ns(t0),
+                recv_unix_ns: anchor.to_unix_ns(t3),
+            };
+            let true_recv = word(2);
+            Call {
+                st: st.stitch("server", client, &timing),
+                true_up: (true_recv as f64 - client.send_unix_ns as f64) / 1e6,
+                true_down: (client.recv_unix_ns as f64 - (true_recv + word(1)) as f64) / 1e6,
+            }
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn ground_truth_split_through_the_proxy() {
+    use stagetrace::clock::{ClockMode, Stitcher};
+    use stagetrace::ClockBasis;
+    // Server clock +250 ms, uplink 20 ms, downlink 5 ms.
+    let server = timing_server(250, Duration::from_millis(3));
+    let proxy = Proxy::spawn_in_thread(
+        "127.0.0.1:0".parse().unwrap(),
+        server,
+        ProxyConfig::default(),
+    )
+    .unwrap();
+    let mut s = connect(proxy.local_addr());
+    // Loopback + proxy cost, measured the same way.
+    let base = stitched_calls(&mut s, &mut Stitcher::new(ClockMode::None), 30);
+    let base = median(base.iter().map(|c| c.st.net_ms.unwrap()).collect());
+    proxy.set_uplink(LinkConfig::delay(Duration::from_millis(20)));
+    proxy.set_downlink(LinkConfig::delay(Duration::from_millis(5)));
+    let mut st = Stitcher::new(ClockMode::Estimate);
+    let calls = stitched_calls(&mut s, &mut st, 40);
+    let net = median(calls.iter().map(|c| c.st.net_ms.unwrap()).collect());
+    let err = median(calls.iter().map(|c| c.st.split_err_ms.unwrap()).collect());
+    eprintln!(
+        "ground truth: loopback net {base:.3} ms, shaped net {net:.3} ms, split ± {err:.3} ms"
+    );
+    assert!(
+        (net - 25.0 - base).abs() < 1.5,
+        "net {net:.3} vs 25 + {base:.3}"
+    );
+    // Anchor readings on one host agree to well under this.
+    const EPS: f64 = 0.01;
+    for c in &calls {
+        let st = &c.st;
+        assert_eq!(st.basis, Some(ClockBasis::Estimate));
+        assert!(!st.clamped);
+        let (up, down, err) = (
+            st.uplink_ms.unwrap(),
+            st.downlink_ms.unwrap(),
+            st.split_err_ms.unwrap(),
+        );
+        assert!(
+            (up - c.true_up).abs() <= err + EPS,
+            "uplink {up:.3} ± {err:.3}, true {:.3}",
+            c.true_up
+        );
+        assert!(
+            (down - c.true_down).abs() <= err + EPS,
+            "downlink {down:.3} ± {err:.3}, true {:.3}",
+            c.true_down
+        );
+        // Asymmetry shows up as offset error, inside the bound.
+        let off = st.offset_ms.unwrap();
+        assert!(
+            (off - 250.0).abs() <= err + EPS,
+            "offset {off:.3} ± {err:.3}"
+        );
+    }
+    assert_eq!(st.filter("server").unwrap().steps(), 0);
+}
+
+#[test]
+fn trusted_clocks_give_the_injected_split() {
+    use stagetrace::clock::{ClockMode, Stitcher};
+    let server = timing_server(0, Duration::from_millis(3));
+    let cfg = ProxyConfig {
+        uplink: LinkConfig::delay(Duration::from_millis(20)),
+        downlink: LinkConfig::delay(Duration::from_millis(5)),
+        ..ProxyConfig::default()
+    };
+    let proxy = Proxy::spawn_in_thread("127.0.0.1:0".parse().unwrap(), server, cfg).unwrap();
+    let mut s = connect(proxy.local_addr());
+    let mut st = Stitcher::new(ClockMode::Trusted);
+    let calls = stitched_calls(&mut s, &mut st, 30);
+    let up = median(calls.iter().map(|c| c.st.uplink_ms.unwrap()).collect());
+    let down = median(calls.iter().map(|c| c.st.downlink_ms.unwrap()).collect());
+    eprintln!("trusted: uplink {up:.3} ms, downlink {down:.3} ms");
+    assert!((up - 20.0).abs() < 1.5, "uplink {up:.3}");
+    assert!((down - 5.0).abs() < 1.5, "downlink {down:.3}");
 }

@@ -2,6 +2,8 @@
 //! SDK's in-memory exporter: span names, parents, ids, exact times and
 //! attributes from synthetic records.
 
+#![allow(missing_docs, clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -82,9 +84,15 @@ fn export(
     f(&exporter);
     assert!(exporter.flush(Duration::from_secs(10)));
     let spans = mem.get_finished_spans().unwrap();
-    let by_name: HashMap<String, SpanData> =
-        spans.iter().map(|s| (s.name.to_string(), s.clone())).collect();
-    assert_eq!(by_name.len(), spans.len(), "span names are unique per trace");
+    let by_name: HashMap<String, SpanData> = spans
+        .iter()
+        .map(|s| (s.name.to_string(), s.clone()))
+        .collect();
+    assert_eq!(
+        by_name.len(),
+        spans.len(),
+        "span names are unique per trace"
+    );
     by_name
 }
 
@@ -108,13 +116,25 @@ fn a_call_becomes_one_trace_with_the_stage_tree() {
     names.sort_unstable();
     assert_eq!(
         names,
-        ["call", "capture", "dispatch", "downlink", "transport", "uplink"],
+        [
+            "call",
+            "capture",
+            "dispatch",
+            "downlink",
+            "transport",
+            "uplink"
+        ],
         "server stages come from the server's exporter, not the client's"
     );
 
     let trace = TraceId::from_bytes(TRACE);
     for s in spans.values() {
-        assert_eq!(s.span_context.trace_id(), trace, "{} is in the call's trace", s.name);
+        assert_eq!(
+            s.span_context.trace_id(),
+            trace,
+            "{} is in the call's trace",
+            s.name
+        );
         assert!(s.span_context.is_sampled());
         assert_eq!(s.instrumentation_scope.name(), "stagetrace");
     }
@@ -129,10 +149,18 @@ fn a_call_becomes_one_trace_with_the_stage_tree() {
     );
     assert_eq!(transport.span_kind, SpanKind::Client);
     for child in ["capture", "transport", "dispatch"] {
-        assert_eq!(spans[child].parent_span_id, SpanId::from_bytes(CALL_ID), "{child}");
+        assert_eq!(
+            spans[child].parent_span_id,
+            SpanId::from_bytes(CALL_ID),
+            "{child}"
+        );
     }
     for child in ["uplink", "downlink"] {
-        assert_eq!(spans[child].parent_span_id, SpanId::from_bytes(TRANSPORT_ID), "{child}");
+        assert_eq!(
+            spans[child].parent_span_id,
+            SpanId::from_bytes(TRANSPORT_ID),
+            "{child}"
+        );
     }
     let ids: std::collections::HashSet<SpanId> =
         spans.values().map(|s| s.span_context.span_id()).collect();
@@ -157,10 +185,17 @@ fn attributes_carry_stage_kind_seq_and_every_record_field() {
     let rec = record();
     let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
     for (name, s) in &spans {
-        assert_eq!(attr(s, "stagetrace.kind"), Some(&Value::from("infer")), "{name}");
+        assert_eq!(
+            attr(s, "stagetrace.kind"),
+            Some(&Value::from("infer")),
+            "{name}"
+        );
         assert_eq!(attr(s, "stagetrace.seq"), Some(&Value::I64(42)), "{name}");
         if name != "call" {
-            assert_eq!(attr(s, "stagetrace.stage"), Some(&Value::from(name.clone())));
+            assert_eq!(
+                attr(s, "stagetrace.stage"),
+                Some(&Value::from(name.clone()))
+            );
         }
     }
     let call = &spans["call"];
@@ -182,18 +217,42 @@ fn attributes_carry_stage_kind_seq_and_every_record_field() {
     ] {
         assert_eq!(attr(call, key), Some(&Value::F64(v)), "{key}");
     }
-    assert_eq!(attr(call, "stagetrace.clock"), Some(&Value::from("estimate")));
-    assert!(attr(call, "stagetrace.failed").is_none(), "absent fields stay absent");
+    assert_eq!(
+        attr(call, "stagetrace.clock"),
+        Some(&Value::from("estimate"))
+    );
+    assert!(
+        attr(call, "stagetrace.failed").is_none(),
+        "absent fields stay absent"
+    );
     assert_eq!(call.status, Status::Unset);
 
     for name in ["uplink", "downlink"] {
         let s = &spans[name];
-        assert_eq!(attr(s, "stagetrace.offset_ms"), Some(&Value::F64(5.5)), "{name}");
-        assert_eq!(attr(s, "stagetrace.split_err_ms"), Some(&Value::F64(0.25)), "{name}");
-        assert_eq!(attr(s, "stagetrace.synthesized"), Some(&Value::Bool(true)), "{name}");
+        assert_eq!(
+            attr(s, "stagetrace.offset_ms"),
+            Some(&Value::F64(5.5)),
+            "{name}"
+        );
+        assert_eq!(
+            attr(s, "stagetrace.split_err_ms"),
+            Some(&Value::F64(0.25)),
+            "{name}"
+        );
+        assert_eq!(
+            attr(s, "stagetrace.synthesized"),
+            Some(&Value::Bool(true)),
+            "{name}"
+        );
     }
-    assert_eq!(attr(&spans["uplink"], "stagetrace.uplink_ms"), Some(&Value::F64(2.0)));
-    assert_eq!(attr(&spans["transport"], "stagetrace.net_ms"), Some(&Value::F64(4.0)));
+    assert_eq!(
+        attr(&spans["uplink"], "stagetrace.uplink_ms"),
+        Some(&Value::F64(2.0))
+    );
+    assert_eq!(
+        attr(&spans["transport"], "stagetrace.net_ms"),
+        Some(&Value::F64(4.0))
+    );
 }
 
 #[test]
@@ -212,7 +271,9 @@ fn server_spans_join_the_clients_transport_span() {
         },
         error: None,
     };
-    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_server(&server)));
+    let spans = export(OtlpExporter::builder(), |e| {
+        assert!(e.export_server(&server))
+    });
     let mut names: Vec<&str> = spans.keys().map(String::as_str).collect();
     names.sort_unstable();
     assert_eq!(names, ["infer", "queue"]);
@@ -226,10 +287,22 @@ fn server_spans_join_the_clients_transport_span() {
     assert_eq!(spans["queue"].end_time, time(recv + ms(1.0)));
     assert_eq!(spans["infer"].start_time, time(recv + ms(1.0)));
     assert_eq!(spans["infer"].end_time, time(recv + ms(8.0)));
-    assert_eq!(attr(&spans["infer"], "stagetrace.infer_ms"), Some(&Value::F64(7.0)));
-    assert_eq!(attr(&spans["infer"], "stagetrace.pre_ms"), Some(&Value::F64(0.5)));
-    assert_eq!(attr(&spans["infer"], "stagetrace.server_ms"), Some(&Value::F64(8.0)));
-    assert_eq!(attr(&spans["queue"], "stagetrace.stage"), Some(&Value::from("queue")));
+    assert_eq!(
+        attr(&spans["infer"], "stagetrace.infer_ms"),
+        Some(&Value::F64(7.0))
+    );
+    assert_eq!(
+        attr(&spans["infer"], "stagetrace.pre_ms"),
+        Some(&Value::F64(0.5))
+    );
+    assert_eq!(
+        attr(&spans["infer"], "stagetrace.server_ms"),
+        Some(&Value::F64(8.0))
+    );
+    assert_eq!(
+        attr(&spans["queue"], "stagetrace.stage"),
+        Some(&Value::from("queue"))
+    );
 }
 
 #[test]
@@ -245,7 +318,9 @@ fn a_server_request_without_context_gets_a_trace_of_its_own() {
         },
         error: Some("model not loaded".into()),
     };
-    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_server(&server)));
+    let spans = export(OtlpExporter::builder(), |e| {
+        assert!(e.export_server(&server))
+    });
     let root = &spans["request"];
     let infer = &spans["infer"];
     assert_eq!(root.parent_span_id, SpanId::INVALID);
@@ -276,10 +351,15 @@ fn server_stages_are_drawn_by_the_client_only_when_asked_or_degraded() {
     degraded.clock = Some(ClockBasis::Degraded);
     degraded.timeline.queue = None;
     degraded.queue_ms = None;
-    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&degraded)));
+    let spans = export(OtlpExporter::builder(), |e| {
+        assert!(e.export_call(&degraded))
+    });
     assert!(spans.contains_key("infer"));
     assert!(!spans.contains_key("queue"));
-    assert_eq!(spans["infer"].parent_span_id, SpanId::from_bytes(TRANSPORT_ID));
+    assert_eq!(
+        spans["infer"].parent_span_id,
+        SpanId::from_bytes(TRANSPORT_ID)
+    );
 }
 
 #[test]
@@ -315,7 +395,10 @@ fn a_failed_call_is_an_error_and_a_bare_record_still_has_its_times() {
     let call = &spans["call"];
     assert_eq!(call.status, Status::error("timeout"));
     assert_eq!(attr(call, "stagetrace.failed"), Some(&Value::Bool(true)));
-    assert_eq!(attr(call, "stagetrace.error"), Some(&Value::from("timeout")));
+    assert_eq!(
+        attr(call, "stagetrace.error"),
+        Some(&Value::from("timeout"))
+    );
     assert_eq!(call.start_time, time(1_764_000_000_500_000_000));
     assert_eq!(call.end_time, time(1_764_000_000_512_500_000));
     assert_ne!(call.span_context.trace_id(), TraceId::INVALID);
@@ -355,7 +438,10 @@ fn spans_leave_on_the_interval_without_a_flush() {
     assert!(exporter.export_call(&record()));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while mem.get_finished_spans().unwrap().is_empty() {
-        assert!(std::time::Instant::now() < deadline, "batch never sent on its interval");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "batch never sent on its interval"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     assert_eq!(mem.get_finished_spans().unwrap().len(), 6);
@@ -383,7 +469,10 @@ fn dropping_the_exporter_sends_what_is_queued() {
     assert!(exporter.export_call(&record()));
     drop(exporter);
     std::thread::sleep(Duration::from_millis(50));
-    assert!(mem.get_finished_spans().unwrap().is_empty(), "a clone keeps the thread");
+    assert!(
+        mem.get_finished_spans().unwrap().is_empty(),
+        "a clone keeps the thread"
+    );
     drop(clone);
     assert_eq!(mem.get_finished_spans().unwrap().len(), 6);
 }

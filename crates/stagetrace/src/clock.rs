@@ -332,12 +332,18 @@ impl OffsetFilter {
             self.invalid += 1;
             return self.estimate_at(s.t3);
         }
+        // After a pause longer than the window, old samples say too little
+        // to judge this one against: start afresh rather than see a step.
+        let window_ns = duration_ns(self.cfg.window);
+        self.window
+            .retain(|w| sample.at.saturating_sub(w.at) <= window_ns);
         let Some(pred) = self.estimate_at(sample.at) else {
             self.push(sample);
             return Some(self.own(sample, false));
         };
         let margin = duration_ns(self.cfg.step_margin) as f64;
-        let off_track = (sample.theta - pred.offset_ns).abs() > sample.delta / 2.0 + pred.err_ns + margin;
+        let off_track =
+            (sample.theta - pred.offset_ns).abs() > sample.delta / 2.0 + pred.err_ns + margin;
         if !off_track {
             self.outliers += self.pending.len() as u64;
             self.pending.clear();
@@ -349,7 +355,8 @@ impl OffsetFilter {
         let before = self.pending.len();
         self.pending.retain(|p| {
             let age = diff(sample.at, p.at).abs();
-            (p.theta - sample.theta).abs() <= p.delta / 2.0 + sample.delta / 2.0 + rate * age + margin
+            (p.theta - sample.theta).abs()
+                <= p.delta / 2.0 + sample.delta / 2.0 + rate * age + margin
         });
         self.outliers += (before - self.pending.len()) as u64;
         self.pending.push(sample);
@@ -362,7 +369,8 @@ impl OffsetFilter {
         for p in std::mem::take(&mut self.pending) {
             self.push(p);
         }
-        self.estimate_at(sample.at).map(|e| OffsetEstimate { step: true, ..e })
+        self.estimate_at(sample.at)
+            .map(|e| OffsetEstimate { step: true, ..e })
     }
 
     fn own(&self, s: Sample, step: bool) -> OffsetEstimate {
@@ -421,7 +429,12 @@ impl OffsetFilter {
             .fold(f64::INFINITY, f64::min);
         // "Low δ": within twice the best plus 100 µs.
         let cut = 2.0 * min_delta + 100_000.0;
-        let pts = || self.buckets.iter().map(|(_, s)| s).filter(|s| s.delta <= cut);
+        let pts = || {
+            self.buckets
+                .iter()
+                .map(|(_, s)| s)
+                .filter(|s| s.delta <= cut)
+        };
         let n = pts().count();
         let newest = self.buckets.back()?.1.at;
         let first = pts().next()?.at;
@@ -429,7 +442,9 @@ impl OffsetFilter {
             return None;
         }
         let nf = n as f64;
-        let (sx, sy) = pts().fold((0.0, 0.0), |(sx, sy), s| (sx + diff(s.at, newest), sy + s.theta));
+        let (sx, sy) = pts().fold((0.0, 0.0), |(sx, sy), s| {
+            (sx + diff(s.at, newest), sy + s.theta)
+        });
         let (mx, my) = (sx / nf, sy / nf);
         let (sxx, sxy) = pts().fold((0.0, 0.0), |(sxx, sxy), s| {
             let dx = diff(s.at, newest) - mx;
@@ -591,7 +606,10 @@ impl Stitcher {
 
     /// The offset filter of `peer`, when it has one.
     pub fn filter(&self, peer: &str) -> Option<&OffsetFilter> {
-        self.peers.iter().find(|p| p.name == peer).map(|p| &p.filter)
+        self.peers
+            .iter()
+            .find(|p| p.name == peer)
+            .map(|p| &p.filter)
     }
 
     fn filter_mut(&mut self, peer: &str) -> &mut OffsetFilter {
@@ -601,7 +619,9 @@ impl Stitcher {
             Some(i) => i,
             None => {
                 if self.peers.len() >= MAX_PEERS {
-                    if let Some(lru) = (0..self.peers.len()).min_by_key(|&i| self.peers[i].last_used) {
+                    if let Some(lru) =
+                        (0..self.peers.len()).min_by_key(|&i| self.peers[i].last_used)
+                    {
                         self.peers.swap_remove(lru);
                     }
                 }
@@ -677,6 +697,7 @@ impl Stitcher {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -724,16 +745,26 @@ mod tests {
     struct Lcg(u64);
     impl Lcg {
         fn next(&mut self, span: u64) -> u64 {
-            self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (self.0 >> 33) % span.max(1)
         }
     }
 
     fn check_bounds(s: &Stitched, up: u64, down: u64) {
-        let (u, d, e) = (s.uplink_ms.unwrap(), s.downlink_ms.unwrap(), s.split_err_ms.unwrap());
+        let (u, d, e) = (
+            s.uplink_ms.unwrap(),
+            s.downlink_ms.unwrap(),
+            s.split_err_ms.unwrap(),
+        );
         let (tu, td) = (up as f64 / 1e6, down as f64 / 1e6);
         assert!((u - tu).abs() <= e + 1e-6, "uplink {u} vs true {tu} ± {e}");
-        assert!((d - td).abs() <= e + 1e-6, "downlink {d} vs true {td} ± {e}");
+        assert!(
+            (d - td).abs() <= e + 1e-6,
+            "downlink {d} vs true {td} ± {e}"
+        );
         assert!(u >= 0.0 && d >= 0.0);
     }
 
@@ -744,7 +775,10 @@ mod tests {
         assert_eq!(a.to_unix_ns(now + Duration::from_millis(5)), BASE + 5 * MS);
         assert_eq!(a.to_unix_ns(now), BASE);
         let real = Anchor::now();
-        let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
         assert!(real.now_unix_ns().abs_diff(wall) < 50 * MS);
         let mut old = Anchor::from_parts(BASE, now);
         assert!(!old.refresh_if_older(Duration::from_secs(3600)));
@@ -801,7 +835,11 @@ mod tests {
         let ppm = last.drift_ppm.expect("drift estimated");
         assert!((ppm - 20.0).abs() < 5.0, "drift {ppm} ppm");
         // Offset tracks the drifted clock: −40 ms + 20 ppm · 90 s = −38.2 ms.
-        assert!((last.offset_ms.unwrap() - -38.2).abs() < 1.0, "{:?}", last.offset_ms);
+        assert!(
+            (last.offset_ms.unwrap() - -38.2).abs() < 1.0,
+            "{:?}",
+            last.offset_ms
+        );
         assert_eq!(st.filter("").unwrap().steps(), 0);
     }
 
@@ -829,11 +867,43 @@ mod tests {
             let (u, d) = (out.uplink_ms.unwrap(), out.downlink_ms.unwrap());
             assert!(u <= out.net_ms.unwrap() && d <= out.net_ms.unwrap());
             if i > 605 {
-                assert!((out.offset_ms.unwrap() - 2257.5).abs() < 2.0, "{:?}", out.offset_ms);
+                assert!(
+                    (out.offset_ms.unwrap() - 2257.5).abs() < 2.0,
+                    "{:?}",
+                    out.offset_ms
+                );
             }
         }
         assert_eq!(steps_seen, 1);
         assert_eq!(st.filter("p").unwrap().steps(), 1);
+    }
+
+    #[test]
+    fn a_long_pause_is_not_a_step() {
+        // 20 s at 30 ppm (fitted), ten idle minutes during which the server's
+        // clock discipline stopped the drift, then calls again: the old
+        // window would predict 18 ms too much, but it is stale, not a step.
+        let before = World {
+            skew_ns: 5 * MS as i64,
+            drift_ppm: 30.0,
+            step: None,
+        };
+        let after = World {
+            skew_ns: 5 * MS as i64 + 600_000,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let calls = (0..200u64)
+            .map(|i| (&before, i * 100 * MS))
+            .chain((0..50u64).map(|i| (&after, 620_000 * MS + i * 100 * MS)));
+        for (w, t) in calls {
+            let (c, s) = w.call(t, MS, MS, MS);
+            let out = st.stitch("", c, &s);
+            check_bounds(&out, MS, MS);
+            assert!(!out.clock_step, "step at {t}");
+        }
+        assert_eq!(st.filter("").unwrap().steps(), 0);
     }
 
     #[test]
@@ -870,10 +940,16 @@ mod tests {
         let (c, s) = w.call(0, 20 * MS, 12 * MS, 5 * MS);
         let t = Stitcher::new(ClockMode::Trusted).stitch("", c, &s);
         assert_eq!(t.basis, Some(ClockBasis::Trusted));
-        assert_eq!((t.uplink_ms, t.downlink_ms, t.offset_ms), (Some(20.0), Some(5.0), Some(0.0)));
+        assert_eq!(
+            (t.uplink_ms, t.downlink_ms, t.offset_ms),
+            (Some(20.0), Some(5.0), Some(0.0))
+        );
         let n = Stitcher::new(ClockMode::None).stitch("", c, &s);
         assert_eq!(n.basis, Some(ClockBasis::None));
-        assert_eq!((n.net_ms, n.uplink_ms, n.roundtrip_ms), (Some(25.0), None, Some(37.0)));
+        assert_eq!(
+            (n.net_ms, n.uplink_ms, n.roundtrip_ms),
+            (Some(25.0), None, Some(37.0))
+        );
 
         // An unmodified openpi server: only infer_ms.
         let openpi = ServerTiming {
@@ -882,11 +958,17 @@ mod tests {
         };
         let d = Stitcher::new(ClockMode::Estimate).stitch("", c, &openpi);
         assert_eq!(d.basis, Some(ClockBasis::Degraded));
-        assert_eq!((d.infer_ms, d.net_ms, d.server_ms), (Some(12.0), Some(25.0), None));
+        assert_eq!(
+            (d.infer_ms, d.net_ms, d.server_ms),
+            (Some(12.0), Some(25.0), None)
+        );
         assert_eq!((d.uplink_ms, d.split_err_ms), (None, None));
         // Nothing at all: a labelled black box.
         let b = Stitcher::new(ClockMode::Estimate).stitch("", c, &ServerTiming::default());
-        assert_eq!((b.basis, b.roundtrip_ms, b.net_ms), (Some(ClockBasis::Degraded), Some(37.0), None));
+        assert_eq!(
+            (b.basis, b.roundtrip_ms, b.net_ms),
+            (Some(ClockBasis::Degraded), Some(37.0), None)
+        );
     }
 
     #[test]
@@ -904,7 +986,10 @@ mod tests {
         };
         let out = st.stitch("", c, &s);
         assert!(out.clamped);
-        assert_eq!((out.net_ms, out.uplink_ms, out.downlink_ms), (Some(0.0), Some(0.0), Some(0.0)));
+        assert_eq!(
+            (out.net_ms, out.uplink_ms, out.downlink_ms),
+            (Some(0.0), Some(0.0), Some(0.0))
+        );
         // Client clock going backwards.
         let back = ClientTimes {
             send_unix_ns: BASE + MS,

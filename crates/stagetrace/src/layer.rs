@@ -527,12 +527,24 @@ impl StageLayer {
 
 /// Runs `f` on the extensions of `span` and its ancestors, innermost first,
 /// until `f` returns `true`. Does nothing when no stage layer is installed.
+///
+/// A span no layer enabled (e.g. a non-stage span when stagetrace is the only
+/// layer) has no scope of its own: the current span stands in for it.
 fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool) {
-    span.with_subscriber(|(id, dispatch)| {
+    let walk_from = |dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool| {
         if let Some(WithScope(Some(walk))) = dispatch.downcast_ref::<WithScope>() {
             walk(dispatch, id, f);
         }
-    });
+    };
+    if span.is_disabled() {
+        tracing::dispatcher::get_default(|dispatch| {
+            if let Some(id) = dispatch.current_span().id() {
+                walk_from(dispatch, id, &mut *f);
+            }
+        });
+    } else {
+        span.with_subscriber(|(id, dispatch)| walk_from(dispatch, id, &mut *f));
+    }
 }
 
 /// Attach the server timing a response carried (DESIGN section 3) to the

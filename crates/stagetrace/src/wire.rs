@@ -234,7 +234,10 @@ fn decode_lc_hex(src: &[u8], out: &mut [u8]) -> bool {
         return false;
     }
     for (o, pair) in out.iter_mut().zip(src.chunks_exact(2)) {
-        match (pair.first().and_then(|&c| lc_hex(c)), pair.get(1).and_then(|&c| lc_hex(c))) {
+        match (
+            pair.first().and_then(|&c| lc_hex(c)),
+            pair.get(1).and_then(|&c| lc_hex(c)),
+        ) {
             (Some(hi), Some(lo)) => *o = (hi << 4) | lo,
             _ => return false,
         }
@@ -564,7 +567,9 @@ impl TraceState {
                 .iter()
                 .zip(keep)
                 .filter(|(_, &k)| k)
-                .fold((0usize, 0usize), |(n, c), (m, _)| (n + 1, c + member_len(m)));
+                .fold((0usize, 0usize), |(n, c), (m, _)| {
+                    (n + 1, c + member_len(m))
+                });
             chars + n.saturating_sub(1)
         };
         let mut keep = vec![true; self.members.len()];
@@ -737,7 +742,8 @@ impl ServerTiming {
                 continue; // unknown keys are for future versions
             };
             let name = FIELDS[i].0;
-            let n = parse_u64_digits(v).ok_or(value_err(C, name, "is not a non-negative integer"))?;
+            let n =
+                parse_u64_digits(v).ok_or(value_err(C, name, "is not a non-negative integer"))?;
             match t.slot(i) {
                 Some(slot @ None) => *slot = Some(n),
                 _ => return Err(value_err(C, name, "appears twice")),
@@ -811,16 +817,20 @@ impl ServerTiming {
                     break;
                 }
                 p.skip_ows();
-                let pname = p.token().ok_or(syntax(C, "a parameter name is not a token"))?;
+                let pname = p
+                    .token()
+                    .ok_or(syntax(C, "a parameter name is not a token"))?;
                 p.skip_ows();
                 if !p.eat(b'=') {
                     return Err(syntax(C, "a parameter has no `=`"));
                 }
                 p.skip_ows();
                 let pval = if p.peek() == Some(b'"') {
-                    p.quoted().ok_or(syntax(C, "an unterminated quoted string"))?
+                    p.quoted()
+                        .ok_or(syntax(C, "an unterminated quoted string"))?
                 } else {
-                    p.token().ok_or(syntax(C, "a parameter value is not a token"))?
+                    p.token()
+                        .ok_or(syntax(C, "a parameter value is not a token"))?
                 };
                 if pname.eq_ignore_ascii_case(b"dur") && dur.is_none() {
                     dur = Some(pval);
@@ -894,7 +904,11 @@ fn parse_ms_decimal(v: &[u8]) -> Option<u64> {
     if !frac.iter().all(u8::is_ascii_digit) || frac.len() > 30 {
         return None;
     }
-    let ms = if int.is_empty() { 0 } else { parse_u64_digits(int)? };
+    let ms = if int.is_empty() {
+        0
+    } else {
+        parse_u64_digits(int)?
+    };
     let mut sub: u64 = 0;
     for k in 0..6 {
         sub = sub * 10 + frac.get(k).map_or(0, |c| u64::from(c - b'0'));
@@ -1082,21 +1096,28 @@ impl TimingMap {
         }))
     }
 
-    fn decode<'a>(entries: impl Iterator<Item = (Option<&'a str>, Num)>) -> Result<Self, WireError> {
+    fn decode<'a>(
+        entries: impl Iterator<Item = (Option<&'a str>, Num)>,
+    ) -> Result<Self, WireError> {
         const C: Codec = Codec::TimingMap;
         let mut out = TimingMap::default();
         let mut infer_ms: Option<u64> = None;
         for (key, num) in entries {
             let Some(key) = key else { continue };
             if key == "infer_ms" || key == "prev_total_ms" {
-                let field = if key == "infer_ms" { "infer_ms" } else { "prev_total_ms" };
+                let field = if key == "infer_ms" {
+                    "infer_ms"
+                } else {
+                    "prev_total_ms"
+                };
                 let ms = match num {
                     Num::U(u) => u as f64,
                     Num::F(f) => f,
                     Num::Negative => return Err(value_err(C, field, "is negative")),
                     Num::NotANumber => return Err(value_err(C, field, "is not a number")),
                 };
-                let ns = ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
+                let ns =
+                    ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
                 if key == "infer_ms" {
                     infer_ms = Some(ns);
                 } else {
@@ -1136,6 +1157,7 @@ fn ms_to_ns(ms: f64) -> Option<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -1177,7 +1199,12 @@ mod tests {
             assert!(TraceParent::parse(b).is_err(), "accepted {b:?}");
         }
         let ff = TraceParent::parse("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-        assert_eq!(ff, Err(WireError::Version { codec: Codec::TraceParent }));
+        assert_eq!(
+            ff,
+            Err(WireError::Version {
+                codec: Codec::TraceParent
+            })
+        );
         let long = "0".repeat(MAX_TRACEPARENT_LEN + 1);
         assert!(matches!(
             TraceParent::parse(&long),
@@ -1187,14 +1214,16 @@ mod tests {
 
     #[test]
     fn traceparent_future_version() {
-        let tp =
-            TraceParent::parse("cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future")
-                .unwrap();
+        let tp = TraceParent::parse(
+            "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future",
+        )
+        .unwrap();
         assert_eq!(tp.version, 0xcc);
         assert!(tp.sampled());
         // Re-emitted in the highest version we know.
         assert_eq!(tp.to_header(), EXAMPLE);
-        let exact = TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00").unwrap();
+        let exact =
+            TraceParent::parse("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00").unwrap();
         assert_eq!(exact.version, 1);
         assert!(!exact.sampled());
     }
@@ -1214,7 +1243,10 @@ mod tests {
         assert_eq!(ts.len(), 3);
         assert_eq!(ts.get("rojo"), Some("00f067aa0ba902b7"));
         assert_eq!(ts.get("a1@sys"), Some("x y"));
-        assert_eq!(ts.to_header(), "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE,a1@sys=x y");
+        assert_eq!(
+            ts.to_header(),
+            "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE,a1@sys=x y"
+        );
         assert_eq!(TraceState::parse("").unwrap().len(), 0);
     }
 
@@ -1313,7 +1345,10 @@ mod tests {
             "v=1;to tal=1",
         ];
         for b in bad {
-            assert!(ServerTiming::parse_timing_header(b).is_err(), "accepted {b:?}");
+            assert!(
+                ServerTiming::parse_timing_header(b).is_err(),
+                "accepted {b:?}"
+            );
         }
     }
 
@@ -1324,17 +1359,38 @@ mod tests {
             infer_ns: Some(12_300_000),
             ..Default::default()
         };
-        assert_eq!(t.to_server_timing_header(), "infer;dur=12.300, total;dur=13.000");
-        assert_eq!(ServerTiming::parse_server_timing_header(&t.to_server_timing_header()).unwrap(), t);
+        assert_eq!(
+            t.to_server_timing_header(),
+            "infer;dur=12.300, total;dur=13.000"
+        );
+        assert_eq!(
+            ServerTiming::parse_server_timing_header(&t.to_server_timing_header()).unwrap(),
+            t
+        );
         let other = ServerTiming::parse_server_timing_header(
             r#"cache;desc="hit, \"warm\"", infer;desc=gpu;dur=12.3, total ; dur = 13, infer;dur=99,db"#,
         )
         .unwrap();
         assert_eq!(other.infer_ns, Some(12_300_000));
         assert_eq!(other.total_ns, Some(13_000_000));
-        assert_eq!(ServerTiming::parse_server_timing_header("infer;dur=.0000015").unwrap().infer_ns, Some(2));
-        for b in ["infer;dur=-1", "infer;dur=1e3", "infer;dur=NaN", "infer;dur=", "infer dur", "a;b=\"x"] {
-            assert!(ServerTiming::parse_server_timing_header(b).is_err(), "accepted {b:?}");
+        assert_eq!(
+            ServerTiming::parse_server_timing_header("infer;dur=.0000015")
+                .unwrap()
+                .infer_ns,
+            Some(2)
+        );
+        for b in [
+            "infer;dur=-1",
+            "infer;dur=1e3",
+            "infer;dur=NaN",
+            "infer;dur=",
+            "infer dur",
+            "a;b=\"x",
+        ] {
+            assert!(
+                ServerTiming::parse_server_timing_header(b).is_err(),
+                "accepted {b:?}"
+            );
         }
         assert_eq!(ServerTiming::default().to_server_timing_header(), "");
     }
@@ -1357,7 +1413,10 @@ mod tests {
         assert_eq!(m.prev_total_ms, Some(40.0));
         assert!(m.timing.is_degraded());
         let json = serde_json::json!({"infer_ms": 7, "other": "x"});
-        assert_eq!(ServerTiming::from_json(&json).unwrap().infer_ns, Some(7_000_000));
+        assert_eq!(
+            ServerTiming::from_json(&json).unwrap().infer_ns,
+            Some(7_000_000)
+        );
     }
 
     #[test]
@@ -1407,7 +1466,10 @@ mod tests {
     fn errors_name_the_thing_and_the_fix() {
         let e = TraceParent::parse("nope").unwrap_err();
         let s = e.to_string();
-        assert!(s.contains("traceparent") && s.contains("32 lowercase hex"), "{s}");
+        assert!(
+            s.contains("traceparent") && s.contains("32 lowercase hex"),
+            "{s}"
+        );
         let e = ServerTiming::parse_timing_header("v=1;total=-1").unwrap_err();
         assert!(e.to_string().contains("total_ns"), "{e}");
         assert_eq!(e.codec(), Codec::TimingHeader);

@@ -2,6 +2,8 @@
 //! parser survives arbitrary bytes (returns, never panics, never accepts
 //! what it cannot re-emit).
 
+#![allow(missing_docs, clippy::unwrap_used)]
+
 use proptest::prelude::*;
 use stagetrace::wire::{
     ServerTiming, TimingMap, TraceParent, TraceState, MAX_DURATION_NS, MAX_TRACESTATE_LEN,

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import EchoPolicy
+from conftest import EchoPolicy, assert_model_cost
 
 import stagetrace_server as st
 
@@ -135,14 +134,15 @@ def test_rust_client_against_stagetrace_server(policy_client: Path, start_server
         assert r["net_ms"] == pytest.approx(r["roundtrip_ms"] - r["server_ms"], abs=0.005)
         assert r["uplink_ms"] + r["downlink_ms"] == pytest.approx(r["net_ms"], abs=0.005)
         assert r["infer_ms"] <= r["server_ms"] + 0.005 <= r["roundtrip_ms"] + 0.01
+        # queue (receive -> inference start: decoding the image) fits in server time too.
+        assert r["queue_ms"] + r["infer_ms"] <= r["server_ms"] + 0.01
         # Same host, same clock: the true offset is 0 and must lie inside the error bound.
         assert abs(r["offset_ms"]) <= r["split_err_ms"] + 0.5, r
-    infer = [r["infer_ms"] for r in records]
-    assert min(infer) >= MODEL_MS - 0.01
-    assert statistics.median(infer) == pytest.approx(MODEL_MS, abs=1.0)
+    assert_model_cost([r["infer_ms"] for r in records], policy.own_ns, MODEL_MS)
     # What the client recorded is what the server sent.
     for r, (_, timing) in zip(records, served):
         assert r["infer_ms"] == pytest.approx(timing["infer_ns"] / 1e6, abs=0.002)
+        assert r["queue_ms"] == pytest.approx(timing["queue_ns"] / 1e6, abs=0.002)
         assert r["server_ms"] == pytest.approx(timing["total_ns"] / 1e6, abs=0.002)
 
 
@@ -169,9 +169,8 @@ def test_rust_client_against_plain_openpi_server(policy_client: Path, start_open
         for k in ("uplink_ms", "downlink_ms", "split_err_ms"):
             assert k not in r, (k, r)
         assert r["net_ms"] <= r["roundtrip_ms"] - r["infer_ms"] + 0.005
-    infer = [r["infer_ms"] for r in records]
-    assert min(infer) >= MODEL_MS - 0.01
-    assert statistics.median(infer) == pytest.approx(MODEL_MS, abs=1.0)
+    # openpi measures with time.monotonic() around infer: the model's cost.
+    assert_model_cost([r["infer_ms"] for r in records], policy.own_ns, MODEL_MS)
 
 
 class FailOnce(EchoPolicy):
@@ -195,3 +194,72 @@ def test_rust_client_records_a_failed_call(policy_client: Path, start_server, tm
     assert len(failed) == 1 and failed[0]["error"], failed
     assert failed[0]["seq"] == records[2]["seq"]
     assert all(not r.get("failed") and r["clock"] == "estimate" for r in records[3:])
+
+
+@pytest.mark.parametrize("mode", ["trusted", "none"])
+def test_rust_client_clock_modes(policy_client: Path, start_server, tmp_path: Path, mode: str) -> None:
+    policy = ImagePolicy(MODEL_MS)
+    _, port = start_server(policy)
+    records, summary = run_client(policy_client, port, tmp_path, "--clock", mode)
+    assert summary["ok"] == CALLS
+    assert_common(records)
+    for r in records:
+        assert r["clock"] == mode, r
+        assert r["net_ms"] == pytest.approx(r["roundtrip_ms"] - r["server_ms"], abs=0.005)
+        if mode == "trusted":
+            # Same host: the raw wall times split net with no estimate needed.
+            assert r["uplink_ms"] + r["downlink_ms"] == pytest.approx(r["net_ms"], abs=0.01)
+        else:
+            for k in ("uplink_ms", "downlink_ms", "split_err_ms"):
+                assert k not in r, (k, r)
+    assert_model_cost([r["infer_ms"] for r in records], policy.own_ns, MODEL_MS)
+
+
+def test_rust_client_survives_a_dropped_connection(policy_client: Path, loop_thread, tmp_path: Path) -> None:
+    """The server drops the TCP connection mid-call (no close frame, no
+    answer): that call is recorded as failed, promptly, and the client
+    reconnects for the rest."""
+    from websockets.asyncio.server import serve
+    from websockets.exceptions import ConnectionClosed
+
+    requests = 0
+
+    async def handler(websocket: Any) -> None:
+        nonlocal requests
+        packer = st.Packer()
+        session = st.Session()
+        await websocket.send(packer.pack({}))
+        while True:
+            try:
+                raw = await websocket.recv()
+            except ConnectionClosed:
+                return
+            t = session.received()
+            obs = st.unpackb(raw)
+            t.read_trace(obs)
+            requests += 1
+            if requests == 3:
+                websocket.transport.abort()
+                return
+            await websocket.send(st.encode_response({"actions": np.zeros((10, 7), np.float32)}, t, packer))
+            t.sent()
+
+    async def start() -> Any:
+        return await serve(handler, "127.0.0.1", 0, max_size=None)
+
+    server = loop_thread.run(start())
+    try:
+        port = next(iter(server.sockets)).getsockname()[1]
+        records, summary = run_client(policy_client, port, tmp_path)
+    finally:
+
+        async def stop() -> None:
+            server.close()
+            await server.wait_closed()
+
+        loop_thread.run(stop())
+    assert summary["ok"] == CALLS - 1 and summary["failed"] == 1
+    failed = [r for r in records if r.get("failed")]
+    assert len(failed) == 1 and failed[0]["seq"] == records[2]["seq"], failed
+    assert failed[0]["error"] and failed[0]["e2e_ms"] < 5000, failed[0]
+    assert all(r["clock"] == "estimate" and "uplink_ms" in r for r in records if not r.get("failed"))

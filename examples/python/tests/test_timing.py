@@ -39,11 +39,15 @@ def test_fields_and_types() -> None:
     for k in ("recv_unix_ns", "total_ns", "queue_ns", "infer_ns", "pre_ns", "post_ns"):
         assert type(timing[k]) is int, k
     assert type(timing["infer_ms"]) is float
+    # queue: receive -> start of inference (pre-processing), the timed wait included.
     assert timing["queue_ns"] >= 2_000_000
     # infer spans pre-processing start to post-processing end.
     assert timing["infer_ns"] >= timing["pre_ns"] + 5_000_000 + timing["post_ns"]
     assert timing["infer_ms"] == pytest.approx(timing["infer_ns"] / 1e6)
     assert timing["total_ns"] >= timing["queue_ns"] + timing["infer_ns"]
+    t2 = st.received({"traceparent": VALID})
+    t2.record("infer", 10)
+    assert t2.server_timing()["queue_ns"] >= 0
     assert timing["total_ns"] >= 9_000_000
 
 
@@ -52,6 +56,24 @@ def test_only_what_is_known() -> None:
     timing = t.server_timing()
     assert set(timing) == {"recv_unix_ns", "total_ns"}  # absent, never 0 or None
     assert timing["total_ns"] >= 0
+    # A timed queue wait alone (no inference timed) is reported as such.
+    t = st.received()
+    spin(1)
+    with t.stage("queue"):
+        spin(2)
+    timing = t.server_timing()
+    assert set(timing) == {"recv_unix_ns", "total_ns", "queue_ns"}
+    assert 2_000_000 <= timing["queue_ns"] < timing["total_ns"] - 1_000_000
+
+
+def test_wall_anchor_tracks_the_wall_clock() -> None:
+    # recv_unix_ns comes from the monotonic reading through the anchor; it
+    # must agree with a direct wall-clock reading to within a millisecond.
+    for _ in range(50):
+        before = time.time_ns()
+        t = st.received()
+        after = time.time_ns()
+        assert before - 1_000_000 <= t.recv_unix_ns <= after + 1_000_000
 
 
 def test_total_at_least_infer_over_many() -> None:
@@ -70,6 +92,7 @@ def test_record_external_duration() -> None:
     timing = t.server_timing()
     assert timing["infer_ns"] == 2_000_000
     assert timing["total_ns"] >= 3_000_000
+    assert 1_000_000 <= timing["queue_ns"] <= timing["total_ns"] - 2_000_000
     for bad in (-1, 1.5, True, "5"):
         with pytest.raises(ValueError):
             t.record("infer", bad)  # type: ignore[arg-type]

@@ -26,6 +26,11 @@ def test_valid_version_00() -> None:
     assert unsampled is not None and not unsampled.sampled
 
 
+def test_surrounding_whitespace_ignored() -> None:
+    assert st.parse_traceparent(f" \t{VALID}\t ") == st.parse_traceparent(VALID)
+    assert st.parse_traceparent(f"{VALID[:30]} {VALID[31:]}") is None  # not inside
+
+
 def test_bytes_accepted() -> None:
     assert st.parse_traceparent(VALID.encode()) == st.parse_traceparent(VALID)
 

@@ -7,7 +7,7 @@
 //! Without it the test says loudly that it was SKIPPED; with
 //! `STAGETRACE_REQUIRE_JAEGER=1` (set by xtask when Go is present) it fails.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -47,11 +47,15 @@ impl Jaeger {
                      to a Jaeger v2 binary (`cargo xtask jaeger` prints its path)"
                 );
                 eprintln!();
-                eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+                eprintln!(
+                    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+                );
                 eprintln!("!!! {test}: SKIPPED, no Jaeger: STAGETRACE_JAEGER_BIN is not set.");
                 eprintln!("!!! Run `cargo xtask test`, or `cargo xtask jaeger` and set");
                 eprintln!("!!! STAGETRACE_JAEGER_BIN to the path it prints.");
-                eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+                eprintln!(
+                    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+                );
                 eprintln!();
                 return None;
             }
@@ -151,7 +155,11 @@ exporters:
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !(port_open(self.otlp_http) && port_open(self.query_http)) {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("Jaeger exited with {status}:\n{}", self.log());
             }
             assert!(
@@ -254,7 +262,8 @@ impl JSpan {
         let empty = Vec::new();
         let resource_spans = body["result"]["resourceSpans"].as_array().unwrap_or(&empty);
         for rs in resource_spans {
-            let service = attr_str(&rs["resource"]["attributes"], "service.name").unwrap_or_default();
+            let service =
+                attr_str(&rs["resource"]["attributes"], "service.name").unwrap_or_default();
             for ss in rs["scopeSpans"].as_array().unwrap_or(&empty) {
                 for s in ss["spans"].as_array().unwrap_or(&empty) {
                     out.push(JSpan {
@@ -302,7 +311,9 @@ fn attr_value<'a>(attrs: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 fn attr_str(attrs: &Value, key: &str) -> Option<String> {
-    attr_value(attrs, key)?["stringValue"].as_str().map(str::to_owned)
+    attr_value(attrs, key)?["stringValue"]
+        .as_str()
+        .map(str::to_owned)
 }
 
 fn num(v: &Value) -> u64 {

@@ -1,0 +1,300 @@
+//! Issue 3's "Must show", end to end: the `stagetrace demo` binary runs a
+//! real client and server over loopback, through the built-in proxy, with a
+//! known server clock skew and known per-direction delays; the records it
+//! writes are checked against that truth and against the record schema.
+//!
+//! Tests in this file run one at a time (a lock): each measures latency on a
+//! shared, possibly loaded machine, and they would disturb each other.
+//! Network figures are compared as lower quartiles across calls: on a loaded
+//! machine scheduling delays only ever *add* time (to the proxy's delay
+//! timers and to the socket wake-ups), so a low quantile is the figure free
+//! of that noise while a median can jump by milliseconds. Bounds that hold
+//! per call by construction (the offset error against `split_err_ms`) are
+//! checked on every call.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Run {
+    json: Value,
+    /// Every record the demo wrote to its output directory, schema-checked.
+    records: Vec<Value>,
+    _dir: tempfile::TempDir,
+}
+
+fn schema_validator() -> jsonschema::Validator {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/record.schema.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let schema: Value = serde_json::from_str(&text).unwrap();
+    jsonschema::validator_for(&schema).unwrap()
+}
+
+fn record_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("records") && name.contains(".jsonl")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Run `stagetrace demo --json --out <tmp> ARGS`, check every record file
+/// line against the schema, and return the JSON and the records.
+fn demo(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .arg("demo")
+        .arg("--json")
+        .arg("--out")
+        .arg(dir.path())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "demo {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("demo --json printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    let validator = schema_validator();
+    let files = record_files(dir.path());
+    assert!(!files.is_empty(), "no records-*.jsonl in the demo's --out directory");
+    let mut records = Vec::new();
+    for f in files {
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let rec: Value = serde_json::from_str(line).unwrap();
+            if let Err(e) = validator.validate(&rec) {
+                panic!("record violates docs/record.schema.json: {e}\n{line}");
+            }
+            records.push(rec);
+        }
+    }
+    records.sort_by_key(|r| r["seq"].as_u64().unwrap());
+    Run {
+        json,
+        records,
+        _dir: dir,
+    }
+}
+
+fn f(rec: &Value, name: &str) -> Option<f64> {
+    rec.get(name).and_then(Value::as_f64)
+}
+
+fn measured(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| r.get("warmup").is_none() && r.get("failed").is_none())
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "no values to take a median of");
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn median_of(records: &[&Value], name: &str) -> f64 {
+    median(records.iter().filter_map(|r| f(r, name)).collect())
+}
+
+/// Lower quartile (nearest rank).
+fn low_quartile_of(records: &[&Value], name: &str) -> f64 {
+    let mut v: Vec<f64> = records.iter().filter_map(|r| f(r, name)).collect();
+    assert!(!v.is_empty(), "no {name} values");
+    v.sort_by(f64::total_cmp);
+    v[(v.len() - 1) / 4]
+}
+
+/// Anchor differences between the client's and the server's wall-clock
+/// readings (both from this host's clock, read at different instants).
+const ANCHOR_TOL_MS: f64 = 0.1;
+
+#[test]
+fn ground_truth_skew_250_uplink_20_downlink_5() {
+    let _serial = serial();
+    let common = [
+        "--server-skew-ms", "250", "--model-ms", "12", "--payload-kb", "32", "--hz", "15",
+        "--warmup", "5", "--clock", "estimate",
+    ];
+    // The loopback cost of the same exchange without injected delay.
+    let base = demo(&[&common[..], &["--calls", "50", "--uplink-delay-ms", "0", "--downlink-delay-ms", "0"]].concat());
+    let base_net = low_quartile_of(&measured(&base.records), "net_ms");
+
+    let run = demo(&[&common[..], &["--calls", "80", "--uplink-delay-ms", "20", "--downlink-delay-ms", "5"]].concat());
+    let recs = measured(&run.records);
+    assert!(recs.len() >= 70, "only {} measured calls", recs.len());
+
+    let net = low_quartile_of(&recs, "net_ms");
+    assert!(
+        (net - (25.0 + base_net)).abs() <= 1.5,
+        "net_ms lower quartile {net:.3} vs injected 25 + loopback {base_net:.3}"
+    );
+    let infer = median_of(&recs, "infer_ms");
+    assert!((infer - 12.0).abs() <= 1.0, "infer_ms median {infer:.3} vs model 12 ms");
+
+    for r in &recs {
+        assert_eq!(r["clock"], "estimate", "{r}");
+        let (up, down, net) = (f(r, "uplink_ms").unwrap(), f(r, "downlink_ms").unwrap(), f(r, "net_ms").unwrap());
+        let (off, err) = (f(r, "offset_ms").unwrap(), f(r, "split_err_ms").unwrap());
+        // The server's clock is 250 ms ahead: reported uplink − true uplink
+        // = 250 − offset (and the opposite for downlink).
+        let true_up = up + off - 250.0;
+        let true_down = net - true_up;
+        assert!(
+            (true_up - up).abs() <= err + ANCHOR_TOL_MS && (true_down - down).abs() <= err + ANCHOR_TOL_MS,
+            "true uplink {true_up:.3} / downlink {true_down:.3} outside reported {up:.3} / {down:.3} ± {err:.3}: {r}"
+        );
+        // And the truth is what the proxy injected plus a loopback cost.
+        assert!(true_up >= 20.0 - ANCHOR_TOL_MS, "true uplink {true_up:.3} below the injected 20 ms: {r}");
+        assert!(true_down >= 5.0 - ANCHOR_TOL_MS, "true downlink {true_down:.3} below the injected 5 ms: {r}");
+    }
+    let off = median_of(&recs, "offset_ms");
+    assert!((off - 250.0).abs() <= 13.0, "offset median {off:.3} far from the 250 ms skew");
+}
+
+#[test]
+fn trusted_clocks_without_skew_give_the_injected_split() {
+    let _serial = serial();
+    let run = demo(&[
+        "--clock", "trusted", "--server-skew-ms", "0", "--uplink-delay-ms", "20",
+        "--downlink-delay-ms", "5", "--payload-kb", "16", "--calls", "60", "--hz", "15", "--warmup", "5",
+    ]);
+    let recs = measured(&run.records);
+    assert!(recs.len() >= 50, "only {} measured calls", recs.len());
+    assert!(recs.iter().all(|r| r["clock"] == "trusted"));
+    let up = low_quartile_of(&recs, "uplink_ms");
+    let down = low_quartile_of(&recs, "downlink_ms");
+    assert!((up - 20.0).abs() <= 1.5, "uplink lower quartile {up:.3} vs injected 20 ms");
+    assert!((down - 5.0).abs() <= 1.5, "downlink lower quartile {down:.3} vs injected 5 ms");
+}
+
+#[test]
+fn server_clock_step_is_detected_and_no_stage_goes_wild() {
+    let _serial = serial();
+    let at = 30u64;
+    let run = demo(&[
+        "--server-skew-ms", "0", "--server-step-ms", "2000", "--server-step-at", "30",
+        "--uplink-delay-ms", "2", "--downlink-delay-ms", "2", "--payload-kb", "16",
+        "--calls", "80", "--hz", "20", "--warmup", "5",
+    ]);
+    let done: Vec<&Value> = run.records.iter().filter(|r| r.get("failed").is_none()).collect();
+    assert!(done.len() >= 75, "only {} completed calls", done.len());
+    for r in &done {
+        let e2e = f(r, "e2e_ms").unwrap();
+        assert!(e2e < 1000.0, "absurd e2e: {r}");
+        let net = f(r, "net_ms").unwrap();
+        for name in ["uplink_ms", "downlink_ms"] {
+            if let Some(v) = f(r, name) {
+                assert!((0.0..=net + 0.002).contains(&v), "{name} {v} outside [0, net {net}]: {r}");
+            }
+        }
+        for name in ["capture_ms", "queue_ms", "infer_ms", "dispatch_ms", "server_ms", "roundtrip_ms"] {
+            let v = f(r, name).unwrap();
+            assert!(v < 1000.0, "absurd {name}: {r}");
+        }
+    }
+    // The request with seq == at is the last one stamped by the old clock.
+    let offset = |r: &&Value| (f(r, "offset_ms"), f(r, "split_err_ms"));
+    let before: Vec<&&Value> = done.iter().filter(|r| r["seq"].as_u64().unwrap() <= at && r.get("warmup").is_none()).collect();
+    let after: Vec<&&Value> = done.iter().filter(|r| r["seq"].as_u64().unwrap() > at + 3).collect();
+    assert!(before.len() >= 20 && after.len() >= 40);
+    for r in before {
+        let (Some(off), Some(err)) = offset(r) else { panic!("no offset before the step: {r}") };
+        assert!(off.abs() <= err + ANCHOR_TOL_MS, "offset {off} before the step: {r}");
+    }
+    for r in after {
+        let (Some(off), Some(err)) = offset(r) else { panic!("no offset after the step: {r}") };
+        assert!((off - 2000.0).abs() <= err + ANCHOR_TOL_MS, "step not followed, offset {off}: {r}");
+    }
+}
+
+#[test]
+fn json_output_uses_the_record_field_names() {
+    let _serial = serial();
+    let run = demo(&["--calls", "30", "--warmup", "5", "--hz", "30", "--payload-kb", "8"]);
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/record.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let fields = schema["properties"].as_object().unwrap();
+    let stages = run.json["stages"].as_object().expect("`stages` object");
+    for name in ["capture_ms", "uplink_ms", "queue_ms", "infer_ms", "downlink_ms", "dispatch_ms", "roundtrip_ms", "server_ms", "net_ms", "e2e_ms", "gap_ms", "offset_ms", "split_err_ms"] {
+        assert!(stages.contains_key(name), "stages lacks {name}: {stages:?}");
+    }
+    for (name, dist) in stages {
+        assert!(fields.contains_key(name), "stage key {name} is not a record field");
+        for q in ["n", "p50", "p90", "p99", "max", "mean"] {
+            assert!(dist.get(q).is_some(), "{name} lacks {q}");
+        }
+        assert_eq!(dist["n"].as_u64(), Some(25), "{name}: 25 measured calls");
+    }
+    assert_eq!(run.json["calls"], 30);
+    assert_eq!(run.json["warmup"], 5);
+    // The records in the JSON are the records in the files.
+    let validator = schema_validator();
+    let mut printed: Vec<Value> = run.json["records"].as_array().unwrap().clone();
+    printed.sort_by_key(|r| r["seq"].as_u64().unwrap());
+    assert_eq!(printed, run.records);
+    for r in &printed {
+        assert!(validator.is_valid(r), "{r}");
+    }
+    let seqs: Vec<u64> = run.records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (0..30).collect::<Vec<_>>());
+    assert!(run.records[..5].iter().all(|r| r["warmup"] == true));
+    assert!(run.records[5..].iter().all(|r| r.get("warmup").is_none()));
+    // The server saw our trace context on every request.
+    assert_eq!(run.json["counters"]["server_requests_with_traceparent"], 30);
+    assert!(run.records.iter().all(|r| r["trace_id"].as_str().is_some_and(|t| t.len() == 32)));
+}
+
+#[test]
+fn http_transport_traces_the_same_stages() {
+    let _serial = serial();
+    let run = demo(&[
+        "--transport", "http", "--clock", "trusted", "--server-skew-ms", "0",
+        "--uplink-delay-ms", "6", "--downlink-delay-ms", "3", "--payload-kb", "16",
+        "--calls", "40", "--hz", "20", "--warmup", "5",
+    ]);
+    let recs = measured(&run.records);
+    assert_eq!(recs.len(), 35, "every call completes");
+    let up = low_quartile_of(&recs, "uplink_ms");
+    let down = low_quartile_of(&recs, "downlink_ms");
+    assert!((up - 6.0).abs() <= 1.5, "uplink lower quartile {up:.3} vs injected 6 ms");
+    assert!((down - 3.0).abs() <= 1.5, "downlink lower quartile {down:.3} vs injected 3 ms");
+    let infer = median_of(&recs, "infer_ms");
+    assert!((infer - 12.0).abs() <= 1.0, "infer median {infer:.3} vs model 12 ms");
+    assert_eq!(run.json["transport"], "http");
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_fix() {
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["demo", "--calls", "5", "--warmup", "5"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--warmup"), "{err}");
+}

@@ -1,0 +1,66 @@
+//! `--fail-if` gates and the `.hgrm` files.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::fs;
+
+use support::gen::{self, Scenario};
+use support::{p, stagetrace, stderr};
+
+#[test]
+fn fail_if_fires_names_itself_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("records.jsonl");
+    gen::write(&f, &Scenario { seed: 9, ..Scenario::default() });
+    // infer is ~30 ms with p99 ~34 ms.
+    let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p99>80ms", "--fail-if", "e2e.max>1s"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p99>80ms", "--fail-if", "infer.p50>25ms", "--fail-if", "call:e2e.p99.9>=0.02s"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("fail-if fired: infer.p50>25ms"), "{err}");
+    assert!(err.contains("fail-if fired: call:e2e.p99.9>=0.02s"), "{err}");
+    assert!(!err.contains("infer.p99>80ms"), "{err}");
+    // Usage errors are status 2.
+    let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p98>80ms"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown statistic"), "{}", stderr(&out));
+    let out = stagetrace(&["report", p(&f), "--fail-if", "deadline.misses>0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no deadlines"), "{}", stderr(&out));
+}
+
+#[test]
+fn hgrm_files_follow_hdrhistogram_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("records.jsonl");
+    gen::write(&f, &Scenario { seed: 10, ..Scenario::default() });
+    let out_dir = dir.path().join("hgrm");
+    let out = stagetrace(&["report", p(&f), "--hgrm", p(&out_dir)]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let infer = fs::read_to_string(out_dir.join("call.infer.hgrm")).unwrap();
+    let lines: Vec<&str> = infer.lines().collect();
+    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]);
+    // Data rows: value, percentile in [0,1], cumulative count, 1/(1-p); monotone.
+    let mut last = (0.0f64, 0.0f64, 0u64);
+    let mut rows = 0;
+    for l in lines.iter().skip(2).take_while(|l| !l.starts_with('#')) {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        assert!(cols.len() == 4 || cols.len() == 3, "{l}");
+        let v: f64 = cols[0].parse().unwrap();
+        let q: f64 = cols[1].parse().unwrap();
+        let c: u64 = cols[2].parse().unwrap();
+        assert!(v >= last.0 && q >= last.1 && c >= last.2, "{l}");
+        last = (v, q, c);
+        rows += 1;
+    }
+    assert!(rows > 50, "{rows}");
+    assert_eq!(last.1, 1.0);
+    assert_eq!(last.2, 3000);
+    assert!(infer.contains("#[Max     = ") && infer.contains("Total count    =         3000]"));
+    for stage in ["capture", "uplink", "e2e", "gap"] {
+        assert!(out_dir.join(format!("call.{stage}.hgrm")).exists(), "{stage}");
+    }
+}

@@ -1,0 +1,2 @@
+pub mod collector;
+pub mod jaeger;

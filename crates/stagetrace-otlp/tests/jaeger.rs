@@ -1,0 +1,405 @@
+//! End to end against a real Jaeger: a policy server and a robot client
+//! (stagetrace-net's WebSocket + msgpack pair, the stage layer registered as
+//! a user would) export to a Jaeger of the test's own; the test reads the
+//! traces back through Jaeger's query API.
+//!
+//! Needs `STAGETRACE_JAEGER_BIN` (set by `cargo xtask test`); without it the
+//! tests say loudly that they were SKIPPED.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::jaeger::{JSpan, Jaeger};
+use stagetrace::{CallRecord, RecordSink, StageLayer};
+use stagetrace_net::{
+    BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, ServerHandle,
+};
+use stagetrace_otlp::OtlpExporter;
+use tracing_subscriber::layer::SubscriberExt;
+
+const CLIENT_SERVICE: &str = "stagetrace-e2e-client";
+const SERVER_SERVICE: &str = "stagetrace-e2e-server";
+
+/// Keeps every record the layer produced, to compare with what Jaeger shows.
+#[derive(Clone, Default)]
+struct Keep(Arc<Mutex<Vec<CallRecord>>>);
+
+impl RecordSink for Keep {
+    fn on_record(&mut self, rec: &CallRecord) {
+        self.0.lock().unwrap().push(rec.clone());
+    }
+}
+
+fn spin(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+fn exporter(jaeger: &Jaeger, service: &str) -> OtlpExporter {
+    OtlpExporter::builder()
+        .with_endpoint(jaeger.otlp_endpoint())
+        .with_service_name(service)
+        .with_export_interval(Duration::from_millis(100))
+        .with_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// A policy server with a 1 ms batcher wait (`queue`) and a 4 ms model
+/// (`infer`), exporting its spans through `exp`.
+fn start_server(rt: &tokio::runtime::Runtime, exp: OtlpExporter) -> ServerHandle {
+    rt.block_on(
+        PolicyServer::builder()
+            .on_request(move |rec| {
+                exp.export_server(rec);
+            })
+            .spawn(
+                "127.0.0.1:0",
+                |_obs: MsgMap, timer: InferTimer| async move {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    timer.infer_start();
+                    spin(Duration::from_millis(4));
+                    Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.5; 14], &[2, 7])))
+                },
+            ),
+    )
+    .unwrap()
+}
+
+/// One robot control cycle: capture, the policy call, dispatch.
+fn control_cycle(
+    client: &mut BlockingPolicyClient,
+    seq: u64,
+) -> Result<(), stagetrace_net::ClientError> {
+    let call = tracing::info_span!("call", kind = "infer", seq = seq);
+    let _call = call.enter();
+    {
+        let _capture = tracing::info_span!("capture").entered();
+        spin(Duration::from_millis(2));
+    }
+    let reply = client.infer(&MsgMap::new().with("prompt", "pick up the cube"));
+    {
+        let _dispatch = tracing::info_span!("dispatch").entered();
+        spin(Duration::from_millis(1));
+    }
+    reply.map(|_| ())
+}
+
+fn by_name(spans: &[JSpan]) -> HashMap<&str, &JSpan> {
+    spans.iter().map(|s| (s.name.as_str(), s)).collect()
+}
+
+fn assert_close(what: &str, jaeger_ms: f64, record_ms: Option<f64>) {
+    let record_ms = record_ms.unwrap_or_else(|| panic!("{what}: the record has no figure"));
+    assert!(
+        (jaeger_ms - record_ms).abs() <= 1.0,
+        "{what}: {jaeger_ms:.3} ms in Jaeger vs {record_ms:.3} ms in the record"
+    );
+}
+
+#[test]
+fn each_call_is_one_trace_across_client_and_server() {
+    let Some(jaeger) = Jaeger::start_or_skip("each_call_is_one_trace_across_client_and_server")
+    else {
+        return;
+    };
+    let client_exp = exporter(&jaeger, CLIENT_SERVICE);
+    let server_exp = exporter(&jaeger, SERVER_SERVICE);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = start_server(&rt, server_exp.clone());
+
+    let kept = Keep::default();
+    let (layer, guard) = StageLayer::builder()
+        .sink(Box::new(client_exp.clone()))
+        .sink(Box::new(kept.clone()))
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    {
+        let _default = tracing::subscriber::set_default(subscriber);
+        let mut client = BlockingPolicyClient::connect(&server.url()).unwrap();
+        for seq in 0..5 {
+            control_cycle(&mut client, seq).unwrap();
+        }
+    }
+    let summary = guard.finish();
+    assert!(client_exp.flush(Duration::from_secs(10)));
+    assert!(server_exp.flush(Duration::from_secs(10)));
+    let records = kept.0.lock().unwrap().clone();
+    assert_eq!(records.len(), 5, "summary: {summary:?}");
+    let (c, s) = (client_exp.stats(), server_exp.stats());
+    assert_eq!(c.exported_records, 5, "client: {c}");
+    assert_eq!(s.exported_records, 5, "server: {s}");
+
+    for rec in &records {
+        let trace_id = rec.trace_id.clone().unwrap();
+        let want_server = if rec.queue_ms.is_some() { 2 } else { 1 };
+        let spans = jaeger.wait_trace(&trace_id, Duration::from_secs(30), |spans| {
+            spans.iter().filter(|s| s.service == CLIENT_SERVICE).count() == 6
+                && spans.iter().filter(|s| s.service == SERVER_SERVICE).count() == want_server
+        });
+        if std::env::var_os("E2E_DUMP").is_some() {
+            eprintln!("{rec:?}\n{spans:#?}");
+        }
+        let named = by_name(&spans);
+        let mut names: Vec<&str> = named.keys().copied().collect();
+        names.sort_unstable();
+        let mut expected = vec![
+            "call",
+            "capture",
+            "dispatch",
+            "downlink",
+            "infer",
+            "transport",
+            "uplink",
+        ];
+        if rec.queue_ms.is_some() {
+            expected.push("queue");
+            expected.sort_unstable();
+        }
+        assert_eq!(
+            names,
+            expected,
+            "trace {trace_id}: {spans:#?}\n{}",
+            jaeger.log()
+        );
+        assert_eq!(spans.len(), expected.len(), "one span per name");
+
+        for s in &spans {
+            assert_eq!(s.trace_id, trace_id);
+            let service = if matches!(s.name.as_str(), "queue" | "infer") {
+                SERVER_SERVICE
+            } else {
+                CLIENT_SERVICE
+            };
+            assert_eq!(
+                s.service, service,
+                "{} is exported by the {service}",
+                s.name
+            );
+        }
+
+        // Parent links: the tree of the call, the server under the transport.
+        let call = named["call"];
+        let transport = named["transport"];
+        assert!(call.parent_span_id.is_empty(), "call is the root");
+        for child in ["capture", "transport", "dispatch"] {
+            assert_eq!(
+                named[child].parent_span_id, call.span_id,
+                "{child} under call"
+            );
+        }
+        for child in ["uplink", "downlink", "infer"] {
+            assert_eq!(
+                named[child].parent_span_id, transport.span_id,
+                "{child} under transport"
+            );
+        }
+        if let Some(q) = named.get("queue") {
+            assert_eq!(q.parent_span_id, transport.span_id, "queue under transport");
+        }
+        assert_eq!(
+            Some(transport.span_id.clone()),
+            rec.timeline
+                .transport_span_id
+                .map(|b| stagetrace::wire::to_lc_hex(&b)),
+            "the transport span has the id sent in traceparent"
+        );
+
+        // Durations agree with the call's local record.
+        assert_close("call", call.dur_ms(), Some(rec.e2e_ms));
+        assert_close("capture", named["capture"].dur_ms(), rec.capture_ms);
+        assert_close("transport", transport.dur_ms(), rec.roundtrip_ms);
+        assert_close("uplink", named["uplink"].dur_ms(), rec.uplink_ms);
+        assert_close("downlink", named["downlink"].dur_ms(), rec.downlink_ms);
+        assert_close("dispatch", named["dispatch"].dur_ms(), rec.dispatch_ms);
+        assert_close("infer", named["infer"].dur_ms(), rec.infer_ms);
+        if let Some(q) = named.get("queue") {
+            assert_close("queue", q.dur_ms(), rec.queue_ms);
+        }
+        assert!(
+            named["infer"].dur_ms() >= 3.9,
+            "the 4 ms model shows as infer"
+        );
+
+        // Attributes.
+        assert_eq!(call.attr_f64("stagetrace.seq"), Some(rec.seq as f64));
+        assert_eq!(call.attr_str("stagetrace.kind").as_deref(), Some("infer"));
+        assert_eq!(
+            named["infer"].attr_str("stagetrace.stage").as_deref(),
+            Some("infer")
+        );
+        assert!(named["uplink"].attr_f64("stagetrace.offset_ms").is_some());
+        assert!(named["uplink"]
+            .attr_f64("stagetrace.split_err_ms")
+            .is_some());
+    }
+    rt.block_on(server.shutdown());
+}
+
+/// Runs control cycles at `hz` for `n` calls, on schedule (a late call does
+/// not shift later ticks); returns the wall time the run took.
+fn run_at_rate(client: &mut BlockingPolicyClient, hz: f64, first_seq: u64, n: u64) -> Duration {
+    let period = Duration::from_secs_f64(1.0 / hz);
+    let start = Instant::now();
+    for i in 0..n {
+        let tick = start + period.mul_f64(i as f64);
+        if let Some(wait) = tick.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        control_cycle(client, first_seq + i).unwrap();
+    }
+    start.elapsed()
+}
+
+#[test]
+fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
+    let Some(mut jaeger) =
+        Jaeger::start_or_skip("jaeger_going_away_costs_the_calls_nothing_and_export_resumes")
+    else {
+        return;
+    };
+    // A small queue, so an outage fills it quickly.
+    let build = |service: &str| {
+        OtlpExporter::builder()
+            .with_endpoint(jaeger.otlp_endpoint())
+            .with_service_name(service)
+            .with_export_interval(Duration::from_millis(100))
+            .with_timeout(Duration::from_secs(1))
+            .with_queue_size(16)
+            .build()
+            .unwrap()
+    };
+    let client_exp = build(CLIENT_SERVICE);
+    let server_exp = build(SERVER_SERVICE);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = start_server(&rt, server_exp.clone());
+    let kept = Keep::default();
+    let (layer, guard) = StageLayer::builder()
+        .sink(Box::new(client_exp.clone()))
+        .sink(Box::new(kept.clone()))
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    let _default = tracing::subscriber::set_default(subscriber);
+    let mut client = BlockingPolicyClient::connect(&server.url()).unwrap();
+
+    const HZ: f64 = 50.0;
+    // Jaeger up.
+    run_at_rate(&mut client, HZ, 0, 25);
+    assert!(client_exp.flush(Duration::from_secs(10)));
+    let before = client_exp.stats();
+    assert_eq!(before.exported_records, 25, "{before}");
+    assert_eq!(before.lost_records(), 0, "{before}");
+
+    // Jaeger down: the calls keep their rate; export fails and drops, counted.
+    jaeger.stop();
+    let n_down = 150;
+    let took = run_at_rate(&mut client, HZ, 25, n_down);
+    let nominal = Duration::from_secs_f64(n_down as f64 / HZ);
+    assert!(
+        took < nominal + Duration::from_millis(750),
+        "{n_down} calls at {HZ} Hz took {took:?} (nominal {nominal:?}) with the collector down"
+    );
+    let during = client_exp.stats();
+    assert_eq!(during.collector_ok, Some(false), "{during}");
+    assert!(during.failed_exports > 0, "{during}");
+    assert!(
+        during.dropped_records > 0,
+        "a 16-call queue overflows in a 3 s outage: {during}"
+    );
+    assert!(
+        during.lost_records() >= n_down / 2,
+        "most outage calls are lost and counted: {during}"
+    );
+    let err = during.last_error.clone().unwrap_or_default();
+    assert!(
+        err.contains(&jaeger.otlp_endpoint()),
+        "the error names the endpoint: {err}"
+    );
+    let server_during = server_exp.stats();
+    assert!(server_during.lost_records() > 0, "{server_during}");
+
+    // The calls made while Jaeger was down kept their normal cost.
+    let records = kept.0.lock().unwrap().clone();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut up: Vec<f64> = records
+        .iter()
+        .filter(|r| r.seq < 25)
+        .map(|r| r.e2e_ms)
+        .collect();
+    let mut down: Vec<f64> = records
+        .iter()
+        .filter(|r| r.seq >= 25)
+        .map(|r| r.e2e_ms)
+        .collect();
+    assert!(
+        down.len() as u64 >= n_down - 5,
+        "the layer kept recording: {}",
+        down.len()
+    );
+    let (up_p50, down_p50) = (median(&mut up), median(&mut down));
+    assert!(
+        down_p50 < up_p50 + 2.0,
+        "median call {down_p50:.3} ms with Jaeger down vs {up_p50:.3} ms with it up"
+    );
+
+    // Jaeger back: new calls arrive in it, client and server.
+    jaeger.restart();
+    let first_after = 25 + n_down;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seq = first_after;
+    let arrived = loop {
+        run_at_rate(&mut client, HZ, seq, 10);
+        seq += 10;
+        let last = kept.0.lock().unwrap().last().cloned();
+        if let Some(rec) = last.filter(|r| r.seq >= first_after) {
+            let id = rec.trace_id.clone().unwrap();
+            let spans = jaeger.wait_trace(&id, Duration::from_secs(3), |s| {
+                s.iter()
+                    .any(|s| s.service == CLIENT_SERVICE && s.name == "call")
+                    && s.iter()
+                        .any(|s| s.service == SERVER_SERVICE && s.name == "infer")
+            });
+            if spans.iter().any(|s| s.name == "infer") && spans.iter().any(|s| s.name == "call") {
+                break spans;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no call reached Jaeger within 60 s of its restart: {}\n{}",
+            client_exp.stats(),
+            jaeger.log()
+        );
+    };
+    let transport = arrived.iter().find(|s| s.name == "transport").unwrap();
+    let infer = arrived.iter().find(|s| s.name == "infer").unwrap();
+    assert_eq!(infer.parent_span_id, transport.span_id);
+    assert!(client_exp.flush(Duration::from_secs(10)));
+    let after = client_exp.stats();
+    assert_eq!(after.collector_ok, Some(true), "{after}");
+    assert!(after.exported_records > during.exported_records, "{after}");
+
+    drop(client);
+    drop(_default);
+    guard.finish();
+    rt.block_on(server.shutdown());
+}

@@ -1,0 +1,225 @@
+//! The public API: span names, the `stage` field, server timing, trace
+//! context, failures, digests, deadlines, and isolation from other layers.
+#![allow(missing_docs, clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{read_records, spin_for, Collect};
+use stagetrace::{ServerTiming, Stage, StageLayer};
+use tracing::info_span;
+use tracing_subscriber::layer::Context;
+use tracing_subscriber::prelude::*;
+
+#[test]
+fn renamed_spans_stage_field_and_custom_call_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, guard) = StageLayer::builder()
+        .output_dir(dir.path())
+        .call_span_name("tick")
+        .map_span("grab_frames", Stage::Capture)
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let _tick = info_span!("tick", kind = "reset", seq = 42u64).entered();
+        info_span!("grab_frames").in_scope(|| spin_for(Duration::from_millis(2)));
+        info_span!("policy", stage = "infer").in_scope(|| spin_for(Duration::from_millis(3)));
+        info_span!("actuate", stage = "dispatch").in_scope(|| spin_for(Duration::from_millis(1)));
+    });
+    guard.finish();
+    let r = &read_records(dir.path())[0];
+    assert_eq!((r.seq, r.kind.as_str()), (42, "reset"));
+    assert!(r.capture_ms.unwrap() >= 2.0, "{r:?}");
+    assert!(r.infer_ms.unwrap() >= 3.0);
+    assert!(r.dispatch_ms.unwrap() >= 1.0);
+    // A stage that did not happen is absent, not 0.
+    assert!(r.roundtrip_ms.is_none() && r.queue_ms.is_none());
+}
+
+#[test]
+fn async_style_spans_count_from_creation_to_close() {
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let call = info_span!("call");
+        let capture = call.in_scope(|| info_span!("capture"));
+        // Polled twice with a wait in between, like a future awaiting I/O.
+        capture.in_scope(|| spin_for(Duration::from_millis(1)));
+        std::thread::sleep(Duration::from_millis(3));
+        capture.in_scope(|| spin_for(Duration::from_millis(1)));
+        drop(capture);
+        drop(call);
+    });
+    guard.finish();
+    let r = &collect.records()[0];
+    assert!(r.capture_ms.unwrap() >= 5.0, "{:?}", r.capture_ms);
+}
+
+#[test]
+fn server_timing_is_stitched_and_trace_context_matches_the_record() {
+    let collect = Collect::default();
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, guard) = StageLayer::builder()
+        .output_dir(dir.path())
+        .sink(collect.sink())
+        .build()
+        .unwrap();
+    let mut sent = None;
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let _call = info_span!("call").entered();
+        let transport = info_span!("transport", peer = "127.0.0.1:9000");
+        transport.in_scope(|| {
+            // trace_parent works from a child span that is not a stage.
+            let send = info_span!("send_request").entered();
+            sent = stagetrace::trace_parent(&send);
+            drop(send);
+            spin_for(Duration::from_millis(1)); // uplink
+            let recv = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+            spin_for(Duration::from_millis(3)); // server
+            spin_for(Duration::from_millis(1)); // downlink
+            stagetrace::record_server_timing(
+                &transport,
+                ServerTiming {
+                    recv_unix_ns: Some(recv),
+                    total_ns: Some(3_000_000),
+                    queue_ns: Some(200_000),
+                    infer_ns: Some(2_500_000),
+                    ..ServerTiming::default()
+                },
+            );
+        });
+    });
+    guard.finish();
+    let r = &collect.records()[0];
+    assert_eq!(r.server_ms, Some(3.0));
+    assert_eq!(r.infer_ms, Some(2.5));
+    assert_eq!(r.queue_ms, Some(0.2));
+    let (rt, net) = (r.roundtrip_ms.unwrap(), r.net_ms.unwrap());
+    assert!((net - (rt - 3.0)).abs() < 0.002, "net {net} vs roundtrip {rt}");
+    if let (Some(up), Some(down)) = (r.uplink_ms, r.downlink_ms) {
+        assert!((up + down - net).abs() < 0.003, "{up} + {down} vs {net}");
+        let tl = r.timeline;
+        let (t, u, d) = (tl.transport.unwrap(), tl.uplink.unwrap(), tl.downlink.unwrap());
+        assert_eq!(u.start_ns, t.start_ns);
+        assert_eq!(d.start_ns + d.dur_ns, t.start_ns + t.dur_ns);
+        assert!(r.clock.is_some());
+    }
+    let tp = sent.unwrap();
+    let hex: String = tp.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(r.trace_id.as_deref(), Some(hex.as_str()));
+    assert_eq!(r.timeline.transport_span_id, Some(tp.parent_id));
+    assert_ne!(r.timeline.call_span_id, Some(tp.parent_id));
+    // The file agrees with the sink and validates against the schema.
+    assert_eq!(read_records(dir.path())[0].to_json_line(), r.to_json_line());
+}
+
+#[test]
+fn failures_and_digests_reach_the_call_from_any_inner_span() {
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        for i in 0..2u64 {
+            let _call = info_span!("call", seq = i).entered();
+            let dispatch = info_span!("dispatch").entered();
+            let decode = info_span!("decode").entered();
+            stagetrace::record_output_digest(&decode, 0xabc + i);
+            if i == 1 {
+                stagetrace::mark_failed(&tracing::Span::current(), "actuator timeout");
+            }
+            drop(decode);
+            drop(dispatch);
+        }
+        // Outside a call: nothing to attach to, no panic.
+        assert!(stagetrace::trace_parent(&tracing::Span::current()).is_none());
+        stagetrace::mark_failed(&tracing::Span::current(), "ignored");
+    });
+    let summary = guard.finish();
+    let recs = collect.records();
+    assert_eq!(recs[0].output_digest.as_deref(), Some("0000000000000abc"));
+    assert_eq!(recs[0].failed, None);
+    assert_eq!(recs[1].failed, Some(true));
+    assert_eq!(recs[1].error.as_deref(), Some("actuator timeout"));
+    assert_eq!((summary.calls, summary.failed_calls), (1, 1));
+}
+
+#[test]
+fn without_a_stage_layer_the_api_does_nothing() {
+    tracing::subscriber::with_default(tracing_subscriber::registry(), || {
+        let span = info_span!("transport");
+        stagetrace::record_server_timing(&span, ServerTiming::default());
+        assert!(stagetrace::trace_parent(&span).is_none());
+    });
+}
+
+/// Counts the spans it sees.
+struct Count(Arc<AtomicUsize>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+    fn on_new_span(&self, _: &tracing::span::Attributes<'_>, _: &tracing::span::Id, _: Context<'_, S>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn other_layers_still_see_every_span() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
+    let subscriber = tracing_subscriber::registry()
+        .with(layer)
+        .with(Count(seen.clone()));
+    tracing::subscriber::with_default(subscriber, || {
+        let _call = info_span!("call").entered();
+        for _ in 0..10 {
+            info_span!("unrelated").in_scope(|| {
+                info_span!("capture").in_scope(|| {});
+            });
+        }
+    });
+    guard.finish();
+    assert_eq!(seen.load(Ordering::Relaxed), 21);
+    // The capture spans nested in non-stage spans still count for the call.
+    let r = &collect.records()[0];
+    assert!(r.capture_ms.is_some());
+}
+
+#[test]
+fn deadline_figures_without_coordinated_omission() {
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder()
+        .target_hz(100.0)
+        .sink(collect.sink())
+        .build()
+        .unwrap();
+    let period = Duration::from_millis(10);
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let mut next = Instant::now();
+        for i in 0..30u64 {
+            let _call = info_span!("call", seq = i).entered();
+            let work = if i == 15 { 25 } else { 2 };
+            info_span!("capture").in_scope(|| spin_for(Duration::from_millis(work)));
+            drop(_call);
+            // Skip missed ticks, like tokio's MissedTickBehavior::Skip.
+            next += period;
+            while next < Instant::now() {
+                next += period;
+            }
+            std::thread::sleep(next - Instant::now());
+        }
+    });
+    let summary = guard.finish();
+    let recs = collect.records();
+    let overrun = recs.iter().find(|r| r.seq == 15).unwrap();
+    assert_eq!(overrun.deadline_miss, Some(true));
+    assert!(overrun.late_ms.unwrap() > 10.0, "{:?}", overrun.late_ms);
+    let d = summary.deadline.unwrap();
+    assert_eq!(d.target_hz, 100.0);
+    assert!(d.skipped_ticks >= 2, "{d:?}");
+    assert!(d.misses > d.skipped_ticks, "{d:?}");
+    assert!(d.late_ms.p50 < 0.0, "most calls finish before their deadline: {d:?}");
+    assert!(d.effective_hz > 50.0 && d.effective_hz < 101.0, "{d:?}");
+    assert!(d.jitter_ms.p99 >= d.jitter_ms.p50);
+}
