@@ -163,7 +163,9 @@ fn validate(a: &DemoArgs) -> Result<(), DemoError> {
         return Err(err("--calls must be between 1 and 1000000"));
     }
     if !(a.hz.is_finite() && a.hz > 0.0 && a.hz <= 10_000.0) {
-        return Err(err("--hz must be a rate between 0 and 10000 calls per second"));
+        return Err(err(
+            "--hz must be a rate between 0 and 10000 calls per second",
+        ));
     }
     for (name, v) in [
         ("--model-ms", a.model_ms),
@@ -173,7 +175,9 @@ fn validate(a: &DemoArgs) -> Result<(), DemoError> {
         ("--dispatch-ms", a.dispatch_ms),
     ] {
         if !ms_ok(v) {
-            return Err(err(format!("{name} must be between 0 and 60000 ms, got {v}")));
+            return Err(err(format!(
+                "{name} must be between 0 and 60000 ms, got {v}"
+            )));
         }
     }
     for (name, v) in [
@@ -238,7 +242,12 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
         }),
     };
     let server = server_rt
-        .block_on(start_server(args.transport, model, clock, server_hook(&server_seen)))
+        .block_on(start_server(
+            args.transport,
+            model,
+            clock,
+            server_hook(&server_seen),
+        ))
         .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
 
     // The network between them: the built-in proxy delays each direction.
@@ -292,7 +301,11 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
 
     let records = match records.lock() {
         Ok(mut r) => std::mem::take(&mut *r),
-        Err(_) => return Err(err("the record collector failed; see the records file instead")),
+        Err(_) => {
+            return Err(err(
+                "the record collector failed; see the records file instead",
+            ))
+        }
     };
     let report = Report::new(args, &out, &records, &summary, &robot, &server_seen);
     let obj = report.to_json(&records);
@@ -488,7 +501,10 @@ async fn start_server(
                             async move {
                                 let obs = match MsgMap::from_msgpack(&body) {
                                     Ok(o) => o,
-                                    Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+                                    Err(e) => {
+                                        return (StatusCode::BAD_REQUEST, e.to_string())
+                                            .into_response()
+                                    }
                                 };
                                 match model.infer(obs, timer).await {
                                     Ok(action) => (
@@ -496,7 +512,8 @@ async fn start_server(
                                         action.to_msgpack(),
                                     )
                                         .into_response(),
-                                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+                                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                                        .into_response(),
                                 }
                             }
                         },
@@ -552,7 +569,12 @@ impl Link {
                     .map_err(|e| e.to_string())
             }
             TransportArg::Http => TracedHttpClient::new()
-                .map(|c| Link::Http(c.timeout(Duration::from_secs(5)), format!("http://{addr}/infer")))
+                .map(|c| {
+                    Link::Http(
+                        c.timeout(Duration::from_secs(5)),
+                        format!("http://{addr}/infer"),
+                    )
+                })
                 .map_err(|e| e.to_string()),
         }
     }
@@ -609,7 +631,8 @@ impl Camera {
             let v = xorshift(&mut self.state).to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }
-        let frame = (!self.frame.is_empty()).then(|| NdArray::from_u8(self.frame.clone(), &self.shape));
+        let frame =
+            (!self.frame.is_empty()).then(|| NdArray::from_u8(self.frame.clone(), &self.shape));
         sleep_until_precise_blocking(start + self.cost);
         frame
     }
@@ -624,9 +647,11 @@ fn dispatch(action: &MsgMap, cost: Duration) -> Option<u64> {
 }
 
 async fn robot_loop(args: &DemoArgs, server: SocketAddr) -> Result<RobotStats, DemoError> {
-    let mut link = Link::connect(args.transport, server)
-        .await
-        .map_err(|e| err(format!("the robot client cannot reach the policy server: {e}")))?;
+    let mut link = Link::connect(args.transport, server).await.map_err(|e| {
+        err(format!(
+            "the robot client cannot reach the policy server: {e}"
+        ))
+    })?;
     let mut camera = Camera::new(args.payload_kb, ms(args.capture_ms));
     let dispatch_cost = ms(args.dispatch_ms);
     let period = Duration::from_secs_f64(1.0 / args.hz);
@@ -774,9 +799,11 @@ fn xorshift(state: &mut u64) -> u64 {
 }
 
 fn fnv1a_strided(data: &[u8], stride: usize) -> u64 {
-    data.iter().step_by(stride.max(1)).fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    data.iter()
+        .step_by(stride.max(1))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
 }
 
 fn fnv1a(data: &[u8]) -> u64 {
@@ -888,20 +915,26 @@ impl<'a> Report<'a> {
         }
         let basis = bases.into_iter().max_by_key(|(_, n)| *n).map(|(c, _)| c);
         // Offset before / after the configured clock step (median of each side).
-        let step_detected = (args.server_step_ms != 0.0).then(|| {
-            let at = args.server_step_at.unwrap_or(args.calls / 2);
-            let side = |after: bool| {
-                Dist::of(
-                    objs.iter()
-                        .filter(|r| r.get("failed").is_none())
-                        .filter(|r| field(r, "seq").is_some_and(|s| (s as u64 > at + 5) == after && (after || (s as u64) <= at)))
-                        .filter_map(|r| field(r, "offset_ms"))
-                        .collect(),
-                )
-                .map(|d| d.p50)
-            };
-            side(false).zip(side(true))
-        }).flatten();
+        let step_detected = (args.server_step_ms != 0.0)
+            .then(|| {
+                let at = args.server_step_at.unwrap_or(args.calls / 2);
+                let side = |after: bool| {
+                    Dist::of(
+                        objs.iter()
+                            .filter(|r| r.get("failed").is_none())
+                            .filter(|r| {
+                                field(r, "seq").is_some_and(|s| {
+                                    (s as u64 > at + 5) == after && (after || (s as u64) <= at)
+                                })
+                            })
+                            .filter_map(|r| field(r, "offset_ms"))
+                            .collect(),
+                    )
+                    .map(|d| d.p50)
+                };
+                side(false).zip(side(true))
+            })
+            .flatten();
         Report {
             args,
             out: out.to_path_buf(),
@@ -1124,7 +1157,10 @@ mod tests {
     #[test]
     fn nearest_rank_percentiles() {
         let d = Dist::of((1..=100).map(f64::from).collect()).unwrap();
-        assert_eq!((d.n, d.p50, d.p90, d.p99, d.max), (100, 50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (d.n, d.p50, d.p90, d.p99, d.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
         assert_eq!(d.mean, 50.5);
         assert!(Dist::of(vec![f64::NAN]).is_none());
     }

@@ -70,11 +70,18 @@ fn demo(args: &[&str]) -> Run {
         String::from_utf8_lossy(&out.stderr),
         String::from_utf8_lossy(&out.stdout)
     );
-    let json: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("demo --json printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "demo --json printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
     let validator = schema_validator();
     let files = record_files(dir.path());
-    assert!(!files.is_empty(), "no records-*.jsonl in the demo's --out directory");
+    assert!(
+        !files.is_empty(),
+        "no records-*.jsonl in the demo's --out directory"
+    );
     let mut records = Vec::new();
     for f in files {
         for line in std::fs::read_to_string(&f).unwrap().lines() {
@@ -135,14 +142,50 @@ const ANCHOR_TOL_MS: f64 = 0.1;
 fn ground_truth_skew_250_uplink_20_downlink_5() {
     let _serial = serial();
     let common = [
-        "--server-skew-ms", "250", "--model-ms", "12", "--payload-kb", "32", "--hz", "15",
-        "--warmup", "5", "--clock", "estimate",
+        "--server-skew-ms",
+        "250",
+        "--model-ms",
+        "12",
+        "--payload-kb",
+        "32",
+        "--hz",
+        "15",
+        "--warmup",
+        "5",
+        "--clock",
+        "estimate",
     ];
     // The loopback cost of the same exchange without injected delay.
-    let base = demo(&[&common[..], &["--calls", "50", "--uplink-delay-ms", "0", "--downlink-delay-ms", "0"]].concat());
+    let base = demo(
+        &[
+            &common[..],
+            &[
+                "--calls",
+                "50",
+                "--uplink-delay-ms",
+                "0",
+                "--downlink-delay-ms",
+                "0",
+            ],
+        ]
+        .concat(),
+    );
     let base_net = low_quartile_of(&measured(&base.records), "net_ms");
 
-    let run = demo(&[&common[..], &["--calls", "80", "--uplink-delay-ms", "20", "--downlink-delay-ms", "5"]].concat());
+    let run = demo(
+        &[
+            &common[..],
+            &[
+                "--calls",
+                "80",
+                "--uplink-delay-ms",
+                "20",
+                "--downlink-delay-ms",
+                "5",
+            ],
+        ]
+        .concat(),
+    );
     let recs = measured(&run.records);
     assert!(recs.len() >= 70, "only {} measured calls", recs.len());
 
@@ -152,11 +195,18 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
         "net_ms lower quartile {net:.3} vs injected 25 + loopback {base_net:.3}"
     );
     let infer = median_of(&recs, "infer_ms");
-    assert!((infer - 12.0).abs() <= 1.0, "infer_ms median {infer:.3} vs model 12 ms");
+    assert!(
+        (infer - 12.0).abs() <= 1.0,
+        "infer_ms median {infer:.3} vs model 12 ms"
+    );
 
     for r in &recs {
         assert_eq!(r["clock"], "estimate", "{r}");
-        let (up, down, net) = (f(r, "uplink_ms").unwrap(), f(r, "downlink_ms").unwrap(), f(r, "net_ms").unwrap());
+        let (up, down, net) = (
+            f(r, "uplink_ms").unwrap(),
+            f(r, "downlink_ms").unwrap(),
+            f(r, "net_ms").unwrap(),
+        );
         let (off, err) = (f(r, "offset_ms").unwrap(), f(r, "split_err_ms").unwrap());
         // The server's clock is 250 ms ahead: reported uplink − true uplink
         // = 250 − offset (and the opposite for downlink).
@@ -167,27 +217,56 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
             "true uplink {true_up:.3} / downlink {true_down:.3} outside reported {up:.3} / {down:.3} ± {err:.3}: {r}"
         );
         // And the truth is what the proxy injected plus a loopback cost.
-        assert!(true_up >= 20.0 - ANCHOR_TOL_MS, "true uplink {true_up:.3} below the injected 20 ms: {r}");
-        assert!(true_down >= 5.0 - ANCHOR_TOL_MS, "true downlink {true_down:.3} below the injected 5 ms: {r}");
+        assert!(
+            true_up >= 20.0 - ANCHOR_TOL_MS,
+            "true uplink {true_up:.3} below the injected 20 ms: {r}"
+        );
+        assert!(
+            true_down >= 5.0 - ANCHOR_TOL_MS,
+            "true downlink {true_down:.3} below the injected 5 ms: {r}"
+        );
     }
     let off = median_of(&recs, "offset_ms");
-    assert!((off - 250.0).abs() <= 13.0, "offset median {off:.3} far from the 250 ms skew");
+    assert!(
+        (off - 250.0).abs() <= 13.0,
+        "offset median {off:.3} far from the 250 ms skew"
+    );
 }
 
 #[test]
 fn trusted_clocks_without_skew_give_the_injected_split() {
     let _serial = serial();
     let run = demo(&[
-        "--clock", "trusted", "--server-skew-ms", "0", "--uplink-delay-ms", "20",
-        "--downlink-delay-ms", "5", "--payload-kb", "16", "--calls", "60", "--hz", "15", "--warmup", "5",
+        "--clock",
+        "trusted",
+        "--server-skew-ms",
+        "0",
+        "--uplink-delay-ms",
+        "20",
+        "--downlink-delay-ms",
+        "5",
+        "--payload-kb",
+        "16",
+        "--calls",
+        "60",
+        "--hz",
+        "15",
+        "--warmup",
+        "5",
     ]);
     let recs = measured(&run.records);
     assert!(recs.len() >= 50, "only {} measured calls", recs.len());
     assert!(recs.iter().all(|r| r["clock"] == "trusted"));
     let up = low_quartile_of(&recs, "uplink_ms");
     let down = low_quartile_of(&recs, "downlink_ms");
-    assert!((up - 20.0).abs() <= 1.5, "uplink lower quartile {up:.3} vs injected 20 ms");
-    assert!((down - 5.0).abs() <= 1.5, "downlink lower quartile {down:.3} vs injected 5 ms");
+    assert!(
+        (up - 20.0).abs() <= 1.5,
+        "uplink lower quartile {up:.3} vs injected 20 ms"
+    );
+    assert!(
+        (down - 5.0).abs() <= 1.5,
+        "downlink lower quartile {down:.3} vs injected 5 ms"
+    );
 }
 
 #[test]
@@ -195,11 +274,30 @@ fn server_clock_step_is_detected_and_no_stage_goes_wild() {
     let _serial = serial();
     let at = 30u64;
     let run = demo(&[
-        "--server-skew-ms", "0", "--server-step-ms", "2000", "--server-step-at", "30",
-        "--uplink-delay-ms", "2", "--downlink-delay-ms", "2", "--payload-kb", "16",
-        "--calls", "80", "--hz", "20", "--warmup", "5",
+        "--server-skew-ms",
+        "0",
+        "--server-step-ms",
+        "2000",
+        "--server-step-at",
+        "30",
+        "--uplink-delay-ms",
+        "2",
+        "--downlink-delay-ms",
+        "2",
+        "--payload-kb",
+        "16",
+        "--calls",
+        "80",
+        "--hz",
+        "20",
+        "--warmup",
+        "5",
     ]);
-    let done: Vec<&Value> = run.records.iter().filter(|r| r.get("failed").is_none()).collect();
+    let done: Vec<&Value> = run
+        .records
+        .iter()
+        .filter(|r| r.get("failed").is_none())
+        .collect();
     assert!(done.len() >= 75, "only {} completed calls", done.len());
     for r in &done {
         let e2e = f(r, "e2e_ms").unwrap();
@@ -207,44 +305,99 @@ fn server_clock_step_is_detected_and_no_stage_goes_wild() {
         let net = f(r, "net_ms").unwrap();
         for name in ["uplink_ms", "downlink_ms"] {
             if let Some(v) = f(r, name) {
-                assert!((0.0..=net + 0.002).contains(&v), "{name} {v} outside [0, net {net}]: {r}");
+                assert!(
+                    (0.0..=net + 0.002).contains(&v),
+                    "{name} {v} outside [0, net {net}]: {r}"
+                );
             }
         }
-        for name in ["capture_ms", "queue_ms", "infer_ms", "dispatch_ms", "server_ms", "roundtrip_ms"] {
+        for name in [
+            "capture_ms",
+            "queue_ms",
+            "infer_ms",
+            "dispatch_ms",
+            "server_ms",
+            "roundtrip_ms",
+        ] {
             let v = f(r, name).unwrap();
             assert!(v < 1000.0, "absurd {name}: {r}");
         }
     }
     // The request with seq == at is the last one stamped by the old clock.
     let offset = |r: &&Value| (f(r, "offset_ms"), f(r, "split_err_ms"));
-    let before: Vec<&&Value> = done.iter().filter(|r| r["seq"].as_u64().unwrap() <= at && r.get("warmup").is_none()).collect();
-    let after: Vec<&&Value> = done.iter().filter(|r| r["seq"].as_u64().unwrap() > at + 3).collect();
+    let before: Vec<&&Value> = done
+        .iter()
+        .filter(|r| r["seq"].as_u64().unwrap() <= at && r.get("warmup").is_none())
+        .collect();
+    let after: Vec<&&Value> = done
+        .iter()
+        .filter(|r| r["seq"].as_u64().unwrap() > at + 3)
+        .collect();
     assert!(before.len() >= 20 && after.len() >= 40);
     for r in before {
-        let (Some(off), Some(err)) = offset(r) else { panic!("no offset before the step: {r}") };
-        assert!(off.abs() <= err + ANCHOR_TOL_MS, "offset {off} before the step: {r}");
+        let (Some(off), Some(err)) = offset(r) else {
+            panic!("no offset before the step: {r}")
+        };
+        assert!(
+            off.abs() <= err + ANCHOR_TOL_MS,
+            "offset {off} before the step: {r}"
+        );
     }
     for r in after {
-        let (Some(off), Some(err)) = offset(r) else { panic!("no offset after the step: {r}") };
-        assert!((off - 2000.0).abs() <= err + ANCHOR_TOL_MS, "step not followed, offset {off}: {r}");
+        let (Some(off), Some(err)) = offset(r) else {
+            panic!("no offset after the step: {r}")
+        };
+        assert!(
+            (off - 2000.0).abs() <= err + ANCHOR_TOL_MS,
+            "step not followed, offset {off}: {r}"
+        );
     }
 }
 
 #[test]
 fn json_output_uses_the_record_field_names() {
     let _serial = serial();
-    let run = demo(&["--calls", "30", "--warmup", "5", "--hz", "30", "--payload-kb", "8"]);
+    let run = demo(&[
+        "--calls",
+        "30",
+        "--warmup",
+        "5",
+        "--hz",
+        "30",
+        "--payload-kb",
+        "8",
+    ]);
     let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/record.schema.json")).unwrap(),
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/record.schema.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     let fields = schema["properties"].as_object().unwrap();
     let stages = run.json["stages"].as_object().expect("`stages` object");
-    for name in ["capture_ms", "uplink_ms", "queue_ms", "infer_ms", "downlink_ms", "dispatch_ms", "roundtrip_ms", "server_ms", "net_ms", "e2e_ms", "gap_ms", "offset_ms", "split_err_ms"] {
+    for name in [
+        "capture_ms",
+        "uplink_ms",
+        "queue_ms",
+        "infer_ms",
+        "downlink_ms",
+        "dispatch_ms",
+        "roundtrip_ms",
+        "server_ms",
+        "net_ms",
+        "e2e_ms",
+        "gap_ms",
+        "offset_ms",
+        "split_err_ms",
+    ] {
         assert!(stages.contains_key(name), "stages lacks {name}: {stages:?}");
     }
     for (name, dist) in stages {
-        assert!(fields.contains_key(name), "stage key {name} is not a record field");
+        assert!(
+            fields.contains_key(name),
+            "stage key {name} is not a record field"
+        );
         for q in ["n", "p50", "p90", "p99", "max", "mean"] {
             assert!(dist.get(q).is_some(), "{name} lacks {q}");
         }
@@ -260,31 +413,62 @@ fn json_output_uses_the_record_field_names() {
     for r in &printed {
         assert!(validator.is_valid(r), "{r}");
     }
-    let seqs: Vec<u64> = run.records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = run
+        .records
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, (0..30).collect::<Vec<_>>());
     assert!(run.records[..5].iter().all(|r| r["warmup"] == true));
     assert!(run.records[5..].iter().all(|r| r.get("warmup").is_none()));
     // The server saw our trace context on every request.
     assert_eq!(run.json["counters"]["server_requests_with_traceparent"], 30);
-    assert!(run.records.iter().all(|r| r["trace_id"].as_str().is_some_and(|t| t.len() == 32)));
+    assert!(run
+        .records
+        .iter()
+        .all(|r| r["trace_id"].as_str().is_some_and(|t| t.len() == 32)));
 }
 
 #[test]
 fn http_transport_traces_the_same_stages() {
     let _serial = serial();
     let run = demo(&[
-        "--transport", "http", "--clock", "trusted", "--server-skew-ms", "0",
-        "--uplink-delay-ms", "6", "--downlink-delay-ms", "3", "--payload-kb", "16",
-        "--calls", "40", "--hz", "20", "--warmup", "5",
+        "--transport",
+        "http",
+        "--clock",
+        "trusted",
+        "--server-skew-ms",
+        "0",
+        "--uplink-delay-ms",
+        "6",
+        "--downlink-delay-ms",
+        "3",
+        "--payload-kb",
+        "16",
+        "--calls",
+        "40",
+        "--hz",
+        "20",
+        "--warmup",
+        "5",
     ]);
     let recs = measured(&run.records);
     assert_eq!(recs.len(), 35, "every call completes");
     let up = low_quartile_of(&recs, "uplink_ms");
     let down = low_quartile_of(&recs, "downlink_ms");
-    assert!((up - 6.0).abs() <= 1.5, "uplink lower quartile {up:.3} vs injected 6 ms");
-    assert!((down - 3.0).abs() <= 1.5, "downlink lower quartile {down:.3} vs injected 3 ms");
+    assert!(
+        (up - 6.0).abs() <= 1.5,
+        "uplink lower quartile {up:.3} vs injected 6 ms"
+    );
+    assert!(
+        (down - 3.0).abs() <= 1.5,
+        "downlink lower quartile {down:.3} vs injected 3 ms"
+    );
     let infer = median_of(&recs, "infer_ms");
-    assert!((infer - 12.0).abs() <= 1.0, "infer median {infer:.3} vs model 12 ms");
+    assert!(
+        (infer - 12.0).abs() <= 1.0,
+        "infer median {infer:.3} vs model 12 ms"
+    );
     assert_eq!(run.json["transport"], "http");
 }
 

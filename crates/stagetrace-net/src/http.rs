@@ -46,9 +46,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use stagetrace::wire::{
-    TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT,
-};
+use stagetrace::wire::{TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT};
 use stagetrace::{ServerRecord, ServerTiming};
 use tokio::sync::Semaphore;
 use tracing::{Instrument, Span};
@@ -101,7 +99,11 @@ impl fmt::Debug for TimingLayer {
             .field("max_body_bytes", &self.shared.max_body_bytes)
             .field(
                 "max_concurrency",
-                &self.shared.permits.as_ref().map(Semaphore::available_permits),
+                &self
+                    .shared
+                    .permits
+                    .as_ref()
+                    .map(Semaphore::available_permits),
             )
             .finish()
     }
@@ -231,7 +233,11 @@ where
 }
 
 impl LayerShared {
-    async fn handle<S, ReqB, ResB>(&self, mut inner: S, req: Request<ReqB>) -> Response<axum::body::Body>
+    async fn handle<S, ReqB, ResB>(
+        &self,
+        mut inner: S,
+        req: Request<ReqB>,
+    ) -> Response<axum::body::Body>
     where
         S: tower::Service<Request<axum::body::Body>, Response = Response<ResB>, Error = Infallible>,
         ReqB: http_body::Body<Data = Bytes>,
@@ -261,7 +267,9 @@ impl LayerShared {
         let body = match collected {
             Ok(c) => c.to_bytes(),
             Err(e) => {
-                let too_large = e.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+                let too_large = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
                 let (status, msg) = if too_large {
                     (
                         StatusCode::PAYLOAD_TOO_LARGE,
@@ -271,7 +279,10 @@ impl LayerShared {
                         ),
                     )
                 } else {
-                    (StatusCode::BAD_REQUEST, format!("request body could not be read: {e}"))
+                    (
+                        StatusCode::BAD_REQUEST,
+                        format!("request body could not be read: {e}"),
+                    )
                 };
                 return self.finish_error(&stamps, trace_parent, kind.as_deref(), status, msg);
             }
@@ -449,7 +460,10 @@ impl TracedHttpClient {
                 return Err(HttpCallError::Request(e.to_string()));
             }
         };
-        let peer = match (request.url().host_str(), request.url().port_or_known_default()) {
+        let peer = match (
+            request.url().host_str(),
+            request.url().port_or_known_default(),
+        ) {
             (Some(h), Some(p)) => format!("{h}:{p}"),
             (Some(h), None) => h.to_owned(),
             _ => String::new(),
@@ -457,7 +471,9 @@ impl TracedHttpClient {
         let span = transport::transport_span(&peer);
         if let Some(tp) = transport::traceparent(&span) {
             if let Ok(v) = HeaderValue::from_bytes(&tp) {
-                request.headers_mut().insert(HeaderName::from_static(TRACEPARENT), v);
+                request
+                    .headers_mut()
+                    .insert(HeaderName::from_static(TRACEPARENT), v);
             }
         }
         let client = &self.client;

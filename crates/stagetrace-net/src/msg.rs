@@ -319,7 +319,9 @@ impl NdArray {
 
     /// Number of elements (`Π shape`), `None` on overflow.
     pub fn elements(&self) -> Option<u64> {
-        self.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        self.shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
     }
 
     /// The elements as `f32`, when the dtype is `<f4` (or `=f4`/`f4` on a
@@ -343,8 +345,14 @@ impl NdArray {
     pub fn to_value(&self) -> Value {
         Value::Map(vec![
             (Value::Binary(b"__ndarray__".to_vec()), Value::Boolean(true)),
-            (Value::Binary(b"data".to_vec()), Value::Binary(self.data.clone())),
-            (Value::Binary(b"dtype".to_vec()), Value::from(self.dtype.as_str())),
+            (
+                Value::Binary(b"data".to_vec()),
+                Value::Binary(self.data.clone()),
+            ),
+            (
+                Value::Binary(b"dtype".to_vec()),
+                Value::from(self.dtype.as_str()),
+            ),
             (
                 Value::Binary(b"shape".to_vec()),
                 Value::Array(self.shape.iter().map(|&d| Value::from(d)).collect()),
@@ -378,7 +386,9 @@ impl NdArray {
                 .iter()
                 .map(Value::as_u64)
                 .collect::<Option<Vec<u64>>>()
-                .ok_or(DecodeError::Array("has a `shape` that is not non-negative integers"))?,
+                .ok_or(DecodeError::Array(
+                    "has a `shape` that is not non-negative integers",
+                ))?,
             _ => return Err(DecodeError::Array("has no `shape` list")),
         };
         let arr = NdArray { dtype, shape, data };
@@ -386,7 +396,9 @@ impl NdArray {
             .item_size()
             .and_then(|s| arr.elements()?.checked_mul(s as u64));
         if expected != Some(arr.data.len() as u64) {
-            return Err(DecodeError::Array("has `data` whose length is not dtype × shape"));
+            return Err(DecodeError::Array(
+                "has `data` whose length is not dtype × shape",
+            ));
         }
         Ok(arr)
     }
@@ -444,8 +456,9 @@ mod tests {
     fn map_writer_headers_for_every_size() {
         for n in [0usize, 1, 15, 16, 17, 65535, 65536] {
             let mut w = MapWriter::with_capacity(16);
-            let entries: Vec<(Value, Value)> =
-                (0..n).map(|i| (Value::from(i.to_string()), Value::from(i))).collect();
+            let entries: Vec<(Value, Value)> = (0..n)
+                .map(|i| (Value::from(i.to_string()), Value::from(i)))
+                .collect();
             w.entries(&entries);
             w.entry("last", &Value::Nil);
             let back = MsgMap::from_msgpack(&w.finish()).unwrap();

@@ -291,7 +291,10 @@ mod tests {
         let end = s.recv + Duration::from_millis(11);
         // Marks set "by hand" at known offsets.
         timer.inner.pre_done.store(3_000_000 + 1, Ordering::Relaxed);
-        timer.inner.post_start.store(9_000_000 + 1, Ordering::Relaxed);
+        timer
+            .inner
+            .post_start
+            .store(9_000_000 + 1, Ordering::Relaxed);
         s.handled(start, end, timer);
         let t = s.timing_at(s.recv + Duration::from_millis(12));
         assert_eq!(t.total_ns, Some(12_000_000));

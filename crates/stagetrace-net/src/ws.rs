@@ -60,8 +60,7 @@ use tracing::Instrument;
 
 use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
 use crate::server::{
-    server_record, InferTimer, RequestHook, RequestStamps, ServerClock, ServerCounters,
-    ServerStats,
+    server_record, InferTimer, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
 };
 use crate::transport;
 
@@ -230,7 +229,11 @@ impl PolicyServerBuilder {
     }
 
     /// Bind `addr` and serve until an accept error.
-    pub async fn serve<H: Handler>(self, addr: impl ToSocketAddrs, handler: H) -> Result<(), ServeError> {
+    pub async fn serve<H: Handler>(
+        self,
+        addr: impl ToSocketAddrs,
+        handler: H,
+    ) -> Result<(), ServeError> {
         let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
         let (_tx, rx) = watch::channel(false);
         self.into_shared(handler).accept_loop(listener, rx).await
@@ -238,7 +241,11 @@ impl PolicyServerBuilder {
 
     /// Bind `addr` and serve in a task on the current tokio runtime; the
     /// handle gives the bound address (bind port 0 for a free one) and stops it.
-    pub async fn spawn<H: Handler>(self, addr: impl ToSocketAddrs, handler: H) -> Result<ServerHandle, ServeError> {
+    pub async fn spawn<H: Handler>(
+        self,
+        addr: impl ToSocketAddrs,
+        handler: H,
+    ) -> Result<ServerHandle, ServeError> {
         let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
         let local_addr = listener.local_addr().map_err(ServeError::Bind)?;
         let (stop, rx) = watch::channel(false);
@@ -310,7 +317,11 @@ struct Shared {
 }
 
 impl Shared {
-    async fn accept_loop(self: Arc<Self>, listener: TcpListener, mut stop: watch::Receiver<bool>) -> Result<(), ServeError> {
+    async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ServeError> {
         let mut conns = tokio::task::JoinSet::new();
         loop {
             tokio::select! {
@@ -338,7 +349,8 @@ impl Shared {
         let config = WebSocketConfig::default()
             .max_message_size(Some(self.max_message_bytes))
             .max_frame_size(Some(self.max_message_bytes));
-        let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else {
+        let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await
+        else {
             return;
         };
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
@@ -363,7 +375,8 @@ impl Shared {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(Message::Text(_))) => {
                     let err = "the openpi protocol expects binary msgpack frames, got a text frame";
-                    self.fail(&mut ws, &stamps, None, None, err.to_owned()).await;
+                    self.fail(&mut ws, &stamps, None, None, err.to_owned())
+                        .await;
                     break;
                 }
             };
@@ -379,7 +392,9 @@ impl Shared {
             let kind = request.get_str("kind").map(str::to_owned);
 
             let timer = stamps.timer();
-            let Ok(permit) = self.permits.acquire().await else { break };
+            let Ok(permit) = self.permits.acquire().await else {
+                break;
+            };
             let start = Instant::now();
             let result = self.handler.call(request, timer.clone()).await;
             let end = Instant::now();
@@ -389,7 +404,8 @@ impl Shared {
             let mut action = match result {
                 Ok(a) => a,
                 Err(e) => {
-                    self.fail(&mut ws, &stamps, trace_parent, kind.as_deref(), e.0).await;
+                    self.fail(&mut ws, &stamps, trace_parent, kind.as_deref(), e.0)
+                        .await;
                     break;
                 }
             };
@@ -465,7 +481,10 @@ impl Shared {
 
 fn is_transient(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock)
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -609,11 +628,15 @@ impl PolicyClient {
                     .map_err(|e| ClientError::Connect(e.to_string()))?;
             let metadata = loop {
                 match ws.next().await {
-                    Some(Ok(Message::Binary(b))) => break MsgMap::from_msgpack(&b).map_err(ClientError::Decode)?,
+                    Some(Ok(Message::Binary(b))) => {
+                        break MsgMap::from_msgpack(&b).map_err(ClientError::Decode)?
+                    }
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
                     Some(Ok(Message::Close(_))) | None => {
-                        return Err(ClientError::Connect("closed before sending metadata".into()))
+                        return Err(ClientError::Connect(
+                            "closed before sending metadata".into(),
+                        ))
                     }
                     Some(Err(e)) => return Err(ClientError::Connect(e.to_string())),
                 }
@@ -683,7 +706,9 @@ impl PolicyClient {
                     Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
                     Some(Ok(Message::Close(frame))) => {
                         return Err(ClientError::Disconnected(match frame {
-                            Some(f) => format!("server closed the connection: {} {}", f.code, f.reason),
+                            Some(f) => {
+                                format!("server closed the connection: {} {}", f.code, f.reason)
+                            }
                             None => "server closed the connection".to_owned(),
                         }))
                     }

@@ -80,7 +80,12 @@ fn layer_and_client_carry_context_and_timing() {
         let client = TracedHttpClient::new().unwrap();
         for seq in 0..4u64 {
             let reply = client
-                .send(client.inner().post(format!("{base}/infer")).body(vec![1u8; 50_000]))
+                .send(
+                    client
+                        .inner()
+                        .post(format!("{base}/infer"))
+                        .body(vec![1u8; 50_000]),
+                )
                 .instrument(tracing::info_span!("call", seq = seq))
                 .await
                 .unwrap();
@@ -88,9 +93,23 @@ fn layer_and_client_carry_context_and_timing() {
             let t = reply.server_timing.expect("timing headers");
             assert!(t.recv_unix_ns.is_some() && t.total_ns.is_some());
             assert!(t.infer_ns.unwrap() >= 6_000_000);
-            let st = reply.headers.get("server-timing").unwrap().to_str().unwrap();
-            assert!(st.contains("infer;dur=") && st.contains("total;dur="), "{st}");
-            assert!(reply.headers.get("stagetrace-timing").unwrap().to_str().unwrap().starts_with("v=1;recv="));
+            let st = reply
+                .headers
+                .get("server-timing")
+                .unwrap()
+                .to_str()
+                .unwrap();
+            assert!(
+                st.contains("infer;dur=") && st.contains("total;dur="),
+                "{st}"
+            );
+            assert!(reply
+                .headers
+                .get("stagetrace-timing")
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("v=1;recv="));
         }
         assert_eq!(layer.stats().requests, 4);
     });
@@ -98,7 +117,10 @@ fn layer_and_client_carry_context_and_timing() {
     let seen = seen.lock().unwrap();
     for (rec, srv) in records.iter().zip(seen.iter()) {
         assert_eq!(rec.failed, None, "{rec:?}");
-        assert!(rec.uplink_ms.is_some() && rec.downlink_ms.is_some(), "{rec:?}");
+        assert!(
+            rec.uplink_ms.is_some() && rec.downlink_ms.is_some(),
+            "{rec:?}"
+        );
         assert!(rec.infer_ms.unwrap() >= 6.0);
         assert_eq!(srv.trace_parent.map(|t| t.trace_id_hex()), rec.trace_id);
     }
@@ -114,7 +136,12 @@ fn oversized_bodies_and_bad_traceparents() {
         let base = serve(app).await;
         let client = TracedHttpClient::new().unwrap();
         let r = client
-            .send(client.inner().post(format!("{base}/infer")).body(vec![0u8; 5000]))
+            .send(
+                client
+                    .inner()
+                    .post(format!("{base}/infer"))
+                    .body(vec![0u8; 5000]),
+            )
             .instrument(tracing::info_span!("call"))
             .await;
         match r {
@@ -167,16 +194,25 @@ fn a_server_dropping_the_connection_fails_the_call_without_hanging() {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             loop {
-                let Ok((mut sock, _)) = listener.accept().await else { return };
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
                 let mut buf = [0u8; 1024];
                 let _ = sock.read(&mut buf).await;
                 drop(sock);
             }
         });
-        let client = TracedHttpClient::new().unwrap().timeout(Duration::from_secs(20));
+        let client = TracedHttpClient::new()
+            .unwrap()
+            .timeout(Duration::from_secs(20));
         let start = Instant::now();
         let r = client
-            .send(client.inner().post(format!("http://{addr}/infer")).body("x"))
+            .send(
+                client
+                    .inner()
+                    .post(format!("http://{addr}/infer"))
+                    .body("x"),
+            )
             .instrument(tracing::info_span!("call"))
             .await;
         assert!(matches!(r, Err(HttpCallError::Transport(_))), "{r:?}");

@@ -80,7 +80,10 @@ fn round_trip_attaches_server_timing_and_trace_context() {
             .metadata(MsgMap::new().with("policy", "test"))
             .on_request(move |r| seen2.lock().unwrap().push(r.clone()))
             .spawn("127.0.0.1:0", |req: MsgMap, timer: InferTimer| async move {
-                assert!(req.get("traceparent").is_none(), "the handler never sees traceparent");
+                assert!(
+                    req.get("traceparent").is_none(),
+                    "the handler never sees traceparent"
+                );
                 // 2 ms of the handler's own queueing, then pre / model / post.
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 timer.infer_start();
@@ -102,7 +105,10 @@ fn round_trip_attaches_server_timing_and_trace_context() {
                 .await
                 .unwrap();
             assert!(reply.action.get("server_timing").is_none());
-            assert_eq!(reply.action.array("actions").unwrap().to_f32().unwrap(), vec![0.5; 14]);
+            assert_eq!(
+                reply.action.array("actions").unwrap().to_f32().unwrap(),
+                vec![0.5; 14]
+            );
             let t = reply.server_timing.expect("server timing");
             assert!(t.recv_unix_ns.is_some() && t.total_ns.is_some());
             let (queue, infer) = (t.queue_ns.unwrap(), t.infer_ns.unwrap());
@@ -122,7 +128,10 @@ fn round_trip_attaches_server_timing_and_trace_context() {
     assert_eq!(seen.len(), 5);
     for (rec, srv) in records.iter().zip(seen.iter()) {
         assert_eq!(rec.failed, None, "{rec:?}");
-        assert!(rec.uplink_ms.is_some() && rec.downlink_ms.is_some() && rec.net_ms.is_some(), "{rec:?}");
+        assert!(
+            rec.uplink_ms.is_some() && rec.downlink_ms.is_some() && rec.net_ms.is_some(),
+            "{rec:?}"
+        );
         assert!(rec.infer_ms.unwrap() >= 8.0, "{rec:?}");
         assert!(rec.queue_ms.unwrap() >= 2.0, "{rec:?}");
         assert!(rec.server_ms.unwrap() <= rec.roundtrip_ms.unwrap());
@@ -140,20 +149,25 @@ fn disconnect_mid_call_fails_the_call_and_does_not_hang() {
     let rt = rt();
     rt.block_on(async {
         let server = PolicyServer::builder()
-            .spawn("127.0.0.1:0", |req: MsgMap, _timer: InferTimer| async move {
-                if req.get("seq").and_then(Value::as_u64) == Some(1) {
-                    // Hangs until the server goes away under it.
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                }
-                Ok(action())
-            })
+            .spawn(
+                "127.0.0.1:0",
+                |req: MsgMap, _timer: InferTimer| async move {
+                    if req.get("seq").and_then(Value::as_u64) == Some(1) {
+                        // Hangs until the server goes away under it.
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                    Ok(action())
+                },
+            )
             .await
             .unwrap();
         let options = ClientOptions {
             call_timeout: Duration::from_secs(30),
             ..ClientOptions::default()
         };
-        let mut client = PolicyClient::connect_with(&server.url(), options).await.unwrap();
+        let mut client = PolicyClient::connect_with(&server.url(), options)
+            .await
+            .unwrap();
         let ok = client
             .infer(&MsgMap::new().with("seq", 0u64))
             .instrument(tracing::info_span!("call", seq = 0u64))
@@ -168,8 +182,15 @@ fn disconnect_mid_call_fails_the_call_and_does_not_hang() {
             .infer(&MsgMap::new().with("seq", 1u64))
             .instrument(tracing::info_span!("call", seq = 1u64))
             .await;
-        assert!(matches!(lost, Err(ClientError::Disconnected(_))), "{lost:?}");
-        assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+        assert!(
+            matches!(lost, Err(ClientError::Disconnected(_))),
+            "{lost:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "took {:?}",
+            start.elapsed()
+        );
         stopper.await.unwrap();
         // The broken connection is reported, not reused.
         let again = client
@@ -194,17 +215,22 @@ fn a_stalled_server_times_out_as_a_failed_call() {
     let rt = rt();
     rt.block_on(async {
         let server = PolicyServer::builder()
-            .spawn("127.0.0.1:0", |_req: MsgMap, _timer: InferTimer| async move {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                Ok(action())
-            })
+            .spawn(
+                "127.0.0.1:0",
+                |_req: MsgMap, _timer: InferTimer| async move {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    Ok(action())
+                },
+            )
             .await
             .unwrap();
         let options = ClientOptions {
             call_timeout: Duration::from_millis(300),
             ..ClientOptions::default()
         };
-        let mut client = PolicyClient::connect_with(&server.url(), options).await.unwrap();
+        let mut client = PolicyClient::connect_with(&server.url(), options)
+            .await
+            .unwrap();
         let start = Instant::now();
         let r = client
             .infer(&MsgMap::new())
@@ -248,7 +274,9 @@ async fn openpi_style_server(timing: Option<Value>) -> String {
     tokio::spawn(async move {
         let (sock, _) = listener.accept().await.unwrap();
         let mut ws = tokio_tungstenite::accept_async(sock).await.unwrap();
-        ws.send(Message::Binary(MsgMap::new().to_msgpack().into())).await.unwrap();
+        ws.send(Message::Binary(MsgMap::new().to_msgpack().into()))
+            .await
+            .unwrap();
         while let Some(Ok(Message::Binary(req))) = ws.next().await {
             let req = MsgMap::from_msgpack(&req).unwrap();
             assert!(req.get_str("traceparent").is_some_and(|t| t.len() == 55));
@@ -256,7 +284,9 @@ async fn openpi_style_server(timing: Option<Value>) -> String {
             if let Some(t) = &timing {
                 resp.insert("server_timing", t.clone());
             }
-            ws.send(Message::Binary(resp.to_msgpack().into())).await.unwrap();
+            ws.send(Message::Binary(resp.to_msgpack().into()))
+                .await
+                .unwrap();
         }
     });
     url
@@ -268,7 +298,9 @@ fn degraded_against_a_server_that_only_sends_openpi_infer_ms() {
     let rt = rt();
     rt.block_on(async {
         let timing = Value::Map(vec![(Value::from("infer_ms"), Value::F64(3.5))]);
-        let mut client = PolicyClient::connect(&openpi_style_server(Some(timing)).await).await.unwrap();
+        let mut client = PolicyClient::connect(&openpi_style_server(Some(timing)).await)
+            .await
+            .unwrap();
         let reply = client
             .infer(&MsgMap::new().with("x", 1))
             .instrument(tracing::info_span!("call"))
@@ -283,7 +315,10 @@ fn degraded_against_a_server_that_only_sends_openpi_infer_ms() {
     assert_eq!(rec.failed, None);
     assert_eq!(rec.infer_ms, Some(3.5));
     assert!(rec.net_ms.is_some(), "{rec:?}");
-    assert_eq!(rec.uplink_ms, None, "no split without the server's receive time");
+    assert_eq!(
+        rec.uplink_ms, None,
+        "no split without the server's receive time"
+    );
     assert_eq!(rec.clock, Some(stagetrace::ClockBasis::Degraded));
 }
 
@@ -297,16 +332,24 @@ fn hostile_server_timing_is_ignored_and_counted() {
             (Value::from("recv_unix_ns"), Value::from(-5)),
             (Value::from("total_ns"), Value::from("soon")),
         ]);
-        let mut client = PolicyClient::connect(&openpi_style_server(Some(hostile)).await).await.unwrap();
+        let mut client = PolicyClient::connect(&openpi_style_server(Some(hostile)).await)
+            .await
+            .unwrap();
         let reply = client
             .infer(&MsgMap::new())
             .instrument(tracing::info_span!("call"))
             .await
             .unwrap();
         assert_eq!(reply.server_timing, None);
-        assert!(reply.action.array("actions").is_some(), "the action still arrives");
+        assert!(
+            reply.action.array("actions").is_some(),
+            "the action still arrives"
+        );
         // Not even a map.
-        let mut client = PolicyClient::connect(&openpi_style_server(Some(Value::from("fast"))).await).await.unwrap();
+        let mut client =
+            PolicyClient::connect(&openpi_style_server(Some(Value::from("fast"))).await)
+                .await
+                .unwrap();
         let reply = client
             .infer(&MsgMap::new())
             .instrument(tracing::info_span!("call"))
@@ -319,7 +362,10 @@ fn hostile_server_timing_is_ignored_and_counted() {
     assert_eq!(records.len(), 2);
     for rec in &records {
         assert_eq!(rec.failed, None);
-        assert!(rec.roundtrip_ms.is_some(), "a black-box roundtrip remains: {rec:?}");
+        assert!(
+            rec.roundtrip_ms.is_some(),
+            "a black-box roundtrip remains: {rec:?}"
+        );
         assert_eq!(rec.uplink_ms, None);
         assert_eq!(rec.infer_ms, None);
     }
@@ -330,22 +376,33 @@ fn hostile_requests_do_not_take_the_server_down() {
     let rt = rt();
     rt.block_on(async {
         let server = PolicyServer::builder()
-            .spawn("127.0.0.1:0", |_req: MsgMap, _timer: InferTimer| async move { Ok(action()) })
+            .spawn(
+                "127.0.0.1:0",
+                |_req: MsgMap, _timer: InferTimer| async move { Ok(action()) },
+            )
             .await
             .unwrap();
         // Garbage instead of msgpack: an error text frame, then a close.
-        let (mut ws, _) = tokio_tungstenite::connect_async(server.url()).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.url())
+            .await
+            .unwrap();
         let _metadata = ws.next().await.unwrap().unwrap();
-        ws.send(Message::Binary(vec![0xc1, 0xff, 0x00].into())).await.unwrap();
+        ws.send(Message::Binary(vec![0xc1, 0xff, 0x00].into()))
+            .await
+            .unwrap();
         match ws.next().await {
             Some(Ok(Message::Text(t))) => assert!(t.contains("msgpack"), "{t}"),
             other => panic!("expected an error frame, got {other:?}"),
         }
         // A malformed traceparent is ignored and counted; the request is served.
-        let (mut ws, _) = tokio_tungstenite::connect_async(server.url()).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.url())
+            .await
+            .unwrap();
         let _metadata = ws.next().await.unwrap().unwrap();
         let req = MsgMap::new().with("traceparent", "00-zzzz-not-a-trace-01");
-        ws.send(Message::Binary(req.to_msgpack().into())).await.unwrap();
+        ws.send(Message::Binary(req.to_msgpack().into()))
+            .await
+            .unwrap();
         match ws.next().await {
             Some(Ok(Message::Binary(b))) => {
                 let resp = MsgMap::from_msgpack(&b).unwrap();
@@ -354,9 +411,13 @@ fn hostile_requests_do_not_take_the_server_down() {
             other => panic!("expected a response, got {other:?}"),
         }
         // A deeply nested bomb.
-        let (mut ws, _) = tokio_tungstenite::connect_async(server.url()).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::connect_async(server.url())
+            .await
+            .unwrap();
         let _metadata = ws.next().await.unwrap().unwrap();
-        ws.send(Message::Binary(vec![0x91; 100_000].into())).await.unwrap();
+        ws.send(Message::Binary(vec![0x91; 100_000].into()))
+            .await
+            .unwrap();
         assert!(matches!(ws.next().await, Some(Ok(Message::Text(_)))));
         // And the server still serves a well-behaved client.
         let mut client = PolicyClient::connect(&server.url()).await.unwrap();
@@ -377,9 +438,12 @@ fn a_failing_handler_answers_like_openpi() {
         let seen2 = Arc::clone(&seen);
         let server = PolicyServer::builder()
             .on_request(move |r| seen2.lock().unwrap().push(r.clone()))
-            .spawn("127.0.0.1:0", |_req: MsgMap, _timer: InferTimer| async move {
-                Err(stagetrace_net::HandlerError::new("CUDA out of memory"))
-            })
+            .spawn(
+                "127.0.0.1:0",
+                |_req: MsgMap, _timer: InferTimer| async move {
+                    Err(stagetrace_net::HandlerError::new("CUDA out of memory"))
+                },
+            )
             .await
             .unwrap();
         let mut client = PolicyClient::connect(&server.url()).await.unwrap();
@@ -404,10 +468,10 @@ fn blocking_client_for_sync_loops() {
         .build()
         .unwrap();
     let server = server_rt
-        .block_on(
-            PolicyServer::builder()
-                .spawn("127.0.0.1:0", |_req: MsgMap, _timer: InferTimer| async move { Ok(action()) }),
-        )
+        .block_on(PolicyServer::builder().spawn(
+            "127.0.0.1:0",
+            |_req: MsgMap, _timer: InferTimer| async move { Ok(action()) },
+        ))
         .unwrap();
     let url = server.url();
     let mut obs = Observed::new();

@@ -124,6 +124,21 @@ impl ExportStats {
     }
 }
 
+impl ExportStats {
+    /// The counters as `(name, total)` pairs, for a summary line:
+    /// `otlp_queued`, `otlp_exported`, `otlp_dropped`, `otlp_failed`,
+    /// `otlp_failed_exports`.
+    pub fn counters(&self) -> [(&'static str, u64); 5] {
+        [
+            ("otlp_queued", self.queued_records),
+            ("otlp_exported", self.exported_records),
+            ("otlp_dropped", self.dropped_records),
+            ("otlp_failed", self.failed_records),
+            ("otlp_failed_exports", self.failed_exports),
+        ]
+    }
+}
+
 impl fmt::Display for ExportStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -221,7 +236,7 @@ impl OtlpExporter {
         &self.inner.service_name
     }
 
-    /// The export timeout (also the default wait of a sink's `flush`).
+    /// The export timeout.
     pub fn timeout(&self) -> Duration {
         self.inner.timeout
     }
@@ -647,6 +662,8 @@ impl stagetrace::RecordSink for OtlpExporter {
     }
 
     fn flush(&mut self) {
-        OtlpExporter::flush(self, self.inner.timeout);
+        // Bounded by the shutdown timeout: the layer's own drain must not
+        // wait out a collector that is down.
+        OtlpExporter::flush(self, self.inner.shutdown_timeout);
     }
 }

@@ -36,7 +36,7 @@ def policy_client() -> Path:
     cargo = _cargo()
     if cargo is None:
         pytest.skip(
-            "SKIPPED LOUDLY: cargo is not on PATH, so the Rust-client interop tests cannot run; "
+            "Rust-client interop tests NOT RUN: cargo is not on PATH (nor $CARGO); "
             "install a Rust toolchain (https://rustup.rs) and re-run pytest"
         )
     build = subprocess.run(
