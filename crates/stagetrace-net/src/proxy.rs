@@ -404,10 +404,22 @@ async fn accept_loop(listener: TcpListener, shared: Shared) {
     }
 }
 
+/// How long a connection to the upstream may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn connection(client: TcpStream, index: u64, shared: &Shared) {
-    let upstream = match TcpStream::connect(shared.upstream).await {
-        Ok(s) => s,
-        Err(e) => {
+    let connect = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(shared.upstream));
+    let upstream = match connect.await {
+        Ok(Ok(s)) => s,
+        Err(_) => {
+            tracing::debug!(
+                "stagetrace proxy: upstream {} did not answer",
+                shared.upstream
+            );
+            shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Ok(Err(e)) => {
             tracing::debug!(
                 "stagetrace proxy: upstream {} unreachable: {e}",
                 shared.upstream

@@ -107,7 +107,7 @@ fn delays_show_up_in_the_roundtrip() {
     proxy.set_downlink(LinkConfig::default());
     let up_only = median_rtt_ms(&mut s, 20) - base;
     eprintln!("baseline {base:.3} extra {extra:.3} up_only {up_only:.3}");
-    assert!((up_only - 20.0).abs() < 2.0, "uplink only: {up_only:.3} ms");
+    assert!((up_only - 20.0).abs() < 2.5, "uplink only: {up_only:.3} ms");
     let stats = proxy.stats();
     assert_eq!((stats.connections, stats.active), (1, 1));
     assert_eq!(stats.bytes_up, 80 * 64);
@@ -132,6 +132,7 @@ fn bandwidth_limit_paces_a_transfer() {
     drop(s);
     let (n, last) = done.recv_timeout(Duration::from_secs(10)).unwrap();
     let secs = last.duration_since(start).as_secs_f64();
+    eprintln!("500 KB at 1 MB/s: {secs:.3} s");
     assert_eq!(n, 500_000);
     assert!(
         (0.4..=0.6).contains(&secs),
