@@ -109,7 +109,6 @@ fn policy_server(k: &Knobs, call: u64) -> ServerTiming {
     ServerTiming {
         recv_unix_ns: Some(recv_unix_ns),
         total_ns: Some(recv.elapsed().as_nanos() as u64),
-        queue_ns: Some(0),
         infer_ns: Some(infer_ns),
         ..ServerTiming::default()
     }
@@ -163,6 +162,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     // 3. Drain the worker and print the cumulative table.
     let summary = guard.finish();
     println!("\n{}", summary.table());
-    println!("files: {}/records-{}.*.jsonl, {}/summary.*.jsonl", k.out, summary.run, k.out);
+    println!(
+        "files: {}/records-{}.*.jsonl, {}/summary.*.jsonl",
+        k.out, summary.run, k.out
+    );
     Ok(())
 }

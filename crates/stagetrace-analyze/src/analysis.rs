@@ -348,7 +348,11 @@ pub fn group_data(ds: &Dataset) -> Vec<GroupData> {
         all.push(i as u32);
     }
     let by_time = |v: &mut Vec<u32>| {
-        v.sort_by(|a, b| ds.ts[*a as usize].total_cmp(&ds.ts[*b as usize]));
+        let ts = |i: &u32| ds.ts[*i as usize];
+        // Records are written in call order: usually nothing to do.
+        if !v.windows(2).all(|w| ts(&w[0]) <= ts(&w[1])) {
+            v.sort_by(|a, b| ts(a).total_cmp(&ts(b)));
+        }
     };
     let mut out = Vec::new();
     for (k, mut calls) in per_kind.into_iter().enumerate() {
@@ -516,9 +520,18 @@ fn analyze_group(
     let periodicity = if pooled {
         Vec::new()
     } else {
+        let times: Vec<f64> = g.calls.iter().map(|&i| ds.ts[i as usize]).collect();
+        let mut gaps: Vec<f32> = times.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
+        let call_dt = if gaps.is_empty() {
+            1.0
+        } else {
+            let mid = gaps.len() / 2;
+            let (_, v, _) = gaps.select_nth_unstable_by(mid, f32::total_cmp);
+            f64::from(*v).max(1e-3)
+        };
         ANALYSED
             .iter()
-            .filter_map(|m| periodicity(ds, g, *m))
+            .filter_map(|m| periodicity(ds, g, &times, call_dt, *m))
             .collect()
     };
     let gap = if pooled { None } else { gap(ds, g) };
@@ -724,16 +737,18 @@ fn vs_baseline(base: &[f32], run: &[f32], opts: &AnalyzeOptions) -> Option<Stage
     })
 }
 
-fn periodicity(ds: &Dataset, g: &GroupData, m: Metric) -> Option<Periodicity> {
+fn periodicity(
+    ds: &Dataset,
+    g: &GroupData,
+    times: &[f64],
+    call_dt: f64,
+    m: Metric,
+) -> Option<Periodicity> {
     let thr = g.thresholds[m.index()]?;
     let col = &ds.columns[m.index()];
-    let times: Vec<f64> = g.calls.iter().map(|&i| ds.ts[i as usize]).collect();
     if times.len() < MIN_N {
         return None;
     }
-    let mut gaps: Vec<f32> = times.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
-    stats::sort_f32(&mut gaps);
-    let call_dt = stats::quantile(&gaps, 0.5).max(1e-3);
     // Spike events: spiking calls, with runs of adjacent spiking calls merged.
     let mut events: Vec<f64> = Vec::new();
     let mut last_spike = f64::NEG_INFINITY;

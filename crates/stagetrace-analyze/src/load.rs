@@ -584,9 +584,7 @@ mod fast {
             self.eat(b'"')?;
             let start = self.i;
             let rest = self.b.get(start..)?;
-            let len = rest
-                .iter()
-                .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+            let len = string_stop(rest)?;
             if rest.get(len) != Some(&b'"') {
                 return None;
             }
@@ -656,7 +654,7 @@ mod fast {
                 }
             }
             let exp = matches!(self.peek(), Some(b'e' | b'E'));
-            if !exp && digits <= 15 && frac < POW10.len() {
+            if !exp && digits <= 19 && mant <= (1u64 << 53) && frac < POW10.len() {
                 let v = mant as f64 / POW10[frac];
                 return Some(if neg { -v } else { v });
             }
@@ -711,6 +709,7 @@ mod fast {
         fn skip_string(&mut self) -> Option<()> {
             self.eat(b'"')?;
             loop {
+                self.i += string_stop(self.b.get(self.i..)?)?;
                 match self.peek()? {
                     b'"' => {
                         self.i += 1;
@@ -722,6 +721,34 @@ mod fast {
                 }
             }
         }
+    }
+
+    /// Index of the first `"`, `\` or control byte (which end or complicate
+    /// a JSON string), eight bytes at a time.
+    #[inline]
+    pub(super) fn string_stop(b: &[u8]) -> Option<usize> {
+        const ONES: u64 = 0x0101_0101_0101_0101;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        let mut i = 0;
+        while let Some(chunk) = b.get(i..i + 8) {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(bytes);
+            let q = w ^ (ONES * u64::from(b'"'));
+            let bs = w ^ (ONES * u64::from(b'\\'));
+            let hit = (q.wrapping_sub(ONES) & !q)
+                | (bs.wrapping_sub(ONES) & !bs)
+                | (w.wrapping_sub(ONES * 0x20) & !w);
+            let hit = hit & HIGH;
+            if hit != 0 {
+                return Some(i + (hit.trailing_zeros() / 8) as usize);
+            }
+            i += 8;
+        }
+        b.get(i..)?
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+            .map(|p| i + p)
     }
 
     fn metric_for_key(key: &[u8]) -> Option<Metric> {
@@ -861,6 +888,20 @@ mod tests {
         assert!(parse(r#"{"seq":1,"ts_unix_ms":1,"kind":"call","e2e_ms":1} x"#).is_err());
         assert!(parse(r#"{"seq":-1,"ts_unix_ms":1,"kind":"call","e2e_ms":1}"#).is_err());
         assert!(parse("not json").is_err());
+    }
+
+    #[test]
+    fn string_stop_finds_the_first_special_byte() {
+        for (s, want) in [
+            ("abc\"", Some(3)),
+            ("abcdefghijkl\"x", Some(12)),
+            ("abcdefgh\\\"", Some(8)),
+            ("abcdefghijklmnopq\u{1}\"", Some(17)),
+            ("é漢字abc\"", Some(11)),
+            ("abcdefghijklmnop", None),
+        ] {
+            assert_eq!(fast::string_stop(s.as_bytes()), want, "{s:?}");
+        }
     }
 
     #[test]

@@ -37,7 +37,16 @@ impl Summary {
     /// Summarises a sorted column (`None` when empty).
     pub fn of_sorted(sorted: &[f32]) -> Option<Summary> {
         let (first, last) = (sorted.first()?, sorted.last()?);
-        let (mean, var) = mean_var(sorted.iter().map(|v| f64::from(*v)));
+        let n = sorted.len() as f64;
+        let mean = sorted.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
+        let var = sorted
+            .iter()
+            .map(|v| {
+                let d = f64::from(*v) - mean;
+                d * d
+            })
+            .sum::<f64>()
+            / n;
         Some(Summary {
             n: sorted.len() as u64,
             min: f64::from(*first),
@@ -112,14 +121,42 @@ pub fn count_above(sorted: &[f32], x: f64) -> usize {
 }
 
 /// Median and MAD (median absolute deviation, unscaled) of sorted data.
+///
+/// The deviations below and above the median form two sorted runs, so the
+/// MAD is the k-th smallest of two sorted sequences: O(log n), no copy.
 pub fn median_mad(sorted: &[f32]) -> (f64, f64) {
+    let n = sorted.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
     let med = quantile(sorted, 0.5);
-    let mut dev: Vec<f32> = sorted
-        .iter()
-        .map(|v| (f64::from(*v) - med).abs() as f32)
-        .collect();
-    sort_f32(&mut dev);
-    (med, quantile(&dev, 0.5))
+    let p = sorted.partition_point(|v| f64::from(*v) < med);
+    // a(j): j-th smallest deviation among values below the median (ascending in j)
+    let a = |j: usize| med - f64::from(sorted[p - 1 - j]);
+    // b(j): j-th smallest deviation among values at or above it
+    let b = |j: usize| f64::from(sorted[p + j]) - med;
+    let (na, nb) = (p, n - p);
+    let k = n.div_ceil(2); // nearest-rank median of the deviations, 1-based
+                           // Find how many of the k smallest come from `a`: the largest i with
+                           // a(i-1) <= b(k-i) (and feasibility bounds), by bisection.
+    let (mut lo, mut hi) = (k.saturating_sub(nb), k.min(na));
+    while lo < hi {
+        let i = (lo + hi).div_ceil(2);
+        // taking i from a needs a(i-1) <= b(k-i) when k-i < nb
+        if k - i >= nb || a(i - 1) <= b(k - i) {
+            lo = i;
+        } else {
+            hi = i - 1;
+        }
+    }
+    let i = lo;
+    let from_a = if i > 0 { a(i - 1) } else { f64::NEG_INFINITY };
+    let from_b = if k > i {
+        b(k - i - 1)
+    } else {
+        f64::NEG_INFINITY
+    };
+    (med, from_a.max(from_b))
 }
 
 /// Sorts finite `f32`s ascending: an LSD radix sort over the IEEE bits
@@ -557,6 +594,24 @@ mod tests {
         sort_f32(&mut v);
         w.sort_unstable_by(f32::total_cmp);
         assert_eq!(v, w);
+    }
+
+    #[test]
+    fn mad_matches_the_definition() {
+        let mut rng = SplitMix64::new(9);
+        for n in [1usize, 2, 3, 10, 101, 1000] {
+            let mut v: Vec<f32> = (0..n)
+                .map(|i| (rng.normal() * 3.0 + if i % 5 == 0 { 20.0 } else { 0.0 }).round() as f32)
+                .collect();
+            sort_f32(&mut v);
+            let med = quantile(&v, 0.5);
+            let mut dev: Vec<f32> = v
+                .iter()
+                .map(|x| (f64::from(*x) - med).abs() as f32)
+                .collect();
+            sort_f32(&mut dev);
+            assert_eq!(median_mad(&v), (med, quantile(&dev, 0.5)), "n={n}");
+        }
     }
 
     #[test]

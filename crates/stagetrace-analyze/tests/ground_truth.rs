@@ -15,7 +15,12 @@ use stagetrace_analyze::render;
 
 fn dataset(s: &Scenario) -> Dataset {
     let text = gen::lines(s);
-    Dataset::load_reader(text.as_bytes(), Path::new("generated"), LoadOptions::default()).unwrap()
+    Dataset::load_reader(
+        text.as_bytes(),
+        Path::new("generated"),
+        LoadOptions::default(),
+    )
+    .unwrap()
 }
 
 fn codes(r: &Report) -> Vec<(String, Option<String>)> {
@@ -35,7 +40,10 @@ fn run(s: &Scenario, base: Option<&Scenario>) -> Report {
 
 #[test]
 fn tail_only_in_transport() {
-    let base = Scenario { seed: 11, ..Scenario::default() };
+    let base = Scenario {
+        seed: 11,
+        ..Scenario::default()
+    };
     let s = Scenario {
         seed: 12,
         transport_tail: Some((0.04, 15.0)),
@@ -43,21 +51,36 @@ fn tail_only_in_transport() {
     };
     let r = run(&s, Some(&base));
     let c = codes(&r);
-    let tail: Vec<_> = r.verdicts.iter().filter(|v| v.code == "tail_only").collect();
+    let tail: Vec<_> = r
+        .verdicts
+        .iter()
+        .filter(|v| v.code == "tail_only")
+        .collect();
     assert!(!tail.is_empty(), "{c:?}");
     assert!(tail.iter().all(|v| v.group == Some("transport")), "{c:?}");
     assert!(tail.iter().any(|v| v.stage == Some("uplink")), "{c:?}");
-    assert!(!c.iter().any(|(code, _)| code == "median_shift" || code == "periodic"), "{c:?}");
+    assert!(
+        !c.iter()
+            .any(|(code, _)| code == "median_shift" || code == "periodic"),
+        "{c:?}"
+    );
     let g = &r.groups[0];
     assert_eq!(g.baseline["uplink"].shape, "tail_only");
     assert_eq!(g.baseline["infer"].shape, "steady");
     assert!(g.outliers.count > 50, "outlier rounds {}", g.outliers.count);
-    assert!(g.outliers.rounds.iter().any(|o| o.stages.iter().any(|s| s.stage == "uplink")));
+    assert!(g
+        .outliers
+        .rounds
+        .iter()
+        .any(|o| o.stages.iter().any(|s| s.stage == "uplink")));
 }
 
 #[test]
 fn median_shift_in_infer() {
-    let base = Scenario { seed: 21, ..Scenario::default() };
+    let base = Scenario {
+        seed: 21,
+        ..Scenario::default()
+    };
     let s = Scenario {
         seed: 22,
         infer_factor: 1.2,
@@ -65,14 +88,22 @@ fn median_shift_in_infer() {
     };
     let r = run(&s, Some(&base));
     let c = codes(&r);
-    let shift: Vec<_> = r.verdicts.iter().filter(|v| v.code == "median_shift").collect();
+    let shift: Vec<_> = r
+        .verdicts
+        .iter()
+        .filter(|v| v.code == "median_shift")
+        .collect();
     assert_eq!(shift.len(), 1, "{c:?}");
     assert_eq!(shift[0].stage, Some("infer"));
     assert_eq!(shift[0].group, Some("server"));
     assert!(!c.iter().any(|(code, _)| code == "tail_only"), "{c:?}");
     let b = &r.groups[0].baseline["infer"];
     assert!((b.p50.ratio - 1.2).abs() < 0.03, "{:?}", b.p50);
-    assert!(b.p50.lo < 1.2 + 0.02 && b.p50.hi > 1.2 - 0.02, "{:?}", b.p50);
+    assert!(
+        b.p50.lo < 1.2 + 0.02 && b.p50.hi > 1.2 - 0.02,
+        "{:?}",
+        b.p50
+    );
 }
 
 #[test]
@@ -82,7 +113,13 @@ fn spikes_every_two_seconds_in_dispatch() {
         dispatch_spikes: Some((2.0, 12.0)),
         ..Scenario::default()
     };
-    for base in [None, Some(Scenario { seed: 32, ..Scenario::default() })] {
+    for base in [
+        None,
+        Some(Scenario {
+            seed: 32,
+            ..Scenario::default()
+        }),
+    ] {
         let r = run(&s, base.as_ref());
         let c = codes(&r);
         let p: Vec<_> = r.verdicts.iter().filter(|v| v.code == "periodic").collect();
@@ -103,13 +140,19 @@ fn random_spikes_are_not_periodic() {
     };
     let r = run(&s, None);
     let per = &r.groups[0].periodicity;
-    assert!(per.iter().any(|p| p.stage == "uplink" && p.spikes > 20), "{per:?}");
+    assert!(
+        per.iter().any(|p| p.stage == "uplink" && p.spikes > 20),
+        "{per:?}"
+    );
     assert!(per.iter().all(|p| !p.significant), "{per:?}");
 }
 
 #[test]
 fn e2e_jitter_no_stage_explains() {
-    let base = Scenario { seed: 51, ..Scenario::default() };
+    let base = Scenario {
+        seed: 51,
+        ..Scenario::default()
+    };
     let s = Scenario {
         seed: 52,
         gap_jitter_ms: 4.0,
@@ -118,15 +161,21 @@ fn e2e_jitter_no_stage_explains() {
     for b in [None, Some(&base)] {
         let r = run(&s, b);
         let c = codes(&r);
-        let v: Vec<_> = r.verdicts.iter().filter(|v| v.code == "unexplained_gap").collect();
+        let v: Vec<_> = r
+            .verdicts
+            .iter()
+            .filter(|v| v.code == "unexplained_gap")
+            .collect();
         assert_eq!(v.len(), 1, "{c:?}");
         assert_eq!(v[0].stage, Some("gap"));
         let gp = r.groups[0].gap.as_ref().unwrap();
         assert!(gp.gap_share > 0.7, "{gp:?}");
         assert!(gp.observer_share.abs() < 0.05, "{gp:?}");
         assert!(
-            !c.iter().any(|(code, st)| matches!(code.as_str(), "median_shift" | "tail_only")
-                && st.as_deref() != Some("gap")),
+            !c.iter().any(
+                |(code, st)| matches!(code.as_str(), "median_shift" | "tail_only")
+                    && st.as_deref() != Some("gap")
+            ),
             "{c:?}"
         );
     }
@@ -134,8 +183,14 @@ fn e2e_jitter_no_stage_explains() {
 
 #[test]
 fn steady_run_against_its_twin_is_steady() {
-    let base = Scenario { seed: 61, ..Scenario::default() };
-    let s = Scenario { seed: 62, ..Scenario::default() };
+    let base = Scenario {
+        seed: 61,
+        ..Scenario::default()
+    };
+    let s = Scenario {
+        seed: 62,
+        ..Scenario::default()
+    };
     let r = run(&s, Some(&base));
     assert_eq!(codes(&r), vec![("steady".to_string(), None)]);
 }

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod compare;
 mod demo;
+mod experiment;
 mod report;
 mod tail;
 
@@ -27,6 +28,8 @@ enum Command {
     Compare(compare::CompareArgs),
     /// A live table from the rolling summary files of a run directory.
     Tail(tail::TailArgs),
+    /// Baseline, then one factor in steps while resources are sampled: which stage moves first.
+    Experiment(experiment::ExperimentArgs),
 }
 
 fn main() -> ExitCode {
@@ -36,5 +39,6 @@ fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Tail(args) => tail::run(args),
+        Command::Experiment(args) => experiment::run(args),
     }
 }

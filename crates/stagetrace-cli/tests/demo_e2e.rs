@@ -5,12 +5,15 @@
 //!
 //! Tests in this file run one at a time (a lock): each measures latency on a
 //! shared, possibly loaded machine, and they would disturb each other.
-//! Network figures are compared as lower quartiles across calls: on a loaded
+//! Timed figures are compared as low deciles across calls: on a loaded
 //! machine scheduling delays only ever *add* time (to the proxy's delay
-//! timers and to the socket wake-ups), so a low quantile is the figure free
-//! of that noise while a median can jump by milliseconds. Bounds that hold
+//! timers, the socket wake-ups, the simulated model's sleep), so a low
+//! quantile is the figure free of that noise while a median can jump by
+//! milliseconds when other processes compete for the cores. Bounds that hold
 //! per call by construction (the offset error against `split_err_ms`) are
 //! checked on every call.
+
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -126,12 +129,12 @@ fn median_of(records: &[&Value], name: &str) -> f64 {
     median(records.iter().filter_map(|r| f(r, name)).collect())
 }
 
-/// Lower quartile (nearest rank).
-fn low_quartile_of(records: &[&Value], name: &str) -> f64 {
+/// Low decile (nearest rank).
+fn low_decile_of(records: &[&Value], name: &str) -> f64 {
     let mut v: Vec<f64> = records.iter().filter_map(|r| f(r, name)).collect();
     assert!(!v.is_empty(), "no {name} values");
     v.sort_by(f64::total_cmp);
-    v[(v.len() - 1) / 4]
+    v[(v.len() - 1) / 10]
 }
 
 /// Anchor differences between the client's and the server's wall-clock
@@ -170,7 +173,7 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
         ]
         .concat(),
     );
-    let base_net = low_quartile_of(&measured(&base.records), "net_ms");
+    let base_net = low_decile_of(&measured(&base.records), "net_ms");
 
     let run = demo(
         &[
@@ -189,15 +192,15 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
     let recs = measured(&run.records);
     assert!(recs.len() >= 70, "only {} measured calls", recs.len());
 
-    let net = low_quartile_of(&recs, "net_ms");
+    let net = low_decile_of(&recs, "net_ms");
     assert!(
         (net - (25.0 + base_net)).abs() <= 1.5,
-        "net_ms lower quartile {net:.3} vs injected 25 + loopback {base_net:.3}"
+        "net_ms low decile {net:.3} vs injected 25 + loopback {base_net:.3}"
     );
-    let infer = median_of(&recs, "infer_ms");
+    let infer = low_decile_of(&recs, "infer_ms");
     assert!(
         (infer - 12.0).abs() <= 1.0,
-        "infer_ms median {infer:.3} vs model 12 ms"
+        "infer_ms low decile {infer:.3} vs model 12 ms"
     );
 
     for r in &recs {
@@ -227,9 +230,10 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
         );
     }
     let off = median_of(&recs, "offset_ms");
+    let err = median_of(&recs, "split_err_ms");
     assert!(
-        (off - 250.0).abs() <= 13.0,
-        "offset median {off:.3} far from the 250 ms skew"
+        (off - 250.0).abs() <= err,
+        "offset median {off:.3} not within ±{err:.3} of the 250 ms skew"
     );
 }
 
@@ -257,15 +261,15 @@ fn trusted_clocks_without_skew_give_the_injected_split() {
     let recs = measured(&run.records);
     assert!(recs.len() >= 50, "only {} measured calls", recs.len());
     assert!(recs.iter().all(|r| r["clock"] == "trusted"));
-    let up = low_quartile_of(&recs, "uplink_ms");
-    let down = low_quartile_of(&recs, "downlink_ms");
+    let up = low_decile_of(&recs, "uplink_ms");
+    let down = low_decile_of(&recs, "downlink_ms");
     assert!(
         (up - 20.0).abs() <= 1.5,
-        "uplink lower quartile {up:.3} vs injected 20 ms"
+        "uplink low decile {up:.3} vs injected 20 ms"
     );
     assert!(
         (down - 5.0).abs() <= 1.5,
-        "downlink lower quartile {down:.3} vs injected 5 ms"
+        "downlink low decile {down:.3} vs injected 5 ms"
     );
 }
 
@@ -454,20 +458,20 @@ fn http_transport_traces_the_same_stages() {
     ]);
     let recs = measured(&run.records);
     assert_eq!(recs.len(), 35, "every call completes");
-    let up = low_quartile_of(&recs, "uplink_ms");
-    let down = low_quartile_of(&recs, "downlink_ms");
+    let up = low_decile_of(&recs, "uplink_ms");
+    let down = low_decile_of(&recs, "downlink_ms");
     assert!(
         (up - 6.0).abs() <= 1.5,
-        "uplink lower quartile {up:.3} vs injected 6 ms"
+        "uplink low decile {up:.3} vs injected 6 ms"
     );
     assert!(
         (down - 3.0).abs() <= 1.5,
-        "downlink lower quartile {down:.3} vs injected 3 ms"
+        "downlink low decile {down:.3} vs injected 3 ms"
     );
-    let infer = median_of(&recs, "infer_ms");
+    let infer = low_decile_of(&recs, "infer_ms");
     assert!(
         (infer - 12.0).abs() <= 1.0,
-        "infer median {infer:.3} vs model 12 ms"
+        "infer low decile {infer:.3} vs model 12 ms"
     );
     assert_eq!(run.json["transport"], "http");
 }

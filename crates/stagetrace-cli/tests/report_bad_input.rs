@@ -11,7 +11,12 @@ use support::gen::{self, Scenario};
 use support::{p, stagetrace, stderr, stdout};
 
 fn good_lines(n: usize) -> String {
-    let s = Scenario { seed: 5, calls: n, warmup: 0, ..Scenario::default() };
+    let s = Scenario {
+        seed: 5,
+        calls: n,
+        warmup: 0,
+        ..Scenario::default()
+    };
     gen::lines(&s)
 }
 
@@ -21,7 +26,10 @@ fn corrupt_line_names_file_and_line_and_stops() {
     let f = dir.path().join("records-bad.jsonl");
     let mut text = good_lines(100);
     let mut lines: Vec<&str> = text.lines().collect();
-    lines.insert(41, "{\"seq\":41,\"ts_unix_ms\":1,\"kind\":\"call\",\"e2e_ms\":}");
+    lines.insert(
+        41,
+        "{\"seq\":41,\"ts_unix_ms\":1,\"kind\":\"call\",\"e2e_ms\":}",
+    );
     lines.insert(70, "garbage");
     text = lines.join("\n") + "\n";
     fs::write(&f, &text).unwrap();
@@ -51,8 +59,16 @@ fn truncated_last_line_is_a_warning() {
     fs::write(&f, &text).unwrap();
     let out = stagetrace(&["report", p(&f)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("last line is cut short"), "{}", stderr(&out));
-    assert!(stdout(&out).contains("50 steady call(s)"), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("last line is cut short"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("50 steady call(s)"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

@@ -13,20 +13,49 @@ use support::{p, stagetrace, stderr};
 fn fail_if_fires_names_itself_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("records.jsonl");
-    gen::write(&f, &Scenario { seed: 9, ..Scenario::default() });
+    gen::write(
+        &f,
+        &Scenario {
+            seed: 9,
+            ..Scenario::default()
+        },
+    );
     // infer is ~30 ms with p99 ~34 ms.
-    let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p99>80ms", "--fail-if", "e2e.max>1s"]);
+    let out = stagetrace(&[
+        "report",
+        p(&f),
+        "--fail-if",
+        "infer.p99>80ms",
+        "--fail-if",
+        "e2e.max>1s",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p99>80ms", "--fail-if", "infer.p50>25ms", "--fail-if", "call:e2e.p99.9>=0.02s"]);
+    let out = stagetrace(&[
+        "report",
+        p(&f),
+        "--fail-if",
+        "infer.p99>80ms",
+        "--fail-if",
+        "infer.p50>25ms",
+        "--fail-if",
+        "call:e2e.p99.9>=0.02s",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("fail-if fired: infer.p50>25ms"), "{err}");
-    assert!(err.contains("fail-if fired: call:e2e.p99.9>=0.02s"), "{err}");
+    assert!(
+        err.contains("fail-if fired: call:e2e.p99.9>=0.02s"),
+        "{err}"
+    );
     assert!(!err.contains("infer.p99>80ms"), "{err}");
     // Usage errors are status 2.
     let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p98>80ms"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("unknown statistic"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown statistic"),
+        "{}",
+        stderr(&out)
+    );
     let out = stagetrace(&["report", p(&f), "--fail-if", "deadline.misses>0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no deadlines"), "{}", stderr(&out));
@@ -36,13 +65,22 @@ fn fail_if_fires_names_itself_and_exits_1() {
 fn hgrm_files_follow_hdrhistogram_format() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("records.jsonl");
-    gen::write(&f, &Scenario { seed: 10, ..Scenario::default() });
+    gen::write(
+        &f,
+        &Scenario {
+            seed: 10,
+            ..Scenario::default()
+        },
+    );
     let out_dir = dir.path().join("hgrm");
     let out = stagetrace(&["report", p(&f), "--hgrm", p(&out_dir)]);
     assert!(out.status.success(), "{}", stderr(&out));
     let infer = fs::read_to_string(out_dir.join("call.infer.hgrm")).unwrap();
     let lines: Vec<&str> = infer.lines().collect();
-    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]);
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["Value", "Percentile", "TotalCount", "1/(1-Percentile)"]
+    );
     // Data rows: value, percentile in [0,1], cumulative count, 1/(1-p); monotone.
     let mut last = (0.0f64, 0.0f64, 0u64);
     let mut rows = 0;
@@ -61,6 +99,9 @@ fn hgrm_files_follow_hdrhistogram_format() {
     assert_eq!(last.2, 3000);
     assert!(infer.contains("#[Max     = ") && infer.contains("Total count    =         3000]"));
     for stage in ["capture", "uplink", "e2e", "gap"] {
-        assert!(out_dir.join(format!("call.{stage}.hgrm")).exists(), "{stage}");
+        assert!(
+            out_dir.join(format!("call.{stage}.hgrm")).exists(),
+            "{stage}"
+        );
     }
 }

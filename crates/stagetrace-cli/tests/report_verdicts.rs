@@ -23,8 +23,15 @@ fn each_ground_truth_is_named_in_text_and_json() {
     let cases = [
         Case {
             name: "transport-tail",
-            run: Scenario { seed: 101, transport_tail: Some((0.04, 15.0)), ..Scenario::default() },
-            baseline: Some(Scenario { seed: 102, ..Scenario::default() }),
+            run: Scenario {
+                seed: 101,
+                transport_tail: Some((0.04, 15.0)),
+                ..Scenario::default()
+            },
+            baseline: Some(Scenario {
+                seed: 102,
+                ..Scenario::default()
+            }),
             code: "tail_only",
             stages: &["uplink", "downlink", "roundtrip", "net"],
             group: "transport",
@@ -32,8 +39,15 @@ fn each_ground_truth_is_named_in_text_and_json() {
         },
         Case {
             name: "infer-median",
-            run: Scenario { seed: 103, infer_factor: 1.2, ..Scenario::default() },
-            baseline: Some(Scenario { seed: 104, ..Scenario::default() }),
+            run: Scenario {
+                seed: 103,
+                infer_factor: 1.2,
+                ..Scenario::default()
+            },
+            baseline: Some(Scenario {
+                seed: 104,
+                ..Scenario::default()
+            }),
             code: "median_shift",
             stages: &["infer"],
             group: "server",
@@ -41,7 +55,11 @@ fn each_ground_truth_is_named_in_text_and_json() {
         },
         Case {
             name: "dispatch-periodic",
-            run: Scenario { seed: 105, dispatch_spikes: Some((2.0, 12.0)), ..Scenario::default() },
+            run: Scenario {
+                seed: 105,
+                dispatch_spikes: Some((2.0, 12.0)),
+                ..Scenario::default()
+            },
             baseline: None,
             code: "periodic",
             stages: &["dispatch"],
@@ -50,8 +68,15 @@ fn each_ground_truth_is_named_in_text_and_json() {
         },
         Case {
             name: "gap-jitter",
-            run: Scenario { seed: 107, gap_jitter_ms: 4.0, ..Scenario::default() },
-            baseline: Some(Scenario { seed: 108, ..Scenario::default() }),
+            run: Scenario {
+                seed: 107,
+                gap_jitter_ms: 4.0,
+                ..Scenario::default()
+            },
+            baseline: Some(Scenario {
+                seed: 108,
+                ..Scenario::default()
+            }),
             code: "unexplained_gap",
             stages: &["gap"],
             group: "call",
@@ -77,16 +102,28 @@ fn each_ground_truth_is_named_in_text_and_json() {
             .lines()
             .filter(|l| l.contains(&format!("({})", c.code)))
             .collect();
-        assert!(!lines.is_empty(), "{}: no {} verdict in\n{text}", c.name, c.code);
+        assert!(
+            !lines.is_empty(),
+            "{}: no {} verdict in\n{text}",
+            c.name,
+            c.code
+        );
         for l in &lines {
             assert!(
-                c.stages.iter().any(|s| l.trim_start_matches([' ', '*']).starts_with(s) || l.contains(&format!(" {s} "))),
+                c.stages
+                    .iter()
+                    .any(|s| l.trim_start_matches([' ', '*']).starts_with(s)
+                        || l.contains(&format!(" {s} "))),
                 "{}: {l}",
                 c.name
             );
         }
         for f in c.forbidden {
-            assert!(!verdict.contains(&format!("({f})")), "{}: {f} in\n{verdict}", c.name);
+            assert!(
+                !verdict.contains(&format!("({f})")),
+                "{}: {f} in\n{verdict}",
+                c.name
+            );
         }
         // JSON: the same verdict, machine-readable.
         args.push("--json");
@@ -109,7 +146,20 @@ fn each_ground_truth_is_named_in_text_and_json() {
         let g = &json["groups"][0];
         assert_eq!(g["kind"], "call");
         assert_eq!(g["warmup_excluded"], 20);
-        for stage in ["capture", "uplink", "queue", "infer", "downlink", "dispatch", "roundtrip", "server", "net", "e2e", "gap", "observer"] {
+        for stage in [
+            "capture",
+            "uplink",
+            "queue",
+            "infer",
+            "downlink",
+            "dispatch",
+            "roundtrip",
+            "server",
+            "net",
+            "e2e",
+            "gap",
+            "observer",
+        ] {
             for field in ["n", "min", "p50", "p90", "p99", "p999", "max", "mean"] {
                 assert!(g["stages"][stage][field].is_number(), "{stage}.{field}");
             }

@@ -411,6 +411,7 @@ impl From<NdArray> for Value {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

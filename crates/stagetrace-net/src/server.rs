@@ -267,6 +267,7 @@ pub(crate) fn server_record(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::time::Duration;

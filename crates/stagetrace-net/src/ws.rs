@@ -274,7 +274,11 @@ impl PolicyServerBuilder {
 }
 
 /// A running server started with [`PolicyServerBuilder::spawn`].
+///
+/// Dropping the handle stops the server, like [`ServerHandle::shutdown`]
+/// without waiting: keep it for as long as the server should run.
 #[derive(Debug)]
+#[must_use = "dropping the handle stops the server"]
 pub struct ServerHandle {
     local_addr: SocketAddr,
     stop: watch::Sender<bool>,

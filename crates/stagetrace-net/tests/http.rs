@@ -1,6 +1,8 @@
 //! The axum `TimingLayer` and the reqwest `TracedHttpClient` on loopback,
 //! observed through a real stage layer.
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -168,6 +168,10 @@ impl OtlpExporter {
     /// Queues one client call for export as a trace. Never blocks: returns
     /// `false` (and counts the drop) when the queue is full.
     pub fn export_call(&self, record: &CallRecord) -> bool {
+        // A full queue (collector down or slow) costs no copy of the record.
+        if self.inner.data.is_full() {
+            return self.drop_one();
+        }
         self.offer(Item::Call(Box::new(record.clone())))
     }
 
@@ -175,7 +179,15 @@ impl OtlpExporter {
     /// the client's trace through the request's `traceparent`). Never blocks:
     /// returns `false` (and counts the drop) when the queue is full.
     pub fn export_server(&self, record: &ServerRecord) -> bool {
+        if self.inner.data.is_full() {
+            return self.drop_one();
+        }
         self.offer(Item::Server(Box::new(record.clone())))
+    }
+
+    fn drop_one(&self) -> bool {
+        self.inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     fn offer(&self, item: Item) -> bool {
@@ -184,10 +196,7 @@ impl OtlpExporter {
                 self.inner.stats.accepted.fetch_add(1, Ordering::Relaxed);
                 true
             }
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                self.inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
-                false
-            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.drop_one(),
         }
     }
 

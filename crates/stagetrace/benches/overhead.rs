@@ -6,7 +6,7 @@
 //! `cargo bench -p stagetrace --bench overhead -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, Criterion};
 use opentelemetry::trace::TracerProvider as _;
 use stagetrace::StageLayer;
 use tracing::info_span;
@@ -30,46 +30,199 @@ fn hundred_other_spans() {
     }
 }
 
+/// Takes an interest in every span, like an app's own fmt or log layer.
+struct AppLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AppLayer {}
+
+/// Benchmarks `f` under `dispatch`, then drops it. Only one dispatcher is
+/// alive at a time, as in an app: several live dispatchers would make every
+/// callsite's interest "sometimes" and tax every configuration.
+fn bench_with(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    dispatch: tracing::Dispatch,
+    f: fn(),
+) {
+    tracing::dispatcher::with_default(&dispatch, || {
+        g.bench_function(name, |b| b.iter(f));
+    });
+}
+
 fn call(c: &mut Criterion) {
     let mut g = c.benchmark_group("call");
-    g.bench_function("bare_registry", |b| {
-        tracing::subscriber::with_default(tracing_subscriber::registry(), || b.iter(one_call));
-    });
-    g.bench_function("stage_layer", |b| {
-        let (layer, guard) = StageLayer::builder().queue_capacity(1 << 16).build().unwrap();
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-            b.iter(one_call)
-        });
-        let s = guard.finish();
-        eprintln!("stage_layer: {} calls summarised, {} dropped (queue full)", s.calls, s.queue_drops);
-    });
-    g.bench_function("tracing_opentelemetry", |b| {
-        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-        let tracer = provider.tracer("bench");
-        let otel = tracing_opentelemetry::layer().with_tracer(tracer);
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(otel), || {
-            b.iter(one_call)
-        });
-    });
+    bench_with(
+        &mut g,
+        "bare_registry",
+        tracing::Dispatch::new(tracing_subscriber::registry()),
+        one_call,
+    );
+    let (layer, guard) = StageLayer::builder()
+        .queue_capacity(1 << 16)
+        .build()
+        .unwrap();
+    bench_with(
+        &mut g,
+        "stage_layer",
+        tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+        one_call,
+    );
+    let s = guard.finish();
+    eprintln!(
+        "stage_layer: {} calls summarised, {} dropped (queue full)",
+        s.calls, s.queue_drops
+    );
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+    bench_with(
+        &mut g,
+        "tracing_opentelemetry",
+        tracing::Dispatch::new(tracing_subscriber::registry().with(otel)),
+        one_call,
+    );
     g.finish();
 }
 
 fn other_spans(c: &mut Criterion) {
     let mut g = c.benchmark_group("100_non_stage_spans");
-    g.bench_function("bare_registry", |b| {
-        tracing::subscriber::with_default(tracing_subscriber::registry(), || {
-            b.iter(hundred_other_spans)
-        });
-    });
-    g.bench_function("stage_layer", |b| {
-        let (layer, guard) = StageLayer::builder().build().unwrap();
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-            b.iter(hundred_other_spans)
-        });
-        drop(guard);
-    });
+    // Another layer wants the spans (an app's fmt or log layer, the usual case):
+    // what StageLayer adds to them.
+    bench_with(
+        &mut g,
+        "app_layer",
+        tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer)),
+        hundred_other_spans,
+    );
+    let (layer, guard) = StageLayer::builder().build().unwrap();
+    bench_with(
+        &mut g,
+        "app_layer+stage_layer",
+        tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer)),
+        hundred_other_spans,
+    );
+    drop(guard);
+    // Nobody but StageLayer: the spans are never created at all.
+    bench_with(
+        &mut g,
+        "bare_registry",
+        tracing::Dispatch::new(tracing_subscriber::registry()),
+        hundred_other_spans,
+    );
+    let (layer, guard) = StageLayer::builder().build().unwrap();
+    bench_with(
+        &mut g,
+        "stage_layer_alone",
+        tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+        hundred_other_spans,
+    );
+    drop(guard);
     g.finish();
 }
 
+/// Time `iters` runs of `f` under `dispatch`, in ns per run.
+fn time(dispatch: &tracing::Dispatch, f: fn(), iters: u32) -> f64 {
+    tracing::dispatcher::with_default(dispatch, || {
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            f();
+        }
+        t.elapsed().as_nanos() as f64 / f64::from(iters)
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Paired, interleaved rounds: on a shared machine the load changes from one
+/// criterion benchmark to the next, so the ratios are taken round by round
+/// (each configuration in turn, same load) and the median round is reported.
+/// All dispatchers here agree on every callsite's interest, so keeping them
+/// alive together does not tax any of them.
+fn paired_ratios() {
+    let rounds = 41;
+    // Calls: bare registry, StageLayer, tracing-opentelemetry.
+    let (layer, guard) = StageLayer::builder()
+        .queue_capacity(1 << 16)
+        .build()
+        .unwrap();
+    let staged = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let bare = tracing::Dispatch::new(tracing_subscriber::registry());
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+    let otel = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
+    );
+    let (mut b, mut s, mut o) = (vec![], vec![], vec![]);
+    let (mut rs, mut ro, mut rso, mut radd) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let tb = time(&bare, one_call, 3000);
+        let ts = time(&staged, one_call, 3000);
+        let to = time(&otel, one_call, 3000);
+        rs.push(ts / tb);
+        ro.push(to / tb);
+        rso.push(ts / to);
+        radd.push((ts - tb) / (to - tb));
+        b.push(tb);
+        s.push(ts);
+        o.push(to);
+    }
+    drop((staged, otel, bare));
+    let summary = guard.finish();
+
+    // Non-stage spans, with an app layer that wants them, with and without StageLayer.
+    let (layer, guard) = StageLayer::builder().build().unwrap();
+    let app_staged =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer));
+    let app = tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer));
+    let (mut a, mut as_, mut rn) = (vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let ta = time(&app, hundred_other_spans, 100);
+        let tas = time(&app_staged, hundred_other_spans, 100);
+        rn.push(tas / ta);
+        a.push(ta);
+        as_.push(tas);
+    }
+    drop(app_staged);
+    drop(guard);
+
+    println!("\npaired rounds (median of {rounds}):");
+    println!(
+        "  one call (5 spans): bare registry {:.0} ns, StageLayer {:.0} ns, tracing-opentelemetry {:.0} ns",
+        median(b),
+        median(s),
+        median(o)
+    );
+    println!(
+        "  StageLayer / bare = {:.2}x, tracing-opentelemetry / bare = {:.2}x, StageLayer / tracing-opentelemetry = {:.2}x",
+        median(rs),
+        median(ro),
+        median(rso)
+    );
+    println!(
+        "  added over bare: StageLayer / tracing-opentelemetry = {:.2}x",
+        median(radd)
+    );
+    println!(
+        "  100 non-stage spans: app layer {:.0} ns, app layer + StageLayer {:.0} ns = {:.2}x",
+        median(a),
+        median(as_),
+        median(rn)
+    );
+    println!(
+        "  observer's own cost per call, as it reports itself: {:?} us, queue drops {}",
+        summary.observer_us, summary.queue_drops
+    );
+}
+
 criterion_group!(benches, call, other_spans);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    // `cargo bench` passes --bench; `cargo test --benches` does not.
+    if std::env::args().any(|a| a == "--bench") {
+        paired_ratios();
+    }
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -269,6 +269,7 @@ impl StageLayerBuilder {
             call: self.call_span_name,
             stages,
         });
+        crate::stamp::init();
         let shared = Arc::new(Shared::default());
         let (tx, rx) = crossbeam_channel::bounded(self.queue_capacity);
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);

@@ -12,7 +12,6 @@ use std::any::TypeId;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use crossbeam_channel::Sender;
 use tracing_core::field::{Field, Visit};
@@ -24,6 +23,7 @@ use tracing_subscriber::registry::{ExtensionsMut, LookupSpan};
 
 use crate::ids;
 use crate::stage::Stage;
+use crate::stamp::{self, Stamp};
 use crate::wire::{ServerTiming, TraceParent};
 
 /// A short string kept inline (no allocation); longer values are truncated
@@ -36,7 +36,10 @@ pub(crate) struct InlineStr<const N: usize> {
 
 impl<const N: usize> InlineStr<N> {
     pub(crate) const fn new() -> Self {
-        InlineStr { len: 0, buf: [0; N] }
+        InlineStr {
+            len: 0,
+            buf: [0; N],
+        }
     }
 
     pub(crate) fn set(&mut self, s: &str) {
@@ -103,7 +106,8 @@ impl Names {
     }
 
     fn interesting(&self, meta: &Metadata<'_>) -> bool {
-        meta.is_span() && (self.role(meta.name()).is_some() || meta.fields().field("stage").is_some())
+        meta.is_span()
+            && (self.role(meta.name()).is_some() || meta.fields().field("stage").is_some())
     }
 }
 
@@ -116,22 +120,22 @@ pub(crate) struct Shared {
     pub(crate) unknown_stage: AtomicU64,
 }
 
-/// Accumulated time of one stage inside one call (client monotonic clock).
+/// Accumulated time of one stage inside one call, in stamp ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct StageAcc {
     /// Spans of this stage that closed inside the call.
     pub(crate) count: u32,
     /// Sum of their durations.
-    pub(crate) sum_ns: u64,
-    /// Start of the first one, ns after the call started.
-    pub(crate) first_start_ns: u64,
+    pub(crate) sum_ticks: u64,
+    /// Start of the first one, after the call started.
+    pub(crate) first_start_ticks: u64,
 }
 
 /// The transport span used for stitching.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TransportAcc {
-    pub(crate) start: Instant,
-    pub(crate) end: Instant,
+    pub(crate) start: Stamp,
+    pub(crate) end: Stamp,
     pub(crate) span_id: u64,
     pub(crate) timing: Option<ServerTiming>,
     pub(crate) peer: InlineStr<PEER_LEN>,
@@ -140,7 +144,7 @@ pub(crate) struct TransportAcc {
 /// Per-call state, in the call span's extensions; sent whole to the worker.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct CallState {
-    pub(crate) start: Instant,
+    pub(crate) start: Stamp,
     pub(crate) ordinal: u64,
     pub(crate) seq: Option<u64>,
     pub(crate) trace_id: u128,
@@ -148,21 +152,22 @@ pub(crate) struct CallState {
     pub(crate) kind: InlineStr<KIND_LEN>,
     pub(crate) stages: [StageAcc; 5],
     /// Sum of the durations of stage spans not nested in another stage span.
-    pub(crate) covered_ns: u64,
+    pub(crate) covered_ticks: u64,
     pub(crate) transport: Option<TransportAcc>,
     pub(crate) failed: Option<&'static str>,
     pub(crate) digest: Option<u64>,
-    pub(crate) observer_ns: u64,
+    /// The layer's own time on this call so far.
+    pub(crate) observer_ticks: u64,
 }
 
 /// Per-stage-span state.
 #[derive(Clone, Copy, Debug)]
 struct StageState {
     stage: Stage,
-    start: Instant,
+    start: Stamp,
     /// Non-zero for transport spans: the parent id sent in `traceparent`.
     span_id: u64,
-    observer_ns: u64,
+    observer_ticks: u64,
     timing: Option<ServerTiming>,
     peer: InlineStr<PEER_LEN>,
 }
@@ -171,11 +176,14 @@ struct StageState {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawCall {
     pub(crate) state: CallState,
-    pub(crate) end: Instant,
+    pub(crate) end: Stamp,
     pub(crate) panicking: bool,
 }
 
 /// Messages to the worker.
+// Boxing the call would allocate on the app thread; the queue's slots are
+// preallocated at this size instead.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Msg {
     Call(RawCall),
@@ -254,7 +262,10 @@ struct StackWriter<const N: usize> {
 
 impl<const N: usize> StackWriter<N> {
     fn new() -> Self {
-        StackWriter { len: 0, buf: [0; N] }
+        StackWriter {
+            len: 0,
+            buf: [0; N],
+        }
     }
 
     fn as_str(&self) -> &str {
@@ -303,8 +314,11 @@ impl fmt::Debug for WithScope {
     }
 }
 
-fn walk_scope<S>(dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool)
-where
+fn walk_scope<S>(
+    dispatch: &Dispatch,
+    id: &span::Id,
+    f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool,
+) where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     let Some(subscriber) = dispatch.downcast_ref::<S>() else {
@@ -377,7 +391,7 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
-        let t0 = Instant::now();
+        let t0 = stamp::now();
         let meta = attrs.metadata();
         let mut role = self.names.role(meta.name());
         let mut fields = Fields::new(&self.names);
@@ -404,21 +418,25 @@ where
                     span_id: ids::span_id(),
                     kind: fields.kind.unwrap_or(InlineStr::new()),
                     stages: [StageAcc::default(); 5],
-                    covered_ns: 0,
+                    covered_ticks: 0,
                     transport: None,
                     failed: None,
                     digest: None,
-                    observer_ns: 0,
+                    observer_ticks: 0,
                 };
-                state.observer_ns = t0.elapsed().as_nanos() as u64;
+                state.observer_ticks = stamp::now().ticks_since(t0);
                 ext.replace(state);
             }
             Role::Stage(stage) => {
                 let state = StageState {
                     stage,
                     start: t0,
-                    span_id: if stage == Stage::Transport { ids::span_id() } else { 0 },
-                    observer_ns: t0.elapsed().as_nanos() as u64,
+                    span_id: if stage == Stage::Transport {
+                        ids::span_id()
+                    } else {
+                        0
+                    },
+                    observer_ticks: stamp::now().ticks_since(t0),
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
                 };
@@ -450,49 +468,59 @@ where
     }
 
     fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
-        let end = Instant::now();
+        let end = stamp::now();
         let Some(span) = ctx.span(&id) else { return };
         let (call, stage) = {
             let ext = span.extensions();
-            (ext.get::<CallState>().copied(), ext.get::<StageState>().copied())
+            (
+                ext.get::<CallState>().copied(),
+                ext.get::<StageState>().copied(),
+            )
         };
         if let Some(state) = call {
             self.finish_call(state, end);
             return;
         }
         let Some(st) = stage else { return };
-        let dur_ns = end.saturating_duration_since(st.start).as_nanos() as u64;
+        let dur = end.ticks_since(st.start);
         let mut nested = false;
-        for ancestor in span.scope().skip(1) {
-            let mut ext = ancestor.extensions_mut();
-            if let Some(call) = ext.get_mut::<CallState>() {
-                let acc = &mut call.stages[st.stage.index()];
-                if acc.count == 0 {
-                    acc.first_start_ns = st.start.saturating_duration_since(call.start).as_nanos() as u64;
+        let mut next = span.parent();
+        while let Some(ancestor) = next {
+            {
+                let mut ext = ancestor.extensions_mut();
+                if let Some(call) = ext.get_mut::<CallState>() {
+                    let acc = &mut call.stages[st.stage.index()];
+                    if acc.count == 0 {
+                        acc.first_start_ticks = st.start.ticks_since(call.start);
+                    }
+                    acc.count = acc.count.saturating_add(1);
+                    acc.sum_ticks = acc.sum_ticks.saturating_add(dur);
+                    if !nested {
+                        call.covered_ticks = call.covered_ticks.saturating_add(dur);
+                    }
+                    if st.stage == Stage::Transport
+                        && (st.timing.is_some()
+                            || call.transport.is_none_or(|t| t.timing.is_none()))
+                    {
+                        call.transport = Some(TransportAcc {
+                            start: st.start,
+                            end,
+                            span_id: st.span_id,
+                            timing: st.timing,
+                            peer: st.peer,
+                        });
+                    }
+                    call.observer_ticks = call
+                        .observer_ticks
+                        .saturating_add(st.observer_ticks)
+                        .saturating_add(stamp::now().ticks_since(end));
+                    return;
                 }
-                acc.count = acc.count.saturating_add(1);
-                acc.sum_ns = acc.sum_ns.saturating_add(dur_ns);
-                if !nested {
-                    call.covered_ns = call.covered_ns.saturating_add(dur_ns);
+                if ext.get_mut::<StageState>().is_some() {
+                    nested = true;
                 }
-                if st.stage == Stage::Transport && (st.timing.is_some() || call.transport.is_none_or(|t| t.timing.is_none())) {
-                    call.transport = Some(TransportAcc {
-                        start: st.start,
-                        end,
-                        span_id: st.span_id,
-                        timing: st.timing,
-                        peer: st.peer,
-                    });
-                }
-                call.observer_ns = call
-                    .observer_ns
-                    .saturating_add(st.observer_ns)
-                    .saturating_add(end.elapsed().as_nanos() as u64);
-                return;
             }
-            if ext.get_mut::<StageState>().is_some() {
-                nested = true;
-            }
+            next = ancestor.parent();
         }
         self.shared.ignored_spans.fetch_add(1, Ordering::Relaxed);
     }
@@ -509,11 +537,11 @@ where
 }
 
 impl StageLayer {
-    fn finish_call(&self, mut state: CallState, end: Instant) {
+    fn finish_call(&self, mut state: CallState, end: Stamp) {
         let panicking = std::thread::panicking();
-        state.observer_ns = state
-            .observer_ns
-            .saturating_add(end.elapsed().as_nanos() as u64);
+        state.observer_ticks = state
+            .observer_ticks
+            .saturating_add(stamp::now().ticks_since(end));
         let msg = Msg::Call(RawCall {
             state,
             end,
@@ -531,11 +559,12 @@ impl StageLayer {
 /// A span no layer enabled (e.g. a non-stage span when stagetrace is the only
 /// layer) has no scope of its own: the current span stands in for it.
 fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool) {
-    let walk_from = |dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool| {
-        if let Some(WithScope(Some(walk))) = dispatch.downcast_ref::<WithScope>() {
-            walk(dispatch, id, f);
-        }
-    };
+    let walk_from =
+        |dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool| {
+            if let Some(WithScope(Some(walk))) = dispatch.downcast_ref::<WithScope>() {
+                walk(dispatch, id, f);
+            }
+        };
     if span.is_disabled() {
         tracing::dispatcher::get_default(|dispatch| {
             if let Some(id) = dispatch.current_span().id() {

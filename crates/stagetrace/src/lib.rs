@@ -8,6 +8,7 @@ mod layer;
 pub mod record;
 pub mod sink;
 pub mod stage;
+mod stamp;
 pub mod summary;
 pub mod wire;
 mod worker;

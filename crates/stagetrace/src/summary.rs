@@ -401,8 +401,9 @@ impl DeadlineTracker {
 
     pub(crate) fn observe(&mut self, start: Instant, end: Instant) -> DeadlineObs {
         let origin = *self.origin.get_or_insert(start);
-        let floor = (start.saturating_duration_since(origin).as_nanos() / u128::from(self.period_ns))
-            .min(u128::from(u64::MAX)) as u64;
+        let floor = (start.saturating_duration_since(origin).as_nanos()
+            / u128::from(self.period_ns))
+        .min(u128::from(u64::MAX)) as u64;
         let (tick, skipped) = match self.last_tick {
             Some(last) if floor > last + 1 => (floor, floor - last - 1),
             Some(last) => (last + 1, 0),
@@ -415,7 +416,8 @@ impl DeadlineTracker {
         } else {
             -(origin.duration_since(end).as_nanos() as i128)
         };
-        let late_ns = (end_ns - deadline_ns as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let late_ns =
+            (end_ns - deadline_ns as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
         let jitter_ns = match self.ends {
             [Some(e0), Some(e1)] => {
                 let d1 = signed_ns(e0, e1);
@@ -477,7 +479,9 @@ impl Counters {
         Counters {
             queue_drops: self.queue_drops.saturating_sub(earlier.queue_drops),
             write_failures: self.write_failures.saturating_sub(earlier.write_failures),
-            rejected_headers: self.rejected_headers.saturating_sub(earlier.rejected_headers),
+            rejected_headers: self
+                .rejected_headers
+                .saturating_sub(earlier.rejected_headers),
             clamped: self.clamped.saturating_sub(earlier.clamped),
             ignored_spans: self.ignored_spans.saturating_sub(earlier.ignored_spans),
             empty_calls: self.empty_calls.saturating_sub(earlier.empty_calls),
@@ -548,7 +552,8 @@ impl Accum {
         self.calls += 1;
         self.all.add(rec);
         if let Some(obs) = rec.observer_us {
-            self.observer_ns.record((obs * 1000.0).round().max(0.0) as u64);
+            self.observer_ns
+                .record((obs * 1000.0).round().max(0.0) as u64);
         }
         let idx = match self.kinds.iter().position(|(k, _, _)| *k == rec.kind) {
             Some(i) => i,
@@ -560,7 +565,8 @@ impl Accum {
                 Some(i) => i,
                 None => {
                     // Replace nothing: the pool becomes the last slot.
-                    self.kinds.push((OTHER_KINDS.to_owned(), 0, FigureSet::default()));
+                    self.kinds
+                        .push((OTHER_KINDS.to_owned(), 0, FigureSet::default()));
                     self.kinds.len() - 1
                 }
             },
@@ -571,12 +577,19 @@ impl Accum {
         }
     }
 
-    pub(crate) fn summary(&self, at: &Span<'_>, counters: Counters, target_hz: Option<f64>) -> WindowSummary {
+    pub(crate) fn summary(
+        &self,
+        at: &Span<'_>,
+        counters: Counters,
+        target_hz: Option<f64>,
+    ) -> WindowSummary {
         let deadline = target_hz.zip(self.period_ns).map(|(hz, period)| {
-            let secs = at.rate_secs.unwrap_or_else(|| match (self.first_start, self.last_end) {
-                (Some(s), Some(e)) => e.saturating_duration_since(s).as_secs_f64(),
-                _ => 0.0,
-            });
+            let secs = at
+                .rate_secs
+                .unwrap_or_else(|| match (self.first_start, self.last_end) {
+                    (Some(s), Some(e)) => e.saturating_duration_since(s).as_secs_f64(),
+                    _ => 0.0,
+                });
             DeadlineSummary {
                 target_hz: hz,
                 misses: self.misses,

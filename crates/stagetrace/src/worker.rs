@@ -18,6 +18,7 @@ use crate::layer::{Msg, RawCall, Shared, StageAcc};
 use crate::record::{CallRecord, SpanTime, Timeline};
 use crate::sink::RecordSink;
 use crate::stage::Stage;
+use crate::stamp::Calibration;
 use crate::summary::{Accum, Counters, DeadlineObs, DeadlineTracker, Span, Summary};
 
 /// Flush buffered record lines once this many bytes are pending.
@@ -162,10 +163,7 @@ impl Files {
             self.failures += lines;
             if let Some(e) = e {
                 self.records = None;
-                let msg = format!(
-                    "cannot write records to {}: {e}",
-                    self.dir.display()
-                );
+                let msg = format!("cannot write records to {}: {e}", self.dir.display());
                 self.report(&msg);
             }
         }
@@ -184,10 +182,7 @@ impl Files {
             self.failures += 1;
             if let Some(e) = e {
                 self.summary = None;
-                let msg = format!(
-                    "cannot write summary to {}: {e}",
-                    self.dir.display()
-                );
+                let msg = format!("cannot write summary to {}: {e}", self.dir.display());
                 self.report(&msg);
             }
         }
@@ -211,6 +206,7 @@ pub(crate) struct Worker {
     warmup_duration: Option<Duration>,
     queue_capacity: usize,
     anchor: Anchor,
+    cal: Calibration,
     stitcher: Stitcher,
     deadline: Option<DeadlineTracker>,
     first_start: Option<Instant>,
@@ -232,7 +228,7 @@ impl Worker {
     pub(crate) fn new(cfg: WorkerConfig, shared: Arc<Shared>) -> Self {
         let anchor = Anchor::now();
         let now_ms = anchor.wall_unix_ns() as f64 / 1e6;
-        let period = cfg.target_hz.map(|hz| DeadlineTracker::new(hz));
+        let period = cfg.target_hz.map(DeadlineTracker::new);
         let period_ns = period.as_ref().map(DeadlineTracker::period_ns);
         let mut w = Worker {
             cfg_window: cfg.window,
@@ -241,6 +237,7 @@ impl Worker {
             warmup_duration: cfg.warmup_duration,
             queue_capacity: cfg.queue_capacity,
             anchor,
+            cal: Calibration::unmeasured(),
             stitcher: Stitcher::new(cfg.clock_mode),
             deadline: period,
             first_start: None,
@@ -279,6 +276,8 @@ impl Worker {
 
     /// The worker loop: runs until a shutdown message or every sender is gone.
     pub(crate) fn run(mut self, rx: Receiver<Msg>, done: Sender<Summary>) {
+        // Calls queue up meanwhile; nothing is converted before this.
+        self.cal = Calibration::measure();
         let mut next_window = Instant::now() + self.cfg_window;
         loop {
             let timeout = next_window.saturating_duration_since(Instant::now());
@@ -318,7 +317,9 @@ impl Worker {
     }
 
     fn refresh_anchor(&mut self) {
-        self.anchor.refresh_if_older(ANCHOR_REFRESH);
+        if self.anchor.refresh_if_older(ANCHOR_REFRESH) {
+            self.cal.refine();
+        }
     }
 
     fn on_call(&mut self, raw: &RawCall) {
@@ -327,8 +328,9 @@ impl Worker {
         if let Some(f) = &mut self.files {
             f.push_record(&rec.to_json_line());
         }
-        self.window.add(&rec, raw.state.start, raw.end, deadline_obs);
-        self.cumulative.add(&rec, raw.state.start, raw.end, deadline_obs);
+        let (start, end) = (self.cal.instant(raw.state.start), self.cal.instant(raw.end));
+        self.window.add(&rec, start, end, deadline_obs);
+        self.cumulative.add(&rec, start, end, deadline_obs);
         for slot in &mut self.sinks {
             if let Some(sink) = slot {
                 if catch_unwind(AssertUnwindSafe(|| sink.on_record(&rec))).is_err() {
@@ -342,9 +344,12 @@ impl Worker {
     /// One queued call → its public record (plus its deadline observation).
     fn build_record(&mut self, raw: &RawCall) -> (CallRecord, Option<DeadlineObs>) {
         let s = &raw.state;
+        let cal = self.cal;
         let ms = |ns: u64| ns as f64 / 1e6;
-        let e2e_ns = dur_ns(s.start, raw.end);
-        let call_start_unix_ns = self.anchor.to_unix_ns(s.start);
+        let start = cal.instant(s.start);
+        let end = cal.instant(raw.end);
+        let e2e_ns = cal.ns(raw.end.ticks_since(s.start));
+        let call_start_unix_ns = self.anchor.to_unix_ns(start);
         let mut rec = CallRecord {
             seq: s.seq.unwrap_or(s.ordinal),
             ts_unix_ms: call_start_unix_ns as f64 / 1e6,
@@ -360,13 +365,13 @@ impl Worker {
         let acc = |stage: Stage| -> StageAcc { s.stages[stage.index()] };
         let total = |stage: Stage| {
             let a = acc(stage);
-            (a.count > 0).then(|| ms(a.sum_ns))
+            (a.count > 0).then(|| ms(cal.ns(a.sum_ticks)))
         };
         let placed = |stage: Stage| {
             let a = acc(stage);
-            (a.count > 0).then_some(SpanTime {
-                start_ns: a.first_start_ns,
-                dur_ns: a.sum_ns,
+            (a.count > 0).then(|| SpanTime {
+                start_ns: cal.ns(a.first_start_ticks),
+                dur_ns: cal.ns(a.sum_ticks),
             })
         };
         let mut tl = Timeline {
@@ -381,8 +386,8 @@ impl Worker {
         rec.dispatch_ms = total(Stage::Dispatch);
 
         if let Some(t) = s.transport {
-            let t_start = dur_ns(s.start, t.start);
-            let t_dur = dur_ns(t.start, t.end);
+            let t_start = cal.ns(t.start.ticks_since(s.start));
+            let t_dur = cal.ns(t.end.ticks_since(t.start));
             tl.transport = Some(SpanTime {
                 start_ns: t_start,
                 dur_ns: t_dur,
@@ -391,8 +396,8 @@ impl Worker {
             rec.roundtrip_ms = Some(ms(t_dur));
             if let Some(timing) = t.timing.filter(|tm| !tm.is_empty()) {
                 let client = ClientTimes {
-                    send_unix_ns: self.anchor.to_unix_ns(t.start),
-                    recv_unix_ns: self.anchor.to_unix_ns(t.end),
+                    send_unix_ns: self.anchor.to_unix_ns(cal.instant(t.start)),
+                    recv_unix_ns: self.anchor.to_unix_ns(cal.instant(t.end)),
                 };
                 let st = self.stitcher.stitch(t.peer.as_str(), client, &timing);
                 if st.clamped {
@@ -441,7 +446,7 @@ impl Worker {
             let all = acc(Stage::Transport);
             if all.count > 1 {
                 // Retries: the roundtrip is every attempt; the split is the stitched one.
-                rec.roundtrip_ms = Some(ms(all.sum_ns));
+                rec.roundtrip_ms = Some(ms(cal.ns(all.sum_ticks)));
             }
         }
         if rec.queue_ms.is_none() {
@@ -457,14 +462,15 @@ impl Worker {
         if stage_spans == 0 {
             self.empty_calls += 1;
         }
-        if s.covered_ns > e2e_ns {
+        let covered_ns = cal.ns(s.covered_ticks);
+        if covered_ns > e2e_ns {
             // Overlapping top-level stage spans (concurrent tasks) cover more than the call.
             health::count_clamped();
             rec.gap_ms = Some(0.0);
         } else {
-            rec.gap_ms = Some(ms(e2e_ns - s.covered_ns));
+            rec.gap_ms = Some(ms(e2e_ns - covered_ns));
         }
-        rec.observer_us = Some(s.observer_ns as f64 / 1e3);
+        rec.observer_us = Some(cal.ns(s.observer_ticks) as f64 / 1e3);
         if let Some(reason) = s.failed {
             rec.failed = Some(true);
             rec.error = Some(reason.to_owned());
@@ -474,14 +480,12 @@ impl Worker {
         }
         rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
 
-        let first = *self.first_start.get_or_insert(s.start);
-        let warm_by_time = self
-            .warmup_duration
-            .is_some_and(|d| s.start < first + d);
+        let first = *self.first_start.get_or_insert(start);
+        let warm_by_time = self.warmup_duration.is_some_and(|d| start < first + d);
         if s.ordinal < self.warmup_calls || warm_by_time {
             rec.warmup = Some(true);
         }
-        let obs = self.deadline.as_mut().map(|d| d.observe(s.start, raw.end));
+        let obs = self.deadline.as_mut().map(|d| d.observe(start, end));
         if let Some(o) = obs {
             rec.late_ms = Some(o.late_ns as f64 / 1e6);
             rec.deadline_miss = Some(o.late_ns > 0);
@@ -545,6 +549,7 @@ impl Worker {
             f.flush_records();
         }
         self.refresh_anchor();
+        self.cal.refine();
         self.report_once();
         let now_ms = self.anchor.to_unix_ns(Instant::now()) as f64 / 1e6;
         let counters = self.counters();
@@ -592,10 +597,6 @@ impl Worker {
         }
         summary
     }
-}
-
-fn dur_ns(from: Instant, to: Instant) -> u64 {
-    to.saturating_duration_since(from).as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 /// The run id: UTC start time (`YYYYMMDDTHHMMSSZ`) and the process id.

@@ -77,7 +77,10 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
             sent = stagetrace::trace_parent(&send);
             drop(send);
             spin_for(Duration::from_millis(1)); // uplink
-            let recv = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+            let recv = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64;
             spin_for(Duration::from_millis(3)); // server
             spin_for(Duration::from_millis(1)); // downlink
             stagetrace::record_server_timing(
@@ -98,11 +101,18 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
     assert_eq!(r.infer_ms, Some(2.5));
     assert_eq!(r.queue_ms, Some(0.2));
     let (rt, net) = (r.roundtrip_ms.unwrap(), r.net_ms.unwrap());
-    assert!((net - (rt - 3.0)).abs() < 0.002, "net {net} vs roundtrip {rt}");
+    assert!(
+        (net - (rt - 3.0)).abs() < 0.002,
+        "net {net} vs roundtrip {rt}"
+    );
     if let (Some(up), Some(down)) = (r.uplink_ms, r.downlink_ms) {
         assert!((up + down - net).abs() < 0.003, "{up} + {down} vs {net}");
         let tl = r.timeline;
-        let (t, u, d) = (tl.transport.unwrap(), tl.uplink.unwrap(), tl.downlink.unwrap());
+        let (t, u, d) = (
+            tl.transport.unwrap(),
+            tl.uplink.unwrap(),
+            tl.downlink.unwrap(),
+        );
         assert_eq!(u.start_ns, t.start_ns);
         assert_eq!(d.start_ns + d.dur_ns, t.start_ns + t.dur_ns);
         assert!(r.clock.is_some());
@@ -158,7 +168,12 @@ fn without_a_stage_layer_the_api_does_nothing() {
 struct Count(Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
-    fn on_new_span(&self, _: &tracing::span::Attributes<'_>, _: &tracing::span::Id, _: Context<'_, S>) {
+    fn on_new_span(
+        &self,
+        _: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: Context<'_, S>,
+    ) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -219,7 +234,10 @@ fn deadline_figures_without_coordinated_omission() {
     assert_eq!(d.target_hz, 100.0);
     assert!(d.skipped_ticks >= 2, "{d:?}");
     assert!(d.misses > d.skipped_ticks, "{d:?}");
-    assert!(d.late_ms.p50 < 0.0, "most calls finish before their deadline: {d:?}");
+    assert!(
+        d.late_ms.p50 < 0.0,
+        "most calls finish before their deadline: {d:?}"
+    );
     assert!(d.effective_hz > 50.0 && d.effective_hz < 101.0, "{d:?}");
     assert!(d.jitter_ms.p99 >= d.jitter_ms.p50);
 }

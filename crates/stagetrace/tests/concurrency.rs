@@ -33,7 +33,8 @@ fn four_threads_never_mix_stages() {
                     let mut ids = Vec::new();
                     let mut outer = Vec::new();
                     for i in 0..calls {
-                        let call = info_span!("call", kind = format!("t{t}").as_str(), seq = t * 1000 + i);
+                        let call =
+                            info_span!("call", kind = format!("t{t}").as_str(), seq = t * 1000 + i);
                         let _e = call.enter();
                         // Even threads: capture + dispatch; odd threads: transport + infer.
                         // Thread t's stages last (t+1) ms, so a borrowed span shows.
@@ -84,16 +85,28 @@ fn four_threads_never_mix_stages() {
         let within = |v: Option<f64>, i: usize| {
             let v = v.unwrap_or_else(|| panic!("seq {}: stage missing", rec.seq));
             let max = bounds[i].as_secs_f64() * 1e3;
-            assert!(v >= cost - 0.001 && v <= max + 0.001, "seq {}: {v} ms vs [{cost}, {max}] ms", rec.seq);
+            assert!(
+                v >= cost - 0.001 && v <= max + 0.001,
+                "seq {}: {v} ms vs [{cost}, {max}] ms",
+                rec.seq
+            );
         };
         if t % 2 == 0 {
             within(rec.capture_ms, 0);
             within(rec.dispatch_ms, 1);
-            assert!(rec.roundtrip_ms.is_none() && rec.infer_ms.is_none(), "seq {}", rec.seq);
+            assert!(
+                rec.roundtrip_ms.is_none() && rec.infer_ms.is_none(),
+                "seq {}",
+                rec.seq
+            );
         } else {
             within(rec.roundtrip_ms, 0);
             within(rec.infer_ms, 1);
-            assert!(rec.capture_ms.is_none() && rec.dispatch_ms.is_none(), "seq {}", rec.seq);
+            assert!(
+                rec.capture_ms.is_none() && rec.dispatch_ms.is_none(),
+                "seq {}",
+                rec.seq
+            );
             // The context sent inside the call names this call's trace and transport span.
             let tp = parents[&rec.seq];
             let hex: String = tp.trace_id.iter().map(|b| format!("{b:02x}")).collect();
@@ -103,7 +116,10 @@ fn four_threads_never_mix_stages() {
         }
     }
     // Trace ids are unique per call.
-    let mut ids: Vec<_> = records.iter().map(|r| r.trace_id.clone().unwrap()).collect();
+    let mut ids: Vec<_> = records
+        .iter()
+        .map(|r| r.trace_id.clone().unwrap())
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), records.len());

@@ -36,7 +36,10 @@ fn a_full_queue_drops_and_counts_never_blocks() {
         }
     });
     // 200 calls against a 20 ms/record sink: blocking would take ≥ 4 s.
-    assert!(started.elapsed() < Duration::from_secs(2), "the app thread was blocked");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the app thread was blocked"
+    );
     let summary = guard.finish();
     assert!(summary.queue_drops > 0, "{summary:?}");
     assert_eq!(summary.calls + summary.queue_drops, calls);
@@ -125,7 +128,9 @@ fn stray_spans_and_empty_calls_are_counted_not_mixed() {
     let summary = guard.finish();
     let records = read_records(dir.path());
     assert_eq!(records.len(), 2);
-    assert!(records.iter().all(|r| r.infer_ms.is_none() && r.queue_ms.is_none()));
+    assert!(records
+        .iter()
+        .all(|r| r.infer_ms.is_none() && r.queue_ms.is_none()));
     let empty = records.iter().find(|r| r.kind == "empty").unwrap();
     assert_eq!(empty.gap_ms, Some(empty.e2e_ms));
     assert_eq!(summary.ignored_spans, 3, "{summary:?}");
@@ -165,11 +170,20 @@ fn a_panicking_sink_is_disabled_and_the_files_keep_going() {
 #[test]
 fn bad_configuration_is_rejected_with_a_fix() {
     type R = tracing_subscriber::Registry;
-    let e = StageLayer::builder().window(Duration::ZERO).build::<R>().unwrap_err();
+    let e = StageLayer::builder()
+        .window(Duration::ZERO)
+        .build::<R>()
+        .unwrap_err();
     assert!(e.to_string().contains(".window("), "{e}");
-    let e = StageLayer::builder().target_hz(-1.0).build::<R>().unwrap_err();
+    let e = StageLayer::builder()
+        .target_hz(-1.0)
+        .build::<R>()
+        .unwrap_err();
     assert!(e.to_string().contains("target_hz"), "{e}");
-    let e = StageLayer::builder().queue_capacity(0).build::<R>().unwrap_err();
+    let e = StageLayer::builder()
+        .queue_capacity(0)
+        .build::<R>()
+        .unwrap_err();
     assert!(e.to_string().contains("queue_capacity"), "{e}");
     let e = StageLayer::builder()
         .call_span_name("step")

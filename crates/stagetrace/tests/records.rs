@@ -23,8 +23,14 @@ fn ms(d: Duration) -> f64 {
 fn check(stage: &str, seq: u64, value: Option<f64>, injected: Duration, outer: Duration) {
     let v = value.unwrap_or_else(|| panic!("call {seq}: {stage} missing"));
     let (inj, out) = (ms(injected), ms(outer));
-    assert!(v >= inj - US, "call {seq}: {stage} {v} ms < injected {inj} ms");
-    assert!(v <= out + US, "call {seq}: {stage} {v} ms > observed around the span {out} ms");
+    assert!(
+        v >= inj - US,
+        "call {seq}: {stage} {v} ms < injected {inj} ms"
+    );
+    assert!(
+        v <= out + US,
+        "call {seq}: {stage} {v} ms > observed around the span {out} ms"
+    );
     assert!(
         v - inj < 1.0 || out - inj >= 1.0,
         "call {seq}: {stage} {v} ms is more than 1 ms off the injected {inj} ms"
@@ -78,7 +84,11 @@ fn injected_stage_costs_are_measured_within_1ms() {
     let sunk = collect.records();
     assert_eq!(sunk.len(), records.len());
     for (file, sink) in records.iter().zip(&sunk) {
-        assert_eq!(file.to_json_line(), sink.to_json_line(), "sink and file disagree");
+        assert_eq!(
+            file.to_json_line(),
+            sink.to_json_line(),
+            "sink and file disagree"
+        );
     }
     for (rec, (cost, outer, e2e_outer)) in records.iter().zip(&truth) {
         let seq = rec.seq;
@@ -96,8 +106,14 @@ fn injected_stage_costs_are_measured_within_1ms() {
             + rec.infer_ms.unwrap()
             + rec.dispatch_ms.unwrap();
         let gap = rec.gap_ms.unwrap();
-        assert!((rec.e2e_ms - stages - gap).abs() <= 5.0 * US, "gap {gap} inconsistent");
-        assert!(gap < 1.0 || ms(*e2e_outer) - ms(sum) >= 1.0, "gap {gap} ms too large");
+        assert!(
+            (rec.e2e_ms - stages - gap).abs() <= 5.0 * US,
+            "gap {gap} inconsistent"
+        );
+        assert!(
+            gap < 1.0 || ms(*e2e_outer) - ms(sum) >= 1.0,
+            "gap {gap} ms too large"
+        );
         assert!(rec.observer_us.unwrap() > 0.0);
         assert_eq!(rec.trace_id.as_deref().map(str::len), Some(32));
     }
@@ -109,7 +125,9 @@ fn injected_stage_costs_are_measured_within_1ms() {
     let last = lines.last().unwrap();
     assert_eq!(last.window, "cumulative");
     assert_eq!(*last, summary);
-    assert!(lines[..lines.len() - 1].iter().all(|s| s.window == "rolling"));
+    assert!(lines[..lines.len() - 1]
+        .iter()
+        .all(|s| s.window == "rolling"));
     assert_eq!(summary.calls, calls);
     assert_eq!(summary.stages["capture"].count, calls);
     assert_eq!(summary.kinds["step"].calls, calls);
@@ -144,7 +162,8 @@ fn summary_percentiles_match_exact_percentiles_of_the_records() {
             if i % 50 == 0 {
                 us += 300 + x % 300;
             }
-            let _call = info_span!("call", kind = if i % 2 == 0 { "even" } else { "odd" }).entered();
+            let _call =
+                info_span!("call", kind = if i % 2 == 0 { "even" } else { "odd" }).entered();
             info_span!("capture").in_scope(|| spin_for(Duration::from_micros(us)));
             info_span!("dispatch").in_scope(|| spin_for(Duration::from_micros(20)));
         }
@@ -162,7 +181,10 @@ fn summary_percentiles_match_exact_percentiles_of_the_records() {
 
     let steady: Vec<_> = records.iter().filter(|r| r.warmup.is_none()).collect();
     for (name, get) in [
-        ("capture", (|r: &stagetrace::CallRecord| r.capture_ms.unwrap()) as fn(&_) -> f64),
+        (
+            "capture",
+            (|r: &stagetrace::CallRecord| r.capture_ms.unwrap()) as fn(&_) -> f64,
+        ),
         ("e2e", |r| r.e2e_ms),
         ("gap", |r| r.gap_ms.unwrap()),
     ] {
@@ -173,7 +195,11 @@ fn summary_percentiles_match_exact_percentiles_of_the_records() {
         assert_eq!(s.min, v[0], "{name} min");
         assert_eq!(s.max, *v.last().unwrap(), "{name} max");
         let mean = v.iter().sum::<f64>() / v.len() as f64;
-        assert!((s.mean - mean).abs() <= US, "{name} mean {} vs {mean}", s.mean);
+        assert!(
+            (s.mean - mean).abs() <= US,
+            "{name} mean {} vs {mean}",
+            s.mean
+        );
         for (q, got) in [(0.5, s.p50), (0.9, s.p90), (0.99, s.p99), (0.999, s.p99_9)] {
             let exact = exact_quantile(&v, q);
             // 3 significant digits: within 0.1 %, plus the 1 µs rounding.

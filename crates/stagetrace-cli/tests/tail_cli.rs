@@ -1,0 +1,134 @@
+//! `stagetrace tail`: the newest window of the newest summary file, live
+//! refresh as windows arrive, rotation to a newer file.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{p, stagetrace, stderr, stdout};
+
+fn stats(p50: f64) -> serde_json::Value {
+    json!({"count": 500, "min": p50 * 0.8, "p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3,
+           "p99.9": p50 * 1.5, "max": p50 * 2.0, "mean": p50 * 1.02})
+}
+
+/// One summary line in the layer's format (`stagetrace::summary::WindowSummary`).
+fn window(run: &str, index: u64, infer_p50: f64) -> String {
+    json!({
+        "run": run, "window": "rolling", "index": index,
+        "start_unix_ms": 1_764_000_000_000.0 + 10_000.0 * index as f64,
+        "end_unix_ms": 1_764_000_010_000.0 + 10_000.0 * index as f64,
+        "calls": 500, "warmup_calls": 0, "failed_calls": 0,
+        "stages": {"capture": stats(2.0), "infer": stats(infer_p50), "e2e": stats(infer_p50 + 6.0)},
+        "kinds": {"call": {"calls": 500, "stages": {"infer": stats(infer_p50)}}},
+        "observer_us": {"p50": 2.5, "p99": 6.0},
+        "queue_drops": 0, "write_failures": 0, "rejected_headers": 0, "clamped": 0,
+        "ignored_spans": 0, "empty_calls": 0,
+        "deadline": {"target_hz": 50.0, "misses": 3, "skipped_ticks": 0, "effective_hz": 49.8,
+                     "late_ms": {"p50": 0.1, "p99": 2.0}, "jitter_ms": {"p50": 0.2, "p99": 1.5}}
+    })
+    .to_string()
+        + "\n"
+}
+
+#[test]
+fn once_shows_the_newest_complete_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stagetrace(&["tail", p(dir.path()), "--once"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no summary"), "{}", stderr(&out));
+
+    let f = dir.path().join("summary.2026-12-02-10.jsonl");
+    let mut text = window("run-a", 0, 30.0) + &window("run-a", 1, 31.5);
+    text.push_str("{\"run\":\"run-a\",\"window\":\"rolling\",\"index\":2,\"sta"); // mid-write
+    fs::write(&f, text).unwrap();
+    fs::write(dir.path().join("records-run-a.jsonl"), "{}\n").unwrap(); // not a summary
+    let out = stagetrace(&["tail", p(dir.path()), "--once"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = stdout(&out);
+    assert!(s.contains("rolling window #1"), "{s}");
+    assert!(!s.contains("#2"), "{s}");
+    let infer = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("infer"))
+        .unwrap();
+    assert!(infer.contains("31.500"), "{infer}");
+    assert!(s.contains("kinds.call.stages"), "{s}");
+    assert!(s.contains("deadline misses 3"), "{s}");
+    assert!(s.contains("observer p50 2.5 µs"), "{s}");
+}
+
+fn wait_for(buf: &Arc<Mutex<String>>, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if buf.lock().unwrap().contains(needle) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("'{needle}' never appeared in:\n{}", buf.lock().unwrap());
+}
+
+#[test]
+fn live_view_follows_new_windows_and_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("summary.2026-12-02-10.jsonl");
+    fs::write(&first, window("run-a", 0, 30.0)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["tail", p(dir.path()), "--interval", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let buf = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stdout.take().unwrap();
+    let sink = Arc::clone(&buf);
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk[..n]));
+        }
+    });
+    let result = std::panic::catch_unwind(|| {
+        wait_for(&buf, "rolling window #0");
+        // A window arrives in two writes: only the complete line is shown.
+        let line = window("run-a", 1, 44.25);
+        let (head, tail) = line.split_at(40);
+        let mut f = OpenOptions::new().append(true).open(&first).unwrap();
+        f.write_all(head.as_bytes()).unwrap();
+        f.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        f.write_all(tail.as_bytes()).unwrap();
+        f.flush().unwrap();
+        wait_for(&buf, "44.250");
+        // Rotation: a newer file takes over.
+        std::thread::sleep(Duration::from_millis(50));
+        fs::write(
+            dir.path().join("summary.2026-12-02-11.jsonl"),
+            window("run-b", 0, 55.75),
+        )
+        .unwrap();
+        wait_for(&buf, "run run-b");
+        wait_for(&buf, "55.750");
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = reader.join();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert!(Path::new(&first).exists());
+}

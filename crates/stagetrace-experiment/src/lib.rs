@@ -1,0 +1,109 @@
+//! stagetrace experiments: load one factor at a time and say which stage
+//! slows first.
+//!
+//! An experiment runs an idle baseline, then raises exactly one factor in
+//! steps — network delay / jitter / bandwidth / stalls through the userspace
+//! proxy, inference concurrency, CPU contention, payload size, or a client
+//! pause — while everything else stays as it was, samples the host's
+//! resources onto the same timeline, and names the first stage whose
+//! distribution moved.
+//!
+//! # Core concepts
+//!
+//! - A [`Plan`] (TOML, see `docs/experiments.md`): the target, the baseline
+//!   hold, one factor with its levels and hold per level.
+//! - The target today is the built-in demo pipeline (a robot client, the
+//!   proxy, a policy server with a simulated model, over loopback), run
+//!   long-lived so a level changes one knob of a running system.
+//! - Every record and resource sample is tagged with its phase and level
+//!   (`records-experiment.jsonl`, `resources.jsonl`).
+//! - The [`Verdict`]: per level, each stage against the baseline (bootstrap
+//!   intervals on the p50 and p99 ratios, a tail-exceedance test), a CUSUM
+//!   over windowed p90 to time each move, the first stage to move, the stages
+//!   it dragged along, what the resources did, and the next step.
+//! - Injectors restore what they changed at the end, on a failure and on
+//!   Ctrl-C (set [`RunOptions::stop`]).
+//!
+//! # Usage
+//!
+//! ```no_run
+//! use std::sync::{atomic::AtomicBool, Arc};
+//! use stagetrace_experiment::{run, Plan, RunOptions};
+//!
+//! let plan = Plan::from_toml(r#"
+//!     [target]
+//!     kind = "demo"
+//!     [baseline]
+//!     hold_s = 4
+//!     [factor]
+//!     kind = "net"
+//!     hold_s = 4
+//!     levels = [5, 20]
+//! "#)?;
+//! let report = run(&plan, &RunOptions {
+//!     out: "runs/net-ramp".into(),
+//!     progress: true,
+//!     stop: Arc::new(AtomicBool::new(false)),
+//! })?;
+//! println!("{}", stagetrace_experiment::text(&report));
+//! assert_eq!(report.verdict.first_stage, Some("uplink"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Supported Rust versions
+//!
+//! The workspace's `rust-version` (1.85) and newer.
+
+use std::fmt;
+use std::path::PathBuf;
+
+mod inject;
+mod pipeline;
+pub mod plan;
+mod render;
+mod runner;
+pub mod sampler;
+pub mod verdict;
+
+pub use inject::thread_names;
+pub use plan::{Plan, PlanError};
+pub use render::text;
+pub use runner::{default_out_dir, run, ExperimentReport, RunOptions};
+pub use sampler::{ResourceSample, Sampler, SamplerCost};
+pub use verdict::Verdict;
+
+/// Why an experiment could not run (or stopped before its baseline).
+#[derive(Debug)]
+pub enum ExperimentError {
+    /// The plan is invalid.
+    Plan(String),
+    /// A part of the target or an injector could not start.
+    Start(String),
+    /// A file or directory could not be written.
+    Io(PathBuf, std::io::Error),
+    /// The run stopped before the baseline was complete.
+    Stopped(String),
+}
+
+impl fmt::Display for ExperimentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExperimentError::Plan(e) => f.write_str(e),
+            ExperimentError::Start(e) => write!(
+                f,
+                "cannot start {e}; check that loopback networking and threads are available"
+            ),
+            ExperimentError::Io(p, e) => write!(
+                f,
+                "cannot write {} ({e}); pass a writable --out DIR",
+                p.display()
+            ),
+            ExperimentError::Stopped(why) => write!(
+                f,
+                "the experiment stopped before its baseline was complete ({why}); nothing to compare — everything it changed was restored"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ExperimentError {}

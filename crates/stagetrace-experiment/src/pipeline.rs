@@ -1,0 +1,499 @@
+//! The built-in demo pipeline, long-lived and with knobs that change at
+//! runtime: a robot client (camera → policy call → actuator) at a fixed
+//! rate, the userspace proxy, and a policy server running a simulated model
+//! — so a level changes exactly one factor while everything else stays.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
+use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
+use stagetrace_net::{
+    ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
+    ServerHandle,
+};
+use tracing::Instrument;
+use tracing_subscriber::layer::SubscriberExt;
+
+use crate::plan::Target;
+use crate::ExperimentError;
+
+/// Records waiting for the runner; beyond this they are dropped and counted.
+const RECORD_QUEUE: usize = 65_536;
+
+/// Knobs of the running pipeline, shared with the robot thread.
+#[derive(Debug)]
+pub(crate) struct Knobs {
+    /// Camera frame size, KiB.
+    pub(crate) payload_kb: AtomicU64,
+    /// Client pause length (µs), 0 = none.
+    pub(crate) pause_us: AtomicU64,
+    /// Client pause period (µs).
+    pub(crate) pause_every_us: AtomicU64,
+}
+
+/// A running demo pipeline.
+pub(crate) struct Pipeline {
+    pub(crate) knobs: Arc<Knobs>,
+    pub(crate) proxy: Option<ProxyHandle>,
+    /// The observation the robot sent last (for the infer factor's replay).
+    pub(crate) captured: Arc<Mutex<Option<MsgMap>>>,
+    pub(crate) records: Receiver<CallRecord>,
+    pub(crate) dropped: Arc<AtomicU64>,
+    pub(crate) server_addr: SocketAddr,
+    pub(crate) server_rt: Option<tokio::runtime::Runtime>,
+    server: Option<ServerHandle>,
+    stop: Arc<AtomicBool>,
+    robot: Option<JoinHandle<RobotStats>>,
+    /// The standing link settings of the target (what "restore" returns to).
+    pub(crate) base_uplink: LinkConfig,
+    pub(crate) base_downlink: LinkConfig,
+    pub(crate) base_payload_kb: u64,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("server_addr", &self.server_addr)
+            .field("proxy", &self.proxy.as_ref().map(ProxyHandle::local_addr))
+            .finish()
+    }
+}
+
+/// What the robot loop counted.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RobotStats {
+    pub(crate) completed: u64,
+    pub(crate) failed: u64,
+    pub(crate) first_error: Option<String>,
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0) / 1e3)
+}
+
+/// The target's standing link shaping, one direction.
+pub(crate) fn base_link(delay_ms: f64, bandwidth_mbps: Option<f64>) -> LinkConfig {
+    let mut l = LinkConfig::delay(ms(delay_ms));
+    if let Some(mbps) = bandwidth_mbps {
+        l = l.with_bandwidth(mbps_to_bytes(mbps));
+    }
+    l
+}
+
+pub(crate) fn mbps_to_bytes(mbps: f64) -> u64 {
+    ((mbps * 1e6 / 8.0).round() as u64).max(1)
+}
+
+impl Pipeline {
+    /// Start server, proxy and robot.
+    pub(crate) fn start(t: &Target) -> Result<Pipeline, ExperimentError> {
+        let server_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("experiment-server")
+            .enable_all()
+            .build()
+            .map_err(|e| ExperimentError::Start(format!("the server runtime: {e}")))?;
+        let model = Arc::new(ModelSim {
+            cost: ms(t.model_ms),
+        });
+        let server = server_rt
+            .block_on(async {
+                PolicyServer::builder()
+                    .metadata(MsgMap::new().with("policy", "stagetrace-experiment"))
+                    .max_concurrency(t.server_concurrency)
+                    .max_message_bytes(64 << 20)
+                    .spawn(
+                        SocketAddr::from(([127, 0, 0, 1], 0)),
+                        move |obs: MsgMap, timer: InferTimer| {
+                            let model = Arc::clone(&model);
+                            async move { model.infer(obs, timer).await }
+                        },
+                    )
+                    .await
+            })
+            .map_err(|e| ExperimentError::Start(format!("the policy server: {e}")))?;
+        let server_addr = server.local_addr();
+        let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
+        let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
+        let proxy = Proxy::spawn_in_thread(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            server_addr,
+            ProxyConfig {
+                uplink: base_uplink,
+                downlink: base_downlink,
+                ..ProxyConfig::default()
+            },
+        )
+        .map_err(|e| ExperimentError::Start(format!("the network proxy: {e}")))?;
+
+        let knobs = Arc::new(Knobs {
+            payload_kb: AtomicU64::new(t.payload_kb),
+            pause_us: AtomicU64::new(0),
+            pause_every_us: AtomicU64::new(2_000_000),
+        });
+        let captured = Arc::new(Mutex::new(None));
+        let (tx, records) = std::sync::mpsc::sync_channel(RECORD_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let robot = {
+            let cfg = RobotConfig {
+                addr: proxy.local_addr(),
+                hz: t.hz,
+                capture: ms(t.capture_ms),
+                dispatch: ms(t.dispatch_ms),
+            };
+            let knobs = Arc::clone(&knobs);
+            let captured = Arc::clone(&captured);
+            let stop = Arc::clone(&stop);
+            let sink = ChannelSink {
+                tx,
+                dropped: Arc::clone(&dropped),
+            };
+            std::thread::Builder::new()
+                .name("experiment-robot".into())
+                .spawn(move || robot_thread(cfg, knobs, captured, stop, sink))
+                .map_err(|e| ExperimentError::Start(format!("the robot thread: {e}")))?
+        };
+        Ok(Pipeline {
+            knobs,
+            proxy: Some(proxy),
+            captured,
+            records,
+            dropped,
+            server_addr,
+            server_rt: Some(server_rt),
+            server: Some(server),
+            stop,
+            robot: Some(robot),
+            base_uplink,
+            base_downlink,
+            base_payload_kb: t.payload_kb,
+        })
+    }
+
+    /// Whether the robot thread is still running.
+    pub(crate) fn robot_alive(&self) -> bool {
+        self.robot.as_ref().is_some_and(|r| !r.is_finished())
+    }
+
+    /// Stop the robot, then the proxy and the server. Idempotent.
+    pub(crate) fn shutdown(&mut self) -> RobotStats {
+        self.stop.store(true, Ordering::SeqCst);
+        let stats = self
+            .robot
+            .take()
+            .and_then(|r| r.join().ok())
+            .unwrap_or_default();
+        if let Some(p) = self.proxy.take() {
+            p.shutdown();
+        }
+        if let (Some(rt), Some(s)) = (self.server_rt.as_ref(), self.server.take()) {
+            rt.block_on(s.shutdown());
+        }
+        if let Some(rt) = self.server_rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+        stats
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Hands each finished call to the runner; never blocks the layer's worker.
+struct ChannelSink {
+    tx: SyncSender<CallRecord>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl RecordSink for ChannelSink {
+    fn on_record(&mut self, rec: &CallRecord) {
+        match self.tx.try_send(rec.clone()) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// server
+// ---------------------------------------------------------------------------
+
+/// The simulated policy: a checksum of the frame (pre-processing), a fixed
+/// model cost, an action chunk (post-processing).
+#[derive(Debug)]
+struct ModelSim {
+    cost: Duration,
+}
+
+/// Action chunk shape: 50 steps × 7 joints.
+const CHUNK: [u64; 2] = [50, 7];
+
+impl ModelSim {
+    async fn infer(&self, obs: MsgMap, timer: InferTimer) -> Result<MsgMap, HandlerError> {
+        let sum = obs
+            .array("observation/image")
+            .map_or(0, |a| checksum_strided(&a.data, 256));
+        timer.pre_done();
+        sleep_until_precise(Instant::now() + self.cost).await;
+        timer.post_start();
+        let mut state = sum | 1;
+        let chunk: Vec<f32> = (0..CHUNK[0] * CHUNK[1])
+            .map(|_| (xorshift(&mut state) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+            .collect();
+        Ok(MsgMap::new().with("actions", NdArray::from_f32(&chunk, &CHUNK)))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// robot
+// ---------------------------------------------------------------------------
+
+struct RobotConfig {
+    addr: SocketAddr,
+    hz: f64,
+    capture: Duration,
+    dispatch: Duration,
+}
+
+fn robot_thread(
+    cfg: RobotConfig,
+    knobs: Arc<Knobs>,
+    captured: Arc<Mutex<Option<MsgMap>>>,
+    stop: Arc<AtomicBool>,
+    sink: ChannelSink,
+) -> RobotStats {
+    let mut stats = RobotStats::default();
+    let built = StageLayer::builder()
+        .target_hz(cfg.hz)
+        .clock_mode(ClockMode::Estimate)
+        .sink(Box::new(sink))
+        .build();
+    let (layer, guard) = match built {
+        Ok(x) => x,
+        Err(e) => {
+            stats.first_error = Some(format!("cannot build the stage layer: {e}"));
+            return stats;
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            stats.first_error = Some(format!("cannot start the robot runtime: {e}"));
+            return stats;
+        }
+    };
+    let subscriber = tracing_subscriber::registry().with(layer);
+    {
+        let _default = tracing::subscriber::set_default(subscriber);
+        rt.block_on(robot_loop(&cfg, &knobs, &captured, &stop, &mut stats));
+    }
+    drop(rt);
+    let _ = guard.finish();
+    stats
+}
+
+/// A frame buffer that is refilled only when its size changes; each capture
+/// touches a few bytes so frames differ.
+struct Camera {
+    frame: Vec<u8>,
+    kb: u64,
+    state: u64,
+}
+
+impl Camera {
+    fn frame(&mut self, kb: u64) -> Option<NdArray> {
+        if kb != self.kb || self.frame.is_empty() && kb > 0 {
+            self.kb = kb;
+            let width = 160u64;
+            let rows = (kb * 1024).div_ceil(width * 3);
+            self.frame = vec![0; (rows * width * 3) as usize];
+            for c in self.frame.chunks_mut(8) {
+                let v = xorshift(&mut self.state).to_le_bytes();
+                c.copy_from_slice(&v[..c.len()]);
+            }
+        }
+        if self.frame.is_empty() {
+            return None;
+        }
+        let v = xorshift(&mut self.state).to_le_bytes();
+        let n = v.len().min(self.frame.len());
+        self.frame[..n].copy_from_slice(&v[..n]);
+        let rows = self.frame.len() as u64 / (160 * 3);
+        Some(NdArray::from_u8(self.frame.clone(), &[rows, 160, 3]))
+    }
+}
+
+async fn robot_loop(
+    cfg: &RobotConfig,
+    knobs: &Knobs,
+    captured: &Mutex<Option<MsgMap>>,
+    stop: &AtomicBool,
+    stats: &mut RobotStats,
+) {
+    let url = format!("ws://{}", cfg.addr);
+    let options = ClientOptions {
+        call_timeout: Duration::from_secs(10),
+        ..ClientOptions::default()
+    };
+    let mut client = match PolicyClient::connect_with(&url, options).await {
+        Ok(c) => c,
+        Err(e) => {
+            stats.first_error = Some(format!("the robot cannot reach the policy server: {e}"));
+            return;
+        }
+    };
+    let mut camera = Camera {
+        frame: Vec::new(),
+        kb: u64::MAX,
+        state: 0x9e37_79b9_7f4a_7c15,
+    };
+    let period = Duration::from_secs_f64(1.0 / cfg.hz);
+    let start = Instant::now();
+    let mut next_pause: Option<Instant> = None;
+    let mut captured_kb = u64::MAX;
+    let mut seq: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut tick = start + period.mul_f64(seq as f64);
+        let now = Instant::now();
+        if now > tick + period * 4 {
+            // Far behind (a long pause or stall): skip the missed ticks
+            // rather than firing them back to back.
+            seq = (now.duration_since(start).as_secs_f64() * cfg.hz).ceil() as u64;
+            tick = start + period.mul_f64(seq as f64);
+        }
+        sleep_until_precise(tick).await;
+        let kb = knobs.payload_kb.load(Ordering::Relaxed);
+        let pause = Duration::from_micros(knobs.pause_us.load(Ordering::Relaxed));
+        let every = Duration::from_micros(knobs.pause_every_us.load(Ordering::Relaxed).max(1));
+        let call = tracing::info_span!("call", seq = seq);
+        let result = async {
+            let frame = {
+                let _capture = tracing::info_span!("capture").entered();
+                let begin = Instant::now();
+                let f = camera.frame(kb);
+                sleep_until_precise_blocking(begin + cfg.capture);
+                f
+            };
+            // The GC stand-in: the whole client thread stops, inside the
+            // call but outside every stage, once per period.
+            if pause.is_zero() {
+                next_pause = None;
+            } else {
+                let now = Instant::now();
+                let due = *next_pause.get_or_insert(now + every);
+                if now >= due {
+                    std::thread::sleep(pause);
+                    let mut next = due;
+                    while next <= now {
+                        next += every;
+                    }
+                    next_pause = Some(next);
+                }
+            }
+            let mut obs = MsgMap::new()
+                .with("prompt", "pick up the red cup")
+                .with("seq", seq)
+                .with(
+                    "observation/state",
+                    NdArray::from_f32(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[7]),
+                );
+            if let Some(frame) = frame {
+                obs.insert("observation/image", frame);
+            }
+            if captured_kb != kb {
+                if let Ok(mut c) = captured.lock() {
+                    *c = Some(obs.clone());
+                    captured_kb = kb;
+                }
+            }
+            if !client.is_connected() {
+                client.reconnect().await.map_err(|e| e.to_string())?;
+            }
+            let reply = client.infer(&obs).await.map_err(|e| e.to_string())?;
+            let _dispatch = tracing::info_span!("dispatch").entered();
+            let begin = Instant::now();
+            let digest = reply
+                .action
+                .array("actions")
+                .map(|a| checksum_strided(&a.data, 1));
+            sleep_until_precise_blocking(begin + cfg.dispatch);
+            if let Some(d) = digest {
+                stagetrace::record_output_digest(&tracing::Span::current(), d);
+            }
+            Ok::<(), String>(())
+        }
+        .instrument(call)
+        .await;
+        match result {
+            Ok(()) => stats.completed += 1,
+            Err(e) => {
+                stats.failed += 1;
+                if stats.first_error.is_none() {
+                    stats.first_error = Some(e);
+                }
+            }
+        }
+        seq += 1;
+    }
+    client.close().await;
+}
+
+// ---------------------------------------------------------------------------
+// timing helpers
+// ---------------------------------------------------------------------------
+
+/// Timers wake up to ~1 ms late; sleep to just before the deadline, then spin.
+const SPIN: Duration = Duration::from_micros(1500);
+
+fn spin_until(deadline: Instant) {
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+        std::thread::yield_now();
+    }
+}
+
+pub(crate) fn sleep_until_precise_blocking(deadline: Instant) {
+    let now = Instant::now();
+    if deadline > now + SPIN {
+        std::thread::sleep(deadline - now - SPIN);
+    }
+    spin_until(deadline);
+}
+
+async fn sleep_until_precise(deadline: Instant) {
+    if deadline > Instant::now() + SPIN {
+        tokio::time::sleep_until((deadline - SPIN).into()).await;
+    }
+    spin_until(deadline);
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
+}
+
+fn checksum_strided(data: &[u8], stride: usize) -> u64 {
+    data.iter()
+        .step_by(stride.max(1))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}

@@ -1,0 +1,88 @@
+//! The terminal table of an experiment.
+
+use std::fmt::Write as _;
+
+use crate::runner::ExperimentReport;
+use crate::verdict::COMPONENTS;
+
+/// The report as a terminal table and verdict.
+pub fn text(r: &ExperimentReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "stagetrace experiment: {} (factor {}){}",
+        r.name,
+        r.factor,
+        if r.interrupted { " — stopped early" } else { "" }
+    );
+    if let Some(why) = &r.stopped_because {
+        let _ = writeln!(o, "stopped: {why}; the levels completed are compared");
+    }
+    let _ = writeln!(o);
+    // Header: one column per phase (baseline, then levels): p50 / p99.
+    let _ = write!(o, "{:<10} {:>17}", "stage", "baseline p50/p99");
+    for l in &r.levels {
+        let _ = write!(o, " {:>17}", format!("L{} p50/p99", l.level));
+    }
+    let _ = writeln!(o);
+    for name in COMPONENTS {
+        let Some(b) = r.baseline.get(name) else { continue };
+        let _ = write!(o, "{:<10} {:>17}", name, format!("{:.2}/{:.2}", b[1], b[3]));
+        for l in &r.levels {
+            let cell = match l.components.get(name) {
+                Some(c) => {
+                    let ratio = c.p50_ratio.map_or(String::new(), |q| format!(" ×{:.1}", q.ratio));
+                    format!(
+                        "{}{:.2}/{:.2}{ratio}",
+                        if c.moved { "*" } else { "" },
+                        c.p50,
+                        c.p99
+                    )
+                }
+                None => "–".into(),
+            };
+            let _ = write!(o, " {cell:>17}");
+        }
+        let _ = writeln!(o);
+    }
+    let _ = writeln!(o, "(* moved beyond noise: p50 ≥ {:.2} ms or p99 ≥ {:.2} ms and the 95 % CI above 1)", r.thresholds.min_p50_ms, r.thresholds.min_p99_ms);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "levels:");
+    for l in &r.levels {
+        let res = &l.resources;
+        let f = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
+        let _ = writeln!(
+            o,
+            "  L{} {}: CPU {} % (max core {} %), pressure {} %, run-queue wait {} ms/s — {}",
+            l.level,
+            l.label,
+            f(res.cpu_total_pct),
+            f(res.cpu_max_core_pct),
+            f(res.psi_cpu_some_pct),
+            res.run_delay_ms_per_s.map_or("–".into(), |v| format!("{v:.1}")),
+            res.state
+        );
+    }
+    let _ = writeln!(o);
+    let v = &r.verdict;
+    let _ = writeln!(o, "verdict: {}", v.summary);
+    let _ = writeln!(o, "next step: {}", v.next_step);
+    let _ = writeln!(
+        o,
+        "\nsampler: {} samples, {:.1} ms CPU ({:.2} % of a core); restored: {}",
+        r.sampler.samples,
+        r.sampler.cpu_ms,
+        r.sampler.cpu_pct_of_core,
+        if r.restored.is_empty() {
+            "nothing to restore".to_owned()
+        } else {
+            r.restored.join(", ")
+        }
+    );
+    let _ = writeln!(
+        o,
+        "files: {}/records-experiment.jsonl, resources.jsonl, experiment.json",
+        r.out
+    );
+    o
+}

@@ -1,0 +1,176 @@
+//! Ramps on the built-in demo pipeline: each must name the right first stage
+//! in the report's JSON (what `stagetrace experiment --json` prints).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use stagetrace_experiment::{run, Plan, RunOptions};
+
+/// The ramps share two cores with everything else: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn run_plan(toml: &str) -> Value {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan::from_toml(toml).unwrap();
+    let report = run(
+        &plan,
+        &RunOptions {
+            out: dir.path().to_path_buf(),
+            progress: false,
+            stop: Arc::new(AtomicBool::new(false)),
+        },
+    )
+    .unwrap();
+    eprintln!("{}", stagetrace_experiment::text(&report));
+    // The JSON as written to experiment.json (and printed by --json).
+    let text = std::fs::read_to_string(dir.path().join("experiment.json")).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    // Records and samples are tagged with phase and level.
+    let recs = std::fs::read_to_string(dir.path().join("records-experiment.jsonl")).unwrap();
+    let levels: std::collections::BTreeSet<u64> = recs
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["phase"] == "level")
+        .map(|r| r["level"].as_u64().unwrap())
+        .collect();
+    assert_eq!(levels.len(), json["levels"].as_array().unwrap().len());
+    let res = std::fs::read_to_string(dir.path().join("resources.jsonl")).unwrap();
+    assert!(res.lines().count() >= 10, "resource samples: {}", res.lines().count());
+    assert!(res.lines().all(|l| l.contains("\"phase\"") && l.contains("\"level\"")));
+    json
+}
+
+fn first(json: &Value) -> &str {
+    json["verdict"]["first_stage"].as_str().unwrap_or("none")
+}
+
+fn moved(json: &Value, level: usize, stage: &str) -> bool {
+    json["levels"][level]["components"][stage]["moved"] == true
+}
+
+#[test]
+fn network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat() {
+    let json = run_plan(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 30
+        model_ms = 8
+        payload_kb = 16
+        warmup_s = 1
+        [baseline]
+        hold_s = 3
+        [factor]
+        kind = "net"
+        hold_s = 3
+        levels = [8, 20]
+        "#,
+    );
+    assert!(
+        matches!(first(&json), "uplink" | "downlink"),
+        "first stage {}: {}",
+        first(&json),
+        json["verdict"]["summary"]
+    );
+    assert_eq!(json["verdict"]["first_level"], 1);
+    for l in 0..2 {
+        assert!(!moved(&json, l, "infer"), "infer moved at level {}", l + 1);
+    }
+    assert!(json["verdict"]["flat"].as_array().unwrap().contains(&"infer".into()));
+}
+
+#[test]
+fn inference_concurrency_ramp_moves_queue_or_infer_first() {
+    let json = run_plan(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 20
+        model_ms = 10
+        payload_kb = 16
+        warmup_s = 1
+        [baseline]
+        hold_s = 3
+        [factor]
+        kind = "infer"
+        hold_s = 3
+        levels = [1, 2]
+        "#,
+    );
+    assert!(
+        matches!(first(&json), "queue" | "infer"),
+        "first stage {}: {}",
+        first(&json),
+        json["verdict"]["summary"]
+    );
+    assert_eq!(json["verdict"]["first_level"], 1);
+    assert!(json["counters"]["replayed_requests"].as_u64().unwrap() > 50);
+    for stage in ["uplink", "downlink"] {
+        assert!(!moved(&json, 0, stage), "{stage} moved at level 1");
+    }
+}
+
+#[test]
+fn payload_ramp_moves_uplink_first() {
+    // A 200 Mbit/s link, as a robot on a fast wireless network would have.
+    let json = run_plan(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 20
+        model_ms = 8
+        payload_kb = 16
+        bandwidth_mbps = 200
+        warmup_s = 1
+        [baseline]
+        hold_s = 3
+        [factor]
+        kind = "payload"
+        hold_s = 3
+        levels = [256, 1024]
+        "#,
+    );
+    assert_eq!(
+        first(&json),
+        "uplink",
+        "first stage {}: {}",
+        first(&json),
+        json["verdict"]["summary"]
+    );
+    assert!(!moved(&json, 0, "downlink"), "downlink moved at level 1");
+}
+
+#[test]
+fn client_pause_with_flat_stages_names_the_gap() {
+    let json = run_plan(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 30
+        model_ms = 8
+        payload_kb = 16
+        warmup_s = 1
+        [baseline]
+        hold_s = 4
+        [factor]
+        kind = "pause"
+        hold_s = 5
+        levels = [{ pause_ms = 40, every_s = 0.5 }]
+        "#,
+    );
+    assert_eq!(
+        first(&json),
+        "gap",
+        "first stage {}: {}",
+        first(&json),
+        json["verdict"]["summary"]
+    );
+    assert_eq!(json["verdict"]["shape"], "tail");
+    let period = json["verdict"]["spike_period_s"].as_f64().unwrap();
+    assert!((0.4..0.7).contains(&period), "spike period {period} s");
+    for stage in ["capture", "uplink", "queue", "infer", "downlink", "dispatch"] {
+        assert!(!moved(&json, 0, stage), "{stage} moved");
+    }
+}
