@@ -285,8 +285,10 @@ pub struct GroupData {
     pub calls: Vec<u32>,
     /// Sorted values per metric (empty when the records lack it).
     pub sorted: Vec<Vec<f32>>,
-    /// Outlier threshold per metric.
+    /// Outlier-round threshold per metric.
     pub thresholds: [Option<f64>; METRIC_COUNT],
+    /// Spike threshold per metric (periodicity): the robust rule alone.
+    pub spike_thresholds: [Option<f64>; METRIC_COUNT],
 }
 
 impl GroupData {
@@ -385,6 +387,7 @@ fn make_group(ds: &Dataset, kind: String, calls: Vec<u32>) -> GroupData {
         calls,
         sorted,
         thresholds: [None; METRIC_COUNT],
+        spike_thresholds: [None; METRIC_COUNT],
     }
 }
 
@@ -478,7 +481,10 @@ fn analyze_group(
     let last = g.calls.last().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let rate = rate(ds, g);
 
-    // Outlier thresholds: median + k·MAD of the reference, and above its p99.
+    // Spikes: above median + k·MAD of the reference (the baseline when given,
+    // and then above its p99 too). Outlier rounds: that and above the
+    // reference's p99 (the run's own without a baseline), so the list holds
+    // the rounds that really stand out.
     let mut thresholds = BTreeMap::new();
     for m in ANALYSED {
         let reference = base.map_or(g.sorted(m), |b| b.sorted(m));
@@ -487,10 +493,9 @@ fn analyze_group(
         }
         let (med, mad) = stats::median_mad(reference);
         let sigma = (1.4826 * mad).max(1e-3 * med.abs()).max(1e-3);
-        let mut thr = med + opts.outlier_k * sigma;
-        if base.is_some() {
-            thr = thr.max(stats::quantile(reference, 0.99));
-        }
+        let robust = med + opts.outlier_k * sigma;
+        let thr = robust.max(stats::quantile(reference, 0.99));
+        g.spike_thresholds[m.index()] = Some(if base.is_some() { thr } else { robust });
         g.thresholds[m.index()] = Some(thr);
         thresholds.insert(m.name(), thr);
     }
@@ -501,7 +506,7 @@ fn analyze_group(
         )
     } else {
         format!(
-            "value > run median + {}·1.4826·MAD (no baseline given)",
+            "value > run median + {}·1.4826·MAD and > run p99 (no baseline given)",
             opts.outlier_k
         )
     };
@@ -744,7 +749,7 @@ fn periodicity(
     call_dt: f64,
     m: Metric,
 ) -> Option<Periodicity> {
-    let thr = g.thresholds[m.index()]?;
+    let thr = g.spike_thresholds[m.index()]?;
     let col = &ds.columns[m.index()];
     if times.len() < MIN_N {
         return None;

@@ -227,11 +227,36 @@ fn group(s: &mut String, g: &GroupReport) {
         }
     }
     if let Some(gp) = &g.gap {
-        let mut parts: Vec<(&str, f64)> = gp.shares.iter().map(|(k, v)| (*k, *v)).collect();
+        // Parts that sit inside another part are shown as "of which".
+        let inner = |k: &str| -> Option<&'static str> {
+            match k {
+                "queue" | "infer" if gp.shares.contains_key("server") => Some("server"),
+                "observer" => Some("gap"),
+                _ => None,
+            }
+        };
+        let mut parts: Vec<(&str, f64)> = gp
+            .shares
+            .iter()
+            .filter(|(k, _)| inner(k).is_none())
+            .map(|(k, v)| (*k, *v))
+            .collect();
         parts.sort_by(|a, b| b.1.total_cmp(&a.1));
         let list: Vec<String> = parts
             .iter()
-            .map(|(k, v)| format!("{k} {:.1}%", 100.0 * v))
+            .map(|(k, v)| {
+                let subs: Vec<String> = gp
+                    .shares
+                    .iter()
+                    .filter(|(sk, _)| inner(sk) == Some(*k))
+                    .map(|(sk, sv)| format!("{sk} {:.1}%", 100.0 * sv))
+                    .collect();
+                if subs.is_empty() {
+                    format!("{k} {:.1}%", 100.0 * v)
+                } else {
+                    format!("{k} {:.1}% (of which {})", 100.0 * v, subs.join(", "))
+                }
+            })
             .collect();
         let _ = writeln!(
             s,

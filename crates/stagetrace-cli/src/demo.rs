@@ -25,7 +25,7 @@ use stagetrace::{CallRecord, ClockMode, RecordSink, ServerRecord, StageLayer, Su
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{
     ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
-    ServerClock, ServerHandle, TimingLayer, TracedHttpClient,
+    RequestHook, ServerClock, ServerHandle, TimingLayer, TracedHttpClient,
 };
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
@@ -236,7 +236,7 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
             args.transport,
             model,
             clock,
-            server_hook(&server_seen),
+            server_hook(&server_seen, None),
         ))
         .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
 
@@ -297,7 +297,8 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
             ))
         }
     };
-    let report = Report::new(args, &out, &records, &summary, &robot, &server_seen);
+    let mut report = Report::new(args, &out, &records, &summary, &robot, &server_seen);
+    report.proxy = Some((proxy_stats.bytes_up, proxy_stats.bytes_down));
     let obj = report.to_json(&records);
     let pretty = serde_json::to_string_pretty(&obj).unwrap_or_default();
     let _ = std::fs::write(out.join("demo.json"), &pretty);
@@ -305,7 +306,6 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
         println!("{pretty}");
     } else {
         print!("{}", report.table());
-        let _ = proxy_stats;
     }
     Ok(if robot.completed == 0 {
         ExitCode::FAILURE
@@ -369,11 +369,18 @@ struct ServerSeen {
     with_context: AtomicU64,
 }
 
-/// The server's per-request hook. An exporter of the server's own spans
-/// (e.g. `stagetrace-otlp` for `demo --otlp`) plugs in here.
-fn server_hook(seen: &Arc<ServerSeen>) -> impl Fn(&ServerRecord) + Send + Sync + 'static {
+/// The server's per-request hook: counts what the server saw, then hands
+/// the record to `export` — where an exporter of the server's own spans
+/// (e.g. `stagetrace-otlp` for `demo --otlp`) plugs in.
+fn server_hook(
+    seen: &Arc<ServerSeen>,
+    export: Option<RequestHook>,
+) -> impl Fn(&ServerRecord) + Send + Sync + 'static {
     let seen = Arc::clone(seen);
     move |rec: &ServerRecord| {
+        if let Some(export) = &export {
+            export(rec);
+        }
         seen.requests.fetch_add(1, Ordering::Relaxed);
         if rec.error.is_some() {
             seen.failed.fetch_add(1, Ordering::Relaxed);
@@ -869,6 +876,8 @@ struct Report<'a> {
     server_requests: u64,
     server_with_context: u64,
     step_detected: Option<(f64, f64)>,
+    /// Bytes the proxy forwarded (up, down).
+    proxy: Option<(u64, u64)>,
 }
 
 fn field(rec: &Json, name: &str) -> Option<f64> {
@@ -941,6 +950,7 @@ impl<'a> Report<'a> {
             server_requests: seen.requests.load(Ordering::Relaxed),
             server_with_context: seen.with_context.load(Ordering::Relaxed),
             step_detected,
+            proxy: None,
         }
     }
 
@@ -1089,6 +1099,8 @@ impl<'a> Report<'a> {
                 "deadline_misses": self.summary.deadline.map(|d| d.misses),
                 "server_requests": self.server_requests,
                 "server_requests_with_traceparent": self.server_with_context,
+                "proxy_bytes_up": self.proxy.map(|p| p.0),
+                "proxy_bytes_down": self.proxy.map(|p| p.1),
             },
             "diagnosis": self.diagnosis(),
             "records": records.iter().map(|r| serde_json::to_value(r).unwrap_or(Json::Null)).collect::<Vec<_>>(),

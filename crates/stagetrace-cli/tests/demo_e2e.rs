@@ -486,3 +486,62 @@ fn bad_arguments_are_refused_with_a_fix() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--warmup"), "{err}");
 }
+
+#[test]
+fn text_output_is_a_table_and_a_diagnosis() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args([
+            "demo",
+            "--calls",
+            "20",
+            "--warmup",
+            "2",
+            "--hz",
+            "40",
+            "--payload-kb",
+            "4",
+        ])
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "field",
+        "p50",
+        "p99",
+        "uplink_ms",
+        "infer_ms",
+        "net_ms",
+        "split_err_ms",
+        "dominates",
+        "offset",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    assert!(dir.path().join("demo.json").exists());
+    assert!(!record_files(dir.path()).is_empty());
+    // The layer's summaries: rolling windows and the cumulative one.
+    let summaries: String = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("summary")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert!(
+        summaries.contains("\"window\":\"cumulative\""),
+        "{summaries}"
+    );
+}

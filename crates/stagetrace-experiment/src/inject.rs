@@ -26,7 +26,11 @@ struct InferLoad {
 }
 
 impl InferLoad {
-    fn start(server: SocketAddr, obs: MsgMap, in_flight: u32) -> Result<InferLoad, ExperimentError> {
+    fn start(
+        server: SocketAddr,
+        obs: MsgMap,
+        in_flight: u32,
+    ) -> Result<InferLoad, ExperimentError> {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let done = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
@@ -134,7 +138,11 @@ struct Burners {
 }
 
 impl Burners {
-    fn start(threads: u32, duty: f64, cores: Option<Vec<usize>>) -> Result<Burners, ExperimentError> {
+    fn start(
+        threads: u32,
+        duty: f64,
+        cores: Option<Vec<usize>>,
+    ) -> Result<Burners, ExperimentError> {
         let stop = Arc::new(AtomicBool::new(false));
         let pinned = Arc::new(AtomicU64::new(0));
         let mut handles = Vec::new();
@@ -280,7 +288,7 @@ impl Injector {
             }
             FactorKind::Payload => {
                 if let Some(kb) = level.payload_kb {
-                    p.knobs.payload_kb.store(kb, Ordering::Relaxed);
+                    p.set_payload(kb)?;
                 }
             }
             FactorKind::Pause => {
@@ -354,7 +362,9 @@ impl Injector {
                 }
             }
             FactorKind::Payload => {
-                p.knobs.payload_kb.store(p.base_payload_kb, Ordering::Relaxed);
+                p.knobs
+                    .payload_kb
+                    .store(p.base_payload_kb, Ordering::Relaxed);
                 self.restored.push("payload reset".into());
             }
             FactorKind::Pause => {

@@ -3,8 +3,11 @@
 //! rate, the userspace proxy, and a policy server running a simulated model
 //! — so a level changes exactly one factor while everything else stays.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -19,7 +22,7 @@ use stagetrace_net::{
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::plan::Target;
+use crate::plan::{Target, TargetKind};
 use crate::ExperimentError;
 
 /// Records waiting for the runner; beyond this they are dropped and counted.
@@ -48,7 +51,9 @@ pub(crate) struct Pipeline {
     pub(crate) server_rt: Option<tokio::runtime::Runtime>,
     server: Option<ServerHandle>,
     stop: Arc<AtomicBool>,
-    robot: Option<JoinHandle<RobotStats>>,
+    client: Option<Client>,
+    /// The process the sampler follows (this one, or the command's).
+    pub(crate) pid: Arc<AtomicI32>,
     /// The standing link settings of the target (what "restore" returns to).
     pub(crate) base_uplink: LinkConfig,
     pub(crate) base_downlink: LinkConfig,
@@ -89,9 +94,128 @@ pub(crate) fn mbps_to_bytes(mbps: f64) -> u64 {
     ((mbps * 1e6 / 8.0).round() as u64).max(1)
 }
 
+/// The client side of the target.
+enum Client {
+    /// The demo's robot, a thread of this process.
+    Robot(JoinHandle<RobotStats>),
+    /// The user's client, a child process whose records files are tailed.
+    Command(CommandClient),
+}
+
 impl Pipeline {
+    /// Start the target: the demo pipeline, or the user's command behind the proxy.
+    pub(crate) fn start(t: &Target, out: &Path) -> Result<Pipeline, ExperimentError> {
+        match t.kind {
+            TargetKind::Demo => Pipeline::start_demo(t),
+            TargetKind::Command => Pipeline::start_command(t, out),
+        }
+    }
+
+    fn start_command(t: &Target, out: &Path) -> Result<Pipeline, ExperimentError> {
+        let bad =
+            |what: &str| ExperimentError::Plan(format!("target.{what} is missing or invalid"));
+        let upstream: SocketAddr = t
+            .upstream
+            .as_deref()
+            .and_then(|u| u.parse().ok())
+            .ok_or_else(|| bad("upstream"))?;
+        let listen: SocketAddr = match &t.listen {
+            Some(l) => l.parse().map_err(|_| bad("listen"))?,
+            None => SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let argv = t
+            .command
+            .clone()
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| bad("command"))?;
+        let records_dir = t.records_dir.clone().ok_or_else(|| bad("records_dir"))?;
+        let captured = match &t.replay_file {
+            Some(f) => {
+                let bytes = std::fs::read(f).map_err(|e| ExperimentError::Io(f.clone(), e))?;
+                let obs = MsgMap::from_msgpack(&bytes).map_err(|e| {
+                    ExperimentError::Plan(format!(
+                        "target.replay_file {} is not a msgpack observation map ({e}); save one request's map as sent by your client",
+                        f.display()
+                    ))
+                })?;
+                Some(obs)
+            }
+            None => None,
+        };
+        let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
+        let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
+        let proxy = Proxy::spawn_in_thread(
+            listen,
+            upstream,
+            ProxyConfig {
+                uplink: base_uplink,
+                downlink: base_downlink,
+                ..ProxyConfig::default()
+            },
+        )
+        .map_err(|e| ExperimentError::Start(format!("the network proxy on {listen}: {e}")))?;
+        let (tx, records) = std::sync::mpsc::sync_channel(RECORD_QUEUE);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        std::fs::create_dir_all(&records_dir)
+            .map_err(|e| ExperimentError::Io(records_dir.clone(), e))?;
+        let tailer = {
+            let (stop, dropped) = (Arc::clone(&stop), Arc::clone(&dropped));
+            let dir = records_dir.clone();
+            let skip = out.join("records-experiment.jsonl");
+            let offsets = existing_sizes(&dir);
+            std::thread::Builder::new()
+                .name("st-tail".into())
+                .spawn(move || tail_records(&dir, &skip, offsets, &stop, &tx, &dropped))
+                .map_err(|e| ExperimentError::Start(format!("the records reader: {e}")))?
+        };
+        let pid = Arc::new(AtomicI32::new(0));
+        let client = CommandClient {
+            argv,
+            env: t.env.clone(),
+            payload_env: t.payload_env.clone(),
+            proxy_addr: proxy.local_addr(),
+            log: out.join("command.log"),
+            child: Mutex::new(None),
+            pid: Arc::clone(&pid),
+            tailer: Some(tailer),
+        };
+        client.spawn(t.payload_kb)?;
+        Ok(Pipeline {
+            knobs: Arc::new(Knobs {
+                payload_kb: AtomicU64::new(t.payload_kb),
+                pause_us: AtomicU64::new(0),
+                pause_every_us: AtomicU64::new(2_000_000),
+            }),
+            proxy: Some(proxy),
+            captured: Arc::new(Mutex::new(captured)),
+            records,
+            dropped,
+            server_addr: upstream,
+            server_rt: None,
+            server: None,
+            stop,
+            client: Some(Client::Command(client)),
+            pid,
+            base_uplink,
+            base_downlink,
+            base_payload_kb: t.payload_kb,
+        })
+    }
+
+    /// Change the frame size: a knob of the demo's robot, or a restart of
+    /// the command with its payload variable set.
+    pub(crate) fn set_payload(&self, kb: u64) -> Result<(), ExperimentError> {
+        self.knobs.payload_kb.store(kb, Ordering::Relaxed);
+        if let Some(Client::Command(c)) = &self.client {
+            c.kill();
+            c.spawn(kb)?;
+        }
+        Ok(())
+    }
+
     /// Start server, proxy and robot.
-    pub(crate) fn start(t: &Target) -> Result<Pipeline, ExperimentError> {
+    fn start_demo(t: &Target) -> Result<Pipeline, ExperimentError> {
         let server_rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("experiment-server")
@@ -169,26 +293,39 @@ impl Pipeline {
             server_rt: Some(server_rt),
             server: Some(server),
             stop,
-            robot: Some(robot),
+            client: Some(Client::Robot(robot)),
+            pid: Arc::new(AtomicI32::new(std::process::id() as i32)),
             base_uplink,
             base_downlink,
             base_payload_kb: t.payload_kb,
         })
     }
 
-    /// Whether the robot thread is still running.
-    pub(crate) fn robot_alive(&self) -> bool {
-        self.robot.as_ref().is_some_and(|r| !r.is_finished())
+    /// `None` while the client runs; why it stopped otherwise.
+    pub(crate) fn client_stopped(&self) -> Option<String> {
+        match &self.client {
+            Some(Client::Robot(r)) => r
+                .is_finished()
+                .then(|| "the demo's robot client stopped unexpectedly".to_owned()),
+            Some(Client::Command(c)) => c.exited(),
+            None => Some("the client was shut down".to_owned()),
+        }
     }
 
-    /// Stop the robot, then the proxy and the server. Idempotent.
+    /// Stop the client, then the proxy and the server. Idempotent.
     pub(crate) fn shutdown(&mut self) -> RobotStats {
         self.stop.store(true, Ordering::SeqCst);
-        let stats = self
-            .robot
-            .take()
-            .and_then(|r| r.join().ok())
-            .unwrap_or_default();
+        let stats = match self.client.take() {
+            Some(Client::Robot(r)) => r.join().unwrap_or_default(),
+            Some(Client::Command(mut c)) => {
+                c.kill();
+                if let Some(t) = c.tailer.take() {
+                    let _ = t.join();
+                }
+                RobotStats::default()
+            }
+            None => RobotStats::default(),
+        };
         if let Some(p) = self.proxy.take() {
             p.shutdown();
         }
@@ -222,6 +359,178 @@ impl RecordSink for ChannelSink {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// the user's command
+// ---------------------------------------------------------------------------
+
+struct CommandClient {
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    payload_env: Option<String>,
+    proxy_addr: SocketAddr,
+    log: PathBuf,
+    child: Mutex<Option<Child>>,
+    pid: Arc<AtomicI32>,
+    tailer: Option<JoinHandle<()>>,
+}
+
+impl CommandClient {
+    /// Start the command in a process group of its own (so its children
+    /// are stopped with it), output appended to `command.log`.
+    fn spawn(&self, payload_kb: u64) -> Result<(), ExperimentError> {
+        use std::os::unix::process::CommandExt;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| ExperimentError::Io(self.log.clone(), e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| ExperimentError::Io(self.log.clone(), e))?;
+        let mut cmd = Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..])
+            .envs(&self.env)
+            .env("STAGETRACE_PROXY_ADDR", self.proxy_addr.to_string())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0);
+        if let Some(var) = &self.payload_env {
+            cmd.env(var, payload_kb.to_string());
+        }
+        let child = cmd.spawn().map_err(|e| {
+            ExperimentError::Start(format!("the command {:?}: {e}", self.argv.join(" ")))
+        })?;
+        self.pid.store(child.id() as i32, Ordering::SeqCst);
+        if let Ok(mut c) = self.child.lock() {
+            *c = Some(child);
+        }
+        Ok(())
+    }
+
+    fn exited(&self) -> Option<String> {
+        let mut c = self.child.lock().ok()?;
+        let child = c.as_mut()?;
+        match child.try_wait() {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(format!(
+                "the command exited ({status}) before the experiment ended; it must keep calling the server until stopped (see command.log)"
+            )),
+            Err(e) => Some(format!("cannot watch the command: {e}")),
+        }
+    }
+
+    /// SIGTERM to the command's process group, SIGKILL after 2 s.
+    fn kill(&self) {
+        let Ok(mut c) = self.child.lock() else { return };
+        let Some(mut child) = c.take() else { return };
+        if let Ok(None) = child.try_wait() {
+            let pgid = rustix::process::Pid::from_child(&child);
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::TERM);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Ok(None) = child.try_wait() {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+            }
+        }
+        let _ = child.wait();
+    }
+}
+
+impl Drop for CommandClient {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn is_records_file(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("records") && n.ends_with(".jsonl"))
+}
+
+/// Sizes of the records files already there: older runs are not read.
+fn existing_sizes(dir: &Path) -> BTreeMap<PathBuf, u64> {
+    let mut m = BTreeMap::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if is_records_file(&p) {
+                m.insert(p, e.metadata().map_or(0, |md| md.len()));
+            }
+        }
+    }
+    m
+}
+
+/// Follow every `records*.jsonl` in `dir` (new files included), whole lines only.
+fn tail_records(
+    dir: &Path,
+    skip: &Path,
+    mut offsets: BTreeMap<PathBuf, u64>,
+    stop: &AtomicBool,
+    tx: &SyncSender<CallRecord>,
+    dropped: &AtomicU64,
+) {
+    use std::io::{Read, Seek, SeekFrom};
+    // A line longer than this is not a record: skipped.
+    const MAX_LINE: usize = 1 << 20;
+    let mut pending: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
+    loop {
+        // One last pass after the stop, for lines written at the end.
+        let last = stop.load(Ordering::SeqCst);
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if !is_records_file(&p) || p == skip {
+                    continue;
+                }
+                let off = offsets.entry(p.clone()).or_insert(0);
+                let Ok(mut f) = std::fs::File::open(&p) else {
+                    continue;
+                };
+                let len = f.metadata().map_or(0, |m| m.len());
+                if len < *off {
+                    *off = 0; // truncated or replaced
+                }
+                if len == *off || f.seek(SeekFrom::Start(*off)).is_err() {
+                    continue;
+                }
+                let mut buf = Vec::new();
+                if f.take(len - *off).read_to_end(&mut buf).is_err() {
+                    continue;
+                }
+                *off += buf.len() as u64;
+                let acc = pending.entry(p).or_default();
+                acc.extend_from_slice(&buf);
+                let mut start = 0;
+                while let Some(nl) = acc[start..].iter().position(|b| *b == b'\n') {
+                    let line = &acc[start..start + nl];
+                    start += nl + 1;
+                    if let Ok(rec) = serde_json::from_slice::<CallRecord>(line) {
+                        if let Err(TrySendError::Full(_)) = tx.try_send(rec) {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                acc.drain(..start);
+                if acc.len() > MAX_LINE {
+                    acc.clear();
+                }
+            }
+        }
+        if last {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -47,12 +47,40 @@ pub struct Plan {
     pub verdict: VerdictSpec,
 }
 
-/// What the experiment measures: today the built-in demo pipeline.
+/// What the experiment measures: the built-in demo pipeline, or the
+/// user's own client run as a command with the proxy in front of their server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Target {
-    /// `"demo"`: the built-in robot client and policy server over loopback.
+    /// `"demo"`: the built-in robot client and policy server over loopback;
+    /// `"command"`: the user's client, run as a command.
     pub kind: TargetKind,
+    /// `command`: the client's argv; it must keep running (calling the
+    /// server) until it is stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// `command`: extra environment for the client. `STAGETRACE_PROXY_ADDR`
+    /// (where to connect) is always set.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// `command`: where the client's stage layer writes `records-*.jsonl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_dir: Option<std::path::PathBuf>,
+    /// `command`: the user's server, `host:port`; the proxy forwards to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// `command`: where the proxy listens (default `127.0.0.1:0`, a free port).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    /// `command`: the environment variable the client reads its frame size
+    /// (KiB) from; needed by the `payload` factor (the client is restarted
+    /// at each level with the new value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_env: Option<String>,
+    /// `command`: a captured observation (one msgpack map, openpi /
+    /// LingBot-VA protocol) replayed by the `infer` factor against `upstream`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_file: Option<std::path::PathBuf>,
     /// Control rate of the robot loop (calls per second).
     #[serde(default = "d_hz")]
     pub hz: f64,
@@ -113,6 +141,8 @@ fn d_warmup_s() -> f64 {
 pub enum TargetKind {
     /// The built-in demo pipeline (robot client, proxy, policy server).
     Demo,
+    /// The user's client as a command, the proxy in front of their server.
+    Command,
 }
 
 /// How long a phase lasts: seconds, or a number of calls (whichever is given).
@@ -485,11 +515,14 @@ impl Plan {
             return Err(invalid("target.payload_kb must be at most 16384 (16 MiB)"));
         }
         if t.server_concurrency == 0 || t.server_concurrency > 1024 {
-            return Err(invalid("target.server_concurrency must be between 1 and 1024"));
+            return Err(invalid(
+                "target.server_concurrency must be between 1 and 1024",
+            ));
         }
         if !(t.warmup_s.is_finite() && (0.0..=600.0).contains(&t.warmup_s)) {
             return Err(invalid("target.warmup_s must be between 0 and 600 s"));
         }
+        self.check_target_kind()?;
         check_hold("baseline", &self.baseline)?;
         check_hold("factor", &self.factor.hold())?;
         let f = &self.factor;
@@ -528,18 +561,86 @@ impl Plan {
     }
 }
 
+impl Plan {
+    fn check_target_kind(&self) -> Result<(), PlanError> {
+        let t = &self.target;
+        let command_fields = [
+            ("command", t.command.is_some()),
+            ("env", !t.env.is_empty()),
+            ("records_dir", t.records_dir.is_some()),
+            ("upstream", t.upstream.is_some()),
+            ("listen", t.listen.is_some()),
+            ("payload_env", t.payload_env.is_some()),
+            ("replay_file", t.replay_file.is_some()),
+        ];
+        match t.kind {
+            TargetKind::Demo => {
+                if let Some((name, _)) = command_fields.iter().find(|(_, set)| *set) {
+                    return Err(invalid(format!(
+                        "target.{name} applies to kind = \"command\" only"
+                    )));
+                }
+            }
+            TargetKind::Command => {
+                if t.command.as_ref().is_none_or(|c| c.is_empty()) {
+                    return Err(invalid(
+                        "target.command: give the client's argv, e.g. command = [\"python\", \"client.py\"]",
+                    ));
+                }
+                if t.records_dir.is_none() {
+                    return Err(invalid(
+                        "target.records_dir: give the directory the client's stage layer writes records-*.jsonl to",
+                    ));
+                }
+                match &t.upstream {
+                    Some(u) if u.parse::<std::net::SocketAddr>().is_ok() => {}
+                    _ => {
+                        return Err(invalid(
+                            "target.upstream: give the server's address as ip:port, e.g. \"10.0.0.5:8000\"",
+                        ))
+                    }
+                }
+                if let Some(l) = &t.listen {
+                    if l.parse::<std::net::SocketAddr>().is_err() {
+                        return Err(invalid(format!(
+                            "target.listen = {l:?} must be ip:port, e.g. \"127.0.0.1:9000\""
+                        )));
+                    }
+                }
+                match self.factor.kind {
+                    FactorKind::Pause => {
+                        return Err(invalid(
+                            "a pause factor needs the demo target (it pauses the demo's client)",
+                        ))
+                    }
+                    FactorKind::Payload if t.payload_env.is_none() => {
+                        return Err(invalid(
+                            "a payload factor on a command target needs target.payload_env: the variable your client reads its frame size (KiB) from",
+                        ))
+                    }
+                    FactorKind::Infer if t.replay_file.is_none() => {
+                        return Err(invalid(
+                            "an infer factor on a command target needs target.replay_file: a captured observation (msgpack map) to replay",
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_hold(name: &str, h: &Hold) -> Result<(), PlanError> {
     match (h.hold_s, h.calls) {
-        (Some(_), Some(_)) => Err(invalid(format!(
-            "{name}: give hold_s or calls, not both"
-        ))),
+        (Some(_), Some(_)) => Err(invalid(format!("{name}: give hold_s or calls, not both"))),
         (None, None) => Err(invalid(format!(
             "{name}: give hold_s (seconds) or calls (calls per phase)"
         ))),
         (Some(s), None) if !(s.is_finite() && s > 0.0 && s <= 86_400.0) => Err(invalid(format!(
             "{name}.hold_s = {s} must be between 0 and 86400 s"
         ))),
-        (None, Some(n)) if n < 5 || n > 10_000_000 => Err(invalid(format!(
+        (None, Some(n)) if !(5..=10_000_000).contains(&n) => Err(invalid(format!(
             "{name}.calls = {n}: use at least 5 calls per phase"
         ))),
         _ => Ok(()),
@@ -550,8 +651,16 @@ fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
     let fields: [(&str, bool, &[FactorKind]); 12] = [
         ("delay_ms", l.delay_ms.is_some(), &[FactorKind::Net]),
         ("jitter_ms", l.jitter_ms.is_some(), &[FactorKind::Net]),
-        ("bandwidth_mbps", l.bandwidth_mbps.is_some(), &[FactorKind::Net]),
-        ("stall_every_ms", l.stall_every_ms.is_some(), &[FactorKind::Net]),
+        (
+            "bandwidth_mbps",
+            l.bandwidth_mbps.is_some(),
+            &[FactorKind::Net],
+        ),
+        (
+            "stall_every_ms",
+            l.stall_every_ms.is_some(),
+            &[FactorKind::Net],
+        ),
         ("stall_ms", l.stall_ms.is_some(), &[FactorKind::Net]),
         ("in_flight", l.in_flight.is_some(), &[FactorKind::Infer]),
         ("threads", l.threads.is_some(), &[FactorKind::Cpu]),
@@ -633,9 +742,7 @@ fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
             }
             if let Some(d) = l.duty {
                 if !(d.is_finite() && d > 0.0 && d <= 1.0) {
-                    return Err(invalid(format!(
-                        "level {i}: duty = {d} must be in (0, 1]"
-                    )));
+                    return Err(invalid(format!("level {i}: duty = {d} must be in (0, 1]")));
                 }
             }
             if let Some(cores) = &l.cores {
@@ -674,6 +781,7 @@ fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -696,12 +804,17 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("delay_ms does not apply to a infer factor"), "{e}");
+        assert!(
+            e.contains("delay_ms does not apply to a infer factor"),
+            "{e}"
+        );
         let e = Plan::from_toml("[target]\nkind = \"demo\"\n[baseline]\n[factor]\nkind = \"net\"\nhold_s = 1\nlevels = [1]\n")
             .unwrap_err()
             .to_string();
         assert!(e.contains("baseline: give hold_s"), "{e}");
-        let e = Plan::from_toml("[target]\nkind = \"demo\"\nhzz = 3\n").unwrap_err().to_string();
+        let e = Plan::from_toml("[target]\nkind = \"demo\"\nhzz = 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("hzz"), "{e}");
     }
 }

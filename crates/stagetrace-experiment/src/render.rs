@@ -13,7 +13,11 @@ pub fn text(r: &ExperimentReport) -> String {
         "stagetrace experiment: {} (factor {}){}",
         r.name,
         r.factor,
-        if r.interrupted { " — stopped early" } else { "" }
+        if r.interrupted {
+            " — stopped early"
+        } else {
+            ""
+        }
     );
     if let Some(why) = &r.stopped_because {
         let _ = writeln!(o, "stopped: {why}; the levels completed are compared");
@@ -26,12 +30,16 @@ pub fn text(r: &ExperimentReport) -> String {
     }
     let _ = writeln!(o);
     for name in COMPONENTS {
-        let Some(b) = r.baseline.get(name) else { continue };
+        let Some(b) = r.baseline.get(name) else {
+            continue;
+        };
         let _ = write!(o, "{:<10} {:>17}", name, format!("{:.2}/{:.2}", b[1], b[3]));
         for l in &r.levels {
             let cell = match l.components.get(name) {
                 Some(c) => {
-                    let ratio = c.p50_ratio.map_or(String::new(), |q| format!(" ×{:.1}", q.ratio));
+                    let ratio = c
+                        .p50_ratio
+                        .map_or(String::new(), |q| format!(" ×{:.1}", q.ratio));
                     format!(
                         "{}{:.2}/{:.2}{ratio}",
                         if c.moved { "*" } else { "" },
@@ -45,7 +53,11 @@ pub fn text(r: &ExperimentReport) -> String {
         }
         let _ = writeln!(o);
     }
-    let _ = writeln!(o, "(* moved beyond noise: p50 ≥ {:.2} ms or p99 ≥ {:.2} ms and the 95 % CI above 1)", r.thresholds.min_p50_ms, r.thresholds.min_p99_ms);
+    let _ = writeln!(
+        o,
+        "(* moved beyond noise: p50 ≥ {:.2} ms or p99 ≥ {:.2} ms and the 95 % CI above 1)",
+        r.thresholds.min_p50_ms, r.thresholds.min_p99_ms
+    );
     let _ = writeln!(o);
     let _ = writeln!(o, "levels:");
     for l in &r.levels {
@@ -59,7 +71,8 @@ pub fn text(r: &ExperimentReport) -> String {
             f(res.cpu_total_pct),
             f(res.cpu_max_core_pct),
             f(res.psi_cpu_some_pct),
-            res.run_delay_ms_per_s.map_or("–".into(), |v| format!("{v:.1}")),
+            res.run_delay_ms_per_s
+                .map_or("–".into(), |v| format!("{v:.1}")),
             res.state
         );
     }

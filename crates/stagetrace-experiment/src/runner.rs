@@ -19,7 +19,9 @@ use crate::inject::Injector;
 use crate::pipeline::Pipeline;
 use crate::plan::{Level, Plan};
 use crate::sampler::{now_unix_ms, ResourceSample, Sampler, SamplerCost};
-use crate::verdict::{self, LevelResult, Obs, PhaseSpan, ResourceSummary, Thresholds, Verdict, COMPONENTS};
+use crate::verdict::{
+    self, LevelResult, Obs, PhaseSpan, ResourceSummary, Thresholds, Verdict, COMPONENTS,
+};
 use crate::ExperimentError;
 
 /// How to run a plan.
@@ -48,6 +50,8 @@ pub struct ExperimentReport {
     /// Why it stopped early.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped_because: Option<String>,
+    /// Where the target listened: `proxy` (what the client connects to) and `server`.
+    pub addresses: BTreeMap<&'static str, String>,
     /// Every phase on the timeline.
     pub phases: Vec<PhaseSpan>,
     /// Baseline distributions (ms) per figure: n, p50, p90, p99.
@@ -72,7 +76,8 @@ pub struct ExperimentReport {
 
 /// Run `plan` against its target.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, ExperimentError> {
-    plan.validate().map_err(|e| ExperimentError::Plan(e.to_string()))?;
+    plan.validate()
+        .map_err(|e| ExperimentError::Plan(e.to_string()))?;
     std::fs::create_dir_all(&opts.out).map_err(|e| ExperimentError::Io(opts.out.clone(), e))?;
     let rec_path = opts.out.join("records-experiment.jsonl");
     let res_path = opts.out.join("resources.jsonl");
@@ -83,8 +88,13 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         File::create(&res_path).map_err(|e| ExperimentError::Io(res_path.clone(), e))?,
     );
 
-    let mut pipeline = Pipeline::start(&plan.target)?;
-    let sampler = Sampler::start(std::process::id() as i32, plan.sampler.hz)
+    let mut pipeline = Pipeline::start(&plan.target, &opts.out)?;
+    let mut addresses = BTreeMap::new();
+    if let Some(p) = pipeline.proxy.as_ref() {
+        addresses.insert("proxy", p.local_addr().to_string());
+    }
+    addresses.insert("server", pipeline.server_addr.to_string());
+    let sampler = Sampler::follow(Arc::clone(&pipeline.pid), plan.sampler.hz)
         .map_err(|e| ExperimentError::Start(format!("the resource sampler: {e}")))?;
     let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
     let mut st = State {
@@ -94,7 +104,16 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         write_errors: 0,
     };
 
-    let outcome = drive(plan, opts, &pipeline, &sampler, &mut injector, &mut st, &mut rec_file, &mut res_file);
+    let outcome = drive(
+        plan,
+        opts,
+        &pipeline,
+        &sampler,
+        &mut injector,
+        &mut st,
+        &mut rec_file,
+        &mut res_file,
+    );
 
     // Restore on every path, then stop the target.
     injector.restore(Some(&pipeline));
@@ -137,10 +156,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     let mut counters = BTreeMap::new();
     counters.insert("calls_completed", robot.completed);
     counters.insert("calls_failed", robot.failed);
-    counters.insert(
-        "records_dropped",
-        pipeline.dropped.load(Ordering::Relaxed),
-    );
+    counters.insert("records_dropped", pipeline.dropped.load(Ordering::Relaxed));
     counters.insert("replayed_requests", injector.replayed.0);
     counters.insert("replayed_failed", injector.replayed.1);
     counters.insert("burners_pinned", injector.pinned);
@@ -151,6 +167,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         out: opts.out.display().to_string(),
         interrupted: stopped_because.is_some(),
         stopped_because,
+        addresses,
         phases: st.phases,
         baseline,
         baseline_resources,
@@ -165,6 +182,17 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     let path = opts.out.join("experiment.json");
     std::fs::write(&path, json).map_err(|e| ExperimentError::Io(path, e))?;
     Ok(report)
+}
+
+/// One phase of the schedule.
+struct Step {
+    phase: String,
+    level: usize,
+    label: String,
+    lvl: Option<Level>,
+    settle_s: f64,
+    hold_s: Option<f64>,
+    calls: Option<u64>,
 }
 
 enum Stop {
@@ -189,11 +217,13 @@ impl State {
     }
 
     fn tag_record(&mut self, rec: &CallRecord, out: &mut impl Write) {
-        let Some(pi) = self.phase_at(rec.ts_unix_ms) else { return };
+        let Some(pi) = self.phase_at(rec.ts_unix_ms) else {
+            return;
+        };
         let p = &self.phases[pi];
         // Settling after a change, or straddling the next change.
-        let settling = rec.ts_unix_ms < p.settle_until_unix_ms
-            || rec.ts_unix_ms + rec.e2e_ms > p.end_unix_ms;
+        let settling =
+            rec.ts_unix_ms < p.settle_until_unix_ms || rec.ts_unix_ms + rec.e2e_ms > p.end_unix_ms;
         let failed = rec.failed == Some(true);
         let g = |v: Option<f64>| v.map_or(f32::NAN, |v| v as f32);
         let vals = [
@@ -228,7 +258,9 @@ impl State {
     }
 
     fn tag_sample(&mut self, s: ResourceSample, out: &mut impl Write) {
-        let Some(pi) = self.phase_at(s.ts_unix_ms) else { return };
+        let Some(pi) = self.phase_at(s.ts_unix_ms) else {
+            return;
+        };
         let p = &self.phases[pi];
         let mut obj = serde_json::to_value(&s).unwrap_or(Json::Null);
         if let Json::Object(m) = &mut obj {
@@ -334,28 +366,41 @@ fn drive(
 ) -> Result<(), Stop> {
     let hz = plan.target.hz;
     let levels = plan.levels();
-    let mut schedule: Vec<(String, usize, String, Option<Level>, f64, Option<f64>, Option<u64>)> = Vec::new();
+    let step = |phase: &str, level, label: String, lvl, settle_s, hold_s, calls| Step {
+        phase: phase.to_owned(),
+        level,
+        label,
+        lvl,
+        settle_s,
+        hold_s,
+        calls,
+    };
+    let mut schedule = Vec::new();
     if plan.target.warmup_s > 0.0 {
-        schedule.push(("warmup".into(), 0, "warm-up".into(), None, 0.0, Some(plan.target.warmup_s), None));
+        let w = Some(plan.target.warmup_s);
+        schedule.push(step("warmup", 0, "warm-up".into(), None, 0.0, w, None));
     }
-    schedule.push((
-        "baseline".into(),
+    let b = &plan.baseline;
+    schedule.push(step(
+        "baseline",
         0,
         "baseline".into(),
         None,
         0.0,
-        plan.baseline.hold_s,
-        plan.baseline.calls,
+        b.hold_s,
+        b.calls,
     ));
     for (i, l) in levels.iter().enumerate() {
-        schedule.push((
-            "level".into(),
+        let f = &plan.factor;
+        let label = l.label(f.kind, f.direction);
+        schedule.push(step(
+            "level",
             i + 1,
-            l.label(plan.factor.kind, plan.factor.direction),
+            label,
             Some(l.clone()),
-            plan.factor.settle_s,
-            plan.factor.hold_s,
-            plan.factor.calls,
+            f.settle_s,
+            f.hold_s,
+            f.calls,
         ));
     }
     let phases_total = schedule.len();
@@ -365,7 +410,16 @@ fn drive(
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ");
 
-    for (n, (phase, level, label, lvl, settle_s, hold_s, calls)) in schedule.into_iter().enumerate() {
+    for (n, step) in schedule.into_iter().enumerate() {
+        let Step {
+            phase,
+            level,
+            label,
+            lvl,
+            settle_s,
+            hold_s,
+            calls,
+        } = step;
         if let Some(l) = &lvl {
             injector
                 .apply(pipeline, l)
@@ -426,11 +480,9 @@ fn drive(
                 bar.abandon_with_message("interrupted");
                 return Err(Stop::Interrupted);
             }
-            if !pipeline.robot_alive() {
-                bar.abandon_with_message("the robot stopped");
-                return Err(Stop::Failed(
-                    "the demo's robot client stopped unexpectedly".into(),
-                ));
+            if let Some(why) = pipeline.client_stopped() {
+                bar.abandon_with_message("the client stopped");
+                return Err(Stop::Failed(why));
             }
             let finished = match (hold_s, calls) {
                 (Some(_), _) => elapsed >= len,

@@ -7,7 +7,7 @@
 //! its own CPU time from its thread's `schedstat`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -98,6 +98,12 @@ pub struct Sampler {
 impl Sampler {
     /// Sample the host and process `pid` at `hz` on a thread of its own.
     pub fn start(pid: i32, hz: f64) -> std::io::Result<Sampler> {
+        Sampler::follow(Arc::new(AtomicI32::new(pid)), hz)
+    }
+
+    /// Like [`Sampler::start`], following whichever process `pid` names
+    /// (a target that is restarted).
+    pub fn follow(pid: Arc<AtomicI32>, hz: f64) -> std::io::Result<Sampler> {
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let (tx, rx) = std::sync::mpsc::sync_channel(SAMPLE_QUEUE);
@@ -187,7 +193,7 @@ fn pct(busy: u64, total: u64, prev: (u64, u64)) -> Option<f64> {
 }
 
 fn sample_loop(
-    pid: i32,
+    pid: Arc<AtomicI32>,
     period: Duration,
     stop: &AtomicBool,
     tx: &SyncSender<ResourceSample>,
@@ -201,7 +207,7 @@ fn sample_loop(
     // The first pass only primes the counters.
     let mut primed = false;
     while !stop.load(Ordering::Relaxed) {
-        let (sample, snap) = take(pid, &prev);
+        let (sample, snap) = take(pid.load(Ordering::Relaxed), &prev);
         prev = snap;
         if primed {
             samples += 1;
@@ -344,6 +350,7 @@ fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

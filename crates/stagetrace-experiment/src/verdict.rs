@@ -187,7 +187,12 @@ pub(crate) fn analyze(
     samples: &[(usize, ResourceSample)],
     spec: &VerdictSpec,
     factor: FactorKind,
-) -> (Thresholds, Option<ResourceSummary>, Vec<LevelResult>, Verdict) {
+) -> (
+    Thresholds,
+    Option<ResourceSummary>,
+    Vec<LevelResult>,
+    Verdict,
+) {
     let Some(base_idx) = phases.iter().position(|p| p.phase == "baseline") else {
         return (
             Thresholds {
@@ -212,7 +217,11 @@ pub(crate) fn analyze(
     let split = !base[1].is_empty() || !base[4].is_empty();
 
     let mut levels = Vec::new();
-    for (pi, p) in phases.iter().enumerate().filter(|(_, p)| p.phase == "level") {
+    for (pi, p) in phases
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.phase == "level")
+    {
         let mut components = std::collections::BTreeMap::new();
         for (c, name) in COMPONENTS.iter().enumerate() {
             let lv = column(obs, pi, c);
@@ -226,7 +235,13 @@ pub(crate) fn analyze(
             } else {
                 None
             };
-            components.insert(*name, ComponentResult { change_unix_ms: change, ..r });
+            components.insert(
+                *name,
+                ComponentResult {
+                    change_unix_ms: change,
+                    ..r
+                },
+            );
         }
         levels.push(LevelResult {
             level: p.level,
@@ -279,9 +294,9 @@ fn compare(base: &[f32], lv: &[f32], th: &Thresholds, seed: u64) -> ComponentRes
     let b99 = stats::quantile(base, 0.99);
     let ex = stats::exceedance(base, lv, b99 + th.min_p99_ms);
     r.tail_exceedance = Some(ex);
-    let median = r.p50_ratio.is_some_and(|q| {
-        q.lo > 1.0 && q.after - q.before >= th.min_p50_ms && q.ratio >= 1.10
-    });
+    let median = r
+        .p50_ratio
+        .is_some_and(|q| q.lo > 1.0 && q.after - q.before >= th.min_p50_ms && q.ratio >= 1.10);
     let tail = r
         .p99_ratio
         .is_some_and(|q| q.lo > 1.0 && q.after - q.before >= th.min_p99_ms && q.ratio >= 1.25)
@@ -434,7 +449,8 @@ fn decide(
         movers.sort_by(|a, b| {
             let ta = a.1.change_unix_ms.unwrap_or(f64::INFINITY);
             let tb = b.1.change_unix_ms.unwrap_or(f64::INFINITY);
-            ta.total_cmp(&tb).then_with(|| rel_shift(b.1).total_cmp(&rel_shift(a.1)))
+            ta.total_cmp(&tb)
+                .then_with(|| rel_shift(b.1).total_cmp(&rel_shift(a.1)))
         });
         let (n, c) = movers[0];
         first = Some((l, n, c));
@@ -452,7 +468,8 @@ fn decide(
             .copied()
             .filter(|n| candidate(n))
             .collect();
-        v.next_step = "raise the factor further (or hold each level longer) to find where it bites".into();
+        v.next_step =
+            "raise the factor further (or hold each level longer) to find where it bites".into();
         return v;
     };
     let mut dragged = Vec::new();
@@ -491,7 +508,9 @@ fn decide(
     };
     let shape_step = match shape {
         Some("median") => "the median rose: the whole stage got slower",
-        Some("tail") => "p99 rose with a flat median: a few requests are held up (queueing or contention)",
+        Some("tail") => {
+            "p99 rose with a flat median: a few requests are held up (queueing or contention)"
+        }
         _ => "",
     };
     let res_step = match res_state {
@@ -592,7 +611,8 @@ fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>) -> String 
             " (baseline: CPU {} %, pressure {} %, wait {} ms/s)",
             f(b.cpu_total_pct),
             f(b.psi_cpu_some_pct),
-            b.run_delay_ms_per_s.map_or("–".into(), |v| format!("{v:.1}"))
+            b.run_delay_ms_per_s
+                .map_or("–".into(), |v| format!("{v:.1}"))
         ));
         if b.state == "saturated" {
             s.push_str("; the host was already busy in the baseline — contention from outside the experiment");
@@ -627,12 +647,16 @@ fn spike_period(obs: &[Obs], phases: &[PhaseSpan], level: usize, name: &str) -> 
     if ts.len() < 3 {
         return None;
     }
-    let mut d: Vec<f32> = ts.windows(2).map(|w| ((w[1] - w[0]) / 1e3) as f32).collect();
+    let mut d: Vec<f32> = ts
+        .windows(2)
+        .map(|w| ((w[1] - w[0]) / 1e3) as f32)
+        .collect();
     d.sort_unstable_by(f32::total_cmp);
     Some(stats::quantile(&d, 0.5))
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -689,7 +713,8 @@ mod tests {
                 }
             }));
         }
-        let (_, _, levels, v) = analyze(&phases, &obs, &[], &VerdictSpec::default(), FactorKind::Net);
+        let (_, _, levels, v) =
+            analyze(&phases, &obs, &[], &VerdictSpec::default(), FactorKind::Net);
         assert_eq!(levels.len(), 2);
         assert_eq!(v.first_stage, Some("uplink"), "{v:?}");
         assert_eq!(v.first_level, Some(1));
@@ -703,7 +728,10 @@ mod tests {
 
     #[test]
     fn periodic_gap_spikes_with_flat_stages_name_the_gap() {
-        let phases = vec![phase("baseline", 0, 0.0, 4000.0), phase("level", 1, 4000.0, 8000.0)];
+        let phases = vec![
+            phase("baseline", 0, 0.0, 4000.0),
+            phase("level", 1, 4000.0, 8000.0),
+        ];
         let mut obs = Vec::new();
         for i in 0..240 {
             let ts = i as f64 * 33.3;
@@ -718,7 +746,13 @@ mod tests {
                 }
             }));
         }
-        let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default(), FactorKind::Pause);
+        let (_, _, _, v) = analyze(
+            &phases,
+            &obs,
+            &[],
+            &VerdictSpec::default(),
+            FactorKind::Pause,
+        );
         assert_eq!(v.first_stage, Some("gap"), "{v:?}");
         assert_eq!(v.shape, Some("tail"));
         let period = v.spike_period_s.unwrap();

@@ -1,6 +1,8 @@
 //! Ramps on the built-in demo pipeline: each must name the right first stage
 //! in the report's JSON (what `stagetrace experiment --json` prints).
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
@@ -37,8 +39,14 @@ fn run_plan(toml: &str) -> Value {
         .collect();
     assert_eq!(levels.len(), json["levels"].as_array().unwrap().len());
     let res = std::fs::read_to_string(dir.path().join("resources.jsonl")).unwrap();
-    assert!(res.lines().count() >= 10, "resource samples: {}", res.lines().count());
-    assert!(res.lines().all(|l| l.contains("\"phase\"") && l.contains("\"level\"")));
+    assert!(
+        res.lines().count() >= 10,
+        "resource samples: {}",
+        res.lines().count()
+    );
+    assert!(res
+        .lines()
+        .all(|l| l.contains("\"phase\"") && l.contains("\"level\"")));
     json
 }
 
@@ -78,7 +86,10 @@ fn network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat() {
     for l in 0..2 {
         assert!(!moved(&json, l, "infer"), "infer moved at level {}", l + 1);
     }
-    assert!(json["verdict"]["flat"].as_array().unwrap().contains(&"infer".into()));
+    assert!(json["verdict"]["flat"]
+        .as_array()
+        .unwrap()
+        .contains(&"infer".into()));
 }
 
 #[test]
@@ -170,7 +181,9 @@ fn client_pause_with_flat_stages_names_the_gap() {
     assert_eq!(json["verdict"]["shape"], "tail");
     let period = json["verdict"]["spike_period_s"].as_f64().unwrap();
     assert!((0.4..0.7).contains(&period), "spike period {period} s");
-    for stage in ["capture", "uplink", "queue", "infer", "downlink", "dispatch"] {
+    for stage in [
+        "capture", "uplink", "queue", "infer", "downlink", "dispatch",
+    ] {
         assert!(!moved(&json, 0, stage), "{stage} moved");
     }
 }

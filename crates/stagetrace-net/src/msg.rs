@@ -467,4 +467,74 @@ mod tests {
             assert_eq!(back.get("last"), Some(&Value::Nil));
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Nil),
+                any::<bool>().prop_map(Value::Boolean),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>()
+                    .prop_filter("NaN != NaN", |f| !f.is_nan())
+                    .prop_map(Value::F64),
+                ".{0,24}".prop_map(Value::from),
+                proptest::collection::vec(any::<u8>(), 0..64).prop_map(Value::Binary),
+            ];
+            leaf.prop_recursive(3, 32, 6, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    proptest::collection::vec((".{0,8}".prop_map(Value::from), inner), 0..6)
+                        .prop_map(Value::Map),
+                ]
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = MsgMap::from_msgpack(&bytes);
+            }
+
+            #[test]
+            fn maps_round_trip(entries in proptest::collection::vec((".{0,16}", value()), 0..20)) {
+                let mut m = MsgMap::new();
+                for (k, v) in entries {
+                    m.insert(&k, v);
+                }
+                prop_assert_eq!(MsgMap::from_msgpack(&m.to_msgpack()).unwrap(), m);
+            }
+
+            #[test]
+            fn corrupted_messages_never_panic(
+                seed in proptest::collection::vec(any::<f32>(), 0..32),
+                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+            ) {
+                let n = seed.len() as u64;
+                let mut bytes = MsgMap::new()
+                    .with("state", NdArray::from_f32(&seed, &[n]))
+                    .with("prompt", "go")
+                    .to_msgpack();
+                for (at, b) in flips {
+                    let i = at.index(bytes.len());
+                    bytes[i] = b;
+                }
+                if let Ok(m) = MsgMap::from_msgpack(&bytes) {
+                    let _ = m.array("state").map(|a| a.to_f32());
+                }
+            }
+
+            #[test]
+            fn arrays_round_trip(data in proptest::collection::vec(any::<u8>(), 0..256), dims in 1usize..4) {
+                let len = data.len() as u64;
+                let mut shape = vec![1u64; dims];
+                shape[0] = len;
+                let a = NdArray::from_u8(data, &shape);
+                prop_assert_eq!(NdArray::from_value(&a.to_value()).unwrap(), a);
+            }
+        }
+    }
 }

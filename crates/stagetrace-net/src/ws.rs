@@ -41,12 +41,13 @@
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use rmpv::Value;
 use stagetrace::wire::{TimingMap, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
 use stagetrace::{ServerRecord, ServerTiming};
@@ -130,6 +131,8 @@ pub enum ServeError {
     Bind(std::io::Error),
     /// Accepting connections failed.
     Accept(std::io::Error),
+    /// `spawn` was awaited outside a tokio runtime.
+    NoRuntime,
 }
 
 impl fmt::Display for ServeError {
@@ -143,6 +146,9 @@ impl fmt::Display for ServeError {
                 f,
                 "policy server stopped accepting connections ({e}); check the process's file descriptor limit"
             ),
+            ServeError::NoRuntime => f.write_str(
+                "policy server needs a tokio runtime; await spawn/serve inside one (e.g. #[tokio::main])",
+            ),
         }
     }
 }
@@ -151,6 +157,7 @@ impl std::error::Error for ServeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ServeError::Bind(e) | ServeError::Accept(e) => Some(e),
+            ServeError::NoRuntime => None,
         }
     }
 }
@@ -234,6 +241,7 @@ impl PolicyServerBuilder {
         addr: impl ToSocketAddrs,
         handler: H,
     ) -> Result<(), ServeError> {
+        tokio::runtime::Handle::try_current().map_err(|_| ServeError::NoRuntime)?;
         let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
         let (_tx, rx) = watch::channel(false);
         self.into_shared(handler).accept_loop(listener, rx).await
@@ -246,12 +254,13 @@ impl PolicyServerBuilder {
         addr: impl ToSocketAddrs,
         handler: H,
     ) -> Result<ServerHandle, ServeError> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| ServeError::NoRuntime)?;
         let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
         let local_addr = listener.local_addr().map_err(ServeError::Bind)?;
         let (stop, rx) = watch::channel(false);
         let shared = self.into_shared(handler);
         let counters = Arc::clone(&shared.counters);
-        let task = tokio::spawn(async move { shared.accept_loop(listener, rx).await });
+        let task = rt.spawn(async move { shared.accept_loop(listener, rx).await });
         Ok(ServerHandle {
             local_addr,
             stop,
@@ -400,7 +409,12 @@ impl Shared {
                 break;
             };
             let start = Instant::now();
-            let result = self.handler.call(request, timer.clone()).await;
+            // A panicking handler fails its request (openpi answers an
+            // exception the same way) instead of silently dropping the link.
+            let result = AssertUnwindSafe(self.handler.call(request, timer.clone()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(HandlerError::new("the policy handler panicked")));
             let end = Instant::now();
             drop(permit);
             stamps.handled(start, end, timer);

@@ -442,7 +442,10 @@ fn a_failing_handler_answers_like_openpi() {
             .on_request(move |r| seen2.lock().unwrap().push(r.clone()))
             .spawn(
                 "127.0.0.1:0",
-                |_req: MsgMap, _timer: InferTimer| async move {
+                |req: MsgMap, _timer: InferTimer| async move {
+                    if req.get_str("kind") == Some("panic") {
+                        panic!("a bug in the policy");
+                    }
                     Err(stagetrace_net::HandlerError::new("CUDA out of memory"))
                 },
             )
@@ -454,11 +457,19 @@ fn a_failing_handler_answers_like_openpi() {
             Err(ClientError::Server(msg)) => assert!(msg.contains("CUDA")),
             other => panic!("{other:?}"),
         }
+        // A panicking handler is answered the same way.
+        client.reconnect().await.unwrap();
+        let r = client.infer(&MsgMap::new().with("kind", "panic")).await;
+        assert!(
+            matches!(&r, Err(ClientError::Server(m)) if m.contains("panicked")),
+            "{r:?}"
+        );
         server.shutdown().await;
         let seen = seen.lock().unwrap();
-        assert_eq!(seen.len(), 1);
+        assert_eq!(seen.len(), 2);
         assert_eq!(seen[0].kind, "reset");
         assert_eq!(seen[0].error.as_deref(), Some("CUDA out of memory"));
+        assert_eq!(seen[1].kind, "panic");
     });
 }
 

@@ -555,6 +555,29 @@ mod transport {
         }))
     }
 
+    /// An export error that names the endpoint and what to check.
+    pub(super) fn export_error(endpoint: &str, error: &str, protocol: &str) -> String {
+        let has = |s: &str| error.contains(s);
+        let hint = if has("status code: 401")
+            || has("status code: 403")
+            || has("Unauthenticated")
+            || has("PermissionDenied")
+        {
+            "the collector refused the credentials: check the authorization header \
+             (with_header or OTEL_EXPORTER_OTLP_HEADERS)"
+                .to_owned()
+        } else if has("status code: 404") {
+            "nothing receives traces at that URL: give the collector's base URL (for \
+             HTTP, /v1/traces is appended)"
+                .to_owned()
+        } else if has("status code") {
+            "the collector rejected the batch: see its log".to_owned()
+        } else {
+            format!("is the collector (e.g. Jaeger) running and listening for {protocol} there?")
+        };
+        format!("export to {endpoint} failed ({error}): {hint}")
+    }
+
     /// The OTLP/HTTP exporter, with errors that name the endpoint.
     struct Http {
         inner: Sdk<opentelemetry_otlp::SpanExporter>,
@@ -567,13 +590,9 @@ mod transport {
         }
 
         fn export(&mut self, batch: Vec<SpanData>) -> Result<(), String> {
-            self.inner.export(batch).map_err(|e| {
-                format!(
-                    "export to {} failed ({e}): is the collector (e.g. Jaeger) running and \
-                     listening for OTLP/HTTP there?",
-                    self.endpoint
-                )
-            })
+            self.inner
+                .export(batch)
+                .map_err(|e| export_error(&self.endpoint, &e, "OTLP/HTTP"))
         }
 
         fn shutdown(&mut self) {
@@ -646,13 +665,9 @@ mod transport {
             }
 
             fn export(&mut self, batch: Vec<SpanData>) -> Result<(), String> {
-                self.rt.block_on(self.exporter.export(batch)).map_err(|e| {
-                    format!(
-                        "export to {} failed ({e}): is the collector (e.g. Jaeger) running and \
-                         listening for OTLP/gRPC there?",
-                        self.endpoint
-                    )
-                })
+                self.rt
+                    .block_on(self.exporter.export(batch))
+                    .map_err(|e| super::export_error(&self.endpoint, &e.to_string(), "OTLP/gRPC"))
             }
 
             fn shutdown(&mut self) {

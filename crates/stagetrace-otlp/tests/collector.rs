@@ -159,3 +159,26 @@ fn requests_carry_protobuf_to_v1_traces_with_the_auth_header() {
     assert_eq!(stats.exported_spans, 2);
     assert_eq!(stats.collector_ok, Some(true));
 }
+
+#[test]
+fn a_collector_refusing_the_credentials_says_so() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            common::collector::answer_one_with(stream, "401 Unauthorized");
+        }
+    });
+    let exporter = OtlpExporter::builder()
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .with_header("authorization", "Bearer wrong")
+        .build()
+        .unwrap();
+    assert!(exporter.export_call(&record(1)));
+    assert!(exporter.flush(Duration::from_secs(30)));
+    let stats = exporter.stats();
+    assert_eq!(stats.failed_records, 1, "{stats}");
+    let err = stats.last_error.unwrap();
+    assert!(err.contains("401"), "{err}");
+    assert!(err.contains("authorization header"), "{err}");
+}

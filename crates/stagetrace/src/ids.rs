@@ -58,6 +58,7 @@ pub(crate) fn trace_id() -> u128 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::collections::HashSet;

@@ -652,6 +652,7 @@ fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -174,6 +174,7 @@ fn pair() -> (Stamp, Instant) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

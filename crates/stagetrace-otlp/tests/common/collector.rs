@@ -7,6 +7,11 @@ use std::net::TcpStream;
 
 /// Reads one HTTP request (head and body) and answers 200 with an empty body.
 pub fn answer_one(stream: TcpStream) -> (String, Vec<(String, String)>, usize) {
+    answer_one_with(stream, "200 OK")
+}
+
+/// Reads one HTTP request and answers with `status` (e.g. `"401 Unauthorized"`).
+pub fn answer_one_with(stream: TcpStream, status: &str) -> (String, Vec<(String, String)>, usize) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut request_line = String::new();
     reader.read_line(&mut request_line).unwrap();
@@ -31,7 +36,11 @@ pub fn answer_one(stream: TcpStream) -> (String, Vec<(String, String)>, usize) {
     let mut stream = stream;
     stream
         .write_all(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+            format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/x-protobuf\r\n\
+                 Content-Length: 0\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .unwrap();
     (request_line, headers, len)

@@ -9,6 +9,7 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -46,17 +47,15 @@ impl Jaeger {
                      run `cargo xtask test` (it builds Jaeger), or set STAGETRACE_JAEGER_BIN \
                      to a Jaeger v2 binary (`cargo xtask jaeger` prints its path)"
                 );
-                eprintln!();
-                eprintln!(
-                    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+                // Straight to stderr: the test harness swallows `eprintln!`
+                // of passing tests, and this must be seen.
+                let bang = "!".repeat(72);
+                let banner = format!(
+                    "\n{bang}\n!!! {test}: SKIPPED, no Jaeger: STAGETRACE_JAEGER_BIN is not set.\n\
+                     !!! Run `cargo xtask test`, or `cargo xtask jaeger` and set\n\
+                     !!! STAGETRACE_JAEGER_BIN to the path it prints.\n{bang}\n\n"
                 );
-                eprintln!("!!! {test}: SKIPPED, no Jaeger: STAGETRACE_JAEGER_BIN is not set.");
-                eprintln!("!!! Run `cargo xtask test`, or `cargo xtask jaeger` and set");
-                eprintln!("!!! STAGETRACE_JAEGER_BIN to the path it prints.");
-                eprintln!(
-                    "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
-                );
-                eprintln!();
+                let _ = std::io::stderr().write_all(banner.as_bytes());
                 return None;
             }
         };
