@@ -262,7 +262,7 @@ pub struct GapReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     /// `median_shift`, `faster`, `tail_only`, `periodic`, `unexplained_gap`,
-    /// `deadline_misses` or `steady`.
+    /// `deadline_misses`, `no_steady_calls` or `steady`.
     pub code: &'static str,
     /// The request kind it is about.
     pub kind: String,
@@ -431,7 +431,8 @@ fn verdict_rank(code: &str) -> u8 {
         "unexplained_gap" => 3,
         "deadline_misses" => 4,
         "faster" => 5,
-        _ => 6,
+        "no_steady_calls" => 6,
+        _ => 7,
     }
 }
 
@@ -718,7 +719,13 @@ fn vs_baseline(base: &[f32], run: &[f32], opts: &AnalyzeOptions) -> Option<Stage
         && shift.estimate.abs() >= min_effect
         && (shift.lo > 0.0 || shift.hi < 0.0);
     let floor = 0.5 / base.len() as f64;
-    let tail_up = ep < opts.alpha && re >= 2.0 * be.max(floor) && p99.lo > 1.0;
+    // The baseline p99 is itself an estimate: a steep tail can put 2 % of a
+    // twin run above it. The p99 must also move by a meaningful amount.
+    let tail_effect = (0.5 * 1.4826 * mad).max(0.05 * b.p99.abs()).max(1e-3);
+    let tail_up = ep < opts.alpha
+        && re >= 2.0 * be.max(floor)
+        && p99.lo > 1.0
+        && p99.after - p99.before >= tail_effect;
     let shape = if located && shift.estimate > 0.0 {
         "median_shift"
     } else if located {
@@ -973,6 +980,19 @@ fn fmt_ms(v: f64) -> String {
 fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
     let mut out = Vec::new();
     let kind = r.kind.clone();
+    if r.steady == 0 {
+        return vec![Verdict {
+            code: "no_steady_calls",
+            kind,
+            stage: None,
+            group: None,
+            text: format!(
+                "no steady-state calls: all {} were warm-up ({}) or failed ({}); nothing to measure.",
+                r.calls, r.warmup_excluded, r.failed
+            ),
+            evidence: json!({"calls": r.calls, "warmup": r.warmup_excluded, "failed": r.failed}),
+        }];
+    }
     let metric = |name: &str| Metric::from_name(name);
     for code in ["median_shift", "tail_only", "faster"] {
         let mut flagged: Vec<(f64, Metric)> = r

@@ -457,7 +457,7 @@ pub struct RatioCi {
 pub const BOOTSTRAP_ITERATIONS: usize = 2000;
 /// Samples up to this size are resampled value by value; larger ones draw
 /// the resample's order statistic directly (its index is binomial, ≈ normal).
-const PLAIN_BOOTSTRAP_MAX: usize = 2000;
+const PLAIN_BOOTSTRAP_MAX: usize = 1000;
 
 /// Bootstrap interval for the ratio of the q-quantiles of two sorted samples.
 pub fn quantile_ratio(before: &[f32], after: &[f32], q: f64, seed: u64) -> Option<RatioCi> {

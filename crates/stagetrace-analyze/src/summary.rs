@@ -56,6 +56,8 @@ pub struct Follower {
     partial: Vec<u8>,
     /// Lines that were not JSON objects (skipped).
     pub bad_lines: u64,
+    /// Summary lines read so far (all files).
+    pub windows_seen: u64,
 }
 
 impl Follower {
@@ -67,6 +69,7 @@ impl Follower {
             offset: 0,
             partial: Vec::new(),
             bad_lines: 0,
+            windows_seen: 0,
         }
     }
 
@@ -75,10 +78,12 @@ impl Follower {
         self.current.as_deref()
     }
 
-    /// Reads what arrived since the last poll: complete new summary lines,
-    /// oldest first. Switches to a newer file when one appears (rotation)
-    /// and starts over when the file shrank (truncation).
-    pub fn poll(&mut self) -> io::Result<Vec<Value>> {
+    /// Reads what arrived since the last poll and returns the newest complete
+    /// summary line among it (older ones are counted in `windows_seen`, not
+    /// kept: memory stays bounded however long the file). Switches to a newer
+    /// file when one appears (rotation) and starts over when the file shrank
+    /// (truncation).
+    pub fn poll(&mut self) -> io::Result<Option<Value>> {
         let newest = newest_summary(&self.dir)?;
         if newest.is_some() && newest != self.current {
             self.current = newest;
@@ -86,13 +91,13 @@ impl Follower {
             self.partial.clear();
         }
         let Some(path) = self.current.clone() else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.current = None;
-                return Ok(Vec::new());
+                return Ok(None);
             }
             Err(e) => return Err(e),
         };
@@ -103,7 +108,7 @@ impl Follower {
         }
         file.seek(SeekFrom::Start(self.offset))?;
         let mut reader = BufReader::new(file.take(len - self.offset));
-        let mut out = Vec::new();
+        let mut out = None;
         let mut buf = Vec::new();
         loop {
             buf.clear();
@@ -133,7 +138,10 @@ impl Follower {
                 continue;
             }
             match serde_json::from_slice::<Value>(&line) {
-                Ok(v @ Value::Object(_)) => out.push(v),
+                Ok(v @ Value::Object(_)) => {
+                    self.windows_seen += 1;
+                    out = Some(v);
+                }
                 _ => self.bad_lines += 1,
             }
         }

@@ -220,3 +220,63 @@ fn warmup_and_failures_are_kept_out_and_counted() {
     let hz = g.rate.effective_hz.unwrap();
     assert!((hz - 50.0).abs() < 1.0, "{hz}");
 }
+
+#[test]
+fn only_warmup_calls_say_so() {
+    let s = Scenario {
+        seed: 81,
+        calls: 0,
+        warmup: 30,
+        ..Scenario::default()
+    };
+    let r = run(&s, None);
+    assert_eq!(r.verdicts.len(), 1);
+    assert_eq!(r.verdicts[0].code, "no_steady_calls");
+    assert!(r.groups[0].stages.is_empty());
+    // Serialises (NaN times become null) and renders.
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["groups"][0]["start_unix_ms"].is_null());
+}
+
+#[test]
+fn kinds_are_kept_apart() {
+    let text = |seed: u64, factor: f64| {
+        gen::lines(&Scenario {
+            seed,
+            kind: "infer",
+            infer_factor: factor,
+            ..Scenario::default()
+        }) + &gen::lines(&Scenario {
+            seed: seed + 1,
+            kind: "reset",
+            infer_factor: 0.1,
+            calls: 500,
+            ..Scenario::default()
+        })
+    };
+    let load = |t: String| {
+        Dataset::load_reader(t.as_bytes(), Path::new("mixed"), LoadOptions::default()).unwrap()
+    };
+    let base = load(text(91, 1.0));
+    let run_ds = load(text(93, 1.25));
+    let a = analyze(&run_ds, Some(&base), &AnalyzeOptions::default());
+    let kinds: Vec<&str> = a.report.groups.iter().map(|g| g.kind.as_str()).collect();
+    assert_eq!(kinds, ["infer", "reset", "*"]);
+    let g = |k: &str| a.report.groups.iter().find(|g| g.kind == k).unwrap();
+    assert_eq!(g("reset").steady, 500);
+    assert_eq!(g("*").steady, 3500);
+    assert!((g("reset").stages["infer"].p50 - 3.0).abs() < 0.2);
+    let shifts: Vec<_> = a
+        .report
+        .verdicts
+        .iter()
+        .filter(|v| v.code == "median_shift")
+        .map(|v| (v.kind.as_str(), v.stage))
+        .collect();
+    assert_eq!(shifts, [("infer", Some("infer"))]);
+    // --fail-if without a kind reads the pooled group; with one, that kind.
+    let gate: stagetrace_analyze::gate::Gate = "reset:infer.p50>10ms".parse().unwrap();
+    assert!(gate.check(&a.report).unwrap().is_none());
+    let gate: stagetrace_analyze::gate::Gate = "infer.n>=3500".parse().unwrap();
+    assert!(gate.check(&a.report).unwrap().is_some());
+}

@@ -27,6 +27,7 @@ use stagetrace_net::{
     ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
     RequestHook, ServerClock, ServerHandle, TimingLayer, TracedHttpClient,
 };
+use stagetrace_otlp::OtlpExporter;
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -102,6 +103,11 @@ pub(crate) struct DemoArgs {
     /// Print one JSON object (field names as in the records) instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Export every call as an OTLP trace, the client and the server as two
+    /// services, to ENDPOINT (default: OTEL_EXPORTER_OTLP_ENDPOINT, else
+    /// http://localhost:4318). See docs/jaeger.md.
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) otlp: Option<String>,
 }
 
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
@@ -212,6 +218,9 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
         ))
     })?;
 
+    // OTLP export (`--otlp`): the client and the server as two services.
+    let otlp = args.otlp.as_deref().map(DemoOtlp::start).transpose()?;
+
     // The server side: its own runtime, clock and (optionally) clock step.
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -236,7 +245,7 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
             args.transport,
             model,
             clock,
-            server_hook(&server_seen, None),
+            server_hook(&server_seen, otlp.as_ref().map(DemoOtlp::server_hook)),
         ))
         .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
 
@@ -254,7 +263,7 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
 
     // The stage layer, registered as an app would.
     let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
-    let (layer, guard) = StageLayer::builder()
+    let mut layer_builder = StageLayer::builder()
         .output_dir(&out)
         .target_hz(args.hz)
         .clock_mode(match args.clock {
@@ -266,9 +275,11 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
         .sink(Box::new(Collect {
             records: Arc::clone(&records),
             cap: args.calls as usize,
-        }))
-        .build()
-        .map_err(|e| err(e.to_string()))?;
+        }));
+    if let Some(otlp) = &otlp {
+        layer_builder = layer_builder.sink(Box::new(otlp.client.clone()));
+    }
+    let (layer, guard) = layer_builder.build().map_err(|e| err(e.to_string()))?;
     tracing_subscriber::registry()
         .with(layer)
         .try_init()
@@ -286,6 +297,9 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     let proxy_stats = proxy.stats();
     proxy.shutdown();
     server_rt.block_on(server.shutdown());
+    if let Some(otlp) = &otlp {
+        otlp.finish();
+    }
     drop(server_rt);
     let robot = robot?;
 
@@ -387,6 +401,49 @@ fn server_hook(
         }
         if rec.trace_parent.is_some() {
             seen.with_context.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `--otlp`: one exporter for the robot client, one for the policy server.
+struct DemoOtlp {
+    client: OtlpExporter,
+    server: OtlpExporter,
+}
+
+impl DemoOtlp {
+    /// An empty `endpoint` leaves it to OTEL_EXPORTER_OTLP_ENDPOINT or the default.
+    fn start(endpoint: &str) -> Result<DemoOtlp, DemoError> {
+        let build = |service: &str| {
+            OtlpExporter::builder()
+                .with_endpoint(endpoint)
+                .with_service_name(service)
+                .build()
+                .map_err(|e| err(format!("--otlp: {e}")))
+        };
+        Ok(DemoOtlp {
+            client: build("stagetrace-demo-client")?,
+            server: build("stagetrace-demo-server")?,
+        })
+    }
+
+    fn server_hook(&self) -> RequestHook {
+        let server = self.server.clone();
+        Arc::new(move |rec: &ServerRecord| {
+            server.export_server(rec);
+        })
+    }
+
+    /// Sends what is still queued and says on stderr what went where.
+    fn finish(&self) {
+        for exporter in [&self.client, &self.server] {
+            exporter.flush(Duration::from_secs(5));
+            eprintln!(
+                "{} -> {}: {}",
+                exporter.service_name(),
+                exporter.endpoint(),
+                exporter.stats()
+            );
         }
     }
 }

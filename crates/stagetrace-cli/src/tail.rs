@@ -41,7 +41,7 @@ pub(crate) fn run(args: TailArgs) -> ExitCode {
     let mut waiting_said = false;
     let mut shown_bad = 0;
     loop {
-        let lines = match follower.poll() {
+        let newest = match follower.poll() {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("stagetrace tail: {}: {e}", args.dir.display());
@@ -55,8 +55,8 @@ pub(crate) fn run(args: TailArgs) -> ExitCode {
             );
             shown_bad = follower.bad_lines;
         }
-        if let Some(last) = lines.last() {
-            let table = window_table(last, follower.current());
+        if let Some(last) = newest {
+            let table = window_table(&last, follower.current());
             let mut out = std::io::stdout().lock();
             if tty && !args.once {
                 let _ = write!(out, "\x1b[2J\x1b[H");

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use support::gen::{self, Scenario};
 use support::{p, stagetrace, stderr};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
+/// Debian's chromium, or the binary xtask found (`STAGETRACE_CHROMIUM`).
+fn chromium_bin() -> String {
+    std::env::var("STAGETRACE_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_string())
+}
 const PLOTS: [&str; 3] = ["hdr-plot", "timeline-plot", "cdf-plot"];
 
 fn write_report(dir: &Path) -> std::path::PathBuf {
@@ -71,7 +74,7 @@ fn html_is_self_contained_with_three_plots() {
 
 /// Runs chromium with a deadline; returns its stdout.
 fn chromium(args: &[String]) -> Vec<u8> {
-    let mut child = Command::new(CHROMIUM)
+    let mut child = Command::new(chromium_bin())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -101,11 +104,12 @@ fn chromium(args: &[String]) -> Vec<u8> {
 
 #[test]
 fn headless_chromium_renders_the_three_plots() {
-    if !Path::new(CHROMIUM).exists() {
+    let bin = chromium_bin();
+    if !Path::new(&bin).exists() {
         if std::env::var("STAGETRACE_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
-            panic!("{CHROMIUM} is missing but STAGETRACE_REQUIRE_CHROMIUM=1: install it (apt-get install -y chromium)");
+            panic!("{bin} is missing but STAGETRACE_REQUIRE_CHROMIUM=1: install it (apt-get install -y chromium)");
         }
-        eprintln!("SKIPPED headless_chromium_renders_the_three_plots: {CHROMIUM} not installed (apt-get install -y chromium; set STAGETRACE_REQUIRE_CHROMIUM=1 to make this a failure)");
+        eprintln!("SKIPPED headless_chromium_renders_the_three_plots: {bin} not installed (apt-get install -y chromium; set STAGETRACE_REQUIRE_CHROMIUM=1 to make this a failure)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -12,9 +12,11 @@
 //!
 //! - A [`Plan`] (TOML, see `docs/experiments.md`): the target, the baseline
 //!   hold, one factor with its levels and hold per level.
-//! - The target today is the built-in demo pipeline (a robot client, the
-//!   proxy, a policy server with a simulated model, over loopback), run
-//!   long-lived so a level changes one knob of a running system.
+//! - The target: the built-in demo pipeline (a robot client, the proxy, a
+//!   policy server with a simulated model, over loopback), run long-lived so
+//!   a level changes one knob of a running system; or the user's own client
+//!   run as a command, the proxy in front of their server, its records
+//!   directory read as it is written.
 //! - Every record and resource sample is tagged with its phase and level
 //!   (`records-experiment.jsonl`, `resources.jsonl`).
 //! - The [`Verdict`]: per level, each stage against the baseline (bootstrap
@@ -57,6 +59,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+pub mod html;
 mod inject;
 mod pipeline;
 pub mod plan;

@@ -94,7 +94,7 @@ pub fn text(r: &ExperimentReport) -> String {
     );
     let _ = writeln!(
         o,
-        "files: {}/records-experiment.jsonl, resources.jsonl, experiment.json",
+        "files: {}/records-experiment.jsonl, resources.jsonl, experiment.json, experiment.html",
         r.out
     );
     o

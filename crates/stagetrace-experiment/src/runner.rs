@@ -15,6 +15,7 @@ use serde_json::Value as Json;
 use stagetrace::CallRecord;
 use stagetrace_analyze::stats;
 
+use crate::html::Timeline;
 use crate::inject::Injector;
 use crate::pipeline::Pipeline;
 use crate::plan::{Level, Plan};
@@ -69,6 +70,9 @@ pub struct ExperimentReport {
     pub sampler: SamplerCost,
     /// What was restored at the end.
     pub restored: Vec<String>,
+    /// The data of the HTML plots (not in `--json`).
+    #[serde(skip)]
+    pub timeline: Timeline,
     /// Counters: calls completed and failed by the robot, records dropped,
     /// replayed requests (infer factor), burner threads pinned (cpu factor).
     pub counters: BTreeMap<&'static str, u64>,
@@ -153,6 +157,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         plan.factor.kind,
     );
     let baseline = baseline_table(&st);
+    let timeline = timeline(&st);
     let mut counters = BTreeMap::new();
     counters.insert("calls_completed", robot.completed);
     counters.insert("calls_failed", robot.failed);
@@ -176,8 +181,12 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         verdict,
         sampler: cost,
         restored: std::mem::take(&mut injector.restored),
+        timeline,
         counters,
     };
+    let html_path = opts.out.join("experiment.html");
+    std::fs::write(&html_path, crate::html::page(&report))
+        .map_err(|e| ExperimentError::Io(html_path, e))?;
     let json = serde_json::to_string_pretty(&report).unwrap_or_default();
     let path = opts.out.join("experiment.json");
     std::fs::write(&path, json).map_err(|e| ExperimentError::Io(path, e))?;
@@ -319,6 +328,61 @@ fn baseline_table(st: &State) -> BTreeMap<&'static str, [f64; 4]> {
         );
     }
     t
+}
+
+/// Windowed p90 per drawn stage (0.5 s windows) and the resource tracks.
+fn timeline(st: &State) -> Timeline {
+    let t0 = st
+        .phases
+        .iter()
+        .find(|p| p.phase == "baseline")
+        .or(st.phases.first())
+        .map_or(0.0, |p| p.start_unix_ms);
+    let mut windows: BTreeMap<i64, Vec<&Obs>> = BTreeMap::new();
+    for o in st.obs.iter().filter(|o| !o.failed && o.ts_ms >= t0) {
+        windows
+            .entry(((o.ts_ms - t0) / 500.0).floor() as i64)
+            .or_default()
+            .push(o);
+    }
+    let windows = windows
+        .into_iter()
+        .map(|(w, obs)| {
+            let mut vals = [f64::NAN; 7];
+            for (k, v) in vals.iter_mut().enumerate() {
+                let mut col: Vec<f32> = obs
+                    .iter()
+                    .map(|o| o.vals[k])
+                    .filter(|v| v.is_finite())
+                    .collect();
+                col.sort_unstable_by(f32::total_cmp);
+                *v = stats::quantile(&col, 0.9);
+            }
+            (w as f64 * 0.5, vals)
+        })
+        .collect();
+    let nan = f64::NAN;
+    let resources = st
+        .samples
+        .iter()
+        .filter(|(_, s)| s.ts_unix_ms >= t0)
+        .map(|(_, s)| {
+            (
+                (s.ts_unix_ms - t0) / 1e3,
+                [
+                    s.cpu_total_pct.unwrap_or(nan),
+                    s.psi_cpu_some_pct.unwrap_or(nan),
+                    s.run_delay_ms_per_s.map_or(nan, |v| v / 10.0),
+                    s.target_cpu_pct.unwrap_or(nan),
+                ],
+            )
+        })
+        .collect();
+    Timeline {
+        t0_unix_ms: t0,
+        windows,
+        resources,
+    }
 }
 
 /// The live line: p50/p99 of each stage in the current phase.

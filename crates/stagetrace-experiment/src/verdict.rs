@@ -698,7 +698,7 @@ mod tests {
         let mut obs = Vec::new();
         let mut x = 1u32;
         for i in 0..270 {
-            let ts = i as f64 * 33.3;
+            let ts = i as f64 * 1000.0 / 30.0 + 0.5;
             let p = (i / 90) as usize;
             x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             let noise = (x >> 16) as f32 / 65536.0 * 0.3;
@@ -734,7 +734,7 @@ mod tests {
         ];
         let mut obs = Vec::new();
         for i in 0..240 {
-            let ts = i as f64 * 33.3;
+            let ts = i as f64 * 1000.0 / 30.0 + 0.5;
             let p = (i / 120) as usize;
             let spike = p == 1 && i % 15 == 0;
             obs.push(call(ts, p, |c| {

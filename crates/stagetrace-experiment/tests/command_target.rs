@@ -44,7 +44,9 @@ fn client_main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut client = PolicyClient::connect(&format!("ws://{addr}")).await.unwrap();
+        let mut client = PolicyClient::connect(&format!("ws://{addr}"))
+            .await
+            .unwrap();
         let start = Instant::now();
         for seq in 0u64.. {
             tokio::time::sleep_until((start + Duration::from_millis(50 * seq)).into()).await;
@@ -125,10 +127,25 @@ fn command_target_net_ramp_names_uplink() {
     )
     .unwrap();
     eprintln!("{}", stagetrace_experiment::text(&report));
-    assert_eq!(report.verdict.first_stage, Some("uplink"), "{}", report.verdict.summary);
-    assert!(!report.levels[0].components["downlink"].moved);
-    assert!(report.phases.iter().all(|p| p.phase == "warmup" || p.calls >= 30));
-    assert!(report.baseline["e2e"][3] < 999.0, "the old run's record was read");
+    assert_eq!(
+        report.verdict.first_stage,
+        Some("uplink"),
+        "{}",
+        report.verdict.summary
+    );
+    // An uplink-only delay is an asymmetric path: once the clock filter
+    // re-estimates the offset, part of it may show in downlink (asymmetry
+    // cannot be measured from two clocks), but uplink moves first and most.
+    let shift = |s: &str| report.levels[0].components[s].p50_ratio.unwrap().ratio;
+    assert!(shift("uplink") > shift("downlink"));
+    assert!(report
+        .phases
+        .iter()
+        .all(|p| p.phase == "warmup" || p.calls >= 30));
+    assert!(
+        report.baseline["e2e"][3] < 999.0,
+        "the old run's record was read"
+    );
     // The client was stopped with the run.
     let pid = std::fs::read_to_string(records.join("client.pid")).unwrap();
     assert!(

@@ -343,19 +343,18 @@ impl NdArray {
 
     /// As the protocol's `__ndarray__` map (binary keys, as openpi writes them).
     pub fn to_value(&self) -> Value {
+        self.clone().into_value()
+    }
+
+    /// As the protocol's `__ndarray__` map, without copying the data.
+    pub fn into_value(self) -> Value {
         Value::Map(vec![
             (Value::Binary(b"__ndarray__".to_vec()), Value::Boolean(true)),
-            (
-                Value::Binary(b"data".to_vec()),
-                Value::Binary(self.data.clone()),
-            ),
-            (
-                Value::Binary(b"dtype".to_vec()),
-                Value::from(self.dtype.as_str()),
-            ),
+            (Value::Binary(b"data".to_vec()), Value::Binary(self.data)),
+            (Value::Binary(b"dtype".to_vec()), Value::from(self.dtype)),
             (
                 Value::Binary(b"shape".to_vec()),
-                Value::Array(self.shape.iter().map(|&d| Value::from(d)).collect()),
+                Value::Array(self.shape.into_iter().map(Value::from).collect()),
             ),
         ])
     }
@@ -406,7 +405,7 @@ impl NdArray {
 
 impl From<NdArray> for Value {
     fn from(a: NdArray) -> Value {
-        a.to_value()
+        a.into_value()
     }
 }
 

@@ -61,20 +61,6 @@ fn closed_port_exporter() -> OtlpExporter {
 
 fn app_thread(c: &mut Criterion) {
     let mut g = c.benchmark_group("app_thread_per_call");
-    g.bench_function("local_summaries_only", |b| {
-        let (layer, guard) = StageLayer::builder()
-            .queue_capacity(1 << 16)
-            .build()
-            .unwrap();
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-            b.iter(one_call)
-        });
-        let s = guard.finish();
-        eprintln!(
-            "local only: {} calls summarised, {} dropped at the layer queue",
-            s.calls, s.queue_drops
-        );
-    });
     g.bench_function("otlp_to_closed_port", |b| {
         let exporter = closed_port_exporter();
         let (layer, guard) = StageLayer::builder()
@@ -91,6 +77,20 @@ fn app_thread(c: &mut Criterion) {
             s.calls,
             s.queue_drops,
             exporter.stats()
+        );
+    });
+    g.bench_function("local_summaries_only", |b| {
+        let (layer, guard) = StageLayer::builder()
+            .queue_capacity(1 << 16)
+            .build()
+            .unwrap();
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            b.iter(one_call)
+        });
+        let s = guard.finish();
+        eprintln!(
+            "local only: {} calls summarised, {} dropped at the layer queue",
+            s.calls, s.queue_drops
         );
     });
     g.finish();

@@ -119,14 +119,27 @@ fn other_spans(c: &mut Criterion) {
     g.finish();
 }
 
-/// Time `iters` runs of `f` under `dispatch`, in ns per run.
+/// CPU time this thread has used, ns: unlike wall time, it leaves out the
+/// time the thread waited for a core on a loaded machine.
+fn thread_cpu_ns() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+}
+
+/// Run `f` `iters` times under `dispatch`: app-thread CPU ns per run.
 fn time(dispatch: &tracing::Dispatch, f: fn(), iters: u32) -> f64 {
     tracing::dispatcher::with_default(dispatch, || {
-        let t = std::time::Instant::now();
+        let t = thread_cpu_ns();
         for _ in 0..iters {
             f();
         }
-        t.elapsed().as_nanos() as f64 / f64::from(iters)
+        (thread_cpu_ns() - t) / f64::from(iters)
     })
 }
 
@@ -135,59 +148,87 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Paired, interleaved rounds: on a shared machine the load changes from one
-/// criterion benchmark to the next, so the ratios are taken round by round
-/// (each configuration in turn, same load) and the median round is reported.
+/// Paired, interleaved rounds of app-thread CPU time: on a shared machine the
+/// load changes from one criterion benchmark to the next and wall time counts
+/// the waits for a core, so the ratios are taken round by round (each
+/// configuration in turn, same load, CPU time) and the median round is reported.
 /// All dispatchers here agree on every callsite's interest, so keeping them
 /// alive together does not tax any of them.
 fn paired_ratios() {
     let rounds = 41;
-    // Calls: bare registry, StageLayer, tracing-opentelemetry.
+    // Calls: bare registry, StageLayer (filtered, as built; and unfiltered),
+    // tracing-opentelemetry.
     let (layer, guard) = StageLayer::builder()
         .queue_capacity(1 << 16)
         .build()
         .unwrap();
     let staged = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (layer, guard_u) = StageLayer::builder()
+        .queue_capacity(1 << 16)
+        .build_unfiltered::<tracing_subscriber::Registry>()
+        .unwrap();
+    let unfiltered = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
     let bare = tracing::Dispatch::new(tracing_subscriber::registry());
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
     let otel = tracing::Dispatch::new(
         tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
     );
-    let (mut b, mut s, mut o) = (vec![], vec![], vec![]);
-    let (mut rs, mut ro, mut rso, mut radd) = (vec![], vec![], vec![], vec![]);
+    let (mut b, mut s, mut u, mut o) = (vec![], vec![], vec![], vec![]);
+    let (mut rs, mut ru, mut ro, mut rso, mut radd) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
         let tb = time(&bare, one_call, 3000);
         let ts = time(&staged, one_call, 3000);
+        let tu = time(&unfiltered, one_call, 3000);
         let to = time(&otel, one_call, 3000);
         rs.push(ts / tb);
+        ru.push(tu / tb);
         ro.push(to / tb);
         rso.push(ts / to);
         radd.push((ts - tb) / (to - tb));
         b.push(tb);
         s.push(ts);
+        u.push(tu);
         o.push(to);
     }
-    drop((staged, otel, bare));
+    drop((staged, unfiltered, otel, bare));
     let summary = guard.finish();
+    drop(guard_u);
 
-    // Non-stage spans, with an app layer that wants them, with and without StageLayer.
+    // Non-stage spans: alone, and next to an app layer that wants them.
     let (layer, guard) = StageLayer::builder().build().unwrap();
     let app_staged =
         tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer));
+    let (layer, guard_u) = StageLayer::builder()
+        .build_unfiltered::<tracing_subscriber::Registry>()
+        .unwrap();
+    let app_unfiltered =
+        tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer));
+    let (layer, guard_u2) = StageLayer::builder()
+        .build_unfiltered::<tracing_subscriber::Registry>()
+        .unwrap();
+    let unfiltered_alone = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
     let app = tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer));
-    let (mut a, mut as_, mut rn) = (vec![], vec![], vec![]);
+    let bare = tracing::Dispatch::new(tracing_subscriber::registry());
+    let (mut a, mut as_, mut au, mut rn, mut rnu, mut rua) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
         let ta = time(&app, hundred_other_spans, 100);
         let tas = time(&app_staged, hundred_other_spans, 100);
+        let tau = time(&app_unfiltered, hundred_other_spans, 100);
+        let tb = time(&bare, hundred_other_spans, 100);
+        let tua = time(&unfiltered_alone, hundred_other_spans, 100);
         rn.push(tas / ta);
+        rnu.push(tau / ta);
+        rua.push(tua / tb);
         a.push(ta);
         as_.push(tas);
+        au.push(tau);
     }
-    drop(app_staged);
-    drop(guard);
+    drop((app_staged, app_unfiltered, unfiltered_alone));
+    drop((guard, guard_u, guard_u2));
 
-    println!("\npaired rounds (median of {rounds}):");
+    println!("\npaired rounds, app-thread CPU time (median of {rounds}):");
     println!(
         "  one call (5 spans): bare registry {:.0} ns, StageLayer {:.0} ns, tracing-opentelemetry {:.0} ns",
         median(b),
@@ -205,10 +246,18 @@ fn paired_ratios() {
         median(radd)
     );
     println!(
-        "  100 non-stage spans: app layer {:.0} ns, app layer + StageLayer {:.0} ns = {:.2}x",
+        "  100 non-stage spans next to an app layer: app layer {:.0} ns, + StageLayer {:.0} ns = {:.2}x",
         median(a),
         median(as_),
         median(rn)
+    );
+    println!(
+        "  build_unfiltered(): one call {:.0} ns = {:.2}x bare; 100 non-stage spans next to an app layer {:.0} ns = {:.2}x, alone {:.2}x bare registry",
+        median(u),
+        median(ru),
+        median(au),
+        median(rnu),
+        median(rua)
     );
     println!(
         "  observer's own cost per call, as it reports itself: {:?} us, queue drops {}",

@@ -236,6 +236,24 @@ impl StageLayerBuilder {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
+        let (layer, guard) = self.build_unfiltered::<S>()?;
+        let filter = StageFilter {
+            names: Arc::clone(&layer.names),
+        };
+        Ok((layer.with_filter(filter), guard))
+    }
+
+    /// Like [`build`](Self::build), but without the per-layer filter: the
+    /// layer sees every span and ignores the ones that are not stages itself.
+    ///
+    /// The trade-off: next to another layer that wants every span, non-stage
+    /// spans cost less (no per-layer-filter bookkeeping on each enter / exit /
+    /// close); but when stagetrace is the only layer, the registry now creates
+    /// every span instead of none. See `docs/stages.md`, section "Cost".
+    pub fn build_unfiltered<S>(self) -> Result<(StageLayer, FlushGuard), BuildError>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
         if self.window.is_zero() {
             return Err(BuildError::ZeroWindow);
         }
@@ -293,7 +311,7 @@ impl StageLayerBuilder {
             .spawn(move || worker.run(rx, done_tx))
             .map_err(BuildError::Spawn)?;
         let layer = StageLayer {
-            names: Arc::clone(&names),
+            names,
             tx: tx.clone(),
             shared,
             with_scope: WithScope::for_subscriber::<S>(),
@@ -304,7 +322,7 @@ impl StageLayerBuilder {
             handle: Some(handle),
             summary: None,
         };
-        Ok((layer.with_filter(StageFilter { names }), guard))
+        Ok((layer, guard))
     }
 }
 

@@ -172,6 +172,32 @@ struct StageState {
     peer: InlineStr<PEER_LEN>,
 }
 
+/// What the layer keeps in a tracked span's extensions (one entry, one lookup).
+// Boxing the call state would add an allocation per call; the registry boxes
+// this enum once per span anyway.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Copy, Debug)]
+enum Tracked {
+    Call(CallState),
+    Stage(StageState),
+}
+
+impl Tracked {
+    fn call(&mut self) -> Option<&mut CallState> {
+        match self {
+            Tracked::Call(c) => Some(c),
+            Tracked::Stage(_) => None,
+        }
+    }
+
+    fn stage(&mut self) -> Option<&mut StageState> {
+        match self {
+            Tracked::Stage(s) => Some(s),
+            Tracked::Call(_) => None,
+        }
+    }
+}
+
 /// One finished call, as queued to the worker.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawCall {
@@ -395,7 +421,8 @@ where
         let meta = attrs.metadata();
         let mut role = self.names.role(meta.name());
         let mut fields = Fields::new(&self.names);
-        if !meta.fields().is_empty() {
+        // Only tracked spans have fields worth reading (kind / seq / peer / stage).
+        if role.is_some() || meta.fields().field("stage").is_some() {
             attrs.record(&mut fields);
         }
         if let Some(by_field) = fields.stage {
@@ -425,7 +452,7 @@ where
                     observer_ticks: 0,
                 };
                 state.observer_ticks = stamp::now().ticks_since(t0);
-                ext.replace(state);
+                ext.replace(Tracked::Call(state));
             }
             Role::Stage(stage) => {
                 let state = StageState {
@@ -440,7 +467,7 @@ where
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
                 };
-                ext.replace(state);
+                ext.replace(Tracked::Stage(state));
             }
         }
     }
@@ -453,14 +480,17 @@ where
         }
         let Some(span) = ctx.span(id) else { return };
         let mut ext = span.extensions_mut();
-        if let Some(call) = ext.get_mut::<CallState>() {
+        let Some(tracked) = ext.get_mut::<Tracked>() else {
+            return;
+        };
+        if let Some(call) = tracked.call() {
             if let Some(k) = fields.kind {
                 call.kind = k;
             }
             if let Some(s) = fields.seq {
                 call.seq = Some(s);
             }
-        } else if let Some(st) = ext.get_mut::<StageState>() {
+        } else if let Some(st) = tracked.stage() {
             if let Some(p) = fields.peer {
                 st.peer = p;
             }
@@ -470,25 +500,29 @@ where
     fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
         let end = stamp::now();
         let Some(span) = ctx.span(&id) else { return };
-        let (call, stage) = {
-            let ext = span.extensions();
-            (
-                ext.get::<CallState>().copied(),
-                ext.get::<StageState>().copied(),
-            )
+        let ext = span.extensions();
+        let st = match ext.get::<Tracked>() {
+            Some(Tracked::Stage(st)) => *st,
+            Some(Tracked::Call(state)) => {
+                let state = *state;
+                drop(ext);
+                self.finish_call(state, end);
+                return;
+            }
+            None => return,
         };
-        if let Some(state) = call {
-            self.finish_call(state, end);
-            return;
-        }
-        let Some(st) = stage else { return };
+        drop(ext);
         let dur = end.ticks_since(st.start);
         let mut nested = false;
         let mut next = span.parent();
         while let Some(ancestor) = next {
             {
                 let mut ext = ancestor.extensions_mut();
-                if let Some(call) = ext.get_mut::<CallState>() {
+                let Some(tracked) = ext.get_mut::<Tracked>() else {
+                    next = ancestor.parent();
+                    continue;
+                };
+                if let Some(call) = tracked.call() {
                     let acc = &mut call.stages[st.stage.index()];
                     if acc.count == 0 {
                         acc.first_start_ticks = st.start.ticks_since(call.start);
@@ -516,9 +550,7 @@ where
                         .saturating_add(stamp::now().ticks_since(end));
                     return;
                 }
-                if ext.get_mut::<StageState>().is_some() {
-                    nested = true;
-                }
+                nested = true;
             }
             next = ancestor.parent();
         }
@@ -585,14 +617,13 @@ fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool)
 /// only. No effect when `span` is not inside a transport span or no
 /// [`StageLayer`] is installed. Never allocates or blocks.
 pub fn record_server_timing(span: &tracing::Span, timing: ServerTiming) {
-    walk(span, &mut |ext| {
-        if let Some(st) = ext.get_mut::<StageState>() {
-            if st.stage == Stage::Transport {
-                st.timing = Some(timing);
-                return true;
-            }
+    walk(span, &mut |ext| match ext.get_mut::<Tracked>() {
+        Some(Tracked::Stage(st)) if st.stage == Stage::Transport => {
+            st.timing = Some(timing);
+            true
         }
-        ext.get_mut::<CallState>().is_some()
+        Some(Tracked::Call(_)) => true,
+        _ => false,
     });
 }
 
@@ -604,13 +635,16 @@ pub fn trace_parent(span: &tracing::Span) -> Option<TraceParent> {
     let mut parent_id = 0u64;
     let mut out = None;
     walk(span, &mut |ext| {
-        if let Some(st) = ext.get_mut::<StageState>() {
+        let Some(tracked) = ext.get_mut::<Tracked>() else {
+            return false;
+        };
+        if let Some(st) = tracked.stage() {
             if parent_id == 0 && st.span_id != 0 {
                 parent_id = st.span_id;
             }
             return false;
         }
-        if let Some(call) = ext.get_mut::<CallState>() {
+        if let Some(call) = tracked.call() {
             if parent_id == 0 {
                 parent_id = call.span_id;
             }
@@ -642,13 +676,16 @@ pub fn record_output_digest(span: &tracing::Span, digest: u64) {
 }
 
 fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
-    walk(span, &mut |ext| match ext.get_mut::<CallState>() {
-        Some(call) => {
-            f(call);
-            true
-        }
-        None => false,
-    });
+    walk(
+        span,
+        &mut |ext| match ext.get_mut::<Tracked>().and_then(Tracked::call) {
+            Some(call) => {
+                f(call);
+                true
+            }
+            None => false,
+        },
+    );
 }
 
 #[cfg(test)]

@@ -105,18 +105,22 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
         (net - (rt - 3.0)).abs() < 0.002,
         "net {net} vs roundtrip {rt}"
     );
-    if let (Some(up), Some(down)) = (r.uplink_ms, r.downlink_ms) {
-        assert!((up + down - net).abs() < 0.003, "{up} + {down} vs {net}");
-        let tl = r.timeline;
-        let (t, u, d) = (
-            tl.transport.unwrap(),
-            tl.uplink.unwrap(),
-            tl.downlink.unwrap(),
-        );
-        assert_eq!(u.start_ns, t.start_ns);
-        assert_eq!(d.start_ns + d.dur_ns, t.start_ns + t.dur_ns);
-        assert!(r.clock.is_some());
-    }
+    // Same host, same clock: an estimated split of the injected 1 ms each way.
+    let (up, down) = (r.uplink_ms.unwrap(), r.downlink_ms.unwrap());
+    assert!((up + down - net).abs() < 0.003, "{up} + {down} vs {net}");
+    assert_eq!(r.clock, Some(stagetrace::ClockBasis::Estimate));
+    assert!(r.split_err_ms.is_some(), "{r:?}");
+    let tl = r.timeline;
+    let (t, u, d) = (
+        tl.transport.unwrap(),
+        tl.uplink.unwrap(),
+        tl.downlink.unwrap(),
+    );
+    assert_eq!(u.start_ns, t.start_ns);
+    assert_eq!(d.start_ns + d.dur_ns, t.start_ns + t.dur_ns);
+    let (q, i) = (tl.queue.unwrap(), tl.infer.unwrap());
+    assert_eq!(q.start_ns, u.start_ns + u.dur_ns);
+    assert_eq!(i.start_ns, q.start_ns + q.dur_ns);
     let tp = sent.unwrap();
     let hex: String = tp.trace_id.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(r.trace_id.as_deref(), Some(hex.as_str()));
@@ -240,4 +244,64 @@ fn deadline_figures_without_coordinated_omission() {
     );
     assert!(d.effective_hz > 50.0 && d.effective_hz < 101.0, "{d:?}");
     assert!(d.jitter_ms.p99 >= d.jitter_ms.p50);
+}
+
+#[test]
+fn a_stage_nested_in_a_stage_is_reported_but_not_counted_twice_in_the_gap() {
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let _call = info_span!("call").entered();
+        info_span!("transport").in_scope(|| {
+            spin_for(Duration::from_millis(1));
+            info_span!("infer").in_scope(|| spin_for(Duration::from_millis(3)));
+        });
+    });
+    guard.finish();
+    let r = &collect.records()[0];
+    let (rt, infer, gap) = (
+        r.roundtrip_ms.unwrap(),
+        r.infer_ms.unwrap(),
+        r.gap_ms.unwrap(),
+    );
+    assert!(infer >= 3.0 && rt >= infer + 1.0, "{r:?}");
+    assert!(
+        (r.e2e_ms - rt - gap).abs() <= 0.003,
+        "gap must only subtract the outer span: {r:?}"
+    );
+    let tl = r.timeline;
+    let (t, i) = (tl.transport.unwrap(), tl.infer.unwrap());
+    assert!(i.start_ns >= t.start_ns && i.start_ns + i.dur_ns <= t.start_ns + t.dur_ns);
+}
+
+#[test]
+fn the_unfiltered_layer_records_the_same_calls() {
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder()
+        .sink(collect.sink())
+        .build_unfiltered::<tracing_subscriber::Registry>()
+        .unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let subscriber = tracing_subscriber::registry()
+        .with(layer)
+        .with(Count(seen.clone()));
+    tracing::subscriber::with_default(subscriber, || {
+        let _call = info_span!("call", kind = "k").entered();
+        info_span!("unrelated", n = 1).in_scope(|| {
+            info_span!("capture").in_scope(|| spin_for(Duration::from_millis(2)));
+        });
+        info_span!("work", stage = "dispatch").in_scope(|| spin_for(Duration::from_millis(1)));
+    });
+    let summary = guard.finish();
+    assert_eq!(seen.load(Ordering::Relaxed), 4);
+    let r = &collect.records()[0];
+    assert_eq!(r.kind, "k");
+    assert!(
+        r.capture_ms.unwrap() >= 2.0 && r.dispatch_ms.unwrap() >= 1.0,
+        "{r:?}"
+    );
+    assert_eq!(
+        (summary.calls, summary.ignored_spans, summary.empty_calls),
+        (1, 0, 0)
+    );
 }

@@ -1,0 +1,324 @@
+//! The HTML section of an experiment: the stage timeline (windowed p90 per
+//! stage, phases shaded) with the resource tracks on the same time axis
+//! beneath it, and per-level percentile lines (p50 solid, p99 dashed).
+//! Self-contained inline SVG, no scripts.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::runner::ExperimentReport;
+
+/// Stages drawn (the gap included: it is what no stage explains).
+const DRAWN: [&str; 7] = [
+    "capture", "uplink", "queue", "infer", "downlink", "dispatch", "gap",
+];
+const COLORS: [&str; 7] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+];
+
+/// What the timeline plots need, kept out of `--json`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timeline {
+    /// Time zero of the plots (ms since the epoch): the baseline's start.
+    pub t0_unix_ms: f64,
+    /// Windows: (start, s after t0; windowed p90 per drawn stage, NaN = none).
+    pub windows: Vec<(f64, [f64; 7])>,
+    /// Resource tracks: (s after t0; CPU %, CPU pressure %, run-queue wait %
+    /// of a core, target CPU % of a core).
+    pub resources: Vec<(f64, [f64; 4])>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A whole page holding [`section`].
+pub fn page(r: &ExperimentReport) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>stagetrace experiment: {}</title>\
+         <style>body{{font:14px system-ui,sans-serif;margin:24px;max-width:1100px}}\
+         table{{border-collapse:collapse}}td,th{{padding:2px 8px;text-align:right}}\
+         th:first-child,td:first-child{{text-align:left}}.moved{{color:#c00;font-weight:600}}\
+         svg text{{font:11px system-ui,sans-serif}}</style></head><body>{}</body></html>",
+        esc(&r.name),
+        section(r)
+    )
+}
+
+/// The experiment as one HTML `<section>` (for embedding in a report).
+pub fn section(r: &ExperimentReport) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "<section class=\"stagetrace-experiment\"><h2>Experiment: {} (factor {})</h2>",
+        esc(&r.name),
+        r.factor
+    );
+    let _ = write!(
+        o,
+        "<p><b>Verdict:</b> {}</p><p><b>Next step:</b> {}</p>",
+        esc(&r.verdict.summary),
+        esc(&r.verdict.next_step)
+    );
+    if r.interrupted {
+        let _ = write!(
+            o,
+            "<p><b>Stopped early:</b> {}</p>",
+            esc(r.stopped_because.as_deref().unwrap_or(""))
+        );
+    }
+    o.push_str(&timeline_svg(r));
+    o.push_str(&levels_svg(r));
+    o.push_str(&table(r));
+    o.push_str("</section>");
+    o
+}
+
+const W: f64 = 1000.0;
+const LEFT: f64 = 60.0;
+const RIGHT: f64 = 130.0;
+
+fn x_of(t: f64, t_max: f64) -> f64 {
+    LEFT + (W - LEFT - RIGHT) * (t / t_max.max(1e-9)).clamp(0.0, 1.0)
+}
+
+fn polyline(pts: &[(f64, f64)], color: &str, dash: bool) -> String {
+    if pts.len() < 2 {
+        return String::new();
+    }
+    let mut d = String::new();
+    for (x, y) in pts {
+        let _ = write!(d, "{x:.1},{y:.1} ");
+    }
+    format!(
+        "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"{} points=\"{d}\"/>",
+        if dash {
+            " stroke-dasharray=\"5 3\""
+        } else {
+            ""
+        }
+    )
+}
+
+fn timeline_svg(r: &ExperimentReport) -> String {
+    let tl = &r.timeline;
+    let t_max = tl
+        .windows
+        .iter()
+        .map(|w| w.0)
+        .chain(tl.resources.iter().map(|s| s.0))
+        .fold(1.0f64, f64::max);
+    let (top, h) = (20.0, 240.0);
+    let tracks = [
+        "CPU %",
+        "CPU pressure %",
+        "run-queue wait %",
+        "target CPU %",
+    ];
+    let track_h = 50.0;
+    let height = top + h + 30.0 + tracks.len() as f64 * (track_h + 10.0) + 20.0;
+    let y_max = tl
+        .windows
+        .iter()
+        .flat_map(|w| w.1.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let mut o = format!(
+        "<h3>Stage timeline (windowed p90) and resources</h3><svg viewBox=\"0 0 {W} {height:.0}\" width=\"100%\" role=\"img\">"
+    );
+    // Phases shaded, labelled.
+    for (i, p) in r.phases.iter().filter(|p| p.phase != "warmup").enumerate() {
+        let a = (p.start_unix_ms - tl.t0_unix_ms) / 1e3;
+        let b = if p.end_unix_ms.is_finite() {
+            (p.end_unix_ms - tl.t0_unix_ms) / 1e3
+        } else {
+            t_max
+        };
+        let (xa, xb) = (x_of(a, t_max), x_of(b, t_max));
+        let _ = write!(
+            o,
+            "<rect x=\"{xa:.1}\" y=\"{top}\" width=\"{:.1}\" height=\"{:.0}\" fill=\"{}\"/>\
+             <text x=\"{:.1}\" y=\"{:.0}\">{}</text>",
+            (xb - xa).max(0.0),
+            height - top - 10.0,
+            if i % 2 == 0 { "#f4f4f4" } else { "#e9eef5" },
+            xa + 3.0,
+            top - 6.0,
+            esc(if p.phase == "baseline" {
+                "baseline"
+            } else {
+                &p.label
+            })
+        );
+    }
+    // Axis of the stage plot.
+    let _ = write!(
+        o,
+        "<line x1=\"{LEFT}\" y1=\"{:.0}\" x2=\"{:.0}\" y2=\"{:.0}\" stroke=\"#888\"/>\
+         <text x=\"4\" y=\"{:.0}\">{y_max:.1} ms</text><text x=\"4\" y=\"{:.0}\">0</text>",
+        top + h,
+        W - RIGHT,
+        top + h,
+        top + 10.0,
+        top + h
+    );
+    for (k, name) in DRAWN.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = tl
+            .windows
+            .iter()
+            .filter(|w| w.1[k].is_finite())
+            .map(|w| (x_of(w.0, t_max), top + h - h * w.1[k] / y_max))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        o.push_str(&polyline(&pts, COLORS[k], false));
+        let _ = write!(
+            o,
+            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{}\">{name}</text>",
+            W - RIGHT + 8.0,
+            top + 14.0 * (k as f64 + 1.0),
+            COLORS[k]
+        );
+    }
+    // Resource tracks on the same time axis.
+    for (j, label) in tracks.iter().enumerate() {
+        let y0 = top + h + 30.0 + j as f64 * (track_h + 10.0);
+        let _ = write!(
+            o,
+            "<line x1=\"{LEFT}\" y1=\"{:.0}\" x2=\"{:.0}\" y2=\"{:.0}\" stroke=\"#bbb\"/>\
+             <text x=\"{:.0}\" y=\"{:.0}\">{label}</text><text x=\"4\" y=\"{:.0}\">100</text>",
+            y0 + track_h,
+            W - RIGHT,
+            y0 + track_h,
+            W - RIGHT + 8.0,
+            y0 + track_h / 2.0,
+            y0 + 10.0
+        );
+        let pts: Vec<(f64, f64)> = tl
+            .resources
+            .iter()
+            .filter(|s| s.1[j].is_finite())
+            .map(|s| {
+                (
+                    x_of(s.0, t_max),
+                    y0 + track_h - track_h * s.1[j].clamp(0.0, 100.0) / 100.0,
+                )
+            })
+            .collect();
+        o.push_str(&polyline(&pts, "#555", false));
+    }
+    let _ = write!(
+        o,
+        "<text x=\"{:.0}\" y=\"{:.0}\">{t_max:.1} s</text></svg>",
+        W - RIGHT - 30.0,
+        height - 2.0
+    );
+    o
+}
+
+fn levels_svg(r: &ExperimentReport) -> String {
+    // Columns: baseline, then each level.
+    let n = r.levels.len() + 1;
+    let value = |k: usize, col: usize, p99: bool| -> Option<f64> {
+        let name = DRAWN[k];
+        if col == 0 {
+            r.baseline.get(name).map(|b| if p99 { b[3] } else { b[1] })
+        } else {
+            r.levels[col - 1]
+                .components
+                .get(name)
+                .map(|c| if p99 { c.p99 } else { c.p50 })
+        }
+    };
+    let y_max = (0..DRAWN.len())
+        .flat_map(|k| (0..n).filter_map(move |c| value(k, c, true)))
+        .filter(|v| v.is_finite())
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let (top, h) = (20.0, 220.0);
+    let col_x = |c: usize| LEFT + (W - LEFT - RIGHT) * (c as f64 + 0.5) / n as f64;
+    let mut o = format!(
+        "<h3>Per-level percentiles (p50 solid, p99 dashed)</h3><svg viewBox=\"0 0 {W} {:.0}\" width=\"100%\" role=\"img\">\
+         <line x1=\"{LEFT}\" y1=\"{:.0}\" x2=\"{:.0}\" y2=\"{:.0}\" stroke=\"#888\"/>\
+         <text x=\"4\" y=\"{:.0}\">{y_max:.1} ms</text><text x=\"4\" y=\"{:.0}\">0</text>",
+        top + h + 30.0,
+        top + h,
+        W - RIGHT,
+        top + h,
+        top + 10.0,
+        top + h
+    );
+    for c in 0..n {
+        let label = if c == 0 {
+            "baseline".to_owned()
+        } else {
+            format!("L{}", r.levels[c - 1].level)
+        };
+        let _ = write!(
+            o,
+            "<text x=\"{:.0}\" y=\"{:.0}\" text-anchor=\"middle\">{label}</text>",
+            col_x(c),
+            top + h + 16.0
+        );
+    }
+    for (k, name) in DRAWN.iter().enumerate() {
+        for p99 in [false, true] {
+            let pts: Vec<(f64, f64)> = (0..n)
+                .filter_map(|c| value(k, c, p99).map(|v| (c, v)))
+                .filter(|(_, v)| v.is_finite())
+                .map(|(c, v)| (col_x(c), top + h - h * v / y_max))
+                .collect();
+            o.push_str(&polyline(&pts, COLORS[k], p99));
+        }
+        let _ = write!(
+            o,
+            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{}\">{name}</text>",
+            W - RIGHT + 8.0,
+            top + 14.0 * (k as f64 + 1.0),
+            COLORS[k]
+        );
+    }
+    o.push_str("</svg>");
+    o
+}
+
+fn table(r: &ExperimentReport) -> String {
+    let mut o = String::from(
+        "<h3>Stages against the baseline</h3><table><tr><th>stage</th><th>baseline p50 / p99</th>",
+    );
+    for l in &r.levels {
+        let _ = write!(o, "<th>L{} {}</th>", l.level, esc(&l.label));
+    }
+    o.push_str("</tr>");
+    for name in crate::verdict::COMPONENTS {
+        let Some(b) = r.baseline.get(name) else {
+            continue;
+        };
+        let _ = write!(o, "<tr><td>{name}</td><td>{:.2} / {:.2}</td>", b[1], b[3]);
+        for l in &r.levels {
+            match l.components.get(name) {
+                Some(c) => {
+                    let _ = write!(
+                        o,
+                        "<td{}>{:.2} / {:.2}{}</td>",
+                        if c.moved { " class=\"moved\"" } else { "" },
+                        c.p50,
+                        c.p99,
+                        c.p50_ratio
+                            .map_or(String::new(), |q| format!(" (×{:.2})", q.ratio))
+                    );
+                }
+                None => o.push_str("<td>–</td>"),
+            }
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</table>");
+    o
+}
