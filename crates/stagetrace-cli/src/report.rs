@@ -18,6 +18,7 @@ pub(crate) struct ReportArgs {
     files: Vec<PathBuf>,
     /// Record files of an idle run to hold each stage against (ratios with
     /// confidence intervals, shape tests, outliers by the baseline's rule).
+    /// Put it after FILES (it takes every path that follows).
     #[arg(long, num_args = 1.., value_name = "IDLE_FILES")]
     baseline: Vec<PathBuf>,
     /// Print the report as JSON (stable field names, see docs/report.md).

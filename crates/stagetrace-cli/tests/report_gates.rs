@@ -105,3 +105,38 @@ fn hgrm_files_follow_hdrhistogram_format() {
         );
     }
 }
+
+#[test]
+fn a_run_directory_stands_for_its_record_files() {
+    let dir = tempfile::tempdir().unwrap();
+    gen::write(
+        &dir.path().join("records-a.jsonl"),
+        &Scenario {
+            seed: 12,
+            calls: 400,
+            ..Scenario::default()
+        },
+    );
+    gen::write(
+        &dir.path().join("records-b.jsonl"),
+        &Scenario {
+            seed: 13,
+            calls: 600,
+            ..Scenario::default()
+        },
+    );
+    fs::write(dir.path().join("summary.x.jsonl"), "not records\n").unwrap();
+    let out = stagetrace(&["report", p(dir.path()), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["inputs"]["files"].as_array().unwrap().len(), 2);
+    assert_eq!(json["groups"][0]["steady"], 1000);
+    let empty = tempfile::tempdir().unwrap();
+    let out = stagetrace(&["report", p(empty.path())]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no records*.jsonl files"),
+        "{}",
+        stderr(&out)
+    );
+}

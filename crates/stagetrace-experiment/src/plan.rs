@@ -384,7 +384,7 @@ impl Default for SamplerSpec {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerdictSpec {
-    /// Smallest p50 shift that counts, ms (default: max(0.5 ms, 3 % of the baseline e2e p50)).
+    /// Smallest p50 shift that counts, ms (default: max(0.5 ms, 5 % of the baseline e2e p50)).
     #[serde(default)]
     pub min_p50_ms: Option<f64>,
     /// Smallest p99 shift that counts, ms (default: max(2 ms, 10 % of the baseline e2e p50)).

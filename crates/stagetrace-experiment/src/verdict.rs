@@ -210,7 +210,7 @@ pub(crate) fn analyze(
     let e2e_p50 = stats::quantile(&base[E2E], 0.5);
     let e2e_p50 = if e2e_p50.is_finite() { e2e_p50 } else { 0.0 };
     let th = Thresholds {
-        min_p50_ms: spec.min_p50_ms.unwrap_or((0.03 * e2e_p50).max(0.5)),
+        min_p50_ms: spec.min_p50_ms.unwrap_or((0.05 * e2e_p50).max(0.5)),
         min_p99_ms: spec.min_p99_ms.unwrap_or((0.10 * e2e_p50).max(2.0)),
     };
     let base_res = resources(samples, base_idx);
@@ -442,15 +442,21 @@ fn decide(
         if movers.is_empty() {
             continue;
         }
-        // A stage beats the gap: the gap is what no stage explains.
-        if movers.iter().any(|(n, _)| *n != "gap") {
-            movers.retain(|(n, _)| *n != "gap");
-        }
+        // Earliest change first (1 s buckets from the level's start: moves
+        // caused by the same change land in the same bucket), then the
+        // largest shift in ms of the quantile that moved.
+        let level_start = phases
+            .iter()
+            .find(|p| p.phase == "level" && p.level == l.level)
+            .map_or(0.0, |p| p.settle_until_unix_ms);
+        let bucket = |c: &ComponentResult| {
+            c.change_unix_ms
+                .map_or(i64::MAX, |t| ((t - level_start) / 1000.0).floor() as i64)
+        };
         movers.sort_by(|a, b| {
-            let ta = a.1.change_unix_ms.unwrap_or(f64::INFINITY);
-            let tb = b.1.change_unix_ms.unwrap_or(f64::INFINITY);
-            ta.total_cmp(&tb)
-                .then_with(|| rel_shift(b.1).total_cmp(&rel_shift(a.1)))
+            bucket(a.1)
+                .cmp(&bucket(b.1))
+                .then_with(|| abs_shift(b.1).total_cmp(&abs_shift(a.1)))
         });
         let (n, c) = movers[0];
         first = Some((l, n, c));
@@ -587,13 +593,14 @@ fn decide(
     }
 }
 
-fn rel_shift(c: &ComponentResult) -> f64 {
-    c.p50_ratio
-        .map(|q| q.ratio)
-        .into_iter()
-        .chain(c.p99_ratio.map(|q| q.ratio))
-        .filter(|r| r.is_finite())
-        .fold(0.0, f64::max)
+/// The shift in ms of the quantile that moved (p50 for a median move, p99 for a tail).
+fn abs_shift(c: &ComponentResult) -> f64 {
+    let q = if c.shape == Some("median") {
+        c.p50_ratio
+    } else {
+        c.p99_ratio
+    };
+    q.map_or(0.0, |q| q.after - q.before)
 }
 
 fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>) -> String {

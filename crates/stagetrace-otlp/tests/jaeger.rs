@@ -35,6 +35,20 @@ impl RecordSink for Keep {
     }
 }
 
+impl Keep {
+    /// Waits (bounded) until `n` records have reached the sinks.
+    fn wait_for(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.0.lock().unwrap().len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "the layer never handed over {n} records"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 fn spin(d: Duration) {
     let t = Instant::now();
     while t.elapsed() < d {
@@ -149,9 +163,6 @@ fn each_call_is_one_trace_across_client_and_server() {
             spans.iter().filter(|s| s.service == CLIENT_SERVICE).count() == 6
                 && spans.iter().filter(|s| s.service == SERVER_SERVICE).count() == want_server
         });
-        if std::env::var_os("E2E_DUMP").is_some() {
-            eprintln!("{rec:?}\n{spans:#?}");
-        }
         let named = by_name(&spans);
         let mut names: Vec<&str> = named.keys().copied().collect();
         names.sort_unstable();
@@ -216,6 +227,14 @@ fn each_call_is_one_trace_across_client_and_server() {
                 .map(|b| stagetrace::wire::to_lc_hex(&b)),
             "the transport span has the id sent in traceparent"
         );
+
+        // Times are the record's own, to the nanosecond.
+        let tl = &rec.timeline;
+        assert_eq!(call.start_unix_ns, tl.call_start_unix_ns);
+        assert_eq!(call.end_unix_ns, tl.call_start_unix_ns + tl.call_dur_ns);
+        let t = tl.transport.unwrap();
+        assert_eq!(transport.start_unix_ns, tl.call_start_unix_ns + t.start_ns);
+        assert_eq!(transport.end_unix_ns, transport.start_unix_ns + t.dur_ns);
 
         // Durations agree with the call's local record.
         assert_close("call", call.dur_ms(), Some(rec.e2e_ms));
@@ -303,6 +322,9 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     const HZ: f64 = 25.0;
     // Jaeger up.
     run_at_rate(&mut client, HZ, 0, 25);
+    // The layer's worker hands records over to the sinks (in order: the
+    // exporter, then `kept`) after the call; wait until all 25 went through.
+    kept.wait_for(25);
     assert!(client_exp.flush(Duration::from_secs(10)));
     let before = client_exp.stats();
     assert_eq!(before.exported_records, 25, "{before}");
@@ -317,6 +339,7 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
         took < nominal + Duration::from_secs(1),
         "{n_down} calls at {HZ} Hz took {took:?} (nominal {nominal:?}) with the collector down"
     );
+    kept.wait_for(25 + n_down as usize);
     let during = client_exp.stats();
     assert_eq!(during.collector_ok, Some(false), "{during}");
     assert!(during.failed_exports > 0, "{during}");

@@ -1,0 +1,565 @@
+//! A dynamic batcher for async inference.
+//!
+//! Requests are queued (bounded); one worker task takes the first waiting
+//! request, keeps collecting until it has `max_batch` or `max_wait` has passed
+//! since that first request arrived, drops the requests whose deadline has
+//! passed (each is answered with [`BatchError::Expired`], never run), and runs
+//! the model once on the rest. Every answer says how long the request waited
+//! (`queue_wait`) and how big its batch was, and — when the request came with
+//! an [`InferTimer`] — marks the start of inference on it, so the server
+//! reports the wait as the `queue` stage and the batch run as `infer`.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stagetrace_net::InferTimer;
+use tokio::sync::{mpsc, oneshot};
+
+/// Settings of a [`Batcher`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Largest batch the model is given (default 8; 0 is taken as 1).
+    pub max_batch: usize,
+    /// Longest time the first request of a batch waits for company (default 5 ms).
+    pub max_wait: Duration,
+    /// Requests that may wait in the queue; more are refused with
+    /// [`BatchError::QueueFull`] (default 1024; 0 is taken as 1).
+    pub queue_capacity: usize,
+    /// Deadline of each request, counted from [`Batcher::submit`]; a request
+    /// still waiting when it passes is answered with [`BatchError::Expired`]
+    /// instead of being run (default none).
+    pub deadline: Option<Duration>,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_batch: 8,
+            max_wait: Duration::from_millis(5),
+            queue_capacity: 1024,
+            deadline: None,
+        }
+    }
+}
+
+impl BatchConfig {
+    /// Set [`BatchConfig::max_batch`].
+    pub fn max_batch(mut self, n: usize) -> Self {
+        self.max_batch = n.max(1);
+        self
+    }
+
+    /// Set [`BatchConfig::max_wait`].
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+
+    /// Set [`BatchConfig::queue_capacity`].
+    pub fn queue_capacity(mut self, n: usize) -> Self {
+        self.queue_capacity = n.max(1);
+        self
+    }
+
+    /// Set [`BatchConfig::deadline`].
+    pub fn deadline(mut self, d: Duration) -> Self {
+        self.deadline = Some(d);
+        self
+    }
+}
+
+/// One request's answer from a [`Batcher`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batched<O> {
+    /// The model's output for this request.
+    pub output: O,
+    /// Submit → the batch started (the `queue` stage).
+    pub queue_wait: Duration,
+    /// How long the model ran on the batch (the `infer` stage).
+    pub infer: Duration,
+    /// How many requests the batch held.
+    pub batch_size: usize,
+}
+
+/// Why a request got no output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchError {
+    /// The queue already held `capacity` requests: the request was refused.
+    QueueFull {
+        /// The configured queue capacity.
+        capacity: usize,
+    },
+    /// The request's deadline passed while it waited; it was not run.
+    Expired {
+        /// How long it had waited.
+        waited: Duration,
+    },
+    /// The model failed the batch (its message, or that it panicked).
+    Model(String),
+    /// The model returned a different number of outputs than it was given.
+    OutputCount {
+        /// Batch size.
+        expected: usize,
+        /// Outputs returned.
+        got: usize,
+    },
+    /// The batcher's worker is gone (its runtime shut down).
+    Closed,
+    /// [`Batcher::spawn`] was called outside a tokio runtime.
+    NoRuntime,
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BatchError::QueueFull { capacity } => write!(
+                f,
+                "batch queue full ({capacity} requests waiting): request refused; raise BatchConfig::queue_capacity or add model capacity"
+            ),
+            BatchError::Expired { waited } => write!(
+                f,
+                "request expired after waiting {:.1} ms in the batch queue (deadline passed, not run); raise BatchConfig::deadline or lower the load",
+                waited.as_secs_f64() * 1e3
+            ),
+            BatchError::Model(e) => write!(f, "the batched model failed: {e}"),
+            BatchError::OutputCount { expected, got } => write!(
+                f,
+                "the batched model returned {got} outputs for a batch of {expected}; it must return one output per input, in order"
+            ),
+            BatchError::Closed => f.write_str(
+                "the batcher's worker has stopped (its tokio runtime shut down); create a new Batcher",
+            ),
+            BatchError::NoRuntime => f.write_str(
+                "Batcher::spawn needs a tokio runtime; call it from inside one (e.g. #[tokio::main])",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BatchError {}
+
+/// What a [`Batcher`] has done so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// Requests submitted (accepted into the queue or refused).
+    pub submitted: u64,
+    /// Batches the model ran.
+    pub batches: u64,
+    /// Requests the model ran (sum of batch sizes).
+    pub batched: u64,
+    /// Requests refused because the queue was full.
+    pub queue_full: u64,
+    /// Requests answered with [`BatchError::Expired`].
+    pub expired: u64,
+    /// Requests whose caller gave up before their batch started (not run).
+    pub cancelled: u64,
+    /// Requests failed because their batch failed.
+    pub failed: u64,
+    /// `by_size[k]` = batches of size `k + 1` (up to `max_batch`).
+    pub by_size: Vec<u64>,
+}
+
+impl BatchStats {
+    /// Mean batch size (0 before the first batch).
+    pub fn mean_batch(&self) -> f64 {
+        if self.batches == 0 {
+            0.0
+        } else {
+            self.batched as f64 / self.batches as f64
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Counters {
+    submitted: AtomicU64,
+    batches: AtomicU64,
+    batched: AtomicU64,
+    queue_full: AtomicU64,
+    expired: AtomicU64,
+    cancelled: AtomicU64,
+    failed: AtomicU64,
+    by_size: Vec<AtomicU64>,
+}
+
+impl Counters {
+    fn new(max_batch: usize) -> Self {
+        Counters {
+            submitted: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            batched: AtomicU64::new(0),
+            queue_full: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            by_size: (0..max_batch).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn snapshot(&self) -> BatchStats {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        BatchStats {
+            submitted: ld(&self.submitted),
+            batches: ld(&self.batches),
+            batched: ld(&self.batched),
+            queue_full: ld(&self.queue_full),
+            expired: ld(&self.expired),
+            cancelled: ld(&self.cancelled),
+            failed: ld(&self.failed),
+            by_size: self.by_size.iter().map(ld).collect(),
+        }
+    }
+}
+
+type Answer<O> = Result<Batched<O>, BatchError>;
+
+struct Job<I, O> {
+    input: I,
+    enqueued: Instant,
+    deadline: Option<Instant>,
+    timer: Option<InferTimer>,
+    reply: oneshot::Sender<Answer<O>>,
+}
+
+/// A dynamic batcher in front of a model that takes a `Vec` of inputs and
+/// returns one output per input, in order.
+///
+/// ```
+/// use std::time::Duration;
+/// use stagetrace_mitigate::{BatchConfig, Batcher};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), stagetrace_mitigate::BatchError> {
+/// let config = BatchConfig::default().max_batch(4).max_wait(Duration::from_millis(2));
+/// let batcher = Batcher::spawn(config, |xs: Vec<u32>| async move {
+///     Ok::<_, std::convert::Infallible>(xs.into_iter().map(|x| x * 2).collect())
+/// })?;
+/// let answer = batcher.submit(21).await?;
+/// assert_eq!(answer.output, 42);
+/// assert_eq!(answer.batch_size, 1);
+/// # Ok(()) }
+/// ```
+pub struct Batcher<I, O> {
+    tx: mpsc::Sender<Job<I, O>>,
+    config: BatchConfig,
+    counters: Arc<Counters>,
+}
+
+impl<I, O> Clone for Batcher<I, O> {
+    fn clone(&self) -> Self {
+        Batcher {
+            tx: self.tx.clone(),
+            config: self.config,
+            counters: Arc::clone(&self.counters),
+        }
+    }
+}
+
+impl<I, O> fmt::Debug for Batcher<I, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batcher")
+            .field("config", &self.config)
+            .field("stats", &self.counters.snapshot())
+            .finish()
+    }
+}
+
+impl<I, O> Batcher<I, O>
+where
+    I: Send + 'static,
+    O: Send + 'static,
+{
+    /// Start the batcher's worker on the current tokio runtime. The worker
+    /// stops when every clone of the batcher is dropped.
+    ///
+    /// `model` runs one batch at a time (one model, one GPU); its future runs
+    /// in a task of its own, so a panic fails that batch, not the batcher.
+    pub fn spawn<M, Fut, E>(config: BatchConfig, model: M) -> Result<Self, BatchError>
+    where
+        M: FnMut(Vec<I>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
+        E: fmt::Display,
+    {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| BatchError::NoRuntime)?;
+        let config = BatchConfig {
+            max_batch: config.max_batch.max(1),
+            queue_capacity: config.queue_capacity.max(1),
+            ..config
+        };
+        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let counters = Arc::new(Counters::new(config.max_batch));
+        rt.spawn(worker(config, rx, model, Arc::clone(&counters)));
+        Ok(Batcher {
+            tx,
+            config,
+            counters,
+        })
+    }
+
+    /// Queue `input` with the configured deadline and wait for its output.
+    pub async fn submit(&self, input: I) -> Answer<O> {
+        self.submit_with(input, None, None).await
+    }
+
+    /// Queue `input` and wait for its output. `deadline` overrides the
+    /// configured one; `timer` (the server's [`InferTimer`] for this request)
+    /// gets its inference start marked when the batch starts, so the wait is
+    /// reported as `queue` and the batch as `infer`.
+    pub async fn submit_with(
+        &self,
+        input: I,
+        deadline: Option<Instant>,
+        timer: Option<&InferTimer>,
+    ) -> Answer<O> {
+        let enqueued = Instant::now();
+        self.counters.submitted.fetch_add(1, Ordering::Relaxed);
+        let deadline = deadline.or_else(|| self.config.deadline.map(|d| enqueued + d));
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            input,
+            enqueued,
+            deadline,
+            timer: timer.cloned(),
+            reply,
+        };
+        match self.tx.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.counters.queue_full.fetch_add(1, Ordering::Relaxed);
+                return Err(BatchError::QueueFull {
+                    capacity: self.config.queue_capacity,
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(BatchError::Closed),
+        }
+        answer.await.unwrap_or(Err(BatchError::Closed))
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> BatchConfig {
+        self.config
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> BatchStats {
+        self.counters.snapshot()
+    }
+}
+
+async fn worker<I, O, M, Fut, E>(
+    config: BatchConfig,
+    mut rx: mpsc::Receiver<Job<I, O>>,
+    mut model: M,
+    counters: Arc<Counters>,
+) where
+    I: Send + 'static,
+    O: Send + 'static,
+    M: FnMut(Vec<I>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
+    E: fmt::Display,
+{
+    let mut jobs: Vec<Job<I, O>> = Vec::with_capacity(config.max_batch);
+    while let Some(first) = rx.recv().await {
+        // The window opens when the first request arrived, not when the
+        // worker got to it: a request that already waited does not wait again.
+        let window_end = first.enqueued + config.max_wait;
+        jobs.push(first);
+        while jobs.len() < config.max_batch {
+            match rx.try_recv() {
+                Ok(j) => {
+                    jobs.push(j);
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            match tokio::time::timeout_at(window_end.into(), rx.recv()).await {
+                Ok(Some(j)) => jobs.push(j),
+                Ok(None) | Err(_) => break,
+            }
+        }
+
+        let start = Instant::now();
+        let mut inputs = Vec::with_capacity(jobs.len());
+        let mut live = Vec::with_capacity(jobs.len());
+        for job in jobs.drain(..) {
+            if job.reply.is_closed() {
+                counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if job.deadline.is_some_and(|d| d <= start) {
+                counters.expired.fetch_add(1, Ordering::Relaxed);
+                let waited = start.saturating_duration_since(job.enqueued);
+                let _ = job.reply.send(Err(BatchError::Expired { waited }));
+                continue;
+            }
+            if let Some(t) = &job.timer {
+                t.infer_start();
+            }
+            inputs.push(job.input);
+            live.push((job.enqueued, job.reply));
+        }
+        let n = live.len();
+        if n == 0 {
+            continue;
+        }
+        counters.batches.fetch_add(1, Ordering::Relaxed);
+        counters.batched.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(c) = counters.by_size.get(n - 1) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+
+        let run = tokio::spawn(model(inputs));
+        let result = match run.await {
+            Ok(Ok(outs)) if outs.len() == n => Ok(outs),
+            Ok(Ok(outs)) => Err(BatchError::OutputCount {
+                expected: n,
+                got: outs.len(),
+            }),
+            Ok(Err(e)) => Err(BatchError::Model(e.to_string())),
+            Err(e) if e.is_panic() => Err(BatchError::Model("the model panicked".into())),
+            Err(_) => Err(BatchError::Closed),
+        };
+        let infer = start.elapsed();
+        match result {
+            Ok(outs) => {
+                for ((enqueued, reply), output) in live.into_iter().zip(outs) {
+                    let _ = reply.send(Ok(Batched {
+                        output,
+                        queue_wait: start.saturating_duration_since(enqueued),
+                        infer,
+                        batch_size: n,
+                    }));
+                }
+            }
+            Err(e) => {
+                counters.failed.fetch_add(n as u64, Ordering::Relaxed);
+                for (_, reply) in live {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    #[tokio::test]
+    async fn collects_up_to_max_batch_and_keeps_order() {
+        let cfg = BatchConfig::default()
+            .max_batch(4)
+            .max_wait(Duration::from_millis(200));
+        let b = Batcher::spawn(cfg, |xs: Vec<u32>| async move {
+            Ok::<_, Infallible>(xs.iter().map(|x| x + 100).collect())
+        })
+        .unwrap();
+        let calls: Vec<_> = (0..4u32)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move { b.submit(i).await })
+            })
+            .collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            let a = c.await.unwrap().unwrap();
+            assert_eq!(a.output, i as u32 + 100);
+            assert_eq!(a.batch_size, 4);
+        }
+        let s = b.stats();
+        assert_eq!((s.batches, s.batched), (1, 4));
+        assert_eq!(s.by_size, vec![0, 0, 0, 1]);
+    }
+
+    #[tokio::test]
+    async fn expired_requests_are_answered_not_run() {
+        let ran = Arc::new(AtomicU64::new(0));
+        let ran2 = Arc::clone(&ran);
+        let cfg = BatchConfig::default()
+            .max_batch(1)
+            .deadline(Duration::from_millis(30));
+        let b = Batcher::spawn(cfg, move |xs: Vec<u32>| {
+            ran2.fetch_add(xs.len() as u64, Ordering::Relaxed);
+            async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok::<_, Infallible>(xs)
+            }
+        })
+        .unwrap();
+        // The first runs (100 ms); the second waits past its 30 ms deadline.
+        let b1 = b.clone();
+        let first = tokio::spawn(async move { b1.submit(1).await });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let second = b.submit(2).await;
+        assert!(first.await.unwrap().is_ok());
+        match second {
+            Err(BatchError::Expired { waited }) => assert!(waited >= Duration::from_millis(30)),
+            other => panic!("expected Expired, got {other:?}"),
+        }
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        assert_eq!(b.stats().expired, 1);
+        let msg = BatchError::Expired {
+            waited: Duration::from_millis(31),
+        }
+        .to_string();
+        assert!(msg.contains("deadline"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn full_queue_refuses_and_counts() {
+        let cfg = BatchConfig::default().max_batch(1).queue_capacity(1);
+        let b = Batcher::spawn(cfg, |xs: Vec<u32>| async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, Infallible>(xs)
+        })
+        .unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..4u32 {
+            let b = b.clone();
+            tasks.push(tokio::spawn(async move { b.submit(i).await }));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut full = 0;
+        for t in tasks {
+            if let Err(BatchError::QueueFull { capacity }) = t.await.unwrap() {
+                assert_eq!(capacity, 1);
+                full += 1;
+            }
+        }
+        // One running, one queued, the other two refused.
+        assert_eq!(full, 2);
+        assert_eq!(b.stats().queue_full, 2);
+    }
+
+    #[tokio::test]
+    async fn a_panicking_or_miscounting_model_fails_its_batch_only() {
+        let b = Batcher::spawn(BatchConfig::default().max_batch(1), |xs: Vec<u32>| async move {
+            if xs[0] == 0 {
+                panic!("boom");
+            }
+            if xs[0] == 1 {
+                return Ok::<_, Infallible>(vec![]);
+            }
+            Ok(xs)
+        })
+        .unwrap();
+        assert_eq!(
+            b.submit(0).await,
+            Err(BatchError::Model("the model panicked".into()))
+        );
+        assert_eq!(
+            b.submit(1).await,
+            Err(BatchError::OutputCount {
+                expected: 1,
+                got: 0
+            })
+        );
+        assert_eq!(b.submit(7).await.unwrap().output, 7);
+        assert_eq!(b.stats().failed, 2);
+    }
+}

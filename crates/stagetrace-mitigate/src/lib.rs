@@ -1,0 +1,1 @@
+//! stagetrace-mitigate: latency mitigations (placeholder while being written).
