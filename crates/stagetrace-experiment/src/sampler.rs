@@ -171,6 +171,9 @@ struct Snapshot {
     psi: [Option<u64>; 3],
     /// tid → (exec ns, run-queue ns).
     tasks: HashMap<i32, (u64, u64)>,
+    /// tid → whether the thread is load or instrumentation (its name is
+    /// read once, when the thread is first seen).
+    excluded: HashMap<i32, bool>,
     ctx: Option<(u64, u64)>,
     retrans: Option<u64>,
 }
@@ -253,6 +256,15 @@ fn sample_loop(
     }
 }
 
+/// `Tcp: RetransSegs` of `/proc/net/snmp` (header line, then values).
+fn tcp_retrans_segs() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next()?, tcp.next()?);
+    let i = names.split_whitespace().position(|n| n == "RetransSegs")?;
+    values.split_whitespace().nth(i)?.parse().ok()
+}
+
 fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
     let now = Instant::now();
     let dt = prev.at.map(|p| now.duration_since(p).as_secs_f64());
@@ -315,8 +327,17 @@ fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
             let (mut exec, mut delay, mut max_delay) = (0u64, 0u64, 0u64);
             let mut any = false;
             for task in tasks.flatten() {
-                let comm = task.stat().map(|st| st.comm).unwrap_or_default();
-                if NOT_TARGET.iter().any(|n| comm.starts_with(n)) {
+                let excluded = match prev.excluded.get(&task.tid) {
+                    Some(e) => *e,
+                    None => {
+                        let comm =
+                            std::fs::read_to_string(format!("/proc/{pid}/task/{}/comm", task.tid))
+                                .unwrap_or_default();
+                        NOT_TARGET.iter().any(|n| comm.starts_with(n))
+                    }
+                };
+                snap.excluded.insert(task.tid, excluded);
+                if excluded {
                     continue;
                 }
                 let Ok(ss) = task.schedstat() else { continue };
@@ -340,10 +361,10 @@ fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
         }
     }
 
-    if let Ok(snmp) = procfs::net::snmp() {
-        snap.retrans = Some(snmp.tcp_retrans_segs);
+    if let Some(retrans) = tcp_retrans_segs() {
+        snap.retrans = Some(retrans);
         if let Some(p) = prev.retrans {
-            s.tcp_retrans = Some(snmp.tcp_retrans_segs.saturating_sub(p));
+            s.tcp_retrans = Some(retrans.saturating_sub(p));
         }
     }
     (s, snap)
@@ -371,6 +392,9 @@ mod tests {
         let s = &samples[samples.len() / 2];
         assert!(s.threads.unwrap_or(0) >= 2);
         assert!(!s.cpu_pct.is_empty() && s.cpu_total_pct.is_some());
+        if std::path::Path::new("/proc/net/snmp").exists() {
+            assert!(s.tcp_retrans.is_some());
+        }
         let busy = samples
             .iter()
             .filter_map(|s| s.target_cpu_pct)

@@ -281,7 +281,7 @@ where
     where
         M: FnMut(Vec<I>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
-        E: fmt::Display,
+        E: fmt::Display + Send + 'static,
     {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| BatchError::NoRuntime)?;
         let config = BatchConfig {
@@ -359,7 +359,7 @@ async fn worker<I, O, M, Fut, E>(
     O: Send + 'static,
     M: FnMut(Vec<I>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
-    E: fmt::Display,
+    E: fmt::Display + Send + 'static,
 {
     let mut jobs: Vec<Job<I, O>> = Vec::with_capacity(config.max_batch);
     while let Some(first) = rx.recv().await {

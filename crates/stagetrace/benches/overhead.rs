@@ -270,7 +270,9 @@ criterion_group!(benches, call, other_spans);
 fn main() {
     benches();
     // `cargo bench` passes --bench; `cargo test --benches` does not.
-    if std::env::args().any(|a| a == "--bench") {
+    // `--profile-time` (under a profiler) runs the chosen benchmark only.
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--profile-time") {
         paired_ratios();
     }
     Criterion::default().configure_from_args().final_summary();
