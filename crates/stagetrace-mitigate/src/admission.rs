@@ -176,7 +176,9 @@ impl Shared {
         let before = self.counters.waiting.fetch_add(1, Ordering::Relaxed);
         let guard = Waiting(&self.counters.waiting);
         if before >= self.config.max_queue {
-            self.counters.shed_queue_full.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .shed_queue_full
+                .fetch_add(1, Ordering::Relaxed);
             return Err(Shed::QueueFull {
                 max_queue: self.config.max_queue,
             });

@@ -538,15 +538,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_or_miscounting_model_fails_its_batch_only() {
-        let b = Batcher::spawn(BatchConfig::default().max_batch(1), |xs: Vec<u32>| async move {
-            if xs[0] == 0 {
-                panic!("boom");
-            }
-            if xs[0] == 1 {
-                return Ok::<_, Infallible>(vec![]);
-            }
-            Ok(xs)
-        })
+        let b = Batcher::spawn(
+            BatchConfig::default().max_batch(1),
+            |xs: Vec<u32>| async move {
+                if xs[0] == 0 {
+                    panic!("boom");
+                }
+                if xs[0] == 1 {
+                    return Ok::<_, Infallible>(vec![]);
+                }
+                Ok(xs)
+            },
+        )
         .unwrap();
         assert_eq!(
             b.submit(0).await,

@@ -165,8 +165,12 @@ mod tests {
 
     #[test]
     fn key_spec_selects_entries() {
-        let a = MsgMap::new().with("prompt", "wave").with("image", vec![1u8, 2]);
-        let b = MsgMap::new().with("prompt", "wave").with("image", vec![9u8, 9]);
+        let a = MsgMap::new()
+            .with("prompt", "wave")
+            .with("image", vec![1u8, 2]);
+        let b = MsgMap::new()
+            .with("prompt", "wave")
+            .with("image", vec![9u8, 9]);
         assert_ne!(
             CacheKey::of_map(&a, &KeySpec::All),
             CacheKey::of_map(&b, &KeySpec::All)

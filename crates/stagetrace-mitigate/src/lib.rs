@@ -71,8 +71,6 @@ pub use batch::{BatchConfig, BatchError, BatchStats, Batched, Batcher};
 pub use cache::{
     action_cache, ActionCache, CacheStats, CachedHandler, ResultCache, ENTRY_OVERHEAD_BYTES,
 };
-pub use digest::{
-    digest_bytes, digest_hex, digest_map, record_action_digest, CacheKey, KeySpec,
-};
+pub use digest::{digest_bytes, digest_hex, digest_map, record_action_digest, CacheKey, KeySpec};
 pub use executor::{CommandMerger, Stale, StaleFilter, STALE_REASON};
 pub use handler::{BatchedHandler, BATCH_SIZE_KEY};

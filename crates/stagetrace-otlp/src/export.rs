@@ -126,15 +126,15 @@ impl ExportStats {
 
 impl ExportStats {
     /// The counters as `(name, total)` pairs, for a summary line:
-    /// `otlp_queued`, `otlp_exported`, `otlp_dropped`, `otlp_failed`,
-    /// `otlp_failed_exports`.
+    /// `otlp.queued`, `otlp.exported`, `otlp.dropped`, `otlp.failed`,
+    /// `otlp.failed_exports` (they appear in every summary window under `sink_counters`).
     pub fn counters(&self) -> [(&'static str, u64); 5] {
         [
-            ("otlp_queued", self.queued_records),
-            ("otlp_exported", self.exported_records),
-            ("otlp_dropped", self.dropped_records),
-            ("otlp_failed", self.failed_records),
-            ("otlp_failed_exports", self.failed_exports),
+            ("otlp.queued", self.queued_records),
+            ("otlp.exported", self.exported_records),
+            ("otlp.dropped", self.dropped_records),
+            ("otlp.failed", self.failed_records),
+            ("otlp.failed_exports", self.failed_exports),
         ]
     }
 }
@@ -689,5 +689,9 @@ impl stagetrace::RecordSink for OtlpExporter {
         // Bounded by the shutdown timeout: the layer's own drain must not
         // wait out a collector that is down.
         OtlpExporter::flush(self, self.inner.shutdown_timeout);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.stats().counters().to_vec()
     }
 }

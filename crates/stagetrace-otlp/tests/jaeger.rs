@@ -409,7 +409,23 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
 
     drop(client);
     drop(_default);
-    guard.finish();
+    // The exporter's losses show in the layer's summaries, not only in its stats.
+    let summary = guard.finish();
+    let lost_in_summary = summary
+        .sink_counters
+        .get("otlp.dropped")
+        .copied()
+        .unwrap_or(0)
+        + summary
+            .sink_counters
+            .get("otlp.failed")
+            .copied()
+            .unwrap_or(0);
+    assert!(
+        lost_in_summary >= during.lost_records(),
+        "summary sink_counters {:?} vs exporter {during}",
+        summary.sink_counters
+    );
     rt.block_on(server.shutdown());
 }
 

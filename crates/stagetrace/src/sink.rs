@@ -36,4 +36,11 @@ pub trait RecordSink: Send + 'static {
     /// The worker is shutting down (flush guard dropped or finished): write out
     /// anything buffered.
     fn flush(&mut self) {}
+
+    /// The sink's own counters (cumulative), so what it dropped or failed to
+    /// deliver shows in every summary window under `sink_counters`, e.g.
+    /// `[("otlp.dropped", 3)]`. Names should be prefixed with the sink's name.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

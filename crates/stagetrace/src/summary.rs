@@ -167,6 +167,10 @@ pub struct WindowSummary {
     /// Deadline figures, when a `target_hz` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineSummary>,
+    /// Counters the record sinks report about themselves, cumulative
+    /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sink_counters: BTreeMap<String, u64>,
 }
 
 impl WindowSummary {
@@ -638,6 +642,7 @@ impl Accum {
             ignored_spans: counters.ignored_spans,
             empty_calls: counters.empty_calls,
             deadline,
+            sink_counters: BTreeMap::new(),
         }
     }
 

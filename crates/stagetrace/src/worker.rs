@@ -530,7 +530,14 @@ impl Worker {
         }
     }
 
-    fn emit(&mut self, summary: &crate::summary::WindowSummary) {
+    fn emit(&mut self, summary: &mut crate::summary::WindowSummary) {
+        for sink in self.sinks.iter().flatten() {
+            if let Ok(counters) = catch_unwind(AssertUnwindSafe(|| sink.counters())) {
+                for (name, value) in counters {
+                    *summary.sink_counters.entry(name.to_owned()).or_default() += value;
+                }
+            }
+        }
         if let Some(f) = &mut self.files {
             f.write_summary(&summary.to_json_line());
         }
@@ -561,11 +568,11 @@ impl Worker {
             end_unix_ms: now_ms,
             rate_secs: Some(((now_ms - self.window_start_ms) / 1e3).max(1e-3)),
         };
-        let summary = self
+        let mut summary = self
             .window
             .summary(&span, counters.since(self.last), self.target_hz);
         self.last = counters;
-        self.emit(&summary);
+        self.emit(&mut summary);
         self.window.reset();
         self.index += 1;
         self.window_start_ms = now_ms;
@@ -584,10 +591,10 @@ impl Worker {
             end_unix_ms: now_ms,
             rate_secs: None,
         };
-        let summary = self
+        let mut summary = self
             .cumulative
             .summary(&span, counters.since(self.base), self.target_hz);
-        self.emit(&summary);
+        self.emit(&mut summary);
         for slot in &mut self.sinks {
             if let Some(sink) = slot {
                 if catch_unwind(AssertUnwindSafe(|| sink.flush())).is_err() {

@@ -1,14 +1,14 @@
 //! Project tasks. `cargo xtask test` runs the whole test suite with its set-up:
-//! it builds Jaeger from the Go module proxy into `target/tools/`, starts it on
-//! loopback for the tests that need it, installs the Python test dependencies,
-//! runs every Rust and Python test, and stops Jaeger again.
+//! it builds Jaeger from the Go module proxy into `target/tools/` (once; later
+//! runs reuse it) and hands its path to the tests, which start and stop their
+//! own Jaeger instances on free loopback ports; it installs Chromium for the
+//! HTML report test and the Python test dependencies, then runs every Rust
+//! test (all targets, doctests, the OTLP gRPC feature) and the Python tests.
 
 use std::env;
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
 
 const JAEGER_MODULE: &str = "github.com/jaegertracing/jaeger/cmd/jaeger";
 
@@ -92,61 +92,6 @@ fn build_jaeger() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// A Jaeger all-in-one (in-memory storage) on loopback, stopped on drop.
-struct Jaeger {
-    child: Child,
-}
-
-impl Drop for Jaeger {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn port_open(port: u16) -> bool {
-    TcpStream::connect_timeout(
-        &SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(200),
-    )
-    .is_ok()
-}
-
-fn start_jaeger(bin: &Path) -> Result<Jaeger, String> {
-    for port in [4317, 4318, 16686] {
-        if port_open(port) {
-            return Err(format!(
-                "port {port} is already taken on 127.0.0.1: stop the other Jaeger or collector first"
-            ));
-        }
-    }
-    let log_path = root().join("target/tools/jaeger.log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| format!("cannot create {}: {e}", log_path.display()))?;
-    let err_log = log.try_clone().map_err(|e| e.to_string())?;
-    let child = Command::new(bin)
-        .stdout(log)
-        .stderr(err_log)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
-    let jaeger = Jaeger { child };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if port_open(4318) && port_open(16686) {
-            eprintln!(
-                "xtask: Jaeger is up (OTLP 127.0.0.1:4318, query 127.0.0.1:16686; log {})",
-                log_path.display()
-            );
-            return Ok(jaeger);
-        }
-        thread::sleep(Duration::from_millis(200));
-    }
-    Err(format!(
-        "Jaeger did not open its ports within 60 s; see {}",
-        log_path.display()
-    ))
-}
-
 /// Headless Chromium renders the HTML report in a test; installed from
 /// Debian's packages when missing and we may (root with apt-get).
 fn chromium() -> Option<PathBuf> {
@@ -206,10 +151,6 @@ fn test(extra: &[String]) -> Result<(), String> {
             None
         }
     };
-    let _jaeger = match &jaeger_bin {
-        Some(bin) => Some(start_jaeger(bin)?),
-        None => None,
-    };
 
     let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo
@@ -228,12 +169,29 @@ fn test(extra: &[String]) -> Result<(), String> {
     if let Some(bin) = &jaeger_bin {
         cargo
             .env("STAGETRACE_REQUIRE_JAEGER", "1")
-            .env("STAGETRACE_JAEGER_BIN", bin)
-            .env("STAGETRACE_JAEGER_OTLP", "http://127.0.0.1:4318")
-            .env("STAGETRACE_JAEGER_QUERY", "http://127.0.0.1:16686");
+            .env("STAGETRACE_JAEGER_BIN", bin);
     }
     cargo.args(extra);
+    let cargo_env: Vec<(String, String)> = cargo
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+        .collect();
     run(&mut cargo)?;
+    // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .envs(cargo_env)
+            .args([
+                "test",
+                "-p",
+                "stagetrace-otlp",
+                "--features",
+                "grpc",
+                "--test",
+                "jaeger",
+            ]),
+    )?;
     // Doctests are not part of --all-targets.
     run(
         Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))

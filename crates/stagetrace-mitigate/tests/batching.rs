@@ -1,0 +1,200 @@
+//! Must show: with 4 concurrent clients and a model whose cost is a + b·batch,
+//! batching raises throughput at least 2× over one-at-a-time, the records
+//! show where the time went (queue vs infer), and the outputs do not change.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use stagetrace::CallRecord;
+use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Batcher};
+use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
+use support::{cost, observation, policy, quantile, rt, Observed};
+use tracing::Instrument;
+
+const CLIENTS: u64 = 4;
+const CALLS: u64 = 15;
+const A_MS: u64 = 20;
+const B_MS: u64 = 2;
+
+/// Run 4 closed-loop clients against `url`; returns the wall time.
+async fn drive(url: &str) -> Duration {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let url = url.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut client = PolicyClient::connect(&url).await.unwrap();
+            for i in 0..CALLS {
+                let seq = c * 1000 + i;
+                let call = tracing::info_span!("call", seq = seq);
+                let obs = observation("stack the blocks", (seq % 251) as u8);
+                let reply = async {
+                    let r = client.infer(&obs).await.unwrap();
+                    record_action_digest(&tracing::Span::current(), &r.action);
+                    r
+                }
+                .instrument(call)
+                .await;
+                assert!(reply.action.get("actions").is_some());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    start.elapsed()
+}
+
+fn stage(recs: &[CallRecord], f: impl Fn(&CallRecord) -> Option<f64>) -> Vec<f64> {
+    recs.iter().filter_map(f).collect()
+}
+
+fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
+    recs.iter()
+        .map(|r| (r.seq, r.output_digest.clone().unwrap()))
+        .collect()
+}
+
+#[test]
+fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
+    // One at a time: the server runs one request at a time, each a batch of 1.
+    let mut obs = Observed::new(None);
+    let serial = rt().block_on(async {
+        let server = PolicyServer::builder()
+            .max_concurrency(1)
+            .spawn("127.0.0.1:0", |o: MsgMap, _t: InferTimer| async move {
+                tokio::time::sleep(cost(A_MS, B_MS, 1)).await;
+                Ok(policy(&o))
+            })
+            .await
+            .unwrap();
+        let t = drive(&server.url()).await;
+        server.shutdown().await;
+        t
+    });
+    let serial_recs = obs.finish();
+    drop(obs);
+
+    // Batched: the same model, given up to 4 requests at once.
+    let mut obs = Observed::new(None);
+    let (batched, stats) = rt().block_on(async {
+        let batcher = Batcher::spawn(
+            BatchConfig::default()
+                .max_batch(CLIENTS as usize)
+                .max_wait(Duration::from_millis(5)),
+            |xs: Vec<MsgMap>| async move {
+                tokio::time::sleep(cost(A_MS, B_MS, xs.len())).await;
+                Ok::<_, Infallible>(xs.iter().map(policy).collect())
+            },
+        )
+        .unwrap();
+        let server = PolicyServer::builder()
+            .max_concurrency(64)
+            .spawn("127.0.0.1:0", BatchedHandler::new(batcher.clone()))
+            .await
+            .unwrap();
+        let t = drive(&server.url()).await;
+        server.shutdown().await;
+        (t, batcher.stats())
+    });
+    let batched_recs = obs.finish();
+
+    let n = (CLIENTS * CALLS) as f64;
+    let (tp_serial, tp_batched) = (n / serial.as_secs_f64(), n / batched.as_secs_f64());
+    eprintln!(
+        "throughput: one-at-a-time {tp_serial:.1}/s, batched {tp_batched:.1}/s ({:.2}x); mean batch {:.2}, by size {:?}",
+        tp_batched / tp_serial,
+        stats.mean_batch(),
+        stats.by_size
+    );
+    assert!(
+        tp_batched >= 2.0 * tp_serial,
+        "batching gave {tp_batched:.1}/s vs {tp_serial:.1}/s one at a time"
+    );
+    assert_eq!(stats.batched, CLIENTS * CALLS);
+    assert!(stats.mean_batch() >= 2.5, "{stats:?}");
+
+    // Every call has a record with the server's queue and infer split.
+    for recs in [&serial_recs, &batched_recs] {
+        assert_eq!(recs.len() as u64, CLIENTS * CALLS);
+        assert!(recs.iter().all(|r| r.failed.is_none()));
+        assert!(recs
+            .iter()
+            .all(|r| r.queue_ms.is_some() && r.infer_ms.is_some()));
+    }
+    let q = |r: &CallRecord| r.queue_ms;
+    let i = |r: &CallRecord| r.infer_ms;
+    let (sq, bq) = (
+        quantile(&stage(&serial_recs, q), 0.5),
+        quantile(&stage(&batched_recs, q), 0.5),
+    );
+    let (si, bi) = (
+        quantile(&stage(&serial_recs, i), 0.5),
+        quantile(&stage(&batched_recs, i), 0.5),
+    );
+    eprintln!("median queue: serial {sq:.1} ms, batched {bq:.1} ms; median infer: serial {si:.1} ms, batched {bi:.1} ms");
+    // One at a time, a request waits for the others' turns: queue dominates.
+    assert!(sq >= 1.5 * (A_MS + B_MS) as f64, "serial queue p50 {sq}");
+    // Batched, it waits for its batch to fill (≤ max_wait) or for the running one.
+    assert!(bq < sq / 2.0, "batched queue p50 {bq} vs serial {sq}");
+    // Infer is the batch's cost: a + b·n for the batch it ran in.
+    assert!((A_MS + B_MS) as f64 * 0.9 <= si, "serial infer {si}");
+    assert!(bi >= (A_MS + 2 * B_MS) as f64 * 0.9, "batched infer {bi}");
+    // Batching did not change what the robot is told to do.
+    assert_eq!(digests(&serial_recs), digests(&batched_recs));
+}
+
+#[test]
+fn expired_requests_fail_with_the_deadline_error_and_are_not_run() {
+    let mut obs = Observed::new(None);
+    let (errors, stats) = rt().block_on(async {
+        let batcher = Batcher::spawn(
+            BatchConfig::default()
+                .max_batch(1)
+                .deadline(Duration::from_millis(30)),
+            |xs: Vec<MsgMap>| async move {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                Ok::<_, Infallible>(xs.iter().map(policy).collect())
+            },
+        )
+        .unwrap();
+        let server = PolicyServer::builder()
+            .max_concurrency(64)
+            .spawn("127.0.0.1:0", BatchedHandler::new(batcher.clone()))
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for c in 0..3u64 {
+            let url = server.url();
+            tasks.push(tokio::spawn(async move {
+                let mut client = PolicyClient::connect(&url).await.unwrap();
+                let call = tracing::info_span!("call", seq = c);
+                client
+                    .infer(&observation("x", c as u8))
+                    .instrument(call)
+                    .await
+                    .err()
+                    .map(|e| e.to_string())
+            }));
+        }
+        let mut errors = Vec::new();
+        for t in tasks {
+            errors.extend(t.await.unwrap());
+        }
+        server.shutdown().await;
+        (errors, batcher.stats())
+    });
+    let recs = obs.finish();
+    // One runs (60 ms); the two behind it pass their 30 ms deadline.
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for e in &errors {
+        assert!(e.contains("expired") && e.contains("deadline"), "{e}");
+    }
+    assert_eq!((stats.expired, stats.batched), (2, 1));
+    assert_eq!(recs.iter().filter(|r| r.failed == Some(true)).count(), 2);
+}

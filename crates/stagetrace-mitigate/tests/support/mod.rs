@@ -1,0 +1,94 @@
+//! Shared by the integration tests: a real stage layer collecting records,
+//! a simulated model whose cost is a + b·batch, and percentiles.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stagetrace::{CallRecord, RecordSink, StageLayer};
+use stagetrace_net::{MsgMap, NdArray};
+use tracing_subscriber::layer::SubscriberExt;
+
+/// A stage layer installed for the current thread (use a current-thread
+/// runtime so every task sees it), collecting records in memory and, when a
+/// directory is given, writing `records-*.jsonl` there as a user's app would.
+pub(crate) struct Observed {
+    records: Arc<Mutex<Vec<CallRecord>>>,
+    guard: Option<stagetrace::FlushGuard>,
+    _default: tracing::subscriber::DefaultGuard,
+}
+
+struct Collect(Arc<Mutex<Vec<CallRecord>>>);
+
+impl RecordSink for Collect {
+    fn on_record(&mut self, rec: &CallRecord) {
+        self.0.lock().unwrap().push(rec.clone());
+    }
+}
+
+impl Observed {
+    pub(crate) fn new(dir: Option<&Path>) -> Self {
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let mut b = StageLayer::builder().sink(Box::new(Collect(Arc::clone(&records))));
+        if let Some(d) = dir {
+            b = b.output_dir(d);
+        }
+        let (layer, guard) = b.build().unwrap();
+        let default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+        Observed {
+            records,
+            guard: Some(guard),
+            _default: default,
+        }
+    }
+
+    /// Drain the worker and return every record, by seq.
+    pub(crate) fn finish(&mut self) -> Vec<CallRecord> {
+        if let Some(g) = self.guard.take() {
+            g.finish();
+        }
+        let mut r = self.records.lock().unwrap().clone();
+        r.sort_by_key(|r| r.seq);
+        r
+    }
+}
+
+pub(crate) fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The simulated model's cost for a batch of `n`: a + b·n.
+pub(crate) fn cost(a_ms: u64, b_ms: u64, n: usize) -> Duration {
+    Duration::from_millis(a_ms + b_ms * n as u64)
+}
+
+/// What the policy answers: a deterministic function of the whole observation
+/// (prompt and image), so digests can tell two answers apart.
+pub(crate) fn policy(obs: &MsgMap) -> MsgMap {
+    let sum: u64 = obs.to_msgpack().iter().map(|&b| u64::from(b)).sum();
+    let base = (sum % 100_000) as f32;
+    let acts: Vec<f32> = (0..14).map(|i| base + i as f32 * 0.5).collect();
+    MsgMap::new().with("actions", NdArray::from_f32(&acts, &[2, 7]))
+}
+
+/// An observation: the same `scene` gives the same image bytes.
+pub(crate) fn observation(prompt: &str, scene: u8) -> MsgMap {
+    let image = NdArray::from_u8(vec![scene; 32 * 32 * 3], &[32, 32, 3]);
+    MsgMap::new().with("prompt", prompt).with("image", image)
+}
+
+/// The q-quantile (0..=1) of `v` (nearest rank).
+pub(crate) fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
