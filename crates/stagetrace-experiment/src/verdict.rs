@@ -442,9 +442,17 @@ fn decide(
         if movers.is_empty() {
             continue;
         }
-        // Earliest change first (1 s buckets from the level's start: moves
-        // caused by the same change land in the same bucket), then the
-        // largest shift in ms of the quantile that moved.
+        // A median move outranks a tail-only move: transient contention from
+        // outside can lift a p99 for a while, not a median.
+        if movers.iter().any(|(_, c)| c.shape == Some("median")) {
+            movers.retain(|(_, c)| c.shape == Some("median"));
+        }
+        // Among moves of comparable size (at least half the largest shift),
+        // the earliest change (1 s buckets from the level's start: moves
+        // caused by the same change land together), then the largest.
+        movers.sort_by(|a, b| abs_shift(b.1).total_cmp(&abs_shift(a.1)));
+        let top = abs_shift(movers[0].1);
+        movers.retain(|(_, c)| abs_shift(c) >= 0.5 * top);
         let level_start = phases
             .iter()
             .find(|p| p.phase == "level" && p.level == l.level)

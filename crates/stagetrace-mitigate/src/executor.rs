@@ -99,6 +99,9 @@ impl StaleFilter {
     }
 }
 
+/// How a [`CommandMerger`] folds a new command into the pending one.
+type MergeFn<C> = Box<dyn FnMut(&mut C, C) + Send>;
+
 /// Collapses the commands that arrive within one control period into one.
 ///
 /// [`CommandMerger::push`] adds a command; [`CommandMerger::take_due`] hands
@@ -124,7 +127,7 @@ pub struct CommandMerger<C> {
     period: Duration,
     pending: Option<C>,
     last_out: Option<Instant>,
-    merge: Box<dyn FnMut(&mut C, C) + Send>,
+    merge: MergeFn<C>,
     merged: u64,
     emitted: u64,
 }

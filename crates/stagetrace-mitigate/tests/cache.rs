@@ -1,0 +1,154 @@
+//! Must show: repeated inputs hit the cache (infer drops to near zero) and
+//! the output digests match the uncached run; a key that leaves out part of
+//! the input changes the outputs; memory stays under the bound with a
+//! million distinct keys.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use stagetrace::CallRecord;
+use stagetrace_mitigate::{
+    action_cache, record_action_digest, CacheKey, CacheStats, CachedHandler, KeySpec, ResultCache,
+    ENTRY_OVERHEAD_BYTES,
+};
+use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
+use support::{observation, policy, quantile, rt, Observed};
+use tracing::Instrument;
+
+const CALLS: u64 = 24;
+const SCENES: u64 = 4;
+const MODEL_MS: u64 = 15;
+
+async fn model(o: MsgMap, _t: InferTimer) -> Result<MsgMap, stagetrace_net::HandlerError> {
+    tokio::time::sleep(Duration::from_millis(MODEL_MS)).await;
+    Ok(policy(&o))
+}
+
+/// One client, `CALLS` calls cycling over `SCENES` observations (same prompt).
+fn run(cache: Option<KeySpec>) -> (Vec<CallRecord>, Option<CacheStats>) {
+    let mut obs = Observed::new(None);
+    let stats = rt().block_on(async {
+        let handle_cache = action_cache(8 << 20);
+        let server = match &cache {
+            None => PolicyServer::builder().spawn("127.0.0.1:0", model).await,
+            Some(spec) => {
+                let h = CachedHandler::new(model, handle_cache.clone(), spec.clone());
+                PolicyServer::builder().spawn("127.0.0.1:0", h).await
+            }
+        }
+        .unwrap();
+        let mut client = PolicyClient::connect(&server.url()).await.unwrap();
+        for seq in 0..CALLS {
+            let call = tracing::info_span!("call", seq = seq);
+            let o = observation("pick up the cup", (seq % SCENES) as u8);
+            async {
+                let r = client.infer(&o).await.unwrap();
+                record_action_digest(&tracing::Span::current(), &r.action);
+            }
+            .instrument(call)
+            .await;
+        }
+        server.shutdown().await;
+        handle_cache.run_pending_tasks();
+        cache.map(|_| handle_cache.stats())
+    });
+    (obs.finish(), stats)
+}
+
+fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
+    recs.iter()
+        .map(|r| (r.seq, r.output_digest.clone().unwrap()))
+        .collect()
+}
+
+#[test]
+fn repeated_inputs_hit_the_cache_with_unchanged_outputs() {
+    let (plain, _) = run(None);
+    let (cached, stats) = run(Some(KeySpec::All));
+    let stats = stats.unwrap();
+    assert_eq!(
+        (stats.misses, stats.hits),
+        (SCENES, CALLS - SCENES),
+        "{stats:?}"
+    );
+    assert_eq!(stats.entries, SCENES);
+
+    let infer = |recs: &[CallRecord], first: bool| -> Vec<f64> {
+        recs.iter()
+            .filter(|r| (r.seq < SCENES) == first)
+            .map(|r| r.infer_ms.unwrap())
+            .collect()
+    };
+    let plain_infer = quantile(&infer(&plain, false), 0.5);
+    let miss_infer = quantile(&infer(&cached, true), 0.5);
+    let hit_infer = infer(&cached, false);
+    eprintln!(
+        "infer p50: uncached {plain_infer:.2} ms, cache miss {miss_infer:.2} ms, cache hit {:.3} ms (max {:.3})",
+        quantile(&hit_infer, 0.5),
+        quantile(&hit_infer, 1.0)
+    );
+    assert!(plain_infer >= MODEL_MS as f64 * 0.9);
+    assert!(miss_infer >= MODEL_MS as f64 * 0.9);
+    // A hit skips the model: near zero (well under a tenth of it).
+    assert!(
+        quantile(&hit_infer, 0.9) < MODEL_MS as f64 / 10.0,
+        "{hit_infer:?}"
+    );
+    assert_eq!(digests(&plain), digests(&cached));
+}
+
+#[test]
+fn a_key_that_leaves_out_the_image_changes_the_outputs() {
+    let (plain, _) = run(None);
+    // The prompt never changes: every scene gets the first scene's answer.
+    let (bad, stats) = run(Some(KeySpec::Only(vec!["prompt".into()])));
+    let stats = stats.unwrap();
+    assert_eq!((stats.misses, stats.hits), (1, CALLS - 1));
+    let (p, b) = (digests(&plain), digests(&bad));
+    let changed = p.iter().filter(|(k, v)| b.get(k) != Some(v)).count() as u64;
+    // Scenes 1..SCENES-1 got scene 0's action.
+    assert_eq!(changed, CALLS - CALLS / SCENES);
+}
+
+#[test]
+fn memory_stays_under_the_bound_with_a_million_keys() {
+    const BOUND: u64 = 4 << 20;
+    const VALUE: usize = 64;
+    let cache = ResultCache::new(BOUND, |v: &Vec<u8>| v.len());
+    let mut peak = 0u64;
+    // One hot key, asked for all along, among a million cold ones.
+    let hot = CacheKey::of_bytes(b"hot");
+    cache.insert(hot, vec![7; VALUE]);
+    let mut hot_hits = 0u64;
+    for i in 0..1_000_000u64 {
+        cache.insert(
+            CacheKey::of_bytes(&i.to_le_bytes()),
+            vec![(i % 251) as u8; VALUE],
+        );
+        if i % 1000 == 0 && cache.get(&hot).is_some() {
+            hot_hits += 1;
+        }
+        if i % 100_000 == 99_999 {
+            cache.run_pending_tasks();
+            peak = peak.max(cache.stats().weighted_bytes);
+        }
+    }
+    cache.run_pending_tasks();
+    let s = cache.stats();
+    let per_entry = (VALUE + 16 + ENTRY_OVERHEAD_BYTES) as u64;
+    eprintln!(
+        "1M keys into a {BOUND}-byte cache: {} entries, {} bytes weighted (peak {peak}), {} evicted",
+        s.entries, s.weighted_bytes, s.evictions
+    );
+    assert_eq!(s.inserts, 1_000_001);
+    assert!(peak <= BOUND && s.weighted_bytes <= BOUND, "{s:?}");
+    assert!(s.entries <= BOUND / per_entry, "{s:?}");
+    // It is a cache, not a sink: it holds a good share of what fits.
+    assert!(s.entries >= BOUND / per_entry / 4, "{s:?}");
+    // The frequently used key survives the flood of one-off keys.
+    assert!(hot_hits >= 990, "hot key hits {hot_hits} of 1000");
+}
