@@ -108,9 +108,17 @@ pub(crate) struct DemoArgs {
     /// http://localhost:4318). See docs/jaeger.md.
     #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
     pub(crate) otlp: Option<String>,
+    /// Mitigation knobs (docs/mitigations.md).
+    #[command(flatten)]
+    pub(crate) mitigate: crate::mitigate_demo::MitigateArgs,
 }
 
 pub(crate) fn run(args: DemoArgs) -> ExitCode {
+    if args.mitigate.active() {
+        let out = args.out.clone().unwrap_or_else(default_out_dir);
+        let k = &args.mitigate;
+        return crate::mitigate_demo::run(k, args.model_ms, args.calls, &out, args.json);
+    }
     match demo(&args) {
         Ok(code) => code,
         Err(e) => {

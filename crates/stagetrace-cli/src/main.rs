@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod compare;
 mod demo;
 mod experiment;
+mod mitigate_demo;
 mod report;
 mod tail;
 

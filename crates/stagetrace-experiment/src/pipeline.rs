@@ -45,6 +45,8 @@ pub(crate) struct Pipeline {
     pub(crate) proxy: Option<ProxyHandle>,
     /// The observation the robot sent last (for the infer factor's replay).
     pub(crate) captured: Arc<Mutex<Option<MsgMap>>>,
+    /// A captured HTTP request to replay instead (command targets).
+    pub(crate) http_replay: Option<Arc<HttpReplay>>,
     pub(crate) records: Receiver<CallRecord>,
     pub(crate) dropped: Arc<AtomicU64>,
     pub(crate) server_addr: SocketAddr,
@@ -67,6 +69,14 @@ impl std::fmt::Debug for Pipeline {
             .field("proxy", &self.proxy.as_ref().map(ProxyHandle::local_addr))
             .finish()
     }
+}
+
+/// One captured HTTP request: POSTed as is by the infer factor.
+#[derive(Debug)]
+pub(crate) struct HttpReplay {
+    pub(crate) url: String,
+    pub(crate) body: bytes::Bytes,
+    pub(crate) content_type: String,
 }
 
 /// What the robot loop counted.
@@ -129,7 +139,23 @@ impl Pipeline {
             .filter(|c| !c.is_empty())
             .ok_or_else(|| bad("command"))?;
         let records_dir = t.records_dir.clone().ok_or_else(|| bad("records_dir"))?;
+        let mut http_replay = None;
         let captured = match &t.replay_file {
+            Some(f) if t.replay_http_path.is_some() => {
+                let body = std::fs::read(f).map_err(|e| ExperimentError::Io(f.clone(), e))?;
+                http_replay = Some(Arc::new(HttpReplay {
+                    url: format!(
+                        "http://{upstream}{}",
+                        t.replay_http_path.as_deref().unwrap_or("/")
+                    ),
+                    body: body.into(),
+                    content_type: t
+                        .replay_content_type
+                        .clone()
+                        .unwrap_or_else(|| "application/msgpack".into()),
+                }));
+                None
+            }
             Some(f) => {
                 let bytes = std::fs::read(f).map_err(|e| ExperimentError::Io(f.clone(), e))?;
                 let obs = MsgMap::from_msgpack(&bytes).map_err(|e| {
@@ -189,6 +215,7 @@ impl Pipeline {
             }),
             proxy: Some(proxy),
             captured: Arc::new(Mutex::new(captured)),
+            http_replay,
             records,
             dropped,
             server_addr: upstream,
@@ -287,6 +314,7 @@ impl Pipeline {
             knobs,
             proxy: Some(proxy),
             captured,
+            http_replay: None,
             records,
             dropped,
             server_addr,

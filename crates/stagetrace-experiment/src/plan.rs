@@ -81,6 +81,13 @@ pub struct Target {
     /// LingBot-VA protocol) replayed by the `infer` factor against `upstream`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_file: Option<std::path::PathBuf>,
+    /// `command`, HTTP servers: replay `replay_file` as the raw body of a
+    /// POST to this path of `upstream` (e.g. `"/infer"`) instead of over WebSocket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_http_path: Option<String>,
+    /// Content type of the HTTP replay (default `application/msgpack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_content_type: Option<String>,
     /// Control rate of the robot loop (calls per second).
     #[serde(default = "d_hz")]
     pub hz: f64,
@@ -572,6 +579,8 @@ impl Plan {
             ("listen", t.listen.is_some()),
             ("payload_env", t.payload_env.is_some()),
             ("replay_file", t.replay_file.is_some()),
+            ("replay_http_path", t.replay_http_path.is_some()),
+            ("replay_content_type", t.replay_content_type.is_some()),
         ];
         match t.kind {
             TargetKind::Demo => {
@@ -600,6 +609,13 @@ impl Plan {
                         ))
                     }
                 }
+                if let Some(path) = &t.replay_http_path {
+                    if !path.starts_with('/') || t.replay_file.is_none() {
+                        return Err(invalid(
+                            "target.replay_http_path must start with '/' and comes with target.replay_file (the request body to replay)",
+                        ));
+                    }
+                }
                 if let Some(l) = &t.listen {
                     if l.parse::<std::net::SocketAddr>().is_err() {
                         return Err(invalid(format!(
@@ -620,7 +636,7 @@ impl Plan {
                     }
                     FactorKind::Infer if t.replay_file.is_none() => {
                         return Err(invalid(
-                            "an infer factor on a command target needs target.replay_file: a captured observation (msgpack map) to replay",
+                            "an infer factor on a command target needs target.replay_file: a captured observation (msgpack map, or with replay_http_path an HTTP request body) to replay",
                         ))
                     }
                     _ => {}

@@ -35,6 +35,19 @@ struct AppLayer;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AppLayer {}
 
+/// The floor for any layer behind a per-layer filter: a layer that does
+/// nothing, with a filter that enables the same five spans StageLayer's does.
+/// What is left above it is StageLayer's own work.
+fn floor() -> tracing::Dispatch {
+    let layer = AppLayer.with_filter(tracing_subscriber::filter::filter_fn(|m| {
+        matches!(
+            m.name(),
+            "call" | "capture" | "transport" | "infer" | "dispatch"
+        )
+    }));
+    tracing::Dispatch::new(tracing_subscriber::registry().with(layer))
+}
+
 /// Benchmarks `f` under `dispatch`, then drops it. Only one dispatcher is
 /// alive at a time, as in an app: several live dispatchers would make every
 /// callsite's interest "sometimes" and tax every configuration.
@@ -68,6 +81,7 @@ fn call(c: &mut Criterion) {
         one_call,
     );
     let s = guard.finish();
+    bench_with(&mut g, "noop_filtered_layer", floor(), one_call);
     eprintln!(
         "stage_layer: {} calls summarised, {} dropped (queue full)",
         s.calls, s.queue_drops
@@ -174,13 +188,15 @@ fn paired_ratios() {
         tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
     );
-    let (mut b, mut s, mut u, mut o) = (vec![], vec![], vec![], vec![]);
+    let noop = floor();
+    let (mut b, mut s, mut u, mut o, mut f) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut rs, mut ru, mut ro, mut rso, mut radd) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
         let tb = time(&bare, one_call, 3000);
         let ts = time(&staged, one_call, 3000);
         let tu = time(&unfiltered, one_call, 3000);
         let to = time(&otel, one_call, 3000);
+        f.push(time(&noop, one_call, 3000));
         rs.push(ts / tb);
         ru.push(tu / tb);
         ro.push(to / tb);
@@ -191,7 +207,7 @@ fn paired_ratios() {
         u.push(tu);
         o.push(to);
     }
-    drop((staged, unfiltered, otel, bare));
+    drop((staged, unfiltered, otel, bare, noop));
     let summary = guard.finish();
     drop(guard_u);
 
@@ -244,6 +260,10 @@ fn paired_ratios() {
     println!(
         "  added over bare: StageLayer / tracing-opentelemetry = {:.2}x",
         median(radd)
+    );
+    println!(
+        "  floor: a no-op layer behind a per-layer filter enabling the same spans {:.0} ns",
+        median(f)
     );
     println!(
         "  100 non-stage spans next to an app layer: app layer {:.0} ns, + StageLayer {:.0} ns = {:.2}x",

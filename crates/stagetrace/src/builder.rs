@@ -283,10 +283,7 @@ impl StageLayerBuilder {
                 stages.push((name.to_owned(), stage));
             }
         }
-        let names = Arc::new(Names {
-            call: self.call_span_name,
-            stages,
-        });
+        let names = Arc::new(Names::new(self.call_span_name, stages));
         crate::stamp::init();
         let shared = Arc::new(Shared::default());
         let (tx, rx) = crossbeam_channel::bounded(self.queue_capacity);

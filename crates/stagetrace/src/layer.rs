@@ -10,7 +10,7 @@
 
 use std::any::TypeId;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
@@ -84,9 +84,19 @@ pub(crate) struct Names {
     pub(crate) call: String,
     /// Name → stage; user mappings first, then the defaults.
     pub(crate) stages: Vec<(String, Stage)>,
+    /// What each callsite is, worked out once when it registers.
+    pub(crate) callsites: CallsiteCache,
 }
 
 impl Names {
+    pub(crate) fn new(call: String, stages: Vec<(String, Stage)>) -> Self {
+        Names {
+            call,
+            stages,
+            callsites: CallsiteCache::new(),
+        }
+    }
+
     #[inline]
     fn role(&self, name: &str) -> Option<Role> {
         if name == self.call {
@@ -105,9 +115,154 @@ impl Names {
         value.parse().ok().map(Role::Stage)
     }
 
-    fn interesting(&self, meta: &Metadata<'_>) -> bool {
-        meta.is_span()
-            && (self.role(meta.name()).is_some() || meta.fields().field("stage").is_some())
+    /// Works out what spans of this callsite are, from the name and fields.
+    fn classify(&self, meta: &Metadata<'_>) -> Class {
+        if !meta.is_span() {
+            return Class::IGNORED;
+        }
+        Class::new(
+            self.role(meta.name()),
+            meta.fields().field("stage").is_some(),
+        )
+    }
+
+    /// [`classify`](Self::classify), cached per callsite: one table probe
+    /// for a registered callsite instead of string compares.
+    #[inline]
+    fn class(&self, meta: &Metadata<'_>) -> Class {
+        match self.callsites.get(meta) {
+            Some(c) => c,
+            None => self.classify(meta),
+        }
+    }
+
+    /// Called once per callsite (`register_callsite` / `callsite_enabled`).
+    fn register(&self, meta: &'static Metadata<'static>) -> Class {
+        let class = self.classify(meta);
+        self.callsites.insert(meta, class);
+        class
+    }
+}
+
+/// What the layer makes of a callsite: its role by name, and whether a
+/// `stage` field may override it. Packed in one byte for [`CallsiteCache`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Class(u8);
+
+impl Class {
+    const PRESENT: u8 = 0x80;
+    const STAGE_FIELD: u8 = 0x40;
+    const ROLE: u8 = 0x07;
+    const IGNORED: Class = Class(Self::PRESENT);
+
+    fn new(role: Option<Role>, stage_field: bool) -> Self {
+        let r = match role {
+            None => 0,
+            Some(Role::Call) => 1,
+            Some(Role::Stage(s)) => 2 + s.index() as u8,
+        };
+        Class(Self::PRESENT | if stage_field { Self::STAGE_FIELD } else { 0 } | r)
+    }
+
+    #[inline]
+    fn role(self) -> Option<Role> {
+        match self.0 & Self::ROLE {
+            0 => None,
+            1 => Some(Role::Call),
+            r => Stage::ALL.get(usize::from(r - 2)).copied().map(Role::Stage),
+        }
+    }
+
+    #[inline]
+    fn stage_field(self) -> bool {
+        self.0 & Self::STAGE_FIELD != 0
+    }
+
+    #[inline]
+    fn interesting(self) -> bool {
+        self.0 & (Self::STAGE_FIELD | Self::ROLE) != 0
+    }
+}
+
+/// Slots in the callsite table (a power of two); callsites beyond it are
+/// classified on every span instead (correct, only slower).
+const CALLSITE_SLOTS: usize = 1024;
+/// Slots probed per lookup.
+const CALLSITE_PROBES: usize = 16;
+
+/// A fixed-size, lock-free, insert-only map from a callsite's `'static`
+/// metadata address to its [`Class`]: filled when callsites register,
+/// read on every span. No allocation after build.
+pub(crate) struct CallsiteCache {
+    keys: Box<[AtomicUsize]>,
+    classes: Box<[AtomicU8]>,
+}
+
+impl fmt::Debug for CallsiteCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let used = self
+            .keys
+            .iter()
+            .filter(|k| k.load(Ordering::Relaxed) != 0)
+            .count();
+        f.debug_struct("CallsiteCache")
+            .field("callsites", &used)
+            .finish()
+    }
+}
+
+impl CallsiteCache {
+    fn new() -> Self {
+        CallsiteCache {
+            keys: (0..CALLSITE_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+            classes: (0..CALLSITE_SLOTS).map(|_| AtomicU8::new(0)).collect(),
+        }
+    }
+
+    #[inline]
+    fn slot(key: usize, probe: usize) -> usize {
+        // Fibonacci hashing of the address; metadata is at least 8-aligned.
+        let h = ((key >> 3) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54;
+        (h as usize).wrapping_add(probe) & (CALLSITE_SLOTS - 1)
+    }
+
+    #[inline]
+    fn get(&self, meta: &Metadata<'_>) -> Option<Class> {
+        let key = meta as *const Metadata<'_> as usize;
+        for probe in 0..CALLSITE_PROBES {
+            let i = Self::slot(key, probe);
+            let k = self.keys.get(i)?.load(Ordering::Acquire);
+            if k == key {
+                let c = self.classes.get(i)?.load(Ordering::Acquire);
+                // 0: the inserting thread has not stored the class yet.
+                return (c & Class::PRESENT != 0).then_some(Class(c));
+            }
+            if k == 0 {
+                return None;
+            }
+        }
+        None
+    }
+
+    fn insert(&self, meta: &'static Metadata<'static>, class: Class) {
+        let key = meta as *const Metadata<'static> as usize;
+        for probe in 0..CALLSITE_PROBES {
+            let i = Self::slot(key, probe);
+            let (Some(k), Some(c)) = (self.keys.get(i), self.classes.get(i)) else {
+                return;
+            };
+            match k.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    c.store(class.0, Ordering::Release);
+                    return;
+                }
+                Err(existing) if existing == key => {
+                    c.store(class.0, Ordering::Release);
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
     }
 }
 
@@ -160,42 +315,25 @@ pub(crate) struct CallState {
     pub(crate) observer_ticks: u64,
 }
 
-/// Per-stage-span state.
+/// Per-stage-span state (stages other than transport). Kept small: the
+/// registry boxes one per span.
 #[derive(Clone, Copy, Debug)]
 struct StageState {
     stage: Stage,
     start: Stamp,
-    /// Non-zero for transport spans: the parent id sent in `traceparent`.
+    observer_ticks: u64,
+}
+
+/// Per-transport-span state: also the span id sent in `traceparent`, the
+/// server timing and the peer.
+#[derive(Clone, Copy, Debug)]
+struct TransportState {
+    start: Stamp,
+    /// Non-zero: the parent id sent in `traceparent`.
     span_id: u64,
     observer_ticks: u64,
     timing: Option<ServerTiming>,
     peer: InlineStr<PEER_LEN>,
-}
-
-/// What the layer keeps in a tracked span's extensions (one entry, one lookup).
-// Boxing the call state would add an allocation per call; the registry boxes
-// this enum once per span anyway.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Copy, Debug)]
-enum Tracked {
-    Call(CallState),
-    Stage(StageState),
-}
-
-impl Tracked {
-    fn call(&mut self) -> Option<&mut CallState> {
-        match self {
-            Tracked::Call(c) => Some(c),
-            Tracked::Stage(_) => None,
-        }
-    }
-
-    fn stage(&mut self) -> Option<&mut StageState> {
-        match self {
-            Tracked::Stage(s) => Some(s),
-            Tracked::Call(_) => None,
-        }
-    }
 }
 
 /// One finished call, as queued to the worker.
@@ -387,12 +525,13 @@ pub struct StageFilter {
 }
 
 impl<S> Filter<S> for StageFilter {
+    #[inline]
     fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
-        self.names.interesting(meta)
+        self.names.class(meta).interesting()
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if self.names.interesting(meta) {
+        if self.names.register(meta).interesting() {
             Interest::always()
         } else {
             Interest::never()
@@ -416,13 +555,22 @@ where
         self.with_scope = WithScope::for_subscriber::<S>();
     }
 
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        // Unfiltered, this layer sees every span; either way the class of
+        // each callsite is worked out here once, not on every span.
+        self.names.register(meta);
+        Interest::always()
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
         let t0 = stamp::now();
         let meta = attrs.metadata();
-        let mut role = self.names.role(meta.name());
+        let class = self.names.class(meta);
+        let mut role = class.role();
+        // Fields are read only where they matter: `stage` (if the callsite
+        // has one), `kind` / `seq` on calls, `peer` on transport spans.
         let mut fields = Fields::new(&self.names);
-        // Only tracked spans have fields worth reading (kind / seq / peer / stage).
-        if role.is_some() || meta.fields().field("stage").is_some() {
+        if class.stage_field() || matches!(role, Some(Role::Call | Role::Stage(Stage::Transport))) {
             attrs.record(&mut fields);
         }
         if let Some(by_field) = fields.stage {
@@ -452,22 +600,23 @@ where
                     observer_ticks: 0,
                 };
                 state.observer_ticks = stamp::now().ticks_since(t0);
-                ext.replace(Tracked::Call(state));
+                ext.replace(state);
             }
-            Role::Stage(stage) => {
-                let state = StageState {
-                    stage,
+            Role::Stage(Stage::Transport) => {
+                ext.replace(TransportState {
                     start: t0,
-                    span_id: if stage == Stage::Transport {
-                        ids::span_id()
-                    } else {
-                        0
-                    },
+                    span_id: ids::span_id(),
                     observer_ticks: stamp::now().ticks_since(t0),
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
-                };
-                ext.replace(Tracked::Stage(state));
+                });
+            }
+            Role::Stage(stage) => {
+                ext.replace(StageState {
+                    stage,
+                    start: t0,
+                    observer_ticks: stamp::now().ticks_since(t0),
+                });
             }
         }
     }
@@ -480,19 +629,16 @@ where
         }
         let Some(span) = ctx.span(id) else { return };
         let mut ext = span.extensions_mut();
-        let Some(tracked) = ext.get_mut::<Tracked>() else {
-            return;
-        };
-        if let Some(call) = tracked.call() {
+        if let Some(call) = ext.get_mut::<CallState>() {
             if let Some(k) = fields.kind {
                 call.kind = k;
             }
             if let Some(s) = fields.seq {
                 call.seq = Some(s);
             }
-        } else if let Some(st) = tracked.stage() {
+        } else if let Some(t) = ext.get_mut::<TransportState>() {
             if let Some(p) = fields.peer {
-                st.peer = p;
+                t.peer = p;
             }
         }
     }
@@ -501,56 +647,56 @@ where
         let end = stamp::now();
         let Some(span) = ctx.span(&id) else { return };
         let ext = span.extensions();
-        let st = match ext.get::<Tracked>() {
-            Some(Tracked::Stage(st)) => *st,
-            Some(Tracked::Call(state)) => {
-                let state = *state;
-                drop(ext);
-                self.finish_call(state, end);
-                return;
-            }
-            None => return,
+        // (stage, start, observer ticks, transport part)
+        let (stage, start, observer_ticks, transport) = if let Some(st) = ext.get::<StageState>() {
+            (st.stage, st.start, st.observer_ticks, None)
+        } else if let Some(t) = ext.get::<TransportState>() {
+            (Stage::Transport, t.start, t.observer_ticks, Some(*t))
+        } else if let Some(call) = ext.get::<CallState>() {
+            self.finish_call(call, end);
+            return;
+        } else {
+            return;
         };
         drop(ext);
-        let dur = end.ticks_since(st.start);
+        let dur = end.ticks_since(start);
         let mut nested = false;
         let mut next = span.parent();
         while let Some(ancestor) = next {
             {
                 let mut ext = ancestor.extensions_mut();
-                let Some(tracked) = ext.get_mut::<Tracked>() else {
-                    next = ancestor.parent();
-                    continue;
-                };
-                if let Some(call) = tracked.call() {
-                    let acc = &mut call.stages[st.stage.index()];
+                if let Some(call) = ext.get_mut::<CallState>() {
+                    let acc = &mut call.stages[stage.index()];
                     if acc.count == 0 {
-                        acc.first_start_ticks = st.start.ticks_since(call.start);
+                        acc.first_start_ticks = start.ticks_since(call.start);
                     }
                     acc.count = acc.count.saturating_add(1);
                     acc.sum_ticks = acc.sum_ticks.saturating_add(dur);
                     if !nested {
                         call.covered_ticks = call.covered_ticks.saturating_add(dur);
                     }
-                    if st.stage == Stage::Transport
-                        && (st.timing.is_some()
-                            || call.transport.is_none_or(|t| t.timing.is_none()))
-                    {
-                        call.transport = Some(TransportAcc {
-                            start: st.start,
-                            end,
-                            span_id: st.span_id,
-                            timing: st.timing,
-                            peer: st.peer,
-                        });
+                    if let Some(t) = transport {
+                        if t.timing.is_some() || call.transport.is_none_or(|c| c.timing.is_none()) {
+                            call.transport = Some(TransportAcc {
+                                start,
+                                end,
+                                span_id: t.span_id,
+                                timing: t.timing,
+                                peer: t.peer,
+                            });
+                        }
                     }
                     call.observer_ticks = call
                         .observer_ticks
-                        .saturating_add(st.observer_ticks)
+                        .saturating_add(observer_ticks)
                         .saturating_add(stamp::now().ticks_since(end));
                     return;
                 }
-                nested = true;
+                if ext.get_mut::<StageState>().is_some()
+                    || ext.get_mut::<TransportState>().is_some()
+                {
+                    nested = true;
+                }
             }
             next = ancestor.parent();
         }
@@ -569,17 +715,21 @@ where
 }
 
 impl StageLayer {
-    fn finish_call(&self, mut state: CallState, end: Stamp) {
+    /// Queues the finished call: one fixed-size message, built in place
+    /// from the span's extensions (read lock held only for the copy).
+    #[inline]
+    fn finish_call(&self, state: &CallState, end: Stamp) {
         let panicking = std::thread::panicking();
-        state.observer_ticks = state
-            .observer_ticks
-            .saturating_add(stamp::now().ticks_since(end));
-        let msg = Msg::Call(RawCall {
-            state,
+        let mut raw = RawCall {
+            state: *state,
             end,
             panicking,
-        });
-        if self.tx.try_send(msg).is_err() {
+        };
+        raw.state.observer_ticks = raw
+            .state
+            .observer_ticks
+            .saturating_add(stamp::now().ticks_since(end));
+        if self.tx.try_send(Msg::Call(raw)).is_err() {
             self.shared.queue_drops.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -617,13 +767,12 @@ fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool)
 /// only. No effect when `span` is not inside a transport span or no
 /// [`StageLayer`] is installed. Never allocates or blocks.
 pub fn record_server_timing(span: &tracing::Span, timing: ServerTiming) {
-    walk(span, &mut |ext| match ext.get_mut::<Tracked>() {
-        Some(Tracked::Stage(st)) if st.stage == Stage::Transport => {
-            st.timing = Some(timing);
-            true
+    walk(span, &mut |ext| {
+        if let Some(t) = ext.get_mut::<TransportState>() {
+            t.timing = Some(timing);
+            return true;
         }
-        Some(Tracked::Call(_)) => true,
-        _ => false,
+        ext.get_mut::<CallState>().is_some()
     });
 }
 
@@ -635,16 +784,13 @@ pub fn trace_parent(span: &tracing::Span) -> Option<TraceParent> {
     let mut parent_id = 0u64;
     let mut out = None;
     walk(span, &mut |ext| {
-        let Some(tracked) = ext.get_mut::<Tracked>() else {
-            return false;
-        };
-        if let Some(st) = tracked.stage() {
-            if parent_id == 0 && st.span_id != 0 {
-                parent_id = st.span_id;
+        if let Some(t) = ext.get_mut::<TransportState>() {
+            if parent_id == 0 && t.span_id != 0 {
+                parent_id = t.span_id;
             }
             return false;
         }
-        if let Some(call) = tracked.call() {
+        if let Some(call) = ext.get_mut::<CallState>() {
             if parent_id == 0 {
                 parent_id = call.span_id;
             }
@@ -676,16 +822,13 @@ pub fn record_output_digest(span: &tracing::Span, digest: u64) {
 }
 
 fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
-    walk(
-        span,
-        &mut |ext| match ext.get_mut::<Tracked>().and_then(Tracked::call) {
-            Some(call) => {
-                f(call);
-                true
-            }
-            None => false,
-        },
-    );
+    walk(span, &mut |ext| match ext.get_mut::<CallState>() {
+        Some(call) => {
+            f(call);
+            true
+        }
+        None => false,
+    });
 }
 
 #[cfg(test)]
@@ -701,5 +844,97 @@ mod tests {
         s.set("aé€");
         assert_eq!(s.as_str(), "aé");
         assert!(!s.is_empty());
+    }
+
+    fn names() -> Names {
+        let stages = Stage::ALL
+            .iter()
+            .map(|s| (s.name().to_owned(), *s))
+            .collect();
+        Names::new("call".to_owned(), stages)
+    }
+
+    #[test]
+    fn callsite_classes_are_cached_and_match_classification() {
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry());
+        let metas: Vec<&'static Metadata<'static>> =
+            tracing::dispatcher::with_default(&dispatch, || {
+                vec![
+                    tracing::info_span!("call").metadata().unwrap(),
+                    tracing::info_span!("transport").metadata().unwrap(),
+                    tracing::info_span!("other").metadata().unwrap(),
+                    tracing::info_span!("other", stage = "infer")
+                        .metadata()
+                        .unwrap(),
+                ]
+            });
+        let names = names();
+        for &m in &metas {
+            let fresh = names.classify(m);
+            // Before registration: computed, not cached.
+            assert_eq!(names.callsites.get(m), None);
+            assert_eq!(names.class(m), fresh);
+            assert_eq!(names.register(m), fresh);
+            assert_eq!(names.callsites.get(m), Some(fresh));
+            assert_eq!(names.class(m), fresh);
+        }
+        let c = |i: usize| names.class(metas[i]);
+        assert_eq!(c(0).role(), Some(Role::Call));
+        assert_eq!(c(1).role(), Some(Role::Stage(Stage::Transport)));
+        assert_eq!(c(2).role(), None);
+        assert!(!c(2).interesting());
+        assert!(c(3).stage_field() && c(3).interesting() && c(3).role().is_none());
+    }
+
+    #[test]
+    fn a_full_callsite_table_falls_back_to_classifying() {
+        // More callsites than probes can place in one neighbourhood: every
+        // lookup still returns the right class (cached or computed).
+        let names = names();
+        let metas: Vec<&'static Metadata<'static>> = (0..CALLSITE_SLOTS + 64)
+            .map(|i| {
+                let name: &'static str = match i % 3 {
+                    0 => "capture",
+                    1 => "call",
+                    _ => Box::leak(format!("span{i}").into_boxed_str()),
+                };
+                let meta: &'static Metadata<'static> = Box::leak(Box::new(Metadata::new(
+                    name,
+                    "test",
+                    tracing::Level::INFO,
+                    None,
+                    None,
+                    None,
+                    tracing_core::field::FieldSet::new(&[], tracing_core::identify_callsite!(&CS)),
+                    tracing_core::metadata::Kind::SPAN,
+                )));
+                meta
+            })
+            .collect();
+        for &m in &metas {
+            names.register(m);
+        }
+        let cached = metas
+            .iter()
+            .filter(|m| names.callsites.get(m).is_some())
+            .count();
+        assert!(cached > CALLSITE_SLOTS / 2 && cached <= CALLSITE_SLOTS);
+        for (i, &m) in metas.iter().enumerate() {
+            let want = match i % 3 {
+                0 => Some(Role::Stage(Stage::Capture)),
+                1 => Some(Role::Call),
+                _ => None,
+            };
+            assert_eq!(names.class(m), Class::new(want, false), "{i}");
+        }
+    }
+
+    struct TestCallsite;
+    static CS: TestCallsite = TestCallsite;
+    impl tracing_core::Callsite for TestCallsite {
+        fn set_interest(&self, _: Interest) {}
+        fn metadata(&self) -> &Metadata<'_> {
+            unreachable!("not registered")
+        }
     }
 }

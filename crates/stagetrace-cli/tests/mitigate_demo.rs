@@ -1,0 +1,64 @@
+//! `stagetrace demo` mitigation knobs, end to end: 4 clients, model cost
+//! a + b·batch; `--batch 4` at least doubles throughput with unchanged
+//! outputs (`compare` passes), a prompt-only cache key changes them
+//! (`compare` fails).
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use support::{p, stagetrace, stderr, stdout};
+
+fn demo(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "demo",
+        "--clients",
+        "4",
+        "--calls",
+        "15",
+        "--model-ms",
+        "20",
+        "--model-per-item-ms",
+        "2",
+        "--json",
+        "--out",
+        p(out),
+    ];
+    args.extend_from_slice(extra);
+    let o = stagetrace(&args);
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    serde_json::from_str(&stdout(&o)).unwrap()
+}
+
+#[test]
+fn batch_knob_doubles_throughput_and_compare_checks_outputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (before, batched, bad) = (
+        tmp.path().join("before"),
+        tmp.path().join("batched"),
+        tmp.path().join("bad-cache"),
+    );
+    let b = demo(&before, &[]);
+    let a = demo(&batched, &["--batch", "4", "--batch-wait-ms", "5"]);
+    let (tb, ta) = (
+        b["throughput_per_s"].as_f64().unwrap(),
+        a["throughput_per_s"].as_f64().unwrap(),
+    );
+    assert_eq!(a["calls_answered"], 60);
+    assert!(ta >= 2.0 * tb, "batched {ta:.1}/s vs {tb:.1}/s");
+    assert!(a["batch"]["mean_size"].as_f64().unwrap() >= 2.5, "{a}");
+
+    let ok = stagetrace(&["compare", p(&before), p(&batched)]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(
+        stdout(&ok).contains("outputs: identical for all 60 calls"),
+        "{}",
+        stdout(&ok)
+    );
+
+    let c = demo(&bad, &["--cache", "16", "--cache-prompt-only"]);
+    assert!(c["cache"]["hits"].as_u64().unwrap() > 0, "{c}");
+    let fail = stagetrace(&["compare", p(&before), p(&bad)]);
+    assert_eq!(fail.status.code(), Some(1), "{}", stdout(&fail));
+    assert!(stdout(&fail).contains("OUTPUTS CHANGED"), "{}", stdout(&fail));
+}
