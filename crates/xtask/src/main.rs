@@ -166,6 +166,18 @@ fn test(extra: &[String]) -> Result<(), String> {
             eprintln!("\n!!! xtask: chromium is not installed and could not be: the HTML screenshot test will be SKIPPED\n");
         }
     }
+    // Kernel-bottleneck experiments (veth + tbf in network namespaces) need root.
+    let root_with_ip = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+        && have("ip");
+    if root_with_ip {
+        cargo.env("STAGETRACE_REQUIRE_NETNS", "1");
+    } else {
+        eprintln!("\n!!! xtask: not root or no iproute2: the network-namespace experiment tests will be SKIPPED\n");
+    }
     if let Some(bin) = &jaeger_bin {
         cargo
             .env("STAGETRACE_REQUIRE_JAEGER", "1")
