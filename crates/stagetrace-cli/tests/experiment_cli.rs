@@ -83,24 +83,32 @@ fn bad_plan_names_the_field() {
     );
 }
 
-#[test]
-fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
-    let dir = tempfile::tempdir().unwrap();
-    let run_dir = dir.path().join("run");
+/// Start `stagetrace experiment` on `plan_text` and wait until its first
+/// level runs (its records or samples are tagged "level").
+fn start_until_level(
+    dir: &std::path::Path,
+    plan_text: &str,
+) -> (std::process::Child, std::path::PathBuf) {
+    let run_dir = dir.join("run");
+    let plan = dir.join("plan.toml");
+    std::fs::write(&plan, plan_text).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
         .args(["experiment", "--quiet", "--out"])
         .arg(&run_dir)
-        .arg(plan(dir.path(), "60"))
+        .arg(&plan)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until the level is running: its records are tagged "level".
     let records = run_dir.join("records-experiment.jsonl");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        assert!(Instant::now() < deadline, "the level never started");
-        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        if Instant::now() >= deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("the level never started: {err}");
+        }
         // The records file is buffered: look at the resource samples too.
         let res = std::fs::read_to_string(run_dir.join("resources.jsonl")).unwrap_or_default();
         let recs = std::fs::read_to_string(&records).unwrap_or_default();
@@ -110,6 +118,11 @@ fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(500));
+    (child, run_dir)
+}
+
+/// SIGINT, then wait for the exit; returns (exit code, stderr).
+fn interrupt(mut child: std::process::Child) -> (Option<i32>, String) {
     let sent = Instant::now();
     let ok = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -133,13 +146,10 @@ fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
-    assert_eq!(status.code(), Some(130), "{err}");
-    assert!(err.contains("restored: proxy links reset"), "{err}");
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("experiment.json")).unwrap())
-            .unwrap();
-    assert_eq!(json["interrupted"], true);
-    assert_eq!(json["phases"][2]["phase"], "level");
+    (status.code(), err)
+}
+
+fn assert_closed(json: &Value) {
     for addr in json["addresses"].as_object().unwrap().values() {
         let addr = addr.as_str().unwrap().parse().unwrap();
         assert!(
@@ -147,4 +157,179 @@ fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
             "{addr} still accepts connections"
         );
     }
+}
+
+#[test]
+fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, run_dir) = start_until_level(dir.path(), &PLAN.replace("HOLD", "60"));
+    let (code, err) = interrupt(child);
+    assert_eq!(code, Some(130), "{err}");
+    assert!(err.contains("restored: proxy links reset"), "{err}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("experiment.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["interrupted"], true);
+    assert_eq!(json["phases"][2]["phase"], "level");
+    assert_closed(&json);
+}
+
+// ---------------------------------------------------------------------------
+// the kernel bottleneck (root and iproute2)
+// ---------------------------------------------------------------------------
+
+const KERNEL_PLAN: &str = r#"
+name = "kernel bottleneck (cli)"
+[target]
+kind = "demo"
+hz = 20
+model_ms = 5
+payload_kb = 32
+warmup_s = 0.5
+[baseline]
+hold_s = 1.5
+[factor]
+kind = "net"
+kernel = true
+hold_s = 60
+levels = [{ rate_mbit = 20, cross_mbit = 5, delay_ms = 5 }]
+"#;
+
+fn netns_or_skip(test: &str) -> bool {
+    if stagetrace_experiment::netns::kernel_bottleneck_available() {
+        return true;
+    }
+    assert!(
+        std::env::var("STAGETRACE_REQUIRE_NETNS").as_deref() != Ok("1"),
+        "STAGETRACE_REQUIRE_NETNS=1 but the kernel bottleneck is unavailable (needs root, ip and tc)"
+    );
+    eprintln!("!!! SKIPPED {test}: the kernel bottleneck needs root and iproute2 (ip, tc)");
+    false
+}
+
+/// What of process `pid` is left in the root namespace: namespaces listed
+/// by `ip netns list` and veth interfaces in `ip link`.
+fn leftovers(pid: u32) -> Vec<String> {
+    let text = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ns = format!("stagetrace-{pid}-");
+    let dev = format!("st{pid}-");
+    let mut left: Vec<String> = text(&["netns", "list"])
+        .lines()
+        .filter(|l| l.starts_with(&ns))
+        .map(str::to_owned)
+        .collect();
+    left.extend(
+        text(&["-o", "link"])
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .filter(|n| n.starts_with(&dev))
+            .map(str::to_owned),
+    );
+    left
+}
+
+#[test]
+fn ctrl_c_mid_way_removes_the_kernel_bottleneck() {
+    if !netns_or_skip("ctrl_c_mid_way_removes_the_kernel_bottleneck") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (child, run_dir) = start_until_level(dir.path(), KERNEL_PLAN);
+    let pid = child.id();
+    assert_eq!(
+        stagetrace_experiment::netns::namespaces_of(pid).len(),
+        2,
+        "the run's namespaces are not there while it runs"
+    );
+    let (code, err) = interrupt(child);
+    assert_eq!(code, Some(130), "{err}");
+    for undone in [
+        "proxy links reset",
+        "cross traffic stopped",
+        "tbf removed",
+        "deleted",
+    ] {
+        assert!(err.contains(undone), "{undone}: {err}");
+    }
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("experiment.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["interrupted"], true);
+    assert!(json["counters"]["cross_traffic_bytes"].as_u64().unwrap() > 0);
+    assert_closed(&json);
+}
+
+#[test]
+fn a_killed_run_leaves_namespaces_that_the_next_run_removes() {
+    if !netns_or_skip("a_killed_run_leaves_namespaces_that_the_next_run_removes") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _) = start_until_level(dir.path(), KERNEL_PLAN);
+    let pid = child.id();
+    // SIGKILL: no chance to restore anything.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        stagetrace_experiment::netns::namespaces_of(pid).len(),
+        2,
+        "a SIGKILL cannot clean up; the namespaces should still be there"
+    );
+    // The next run (any factor) deletes the dead run's namespaces first.
+    let next = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["experiment", "--json", "--out"])
+        .arg(next.path().join("run"))
+        .arg(plan(next.path(), "1"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+}
+
+#[test]
+fn the_kernel_bottleneck_is_refused_without_root_never_faked() {
+    let setpriv = std::path::Path::new("/usr/bin/setpriv");
+    if !(stagetrace_experiment::netns::kernel_bottleneck_available() && setpriv.exists()) {
+        eprintln!(
+            "!!! SKIPPED the_kernel_bottleneck_is_refused_without_root_never_faked: needs root, iproute2 and setpriv"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let plan = dir.path().join("plan.toml");
+    std::fs::write(&plan, KERNEL_PLAN).unwrap();
+    std::fs::set_permissions(&plan, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // As nobody.
+    let out = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["experiment", "--quiet", "--out"])
+        .arg(dir.path().join("run"))
+        .arg(&plan)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("Permission denied") {
+        eprintln!("!!! SKIPPED the_kernel_bottleneck_is_refused_without_root_never_faked: nobody cannot run the binary here ({err})");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "kernel bottleneck needs root and iproute2; use the userspace proxy (kernel = false)"
+        ),
+        "{err}"
+    );
+    assert!(!dir.path().join("run/experiment.json").exists());
 }

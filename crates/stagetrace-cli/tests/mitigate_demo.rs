@@ -60,5 +60,9 @@ fn batch_knob_doubles_throughput_and_compare_checks_outputs() {
     assert!(c["cache"]["hits"].as_u64().unwrap() > 0, "{c}");
     let fail = stagetrace(&["compare", p(&before), p(&bad)]);
     assert_eq!(fail.status.code(), Some(1), "{}", stdout(&fail));
-    assert!(stdout(&fail).contains("OUTPUTS CHANGED"), "{}", stdout(&fail));
+    assert!(
+        stdout(&fail).contains("OUTPUTS CHANGED"),
+        "{}",
+        stdout(&fail)
+    );
 }

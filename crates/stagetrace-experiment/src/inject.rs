@@ -285,6 +285,8 @@ pub(crate) struct Injector {
     pub(crate) replayed: (u64, u64),
     /// Burner threads pinned as asked.
     pub(crate) pinned: u64,
+    /// Cross-traffic bytes sent through the kernel bottleneck (`net`, `kernel = true`).
+    pub(crate) cross_bytes: Option<u64>,
     /// What restore undid, for the report.
     pub(crate) restored: Vec<String>,
 }
@@ -298,6 +300,7 @@ impl Injector {
             burners: None,
             replayed: (0, 0),
             pinned: 0,
+            cross_bytes: None,
             restored: Vec::new(),
         }
     }
@@ -333,6 +336,16 @@ impl Injector {
                 }
                 if self.direction != Direction::Uplink {
                     proxy.set_downlink(shape(p.base_downlink));
+                }
+                if let Some(k) = &p.kernel {
+                    let mut k = k.lock().unwrap_or_else(|e| e.into_inner());
+                    self.cross_bytes = Some(k.cross_bytes.load(Ordering::Relaxed));
+                    k.set(
+                        self.direction,
+                        level.rate_mbit,
+                        level.queue_ms,
+                        level.cross_mbit,
+                    )?;
                 }
             }
             FactorKind::Payload => {
@@ -413,6 +426,11 @@ impl Injector {
                     proxy.set_uplink(p.base_uplink);
                     proxy.set_downlink(p.base_downlink);
                     self.restored.push("proxy links reset".into());
+                }
+                if let Some(k) = &p.kernel {
+                    let mut k = k.lock().unwrap_or_else(|e| e.into_inner());
+                    self.restored.extend(k.clear());
+                    self.cross_bytes = Some(k.cross_bytes.load(Ordering::Relaxed));
                 }
             }
             FactorKind::Payload => {

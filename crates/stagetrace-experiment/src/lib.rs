@@ -61,6 +61,7 @@ use std::path::PathBuf;
 
 pub mod html;
 mod inject;
+pub mod netns;
 mod pipeline;
 pub mod plan;
 mod render;

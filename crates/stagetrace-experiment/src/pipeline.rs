@@ -22,6 +22,7 @@ use stagetrace_net::{
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::netns::KernelPath;
 use crate::plan::{Target, TargetKind};
 use crate::ExperimentError;
 
@@ -43,6 +44,10 @@ pub(crate) struct Knobs {
 pub(crate) struct Pipeline {
     pub(crate) knobs: Arc<Knobs>,
     pub(crate) proxy: Option<ProxyHandle>,
+    /// The kernel bottleneck the proxy's upstream leg crosses (`kernel = true`).
+    pub(crate) kernel: Option<Mutex<KernelPath>>,
+    /// What shutting down undid (namespaces deleted).
+    pub(crate) undone: Vec<String>,
     /// The observation the robot sent last (for the infer factor's replay).
     pub(crate) captured: Arc<Mutex<Option<MsgMap>>>,
     /// A captured HTTP request to replay instead (command targets).
@@ -114,14 +119,16 @@ enum Client {
 
 impl Pipeline {
     /// Start the target: the demo pipeline, or the user's command behind the proxy.
-    pub(crate) fn start(t: &Target, out: &Path) -> Result<Pipeline, ExperimentError> {
+    /// With `kernel`, the proxy's upstream leg crosses a real kernel
+    /// bottleneck (two network namespaces, a veth pair; needs root).
+    pub(crate) fn start(t: &Target, out: &Path, kernel: bool) -> Result<Pipeline, ExperimentError> {
         match t.kind {
-            TargetKind::Demo => Pipeline::start_demo(t),
-            TargetKind::Command => Pipeline::start_command(t, out),
+            TargetKind::Demo => Pipeline::start_demo(t, kernel),
+            TargetKind::Command => Pipeline::start_command(t, out, kernel),
         }
     }
 
-    fn start_command(t: &Target, out: &Path) -> Result<Pipeline, ExperimentError> {
+    fn start_command(t: &Target, out: &Path, kernel: bool) -> Result<Pipeline, ExperimentError> {
         let bad =
             |what: &str| ExperimentError::Plan(format!("target.{what} is missing or invalid"));
         let upstream: SocketAddr = t
@@ -170,9 +177,10 @@ impl Pipeline {
         };
         let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
         let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
+        let kernel = kernel.then(|| KernelPath::start(upstream)).transpose()?;
         let proxy = Proxy::spawn_in_thread(
             listen,
-            upstream,
+            kernel.as_ref().map_or(upstream, KernelPath::entry),
             ProxyConfig {
                 uplink: base_uplink,
                 downlink: base_downlink,
@@ -214,6 +222,8 @@ impl Pipeline {
                 pause_every_us: AtomicU64::new(2_000_000),
             }),
             proxy: Some(proxy),
+            kernel: kernel.map(Mutex::new),
+            undone: Vec::new(),
             captured: Arc::new(Mutex::new(captured)),
             http_replay,
             records,
@@ -242,7 +252,7 @@ impl Pipeline {
     }
 
     /// Start server, proxy and robot.
-    fn start_demo(t: &Target) -> Result<Pipeline, ExperimentError> {
+    fn start_demo(t: &Target, kernel: bool) -> Result<Pipeline, ExperimentError> {
         let server_rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("experiment-server")
@@ -271,9 +281,10 @@ impl Pipeline {
         let server_addr = server.local_addr();
         let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
         let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
+        let kernel = kernel.then(|| KernelPath::start(server_addr)).transpose()?;
         let proxy = Proxy::spawn_in_thread(
             SocketAddr::from(([127, 0, 0, 1], 0)),
-            server_addr,
+            kernel.as_ref().map_or(server_addr, KernelPath::entry),
             ProxyConfig {
                 uplink: base_uplink,
                 downlink: base_downlink,
@@ -313,6 +324,8 @@ impl Pipeline {
         Ok(Pipeline {
             knobs,
             proxy: Some(proxy),
+            kernel: kernel.map(Mutex::new),
+            undone: Vec::new(),
             captured,
             http_replay: None,
             records,
@@ -356,6 +369,11 @@ impl Pipeline {
         };
         if let Some(p) = self.proxy.take() {
             p.shutdown();
+        }
+        if let Some(k) = self.kernel.take() {
+            let mut k = k.into_inner().unwrap_or_else(|e| e.into_inner());
+            let undone = k.shutdown();
+            self.undone.extend(undone);
         }
         if let (Some(rt), Some(s)) = (self.server_rt.as_ref(), self.server.take()) {
             rt.block_on(s.shutdown());

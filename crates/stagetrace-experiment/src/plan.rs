@@ -191,6 +191,13 @@ pub struct Factor {
     /// Calls per level (instead of `hold_s`).
     #[serde(default)]
     pub calls: Option<u64>,
+    /// `net` only: shape with a real kernel bottleneck — `tbf` on a veth
+    /// pair between two network namespaces, with cross traffic from a
+    /// built-in sender — instead of (or besides) the userspace proxy. Needs
+    /// root and iproute2 (`ip`, `tc`); the levels then take `rate_mbit`,
+    /// `cross_mbit` and `queue_ms`.
+    #[serde(default)]
+    pub kernel: bool,
     /// Settling time after each change, excluded from the statistics, s.
     #[serde(default = "d_settle_s")]
     pub settle_s: f64,
@@ -294,6 +301,17 @@ pub struct Level {
     /// `net`: length of each stall, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_ms: Option<f64>,
+    /// `net` with `kernel = true`: rate of the `tbf` bottleneck, Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_mbit: Option<f64>,
+    /// `net` with `kernel = true`: UDP cross traffic sent through the
+    /// bottleneck in the shaped direction(s), Mbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_mbit: Option<f64>,
+    /// `net` with `kernel = true`: the longest a packet may wait in the
+    /// `tbf` queue before it is dropped, ms (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<f64>,
     /// `infer`: extra requests kept in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<u32>,
@@ -337,6 +355,12 @@ impl Level {
         }
         if let (Some(e), Some(l)) = (self.stall_every_ms, self.stall_ms) {
             parts.push(format!("stall {l} ms every {e} ms"));
+        }
+        if let Some(v) = self.rate_mbit {
+            parts.push(format!("{dir}tbf {v} Mbit/s"));
+        }
+        if let Some(v) = self.cross_mbit {
+            parts.push(format!("cross traffic {v} Mbit/s"));
         }
         if let Some(v) = self.in_flight {
             parts.push(format!("{v} in flight"));
@@ -552,6 +576,12 @@ impl Plan {
         if f.levels.len() > 64 {
             return Err(invalid("factor.levels: at most 64 levels"));
         }
+        if f.kernel && f.kind != FactorKind::Net {
+            return Err(invalid(format!(
+                "factor.kernel applies to net only, not {}",
+                f.kind.name()
+            )));
+        }
         if f.direction != Direction::Both && f.kind != FactorKind::Net {
             return Err(invalid(format!(
                 "factor.direction applies to net only, not {}",
@@ -563,6 +593,21 @@ impl Plan {
         }
         for (i, level) in self.levels().iter().enumerate() {
             check_level(f.kind, i + 1, level)?;
+            if !f.kernel {
+                if let Some((name, _)) = [
+                    ("rate_mbit", level.rate_mbit.is_some()),
+                    ("cross_mbit", level.cross_mbit.is_some()),
+                    ("queue_ms", level.queue_ms.is_some()),
+                ]
+                .iter()
+                .find(|(_, set)| *set)
+                {
+                    return Err(invalid(format!(
+                        "level {}: {name} shapes the kernel bottleneck; set factor.kernel = true (needs root), or use bandwidth_mbps for the userspace proxy",
+                        i + 1
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -664,7 +709,10 @@ fn check_hold(name: &str, h: &Hold) -> Result<(), PlanError> {
 }
 
 fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
-    let fields: [(&str, bool, &[FactorKind]); 12] = [
+    let fields: [(&str, bool, &[FactorKind]); 15] = [
+        ("rate_mbit", l.rate_mbit.is_some(), &[FactorKind::Net]),
+        ("cross_mbit", l.cross_mbit.is_some(), &[FactorKind::Net]),
+        ("queue_ms", l.queue_ms.is_some(), &[FactorKind::Net]),
         ("delay_ms", l.delay_ms.is_some(), &[FactorKind::Net]),
         ("jitter_ms", l.jitter_ms.is_some(), &[FactorKind::Net]),
         (
@@ -701,10 +749,28 @@ fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
                 && l.jitter_ms.is_none()
                 && l.bandwidth_mbps.is_none()
                 && l.stall_ms.is_none()
+                && l.rate_mbit.is_none()
+                && l.cross_mbit.is_none()
             {
                 return Err(invalid(format!(
-                    "level {i}: a net level needs delay_ms, jitter_ms, bandwidth_mbps or stall_ms"
+                    "level {i}: a net level needs delay_ms, jitter_ms, bandwidth_mbps, stall_ms, rate_mbit or cross_mbit"
                 )));
+            }
+            for (name, v) in [("rate_mbit", l.rate_mbit), ("cross_mbit", l.cross_mbit)] {
+                if let Some(v) = v {
+                    if !(v.is_finite() && v > 0.0 && v <= 100_000.0) {
+                        return Err(invalid(format!(
+                            "level {i}: {name} = {v} must be above 0 and at most 100000 Mbit/s"
+                        )));
+                    }
+                }
+            }
+            if let Some(q) = l.queue_ms {
+                if !(q.is_finite() && (1.0..=10_000.0).contains(&q)) {
+                    return Err(invalid(format!(
+                        "level {i}: queue_ms = {q} must be between 1 and 10000 ms"
+                    )));
+                }
             }
             for (name, v) in [
                 ("delay_ms", l.delay_ms),
@@ -828,6 +894,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("baseline: give hold_s"), "{e}");
+        let e = Plan::from_toml(
+            "[target]\nkind = \"demo\"\n[baseline]\nhold_s = 2\n[factor]\nkind = \"net\"\nhold_s = 2\nlevels = [{ rate_mbit = 10 }]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("set factor.kernel = true"), "{e}");
+        let e = Plan::from_toml(
+            "[target]\nkind = \"demo\"\n[baseline]\nhold_s = 2\n[factor]\nkind = \"cpu\"\nkernel = true\nhold_s = 2\nlevels = [1]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("factor.kernel applies to net only"), "{e}");
+        let p = Plan::from_toml(
+            "[target]\nkind = \"demo\"\n[baseline]\nhold_s = 2\n[factor]\nkind = \"net\"\nkernel = true\nhold_s = 2\nlevels = [{ rate_mbit = 10, cross_mbit = 4, queue_ms = 50 }]\n",
+        )
+        .unwrap();
+        assert_eq!(p.levels()[0].rate_mbit, Some(10.0));
         let e = Plan::from_toml("[target]\nkind = \"demo\"\nhzz = 3\n")
             .unwrap_err()
             .to_string();

@@ -92,7 +92,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         File::create(&res_path).map_err(|e| ExperimentError::Io(res_path.clone(), e))?,
     );
 
-    let mut pipeline = Pipeline::start(&plan.target, &opts.out)?;
+    // Namespaces left by a run that was killed outright (SIGKILL, a crash).
+    let stale = crate::netns::remove_stale();
+    let mut pipeline = Pipeline::start(&plan.target, &opts.out, plan.factor.kernel)?;
     let mut addresses = BTreeMap::new();
     if let Some(p) = pipeline.proxy.as_ref() {
         addresses.insert("proxy", p.local_addr().to_string());
@@ -101,6 +103,12 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     let sampler = Sampler::follow(Arc::clone(&pipeline.pid), plan.sampler.hz)
         .map_err(|e| ExperimentError::Start(format!("the resource sampler: {e}")))?;
     let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
+    if !stale.is_empty() {
+        injector.restored.push(format!(
+            "namespaces of a dead run deleted: {}",
+            stale.join(", ")
+        ));
+    }
     let mut st = State {
         phases: Vec::new(),
         obs: Vec::new(),
@@ -122,6 +130,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     // Restore on every path, then stop the target.
     injector.restore(Some(&pipeline));
     let robot = pipeline.shutdown();
+    injector.restored.append(&mut pipeline.undone);
     let (cost, rest) = sampler.stop();
     let end = now_unix_ms();
     if let Some(last) = st.phases.last_mut() {
@@ -165,6 +174,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     counters.insert("replayed_requests", injector.replayed.0);
     counters.insert("replayed_failed", injector.replayed.1);
     counters.insert("burners_pinned", injector.pinned);
+    if let Some(bytes) = injector.cross_bytes {
+        counters.insert("cross_traffic_bytes", bytes);
+    }
     counters.insert("write_errors", st.write_errors);
     let report = ExperimentReport {
         name: plan.title(),
