@@ -3,7 +3,8 @@
 //!
 //! An experiment runs an idle baseline, then raises exactly one factor in
 //! steps — network delay / jitter / bandwidth / stalls through the userspace
-//! proxy, inference concurrency, CPU contention, payload size, or a client
+//! proxy (or, as root, a real `tbf` bottleneck between two network
+//! namespaces with cross traffic, see [`netns`]), inference concurrency, CPU contention, payload size, or a client
 //! pause — while everything else stays as it was, samples the host's
 //! resources onto the same timeline, and names the first stage whose
 //! distribution moved.

@@ -275,6 +275,8 @@ pub enum Direction {
 /// A level as written: a bare number (the factor's primary knob) or a table.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
+// At most 64 levels per plan, parsed once: the size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum LevelInput {
     /// The factor's primary knob (`delay_ms`, `in_flight`, `threads`, `payload_kb`, `pause_ms`).
     Number(f64),
