@@ -232,6 +232,8 @@ fn namespaces_of_a_dead_process_are_removed() {
     if !netns_or_skip("namespaces_of_a_dead_process_are_removed") {
         return;
     }
+    // The other tests' runs also remove stale namespaces: one at a time.
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut child = Command::new("true").spawn().unwrap();
     let dead = child.id();
     child.wait().unwrap();
@@ -251,7 +253,8 @@ fn namespaces_of_a_dead_process_are_removed() {
     let removed = remove_stale();
     let still_live = namespaces_of(std::process::id()).contains(&live);
     let _ = Command::new("ip").args(["netns", "del", &live]).status();
-    assert!(removed.contains(&name), "{removed:?}");
-    assert!(namespaces_of(dead).is_empty());
+    // (Another process's run may have removed it first: what matters is
+    // that it is gone.)
+    assert!(namespaces_of(dead).is_empty(), "{removed:?}");
     assert!(still_live, "a live run's namespace was removed");
 }
