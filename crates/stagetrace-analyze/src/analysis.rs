@@ -122,8 +122,64 @@ pub struct GroupReport {
     pub periodicity: Vec<Periodicity>,
     /// How the e2e variance splits over the stages and the gap.
     pub gap: Option<GapReport>,
+    /// What batching, caching and stale-action dropping did (absent when no
+    /// record of the group says).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mitigations: Option<Mitigations>,
     /// This group's verdicts.
     pub verdicts: Vec<Verdict>,
+}
+
+/// The records' `batch_size`, `cache` and `stale_dropped`, over the group's
+/// calls except warm-up ones (failed calls included: a dropped stale action
+/// fails its call).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Mitigations {
+    /// Calls whose record names the server batch they ran in.
+    pub batched_calls: u64,
+    /// Their mean `batch_size` (`null` without batched calls).
+    pub mean_batch: Option<f64>,
+    /// Calls answered from the server's result cache.
+    pub cache_hits: u64,
+    /// Calls the cache missed (the model ran).
+    pub cache_misses: u64,
+    /// hits / (hits + misses) (`null` without a cache).
+    pub cache_hit_rate: Option<f64>,
+    /// Calls that dropped at least one stale action chunk.
+    pub stale_calls: u64,
+    /// Action chunks dropped as stale, summed.
+    pub stale_dropped: u64,
+}
+
+fn mitigations(ds: &Dataset, kind_idx: Option<usize>, pooled: bool) -> Option<Mitigations> {
+    let mut m = Mitigations::default();
+    let mut batch_sum = 0u64;
+    for x in &ds.mitigated {
+        let i = x.call as usize;
+        if ds.is_warmup(i) || (!pooled && ds.kind.get(i).map(|k| usize::from(*k)) != kind_idx) {
+            continue;
+        }
+        if x.batch > 0 {
+            m.batched_calls += 1;
+            batch_sum += u64::from(x.batch);
+        }
+        match x.cache_hit {
+            Some(true) => m.cache_hits += 1,
+            Some(false) => m.cache_misses += 1,
+            None => {}
+        }
+        if x.stale > 0 {
+            m.stale_calls += 1;
+            m.stale_dropped += u64::from(x.stale);
+        }
+    }
+    if m == Mitigations::default() {
+        return None;
+    }
+    m.mean_batch = (m.batched_calls > 0).then(|| batch_sum as f64 / m.batched_calls as f64);
+    let looked_up = m.cache_hits + m.cache_misses;
+    m.cache_hit_rate = (looked_up > 0).then(|| m.cache_hits as f64 / looked_up as f64);
+    Some(m)
 }
 
 /// Call rate and timing regularity.
@@ -555,6 +611,7 @@ fn analyze_group(
         outliers,
         periodicity,
         gap,
+        mitigations: mitigations(ds, kind_idx, pooled),
         verdicts: Vec::new(),
     };
     if !pooled {
@@ -1165,7 +1222,68 @@ fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::iso_time;
+    use super::{analyze, iso_time, AnalyzeOptions, ALL_KINDS};
+    use crate::load::{Dataset, LoadOptions};
+    use std::path::Path;
+
+    #[test]
+    fn mitigation_figures_per_kind_in_text_and_json() {
+        // kind "a": batches of 4 and 2, a cache missing once then hitting
+        // three times; kind "b": one stale drop of 2 chunks; a warm-up call
+        // with a batch of 9 is left out.
+        let lines = [
+            r#"{"seq":0,"ts_unix_ms":1000,"kind":"a","e2e_ms":1,"warmup":true,"batch_size":9}"#,
+            r#"{"seq":1,"ts_unix_ms":1010,"kind":"a","e2e_ms":1,"batch_size":4,"cache":"miss"}"#,
+            r#"{"seq":2,"ts_unix_ms":1020,"kind":"a","e2e_ms":1,"batch_size":2,"cache":"hit"}"#,
+            r#"{"seq":3,"ts_unix_ms":1030,"kind":"a","e2e_ms":1,"cache":"hit"}"#,
+            r#"{"seq":4,"ts_unix_ms":1040,"kind":"a","e2e_ms":1,"cache":"hit"}"#,
+            r#"{"seq":5,"ts_unix_ms":1050,"kind":"b","e2e_ms":1}"#,
+            r#"{"seq":6,"ts_unix_ms":1060,"kind":"b","e2e_ms":1,"failed":true,"error":"stale action dropped","stale_dropped":2}"#,
+        ]
+        .join("\n");
+        let ds =
+            Dataset::load_reader(lines.as_bytes(), Path::new("m"), LoadOptions::default()).unwrap();
+        let a = analyze(&ds, None, &AnalyzeOptions::default());
+        let g = |k: &str| a.report.groups.iter().find(|g| g.kind == k).unwrap();
+        let ma = g("a").mitigations.clone().unwrap();
+        assert_eq!((ma.batched_calls, ma.mean_batch), (2, Some(3.0)));
+        assert_eq!((ma.cache_hits, ma.cache_misses), (3, 1));
+        assert_eq!(ma.cache_hit_rate, Some(0.75));
+        assert_eq!((ma.stale_calls, ma.stale_dropped), (0, 0));
+        let mb = g("b").mitigations.clone().unwrap();
+        assert_eq!((mb.stale_calls, mb.stale_dropped), (1, 2));
+        assert_eq!((mb.mean_batch, mb.cache_hit_rate), (None, None));
+        let all = g(ALL_KINDS).mitigations.clone().unwrap();
+        assert_eq!(
+            (all.batched_calls, all.cache_hits, all.stale_dropped),
+            (2, 3, 2)
+        );
+        let text = crate::render::text(&a.report);
+        assert!(
+            text.contains(
+                "mitigations: batched 2 call(s), mean batch 3.00; cache 3 hit / 1 miss (75.0% hit)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("mitigations: 2 stale action(s) dropped in 1 call(s)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&a.report).unwrap();
+        assert_eq!(json["groups"][0]["mitigations"]["cache_hit_rate"], 0.75);
+        // Runs without mitigations carry no such entry.
+        let plain = Dataset::load_reader(
+            r#"{"seq":0,"ts_unix_ms":1,"kind":"c","e2e_ms":1}"#.as_bytes(),
+            Path::new("p"),
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let p = analyze(&plain, None, &AnalyzeOptions::default());
+        assert!(p.report.groups[0].mitigations.is_none());
+        let pj = serde_json::to_value(&p.report).unwrap();
+        assert!(pj["groups"][0].get("mitigations").is_none());
+        assert!(!crate::render::text(&p.report).contains("mitigations:"));
+    }
 
     #[test]
     fn iso_times() {

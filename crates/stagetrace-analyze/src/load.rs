@@ -33,6 +33,19 @@ pub struct LoadOptions {
     pub keep_digests: bool,
 }
 
+/// A call's `batch_size`, `cache` and `stale_dropped`, when its record has any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Mitigated {
+    /// Index of the call in the dataset.
+    pub(crate) call: u32,
+    /// `batch_size` (0: absent).
+    pub(crate) batch: u32,
+    /// `cache`: `Some(true)` hit, `Some(false)` miss.
+    pub(crate) cache_hit: Option<bool>,
+    /// `stale_dropped` (0: absent).
+    pub(crate) stale: u32,
+}
+
 /// Flag bits per call.
 pub(crate) const F_WARMUP: u8 = 1;
 pub(crate) const F_FAILED: u8 = 2;
@@ -53,6 +66,9 @@ pub struct Dataset {
     pub(crate) kinds: Vec<String>,
     /// `(call index, digest)` for calls that carry an output digest.
     pub(crate) digests: Vec<(u32, Box<str>)>,
+    /// What the mitigations did, for the calls whose records say (sparse:
+    /// nothing for runs without batcher, cache or stale filter).
+    pub(crate) mitigated: Vec<Mitigated>,
     /// Failure reasons and how often each occurred.
     pub errors: Vec<(String, u64)>,
     /// What the reader met on the way.
@@ -319,6 +335,14 @@ impl Dataset {
             let i = u32::try_from(idx).unwrap_or(u32::MAX);
             self.digests.push((i, raw.digest.clone().into_boxed_str()));
         }
+        if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 {
+            self.mitigated.push(Mitigated {
+                call: u32::try_from(idx).unwrap_or(u32::MAX),
+                batch: raw.batch,
+                cache_hit: raw.cache_hit,
+                stale: raw.stale,
+            });
+        }
     }
 
     fn intern_kind(&mut self, kind: &str) -> u16 {
@@ -415,6 +439,12 @@ pub(crate) struct RawRecord {
     pub(crate) error: String,
     pub(crate) has_digest: bool,
     pub(crate) digest: String,
+    /// `batch_size`, 0 when absent.
+    pub(crate) batch: u32,
+    /// `cache`: `Some(true)` for `"hit"`, `Some(false)` for `"miss"`.
+    pub(crate) cache_hit: Option<bool>,
+    /// `stale_dropped`, 0 when absent.
+    pub(crate) stale: u32,
 }
 
 impl Default for RawRecord {
@@ -430,6 +460,9 @@ impl Default for RawRecord {
             error: String::new(),
             has_digest: false,
             digest: String::new(),
+            batch: 0,
+            cache_hit: None,
+            stale: 0,
         }
     }
 }
@@ -446,6 +479,24 @@ impl RawRecord {
         self.error.clear();
         self.has_digest = false;
         self.digest.clear();
+        self.batch = 0;
+        self.cache_hit = None;
+        self.stale = 0;
+    }
+}
+
+/// A positive count from a record field; anything else (not an integer,
+/// out of range) is not a count and is ignored, as unknown fields are.
+fn count_of(v: Option<u64>) -> u32 {
+    v.and_then(|n| u32::try_from(n).ok()).unwrap_or(0)
+}
+
+/// `Some(true)` for `"hit"`, `Some(false)` for `"miss"`, else `None`.
+fn cache_of(s: &[u8]) -> Option<bool> {
+    match s {
+        b"hit" => Some(true),
+        b"miss" => Some(false),
+        _ => None,
     }
 }
 
@@ -483,6 +534,10 @@ struct SerdeRecord {
     failed: Option<bool>,
     error: Option<String>,
     output_digest: Option<String>,
+    // Read loosely: a value of another type is ignored, not a corrupt line.
+    batch_size: Option<serde_json::Value>,
+    cache: Option<serde_json::Value>,
+    stale_dropped: Option<serde_json::Value>,
 }
 
 fn slow_parse(line: &[u8], out: &mut RawRecord) -> Result<(), String> {
@@ -516,6 +571,13 @@ fn slow_parse(line: &[u8], out: &mut RawRecord) -> Result<(), String> {
         out.has_digest = true;
         out.digest = d;
     }
+    out.batch = count_of(r.batch_size.as_ref().and_then(serde_json::Value::as_u64));
+    out.cache_hit = r
+        .cache
+        .as_ref()
+        .and_then(serde_json::Value::as_str)
+        .and_then(|s| cache_of(s.as_bytes()));
+    out.stale = count_of(r.stale_dropped.as_ref().and_then(serde_json::Value::as_u64));
     validate(out)
 }
 
@@ -538,7 +600,7 @@ fn validate(out: &RawRecord) -> Result<(), String> {
 /// Fast path for the flat objects the layer writes. Returns `None` to hand
 /// the line to `serde_json` (which then either parses it or explains why not).
 mod fast {
-    use super::{validate, RawRecord};
+    use super::{cache_of, count_of, validate, RawRecord};
     use crate::metric::Metric;
 
     const POW10: [f64; 23] = [
@@ -819,6 +881,10 @@ mod fast {
                         out.digest.push_str(s);
                         out.has_digest = true;
                     }
+                    // Anything unusual in these goes to serde (read loosely there).
+                    b"batch_size" => out.batch = count_of(Some(c.u64()?)),
+                    b"stale_dropped" => out.stale = count_of(Some(c.u64()?)),
+                    b"cache" => out.cache_hit = cache_of(c.plain_str()?),
                     _ => c.skip_value()?,
                 }
             }
@@ -868,6 +934,42 @@ mod tests {
         assert!(fast_r.warmup && slow_r.warmup);
         assert_eq!(fast_r.digest, "ab12");
         assert!(fast_r.values[Metric::Capture.index()].is_nan());
+    }
+
+    #[test]
+    fn mitigation_fields_are_tolerated_by_both_paths() {
+        // What a batched / cached / stale-filtering run writes (issue 7).
+        let line = r#"{"seq":3,"ts_unix_ms":1700000000000.5,"kind":"call","queue_ms":0.062,"infer_ms":30.041,"e2e_ms":31.2,"failed":true,"error":"stale action dropped","output_digest":"ab","batch_size":4,"cache":"miss","stale_dropped":1}"#;
+        let mut fast_r = RawRecord::default();
+        assert!(fast::parse(line.as_bytes(), &mut fast_r).is_some());
+        let mut slow_r = RawRecord::default();
+        slow_parse(line.as_bytes(), &mut slow_r).unwrap();
+        for r in [&fast_r, &slow_r] {
+            assert_eq!((r.seq, r.kind.as_str()), (3, "call"));
+            assert_eq!(r.values[Metric::Infer.index()], 30.041);
+            assert_eq!(r.values[Metric::Queue.index()], 0.062);
+            assert!(r.failed && r.error == "stale action dropped");
+            assert_eq!(r.digest, "ab");
+            assert_eq!((r.batch, r.cache_hit, r.stale), (4, Some(false), 1));
+        }
+        // Odd values are ignored, not a corrupt line.
+        let odd = line
+            .replace(r#""batch_size":4"#, r#""batch_size":2.5"#)
+            .replace(r#""cache":"miss""#, r#""cache":"warm""#);
+        let r = parse(&odd).unwrap();
+        assert_eq!((r.batch, r.cache_hit, r.stale), (0, None, 1));
+        let ds = Dataset::load_reader(
+            format!(
+                "{line}\n{}\n",
+                line.replace(r#""cache":"miss""#, r#""cache":"hit""#)
+            )
+            .as_bytes(),
+            Path::new("mitigated.jsonl"),
+            LoadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(ds.len(), 2);
+        assert_eq!(ds.notes.skipped, 0);
     }
 
     #[test]

@@ -121,6 +121,30 @@ fn group(s: &mut String, g: &GroupReport) {
     if !rate.is_empty() {
         let _ = writeln!(s, "  {}", rate.join("; "));
     }
+    if let Some(m) = &g.mitigations {
+        let mut parts = Vec::new();
+        if let Some(mean) = m.mean_batch {
+            parts.push(format!(
+                "batched {} call(s), mean batch {mean:.2}",
+                m.batched_calls
+            ));
+        }
+        if let Some(rate) = m.cache_hit_rate {
+            parts.push(format!(
+                "cache {} hit / {} miss ({:.1}% hit)",
+                m.cache_hits,
+                m.cache_misses,
+                100.0 * rate
+            ));
+        }
+        if m.stale_calls > 0 {
+            parts.push(format!(
+                "{} stale action(s) dropped in {} call(s)",
+                m.stale_dropped, m.stale_calls
+            ));
+        }
+        let _ = writeln!(s, "  mitigations: {}", parts.join("; "));
+    }
     let _ = writeln!(
         s,
         "\n  {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",

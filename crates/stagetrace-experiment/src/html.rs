@@ -25,8 +25,8 @@ pub struct Timeline {
     /// Windows: (start, s after t0; windowed p90 per drawn stage, NaN = none).
     pub windows: Vec<(f64, [f64; 7])>,
     /// Resource tracks: (s after t0; CPU %, CPU pressure %, run-queue wait %
-    /// of a core, target CPU % of a core).
-    pub resources: Vec<(f64, [f64; 4])>,
+    /// of a core, target CPU % of a core, busiest GPU's utilisation %).
+    pub resources: Vec<(f64, [f64; 5])>,
 }
 
 fn esc(s: &str) -> String {
@@ -72,6 +72,7 @@ pub fn section(r: &ExperimentReport) -> String {
         );
     }
     o.push_str(&timeline_svg(r));
+    let _ = write!(o, "<p>{}</p>", esc(&r.gpu));
     o.push_str(&levels_svg(r));
     o.push_str(&table(r));
     o.push_str("</section>");
@@ -113,12 +114,16 @@ fn timeline_svg(r: &ExperimentReport) -> String {
         .chain(tl.resources.iter().map(|s| s.0))
         .fold(1.0f64, f64::max);
     let (top, h) = (20.0, 240.0);
-    let tracks = [
+    let all_tracks = [
         "CPU %",
         "CPU pressure %",
         "run-queue wait %",
         "target CPU %",
+        "GPU %",
     ];
+    // The GPU track only where GPUs were sampled.
+    let has_gpu = tl.resources.iter().any(|s| s.1[4].is_finite());
+    let tracks = &all_tracks[..if has_gpu { 5 } else { 4 }];
     let track_h = 50.0;
     let height = top + h + 30.0 + tracks.len() as f64 * (track_h + 10.0) + 20.0;
     let y_max = tl

@@ -60,6 +60,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+pub mod gpu;
 pub mod html;
 mod inject;
 pub mod netns;
@@ -70,6 +71,7 @@ mod runner;
 pub mod sampler;
 pub mod verdict;
 
+pub use gpu::GpuSample;
 pub use inject::thread_names;
 pub use plan::{Plan, PlanError};
 pub use render::text;

@@ -75,6 +75,16 @@ pub fn text(r: &ExperimentReport) -> String {
                 .map_or("–".into(), |v| format!("{v:.1}")),
             res.state
         );
+        if let Some(g) = res.gpu_util_pct {
+            let _ = writeln!(o, "     GPU {g:.0} % (busiest GPU)");
+        }
+        if !res.gpu_throttle.is_empty() {
+            let _ = writeln!(
+                o,
+                "     GPU clocks throttled: {}",
+                res.gpu_throttle.join(", ")
+            );
+        }
     }
     let _ = writeln!(o);
     let v = &r.verdict;
@@ -92,6 +102,7 @@ pub fn text(r: &ExperimentReport) -> String {
             r.restored.join(", ")
         }
     );
+    let _ = writeln!(o, "{}", r.gpu);
     let _ = writeln!(
         o,
         "files: {}/records-experiment.jsonl, resources.jsonl, experiment.json, experiment.html",

@@ -68,6 +68,8 @@ pub struct ExperimentReport {
     pub verdict: Verdict,
     /// The sampler's own cost.
     pub sampler: SamplerCost,
+    /// What became of the GPU tracks (devices sampled through NVML, or why not).
+    pub gpu: String,
     /// What was restored at the end.
     pub restored: Vec<String>,
     /// The data of the HTML plots (not in `--json`).
@@ -131,6 +133,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     injector.restore(Some(&pipeline));
     let robot = pipeline.shutdown();
     injector.restored.append(&mut pipeline.undone);
+    let gpu = sampler.gpu_note().to_owned();
     let (cost, rest) = sampler.stop();
     let end = now_unix_ms();
     if let Some(last) = st.phases.last_mut() {
@@ -192,6 +195,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         levels,
         verdict,
         sampler: cost,
+        gpu,
         restored: std::mem::take(&mut injector.restored),
         timeline,
         counters,
@@ -389,6 +393,11 @@ fn timeline(st: &State) -> Timeline {
                     s.psi_cpu_some_pct.unwrap_or(nan),
                     s.run_delay_ms_per_s.map_or(nan, |v| v / 10.0),
                     s.target_cpu_pct.unwrap_or(nan),
+                    s.gpus
+                        .iter()
+                        .filter_map(|g| g.util_gpu_pct)
+                        .reduce(f64::max)
+                        .unwrap_or(nan),
                 ],
             )
         })

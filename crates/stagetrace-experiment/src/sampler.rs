@@ -1,6 +1,8 @@
 //! Resources sampled at a fixed rate onto the experiment's timeline
 //! (procfs): CPU per core, pressure stall information, the target process's
-//! threads, memory, context switches and run-queue delay, TCP retransmits.
+//! threads, memory, context switches and run-queue delay, TCP retransmits;
+//! with the `nvml` feature, each GPU's utilisation, clocks, temperature,
+//! power and throttle reasons ([`crate::gpu`]).
 //!
 //! Anything the kernel does not offer (no `/proc/pressure`, a process that
 //! went away) is left out of the sample, never fatal. The sampler measures
@@ -14,6 +16,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use procfs::prelude::*;
+
+use crate::gpu::{GpuSample, GpuSource};
 use serde::Serialize;
 
 /// Samples waiting for the runner; beyond this they are dropped and counted.
@@ -67,6 +71,9 @@ pub struct ResourceSample {
     /// TCP segments retransmitted (host-wide) since the previous sample.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_retrans: Option<u64>,
+    /// Every GPU NVML sees (feature `nvml`); absent without GPUs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuSample>,
 }
 
 /// The sampler's own cost.
@@ -93,6 +100,7 @@ pub struct Sampler {
     handle: Option<JoinHandle<SamplerCost>>,
     dropped: Arc<AtomicU64>,
     rx: Receiver<ResourceSample>,
+    gpu_note: String,
 }
 
 impl Sampler {
@@ -108,19 +116,27 @@ impl Sampler {
         let dropped = Arc::new(AtomicU64::new(0));
         let (tx, rx) = std::sync::mpsc::sync_channel(SAMPLE_QUEUE);
         let period = Duration::from_secs_f64(1.0 / hz.clamp(0.01, 100.0));
+        let (gpu, gpu_note) = crate::gpu::open();
         let handle = {
             let stop = Arc::clone(&stop);
             let dropped = Arc::clone(&dropped);
             std::thread::Builder::new()
                 .name("st-sampler".into())
-                .spawn(move || sample_loop(pid, period, &stop, &tx, &dropped))?
+                .spawn(move || sample_loop(pid, gpu.as_ref(), period, &stop, &tx, &dropped))?
         };
         Ok(Sampler {
             stop,
             handle: Some(handle),
             dropped,
             rx,
+            gpu_note,
         })
+    }
+
+    /// What became of the GPU tracks, for the report: the devices sampled,
+    /// or why none were (no `nvml` feature, no library, driver or device).
+    pub fn gpu_note(&self) -> &str {
+        &self.gpu_note
     }
 
     /// Samples taken since the last call.
@@ -197,6 +213,7 @@ fn pct(busy: u64, total: u64, prev: (u64, u64)) -> Option<f64> {
 
 fn sample_loop(
     pid: Arc<AtomicI32>,
+    gpu: Option<&GpuSource>,
     period: Duration,
     stop: &AtomicBool,
     tx: &SyncSender<ResourceSample>,
@@ -210,7 +227,10 @@ fn sample_loop(
     // The first pass only primes the counters.
     let mut primed = false;
     while !stop.load(Ordering::Relaxed) {
-        let (sample, snap) = take(pid.load(Ordering::Relaxed), &prev);
+        let (mut sample, snap) = take(pid.load(Ordering::Relaxed), &prev);
+        if let Some(g) = gpu {
+            sample.gpus = g.sample();
+        }
         prev = snap;
         if primed {
             samples += 1;
@@ -374,6 +394,37 @@ fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// The skip path: on a host without a usable GPU the sampler runs as
+    /// usual, its samples carry no GPU tracks and the note says why.
+    #[test]
+    fn gpu_tracks_are_skipped_with_a_note_when_unavailable() {
+        let sampler = Sampler::start(std::process::id() as i32, 50.0).unwrap();
+        let note = sampler.gpu_note().to_owned();
+        std::thread::sleep(Duration::from_millis(200));
+        let (cost, samples) = sampler.stop();
+        assert!(cost.samples >= 2 && !samples.is_empty());
+        let no_gpu = !std::path::Path::new("/dev/nvidia0").exists();
+        if cfg!(feature = "nvml") {
+            if no_gpu {
+                assert!(
+                    note.starts_with("GPU: NVML not available (")
+                        && note.ends_with(") — GPU tracks skipped"),
+                    "{note}"
+                );
+            }
+        } else {
+            assert_eq!(note, "GPU: not sampled (built without the nvml feature)");
+        }
+        if note.contains("skipped") || note.contains("not sampled") {
+            assert!(samples.iter().all(|s| s.gpus.is_empty()));
+            let json = serde_json::to_string(&samples[0]).unwrap();
+            assert!(!json.contains("gpus"), "{json}");
+            assert!(samples[0].cpu_total_pct.is_some());
+        } else {
+            assert!(samples.iter().all(|s| !s.gpus.is_empty()), "{note}");
+        }
+    }
 
     #[test]
     fn samples_this_process_and_counts_its_own_cost() {

@@ -111,6 +111,13 @@ pub struct ResourceSummary {
     /// TCP retransmits during the phase.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_retrans: Option<u64>,
+    /// The busiest GPU's mean utilisation, percent (feature `nvml`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_util_pct: Option<f64>,
+    /// Throttle reasons that held a GPU's clocks down during the phase
+    /// (power, thermal, hardware slowdown, sync boost; not idling).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_throttle: Vec<&'static str>,
     /// `"saturated"` or `"idle"`.
     pub state: &'static str,
 }
@@ -403,9 +410,32 @@ fn resources(samples: &[(usize, ResourceSample)], phase: usize) -> Option<Resour
             let v: Vec<u64> = s.iter().filter_map(|x| x.tcp_retrans).collect();
             (!v.is_empty()).then(|| v.iter().sum())
         },
+        gpu_util_pct: {
+            let gpus = s.iter().map(|x| x.gpus.len()).max().unwrap_or(0);
+            (0..gpus)
+                .filter_map(|i| {
+                    mean(
+                        s.iter()
+                            .filter_map(|x| x.gpus.get(i).and_then(|g| g.util_gpu_pct)),
+                    )
+                })
+                .reduce(f64::max)
+        },
+        gpu_throttle: {
+            let mut t: Vec<&'static str> = s
+                .iter()
+                .flat_map(|x| x.gpus.iter().flat_map(|g| g.throttle.iter().copied()))
+                .filter(|r| crate::gpu::is_limiting(r))
+                .collect();
+            t.sort_unstable();
+            t.dedup();
+            t
+        },
         state: "idle",
     };
-    let saturated = r.cpu_total_pct.is_some_and(|v| v >= 85.0)
+    // A GPU kept busy ≥ 90 % of the time is the bottleneck (GPU-bound).
+    let saturated = r.gpu_util_pct.is_some_and(|v| v >= 90.0)
+        || r.cpu_total_pct.is_some_and(|v| v >= 85.0)
         || r.cpu_max_core_pct.is_some_and(|v| v >= 95.0)
         || r.psi_cpu_some_pct.is_some_and(|v| v >= 40.0);
     r.state = if saturated { "saturated" } else { "idle" };
@@ -636,6 +666,21 @@ fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>) -> String 
     if let Some(n) = r.tcp_retrans.filter(|n| *n > 0) {
         s.push_str(&format!("; {n} TCP retransmits"));
     }
+    if let Some(g) = r.gpu_util_pct {
+        s.push_str(&format!("; GPU {g:.0} %"));
+        if g >= 90.0 {
+            s.push_str(" (GPU-bound)");
+        }
+        if let Some(b) = base.and_then(|b| b.gpu_util_pct) {
+            s.push_str(&format!(" (baseline {b:.0} %)"));
+        }
+    }
+    if !r.gpu_throttle.is_empty() {
+        s.push_str(&format!(
+            "; GPU clocks throttled: {}",
+            r.gpu_throttle.join(", ")
+        ));
+    }
     s.push('.');
     s
 }
@@ -773,5 +818,66 @@ mod tests {
         let period = v.spike_period_s.unwrap();
         assert!((period - 0.5).abs() < 0.05, "{period}");
         assert!(v.summary.starts_with("all stages flat"));
+    }
+
+    /// GPU samples: a busy GPU marks the phase saturated; limiting throttle
+    /// reasons are named, idling is not throttling.
+    #[test]
+    fn gpu_util_saturates_and_throttling_is_reported() {
+        use crate::gpu::{throttle_names, GpuSample};
+        let sample = |phase: usize, util: [f64; 2], bits: u64| {
+            let gpus = util
+                .iter()
+                .enumerate()
+                .map(|(i, u)| GpuSample {
+                    index: i as u32,
+                    util_gpu_pct: Some(*u),
+                    throttle: throttle_names(if i == 0 { bits } else { 0x1 }),
+                    ..GpuSample::default()
+                })
+                .collect();
+            (
+                phase,
+                ResourceSample {
+                    cpu_total_pct: Some(20.0),
+                    gpus,
+                    ..ResourceSample::default()
+                },
+            )
+        };
+        let samples = vec![
+            sample(0, [30.0, 5.0], 0x1),
+            sample(0, [40.0, 5.0], 0x1),
+            sample(1, [88.0, 5.0], 0x4),
+            sample(1, [96.0, 5.0], 0x4 | 0x40),
+            sample(2, [60.0, 5.0], 0x0),
+            sample(2, [70.0, 5.0], 0x0),
+        ];
+        let base = resources(&samples, 0).unwrap();
+        assert_eq!(base.state, "idle");
+        assert_eq!(base.gpu_util_pct, Some(35.0));
+        assert!(base.gpu_throttle.is_empty(), "gpu_idle is not throttling");
+        let busy = resources(&samples, 1).unwrap();
+        assert_eq!(busy.gpu_util_pct, Some(92.0));
+        assert_eq!(busy.state, "saturated");
+        assert_eq!(busy.gpu_throttle, ["hw_thermal_slowdown", "sw_power_cap"]);
+        let note = resource_note(&busy, Some(&base));
+        assert!(
+            note.contains("GPU 92 % (GPU-bound) (baseline 35 %)"),
+            "{note}"
+        );
+        assert!(
+            note.contains("GPU clocks throttled: hw_thermal_slowdown, sw_power_cap"),
+            "{note}"
+        );
+        let mid = resources(&samples, 2).unwrap();
+        assert_eq!((mid.state, mid.gpu_util_pct), ("idle", Some(65.0)));
+        // No GPU tracks: nothing GPU in the summary or its JSON.
+        let plain = vec![(0, ResourceSample::default())];
+        let r = resources(&plain, 0).unwrap();
+        assert!(r.gpu_util_pct.is_none() && r.gpu_throttle.is_empty());
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(!json.contains("gpu"), "{json}");
+        assert!(!resource_note(&r, None).contains("GPU"));
     }
 }

@@ -6,8 +6,9 @@
 //! passed (each is answered with [`BatchError::Expired`], never run), and runs
 //! the model once on the rest. Every answer says how long the request waited
 //! (`queue_wait`) and how big its batch was, and — when the request came with
-//! an [`InferTimer`] — marks the start of inference on it, so the server
-//! reports the wait as the `queue` stage and the batch run as `infer`.
+//! an [`InferTimer`] — marks the start of inference and the batch size on it,
+//! so the server reports the wait as the `queue` stage, the batch run as
+//! `infer`, and the batch size, all of which land on the client's record.
 
 use std::fmt;
 use std::future::Future;
@@ -306,8 +307,9 @@ where
 
     /// Queue `input` and wait for its output. `deadline` overrides the
     /// configured one; `timer` (the server's [`InferTimer`] for this request)
-    /// gets its inference start marked when the batch starts, so the wait is
-    /// reported as `queue` and the batch as `infer`.
+    /// gets its inference start and batch size marked when the batch starts,
+    /// so the wait is reported as `queue`, the batch as `infer`, and the
+    /// client's record carries `batch_size`.
     pub async fn submit_with(
         &self,
         input: I,
@@ -362,6 +364,7 @@ async fn worker<I, O, M, Fut, E>(
     E: fmt::Display + Send + 'static,
 {
     let mut jobs: Vec<Job<I, O>> = Vec::with_capacity(config.max_batch);
+    let mut timers: Vec<InferTimer> = Vec::with_capacity(config.max_batch);
     while let Some(first) = rx.recv().await {
         // The window opens when the first request arrived, not when the
         // worker got to it: a request that already waited does not wait again.
@@ -401,8 +404,12 @@ async fn worker<I, O, M, Fut, E>(
             }
             inputs.push(job.input);
             live.push((job.enqueued, job.reply));
+            timers.extend(job.timer);
         }
         let n = live.len();
+        for t in timers.drain(..) {
+            t.set_batch_size(n);
+        }
         if n == 0 {
             continue;
         }

@@ -183,7 +183,9 @@ pub fn action_cache(max_bytes: u64) -> ActionCache {
 ///
 /// The key covers the request entries `spec` selects ([`KeySpec::All`]
 /// unless entries are known not to change the answer). A hit takes no model
-/// time: the server reports `infer` near zero for it.
+/// time: the server reports `infer` near zero for it. Each request's
+/// [`InferTimer`] is marked with the outcome, so the client's record says
+/// `"cache": "hit"` or `"miss"`.
 ///
 /// ```no_run
 /// use stagetrace_mitigate::{action_cache, CachedHandler, KeySpec};
@@ -232,9 +234,11 @@ impl<H: Handler> Handler for CachedHandler<H> {
     fn call(&self, request: MsgMap, timer: InferTimer) -> HandlerFuture {
         let key = CacheKey::of_map(&request, &self.spec);
         if let Some(hit) = self.cache.get(&key) {
+            timer.set_cache_hit(true);
             let answer = (*hit).clone();
             return Box::pin(async move { Ok(answer) });
         }
+        timer.set_cache_hit(false);
         let inner = Arc::clone(&self.inner);
         let cache = self.cache.clone();
         Box::pin(async move {

@@ -3,8 +3,8 @@
 //!
 //! An action chunk computed from an observation taken 300 ms ago steers the
 //! robot from where it *was*. [`StaleFilter`] refuses chunks older than a
-//! configured age (counted; [`StaleFilter::check_call`] also flags the call's
-//! record). When commands arrive faster than the executor runs, the executor
+//! configured age (counted; [`StaleFilter::check_call`] also counts the drop
+//! on the call's record, `stale_dropped`, and flags the call). When commands arrive faster than the executor runs, the executor
 //! falls behind one period per extra command; [`CommandMerger`] collapses
 //! everything that arrived within one period into one command.
 
@@ -78,11 +78,14 @@ impl StaleFilter {
         }
     }
 
-    /// [`StaleFilter::check`], and on a stale chunk flag the call enclosing
-    /// `span` as failed with [`STALE_REASON`], so the drop shows in its record.
+    /// [`StaleFilter::check`], and on a stale chunk count it on the record
+    /// of the call enclosing `span` (`stale_dropped`, one per dropped chunk)
+    /// and flag that call as failed with [`STALE_REASON`]: its action never
+    /// ran, so its stage times do not describe a completed cycle.
     pub fn check_call(&self, span: &tracing::Span, captured: Instant) -> Result<Duration, Stale> {
         let r = self.check(captured);
         if r.is_err() {
+            stagetrace::record_stale_dropped(span, 1);
             stagetrace::mark_failed(span, STALE_REASON);
         }
         r

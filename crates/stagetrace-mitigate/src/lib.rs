@@ -8,16 +8,18 @@
 //!   - [`Batcher`]: a dynamic batcher (`max_batch`, `max_wait`, bounded queue,
 //!     per-request deadlines). Each request's wait is reported as the
 //!     `queue` stage (its [`InferTimer`](stagetrace_net::InferTimer) is marked
-//!     when its batch starts) and its batch size comes back with the output.
+//!     when its batch starts) and its batch size lands on the call's record
+//!     (`batch_size`).
 //!   - [`Admission`] / [`AdmittedHandler`] (WebSocket) and [`AdmissionLayer`]
 //!     (HTTP, on tower's concurrency-limit and timeout services): a
 //!     concurrency limit, a bounded queue with a timeout, and load shedding
 //!     with an error that says what happened, counted.
 //!   - [`ResultCache`] / [`CachedHandler`]: a moka cache bounded in bytes,
 //!     keyed by a 128-bit hash of the request ([`CacheKey`], [`KeySpec`]),
-//!     hits and misses counted.
+//!     hits and misses counted and each on its call's record (`cache`).
 //! - **Client / executor side**: [`StaleFilter`] drops action chunks older
-//!   than a configured age (counted, and flagged on the call's record);
+//!   than a configured age (counted, and on the call's record as
+//!   `stale_dropped`);
 //!   [`CommandMerger`] merges the commands of one control period.
 //! - **Proof that outputs did not change**: [`record_action_digest`] puts a
 //!   stable digest of the returned action on the call record
@@ -73,4 +75,4 @@ pub use cache::{
 };
 pub use digest::{digest_bytes, digest_hex, digest_map, record_action_digest, CacheKey, KeySpec};
 pub use executor::{CommandMerger, Stale, StaleFilter, STALE_REASON};
-pub use handler::{BatchedHandler, BATCH_SIZE_KEY};
+pub use handler::BatchedHandler;

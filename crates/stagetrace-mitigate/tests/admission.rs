@@ -87,7 +87,7 @@ fn admission_bounds_p99_of_admitted_calls_and_sheds_the_rest() {
         .max_queue(2)
         .queue_timeout(Duration::from_millis(30));
     let admission = Admission::new(config);
-    let mut obs = Observed::new(None);
+    let mut obs = Observed::new();
     let limited = rt().block_on(async {
         let server = PolicyServer::builder()
             .max_concurrency(256)

@@ -1,6 +1,7 @@
 //! Must show: with 4 concurrent clients and a model whose cost is a + b·batch,
 //! batching raises throughput at least 2× over one-at-a-time, the records
-//! show where the time went (queue vs infer), and the outputs do not change.
+//! show where the time went (queue vs infer) and the batch each call ran in,
+//! and the outputs do not change.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,6 +9,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::CallRecord;
@@ -32,7 +34,8 @@ async fn drive(url: &str) -> Duration {
             for i in 0..CALLS {
                 let seq = c * 1000 + i;
                 let call = tracing::info_span!("call", seq = seq);
-                let obs = observation("stack the blocks", (seq % 251) as u8);
+                // `call` names the request, so the model can say which batch ran it.
+                let obs = observation("stack the blocks", (seq % 251) as u8).with("call", seq);
                 let reply = async {
                     let r = client.infer(&obs).await.unwrap();
                     record_action_digest(&tracing::Span::current(), &r.action);
@@ -63,7 +66,7 @@ fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
 #[test]
 fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
     // One at a time: the server runs one request at a time, each a batch of 1.
-    let mut obs = Observed::new(None);
+    let mut obs = Observed::new();
     let serial = rt().block_on(async {
         let server = PolicyServer::builder()
             .max_concurrency(1)
@@ -80,16 +83,26 @@ fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
     let serial_recs = obs.finish();
     drop(obs);
 
-    // Batched: the same model, given up to 4 requests at once.
-    let mut obs = Observed::new(None);
+    // Batched: the same model, given up to 4 requests at once. It notes the
+    // size of the batch each call ran in, as the truth for the records.
+    let ran_in: Arc<Mutex<BTreeMap<u64, u32>>> = Arc::default();
+    let ran_in2 = Arc::clone(&ran_in);
+    let mut obs = Observed::new();
     let (batched, stats) = rt().block_on(async {
         let batcher = Batcher::spawn(
             BatchConfig::default()
                 .max_batch(CLIENTS as usize)
                 .max_wait(Duration::from_millis(5)),
-            |xs: Vec<MsgMap>| async move {
-                tokio::time::sleep(cost(A_MS, B_MS, xs.len())).await;
-                Ok::<_, Infallible>(xs.iter().map(policy).collect())
+            move |xs: Vec<MsgMap>| {
+                let mut m = ran_in2.lock().unwrap();
+                for x in &xs {
+                    let call = x.get("call").and_then(|v| v.as_u64()).unwrap();
+                    m.insert(call, xs.len() as u32);
+                }
+                async move {
+                    tokio::time::sleep(cost(A_MS, B_MS, xs.len())).await;
+                    Ok::<_, Infallible>(xs.iter().map(policy).collect())
+                }
             },
         )
         .unwrap();
@@ -147,11 +160,32 @@ fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
     assert!(bi >= (A_MS + 2 * B_MS) as f64 * 0.9, "batched infer {bi}");
     // Batching did not change what the robot is told to do.
     assert_eq!(digests(&serial_recs), digests(&batched_recs));
+
+    // Each record carries the size of the batch the server ran it in; the
+    // unbatched server names none.
+    assert!(serial_recs.iter().all(|r| r.batch_size.is_none()));
+    let ran_in = ran_in.lock().unwrap();
+    assert_eq!(ran_in.len() as u64, CLIENTS * CALLS);
+    for r in &batched_recs {
+        assert_eq!(r.batch_size, Some(ran_in[&r.seq]), "seq {}", r.seq);
+        // Its infer time is that batch's cost, a + b·n.
+        let n = r.batch_size.unwrap() as usize;
+        let want = cost(A_MS, B_MS, n).as_secs_f64() * 1e3;
+        assert!(r.infer_ms.unwrap() >= want * 0.95, "{r:?}");
+    }
+    // And the records add up to the batcher's own histogram.
+    for (k, &batches) in stats.by_size.iter().enumerate() {
+        let calls = batched_recs
+            .iter()
+            .filter(|r| r.batch_size == Some(k as u32 + 1))
+            .count() as u64;
+        assert_eq!(calls, batches * (k as u64 + 1), "batches of {}", k + 1);
+    }
 }
 
 #[test]
 fn expired_requests_fail_with_the_deadline_error_and_are_not_run() {
-    let mut obs = Observed::new(None);
+    let mut obs = Observed::new();
     let (errors, stats) = rt().block_on(async {
         let batcher = Batcher::spawn(
             BatchConfig::default()
@@ -197,4 +231,9 @@ fn expired_requests_fail_with_the_deadline_error_and_are_not_run() {
     }
     assert_eq!((stats.expired, stats.batched), (2, 1));
     assert_eq!(recs.iter().filter(|r| r.failed == Some(true)).count(), 2);
+    // Only the call that ran was in a batch (of 1); the expired ones were not.
+    for r in &recs {
+        let want = if r.failed.is_some() { None } else { Some(1) };
+        assert_eq!(r.batch_size, want, "{r:?}");
+    }
 }

@@ -1,6 +1,7 @@
-//! Must show: repeated inputs hit the cache (infer drops to near zero) and
-//! the output digests match the uncached run; a key that leaves out part of
-//! the input changes the outputs. (The memory bound: `cache_memory.rs`.)
+//! Must show: repeated inputs hit the cache (infer drops to near zero, each
+//! record says hit or miss) and the output digests match the uncached run; a
+//! key that leaves out part of the input changes the outputs. (The memory
+//! bound: `cache_memory.rs`.)
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use stagetrace::CallRecord;
+use stagetrace::{CacheOutcome, CallRecord};
 use stagetrace_mitigate::{action_cache, record_action_digest, CacheStats, CachedHandler, KeySpec};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
 use support::{observation, policy, quantile, rt, Observed};
@@ -26,7 +27,7 @@ async fn model(o: MsgMap, _t: InferTimer) -> Result<MsgMap, stagetrace_net::Hand
 
 /// One client, `CALLS` calls cycling over `SCENES` observations (same prompt).
 fn run(cache: Option<KeySpec>) -> (Vec<CallRecord>, Option<CacheStats>) {
-    let mut obs = Observed::new(None);
+    let mut obs = Observed::new();
     let stats = rt().block_on(async {
         let handle_cache = action_cache(8 << 20);
         let server = match &cache {
@@ -55,6 +56,12 @@ fn run(cache: Option<KeySpec>) -> (Vec<CallRecord>, Option<CacheStats>) {
     (obs.finish(), stats)
 }
 
+/// Each call's `cache` field, by seq.
+fn outcomes(recs: &[CallRecord]) -> Vec<Option<CacheOutcome>> {
+    assert!(recs.windows(2).all(|w| w[0].seq < w[1].seq));
+    recs.iter().map(|r| r.cache).collect()
+}
+
 fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
     recs.iter()
         .map(|r| (r.seq, r.output_digest.clone().unwrap()))
@@ -72,6 +79,19 @@ fn repeated_inputs_hit_the_cache_with_unchanged_outputs() {
         "{stats:?}"
     );
     assert_eq!(stats.entries, SCENES);
+    // On the records: the first pass over the scenes misses, the rest hit;
+    // without a cache the field is absent.
+    let want: Vec<_> = (0..CALLS)
+        .map(|seq| {
+            Some(if seq < SCENES {
+                CacheOutcome::Miss
+            } else {
+                CacheOutcome::Hit
+            })
+        })
+        .collect();
+    assert_eq!(outcomes(&cached), want);
+    assert_eq!(outcomes(&plain), vec![None; CALLS as usize]);
 
     let infer = |recs: &[CallRecord], first: bool| -> Vec<f64> {
         recs.iter()
@@ -104,6 +124,10 @@ fn a_key_that_leaves_out_the_image_changes_the_outputs() {
     let (bad, stats) = run(Some(KeySpec::Only(vec!["prompt".into()])));
     let stats = stats.unwrap();
     assert_eq!((stats.misses, stats.hits), (1, CALLS - 1));
+    let want: Vec<_> = (0..CALLS)
+        .map(|seq| Some(CacheOutcome::from_hit(seq > 0)))
+        .collect();
+    assert_eq!(outcomes(&bad), want);
     let (p, b) = (digests(&plain), digests(&bad));
     let changed = p.iter().filter(|(k, v)| b.get(k) != Some(v)).count() as u64;
     // Scenes 1..SCENES-1 got scene 0's action.

@@ -1,6 +1,6 @@
 //! Client / executor side through the real stage layer: a stale action is
-//! dropped, counted, and its call's record says so; commands of one control
-//! period are merged.
+//! dropped, counted, and its call's record says so (`stale_dropped`);
+//! commands of one control period are merged.
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,7 +13,7 @@ use support::Observed;
 
 #[test]
 fn a_stale_action_is_dropped_counted_and_flagged_on_its_record() {
-    let mut obs = Observed::new(None);
+    let mut obs = Observed::new();
     let filter = StaleFilter::new(Duration::from_millis(20));
     for seq in 0..4u64 {
         let call = tracing::info_span!("call", seq = seq);
@@ -33,11 +33,16 @@ fn a_stale_action_is_dropped_counted_and_flagged_on_its_record() {
     let recs = obs.finish();
     assert_eq!((filter.passed(), filter.dropped()), (2, 2));
     assert_eq!(recs.len(), 4);
+    // The records add up to the filter's own count.
+    let on_records: u32 = recs.iter().filter_map(|r| r.stale_dropped).sum();
+    assert_eq!(u64::from(on_records), filter.dropped());
     for r in &recs {
         if r.seq % 2 == 1 {
+            assert_eq!(r.stale_dropped, Some(1));
             assert_eq!(r.failed, Some(true));
             assert_eq!(r.error.as_deref(), Some(STALE_REASON));
         } else {
+            assert_eq!(r.stale_dropped, None);
             assert_eq!(r.failed, None);
         }
     }

@@ -3,7 +3,7 @@
 //! report its pre / infer / post split, and the per-request hook.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -83,6 +83,10 @@ impl ServerClock {
 /// [`InferTimer::infer_start`] moves the start of inference later (time
 /// before it is `queue`, e.g. the handler's own batcher); [`InferTimer::pre_done`]
 /// and [`InferTimer::post_start`] report the pre- / post-processing parts.
+/// [`InferTimer::set_batch_size`] and [`InferTimer::set_cache_hit`] say what
+/// a batcher or a result cache did with the request: they travel back in the
+/// response's server timing and land on the client's call record
+/// (`batch_size`, `cache`).
 #[derive(Clone)]
 pub struct InferTimer {
     inner: Arc<TimerMarks>,
@@ -94,6 +98,10 @@ struct TimerMarks {
     infer_start: AtomicU64,
     pre_done: AtomicU64,
     post_start: AtomicU64,
+    /// 0 = unset.
+    batch_size: AtomicU32,
+    /// 0 = unset, 1 = miss, 2 = hit.
+    cache: AtomicU8,
 }
 
 impl fmt::Debug for InferTimer {
@@ -102,6 +110,8 @@ impl fmt::Debug for InferTimer {
             .field("infer_start", &self.mark(&self.inner.infer_start))
             .field("pre_done", &self.mark(&self.inner.pre_done))
             .field("post_start", &self.mark(&self.inner.post_start))
+            .field("batch_size", &self.batch_size())
+            .field("cache_hit", &self.cache_hit())
             .finish()
     }
 }
@@ -114,6 +124,8 @@ impl InferTimer {
                 infer_start: AtomicU64::new(0),
                 pre_done: AtomicU64::new(0),
                 post_start: AtomicU64::new(0),
+                batch_size: AtomicU32::new(0),
+                cache: AtomicU8::new(0),
             }),
         }
     }
@@ -144,6 +156,42 @@ impl InferTimer {
     /// The model is done, post-processing starts now.
     pub fn post_start(&self) {
         self.set(&self.inner.post_start);
+    }
+
+    /// The request ran in a batch of `n` requests (itself included). Sent as
+    /// the server timing's `batch_size`; 0 is ignored, and values above
+    /// [`MAX_BATCH_SIZE`](stagetrace::wire::MAX_BATCH_SIZE) are capped to it.
+    pub fn set_batch_size(&self, n: usize) {
+        if n > 0 {
+            let max = stagetrace::wire::MAX_BATCH_SIZE;
+            let n = u32::try_from(n).unwrap_or(max).min(max);
+            self.inner.batch_size.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// A result cache answered the request (`true`: the model did not run)
+    /// or missed (`false`). Sent as the server timing's `cache`.
+    pub fn set_cache_hit(&self, hit: bool) {
+        self.inner
+            .cache
+            .store(if hit { 2 } else { 1 }, Ordering::Relaxed);
+    }
+
+    /// The batch size set so far, if any.
+    pub fn batch_size(&self) -> Option<u32> {
+        match self.inner.batch_size.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// The cache outcome set so far, if any.
+    pub fn cache_hit(&self) -> Option<bool> {
+        match self.inner.cache.load(Ordering::Relaxed) {
+            1 => Some(false),
+            2 => Some(true),
+            _ => None,
+        }
     }
 }
 
@@ -205,6 +253,8 @@ impl RequestStamps {
             if let Some(post) = timer.mark(&timer.inner.post_start) {
                 t.post_ns = Some(end_ns - post.clamp(infer_from, end_ns));
             }
+            t.batch_size = timer.batch_size();
+            t.cache_hit = timer.cache_hit();
         }
         t
     }
@@ -303,5 +353,27 @@ mod tests {
         assert_eq!(t.infer_ns, Some(10_000_000));
         assert_eq!(t.pre_ns, Some(2_000_000));
         assert_eq!(t.post_ns, Some(2_000_000));
+        assert_eq!((t.batch_size, t.cache_hit), (None, None));
+    }
+
+    #[test]
+    fn batch_size_and_cache_outcome_reach_the_timing() {
+        let clock = ServerClock::system();
+        let mut s = RequestStamps::received(&clock);
+        let timer = s.timer();
+        timer.set_batch_size(0); // ignored
+        assert_eq!(timer.batch_size(), None);
+        timer.set_batch_size(6);
+        timer.set_cache_hit(false);
+        timer.set_cache_hit(true); // the last word wins
+        let end = s.recv + Duration::from_millis(2);
+        s.handled(s.recv, end, timer.clone());
+        let t = s.timing_at(end);
+        assert_eq!((t.batch_size, t.cache_hit), (Some(6), Some(true)));
+        // Through the header a client parses.
+        let back = ServerTiming::parse_timing_header(&t.to_timing_header()).unwrap();
+        assert_eq!(back, t);
+        timer.set_batch_size(usize::MAX);
+        assert_eq!(timer.batch_size(), Some(stagetrace::wire::MAX_BATCH_SIZE));
     }
 }

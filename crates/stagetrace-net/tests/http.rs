@@ -73,6 +73,9 @@ fn layer_and_client_carry_context_and_timing() {
                         timer.pre_done();
                         tokio::time::sleep(Duration::from_millis(6)).await;
                         timer.post_start();
+                        // What a batcher / result cache would report.
+                        timer.set_batch_size(3);
+                        timer.set_cache_hit(false);
                         "ok"
                     },
                 ),
@@ -112,6 +115,7 @@ fn layer_and_client_carry_context_and_timing() {
                 .to_str()
                 .unwrap()
                 .starts_with("v=1;recv="));
+            assert_eq!((t.batch_size, t.cache_hit), (Some(3), Some(false)));
         }
         assert_eq!(layer.stats().requests, 4);
     });
@@ -124,6 +128,9 @@ fn layer_and_client_carry_context_and_timing() {
             "{rec:?}"
         );
         assert!(rec.infer_ms.unwrap() >= 6.0);
+        assert_eq!(rec.batch_size, Some(3));
+        assert_eq!(rec.cache, Some(stagetrace::CacheOutcome::Miss));
+        assert_eq!(srv.timing.batch_size, Some(3));
         assert_eq!(srv.trace_parent.map(|t| t.trace_id_hex()), rec.trace_id);
     }
 }

@@ -268,6 +268,7 @@ fn server_spans_join_the_clients_transport_span() {
             infer_ns: Some(ms(7.0)),
             pre_ns: Some(ms(0.5)),
             post_ns: None,
+            ..ServerTiming::default()
         },
         error: None,
     };

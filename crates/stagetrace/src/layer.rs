@@ -311,6 +311,8 @@ pub(crate) struct CallState {
     pub(crate) transport: Option<TransportAcc>,
     pub(crate) failed: Option<&'static str>,
     pub(crate) digest: Option<u64>,
+    /// Action chunks dropped as stale in this call (0: none).
+    pub(crate) stale_dropped: u32,
     /// The layer's own time on this call so far.
     pub(crate) observer_ticks: u64,
 }
@@ -597,6 +599,7 @@ where
                     transport: None,
                     failed: None,
                     digest: None,
+                    stale_dropped: 0,
                     observer_ticks: 0,
                 };
                 state.observer_ticks = stamp::now().ticks_since(t0);
@@ -819,6 +822,17 @@ pub fn mark_failed(span: &tracing::Span, reason: &'static str) {
 /// checks between runs.
 pub fn record_output_digest(span: &tracing::Span, digest: u64) {
     with_call(span, |call| call.digest = Some(digest));
+}
+
+/// Count `n` action chunks of the call enclosing `span` as dropped because
+/// they were too old to execute (added to what the call already counted);
+/// written as `stale_dropped`. Calls that dropped none carry no field.
+/// No effect outside a call or without a [`StageLayer`]. Never allocates or
+/// blocks.
+pub fn record_stale_dropped(span: &tracing::Span, n: u32) {
+    with_call(span, |call| {
+        call.stale_dropped = call.stale_dropped.saturating_add(n);
+    });
 }
 
 fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {

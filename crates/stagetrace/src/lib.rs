@@ -76,14 +76,14 @@ mod worker;
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use health::{count_clamped, count_rejected_header};
 pub use layer::{
-    mark_failed, record_output_digest, record_server_timing, trace_parent, FilteredStageLayer,
-    StageFilter, StageLayer,
+    mark_failed, record_output_digest, record_server_timing, record_stale_dropped, trace_parent,
+    FilteredStageLayer, StageFilter, StageLayer,
 };
 pub use sink::RecordSink;
 pub use summary::{Summary, WindowSummary};
 pub use wire::TraceParent;
 
 pub use clock::ClockMode;
-pub use record::{CallRecord, ClockBasis, ServerRecord};
+pub use record::{CacheOutcome, CallRecord, ClockBasis, ServerRecord};
 pub use stage::Stage;
 pub use wire::ServerTiming;

@@ -18,6 +18,35 @@ pub enum ClockBasis {
     Degraded,
 }
 
+/// Whether a server-side result cache answered the call (`cache` field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheOutcome {
+    /// The cache held the answer: the model did not run.
+    Hit,
+    /// The cache did not: the model ran (and its answer was stored).
+    Miss,
+}
+
+impl CacheOutcome {
+    /// `Hit` for `true`, `Miss` for `false`.
+    pub fn from_hit(hit: bool) -> Self {
+        if hit {
+            CacheOutcome::Hit
+        } else {
+            CacheOutcome::Miss
+        }
+    }
+
+    /// `"hit"` or `"miss"`, as in the record.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+        }
+    }
+}
+
 /// Where one span sat on the call's timeline, for exporters that draw it.
 ///
 /// Not part of the JSON record: offsets are on the client's monotonic clock,
@@ -137,6 +166,17 @@ pub struct CallRecord {
     /// Hex digest of the returned action, for consistency checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_digest: Option<String>,
+    /// How many requests the server's batch held (this one included), when
+    /// the server batches and says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+    /// `hit` / `miss` of the server's result cache, when it has one and says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheOutcome>,
+    /// Action chunks of this call dropped as too old to execute (at least 1;
+    /// absent when none was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stale_dropped: Option<u32>,
     /// Where each span sat; for exporters, not written to the JSON record.
     #[serde(skip)]
     pub timeline: Timeline,

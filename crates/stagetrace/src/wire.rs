@@ -50,6 +50,8 @@ pub const MAX_TIMING_MAP_ENTRIES: usize = 64;
 pub const MAX_DURATION_NS: u64 = 3_600_000_000_000;
 /// Largest wall time accepted (`i64::MAX` ns, year 2262).
 pub const MAX_UNIX_NS: u64 = i64::MAX as u64;
+/// Largest batch size accepted from a server (`batch_size` / `batch=`).
+pub const MAX_BATCH_SIZE: u32 = 1 << 20;
 
 /// Which wire format an error is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -86,13 +88,13 @@ impl Codec {
                 "the peer must send at most 32 comma-separated `key=value` members with W3C tracestate keys and values"
             }
             Codec::TimingHeader => {
-                "the server must send `v=1;recv=<unix ns>;total=<ns>;...` with non-negative integer nanoseconds (see docs/protocol.md)"
+                "the server must send `v=1;recv=<unix ns>;total=<ns>;...` with non-negative integer nanoseconds, `batch=<1..>` and `cache=hit|miss` (see docs/protocol.md)"
             }
             Codec::ServerTimingHeader => {
                 "the server must send `name;dur=<ms>` metrics separated by commas, dur a non-negative decimal"
             }
             Codec::TimingMap => {
-                "the server must send a map of non-negative numbers (`*_ns` integers, `*_ms` floats, see docs/protocol.md)"
+                "the server must send a map of non-negative numbers (`*_ns` integers, `*_ms` floats), `batch_size` a positive integer and `cache` \"hit\" or \"miss\" (see docs/protocol.md)"
             }
         }
     }
@@ -611,7 +613,8 @@ impl fmt::Display for TraceState {
 // ---------------------------------------------------------------------------
 
 /// Server timing carried back by a response: one absolute anchor plus
-/// monotonic durations, all measured on the server.
+/// monotonic durations, all measured on the server, and what a mitigation
+/// did with the request (the batch it ran in, a cache hit or miss).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerTiming {
     /// Wall time the whole request was received (server clock), ns since the epoch.
@@ -626,6 +629,12 @@ pub struct ServerTiming {
     pub pre_ns: Option<u64>,
     /// Post-processing part of `infer_ns`, when known.
     pub post_ns: Option<u64>,
+    /// How many requests the batch that ran this one held (1 ..=
+    /// [`MAX_BATCH_SIZE`]), when the server batches.
+    pub batch_size: Option<u32>,
+    /// `Some(true)` when a result cache answered the request, `Some(false)`
+    /// when it missed (the model ran), `None` without a cache.
+    pub cache_hit: Option<bool>,
 }
 
 /// Field order shared by every encoding: (map key, `stagetrace-timing` key).
@@ -665,14 +674,21 @@ impl ServerTiming {
 
     /// True when no field is known (the server sent no timing).
     pub fn is_empty(&self) -> bool {
-        (0..FIELDS.len()).all(|i| self.get(i).is_none())
+        !self.has_times() && self.batch_size.is_none() && self.cache_hit.is_none()
+    }
+
+    /// True when at least one time field (`recv_unix_ns`, `total_ns`,
+    /// `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`) is known: what the
+    /// client's timeline can be stitched from.
+    pub fn has_times(&self) -> bool {
+        (0..FIELDS.len()).any(|i| self.get(i).is_some())
     }
 
     /// True when the server gave some timing but not the receive time and
     /// total needed for the uplink/downlink split (e.g. an unmodified openpi
     /// server that only returns `infer_ms`).
     pub fn is_degraded(&self) -> bool {
-        !self.is_empty() && (self.recv_unix_ns.is_none() || self.total_ns.is_none())
+        self.has_times() && (self.recv_unix_ns.is_none() || self.total_ns.is_none())
     }
 
     /// Every field within range: durations ≤ [`MAX_DURATION_NS`], wall time
@@ -684,11 +700,22 @@ impl ServerTiming {
                 return Err(value_err(codec, name, "is out of range"));
             }
         }
+        if self
+            .batch_size
+            .is_some_and(|b| b == 0 || b > MAX_BATCH_SIZE)
+        {
+            let name = if codec == Codec::TimingMap {
+                "batch_size"
+            } else {
+                "batch"
+            };
+            return Err(value_err(codec, name, "is out of range"));
+        }
         Ok(())
     }
 
     /// The `stagetrace-timing` header value:
-    /// `v=1;recv=<unix ns>;total=<ns>;queue=<ns>;infer=<ns>;pre=<ns>;post=<ns>`,
+    /// `v=1;recv=<unix ns>;total=<ns>;queue=<ns>;infer=<ns>;pre=<ns>;post=<ns>;batch=<n>;cache=hit|miss`,
     /// known fields only.
     pub fn to_timing_header(&self) -> String {
         let mut out = String::from("v=1");
@@ -700,11 +727,19 @@ impl ServerTiming {
                 out.push_str(&v.to_string());
             }
         }
+        if let Some(b) = self.batch_size {
+            out.push_str(";batch=");
+            out.push_str(&b.to_string());
+        }
+        if let Some(hit) = self.cache_hit {
+            out.push_str(if hit { ";cache=hit" } else { ";cache=miss" });
+        }
         out
     }
 
     /// Parse a `stagetrace-timing` header value. `v=1` is required; unknown
-    /// keys are ignored; values are non-negative integer nanoseconds.
+    /// keys are ignored; time values are non-negative integer nanoseconds,
+    /// `batch` a positive integer, `cache` `hit` or `miss`.
     pub fn parse_timing_header(s: &str) -> Result<Self, WireError> {
         Self::parse_timing_header_bytes(s.as_bytes())
     }
@@ -735,6 +770,26 @@ impl ServerTiming {
                 version_seen = true;
                 if v != b"1" {
                     return Err(WireError::Version { codec: C });
+                }
+                continue;
+            }
+            if k == b"batch" {
+                let n = parse_u64_digits(v)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or(value_err(C, "batch", "is not a positive integer"))?;
+                if t.batch_size.replace(n).is_some() {
+                    return Err(value_err(C, "batch", "appears twice"));
+                }
+                continue;
+            }
+            if k == b"cache" {
+                let hit = match v {
+                    b"hit" => true,
+                    b"miss" => false,
+                    _ => return Err(value_err(C, "cache", "is not `hit` or `miss`")),
+                };
+                if t.cache_hit.replace(hit).is_some() {
+                    return Err(value_err(C, "cache", "appears twice"));
                 }
                 continue;
             }
@@ -983,9 +1038,10 @@ impl<'a> Scanner<'a> {
 /// [`ServerTiming`] plus openpi's `prev_total_ms` (the server's previous
 /// loop iteration, kept for openpi clients).
 ///
-/// Keys: `infer_ms` and `prev_total_ms` (float ms, openpi's), and
+/// Keys: `infer_ms` and `prev_total_ms` (float ms, openpi's),
 /// `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`
-/// (integer ns). When both `infer_ns` and `infer_ms` are present
+/// (integer ns), `batch_size` (positive integer) and `cache` (`"hit"` or
+/// `"miss"`). When both `infer_ns` and `infer_ms` are present
 /// `infer_ns` wins; a map with only `infer_ms` gives a degraded
 /// [`ServerTiming`] (`infer_ns` only). Unknown keys are ignored.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -1005,13 +1061,32 @@ impl From<ServerTiming> for TimingMap {
     }
 }
 
-/// A number as found in a map, before range checks.
+/// A value as found in a map, before range checks.
 #[derive(Clone, Copy)]
 enum Num {
     U(u64),
     Negative,
     F(f64),
+    /// A string: `Some(true)` for `"hit"`, `Some(false)` for `"miss"`,
+    /// `None` for any other.
+    Str(Option<bool>),
     NotANumber,
+}
+
+fn cache_word(s: Option<&str>) -> Num {
+    Num::Str(match s {
+        Some("hit") => Some(true),
+        Some("miss") => Some(false),
+        _ => None,
+    })
+}
+
+fn cache_str(hit: bool) -> &'static str {
+    if hit {
+        "hit"
+    } else {
+        "miss"
+    }
 }
 
 fn ns_to_ms(ns: u64) -> f64 {
@@ -1034,6 +1109,12 @@ impl TimingMap {
                 m.push((Value::from(*name), Value::from(v)));
             }
         }
+        if let Some(b) = self.timing.batch_size {
+            m.push((Value::from("batch_size"), Value::from(b)));
+        }
+        if let Some(hit) = self.timing.cache_hit {
+            m.push((Value::from("cache"), Value::from(cache_str(hit))));
+        }
         Value::Map(m)
     }
 
@@ -1050,6 +1131,12 @@ impl TimingMap {
             if let Some(v) = self.timing.get(i) {
                 m.insert((*name).into(), serde_json::Value::from(v));
             }
+        }
+        if let Some(b) = self.timing.batch_size {
+            m.insert("batch_size".into(), serde_json::Value::from(b));
+        }
+        if let Some(hit) = self.timing.cache_hit {
+            m.insert("cache".into(), serde_json::Value::from(cache_str(hit)));
         }
         serde_json::Value::Object(m)
     }
@@ -1070,6 +1157,7 @@ impl TimingMap {
                 },
                 Value::F32(f) => Num::F(f64::from(*f)),
                 Value::F64(f) => Num::F(*f),
+                Value::String(s) => cache_word(s.as_str()),
                 _ => Num::NotANumber,
             };
             (k.as_str(), num)
@@ -1090,6 +1178,7 @@ impl TimingMap {
                     (None, None, Some(f)) => Num::F(f),
                     _ => Num::NotANumber,
                 },
+                serde_json::Value::String(s) => cache_word(Some(s)),
                 _ => Num::NotANumber,
             };
             (Some(k.as_str()), num)
@@ -1114,7 +1203,9 @@ impl TimingMap {
                     Num::U(u) => u as f64,
                     Num::F(f) => f,
                     Num::Negative => return Err(value_err(C, field, "is negative")),
-                    Num::NotANumber => return Err(value_err(C, field, "is not a number")),
+                    Num::NotANumber | Num::Str(_) => {
+                        return Err(value_err(C, field, "is not a number"))
+                    }
                 };
                 let ns =
                     ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
@@ -1123,6 +1214,28 @@ impl TimingMap {
                 } else {
                     out.prev_total_ms = Some(ms);
                 }
+                continue;
+            }
+            if key == "batch_size" {
+                const B: &str = "batch_size";
+                let n = match num {
+                    Num::U(u) => u,
+                    // Python servers may send an integral float.
+                    Num::F(f) if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= 1e9 => {
+                        f as u64
+                    }
+                    Num::Negative => return Err(value_err(C, B, "is negative")),
+                    _ => return Err(value_err(C, B, "is not a positive integer")),
+                };
+                // Beyond u32: out of range, rejected by `check` below.
+                out.timing.batch_size = Some(u32::try_from(n).unwrap_or(u32::MAX));
+                continue;
+            }
+            if key == "cache" {
+                out.timing.cache_hit = match num {
+                    Num::Str(Some(hit)) => Some(hit),
+                    _ => return Err(value_err(C, "cache", "is not \"hit\" or \"miss\"")),
+                };
                 continue;
             }
             let Some(i) = FIELDS.iter().position(|(name, _)| *name == key) else {
@@ -1136,7 +1249,7 @@ impl TimingMap {
                 Num::F(f) if f.is_finite() && f >= 0.0 && f <= max as f64 => f.round() as u64,
                 Num::F(_) => return Err(value_err(C, name, "is negative, NaN or too large")),
                 Num::Negative => return Err(value_err(C, name, "is negative")),
-                Num::NotANumber => return Err(value_err(C, name, "is not a number")),
+                Num::NotANumber | Num::Str(_) => return Err(value_err(C, name, "is not a number")),
             };
             if let Some(slot) = out.timing.slot(i) {
                 *slot = Some(n);
@@ -1316,6 +1429,8 @@ mod tests {
             infer_ns: Some(12_300_000),
             pre_ns: Some(1_000_000),
             post_ns: Some(500_000),
+            batch_size: None,
+            cache_hit: None,
         };
         let h = t.to_timing_header();
         assert_eq!(
@@ -1326,6 +1441,45 @@ mod tests {
         let partial = ServerTiming::parse_timing_header(" v=1 ; infer=5 ;future=abc;").unwrap();
         assert_eq!(partial.infer_ns, Some(5));
         assert!(partial.is_degraded());
+    }
+
+    #[test]
+    fn timing_header_carries_batch_and_cache() {
+        let t = ServerTiming {
+            recv_unix_ns: Some(1_700_000_000_000_000_000),
+            total_ns: Some(2_000_000),
+            batch_size: Some(4),
+            cache_hit: Some(false),
+            ..Default::default()
+        };
+        let h = t.to_timing_header();
+        assert_eq!(
+            h,
+            "v=1;recv=1700000000000000000;total=2000000;batch=4;cache=miss"
+        );
+        assert_eq!(ServerTiming::parse_timing_header(&h).unwrap(), t);
+        let hit = ServerTiming::parse_timing_header("v=1; cache = hit").unwrap();
+        assert_eq!(hit.cache_hit, Some(true));
+        // Only the mitigation fields: not empty, but nothing to stitch.
+        assert!(!hit.is_empty() && !hit.has_times() && !hit.is_degraded());
+        for b in [
+            "v=1;batch=0",
+            "v=1;batch=-1",
+            "v=1;batch=2.5",
+            "v=1;batch=4294967296",
+            "v=1;batch=1048577",
+            "v=1;batch=2;batch=2",
+            "v=1;cache=HIT",
+            "v=1;cache=",
+            "v=1;cache=hit;cache=miss",
+        ] {
+            assert!(
+                ServerTiming::parse_timing_header(b).is_err(),
+                "accepted {b:?}"
+            );
+        }
+        let e = ServerTiming::parse_timing_header("v=1;cache=warm").unwrap_err();
+        assert!(e.to_string().contains("`cache`"), "{e}");
     }
 
     #[test]
@@ -1428,6 +1582,8 @@ mod tests {
             infer_ns: Some(12_345_678),
             pre_ns: None,
             post_ns: Some(0),
+            batch_size: Some(3),
+            cache_hit: Some(true),
         };
         let m = TimingMap {
             timing: t,
@@ -1448,11 +1604,38 @@ mod tests {
             Value::Map(vec![(Value::from("total_ns"), Value::from(u64::MAX))]),
             Value::Map(vec![(Value::from("recv_unix_ns"), Value::from(u64::MAX))]),
             Value::Map(vec![(Value::Nil, Value::Nil); MAX_TIMING_MAP_ENTRIES + 1]),
+            Value::Map(vec![(Value::from("batch_size"), Value::from(0))]),
+            Value::Map(vec![(Value::from("batch_size"), Value::from(-2))]),
+            Value::Map(vec![(Value::from("batch_size"), Value::F64(2.5))]),
+            Value::Map(vec![(Value::from("batch_size"), Value::from(u64::MAX))]),
+            Value::Map(vec![(Value::from("batch_size"), Value::from("4"))]),
+            Value::Map(vec![(Value::from("cache"), Value::from("warm"))]),
+            Value::Map(vec![(Value::from("cache"), Value::Boolean(true))]),
+            Value::Map(vec![(Value::from("total_ns"), Value::from("hit"))]),
         ];
         for b in &bad {
             assert!(TimingMap::from_msgpack(b).is_err(), "accepted {b:?}");
         }
+        let keys: Vec<_> = m
+            .to_msgpack()
+            .as_map()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
+            .collect();
+        assert!(keys.contains(&("batch_size".into(), Value::from(3))));
+        assert!(keys.contains(&("cache".into(), Value::from("hit"))));
+        assert_eq!(
+            m.to_json().get("cache"),
+            Some(&serde_json::Value::from("hit"))
+        );
+        // A Python server's integral float batch size is taken.
+        let py = serde_json::json!({"batch_size": 8.0, "cache": "miss"});
+        let got = ServerTiming::from_json(&py).unwrap();
+        assert_eq!((got.batch_size, got.cache_hit), (Some(8), Some(false)));
         let json_bad = [
+            serde_json::json!({"batch_size": 0}),
+            serde_json::json!({"cache": "HIT"}),
             serde_json::json!({"queue_ns": -3}),
             serde_json::json!({"infer_ms": 1e300}),
             serde_json::json!([1, 2]),

@@ -15,11 +15,12 @@ use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitcher, ANCHOR_REFRESH};
 use crate::health;
 use crate::layer::{Msg, RawCall, Shared, StageAcc};
-use crate::record::{CallRecord, SpanTime, Timeline};
+use crate::record::{CacheOutcome, CallRecord, SpanTime, Timeline};
 use crate::sink::RecordSink;
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{Accum, Counters, DeadlineObs, DeadlineTracker, Span, Summary};
+use crate::wire::ServerTiming;
 
 /// Flush buffered record lines once this many bytes are pending.
 const RECORD_BUF: usize = 64 * 1024;
@@ -394,7 +395,11 @@ impl Worker {
             });
             tl.transport_span_id = Some(t.span_id.to_be_bytes());
             rec.roundtrip_ms = Some(ms(t_dur));
-            if let Some(timing) = t.timing.filter(|tm| !tm.is_empty()) {
+            if let Some(timing) = t.timing {
+                rec.batch_size = timing.batch_size;
+                rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
+            }
+            if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
                 let client = ClientTimes {
                     send_unix_ns: self.anchor.to_unix_ns(cal.instant(t.start)),
                     recv_unix_ns: self.anchor.to_unix_ns(cal.instant(t.end)),
@@ -479,6 +484,7 @@ impl Worker {
             rec.error = Some("panic".to_owned());
         }
         rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
+        rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
 
         let first = *self.first_start.get_or_insert(start);
         let warm_by_time = self.warmup_duration.is_some_and(|d| start < first + d);

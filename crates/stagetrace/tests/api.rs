@@ -160,6 +160,79 @@ fn failures_and_digests_reach_the_call_from_any_inner_span() {
 }
 
 #[test]
+fn batch_cache_and_stale_drops_reach_the_record() {
+    let collect = Collect::default();
+    let dir = tempfile::tempdir().unwrap();
+    let (layer, guard) = StageLayer::builder()
+        .output_dir(dir.path())
+        .sink(collect.sink())
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        for i in 0..3u64 {
+            let _call = info_span!("call", seq = i).entered();
+            let transport = info_span!("transport");
+            transport.in_scope(|| {
+                spin_for(Duration::from_millis(1));
+                let timing = match i {
+                    // Full timing plus what the mitigations did.
+                    0 => ServerTiming {
+                        recv_unix_ns: Some(
+                            SystemTime::now()
+                                .duration_since(UNIX_EPOCH)
+                                .unwrap()
+                                .as_nanos() as u64,
+                        ),
+                        total_ns: Some(500_000),
+                        infer_ns: Some(400_000),
+                        batch_size: Some(4),
+                        cache_hit: Some(false),
+                        ..ServerTiming::default()
+                    },
+                    // Only the cache outcome: nothing to stitch.
+                    1 => ServerTiming {
+                        cache_hit: Some(true),
+                        ..ServerTiming::default()
+                    },
+                    _ => ServerTiming::default(),
+                };
+                stagetrace::record_server_timing(&transport, timing);
+            });
+            if i == 2 {
+                let dispatch = info_span!("dispatch").entered();
+                stagetrace::record_stale_dropped(&dispatch, 2);
+                stagetrace::record_stale_dropped(&dispatch, 1);
+            }
+        }
+        // Outside a call: nothing to count on, no panic.
+        stagetrace::record_stale_dropped(&tracing::Span::current(), 1);
+    });
+    guard.finish();
+    let recs = collect.records();
+    assert_eq!(recs.len(), 3);
+    assert_eq!(recs[0].batch_size, Some(4));
+    assert_eq!(recs[0].cache, Some(stagetrace::CacheOutcome::Miss));
+    assert_eq!(recs[0].server_ms, Some(0.5));
+    assert_eq!(recs[0].stale_dropped, None);
+    assert_eq!(recs[1].cache, Some(stagetrace::CacheOutcome::Hit));
+    assert_eq!(recs[1].batch_size, None);
+    // No time fields came back: no stitch, the roundtrip as a black box.
+    assert!(recs[1].server_ms.is_none() && recs[1].clock.is_none());
+    assert!(recs[1].roundtrip_ms.is_some());
+    assert_eq!(recs[2].stale_dropped, Some(3));
+    assert!(recs[2].batch_size.is_none() && recs[2].cache.is_none());
+    // In the file: as named in the schema, absent where they do not apply.
+    let lines: Vec<String> = read_records(dir.path())
+        .iter()
+        .map(|r| r.to_json_line())
+        .collect();
+    assert!(lines[0].contains(r#""batch_size":4"#) && lines[0].contains(r#""cache":"miss""#));
+    assert!(lines[1].contains(r#""cache":"hit""#) && !lines[1].contains("batch_size"));
+    assert!(lines[2].contains(r#""stale_dropped":3"#) && !lines[2].contains("cache"));
+    assert!(!lines[0].contains("stale_dropped"));
+}
+
+#[test]
 fn without_a_stage_layer_the_api_does_nothing() {
     tracing::subscriber::with_default(tracing_subscriber::registry(), || {
         let span = info_span!("transport");

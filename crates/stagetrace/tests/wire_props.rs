@@ -6,8 +6,8 @@
 
 use proptest::prelude::*;
 use stagetrace::wire::{
-    ServerTiming, TimingMap, TraceParent, TraceState, MAX_DURATION_NS, MAX_TRACESTATE_LEN,
-    MAX_UNIX_NS,
+    ServerTiming, TimingMap, TraceParent, TraceState, MAX_BATCH_SIZE, MAX_DURATION_NS,
+    MAX_TRACESTATE_LEN, MAX_UNIX_NS,
 };
 
 fn opt(max: u64) -> impl Strategy<Value = Option<u64>> {
@@ -22,15 +22,21 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
+        proptest::option::of(1..=MAX_BATCH_SIZE),
+        proptest::option::of(any::<bool>()),
     )
-        .prop_map(|(recv, total, queue, infer, pre, post)| ServerTiming {
-            recv_unix_ns: recv,
-            total_ns: total,
-            queue_ns: queue,
-            infer_ns: infer,
-            pre_ns: pre,
-            post_ns: post,
-        })
+        .prop_map(
+            |(recv, total, queue, infer, pre, post, batch, cache)| ServerTiming {
+                recv_unix_ns: recv,
+                total_ns: total,
+                queue_ns: queue,
+                infer_ns: infer,
+                pre_ns: pre,
+                post_ns: post,
+                batch_size: batch,
+                cache_hit: cache,
+            },
+        )
 }
 
 fn to_us(t: ServerTiming) -> ServerTiming {
@@ -42,6 +48,9 @@ fn to_us(t: ServerTiming) -> ServerTiming {
         infer_ns: r(t.infer_ns),
         pre_ns: r(t.pre_ns),
         post_ns: r(t.post_ns),
+        // `Server-Timing` carries durations only.
+        batch_size: None,
+        cache_hit: None,
     }
 }
 
@@ -87,6 +96,8 @@ fn any_value() -> impl Strategy<Value = rmpv::Value> {
         any::<f64>().prop_map(rmpv::Value::F64),
         any::<f32>().prop_map(rmpv::Value::F32),
         ".{0,12}".prop_map(rmpv::Value::from),
+        Just(rmpv::Value::from("hit")),
+        Just(rmpv::Value::from("miss")),
     ];
     let key = prop_oneof![
         Just("infer_ms"),
@@ -97,6 +108,8 @@ fn any_value() -> impl Strategy<Value = rmpv::Value> {
         Just("infer_ns"),
         Just("pre_ns"),
         Just("post_ns"),
+        Just("batch_size"),
+        Just("cache"),
         Just("other"),
     ]
     .prop_map(rmpv::Value::from);
@@ -201,6 +214,16 @@ proptest! {
     }
 
     #[test]
+    fn timing_header_batch_and_cache_survive_near_misses(
+        s in "v=1(;(batch|cache)=(hit|miss|[0-9a-z-]{0,12}))(;(batch|cache)=(hit|miss|[0-9a-z-]{0,12}))?",
+    ) {
+        if let Ok(t) = ServerTiming::parse_timing_header(&s) {
+            prop_assert!(t.batch_size.is_none_or(|b| (1..=MAX_BATCH_SIZE).contains(&b)));
+            prop_assert_eq!(ServerTiming::parse_timing_header(&t.to_timing_header()), Ok(t));
+        }
+    }
+
+    #[test]
     fn server_timing_header_round_trips(t in timing()) {
         let h = t.to_server_timing_header();
         prop_assert_eq!(ServerTiming::parse_server_timing_header(&h), Ok(to_us(t)));
@@ -244,6 +267,9 @@ proptest! {
         if let Ok(t) = ServerTiming::from_msgpack(&v) {
             prop_assert!(t.total_ns.is_none_or(|v| v <= MAX_DURATION_NS));
             prop_assert!(t.infer_ns.is_none_or(|v| v <= MAX_DURATION_NS));
+            prop_assert!(t.batch_size.is_none_or(|b| (1..=MAX_BATCH_SIZE).contains(&b)));
+            // Whatever is accepted re-encodes and reads back the same.
+            prop_assert_eq!(ServerTiming::from_msgpack(&t.to_msgpack()), Ok(t));
         }
         let _ = ServerTiming::from_json(&json_of(&v));
     }

@@ -193,7 +193,7 @@ fn test(extra: &[String]) -> Result<(), String> {
     run(
         Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .current_dir(&root)
-            .envs(cargo_env)
+            .envs(cargo_env.clone())
             .args([
                 "test",
                 "-p",
@@ -202,6 +202,20 @@ fn test(extra: &[String]) -> Result<(), String> {
                 "grpc",
                 "--test",
                 "jaeger",
+            ]),
+    )?;
+    // The NVML sampler sits behind a feature; without a GPU its skip path runs.
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(&root)
+            .envs(cargo_env)
+            .args([
+                "test",
+                "-p",
+                "stagetrace-experiment",
+                "--features",
+                "nvml",
+                "--lib",
             ]),
     )?;
     // Doctests are not part of --all-targets.
