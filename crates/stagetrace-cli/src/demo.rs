@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value as Json};
 use stagetrace::{CallRecord, ClockMode, RecordSink, ServerRecord, StageLayer, Summary};
+use stagetrace_experiment::sim::{self, Spin};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{
     ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
@@ -476,15 +477,11 @@ impl ModelSim {
         // that `infer` stays close to the model's cost even in debug builds).
         let frame_sum = obs
             .array("observation/image")
-            .map_or(0, |a| fnv1a_strided(&a.data, 64));
+            .map_or(0, |a| sim::fnv1a_strided(&a.data, 64));
         timer.pre_done();
-        sleep_until_precise(Instant::now() + self.cost).await;
+        sim::sleep_until_precise(Instant::now() + self.cost, Spin::Hot).await;
         timer.post_start();
-        let mut state = frame_sum | 1;
-        let n = (CHUNK[0] * CHUNK[1]) as usize;
-        let chunk: Vec<f32> = (0..n)
-            .map(|_| (xorshift(&mut state) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-            .collect();
+        let chunk = sim::pseudo_actions(frame_sum, (CHUNK[0] * CHUNK[1]) as usize);
         if let (Some((at, jump)), Some(seq)) = (self.step, seq) {
             if seq == at {
                 self.clock.step_ns(jump);
@@ -689,13 +686,10 @@ impl Camera {
 
     fn capture(&mut self) -> Option<NdArray> {
         let start = Instant::now();
-        for chunk in self.frame.chunks_mut(8) {
-            let v = xorshift(&mut self.state).to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
+        sim::fill_random(&mut self.frame, &mut self.state);
         let frame =
             (!self.frame.is_empty()).then(|| NdArray::from_u8(self.frame.clone(), &self.shape));
-        sleep_until_precise_blocking(start + self.cost);
+        sim::sleep_until_precise_blocking(start + self.cost, Spin::Hot);
         frame
     }
 }
@@ -703,8 +697,8 @@ impl Camera {
 /// The simulated actuator: decodes the chunk and waits out the bus time.
 fn dispatch(action: &MsgMap, cost: Duration) -> Option<u64> {
     let start = Instant::now();
-    let digest = action.array("actions").map(|a| fnv1a(&a.data));
-    sleep_until_precise_blocking(start + cost);
+    let digest = action.array("actions").map(|a| sim::fnv1a(&a.data));
+    sim::sleep_until_precise_blocking(start + cost, Spin::Hot);
     digest
 }
 
@@ -723,7 +717,7 @@ async fn robot_loop(args: &DemoArgs, server: SocketAddr) -> Result<RobotStats, D
     for seq in 0..args.calls {
         // Scheduled tick: a late call does not shift the schedule.
         let tick = start + period.mul_f64(seq as f64);
-        sleep_until_precise(tick).await;
+        sim::sleep_until_precise(tick, Spin::Hot).await;
         let call = tracing::info_span!("call", seq = seq);
         let result = async {
             let frame = {
@@ -820,60 +814,6 @@ impl Progress {
             eprintln!();
         }
     }
-}
-
-// ---------------------------------------------------------------------------
-// timing helpers
-// ---------------------------------------------------------------------------
-
-/// Timers wake up to ~1 ms late; sleep to just before the deadline, then
-/// spin. The spin does not yield: on a busy machine a yield can hand the
-/// core away for a whole scheduler slice, and no traffic of the demo is in
-/// flight while one of its stages spins.
-const SPIN: Duration = Duration::from_micros(1500);
-
-fn spin_until(deadline: Instant) {
-    while Instant::now() < deadline {
-        std::hint::spin_loop();
-    }
-}
-
-fn sleep_until_precise_blocking(deadline: Instant) {
-    let now = Instant::now();
-    if deadline > now + SPIN {
-        std::thread::sleep(deadline - now - SPIN);
-    }
-    spin_until(deadline);
-}
-
-async fn sleep_until_precise(deadline: Instant) {
-    if deadline > Instant::now() + SPIN {
-        tokio::time::sleep_until((deadline - SPIN).into()).await;
-    }
-    spin_until(deadline);
-}
-
-fn xorshift(state: &mut u64) -> u64 {
-    let mut x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    x
-}
-
-fn fnv1a_strided(data: &[u8], stride: usize) -> u64 {
-    data.iter()
-        .step_by(stride.max(1))
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-}
-
-fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 // ---------------------------------------------------------------------------

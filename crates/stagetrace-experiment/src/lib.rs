@@ -69,6 +69,7 @@ pub mod plan;
 mod render;
 mod runner;
 pub mod sampler;
+pub mod sim;
 pub mod verdict;
 
 pub use gpu::GpuSample;

@@ -24,6 +24,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 use crate::netns::KernelPath;
 use crate::plan::{Target, TargetKind};
+use crate::sim::{self, Spin};
 use crate::ExperimentError;
 
 /// Records waiting for the runner; beyond this they are dropped and counted.
@@ -598,14 +599,11 @@ impl ModelSim {
     async fn infer(&self, obs: MsgMap, timer: InferTimer) -> Result<MsgMap, HandlerError> {
         let sum = obs
             .array("observation/image")
-            .map_or(0, |a| checksum_strided(&a.data, 256));
+            .map_or(0, |a| sim::fnv1a_strided(&a.data, 256));
         timer.pre_done();
-        sleep_until_precise(Instant::now() + self.cost).await;
+        sim::sleep_until_precise(Instant::now() + self.cost, Spin::Yielding).await;
         timer.post_start();
-        let mut state = sum | 1;
-        let chunk: Vec<f32> = (0..CHUNK[0] * CHUNK[1])
-            .map(|_| (xorshift(&mut state) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-            .collect();
+        let chunk = sim::pseudo_actions(sum, (CHUNK[0] * CHUNK[1]) as usize);
         Ok(MsgMap::new().with("actions", NdArray::from_f32(&chunk, &CHUNK)))
     }
 }
@@ -676,15 +674,12 @@ impl Camera {
             let width = 160u64;
             let rows = (kb * 1024).div_ceil(width * 3);
             self.frame = vec![0; (rows * width * 3) as usize];
-            for c in self.frame.chunks_mut(8) {
-                let v = xorshift(&mut self.state).to_le_bytes();
-                c.copy_from_slice(&v[..c.len()]);
-            }
+            sim::fill_random(&mut self.frame, &mut self.state);
         }
         if self.frame.is_empty() {
             return None;
         }
-        let v = xorshift(&mut self.state).to_le_bytes();
+        let v = sim::xorshift(&mut self.state).to_le_bytes();
         let n = v.len().min(self.frame.len());
         self.frame[..n].copy_from_slice(&v[..n]);
         let rows = self.frame.len() as u64 / (160 * 3);
@@ -730,7 +725,7 @@ async fn robot_loop(
             seq = (now.duration_since(start).as_secs_f64() * cfg.hz).ceil() as u64;
             tick = start + period.mul_f64(seq as f64);
         }
-        sleep_until_precise(tick).await;
+        sim::sleep_until_precise(tick, Spin::Yielding).await;
         let kb = knobs.payload_kb.load(Ordering::Relaxed);
         let pause = Duration::from_micros(knobs.pause_us.load(Ordering::Relaxed));
         let every = Duration::from_micros(knobs.pause_every_us.load(Ordering::Relaxed).max(1));
@@ -740,7 +735,7 @@ async fn robot_loop(
                 let _capture = tracing::info_span!("capture").entered();
                 let begin = Instant::now();
                 let f = camera.frame(kb);
-                sleep_until_precise_blocking(begin + cfg.capture);
+                sim::sleep_until_precise_blocking(begin + cfg.capture, Spin::Yielding);
                 f
             };
             // The GC stand-in: the whole client thread stops, inside the
@@ -781,11 +776,8 @@ async fn robot_loop(
             let reply = client.infer(&obs).await.map_err(|e| e.to_string())?;
             let _dispatch = tracing::info_span!("dispatch").entered();
             let begin = Instant::now();
-            let digest = reply
-                .action
-                .array("actions")
-                .map(|a| checksum_strided(&a.data, 1));
-            sleep_until_precise_blocking(begin + cfg.dispatch);
+            let digest = reply.action.array("actions").map(|a| sim::fnv1a(&a.data));
+            sim::sleep_until_precise_blocking(begin + cfg.dispatch, Spin::Yielding);
             if let Some(d) = digest {
                 stagetrace::record_output_digest(&tracing::Span::current(), d);
             }
@@ -805,50 +797,4 @@ async fn robot_loop(
         seq += 1;
     }
     client.close().await;
-}
-
-// ---------------------------------------------------------------------------
-// timing helpers
-// ---------------------------------------------------------------------------
-
-/// Timers wake up to ~1 ms late; sleep to just before the deadline, then spin.
-const SPIN: Duration = Duration::from_micros(1500);
-
-fn spin_until(deadline: Instant) {
-    while Instant::now() < deadline {
-        std::hint::spin_loop();
-        std::thread::yield_now();
-    }
-}
-
-pub(crate) fn sleep_until_precise_blocking(deadline: Instant) {
-    let now = Instant::now();
-    if deadline > now + SPIN {
-        std::thread::sleep(deadline - now - SPIN);
-    }
-    spin_until(deadline);
-}
-
-async fn sleep_until_precise(deadline: Instant) {
-    if deadline > Instant::now() + SPIN {
-        tokio::time::sleep_until((deadline - SPIN).into()).await;
-    }
-    spin_until(deadline);
-}
-
-fn xorshift(state: &mut u64) -> u64 {
-    let mut x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    x
-}
-
-fn checksum_strided(data: &[u8], stride: usize) -> u64 {
-    data.iter()
-        .step_by(stride.max(1))
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
 }
