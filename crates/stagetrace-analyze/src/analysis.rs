@@ -492,21 +492,11 @@ fn verdict_rank(code: &str) -> u8 {
     }
 }
 
-/// Metrics that get shape, outlier and periodicity analysis.
-const ANALYSED: [Metric; 12] = [
-    Metric::Capture,
-    Metric::Uplink,
-    Metric::Queue,
-    Metric::Infer,
-    Metric::Downlink,
-    Metric::Dispatch,
-    Metric::Roundtrip,
-    Metric::Server,
-    Metric::Net,
-    Metric::E2e,
-    Metric::Gap,
-    Metric::Observer,
-];
+/// Metrics that get shape, outlier and periodicity analysis: every metric
+/// but lateness, which is a deadline figure rather than a stage.
+fn analysed() -> impl Iterator<Item = Metric> {
+    Metric::ALL.into_iter().filter(|m| *m != Metric::Late)
+}
 
 fn analyze_group(
     ds: &Dataset,
@@ -543,7 +533,7 @@ fn analyze_group(
     // reference's p99 (the run's own without a baseline), so the list holds
     // the rounds that really stand out.
     let mut thresholds = BTreeMap::new();
-    for m in ANALYSED {
+    for m in analysed() {
         let reference = base.map_or(g.sorted(m), |b| b.sorted(m));
         if reference.len() < MIN_N || g.sorted(m).is_empty() {
             continue;
@@ -572,7 +562,7 @@ fn analyze_group(
     let mut vs = BTreeMap::new();
     if let Some(b) = base {
         if !pooled {
-            for m in ANALYSED {
+            for m in analysed() {
                 if let Some(s) = vs_baseline(b.sorted(m), g.sorted(m), opts) {
                     vs.insert(m.name(), s);
                 }
@@ -591,9 +581,8 @@ fn analyze_group(
             let (_, v, _) = gaps.select_nth_unstable_by(mid, f32::total_cmp);
             f64::from(*v).max(1e-3)
         };
-        ANALYSED
-            .iter()
-            .filter_map(|m| periodicity(ds, g, &times, call_dt, *m))
+        analysed()
+            .filter_map(|m| periodicity(ds, g, &times, call_dt, m))
             .collect()
     };
     let gap = if pooled { None } else { gap(ds, g) };
