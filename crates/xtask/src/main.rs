@@ -138,9 +138,40 @@ fn python_deps() -> Result<(), String> {
         .arg(root().join("examples/python/requirements-test.txt")))
 }
 
+/// Free space (GiB) on the file system holding `dir`, from POSIX `df -Pk`.
+fn free_gib(dir: &Path) -> Option<f64> {
+    let out = Command::new("df").arg("-Pk").arg(dir).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kib: f64 = text
+        .lines()
+        .nth(1)?
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()?;
+    Some(kib / (1024.0 * 1024.0))
+}
+
+/// A clean test build needs about 5 GiB of target folder (debug + tools).
+/// Running out mid-build shows up as a linker killed by SIGBUS, which says
+/// nothing about disk; say it plainly before starting.
+const NEEDED_GIB: f64 = 6.0;
+
 fn test(extra: &[String]) -> Result<(), String> {
     let root = root();
     let started = Instant::now();
+    if let Some(free) = free_gib(&root) {
+        eprintln!(
+            "xtask: {free:.1} GiB free on the disk holding {}",
+            root.display()
+        );
+        if free < NEEDED_GIB {
+            eprintln!(
+                "\n!!! xtask: less than {NEEDED_GIB} GiB free: the build may fail at link time \
+                 (a linker 'Bus error' means the disk filled up). Free space, e.g. `cargo clean`.\n"
+            );
+        }
+    }
     let jaeger_bin = match build_jaeger() {
         Ok(bin) => Some(bin),
         Err(e) => {
