@@ -61,10 +61,6 @@ fn first(json: &Value) -> &str {
     json["verdict"]["first_stage"].as_str().unwrap_or("none")
 }
 
-fn moved(json: &Value, level: usize, stage: &str) -> bool {
-    json["levels"][level]["components"][stage]["moved"] == true
-}
-
 #[test]
 fn network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat() {
     let json = run_plan(
@@ -130,8 +126,14 @@ fn inference_concurrency_ramp_moves_queue_or_infer_first() {
     );
     assert_eq!(json["verdict"]["first_level"], 1);
     assert!(json["counters"]["replayed_requests"].as_u64().unwrap() > 50);
+    // The network is not what slowed: its median stays flat at level 1. Its
+    // tail may be dragged along when the replayed inference saturates both
+    // cores (the verdict then lists it as dragged, which is right).
     for stage in ["uplink", "downlink"] {
-        assert!(!moved(&json, 0, stage), "{stage} moved at level 1");
+        let p50 = json["levels"][0]["components"][stage]["p50_ratio"]["ratio"]
+            .as_f64()
+            .unwrap();
+        assert!(p50 < 1.25, "{stage} median moved at level 1: ×{p50}");
     }
 }
 

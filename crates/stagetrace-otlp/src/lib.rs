@@ -64,6 +64,7 @@
 mod config;
 mod export;
 mod http;
+mod shared;
 mod spans;
 
 pub use config::{
@@ -71,3 +72,4 @@ pub use config::{
     DEFAULT_SERVICE_NAME, ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_TIMEOUT,
 };
 pub use export::{ExportStats, OtlpExporter};
+pub use shared::tracing_opentelemetry_context;

@@ -74,6 +74,23 @@ impl<G: IdGenerator> SpanMaker<G> {
             )
         };
 
+        if tl.shared_context {
+            // The app's own tracing-opentelemetry layer exports the call and
+            // its stage spans under these very ids; add only what it cannot
+            // know, under its transport span: the clock-corrected uplink and
+            // downlink, carrying the whole record (the call span that
+            // carries it otherwise is not ours to write).
+            if let (Some(transport_id), Some(_)) =
+                (valid_span_id(tl.transport_span_id), tl.transport)
+            {
+                let mut record = Vec::new();
+                record_attributes(rec, &mut record);
+                self.link_spans(rec, trace_id, transport_id, &at, &record, out);
+                self.queue_infer_spans(rec, trace_id, None, transport_id, &at, out);
+            }
+            return out.len() - before;
+        }
+
         // The call span carries the whole record.
         let mut attrs = vec![
             KeyValue::new(key::KIND, rec.kind.clone()),
@@ -98,17 +115,7 @@ impl<G: IdGenerator> SpanMaker<G> {
         ));
 
         let stage_attrs = |stage: &'static str, extra: &[(&'static str, Option<f64>)]| {
-            let mut a = vec![
-                KeyValue::new(key::STAGE, stage),
-                KeyValue::new(key::KIND, rec.kind.clone()),
-                KeyValue::new(key::SEQ, seq_value(rec.seq)),
-            ];
-            for (k, v) in extra {
-                if let Some(v) = v.filter(|v| v.is_finite()) {
-                    a.push(KeyValue::new(*k, v));
-                }
-            }
-            a
+            stage_attributes(rec, stage, extra)
         };
 
         if let Some(t) = tl.capture {
@@ -152,70 +159,11 @@ impl<G: IdGenerator> SpanMaker<G> {
                     attrs,
                     status,
                 ));
-                for (name, time, ms) in [
-                    ("uplink", tl.uplink, ("stagetrace.uplink_ms", rec.uplink_ms)),
-                    (
-                        "downlink",
-                        tl.downlink,
-                        ("stagetrace.downlink_ms", rec.downlink_ms),
-                    ),
-                ] {
-                    if let Some(time) = time {
-                        let mut attrs = stage_attrs(
-                            name,
-                            &[
-                                ms,
-                                (key::OFFSET_MS, rec.offset_ms),
-                                (key::SPLIT_ERR_MS, rec.split_err_ms),
-                            ],
-                        );
-                        if let Some(clock) = clock_name(rec) {
-                            attrs.push(KeyValue::new(key::CLOCK, clock));
-                        }
-                        attrs.push(KeyValue::new(key::SYNTHESIZED, true));
-                        out.push(self.child(
-                            trace_id,
-                            transport_id,
-                            name,
-                            SpanKind::Internal,
-                            at(time),
-                            attrs,
-                        ));
-                    }
-                }
+                self.link_spans(rec, trace_id, transport_id, &at, &[], out);
             }
         }
 
-        // queue / infer inside the transport ran on the server: its own
-        // exporter sends them, unless asked to draw them here or the server
-        // is an unmodified one (degraded timing) that exports nothing.
-        // Outside a transport they ran in this process (local inference).
-        let synthesize = self.synthesize_server_spans || rec.clock == Some(ClockBasis::Degraded);
-        for (name, time, ms) in [
-            ("queue", tl.queue, ("stagetrace.queue_ms", rec.queue_ms)),
-            ("infer", tl.infer, ("stagetrace.infer_ms", rec.infer_ms)),
-        ] {
-            let Some(time) = time else { continue };
-            let on_server = tl.transport.is_some_and(|tr| {
-                time.start_ns >= tr.start_ns
-                    && time.start_ns <= tr.start_ns.saturating_add(tr.dur_ns)
-            });
-            if !on_server {
-                let attrs = stage_attrs(name, &[ms]);
-                out.push(self.child(trace_id, call_id, name, SpanKind::Internal, at(time), attrs));
-            } else if synthesize {
-                let mut attrs = stage_attrs(name, &[ms, (key::OFFSET_MS, rec.offset_ms)]);
-                attrs.push(KeyValue::new(key::SYNTHESIZED, true));
-                out.push(self.child(
-                    trace_id,
-                    transport_id,
-                    name,
-                    SpanKind::Internal,
-                    at(time),
-                    attrs,
-                ));
-            }
-        }
+        self.queue_infer_spans(rec, trace_id, Some(call_id), transport_id, &at, out);
 
         if let Some(t) = tl.dispatch {
             let attrs = stage_attrs("dispatch", &[("stagetrace.dispatch_ms", rec.dispatch_ms)]);
@@ -229,6 +177,95 @@ impl<G: IdGenerator> SpanMaker<G> {
             ));
         }
         out.len() - before
+    }
+
+    /// `queue` / `infer`. Inside the transport they ran on the server: its own
+    /// exporter sends them, unless asked to draw them here or the server is
+    /// an unmodified one (degraded timing) that exports nothing. Outside a
+    /// transport they ran in this process (local inference): children of
+    /// `local_parent`, skipped when `None` (another layer exports them).
+    fn queue_infer_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        local_parent: Option<SpanId>,
+        transport_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        out: &mut Vec<SpanData>,
+    ) {
+        let tl = &rec.timeline;
+        let synthesize = self.synthesize_server_spans || rec.clock == Some(ClockBasis::Degraded);
+        for (name, time, ms) in [
+            ("queue", tl.queue, ("stagetrace.queue_ms", rec.queue_ms)),
+            ("infer", tl.infer, ("stagetrace.infer_ms", rec.infer_ms)),
+        ] {
+            let Some(time) = time else { continue };
+            let on_server = tl.transport.is_some_and(|tr| {
+                time.start_ns >= tr.start_ns
+                    && time.start_ns <= tr.start_ns.saturating_add(tr.dur_ns)
+            });
+            let (parent, attrs) = if !on_server {
+                let Some(parent) = local_parent else { continue };
+                (parent, stage_attributes(rec, name, &[ms]))
+            } else if synthesize {
+                let mut attrs = stage_attributes(rec, name, &[ms, (key::OFFSET_MS, rec.offset_ms)]);
+                attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+                (transport_id, attrs)
+            } else {
+                continue;
+            };
+            out.push(self.child(trace_id, parent, name, SpanKind::Internal, at(time), attrs));
+        }
+    }
+
+    /// The synthesized `uplink` and `downlink` spans, children of the
+    /// transport span `transport_id`, with `extra` attributes added.
+    fn link_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        transport_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        extra: &[KeyValue],
+        out: &mut Vec<SpanData>,
+    ) {
+        let tl = &rec.timeline;
+        for (name, time, ms) in [
+            ("uplink", tl.uplink, ("stagetrace.uplink_ms", rec.uplink_ms)),
+            (
+                "downlink",
+                tl.downlink,
+                ("stagetrace.downlink_ms", rec.downlink_ms),
+            ),
+        ] {
+            let Some(time) = time else { continue };
+            let mut attrs = stage_attributes(
+                rec,
+                name,
+                &[
+                    ms,
+                    (key::OFFSET_MS, rec.offset_ms),
+                    (key::SPLIT_ERR_MS, rec.split_err_ms),
+                ],
+            );
+            if let Some(clock) = clock_name(rec) {
+                attrs.push(KeyValue::new(key::CLOCK, clock));
+            }
+            attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+            for kv in extra {
+                if !attrs.iter().any(|a| a.key == kv.key) {
+                    attrs.push(kv.clone());
+                }
+            }
+            out.push(self.child(
+                trace_id,
+                transport_id,
+                name,
+                SpanKind::Internal,
+                at(time),
+                attrs,
+            ));
+        }
     }
 
     /// Appends the server's spans for one request to `out`; returns how many.
@@ -407,6 +444,26 @@ impl<G: IdGenerator> SpanMaker<G> {
 /// Every field of the public record (bar the ones that are the span's own
 /// identity) as `stagetrace.<field>` attributes, so fields added to the
 /// record later are exported too.
+/// A stage span's attributes: its stage, the call's kind and seq, and the
+/// `extra` figures that are present and finite.
+fn stage_attributes(
+    rec: &CallRecord,
+    stage: &'static str,
+    extra: &[(&'static str, Option<f64>)],
+) -> Vec<KeyValue> {
+    let mut a = vec![
+        KeyValue::new(key::STAGE, stage),
+        KeyValue::new(key::KIND, rec.kind.clone()),
+        KeyValue::new(key::SEQ, seq_value(rec.seq)),
+    ];
+    for (k, v) in extra {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            a.push(KeyValue::new(*k, v));
+        }
+    }
+    a
+}
+
 fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
     let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(rec) else {
         return;

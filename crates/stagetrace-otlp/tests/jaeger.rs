@@ -475,3 +475,132 @@ fn grpc_export_arrives_in_jaeger() {
     assert_eq!(named["capture"].parent_span_id, named["call"].span_id);
     assert_close("capture", named["capture"].dur_ms(), rec.capture_ms);
 }
+
+/// An app that already exports its spans with tracing-opentelemetry: with
+/// `share_trace_context`, each call is still one trace (the app's), with no
+/// span twice; the server joins under the app's transport span and the
+/// synthesized uplink / downlink sit there too.
+#[test]
+fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::WithExportConfig as _;
+
+    let Some(jaeger) =
+        Jaeger::start_or_skip("an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated")
+    else {
+        return;
+    };
+    const APP_SERVICE: &str = "robot-app";
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server_exp = exporter(&jaeger, SERVER_SERVICE);
+    let server = start_server(&rt, server_exp.clone());
+
+    // The app's own OpenTelemetry pipeline, as its authors set it up.
+    let app_exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{}/v1/traces", jaeger.otlp_endpoint()))
+        .build()
+        .unwrap();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(app_exporter)
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(APP_SERVICE)
+                .build(),
+        )
+        .build();
+    let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("robot"));
+
+    let stage_exp = exporter(&jaeger, APP_SERVICE);
+    let kept = Keep::default();
+    let (stages, guard) = StageLayer::builder()
+        .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
+        .sink(Box::new(stage_exp.clone()))
+        .sink(Box::new(kept.clone()))
+        .build()
+        .unwrap();
+    {
+        let subscriber = tracing_subscriber::registry().with(otel).with(stages);
+        let _default = tracing::subscriber::set_default(subscriber);
+        let mut client = BlockingPolicyClient::connect(&server.url()).unwrap();
+        for seq in 0..4 {
+            control_cycle(&mut client, seq).unwrap();
+        }
+    }
+    let summary = guard.finish();
+    provider.force_flush().unwrap();
+    assert!(stage_exp.flush(Duration::from_secs(10)));
+    assert!(server_exp.flush(Duration::from_secs(10)));
+    let records = kept.0.lock().unwrap().clone();
+    assert_eq!(records.len(), 4, "summary: {summary:?}");
+
+    for rec in &records {
+        assert!(rec.timeline.shared_context, "ids came from the app's layer");
+        let trace_id = rec.trace_id.clone().unwrap();
+        let wanted = [
+            "call",
+            "capture",
+            "transport",
+            "dispatch",
+            "uplink",
+            "downlink",
+            "infer",
+        ];
+        let spans = jaeger.wait_trace(&trace_id, Duration::from_secs(30), |spans| {
+            wanted.iter().all(|w| spans.iter().any(|s| s.name == *w))
+        });
+        // No span twice: stagetrace did not export its own call tree.
+        for name in wanted {
+            let n = spans.iter().filter(|s| s.name == name).count();
+            assert_eq!(n, 1, "{name} appears {n} times in {trace_id}: {spans:#?}");
+        }
+        let named = by_name(&spans);
+        let (call, transport) = (named["call"], named["transport"]);
+        assert!(call.parent_span_id.is_empty(), "the app's call is the root");
+        for app_span in ["call", "capture", "transport", "dispatch"] {
+            assert_eq!(named[app_span].service, APP_SERVICE, "{app_span}");
+            assert_eq!(
+                named[app_span].attr_str("stagetrace.stage").as_deref(),
+                Some(app_span),
+                "the app's {app_span} span is labelled with its stage"
+            );
+        }
+        assert_eq!(
+            Some(call.span_id.clone()),
+            rec.timeline
+                .call_span_id
+                .map(|b| stagetrace::wire::to_lc_hex(&b))
+        );
+        assert_eq!(
+            Some(transport.span_id.clone()),
+            rec.timeline
+                .transport_span_id
+                .map(|b| stagetrace::wire::to_lc_hex(&b)),
+            "traceparent carried the app's own transport span id"
+        );
+        for child in ["uplink", "downlink", "infer"] {
+            assert_eq!(
+                named[child].parent_span_id, transport.span_id,
+                "{child} under the app's transport span"
+            );
+        }
+        assert_eq!(named["infer"].service, SERVER_SERVICE);
+        let uplink = named["uplink"];
+        assert_eq!(uplink.service, APP_SERVICE);
+        assert!(uplink.attr_f64("stagetrace.offset_ms").is_some());
+        assert!(
+            uplink.attr_f64("stagetrace.e2e_ms").is_some(),
+            "the record rides on uplink"
+        );
+        assert_close("uplink", uplink.dur_ms(), rec.uplink_ms);
+        assert_close("downlink", named["downlink"].dur_ms(), rec.downlink_ms);
+        // The app's transport span and the record's roundtrip agree.
+        assert_close("transport", transport.dur_ms(), rec.roundtrip_ms);
+    }
+    provider.shutdown().unwrap();
+    rt.block_on(server.shutdown());
+}

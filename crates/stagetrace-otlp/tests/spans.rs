@@ -67,6 +67,7 @@ fn record() -> CallRecord {
             dispatch: at(15.0, 4.0),
             transport_span_id: Some(TRANSPORT_ID),
             call_span_id: Some(CALL_ID),
+            shared_context: false,
         },
         ..CallRecord::default()
     }
@@ -476,4 +477,40 @@ fn dropping_the_exporter_sends_what_is_queued() {
     );
     drop(clone);
     assert_eq!(mem.get_finished_spans().unwrap().len(), 6);
+}
+
+#[test]
+fn with_a_shared_context_only_the_synthesized_spans_are_exported() {
+    // The app's tracing-opentelemetry layer exports call, capture, transport,
+    // dispatch (and local inference); stagetrace adds uplink and downlink
+    // under the app's transport span, and the record rides on them.
+    let mut rec = record();
+    rec.timeline.shared_context = true;
+    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
+    let mut names: Vec<&str> = spans.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["downlink", "uplink"]);
+    for s in spans.values() {
+        assert_eq!(s.span_context.trace_id(), TraceId::from_bytes(TRACE));
+        assert_eq!(s.parent_span_id, SpanId::from_bytes(TRANSPORT_ID));
+    }
+    let up = &spans["uplink"];
+    assert_eq!(up.start_time, time(T0 + ms(3.0)));
+    assert_eq!(attr(up, "stagetrace.e2e_ms"), Some(&Value::F64(20.0)));
+    let keys: Vec<&str> = up.attributes.iter().map(|kv| kv.key.as_str()).collect();
+    let mut unique = keys.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(keys.len(), unique.len(), "no attribute twice: {keys:?}");
+
+    // A degraded server exports nothing: its infer is drawn here too.
+    rec.clock = Some(ClockBasis::Degraded);
+    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
+    assert!(spans.contains_key("infer"));
+    assert!(!spans.contains_key("call") && !spans.contains_key("capture"));
+
+    // No transport: nothing of ours to add.
+    rec.timeline.transport = None;
+    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
+    assert!(spans.is_empty(), "{:?}", spans.keys());
 }

@@ -15,6 +15,7 @@ use tracing_subscriber::registry::LookupSpan;
 pub use tracing_appender::rolling::Rotation;
 
 use crate::clock::ClockMode;
+use crate::context::TraceContextHook;
 use crate::layer::{FilteredStageLayer, Msg, Names, Shared, StageFilter, StageLayer, WithScope};
 use crate::sink::RecordSink;
 use crate::stage::Stage;
@@ -37,6 +38,7 @@ pub struct StageLayerBuilder {
     clock_mode: ClockMode,
     rotation: Rotation,
     sinks: Vec<Box<dyn RecordSink>>,
+    context_hook: Option<TraceContextHook>,
 }
 
 impl fmt::Debug for StageLayerBuilder {
@@ -53,6 +55,7 @@ impl fmt::Debug for StageLayerBuilder {
             .field("clock_mode", &self.clock_mode)
             .field("rotation", &self.rotation)
             .field("sinks", &self.sinks.len())
+            .field("shares_trace_context", &self.context_hook.is_some())
             .finish()
     }
 }
@@ -71,6 +74,7 @@ impl Default for StageLayerBuilder {
             clock_mode: ClockMode::default(),
             rotation: Rotation::DAILY,
             sinks: Vec::new(),
+            context_hook: None,
         }
     }
 }
@@ -226,6 +230,17 @@ impl StageLayerBuilder {
         self
     }
 
+    /// Reuse the trace context of another tracing layer instead of making
+    /// trace ids of our own, so each call reaches the trace backend once, in
+    /// the app's own trace (see [`crate::context`]). For
+    /// `tracing-opentelemetry`, pass `stagetrace_otlp::tracing_opentelemetry_context`
+    /// and register that layer *before* this one:
+    /// `registry().with(otel_layer).with(stage_layer)`.
+    pub fn share_trace_context(mut self, hook: TraceContextHook) -> Self {
+        self.context_hook = Some(hook);
+        self
+    }
+
     /// Start the worker and return the layer (with its per-layer filter) and
     /// the guard that drains the worker when dropped.
     ///
@@ -312,6 +327,8 @@ impl StageLayerBuilder {
             tx: tx.clone(),
             shared,
             with_scope: WithScope::for_subscriber::<S>(),
+            context_hook: self.context_hook,
+            dispatch: std::sync::OnceLock::new(),
         };
         let guard = FlushGuard {
             tx,

@@ -11,9 +11,10 @@
 use std::any::TypeId;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::Sender;
+use tracing_core::dispatcher::WeakDispatch;
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{self, Attributes, Record};
 use tracing_core::subscriber::Interest;
@@ -21,6 +22,7 @@ use tracing_core::{Dispatch, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::{ExtensionsMut, LookupSpan};
 
+use crate::context::{SharedIds, TraceContextHook};
 use crate::ids;
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
@@ -273,6 +275,8 @@ pub(crate) struct Shared {
     pub(crate) queue_drops: AtomicU64,
     pub(crate) ignored_spans: AtomicU64,
     pub(crate) unknown_stage: AtomicU64,
+    /// Call / transport spans for which the trace-context hook found nothing.
+    pub(crate) context_misses: AtomicU64,
 }
 
 /// Accumulated time of one stage inside one call, in stamp ticks.
@@ -315,6 +319,8 @@ pub(crate) struct CallState {
     pub(crate) stale_dropped: u32,
     /// The layer's own time on this call so far.
     pub(crate) observer_ticks: u64,
+    /// `trace_id` / `span_id` came from another layer (see [`crate::context`]).
+    pub(crate) shared_context: bool,
 }
 
 /// Per-stage-span state (stages other than transport). Kept small: the
@@ -333,6 +339,8 @@ struct TransportState {
     start: Stamp,
     /// Non-zero: the parent id sent in `traceparent`.
     span_id: u64,
+    /// `span_id` came from another layer (see [`crate::context`]).
+    shared: bool,
     observer_ticks: u64,
     timing: Option<ServerTiming>,
     peer: InlineStr<PEER_LEN>,
@@ -508,6 +516,12 @@ pub struct StageLayer {
     pub(crate) tx: Sender<Msg>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) with_scope: WithScope,
+    /// Where call and transport ids come from when another layer owns the
+    /// trace context (`None`: stagetrace makes its own).
+    pub(crate) context_hook: Option<TraceContextHook>,
+    /// The subscriber this layer sits in, for the hook. Weak: the subscriber
+    /// owns the layer.
+    pub(crate) dispatch: OnceLock<WeakDispatch>,
 }
 
 impl fmt::Debug for StageLayer {
@@ -557,6 +571,12 @@ where
         self.with_scope = WithScope::for_subscriber::<S>();
     }
 
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        if self.context_hook.is_some() {
+            let _ = self.dispatch.set(subscriber.downgrade());
+        }
+    }
+
     fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
         // Unfiltered, this layer sees every span; either way the class of
         // each callsite is worked out here once, not on every span.
@@ -582,6 +602,8 @@ where
             }
         }
         let Some(role) = role else { return };
+        // Before any extensions lock: the hook reads the other layer's.
+        let shared_ids = self.shared_ids(id, role);
         let Some(span) = ctx.span(id) else { return };
         let mut ext = span.extensions_mut();
         match role {
@@ -591,8 +613,8 @@ where
                     start: t0,
                     ordinal,
                     seq: fields.seq,
-                    trace_id: ids::trace_id(),
-                    span_id: ids::span_id(),
+                    trace_id: shared_ids.map_or_else(ids::trace_id, |s| s.trace_id),
+                    span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
                     kind: fields.kind.unwrap_or(InlineStr::new()),
                     stages: [StageAcc::default(); 5],
                     covered_ticks: 0,
@@ -601,6 +623,7 @@ where
                     digest: None,
                     stale_dropped: 0,
                     observer_ticks: 0,
+                    shared_context: shared_ids.is_some(),
                 };
                 state.observer_ticks = stamp::now().ticks_since(t0);
                 ext.replace(state);
@@ -608,7 +631,8 @@ where
             Role::Stage(Stage::Transport) => {
                 ext.replace(TransportState {
                     start: t0,
-                    span_id: ids::span_id(),
+                    span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
+                    shared: shared_ids.is_some(),
                     observer_ticks: stamp::now().ticks_since(t0),
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
@@ -718,6 +742,21 @@ where
 }
 
 impl StageLayer {
+    /// The ids the trace-context hook finds for span `id`, if one is set.
+    fn shared_ids(&self, id: &span::Id, role: Role) -> Option<SharedIds> {
+        let hook = self.context_hook?;
+        let dispatch = self.dispatch.get()?.upgrade()?;
+        let stage = match role {
+            Role::Call => "call",
+            Role::Stage(stage) => stage.name(),
+        };
+        let found = hook(&dispatch, id, stage).filter(|s| s.trace_id != 0 && s.span_id != 0);
+        if found.is_none() && matches!(role, Role::Call | Role::Stage(Stage::Transport)) {
+            self.shared.context_misses.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
     /// Queues the finished call: one fixed-size message, built in place
     /// from the span's extensions (read lock held only for the copy).
     #[inline]
@@ -784,19 +823,22 @@ pub fn record_server_timing(span: &tracing::Span, timing: ServerTiming) {
 /// enclosing transport span's own id (or the call's when there is no
 /// transport span). `None` outside a call or without a [`StageLayer`].
 pub fn trace_parent(span: &tracing::Span) -> Option<TraceParent> {
-    let mut parent_id = 0u64;
+    let mut transport: Option<(u64, bool)> = None;
     let mut out = None;
     walk(span, &mut |ext| {
         if let Some(t) = ext.get_mut::<TransportState>() {
-            if parent_id == 0 && t.span_id != 0 {
-                parent_id = t.span_id;
+            if transport.is_none() && t.span_id != 0 {
+                transport = Some((t.span_id, t.shared));
             }
             return false;
         }
         if let Some(call) = ext.get_mut::<CallState>() {
-            if parent_id == 0 {
-                parent_id = call.span_id;
-            }
+            // A transport id from another layer's trace only makes sense in
+            // that trace: if the call kept ids of its own, so does the parent.
+            let parent_id = match transport {
+                Some((id, shared)) if shared == call.shared_context => id,
+                _ => call.span_id,
+            };
             out = Some(TraceParent {
                 version: 0,
                 trace_id: call.trace_id.to_be_bytes(),

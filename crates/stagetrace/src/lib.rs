@@ -62,6 +62,7 @@
 
 mod builder;
 pub mod clock;
+pub mod context;
 pub mod health;
 mod ids;
 mod layer;
@@ -84,6 +85,7 @@ pub use summary::{Summary, WindowSummary};
 pub use wire::TraceParent;
 
 pub use clock::ClockMode;
+pub use context::{SharedIds, TraceContextHook};
 pub use record::{CacheOutcome, CallRecord, ClockBasis, ServerRecord};
 pub use stage::Stage;
 pub use wire::ServerTiming;

@@ -86,6 +86,11 @@ pub struct Timeline {
     pub transport_span_id: Option<[u8; 8]>,
     /// Id of the `call` span, when the layer assigned one (exporters make one up otherwise).
     pub call_span_id: Option<[u8; 8]>,
+    /// The call's trace id and the `call` / `transport` span ids were taken
+    /// from another tracing layer (e.g. `tracing-opentelemetry`, see
+    /// [`crate::context`]), which exports the call and its stage spans itself:
+    /// an exporter adds only the synthesized spans under the transport span.
+    pub shared_context: bool,
 }
 
 /// One call: the public record (one JSON object per line of `records-*.jsonl`).

@@ -197,6 +197,7 @@ struct Once {
     ignored: bool,
     unknown: bool,
     empty: bool,
+    context: bool,
 }
 
 pub(crate) struct Worker {
@@ -381,6 +382,7 @@ impl Worker {
             capture: placed(Stage::Capture),
             dispatch: placed(Stage::Dispatch),
             call_span_id: Some(s.span_id.to_be_bytes()),
+            shared_context: s.shared_context,
             ..Timeline::default()
         };
         rec.capture_ms = total(Stage::Capture);
@@ -524,6 +526,16 @@ impl Worker {
             eprintln!(
                 "stagetrace: a span has a `stage` field naming no stage; it is ignored and counted as \
                  ignored_spans. Fix: use stage = \"capture\", \"transport\", \"queue\", \"infer\" or \"dispatch\"."
+            );
+        }
+        if self.shared.context_misses.load(Ordering::Relaxed) > 0 && !self.once.context {
+            self.once.context = true;
+            eprintln!(
+                "stagetrace: .share_trace_context(...) is set but the other layer had no trace \
+                 context for a call or transport span; those calls got trace ids of their own and \
+                 are exported as separate traces. Fix: register that layer before StageLayer \
+                 (`registry().with(otel_layer).with(stage_layer)`) and let its filter enable the \
+                 call and stage spans."
             );
         }
         if self.empty_calls > 0 && !self.once.empty {
