@@ -13,7 +13,12 @@ call's time went on the server side:
   and ``prev_total_ms`` are kept, and ``recv_unix_ns`` (server wall time when
   the whole request had arrived), ``total_ns`` (receive to send, monotonic) and
   ``queue_ns`` / ``infer_ns`` / ``pre_ns`` / ``post_ns`` when known are added.
-  With those the client splits its round trip into uplink, server and downlink.
+  With those the client splits its round trip into uplink, server and downlink;
+* it says what a mitigation did with the request, as the Rust server's
+  ``InferTimer`` does: ``t.set_batch_size(n)`` (the request ran in a batch of
+  ``n``) and ``t.set_cache_hit(hit)`` (a result cache answered it, or missed)
+  add ``batch_size`` (int) and ``cache`` (``"hit"`` / ``"miss"``) to
+  ``server_timing``; the client puts them on the call's record.
 
 Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
 
@@ -31,7 +36,14 @@ Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
         await websocket.send(packer.pack(action))
         t.sent()                                # feeds the next prev_total_ms
 
-or, starting fresh, ``asyncio.run(st.serve(policy, "0.0.0.0", 8000, metadata))``.
+A server that batches requests calls ``t.set_batch_size(len(batch))`` on each
+request of the batch; one with a result cache calls ``t.set_cache_hit(True)``
+when the cache answered (the model did not run) and ``t.set_cache_hit(False)``
+when it missed. A policy served by :class:`PolicyServer` may instead return
+``batch_size`` / ``cache`` in its own ``server_timing`` map; a bad value there
+is dropped and counted (``stats()["rejected_timing"]``), never sent.
+
+Or, starting fresh, ``asyncio.run(st.serve(policy, "0.0.0.0", 8000, metadata))``.
 
 Time sources: ``time.perf_counter_ns()`` for every duration (never a
 difference of wall times); ``recv_unix_ns`` is the receive reading of that
@@ -46,6 +58,7 @@ import contextlib
 import dataclasses
 import http
 import logging
+import numbers
 import os
 import re
 import threading
@@ -59,6 +72,7 @@ import numpy as np
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "MAX_BATCH_SIZE",
     "MAX_TRACEPARENT_LEN",
     "MAX_TRACESTATE_LEN",
     "MalformedRequest",
@@ -83,6 +97,12 @@ logger = logging.getLogger("stagetrace_server")
 TRACEPARENT_KEY = "traceparent"
 TRACESTATE_KEY = "tracestate"
 SERVER_TIMING_KEY = "server_timing"
+BATCH_SIZE_KEY = "batch_size"
+CACHE_KEY = "cache"
+
+#: Largest batch size sent (docs/protocol.md; the Rust parser rejects a
+#: larger one, and with it the whole ``server_timing`` map).
+MAX_BATCH_SIZE = 1 << 20
 
 #: Longest ``traceparent`` looked at (docs/protocol.md). Version 00 is
 #: exactly 55 characters; later versions may append fields.
@@ -114,15 +134,17 @@ _INFER_PARTS = ("pre", "infer", "post")
 class _Counters:
     """Process-wide counts of ignored input; thread-safe."""
 
-    _NAMES = ("rejected_traceparent", "rejected_tracestate", "bad_requests", "requests")
+    _NAMES = ("rejected_traceparent", "rejected_tracestate", "rejected_timing", "bad_requests", "requests")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(self._NAMES, 0)
 
-    def add(self, name: str, n: int = 1) -> None:
+    def add(self, name: str, n: int = 1) -> int:
+        """Add ``n`` to ``name``; returns the new count."""
         with self._lock:
             self._counts[name] += n
+            return self._counts[name]
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -134,8 +156,10 @@ _COUNTERS = _Counters()
 
 def stats() -> dict[str, int]:
     """Counts since the process started: ``rejected_traceparent``,
-    ``rejected_tracestate``, ``bad_requests`` (undecodable requests seen by
-    :class:`PolicyServer`) and ``requests`` (timers created)."""
+    ``rejected_tracestate``, ``rejected_timing`` (bad ``batch_size`` /
+    ``cache`` values in a response's own ``server_timing`` map, dropped),
+    ``bad_requests`` (undecodable requests seen by :class:`PolicyServer`) and
+    ``requests`` (timers created)."""
     return _COUNTERS.snapshot()
 
 
@@ -320,12 +344,56 @@ class _WallAnchor:
 _ANCHOR = _WallAnchor()
 
 
+def _batch_size(n: Any) -> int:
+    """``n`` as the ``batch_size`` to send, or ValueError. Values above
+    :data:`MAX_BATCH_SIZE` are capped to it, as the Rust ``InferTimer`` does."""
+    # bool is an int, and numpy's bool_ is not: neither is a batch size.
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, numbers.Integral):
+        raise ValueError(
+            f"batch size must be a positive int (the requests in the batch, this one included), got {n!r}"
+        )
+    if n < 1:
+        raise ValueError(f"batch size must be at least 1 (the batch holds this request), got {n!r}")
+    return min(int(n), MAX_BATCH_SIZE)  # int(): numpy packs as an {"__npgeneric__"} map
+
+
+def _cache_hit(hit: Any) -> bool:
+    """``hit`` as a bool, or ValueError."""
+    if not isinstance(hit, (bool, np.bool_)):
+        raise ValueError(
+            f"cache hit must be True (the cache answered, the model did not run) "
+            f"or False (it missed, the model ran), got {hit!r}"
+        )
+    return bool(hit)
+
+
+def _cache_word(hit: bool) -> str:
+    return "hit" if hit else "miss"
+
+
+def _mitigation_value(key: str, value: Any) -> Any:
+    """A ``batch_size`` / ``cache`` value found in a response's own
+    ``server_timing`` map, as it goes on the wire, or None when it is not
+    what :meth:`RequestTimer.set_batch_size` takes / ``"hit"`` or ``"miss"``
+    (a bad one could make the Rust client reject the whole map)."""
+    if key == BATCH_SIZE_KEY:
+        try:
+            return _batch_size(value)
+        except ValueError:
+            return None
+    if isinstance(value, str) and value in ("hit", "miss"):
+        return value
+    return None
+
+
 class RequestTimer:
     """Times one request on the server.
 
     Created by :func:`received` / :meth:`Session.received` right after the
     whole request has arrived. Every duration uses ``perf_counter_ns``;
     ``recv_unix_ns`` is that same receive reading turned into wall time.
+    :meth:`set_batch_size` / :meth:`set_cache_hit` add what a batcher or a
+    result cache did with the request.
     """
 
     __slots__ = (
@@ -338,6 +406,8 @@ class RequestTimer:
         "_last",
         "_total_ns",
         "_sent",
+        "_batch_size",
+        "_cache_hit",
         "trace",
         "tracestate",
         "span",
@@ -353,6 +423,8 @@ class RequestTimer:
         self._last: dict[str, int] = {}
         self._total_ns: int | None = None
         self._sent = False
+        self._batch_size: int | None = None
+        self._cache_hit: bool | None = None
         #: The client's ``traceparent``, when it sent a valid one.
         self.trace: TraceParent | None = None
         #: The client's ``tracestate``, when valid and a traceparent came with it.
@@ -393,6 +465,41 @@ class RequestTimer:
         end = time.perf_counter_ns()
         self._add(name, end - duration_ns, end)
 
+    def set_batch_size(self, n: int) -> None:
+        """The request ran in a batch of ``n`` requests, itself included
+        (Rust: ``InferTimer::set_batch_size``). Sent as ``server_timing``'s
+        ``batch_size``; the client's record of the call carries it.
+
+        ``n`` is an int (a numpy integer is fine) of at least 1; values above
+        :data:`MAX_BATCH_SIZE` are capped to it. Anything else (0, a negative
+        or float or bool) raises ValueError and leaves the timer unchanged.
+        A later call replaces the value. May be called from another thread
+        (a batcher's worker) until the response is stamped.
+        """
+        self._batch_size = _batch_size(n)
+
+    def set_cache_hit(self, hit: bool) -> None:
+        """A result cache answered the request (``True``: the model did not
+        run) or missed (``False``: the model ran) (Rust:
+        ``InferTimer::set_cache_hit``). Sent as ``server_timing``'s
+        ``cache``, ``"hit"`` or ``"miss"``.
+
+        ``hit`` must be a bool (or numpy bool); anything else, the string
+        ``"hit"`` included, raises ValueError and leaves the timer unchanged.
+        A later call replaces the value.
+        """
+        self._cache_hit = _cache_hit(hit)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch size set with :meth:`set_batch_size`, or None."""
+        return self._batch_size
+
+    @property
+    def cache_hit(self) -> bool | None:
+        """The cache outcome set with :meth:`set_cache_hit`, or None."""
+        return self._cache_hit
+
     def _add(self, name: str, start: int, end: int) -> None:
         self._sums[name] = self._sums.get(name, 0) + (end - start)
         self._first.setdefault(name, start)
@@ -430,13 +537,22 @@ class RequestTimer:
         for p in ("pre", "post"):
             if p in self._sums:
                 out[f"{p}_ns"] = self._sums[p]
+        if self._batch_size is not None:
+            out[BATCH_SIZE_KEY] = self._batch_size
+        if self._cache_hit is not None:
+            out[CACHE_KEY] = _cache_word(self._cache_hit)
         return out
 
     def stamp(self, response: MutableMapping[Any, Any]) -> MutableMapping[Any, Any]:
         """Set ``response["server_timing"]`` (see :meth:`server_timing`).
 
         Keys an existing ``server_timing`` map already has (openpi's own
-        ``infer_ms``, say) are kept unless this timer measured them too.
+        ``infer_ms``, say) are kept unless this timer measured them too. Its
+        ``batch_size`` / ``cache``, when this timer has none, are kept when
+        valid (see :meth:`set_batch_size`; ``cache`` the string ``"hit"`` or
+        ``"miss"``) and otherwise dropped and counted in
+        ``stats()["rejected_timing"]``: a bad one would make the client
+        reject the whole map.
         """
         response[SERVER_TIMING_KEY] = _merged(response.get(SERVER_TIMING_KEY), self.server_timing())
         return response
@@ -452,10 +568,27 @@ class RequestTimer:
 
 
 def _merged(existing: Any, timing: dict[str, Any]) -> dict[str, Any]:
-    """``timing`` over an existing ``server_timing`` map, whose other keys stay."""
+    """``timing`` over an existing ``server_timing`` map, whose other keys
+    stay; its ``batch_size`` / ``cache`` only when valid (a bad one is
+    dropped and counted)."""
     if not isinstance(existing, Mapping):
         return timing
     merged = dict(existing)
+    for key in (BATCH_SIZE_KEY, CACHE_KEY):
+        if key in merged and key not in timing:
+            value = _mitigation_value(key, merged[key])
+            if value is not None:
+                merged[key] = value
+                continue
+            bad = merged.pop(key)
+            if _COUNTERS.add("rejected_timing") == 1:
+                logger.warning(
+                    "dropped server_timing[%r] = %.60r: send %s (further ones are only counted in "
+                    "stats()['rejected_timing'])",
+                    key,
+                    bad,
+                    "a positive int" if key == BATCH_SIZE_KEY else '"hit" or "miss"',
+                )
     merged.update(timing)
     return merged
 
@@ -618,6 +751,9 @@ class PolicyServer:
 
     ``policy`` is any object with ``infer(obs)``; when the returned dict has
     its own ``server_timing`` map (with ``pre_ns`` etc.) those keys are kept.
+    A policy that batches or caches says so there: ``batch_size`` (a
+    positive int) and ``cache`` (``"hit"`` / ``"miss"``); a bad value is
+    dropped and counted in ``stats()["rejected_timing"]``.
     Connections are served one request at a time, each in order.
     """
 

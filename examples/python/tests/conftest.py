@@ -6,9 +6,9 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -121,21 +121,17 @@ async def openpi_style_handler(websocket: Any, policy: Any, metadata: dict[str, 
 
 
 @pytest.fixture
-def start_openpi_server(loop_thread: LoopThread) -> Iterator[Callable[..., int]]:
-    """start_openpi_server(policy) -> port of a plain openpi-style server."""
+def start_handler(loop_thread: LoopThread) -> Iterator[Callable[..., int]]:
+    """start_handler(handler, **serve_options) -> port of a plain
+    ``websockets`` server on 127.0.0.1 running ``handler(websocket)``;
+    closed at teardown."""
     from websockets.asyncio.server import serve
 
     servers: list[Any] = []
 
-    def start(policy: Any, metadata: dict[str, Any] | None = None) -> int:
+    def start(handler: Callable[[Any], Awaitable[None]], **options: Any) -> int:
         async def go() -> Any:
-            return await serve(
-                lambda ws: openpi_style_handler(ws, policy, metadata or {}),
-                "127.0.0.1",
-                0,
-                compression=None,
-                max_size=None,
-            )
+            return await serve(handler, "127.0.0.1", 0, **options)
 
         server = loop_thread.run(go())
         servers.append(server)
@@ -149,3 +145,49 @@ def start_openpi_server(loop_thread: LoopThread) -> Iterator[Callable[..., int]]
 
     for s in servers:
         loop_thread.run(stop(s))
+
+
+@pytest.fixture
+def start_openpi_server(start_handler: Callable[..., int]) -> Callable[..., int]:
+    """start_openpi_server(policy) -> port of a plain openpi-style server."""
+
+    def start(policy: Any, metadata: dict[str, Any] | None = None) -> int:
+        return start_handler(
+            lambda ws: openpi_style_handler(ws, policy, metadata or {}), compression=None, max_size=None
+        )
+
+    return start
+
+
+#: ``respond(websocket, timer, obs, packer)``: the frame answering one
+#: request, or None to end the connection.
+Respond = Callable[[Any, st.RequestTimer, dict[str, Any], Any], Optional[bytes]]
+
+
+async def stagetrace_loop(websocket: Any, respond: Respond, metadata: dict[str, Any] | None = None) -> None:
+    """An existing openpi-style server loop with this module's lines added
+    (the README's recipe): a :class:`~stagetrace_server.Session` per
+    connection, the receive stamp as soon as ``recv`` returns, the trace
+    context taken out of the observation, ``sent()`` after each send.
+    What happens in between is ``respond``'s."""
+    import websockets.exceptions
+
+    packer = st.Packer()
+    session = st.Session()
+    await websocket.send(packer.pack(metadata or {}))
+    while True:
+        try:
+            raw = await websocket.recv()
+        except websockets.exceptions.ConnectionClosed:
+            return
+        t = session.received()
+        obs = st.unpackb(raw)
+        t.read_trace(obs)
+        frame = respond(websocket, t, obs, packer)
+        if frame is None:
+            return
+        try:
+            await websocket.send(frame)
+        except websockets.exceptions.ConnectionClosed:
+            return
+        t.sent()

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import EchoPolicy, assert_model_cost
+from conftest import EchoPolicy, assert_model_cost, stagetrace_loop
 
 import stagetrace_server as st
 
@@ -215,51 +215,123 @@ def test_rust_client_clock_modes(policy_client: Path, start_server, tmp_path: Pa
     assert_model_cost([r["infer_ms"] for r in records], policy.own_ns, MODEL_MS)
 
 
-def test_rust_client_survives_a_dropped_connection(policy_client: Path, loop_thread, tmp_path: Path) -> None:
+def test_rust_client_survives_a_dropped_connection(policy_client: Path, start_handler, tmp_path: Path) -> None:
     """The server drops the TCP connection mid-call (no close frame, no
     answer): that call is recorded as failed, promptly, and the client
     reconnects for the rest."""
-    from websockets.asyncio.server import serve
-    from websockets.exceptions import ConnectionClosed
-
     requests = 0
 
-    async def handler(websocket: Any) -> None:
+    def respond(websocket: Any, t: st.RequestTimer, obs: dict[str, Any], packer: Any) -> bytes | None:
         nonlocal requests
-        packer = st.Packer()
-        session = st.Session()
-        await websocket.send(packer.pack({}))
-        while True:
-            try:
-                raw = await websocket.recv()
-            except ConnectionClosed:
-                return
-            t = session.received()
-            obs = st.unpackb(raw)
-            t.read_trace(obs)
-            requests += 1
-            if requests == 3:
-                websocket.transport.abort()
-                return
-            await websocket.send(st.encode_response({"actions": np.zeros((10, 7), np.float32)}, t, packer))
-            t.sent()
+        requests += 1
+        if requests == 3:
+            websocket.transport.abort()
+            return None
+        return st.encode_response({"actions": np.zeros((10, 7), np.float32)}, t, packer)
 
-    async def start() -> Any:
-        return await serve(handler, "127.0.0.1", 0, max_size=None)
-
-    server = loop_thread.run(start())
-    try:
-        port = next(iter(server.sockets)).getsockname()[1]
-        records, summary = run_client(policy_client, port, tmp_path)
-    finally:
-
-        async def stop() -> None:
-            server.close()
-            await server.wait_closed()
-
-        loop_thread.run(stop())
+    port = start_handler(lambda ws: stagetrace_loop(ws, respond), max_size=None)
+    records, summary = run_client(policy_client, port, tmp_path)
     assert summary["ok"] == CALLS - 1 and summary["failed"] == 1
     failed = [r for r in records if r.get("failed")]
     assert len(failed) == 1 and failed[0]["seq"] == records[2]["seq"], failed
     assert failed[0]["error"] and failed[0]["e2e_ms"] < 5000, failed[0]
     assert all(r["clock"] == "estimate" and "uplink_ms" in r for r in records if not r.get("failed"))
+
+
+def expected_mitigations(timing: dict[str, Any]) -> dict[str, Any]:
+    """The record fields a server_timing map should give."""
+    return {k: timing[k] for k in ("batch_size", "cache") if k in timing}
+
+
+def assert_mitigations_recorded(records: list[dict[str, Any]], sent: dict[str, dict[str, Any]]) -> None:
+    """Every record carries exactly the ``batch_size`` / ``cache`` the server
+    sent for its trace id, and the rest of the timing was not lost with them."""
+    assert_common(records)
+    assert set(sent) == {r["trace_id"] for r in records}
+    for r in records:
+        assert not r.get("failed"), r
+        timing = sent[r["trace_id"]]
+        # The map was accepted as a whole: full split, server times as sent.
+        assert r["clock"] == "estimate" and "uplink_ms" in r, r
+        assert r["server_ms"] == pytest.approx(timing["total_ns"] / 1e6, abs=0.002)
+        assert ("infer_ms" in r) == ("infer_ns" in timing), (r, timing)
+        got = {k: r[k] for k in ("batch_size", "cache") if k in r}
+        assert got == expected_mitigations(timing), (r, timing)
+
+
+def test_rust_client_records_batch_size_and_cache(policy_client: Path, start_handler, tmp_path: Path) -> None:
+    """A server loop that marks each request with the timer's
+    set_batch_size / set_cache_hit: the Rust client's records carry them."""
+    policy = ImagePolicy(model_ms=1)
+    sent: dict[str, dict[str, Any]] = {}
+    calls = 0
+
+    def respond(websocket: Any, t: st.RequestTimer, obs: dict[str, Any], packer: Any) -> bytes:
+        nonlocal calls
+        kind = calls % 4
+        calls += 1
+        if kind == 2:
+            t.set_cache_hit(True)  # answered from the cache: the model does not run
+            action = {"actions": np.zeros((10, 7), np.float32)}
+        else:
+            with t.stage("infer"):
+                action = policy.infer(obs)
+        if kind == 1:
+            t.set_batch_size(4)
+            t.set_cache_hit(False)
+        elif kind == 3:
+            # A numpy count beyond the protocol's limit: capped, sent as a plain int.
+            t.set_batch_size(np.int64(st.MAX_BATCH_SIZE + 5))
+            t.set_cache_hit(np.bool_(False))
+        frame = st.encode_response(action, t, packer)
+        assert t.trace is not None
+        sent[t.trace.trace_id] = st.unpackb(frame)["server_timing"]
+        return frame
+
+    port = start_handler(lambda ws: stagetrace_loop(ws, respond), max_size=None)
+    records, summary = run_client(policy_client, port, tmp_path)
+    assert summary["ok"] == CALLS and summary["failed"] == 0
+    assert_mitigations_recorded(records, sent)
+    kinds = [expected_mitigations(sent[r["trace_id"]]) for r in records]
+    assert kinds[:4] == [{}, {"batch_size": 4, "cache": "miss"}, {"cache": "hit"}, {"batch_size": 1 << 20, "cache": "miss"}]
+    assert kinds[4:] == kinds[:4] * (CALLS // 4 - 1)
+    # The cache hits ran no model: their records have no inference time.
+    assert [("infer_ms" in r) for r in records] == [r.get("cache") != "hit" for r in records]
+
+
+class BatchingPolicy(ImagePolicy):
+    """A policy served by PolicyServer that reports its batch and cache in
+    its own ``server_timing`` map; every fifth answer has bad values."""
+
+    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        out = super().infer(obs)
+        i = len(self.seen) - 1
+        if i % 5 == 4:
+            out["server_timing"] = {"batch_size": 0, "cache": "HIT"}
+        else:
+            out["server_timing"] = {"batch_size": np.int64(1 + i % 3), "cache": "hit" if i % 2 else "miss"}
+        return out
+
+
+def test_rust_client_records_mitigations_from_a_policy_map(policy_client: Path, start_server, tmp_path: Path) -> None:
+    """PolicyServer keeps a policy's valid batch_size / cache and drops (and
+    counts) bad ones, so the client never loses a call's timing to them."""
+    sent: dict[str, dict[str, Any]] = {}
+
+    def hook(timer: st.RequestTimer, timing: Any) -> None:
+        assert timer.trace is not None
+        sent[timer.trace.trace_id] = dict(timing)
+
+    before = st.stats()["rejected_timing"]
+    policy = BatchingPolicy(model_ms=1)
+    _, port = start_server(policy, on_request=hook)
+    records, summary = run_client(policy_client, port, tmp_path)
+    assert summary["ok"] == CALLS and summary["failed"] == 0
+    # Two bad values in each fifth answer.
+    assert st.stats()["rejected_timing"] - before == 2 * (CALLS // 5)
+    assert_mitigations_recorded(records, sent)
+    for i, r in enumerate(records):
+        if i % 5 == 4:
+            assert "batch_size" not in r and "cache" not in r, r
+        else:
+            assert r["batch_size"] == 1 + i % 3 and r["cache"] == ("hit" if i % 2 else "miss"), r

@@ -7,7 +7,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from conftest import MODEL_MS, EchoPolicy, assert_model_cost
+from conftest import MODEL_MS, EchoPolicy, assert_model_cost, stagetrace_loop
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -134,54 +134,28 @@ def test_healthz(start_server) -> None:
         assert r.status == 200 and r.read() == b"OK\n"
 
 
-def test_existing_openpi_loop_integration(loop_thread) -> None:
+def test_existing_openpi_loop_integration(start_handler) -> None:
     """The README's recipe: an existing openpi-style loop with the four lines added."""
-    import websockets.asyncio.server as ws_server
-
     policy = EchoPolicy(model_ms=5)
 
-    async def handler(websocket) -> None:
-        packer = st.Packer()
-        session = st.Session()
-        await websocket.send(packer.pack({}))
-        while True:
-            try:
-                raw = await websocket.recv()
-            except ConnectionClosed:
-                return
-            t = session.received()
-            obs = st.unpackb(raw)
-            t.read_trace(obs)
-            infer_start = time.monotonic()
-            with t.stage("infer"):
-                action = policy.infer(obs)
-            action["server_timing"] = {"infer_ms": (time.monotonic() - infer_start) * 1000}
-            t.stamp(action)
-            await websocket.send(packer.pack(action))
-            t.sent()
+    def respond(websocket, t: st.RequestTimer, obs: dict, packer) -> bytes:
+        infer_start = time.monotonic()
+        with t.stage("infer"):
+            action = policy.infer(obs)
+        action["server_timing"] = {"infer_ms": (time.monotonic() - infer_start) * 1000}
+        t.stamp(action)
+        return packer.pack(action)
 
-    async def start():
-        return await ws_server.serve(handler, "127.0.0.1", 0)
-
-    server = loop_thread.run(start())
-    port = next(iter(server.sockets)).getsockname()[1]
-    try:
-        with connect(f"ws://127.0.0.1:{port}", open_timeout=10) as ws:
-            ws.recv(timeout=10)
-            for i in range(3):
-                resp, w0, w3, *_ = call(ws, {"traceparent": VALID, "i": i})
-                timing = resp["server_timing"]
-                assert resp["keys"] == ["i"]
-                assert w0 <= timing["recv_unix_ns"] <= w3
-                assert 5 <= timing["infer_ms"] <= timing["total_ns"] / 1e6
-                assert ("prev_total_ms" in timing) == (i > 0)
-    finally:
-
-        async def stop():
-            server.close()
-            await server.wait_closed()
-
-        loop_thread.run(stop())
+    port = start_handler(lambda ws: stagetrace_loop(ws, respond))
+    with connect(f"ws://127.0.0.1:{port}", open_timeout=10) as ws:
+        ws.recv(timeout=10)
+        for i in range(3):
+            resp, w0, w3, *_ = call(ws, {"traceparent": VALID, "i": i})
+            timing = resp["server_timing"]
+            assert resp["keys"] == ["i"]
+            assert w0 <= timing["recv_unix_ns"] <= w3
+            assert 5 <= timing["infer_ms"] <= timing["total_ns"] / 1e6
+            assert ("prev_total_ms" in timing) == (i > 0)
 
 
 def test_on_request_hook_sees_trace_and_timing(start_server) -> None:
