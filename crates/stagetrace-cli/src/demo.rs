@@ -9,6 +9,10 @@
 //! clock skewed by `--server-skew-ms` — so the table can be checked against
 //! the truth the demo injected. The stage layer is registered as an app
 //! would register it; records and summaries go to `--out`.
+//!
+//! The simulated robot and model are `stagetrace_experiment::demo`, the
+//! same ones an experiment's demo target runs; this command wires them for
+//! one fixed-length run and reports against what it injected.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,14 +26,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value as Json};
 use stagetrace::{CallRecord, ClockMode, RecordSink, ServerRecord, StageLayer, Summary};
-use stagetrace_experiment::sim::{self, Spin};
+use stagetrace_experiment::demo::{
+    self as sim_demo, ClockStep, Link, Pacer, Refresh, Robot, RobotConfig, RobotStats, SimModel,
+    Transport,
+};
+use stagetrace_experiment::sim::{ms, Spin};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{
-    ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
-    RequestHook, ServerClock, ServerHandle, TimingLayer, TracedHttpClient,
+    InferTimer, MsgMap, PolicyServer, RequestHook, ServerClock, ServerHandle, TimingLayer,
 };
 use stagetrace_otlp::OtlpExporter;
-use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -205,10 +211,6 @@ fn validate(a: &DemoArgs) -> Result<(), DemoError> {
     Ok(())
 }
 
-fn ms(v: f64) -> Duration {
-    Duration::from_secs_f64(v.max(0.0) / 1e3)
-}
-
 fn ms_to_ns(v: f64) -> i64 {
     (v * 1e6).round() as i64
 }
@@ -231,24 +233,21 @@ fn demo(args: &DemoArgs) -> Result<ExitCode, DemoError> {
     let otlp = args.otlp.as_deref().map(DemoOtlp::start).transpose()?;
 
     // The server side: its own runtime, clock and (optionally) clock step.
-    let server_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("demo-server")
-        .enable_all()
-        .build()
+    let server_rt = sim_demo::server_runtime("demo-server")
         .map_err(|e| err(format!("cannot start the server runtime: {e}")))?;
     let clock = ServerClock::skewed_ns(ms_to_ns(args.server_skew_ms));
     let server_seen = Arc::new(ServerSeen::default());
-    let model = ModelSim {
-        cost: ms(args.model_ms),
-        clock: clock.clone(),
-        step: (args.server_step_ms != 0.0).then(|| {
-            (
-                args.server_step_at.unwrap_or(args.calls / 2),
-                ms_to_ns(args.server_step_ms),
-            )
-        }),
-    };
+    // Hot waits: one call at a time on a quiet machine, timed to the µs.
+    let mut model = SimModel::new(ms(args.model_ms))
+        .checksum_stride(64)
+        .spin(Spin::Hot);
+    if args.server_step_ms != 0.0 {
+        let step = ClockStep {
+            at_seq: args.server_step_at.unwrap_or(args.calls / 2),
+            jump_ns: ms_to_ns(args.server_step_ms),
+        };
+        model = model.clock_step(clock.clone(), step);
+    }
     let server = server_rt
         .block_on(start_server(
             args.transport,
@@ -457,40 +456,6 @@ impl DemoOtlp {
     }
 }
 
-/// The simulated policy: pre-processing (a checksum of the frame), the
-/// model (a fixed cost), post-processing (an action chunk from the checksum).
-#[derive(Clone, Debug)]
-struct ModelSim {
-    cost: Duration,
-    clock: ServerClock,
-    /// (call number, jump in ns): the server's clock steps after that call.
-    step: Option<(u64, i64)>,
-}
-
-/// Action chunk shape: 50 steps × 7 joints (ALOHA-style).
-const CHUNK: [u64; 2] = [50, 7];
-
-impl ModelSim {
-    async fn infer(&self, obs: MsgMap, timer: InferTimer) -> Result<MsgMap, HandlerError> {
-        let seq = obs.get("seq").and_then(rmpv::Value::as_u64);
-        // Pre-processing: a checksum over a sample of the frame (cheap, so
-        // that `infer` stays close to the model's cost even in debug builds).
-        let frame_sum = obs
-            .array("observation/image")
-            .map_or(0, |a| sim::fnv1a_strided(&a.data, 64));
-        timer.pre_done();
-        sim::sleep_until_precise(Instant::now() + self.cost, Spin::Hot).await;
-        timer.post_start();
-        let chunk = sim::pseudo_actions(frame_sum, (CHUNK[0] * CHUNK[1]) as usize);
-        if let (Some((at, jump)), Some(seq)) = (self.step, seq) {
-            if seq == at {
-                self.clock.step_ns(jump);
-            }
-        }
-        Ok(MsgMap::new().with("actions", NdArray::from_f32(&chunk, &CHUNK)))
-    }
-}
-
 enum DemoServer {
     Ws(ServerHandle),
     Http {
@@ -521,26 +486,22 @@ impl DemoServer {
 
 async fn start_server(
     transport: TransportArg,
-    model: ModelSim,
+    model: SimModel,
     clock: ServerClock,
     hook: impl Fn(&ServerRecord) + Send + Sync + 'static,
 ) -> Result<DemoServer, String> {
     let addr = SocketAddr::from(([127, 0, 0, 1], 0));
     match transport {
         TransportArg::Ws => {
-            let model = Arc::new(model);
             let handle = PolicyServer::builder()
                 .metadata(
                     MsgMap::new()
                         .with("policy", "stagetrace-demo")
-                        .with("action_horizon", CHUNK[0]),
+                        .with("action_horizon", sim_demo::ACTION_CHUNK[0]),
                 )
                 .clock(clock)
                 .on_request(hook)
-                .spawn(addr, move |obs: MsgMap, timer: InferTimer| {
-                    let model = Arc::clone(&model);
-                    async move { model.infer(obs, timer).await }
-                })
+                .spawn(addr, model)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(DemoServer::Ws(handle))
@@ -550,13 +511,12 @@ async fn start_server(
             use axum::http::{header, StatusCode};
             use axum::response::IntoResponse;
 
-            let model = Arc::new(model);
             let app = axum::Router::new()
                 .route(
                     "/infer",
                     axum::routing::post(
                         move |Extension(timer): Extension<InferTimer>, body: axum::body::Bytes| {
-                            let model = Arc::clone(&model);
+                            let model = model.clone();
                             async move {
                                 let obs = match MsgMap::from_msgpack(&body) {
                                     Ok(o) => o,
@@ -600,169 +560,51 @@ async fn start_server(
 // robot client
 // ---------------------------------------------------------------------------
 
-/// What the robot loop itself counted.
-#[derive(Debug, Default)]
-struct RobotStats {
-    completed: u64,
-    failed: u64,
-    first_error: Option<String>,
-    elapsed: Duration,
-}
-
-enum Link {
-    Ws(Box<PolicyClient>),
-    Http(TracedHttpClient, String),
-}
-
-impl Link {
-    async fn connect(transport: TransportArg, addr: SocketAddr) -> Result<Link, String> {
-        match transport {
-            TransportArg::Ws => {
-                let options = ClientOptions {
-                    call_timeout: Duration::from_secs(5),
-                    ..ClientOptions::default()
-                };
-                PolicyClient::connect_with(&format!("ws://{addr}"), options)
-                    .await
-                    .map(|c| Link::Ws(Box::new(c)))
-                    .map_err(|e| e.to_string())
-            }
-            TransportArg::Http => TracedHttpClient::new()
-                .map(|c| {
-                    Link::Http(
-                        c.timeout(Duration::from_secs(5)),
-                        format!("http://{addr}/infer"),
-                    )
-                })
-                .map_err(|e| e.to_string()),
-        }
-    }
-
-    async fn infer(&mut self, obs: &MsgMap) -> Result<MsgMap, String> {
+impl TransportArg {
+    fn transport(self) -> Transport {
         match self {
-            Link::Ws(client) => {
-                if !client.is_connected() {
-                    client.reconnect().await.map_err(|e| e.to_string())?;
-                }
-                client
-                    .infer(obs)
-                    .await
-                    .map(|r| r.action)
-                    .map_err(|e| e.to_string())
-            }
-            Link::Http(client, url) => {
-                let req = client
-                    .inner()
-                    .post(url.as_str())
-                    .header("content-type", "application/msgpack")
-                    .body(obs.to_msgpack());
-                let reply = client.send(req).await.map_err(|e| e.to_string())?;
-                MsgMap::from_msgpack(&reply.body).map_err(|e| e.to_string())
-            }
+            TransportArg::Ws => Transport::Ws,
+            TransportArg::Http => Transport::Http,
         }
     }
-}
-
-/// The simulated camera: fills a frame (real memory work) and waits out
-/// the rest of its exposure / readout time.
-struct Camera {
-    frame: Vec<u8>,
-    shape: [u64; 3],
-    state: u64,
-    cost: Duration,
-}
-
-impl Camera {
-    fn new(payload_kb: u64, cost: Duration) -> Self {
-        let width = 160u64;
-        let rows = (payload_kb * 1024).div_ceil(width * 3);
-        Camera {
-            frame: vec![0; (rows * width * 3) as usize],
-            shape: [rows, width, 3],
-            state: 0x9e37_79b9_7f4a_7c15,
-            cost,
-        }
-    }
-
-    fn capture(&mut self) -> Option<NdArray> {
-        let start = Instant::now();
-        sim::fill_random(&mut self.frame, &mut self.state);
-        let frame =
-            (!self.frame.is_empty()).then(|| NdArray::from_u8(self.frame.clone(), &self.shape));
-        sim::sleep_until_precise_blocking(start + self.cost, Spin::Hot);
-        frame
-    }
-}
-
-/// The simulated actuator: decodes the chunk and waits out the bus time.
-fn dispatch(action: &MsgMap, cost: Duration) -> Option<u64> {
-    let start = Instant::now();
-    let digest = action.array("actions").map(|a| sim::fnv1a(&a.data));
-    sim::sleep_until_precise_blocking(start + cost, Spin::Hot);
-    digest
 }
 
 async fn robot_loop(args: &DemoArgs, server: SocketAddr) -> Result<RobotStats, DemoError> {
-    let mut link = Link::connect(args.transport, server).await.map_err(|e| {
-        err(format!(
-            "the robot client cannot reach the policy server: {e}"
-        ))
-    })?;
-    let mut camera = Camera::new(args.payload_kb, ms(args.capture_ms));
-    let dispatch_cost = ms(args.dispatch_ms);
-    let period = Duration::from_secs_f64(1.0 / args.hz);
+    let link = Link::connect(args.transport.transport(), server, Duration::from_secs(5))
+        .await
+        .map_err(|e| {
+            err(format!(
+                "the robot client cannot reach the policy server: {e}"
+            ))
+        })?;
+    // Hot waits, and a camera that refills the whole frame every capture
+    // (a readout's memory work).
+    let mut robot = Robot::new(
+        link,
+        RobotConfig {
+            capture: ms(args.capture_ms),
+            dispatch: ms(args.dispatch_ms),
+            spin: Spin::Hot,
+            refresh: Refresh::Full,
+        },
+    );
+    let pacer = Pacer::new(args.hz)
+        .ok_or_else(|| err("--hz must be a rate between 0 and 10000 calls per second"))?;
     let mut stats = RobotStats::default();
     let progress = Progress::new(args.calls);
-    let start = Instant::now();
     for seq in 0..args.calls {
         // Scheduled tick: a late call does not shift the schedule.
-        let tick = start + period.mul_f64(seq as f64);
-        sim::sleep_until_precise(tick, Spin::Hot).await;
-        let call = tracing::info_span!("call", seq = seq);
-        let result = async {
-            let frame = {
-                let _capture = tracing::info_span!("capture").entered();
-                camera.capture()
-            };
-            let mut obs = MsgMap::new()
-                .with("prompt", "pick up the red cup")
-                .with("seq", seq)
-                .with(
-                    "observation/state",
-                    NdArray::from_f32(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[7]),
-                );
-            if let Some(frame) = frame {
-                obs.insert("observation/image", frame);
-            }
-            let action = link.infer(&obs).await?;
-            let digest = {
-                let _dispatch = tracing::info_span!("dispatch").entered();
-                dispatch(&action, dispatch_cost)
-            };
-            if let Some(d) = digest {
-                stagetrace::record_output_digest(&tracing::Span::current(), d);
-            }
-            Ok::<(), String>(())
-        }
-        .instrument(call)
-        .await;
-        match result {
-            Ok(()) => stats.completed += 1,
-            Err(e) => {
-                stats.failed += 1;
-                if stats.first_error.is_none() {
-                    eprintln!("stagetrace demo: call {seq} failed: {e}");
-                    stats.first_error = Some(e);
-                }
+        pacer.wait(seq, Spin::Hot).await;
+        let outcome = robot.call(seq, args.payload_kb, |_| {}).await;
+        if stats.count(outcome) {
+            if let Some(e) = &stats.first_error {
+                eprintln!("stagetrace demo: call {seq} failed: {e}");
             }
         }
         progress.tick(seq + 1, stats.failed);
     }
-    stats.elapsed = start.elapsed();
     progress.done();
-    if let Link::Ws(client) = link {
-        client.close().await;
-    }
+    robot.close().await;
     Ok(stats)
 }
 

@@ -60,6 +60,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+pub mod demo;
 pub mod gpu;
 pub mod html;
 mod inject;

@@ -2,6 +2,8 @@
 //! runtime: a robot client (camera → policy call → actuator) at a fixed
 //! rate, the userspace proxy, and a policy server running a simulated model
 //! — so a level changes exactly one factor while everything else stays.
+//! The robot and the model are those of [`crate::demo`] (shared with
+//! `stagetrace demo`); this module keeps them running and turns the knobs.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,16 +17,13 @@ use std::time::{Duration, Instant};
 
 use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
-use stagetrace_net::{
-    ClientOptions, HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer,
-    ServerHandle,
-};
-use tracing::Instrument;
+use stagetrace_net::{MsgMap, PolicyServer, ServerHandle};
 use tracing_subscriber::layer::SubscriberExt;
 
+use crate::demo::{self, Link, Pacer, Refresh, Robot, RobotStats, SimModel, Transport};
 use crate::netns::KernelPath;
 use crate::plan::{Target, TargetKind};
-use crate::sim::{self, Spin};
+use crate::sim::{ms, Spin};
 use crate::ExperimentError;
 
 /// Records waiting for the runner; beyond this they are dropped and counted.
@@ -39,6 +38,56 @@ pub(crate) struct Knobs {
     pub(crate) pause_us: AtomicU64,
     /// Client pause period (µs).
     pub(crate) pause_every_us: AtomicU64,
+}
+
+impl Knobs {
+    /// A `payload_kb` frame, no pause (every 2 s once one is set).
+    fn new(payload_kb: u64) -> Self {
+        Knobs {
+            payload_kb: AtomicU64::new(payload_kb),
+            pause_us: AtomicU64::new(0),
+            pause_every_us: AtomicU64::new(2_000_000),
+        }
+    }
+}
+
+/// The network in front of the target's server: the proxy with the
+/// target's standing link shaping and, optionally, a kernel bottleneck on
+/// its upstream leg.
+struct Network {
+    proxy: ProxyHandle,
+    kernel: Option<KernelPath>,
+    base_uplink: LinkConfig,
+    base_downlink: LinkConfig,
+}
+
+impl Network {
+    fn start(
+        t: &Target,
+        listen: SocketAddr,
+        upstream: SocketAddr,
+        kernel: bool,
+    ) -> Result<Network, ExperimentError> {
+        let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
+        let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
+        let kernel = kernel.then(|| KernelPath::start(upstream)).transpose()?;
+        let proxy = Proxy::spawn_in_thread(
+            listen,
+            kernel.as_ref().map_or(upstream, KernelPath::entry),
+            ProxyConfig {
+                uplink: base_uplink,
+                downlink: base_downlink,
+                ..ProxyConfig::default()
+            },
+        )
+        .map_err(|e| ExperimentError::Start(format!("the network proxy on {listen}: {e}")))?;
+        Ok(Network {
+            proxy,
+            kernel,
+            base_uplink,
+            base_downlink,
+        })
+    }
 }
 
 /// A running demo pipeline.
@@ -83,18 +132,6 @@ pub(crate) struct HttpReplay {
     pub(crate) url: String,
     pub(crate) body: bytes::Bytes,
     pub(crate) content_type: String,
-}
-
-/// What the robot loop counted.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct RobotStats {
-    pub(crate) completed: u64,
-    pub(crate) failed: u64,
-    pub(crate) first_error: Option<String>,
-}
-
-fn ms(v: f64) -> Duration {
-    Duration::from_secs_f64(v.max(0.0) / 1e3)
 }
 
 /// The target's standing link shaping, one direction.
@@ -176,19 +213,8 @@ impl Pipeline {
             }
             None => None,
         };
-        let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
-        let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
-        let kernel = kernel.then(|| KernelPath::start(upstream)).transpose()?;
-        let proxy = Proxy::spawn_in_thread(
-            listen,
-            kernel.as_ref().map_or(upstream, KernelPath::entry),
-            ProxyConfig {
-                uplink: base_uplink,
-                downlink: base_downlink,
-                ..ProxyConfig::default()
-            },
-        )
-        .map_err(|e| ExperimentError::Start(format!("the network proxy on {listen}: {e}")))?;
+        let net = Network::start(t, listen, upstream, kernel)?;
+        let proxy = net.proxy;
         let (tx, records) = std::sync::mpsc::sync_channel(RECORD_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -217,13 +243,9 @@ impl Pipeline {
         };
         client.spawn(t.payload_kb)?;
         Ok(Pipeline {
-            knobs: Arc::new(Knobs {
-                payload_kb: AtomicU64::new(t.payload_kb),
-                pause_us: AtomicU64::new(0),
-                pause_every_us: AtomicU64::new(2_000_000),
-            }),
+            knobs: Arc::new(Knobs::new(t.payload_kb)),
             proxy: Some(proxy),
-            kernel: kernel.map(Mutex::new),
+            kernel: net.kernel.map(Mutex::new),
             undone: Vec::new(),
             captured: Arc::new(Mutex::new(captured)),
             http_replay,
@@ -235,8 +257,8 @@ impl Pipeline {
             stop,
             client: Some(Client::Command(client)),
             pid,
-            base_uplink,
-            base_downlink,
+            base_uplink: net.base_uplink,
+            base_downlink: net.base_downlink,
             base_payload_kb: t.payload_kb,
         })
     }
@@ -254,51 +276,25 @@ impl Pipeline {
 
     /// Start server, proxy and robot.
     fn start_demo(t: &Target, kernel: bool) -> Result<Pipeline, ExperimentError> {
-        let server_rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("experiment-server")
-            .enable_all()
-            .build()
+        let server_rt = demo::server_runtime("experiment-server")
             .map_err(|e| ExperimentError::Start(format!("the server runtime: {e}")))?;
-        let model = Arc::new(ModelSim {
-            cost: ms(t.model_ms),
-        });
+        // Yielding waits: the CPU factor's burners share the cores.
+        let model = SimModel::new(ms(t.model_ms)).spin(Spin::Yielding);
         let server = server_rt
             .block_on(async {
                 PolicyServer::builder()
                     .metadata(MsgMap::new().with("policy", "stagetrace-experiment"))
                     .max_concurrency(t.server_concurrency)
                     .max_message_bytes(64 << 20)
-                    .spawn(
-                        SocketAddr::from(([127, 0, 0, 1], 0)),
-                        move |obs: MsgMap, timer: InferTimer| {
-                            let model = Arc::clone(&model);
-                            async move { model.infer(obs, timer).await }
-                        },
-                    )
+                    .spawn(SocketAddr::from(([127, 0, 0, 1], 0)), model)
                     .await
             })
             .map_err(|e| ExperimentError::Start(format!("the policy server: {e}")))?;
         let server_addr = server.local_addr();
-        let base_uplink = base_link(t.uplink_delay_ms, t.bandwidth_mbps);
-        let base_downlink = base_link(t.downlink_delay_ms, t.bandwidth_mbps);
-        let kernel = kernel.then(|| KernelPath::start(server_addr)).transpose()?;
-        let proxy = Proxy::spawn_in_thread(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            kernel.as_ref().map_or(server_addr, KernelPath::entry),
-            ProxyConfig {
-                uplink: base_uplink,
-                downlink: base_downlink,
-                ..ProxyConfig::default()
-            },
-        )
-        .map_err(|e| ExperimentError::Start(format!("the network proxy: {e}")))?;
-
-        let knobs = Arc::new(Knobs {
-            payload_kb: AtomicU64::new(t.payload_kb),
-            pause_us: AtomicU64::new(0),
-            pause_every_us: AtomicU64::new(2_000_000),
-        });
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let net = Network::start(t, loopback, server_addr, kernel)?;
+        let proxy = net.proxy;
+        let knobs = Arc::new(Knobs::new(t.payload_kb));
         let captured = Arc::new(Mutex::new(None));
         let (tx, records) = std::sync::mpsc::sync_channel(RECORD_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
@@ -325,7 +321,7 @@ impl Pipeline {
         Ok(Pipeline {
             knobs,
             proxy: Some(proxy),
-            kernel: kernel.map(Mutex::new),
+            kernel: net.kernel.map(Mutex::new),
             undone: Vec::new(),
             captured,
             http_replay: None,
@@ -337,8 +333,8 @@ impl Pipeline {
             stop,
             client: Some(Client::Robot(robot)),
             pid: Arc::new(AtomicI32::new(std::process::id() as i32)),
-            base_uplink,
-            base_downlink,
+            base_uplink: net.base_uplink,
+            base_downlink: net.base_downlink,
             base_payload_kb: t.payload_kb,
         })
     }
@@ -582,33 +578,6 @@ fn tail_records(
 }
 
 // ---------------------------------------------------------------------------
-// server
-// ---------------------------------------------------------------------------
-
-/// The simulated policy: a checksum of the frame (pre-processing), a fixed
-/// model cost, an action chunk (post-processing).
-#[derive(Debug)]
-struct ModelSim {
-    cost: Duration,
-}
-
-/// Action chunk shape: 50 steps × 7 joints.
-const CHUNK: [u64; 2] = [50, 7];
-
-impl ModelSim {
-    async fn infer(&self, obs: MsgMap, timer: InferTimer) -> Result<MsgMap, HandlerError> {
-        let sum = obs
-            .array("observation/image")
-            .map_or(0, |a| sim::fnv1a_strided(&a.data, 256));
-        timer.pre_done();
-        sim::sleep_until_precise(Instant::now() + self.cost, Spin::Yielding).await;
-        timer.post_start();
-        let chunk = sim::pseudo_actions(sum, (CHUNK[0] * CHUNK[1]) as usize);
-        Ok(MsgMap::new().with("actions", NdArray::from_f32(&chunk, &CHUNK)))
-    }
-}
-
-// ---------------------------------------------------------------------------
 // robot
 // ---------------------------------------------------------------------------
 
@@ -659,34 +628,6 @@ fn robot_thread(
     stats
 }
 
-/// A frame buffer that is refilled only when its size changes; each capture
-/// touches a few bytes so frames differ.
-struct Camera {
-    frame: Vec<u8>,
-    kb: u64,
-    state: u64,
-}
-
-impl Camera {
-    fn frame(&mut self, kb: u64) -> Option<NdArray> {
-        if kb != self.kb || self.frame.is_empty() && kb > 0 {
-            self.kb = kb;
-            let width = 160u64;
-            let rows = (kb * 1024).div_ceil(width * 3);
-            self.frame = vec![0; (rows * width * 3) as usize];
-            sim::fill_random(&mut self.frame, &mut self.state);
-        }
-        if self.frame.is_empty() {
-            return None;
-        }
-        let v = sim::xorshift(&mut self.state).to_le_bytes();
-        let n = v.len().min(self.frame.len());
-        self.frame[..n].copy_from_slice(&v[..n]);
-        let rows = self.frame.len() as u64 / (160 * 3);
-        Some(NdArray::from_u8(self.frame.clone(), &[rows, 160, 3]))
-    }
-}
-
 async fn robot_loop(
     cfg: &RobotConfig,
     knobs: &Knobs,
@@ -694,107 +635,68 @@ async fn robot_loop(
     stop: &AtomicBool,
     stats: &mut RobotStats,
 ) {
-    let url = format!("ws://{}", cfg.addr);
-    let options = ClientOptions {
-        call_timeout: Duration::from_secs(10),
-        ..ClientOptions::default()
-    };
-    let mut client = match PolicyClient::connect_with(&url, options).await {
-        Ok(c) => c,
+    let link = match Link::connect(Transport::Ws, cfg.addr, Duration::from_secs(10)).await {
+        Ok(l) => l,
         Err(e) => {
             stats.first_error = Some(format!("the robot cannot reach the policy server: {e}"));
             return;
         }
     };
-    let mut camera = Camera {
-        frame: Vec::new(),
-        kb: u64::MAX,
-        state: 0x9e37_79b9_7f4a_7c15,
+    let Some(pacer) = Pacer::new(cfg.hz) else {
+        stats.first_error = Some(format!(
+            "target.hz = {} is not a rate above 0 calls per second",
+            cfg.hz
+        ));
+        return;
     };
-    let period = Duration::from_secs_f64(1.0 / cfg.hz);
-    let start = Instant::now();
+    // Yielding waits, and a frame whose capture cost does not grow with its
+    // size: a payload level loads the transport only.
+    let mut robot = Robot::new(
+        link,
+        demo::RobotConfig {
+            capture: cfg.capture,
+            dispatch: cfg.dispatch,
+            spin: Spin::Yielding,
+            refresh: Refresh::Touch,
+        },
+    );
     let mut next_pause: Option<Instant> = None;
     let mut captured_kb = u64::MAX;
     let mut seq: u64 = 0;
     while !stop.load(Ordering::Relaxed) {
-        let mut tick = start + period.mul_f64(seq as f64);
-        let now = Instant::now();
-        if now > tick + period * 4 {
-            // Far behind (a long pause or stall): skip the missed ticks
-            // rather than firing them back to back.
-            seq = (now.duration_since(start).as_secs_f64() * cfg.hz).ceil() as u64;
-            tick = start + period.mul_f64(seq as f64);
-        }
-        sim::sleep_until_precise(tick, Spin::Yielding).await;
+        seq = pacer.skip_missed(seq);
+        pacer.wait(seq, Spin::Yielding).await;
         let kb = knobs.payload_kb.load(Ordering::Relaxed);
         let pause = Duration::from_micros(knobs.pause_us.load(Ordering::Relaxed));
         let every = Duration::from_micros(knobs.pause_every_us.load(Ordering::Relaxed).max(1));
-        let call = tracing::info_span!("call", seq = seq);
-        let result = async {
-            let frame = {
-                let _capture = tracing::info_span!("capture").entered();
-                let begin = Instant::now();
-                let f = camera.frame(kb);
-                sim::sleep_until_precise_blocking(begin + cfg.capture, Spin::Yielding);
-                f
-            };
-            // The GC stand-in: the whole client thread stops, inside the
-            // call but outside every stage, once per period.
-            if pause.is_zero() {
-                next_pause = None;
-            } else {
-                let now = Instant::now();
-                let due = *next_pause.get_or_insert(now + every);
-                if now >= due {
-                    std::thread::sleep(pause);
-                    let mut next = due;
-                    while next <= now {
-                        next += every;
+        let outcome = robot
+            .call(seq, kb, |obs| {
+                // The GC stand-in: the whole client thread stops, inside the
+                // call but outside every stage, once per period.
+                if pause.is_zero() {
+                    next_pause = None;
+                } else {
+                    let now = Instant::now();
+                    let due = *next_pause.get_or_insert(now + every);
+                    if now >= due {
+                        std::thread::sleep(pause);
+                        let mut next = due;
+                        while next <= now {
+                            next += every;
+                        }
+                        next_pause = Some(next);
                     }
-                    next_pause = Some(next);
                 }
-            }
-            let mut obs = MsgMap::new()
-                .with("prompt", "pick up the red cup")
-                .with("seq", seq)
-                .with(
-                    "observation/state",
-                    NdArray::from_f32(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6], &[7]),
-                );
-            if let Some(frame) = frame {
-                obs.insert("observation/image", frame);
-            }
-            if captured_kb != kb {
-                if let Ok(mut c) = captured.lock() {
-                    *c = Some(obs.clone());
-                    captured_kb = kb;
+                if captured_kb != kb {
+                    if let Ok(mut c) = captured.lock() {
+                        *c = Some(obs.clone());
+                        captured_kb = kb;
+                    }
                 }
-            }
-            if !client.is_connected() {
-                client.reconnect().await.map_err(|e| e.to_string())?;
-            }
-            let reply = client.infer(&obs).await.map_err(|e| e.to_string())?;
-            let _dispatch = tracing::info_span!("dispatch").entered();
-            let begin = Instant::now();
-            let digest = reply.action.array("actions").map(|a| sim::fnv1a(&a.data));
-            sim::sleep_until_precise_blocking(begin + cfg.dispatch, Spin::Yielding);
-            if let Some(d) = digest {
-                stagetrace::record_output_digest(&tracing::Span::current(), d);
-            }
-            Ok::<(), String>(())
-        }
-        .instrument(call)
-        .await;
-        match result {
-            Ok(()) => stats.completed += 1,
-            Err(e) => {
-                stats.failed += 1;
-                if stats.first_error.is_none() {
-                    stats.first_error = Some(e);
-                }
-            }
-        }
+            })
+            .await;
+        stats.count(outcome);
         seq += 1;
     }
-    client.close().await;
+    robot.close().await;
 }

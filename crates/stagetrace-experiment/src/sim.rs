@@ -28,6 +28,13 @@ pub enum Spin {
     Yielding,
 }
 
+/// `v` milliseconds as a [`Duration`] (a simulated stage's cost): negative
+/// and NaN count as zero, a value too large for a `Duration` as
+/// [`Duration::MAX`].
+pub fn ms(v: f64) -> Duration {
+    Duration::try_from_secs_f64(v.max(0.0) / 1e3).unwrap_or(Duration::MAX)
+}
+
 /// Busy-waits until `deadline` (returns at once if it has passed).
 pub fn spin_until(deadline: Instant, spin: Spin) {
     while Instant::now() < deadline {
@@ -133,6 +140,14 @@ mod tests {
         assert_eq!(v.len(), 350);
         assert!(v.iter().all(|x| (-0.5..0.5).contains(x)));
         assert_eq!(v, pseudo_actions(1, 350));
+    }
+
+    #[test]
+    fn ms_converts_and_saturates() {
+        assert_eq!(ms(12.5), Duration::from_micros(12_500));
+        assert_eq!(ms(-3.0), Duration::ZERO);
+        assert_eq!(ms(f64::NAN), Duration::ZERO);
+        assert_eq!(ms(f64::INFINITY), Duration::MAX);
     }
 
     #[test]

@@ -126,14 +126,19 @@ fn inference_concurrency_ramp_moves_queue_or_infer_first() {
     );
     assert_eq!(json["verdict"]["first_level"], 1);
     assert!(json["counters"]["replayed_requests"].as_u64().unwrap() > 50);
-    // The network is not what slowed: its median stays flat at level 1. Its
-    // tail may be dragged along when the replayed inference saturates both
-    // cores (the verdict then lists it as dragged, which is right).
+    // The load landed on the server, not on the network: at level 1 the queue
+    // (or infer) median grows many-fold while the network's ~0.4 ms medians stay within
+    // what two saturated cores add by scheduling alone (their tails may be
+    // dragged along; the verdict then lists them as dragged, which is right).
+    let c = &json["levels"][0]["components"];
+    let server = ["queue", "infer"]
+        .iter()
+        .filter_map(|s| c[*s]["p50_ratio"]["ratio"].as_f64())
+        .fold(0.0, f64::max);
+    assert!(server > 5.0, "queue / infer median at level 1: ×{server}");
     for stage in ["uplink", "downlink"] {
-        let p50 = json["levels"][0]["components"][stage]["p50_ratio"]["ratio"]
-            .as_f64()
-            .unwrap();
-        assert!(p50 < 1.25, "{stage} median moved at level 1: ×{p50}");
+        let p50 = c[stage]["p50_ratio"]["ratio"].as_f64().unwrap();
+        assert!(p50 < 2.0, "{stage} median moved at level 1: ×{p50}");
     }
 }
 
