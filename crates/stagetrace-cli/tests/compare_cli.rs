@@ -6,7 +6,7 @@
 mod support;
 
 use support::gen::{self, Scenario};
-use support::{p, stagetrace, stderr, stdout};
+use support::{p, seeded, stagetrace, stderr, stdout};
 
 #[test]
 fn two_samples_of_one_distribution_are_noise() {
@@ -15,20 +15,8 @@ fn two_samples_of_one_distribution_are_noise() {
     for (a, b) in [(201u64, 202u64), (203, 204), (205, 206)] {
         let before = dir.path().join(format!("before-{a}.jsonl"));
         let after = dir.path().join(format!("after-{b}.jsonl"));
-        gen::write(
-            &before,
-            &Scenario {
-                seed: a,
-                ..Scenario::default()
-            },
-        );
-        gen::write(
-            &after,
-            &Scenario {
-                seed: b,
-                ..Scenario::default()
-            },
-        );
+        gen::write(&before, &seeded(a));
+        gen::write(&after, &seeded(b));
         let out = stagetrace(&["compare", p(&before), p(&after)]);
         assert!(out.status.success(), "{}", stderr(&out));
         let text = stdout(&out);
@@ -48,13 +36,7 @@ fn a_real_twenty_percent_shift_is_flagged() {
     let dir = tempfile::tempdir().unwrap();
     let before = dir.path().join("before.jsonl");
     let after = dir.path().join("after.jsonl");
-    gen::write(
-        &before,
-        &Scenario {
-            seed: 301,
-            ..Scenario::default()
-        },
-    );
+    gen::write(&before, &seeded(301));
     gen::write(
         &after,
         &Scenario {

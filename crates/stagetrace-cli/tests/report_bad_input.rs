@@ -8,7 +8,7 @@ mod support;
 use std::fs;
 
 use support::gen::{self, Scenario};
-use support::{p, stagetrace, stderr, stdout};
+use support::{assert_usage_error, p, stagetrace, stderr, stdout};
 
 fn good_lines(n: usize) -> String {
     let s = Scenario {
@@ -76,11 +76,7 @@ fn empty_input_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("records-empty.jsonl");
     fs::write(&f, "").unwrap();
-    let out = stagetrace(&["report", p(&f)]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no records in"), "{}", stderr(&out));
+    assert_usage_error(&["report", p(&f)], "no records in");
     let missing = dir.path().join("nope.jsonl");
-    let out = stagetrace(&["report", p(&missing)]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
+    assert_usage_error(&["report", p(&missing)], "cannot read");
 }

@@ -7,19 +7,13 @@ mod support;
 use std::fs;
 
 use support::gen::{self, Scenario};
-use support::{p, stagetrace, stderr};
+use support::{assert_usage_error, p, seeded, stagetrace, stderr};
 
 #[test]
 fn fail_if_fires_names_itself_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("records.jsonl");
-    gen::write(
-        &f,
-        &Scenario {
-            seed: 9,
-            ..Scenario::default()
-        },
-    );
+    gen::write(&f, &seeded(9));
     // infer is ~30 ms with p99 ~34 ms.
     let out = stagetrace(&[
         "report",
@@ -49,29 +43,21 @@ fn fail_if_fires_names_itself_and_exits_1() {
     );
     assert!(!err.contains("infer.p99>80ms"), "{err}");
     // Usage errors are status 2.
-    let out = stagetrace(&["report", p(&f), "--fail-if", "infer.p98>80ms"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("unknown statistic"),
-        "{}",
-        stderr(&out)
+    assert_usage_error(
+        &["report", p(&f), "--fail-if", "infer.p98>80ms"],
+        "unknown statistic",
     );
-    let out = stagetrace(&["report", p(&f), "--fail-if", "deadline.misses>0"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no deadlines"), "{}", stderr(&out));
+    assert_usage_error(
+        &["report", p(&f), "--fail-if", "deadline.misses>0"],
+        "no deadlines",
+    );
 }
 
 #[test]
 fn hgrm_files_follow_hdrhistogram_format() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("records.jsonl");
-    gen::write(
-        &f,
-        &Scenario {
-            seed: 10,
-            ..Scenario::default()
-        },
-    );
+    gen::write(&f, &seeded(10));
     let out_dir = dir.path().join("hgrm");
     let out = stagetrace(&["report", p(&f), "--hgrm", p(&out_dir)]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -132,11 +118,5 @@ fn a_run_directory_stands_for_its_record_files() {
     assert_eq!(json["inputs"]["files"].as_array().unwrap().len(), 2);
     assert_eq!(json["groups"][0]["steady"], 1000);
     let empty = tempfile::tempdir().unwrap();
-    let out = stagetrace(&["report", p(empty.path())]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("no records*.jsonl files"),
-        "{}",
-        stderr(&out)
-    );
+    assert_usage_error(&["report", p(empty.path())], "no records*.jsonl files");
 }

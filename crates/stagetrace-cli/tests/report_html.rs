@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::gen::{self, Scenario};
-use support::{p, stagetrace, stderr};
+use support::{p, seeded, stagetrace, stderr};
 
 /// Debian's chromium, or the binary xtask found (`STAGETRACE_CHROMIUM`).
 fn chromium_bin() -> String {
@@ -31,13 +31,7 @@ fn write_report(dir: &Path) -> std::path::PathBuf {
             ..Scenario::default()
         },
     );
-    gen::write(
-        &idle,
-        &Scenario {
-            seed: 502,
-            ..Scenario::default()
-        },
-    );
+    gen::write(&idle, &seeded(502));
     let html = dir.join("report.html");
     let out = stagetrace(&[
         "report",

@@ -6,7 +6,7 @@
 mod support;
 
 use support::gen::{self, Scenario};
-use support::{p, stagetrace, stderr, stdout};
+use support::{p, seeded, stagetrace, stderr, stdout};
 
 struct Case {
     name: &'static str,
@@ -28,10 +28,7 @@ fn each_ground_truth_is_named_in_text_and_json() {
                 transport_tail: Some((0.04, 15.0)),
                 ..Scenario::default()
             },
-            baseline: Some(Scenario {
-                seed: 102,
-                ..Scenario::default()
-            }),
+            baseline: Some(seeded(102)),
             code: "tail_only",
             stages: &["uplink", "downlink", "roundtrip", "net"],
             group: "transport",
@@ -44,10 +41,7 @@ fn each_ground_truth_is_named_in_text_and_json() {
                 infer_factor: 1.2,
                 ..Scenario::default()
             },
-            baseline: Some(Scenario {
-                seed: 104,
-                ..Scenario::default()
-            }),
+            baseline: Some(seeded(104)),
             code: "median_shift",
             stages: &["infer"],
             group: "server",
@@ -73,10 +67,7 @@ fn each_ground_truth_is_named_in_text_and_json() {
                 gap_jitter_ms: 4.0,
                 ..Scenario::default()
             },
-            baseline: Some(Scenario {
-                seed: 108,
-                ..Scenario::default()
-            }),
+            baseline: Some(seeded(108)),
             code: "unexplained_gap",
             stages: &["gap"],
             group: "call",

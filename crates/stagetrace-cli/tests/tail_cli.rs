@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{p, stagetrace, stderr, stdout};
+use support::{assert_usage_error, p, stagetrace, stderr, stdout};
 
 fn stats(p50: f64) -> serde_json::Value {
     json!({"count": 500, "min": p50 * 0.8, "p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3,
@@ -42,9 +42,7 @@ fn window(run: &str, index: u64, infer_p50: f64) -> String {
 #[test]
 fn once_shows_the_newest_complete_window() {
     let dir = tempfile::tempdir().unwrap();
-    let out = stagetrace(&["tail", p(dir.path()), "--once"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("no summary"), "{}", stderr(&out));
+    assert_usage_error(&["tail", p(dir.path()), "--once"], "no summary");
 
     let f = dir.path().join("summary.2026-12-02-10.jsonl");
     let mut text = window("run-a", 0, 30.0) + &window("run-a", 1, 31.5);

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use stagetrace::CallRecord;
 use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Batcher};
-use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
-use support::{cost, observation, policy, quantile, rt, Observed};
+use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle};
+use support::{cost, digests, observation, policy, quantile, rt, Observed};
 use tracing::Instrument;
 
 const CLIENTS: u64 = 4;
@@ -57,10 +57,20 @@ fn stage(recs: &[CallRecord], f: impl Fn(&CallRecord) -> Option<f64>) -> Vec<f64
     recs.iter().filter_map(f).collect()
 }
 
-fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
-    recs.iter()
-        .map(|r| (r.seq, r.output_digest.clone().unwrap()))
-        .collect()
+/// A policy server that hands every request to `batcher`, up to 64 at once.
+async fn serve_batched(batcher: &Batcher<MsgMap, MsgMap>) -> ServerHandle {
+    PolicyServer::builder()
+        .max_concurrency(64)
+        .spawn("127.0.0.1:0", BatchedHandler::new(batcher.clone()))
+        .await
+        .unwrap()
+}
+
+/// The simulated model running a batch: it takes `took`, then answers each
+/// observation with the policy.
+async fn run_batch(xs: Vec<MsgMap>, took: Duration) -> Result<Vec<MsgMap>, Infallible> {
+    tokio::time::sleep(took).await;
+    Ok(xs.iter().map(policy).collect())
 }
 
 #[test]
@@ -99,18 +109,12 @@ fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
                     let call = x.get("call").and_then(|v| v.as_u64()).unwrap();
                     m.insert(call, xs.len() as u32);
                 }
-                async move {
-                    tokio::time::sleep(cost(A_MS, B_MS, xs.len())).await;
-                    Ok::<_, Infallible>(xs.iter().map(policy).collect())
-                }
+                let took = cost(A_MS, B_MS, xs.len());
+                run_batch(xs, took)
             },
         )
         .unwrap();
-        let server = PolicyServer::builder()
-            .max_concurrency(64)
-            .spawn("127.0.0.1:0", BatchedHandler::new(batcher.clone()))
-            .await
-            .unwrap();
+        let server = serve_batched(&batcher).await;
         let t = drive(&server.url()).await;
         server.shutdown().await;
         (t, batcher.stats())
@@ -191,17 +195,10 @@ fn expired_requests_fail_with_the_deadline_error_and_are_not_run() {
             BatchConfig::default()
                 .max_batch(1)
                 .deadline(Duration::from_millis(30)),
-            |xs: Vec<MsgMap>| async move {
-                tokio::time::sleep(Duration::from_millis(60)).await;
-                Ok::<_, Infallible>(xs.iter().map(policy).collect())
-            },
+            |xs: Vec<MsgMap>| run_batch(xs, Duration::from_millis(60)),
         )
         .unwrap();
-        let server = PolicyServer::builder()
-            .max_concurrency(64)
-            .spawn("127.0.0.1:0", BatchedHandler::new(batcher.clone()))
-            .await
-            .unwrap();
+        let server = serve_batched(&batcher).await;
         let mut tasks = Vec::new();
         for c in 0..3u64 {
             let url = server.url();

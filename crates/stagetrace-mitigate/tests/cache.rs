@@ -7,13 +7,12 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use stagetrace::{CacheOutcome, CallRecord};
 use stagetrace_mitigate::{action_cache, record_action_digest, CacheStats, CachedHandler, KeySpec};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
-use support::{observation, policy, quantile, rt, Observed};
+use support::{digests, observation, policy, quantile, rt, Observed};
 use tracing::Instrument;
 
 const CALLS: u64 = 24;
@@ -60,12 +59,6 @@ fn run(cache: Option<KeySpec>) -> (Vec<CallRecord>, Option<CacheStats>) {
 fn outcomes(recs: &[CallRecord]) -> Vec<Option<CacheOutcome>> {
     assert!(recs.windows(2).all(|w| w[0].seq < w[1].seq));
     recs.iter().map(|r| r.cache).collect()
-}
-
-fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
-    recs.iter()
-        .map(|r| (r.seq, r.output_digest.clone().unwrap()))
-        .collect()
 }
 
 #[test]

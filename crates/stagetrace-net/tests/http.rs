@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,40 +12,18 @@ use axum::extract::Extension;
 use axum::routing::post;
 use axum::Router;
 use stagetrace::wire::TraceParent;
-use stagetrace::{CallRecord, RecordSink, ServerRecord, StageLayer};
+use stagetrace::{CallRecord, ServerRecord};
 use stagetrace_net::{HttpCallError, InferTimer, TimingLayer, TracedHttpClient};
+use support::{rt, Observed};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tracing::Instrument;
-use tracing_subscriber::layer::SubscriberExt;
-
-struct Collect(Arc<Mutex<Vec<CallRecord>>>);
-
-impl RecordSink for Collect {
-    fn on_record(&mut self, rec: &CallRecord) {
-        self.0.lock().unwrap().push(rec.clone());
-    }
-}
 
 /// Run `f` on a current-thread runtime under a stage layer; return the records.
 fn observed<F: std::future::Future<Output = ()>>(f: impl FnOnce() -> F) -> Vec<CallRecord> {
-    let records = Arc::new(Mutex::new(Vec::new()));
-    let (layer, guard) = StageLayer::builder()
-        .sink(Box::new(Collect(Arc::clone(&records))))
-        .build()
-        .unwrap();
-    {
-        let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f());
-    }
-    guard.finish();
-    let mut r = records.lock().unwrap().clone();
-    r.sort_by_key(|r| r.seq);
-    r
+    let mut obs = Observed::new();
+    rt().block_on(f());
+    obs.finish()
 }
 
 async fn serve(app: Router) -> String {

@@ -4,67 +4,38 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::{CallRecord, RecordSink, ServerRecord, StageLayer};
+use stagetrace::ServerRecord;
 use stagetrace_net::{
-    BlockingPolicyClient, ClientError, ClientOptions, InferTimer, MsgMap, NdArray, PolicyClient,
-    PolicyServer,
+    BlockingPolicyClient, ClientError, ClientOptions, Handler, InferTimer, MsgMap, NdArray,
+    PolicyClient, PolicyServer, Reply, ServerHandle,
 };
+use support::{rt, Observed};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;
-use tracing_subscriber::layer::SubscriberExt;
 
-/// A stage layer collecting records, installed for the current thread.
-struct Observed {
-    records: Arc<Mutex<Vec<CallRecord>>>,
-    guard: Option<stagetrace::FlushGuard>,
-    _default: tracing::subscriber::DefaultGuard,
-}
-
-struct Collect(Arc<Mutex<Vec<CallRecord>>>);
-
-impl RecordSink for Collect {
-    fn on_record(&mut self, rec: &CallRecord) {
-        self.0.lock().unwrap().push(rec.clone());
-    }
-}
-
-impl Observed {
-    fn new() -> Self {
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let (layer, guard) = StageLayer::builder()
-            .sink(Box::new(Collect(Arc::clone(&records))))
-            .build()
-            .unwrap();
-        let default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
-        Observed {
-            records,
-            guard: Some(guard),
-            _default: default,
-        }
-    }
-
-    /// Drain the worker and return every record.
-    fn finish(&mut self) -> Vec<CallRecord> {
-        if let Some(g) = self.guard.take() {
-            g.finish();
-        }
-        let mut r = self.records.lock().unwrap().clone();
-        r.sort_by_key(|r| r.seq);
-        r
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+/// A policy server on a free loopback port, answering with `handler`.
+async fn serve<H: Handler>(handler: H) -> ServerHandle {
+    PolicyServer::builder()
+        .spawn("127.0.0.1:0", handler)
+        .await
         .unwrap()
+}
+
+/// A client of `url` whose calls give up after `call_timeout`.
+async fn client_with_call_timeout(url: &str, call_timeout: Duration) -> PolicyClient {
+    let options = ClientOptions {
+        call_timeout,
+        ..ClientOptions::default()
+    };
+    PolicyClient::connect_with(url, options).await.unwrap()
 }
 
 fn action() -> MsgMap {
@@ -150,26 +121,15 @@ fn disconnect_mid_call_fails_the_call_and_does_not_hang() {
     let mut obs = Observed::new();
     let rt = rt();
     rt.block_on(async {
-        let server = PolicyServer::builder()
-            .spawn(
-                "127.0.0.1:0",
-                |req: MsgMap, _timer: InferTimer| async move {
-                    if req.get("seq").and_then(Value::as_u64) == Some(1) {
-                        // Hangs until the server goes away under it.
-                        tokio::time::sleep(Duration::from_secs(60)).await;
-                    }
-                    Ok(action())
-                },
-            )
-            .await
-            .unwrap();
-        let options = ClientOptions {
-            call_timeout: Duration::from_secs(30),
-            ..ClientOptions::default()
-        };
-        let mut client = PolicyClient::connect_with(&server.url(), options)
-            .await
-            .unwrap();
+        let server = serve(|req: MsgMap, _timer: InferTimer| async move {
+            if req.get("seq").and_then(Value::as_u64) == Some(1) {
+                // Hangs until the server goes away under it.
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            Ok(action())
+        })
+        .await;
+        let mut client = client_with_call_timeout(&server.url(), Duration::from_secs(30)).await;
         let ok = client
             .infer(&MsgMap::new().with("seq", 0u64))
             .instrument(tracing::info_span!("call", seq = 0u64))
@@ -216,23 +176,12 @@ fn a_stalled_server_times_out_as_a_failed_call() {
     let mut obs = Observed::new();
     let rt = rt();
     rt.block_on(async {
-        let server = PolicyServer::builder()
-            .spawn(
-                "127.0.0.1:0",
-                |_req: MsgMap, _timer: InferTimer| async move {
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    Ok(action())
-                },
-            )
-            .await
-            .unwrap();
-        let options = ClientOptions {
-            call_timeout: Duration::from_millis(300),
-            ..ClientOptions::default()
-        };
-        let mut client = PolicyClient::connect_with(&server.url(), options)
-            .await
-            .unwrap();
+        let server = serve(|_req: MsgMap, _timer: InferTimer| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(action())
+        })
+        .await;
+        let mut client = client_with_call_timeout(&server.url(), Duration::from_millis(300)).await;
         let start = Instant::now();
         let r = client
             .infer(&MsgMap::new())
@@ -294,20 +243,26 @@ async fn openpi_style_server(timing: Option<Value>) -> String {
     url
 }
 
+/// Sends `req` in a `call` span to a new [`openpi_style_server`] that answers
+/// with `timing`; returns its reply.
+async fn call_openpi_style(timing: Value, req: &MsgMap) -> Reply {
+    let mut client = PolicyClient::connect(&openpi_style_server(Some(timing)).await)
+        .await
+        .unwrap();
+    client
+        .infer(req)
+        .instrument(tracing::info_span!("call"))
+        .await
+        .unwrap()
+}
+
 #[test]
 fn degraded_against_a_server_that_only_sends_openpi_infer_ms() {
     let mut obs = Observed::new();
     let rt = rt();
     rt.block_on(async {
         let timing = Value::Map(vec![(Value::from("infer_ms"), Value::F64(3.5))]);
-        let mut client = PolicyClient::connect(&openpi_style_server(Some(timing)).await)
-            .await
-            .unwrap();
-        let reply = client
-            .infer(&MsgMap::new().with("x", 1))
-            .instrument(tracing::info_span!("call"))
-            .await
-            .unwrap();
+        let reply = call_openpi_style(timing, &MsgMap::new().with("x", 1)).await;
         let t = reply.server_timing.unwrap();
         assert_eq!(t.infer_ns, Some(3_500_000));
         assert!(t.is_degraded());
@@ -334,29 +289,14 @@ fn hostile_server_timing_is_ignored_and_counted() {
             (Value::from("recv_unix_ns"), Value::from(-5)),
             (Value::from("total_ns"), Value::from("soon")),
         ]);
-        let mut client = PolicyClient::connect(&openpi_style_server(Some(hostile)).await)
-            .await
-            .unwrap();
-        let reply = client
-            .infer(&MsgMap::new())
-            .instrument(tracing::info_span!("call"))
-            .await
-            .unwrap();
+        let reply = call_openpi_style(hostile, &MsgMap::new()).await;
         assert_eq!(reply.server_timing, None);
         assert!(
             reply.action.array("actions").is_some(),
             "the action still arrives"
         );
         // Not even a map.
-        let mut client =
-            PolicyClient::connect(&openpi_style_server(Some(Value::from("fast"))).await)
-                .await
-                .unwrap();
-        let reply = client
-            .infer(&MsgMap::new())
-            .instrument(tracing::info_span!("call"))
-            .await
-            .unwrap();
+        let reply = call_openpi_style(Value::from("fast"), &MsgMap::new()).await;
         assert_eq!(reply.server_timing, None);
     });
     assert!(stagetrace::health::rejected_headers() >= before + 2);
@@ -377,13 +317,7 @@ fn hostile_server_timing_is_ignored_and_counted() {
 fn hostile_requests_do_not_take_the_server_down() {
     let rt = rt();
     rt.block_on(async {
-        let server = PolicyServer::builder()
-            .spawn(
-                "127.0.0.1:0",
-                |_req: MsgMap, _timer: InferTimer| async move { Ok(action()) },
-            )
-            .await
-            .unwrap();
+        let server = serve(|_req: MsgMap, _timer: InferTimer| async move { Ok(action()) }).await;
         // Garbage instead of msgpack: an error text frame, then a close.
         let (mut ws, _) = tokio_tungstenite::connect_async(server.url())
             .await
@@ -480,12 +414,9 @@ fn blocking_client_for_sync_loops() {
         .enable_all()
         .build()
         .unwrap();
-    let server = server_rt
-        .block_on(PolicyServer::builder().spawn(
-            "127.0.0.1:0",
-            |_req: MsgMap, _timer: InferTimer| async move { Ok(action()) },
-        ))
-        .unwrap();
+    let server = server_rt.block_on(serve(|_req: MsgMap, _timer: InferTimer| async move {
+        Ok(action())
+    }));
     let url = server.url();
     let mut obs = Observed::new();
     let mut client = BlockingPolicyClient::connect(&url).unwrap();

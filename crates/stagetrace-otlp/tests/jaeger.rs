@@ -11,43 +11,20 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::jaeger::{JSpan, Jaeger};
-use stagetrace::{CallRecord, RecordSink, StageLayer};
+use common::keep::Keep;
+use stagetrace::{CallRecord, FlushGuard, StageLayer};
 use stagetrace_net::{
     BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, ServerHandle,
 };
-use stagetrace_otlp::OtlpExporter;
+use stagetrace_otlp::{OtlpBuilder, OtlpExporter};
+use tracing::subscriber::DefaultGuard;
 use tracing_subscriber::layer::SubscriberExt;
 
 const CLIENT_SERVICE: &str = "stagetrace-e2e-client";
 const SERVER_SERVICE: &str = "stagetrace-e2e-server";
-
-/// Keeps every record the layer produced, to compare with what Jaeger shows.
-#[derive(Clone, Default)]
-struct Keep(Arc<Mutex<Vec<CallRecord>>>);
-
-impl RecordSink for Keep {
-    fn on_record(&mut self, rec: &CallRecord) {
-        self.0.lock().unwrap().push(rec.clone());
-    }
-}
-
-impl Keep {
-    /// Waits (bounded) until `n` records have reached the sinks.
-    fn wait_for(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.0.lock().unwrap().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "the layer never handed over {n} records"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
 
 fn spin(d: Duration) {
     let t = Instant::now();
@@ -56,35 +33,53 @@ fn spin(d: Duration) {
     }
 }
 
-fn exporter(jaeger: &Jaeger, service: &str) -> OtlpExporter {
+/// An exporter to `jaeger` as `service`: every 100 ms, a 2 s timeout.
+fn exporter_builder(jaeger: &Jaeger, service: &str) -> OtlpBuilder {
     OtlpExporter::builder()
         .with_endpoint(jaeger.otlp_endpoint())
         .with_service_name(service)
         .with_export_interval(Duration::from_millis(100))
         .with_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
+}
+
+fn exporter(jaeger: &Jaeger, service: &str) -> OtlpExporter {
+    exporter_builder(jaeger, service).build().unwrap()
 }
 
 /// A policy server with a 1 ms batcher wait (`queue`) and a 4 ms model
-/// (`infer`), exporting its spans through `exp`.
-fn start_server(rt: &tokio::runtime::Runtime, exp: OtlpExporter) -> ServerHandle {
-    rt.block_on(
-        PolicyServer::builder()
-            .on_request(move |rec| {
-                exp.export_server(rec);
-            })
-            .spawn(
-                "127.0.0.1:0",
-                |_obs: MsgMap, timer: InferTimer| async move {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    timer.infer_start();
-                    spin(Duration::from_millis(4));
-                    Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.5; 14], &[2, 7])))
-                },
-            ),
-    )
-    .unwrap()
+/// (`infer`), exporting its spans through `exp`, and the runtime it runs on.
+fn start_server(exp: OtlpExporter) -> (tokio::runtime::Runtime, ServerHandle) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt
+        .block_on(
+            PolicyServer::builder()
+                .on_request(move |rec| {
+                    exp.export_server(rec);
+                })
+                .spawn(
+                    "127.0.0.1:0",
+                    |_obs: MsgMap, timer: InferTimer| async move {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        timer.infer_start();
+                        spin(Duration::from_millis(4));
+                        Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.5; 14], &[2, 7])))
+                    },
+                ),
+        )
+        .unwrap();
+    (rt, server)
+}
+
+/// Installs for this thread the robot's stage layer, exporting through `exp`
+/// and keeping its records.
+fn install_client_layer(exp: &OtlpExporter) -> (DefaultGuard, FlushGuard, Keep) {
+    let (layer, guard, kept) = Keep::build(StageLayer::builder().sink(Box::new(exp.clone())));
+    let default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    (default, guard, kept)
 }
 
 /// One robot control cycle: capture, the policy call, dispatch.
@@ -126,31 +121,20 @@ fn each_call_is_one_trace_across_client_and_server() {
     };
     let client_exp = exporter(&jaeger, CLIENT_SERVICE);
     let server_exp = exporter(&jaeger, SERVER_SERVICE);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = start_server(&rt, server_exp.clone());
+    let (rt, server) = start_server(server_exp.clone());
 
-    let kept = Keep::default();
-    let (layer, guard) = StageLayer::builder()
-        .sink(Box::new(client_exp.clone()))
-        .sink(Box::new(kept.clone()))
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(layer);
+    let (default, guard, kept) = install_client_layer(&client_exp);
     {
-        let _default = tracing::subscriber::set_default(subscriber);
         let mut client = BlockingPolicyClient::connect(&server.url()).unwrap();
         for seq in 0..5 {
             control_cycle(&mut client, seq).unwrap();
         }
     }
+    drop(default);
     let summary = guard.finish();
     assert!(client_exp.flush(Duration::from_secs(10)));
     assert!(server_exp.flush(Duration::from_secs(10)));
-    let records = kept.0.lock().unwrap().clone();
+    let records = kept.records();
     assert_eq!(records.len(), 5, "summary: {summary:?}");
     let (c, s) = (client_exp.stats(), server_exp.stats());
     assert_eq!(c.exported_records, 5, "client: {c}");
@@ -291,10 +275,7 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     };
     // A small queue, so an outage fills it quickly.
     let build = |service: &str| {
-        OtlpExporter::builder()
-            .with_endpoint(jaeger.otlp_endpoint())
-            .with_service_name(service)
-            .with_export_interval(Duration::from_millis(100))
+        exporter_builder(&jaeger, service)
             .with_timeout(Duration::from_secs(1))
             .with_queue_size(16)
             .build()
@@ -302,20 +283,8 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     };
     let client_exp = build(CLIENT_SERVICE);
     let server_exp = build(SERVER_SERVICE);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = start_server(&rt, server_exp.clone());
-    let kept = Keep::default();
-    let (layer, guard) = StageLayer::builder()
-        .sink(Box::new(client_exp.clone()))
-        .sink(Box::new(kept.clone()))
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(layer);
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (rt, server) = start_server(server_exp.clone());
+    let (default, guard, kept) = install_client_layer(&client_exp);
     let mut client = BlockingPolicyClient::connect(&server.url()).unwrap();
 
     // A rate with headroom for a loaded machine (a call takes about 8 ms).
@@ -361,7 +330,7 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
 
     // Every call was recorded, and none waited for the collector (a call
     // held up by an export would last about the 1 s export timeout).
-    let records = kept.0.lock().unwrap().clone();
+    let records = kept.records();
     let down: Vec<&CallRecord> = records.iter().filter(|r| r.seq >= 25).collect();
     assert_eq!(down.len() as u64, n_down, "the layer kept recording");
     let slowest = down.iter().map(|r| r.e2e_ms).fold(0.0, f64::max);
@@ -379,7 +348,7 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     let arrived = loop {
         run_at_rate(&mut client, HZ, seq, 10);
         seq += 10;
-        let last = kept.0.lock().unwrap().last().cloned();
+        let last = kept.last();
         if let Some(rec) = last.filter(|r| r.seq >= first_after) {
             let id = rec.trace_id.clone().unwrap();
             let spans = jaeger.wait_trace(&id, Duration::from_secs(3), |s| {
@@ -408,7 +377,7 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     assert!(after.exported_records > during.exported_records, "{after}");
 
     drop(client);
-    drop(_default);
+    drop(default);
     // The exporter's losses show in the layer's summaries, not only in its stats.
     let summary = guard.finish();
     let lost_in_summary = summary
@@ -491,13 +460,8 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
         return;
     };
     const APP_SERVICE: &str = "robot-app";
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
     let server_exp = exporter(&jaeger, SERVER_SERVICE);
-    let server = start_server(&rt, server_exp.clone());
+    let (rt, server) = start_server(server_exp.clone());
 
     // The app's own OpenTelemetry pipeline, as its authors set it up.
     let app_exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -516,13 +480,11 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("robot"));
 
     let stage_exp = exporter(&jaeger, APP_SERVICE);
-    let kept = Keep::default();
-    let (stages, guard) = StageLayer::builder()
-        .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
-        .sink(Box::new(stage_exp.clone()))
-        .sink(Box::new(kept.clone()))
-        .build()
-        .unwrap();
+    let (stages, guard, kept) = Keep::build(
+        StageLayer::builder()
+            .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
+            .sink(Box::new(stage_exp.clone())),
+    );
     {
         let subscriber = tracing_subscriber::registry().with(otel).with(stages);
         let _default = tracing::subscriber::set_default(subscriber);
@@ -535,7 +497,7 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
     provider.force_flush().unwrap();
     assert!(stage_exp.flush(Duration::from_secs(10)));
     assert!(server_exp.flush(Duration::from_secs(10)));
-    let records = kept.0.lock().unwrap().clone();
+    let records = kept.records();
     assert_eq!(records.len(), 4, "summary: {summary:?}");
 
     for rec in &records {

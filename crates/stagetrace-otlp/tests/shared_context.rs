@@ -5,21 +5,15 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+mod common;
 
+use common::keep::Keep;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-use stagetrace::{CallRecord, RecordSink, StageLayer, TraceParent};
+use stagetrace::{FilteredStageLayer, FlushGuard, StageLayer, TraceParent};
+use tracing::Subscriber;
 use tracing_subscriber::layer::SubscriberExt;
-
-#[derive(Clone, Default)]
-struct Keep(Arc<Mutex<Vec<CallRecord>>>);
-
-impl RecordSink for Keep {
-    fn on_record(&mut self, rec: &CallRecord) {
-        self.0.lock().unwrap().push(rec.clone());
-    }
-}
+use tracing_subscriber::registry::LookupSpan;
 
 /// One call; returns the `traceparent` the transport would have sent.
 fn one_call() -> Option<TraceParent> {
@@ -31,31 +25,50 @@ fn one_call() -> Option<TraceParent> {
     tp
 }
 
+/// `calls` calls under `subscriber`; returns the `traceparent` of each.
+fn run_calls<S>(subscriber: S, calls: usize) -> Vec<TraceParent>
+where
+    S: Subscriber + Send + Sync + 'static,
+{
+    tracing::subscriber::with_default(subscriber, || {
+        (0..calls).map(|_| one_call().unwrap()).collect()
+    })
+}
+
+/// The stage layer with the tracing-opentelemetry hook, keeping its records.
+fn shared_stages<S>() -> (FilteredStageLayer<S>, FlushGuard, Keep)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    Keep::build(
+        StageLayer::builder().share_trace_context(stagetrace_otlp::tracing_opentelemetry_context),
+    )
+}
+
+/// An app's OpenTelemetry pipeline exporting to memory: what it exported,
+/// and its provider.
+fn in_memory_otel() -> (InMemorySpanExporter, SdkTracerProvider) {
+    let spans = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(spans.clone())
+        .build();
+    (spans, provider)
+}
+
 fn hex(b: &[u8]) -> String {
     stagetrace::wire::to_lc_hex(b)
 }
 
 #[test]
 fn traceparent_and_record_carry_the_otel_layers_ids() {
-    let spans = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(spans.clone())
-        .build();
-    let kept = Keep::default();
-    let (stages, guard) = StageLayer::builder()
-        .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
-        .sink(Box::new(kept.clone()))
-        .build()
-        .unwrap();
+    let (spans, provider) = in_memory_otel();
+    let (stages, guard, kept) = shared_stages();
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("app"));
-    let subscriber = tracing_subscriber::registry().with(otel).with(stages);
-    let tps: Vec<TraceParent> = tracing::subscriber::with_default(subscriber, || {
-        (0..3).map(|_| one_call().unwrap()).collect()
-    });
+    let tps = run_calls(tracing_subscriber::registry().with(otel).with(stages), 3);
     guard.finish();
     provider.force_flush().unwrap();
     let exported = spans.get_finished_spans().unwrap();
-    let records = kept.0.lock().unwrap().clone();
+    let records = kept.records();
     assert_eq!(records.len(), 3);
     for (rec, tp) in records.iter().zip(&tps) {
         assert!(rec.timeline.shared_context);
@@ -91,25 +104,14 @@ fn traceparent_and_record_carry_the_otel_layers_ids() {
 
 #[test]
 fn a_stack_in_the_wrong_order_falls_back_to_own_ids() {
-    let spans = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(spans.clone())
-        .build();
-    let kept = Keep::default();
-    let (stages, guard) = StageLayer::builder()
-        .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
-        .sink(Box::new(kept.clone()))
-        .build()
-        .unwrap();
+    let (_spans, provider) = in_memory_otel();
+    let (stages, guard, kept) = shared_stages();
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("app"));
     // The stage layer first: it sees each span before the OpenTelemetry
     // layer has given it a context.
-    let subscriber = tracing_subscriber::registry().with(stages).with(otel);
-    let tps: Vec<TraceParent> = tracing::subscriber::with_default(subscriber, || {
-        (0..2).map(|_| one_call().unwrap()).collect()
-    });
+    let tps = run_calls(tracing_subscriber::registry().with(stages).with(otel), 2);
     guard.finish();
-    let records = kept.0.lock().unwrap().clone();
+    let records = kept.records();
     assert_eq!(records.len(), 2, "every call is still recorded");
     for (rec, tp) in records.iter().zip(&tps) {
         assert!(!rec.timeline.shared_context);
@@ -120,16 +122,11 @@ fn a_stack_in_the_wrong_order_falls_back_to_own_ids() {
 
 #[test]
 fn without_an_otel_layer_the_hook_finds_nothing() {
-    let kept = Keep::default();
-    let (stages, guard) = StageLayer::builder()
-        .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
-        .sink(Box::new(kept.clone()))
-        .build()
-        .unwrap();
+    let (stages, guard, kept) = shared_stages();
     let subscriber = tracing_subscriber::registry().with(stages);
     let tp = tracing::subscriber::with_default(subscriber, one_call).unwrap();
     guard.finish();
-    let records = kept.0.lock().unwrap().clone();
+    let records = kept.records();
     assert_eq!(records.len(), 1);
     assert!(!records[0].timeline.shared_context);
     assert_eq!(Some(hex(&tp.trace_id)), records[0].trace_id);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{read_records, spin_for, Collect};
+use common::{read_records, run_collecting, spin_for, Collect};
 use stagetrace::{ServerTiming, Stage, StageLayer};
 use tracing::info_span;
 use tracing_subscriber::layer::Context;
@@ -41,9 +41,7 @@ fn renamed_spans_stage_field_and_custom_call_name() {
 
 #[test]
 fn async_style_spans_count_from_creation_to_close() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (_, recs) = run_collecting(StageLayer::builder(), || {
         let call = info_span!("call");
         let capture = call.in_scope(|| info_span!("capture"));
         // Polled twice with a wait in between, like a future awaiting I/O.
@@ -53,22 +51,15 @@ fn async_style_spans_count_from_creation_to_close() {
         drop(capture);
         drop(call);
     });
-    guard.finish();
-    let r = &collect.records()[0];
+    let r = &recs[0];
     assert!(r.capture_ms.unwrap() >= 5.0, "{:?}", r.capture_ms);
 }
 
 #[test]
 fn server_timing_is_stitched_and_trace_context_matches_the_record() {
-    let collect = Collect::default();
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = StageLayer::builder()
-        .output_dir(dir.path())
-        .sink(collect.sink())
-        .build()
-        .unwrap();
     let mut sent = None;
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (_, recs) = run_collecting(StageLayer::builder().output_dir(dir.path()), || {
         let _call = info_span!("call").entered();
         let transport = info_span!("transport", peer = "127.0.0.1:9000");
         transport.in_scope(|| {
@@ -95,8 +86,7 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
             );
         });
     });
-    guard.finish();
-    let r = &collect.records()[0];
+    let r = &recs[0];
     assert_eq!(r.server_ms, Some(3.0));
     assert_eq!(r.infer_ms, Some(2.5));
     assert_eq!(r.queue_ms, Some(0.2));
@@ -132,9 +122,7 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
 
 #[test]
 fn failures_and_digests_reach_the_call_from_any_inner_span() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (summary, recs) = run_collecting(StageLayer::builder(), || {
         for i in 0..2u64 {
             let _call = info_span!("call", seq = i).entered();
             let dispatch = info_span!("dispatch").entered();
@@ -150,8 +138,6 @@ fn failures_and_digests_reach_the_call_from_any_inner_span() {
         assert!(stagetrace::trace_parent(&tracing::Span::current()).is_none());
         stagetrace::mark_failed(&tracing::Span::current(), "ignored");
     });
-    let summary = guard.finish();
-    let recs = collect.records();
     assert_eq!(recs[0].output_digest.as_deref(), Some("0000000000000abc"));
     assert_eq!(recs[0].failed, None);
     assert_eq!(recs[1].failed, Some(true));
@@ -161,14 +147,8 @@ fn failures_and_digests_reach_the_call_from_any_inner_span() {
 
 #[test]
 fn batch_cache_and_stale_drops_reach_the_record() {
-    let collect = Collect::default();
     let dir = tempfile::tempdir().unwrap();
-    let (layer, guard) = StageLayer::builder()
-        .output_dir(dir.path())
-        .sink(collect.sink())
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (_, recs) = run_collecting(StageLayer::builder().output_dir(dir.path()), || {
         for i in 0..3u64 {
             let _call = info_span!("call", seq = i).entered();
             let transport = info_span!("transport");
@@ -207,8 +187,6 @@ fn batch_cache_and_stale_drops_reach_the_record() {
         // Outside a call: nothing to count on, no panic.
         stagetrace::record_stale_dropped(&tracing::Span::current(), 1);
     });
-    guard.finish();
-    let recs = collect.records();
     assert_eq!(recs.len(), 3);
     assert_eq!(recs[0].batch_size, Some(4));
     assert_eq!(recs[0].cache, Some(stagetrace::CacheOutcome::Miss));
@@ -280,14 +258,8 @@ fn other_layers_still_see_every_span() {
 
 #[test]
 fn deadline_figures_without_coordinated_omission() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder()
-        .target_hz(100.0)
-        .sink(collect.sink())
-        .build()
-        .unwrap();
     let period = Duration::from_millis(10);
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (summary, recs) = run_collecting(StageLayer::builder().target_hz(100.0), || {
         let mut next = Instant::now();
         for i in 0..30u64 {
             let _call = info_span!("call", seq = i).entered();
@@ -302,8 +274,6 @@ fn deadline_figures_without_coordinated_omission() {
             std::thread::sleep(next - Instant::now());
         }
     });
-    let summary = guard.finish();
-    let recs = collect.records();
     let overrun = recs.iter().find(|r| r.seq == 15).unwrap();
     assert_eq!(overrun.deadline_miss, Some(true));
     assert!(overrun.late_ms.unwrap() > 10.0, "{:?}", overrun.late_ms);
@@ -321,17 +291,14 @@ fn deadline_figures_without_coordinated_omission() {
 
 #[test]
 fn a_stage_nested_in_a_stage_is_reported_but_not_counted_twice_in_the_gap() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (_, recs) = run_collecting(StageLayer::builder(), || {
         let _call = info_span!("call").entered();
         info_span!("transport").in_scope(|| {
             spin_for(Duration::from_millis(1));
             info_span!("infer").in_scope(|| spin_for(Duration::from_millis(3)));
         });
     });
-    guard.finish();
-    let r = &collect.records()[0];
+    let r = &recs[0];
     let (rt, infer, gap) = (
         r.roundtrip_ms.unwrap(),
         r.infer_ms.unwrap(),

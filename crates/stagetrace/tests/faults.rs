@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{read_records, read_summaries, Collect};
+use common::{read_records, read_summaries, run_collecting};
 use stagetrace::{CallRecord, RecordSink, StageLayer};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -50,23 +50,16 @@ fn an_unwritable_dir_keeps_the_app_running_and_counts_failures() {
     let dir = tempfile::tempdir().unwrap();
     let blocker = dir.path().join("a-file");
     std::fs::write(&blocker, b"not a directory").unwrap();
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder()
-        .output_dir(blocker.join("runs"))
-        .sink(collect.sink())
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(layer);
-    tracing::subscriber::with_default(subscriber, || {
+    let builder = StageLayer::builder().output_dir(blocker.join("runs"));
+    let (summary, recs) = run_collecting(builder, || {
         for _ in 0..10 {
             let _call = info_span!("call").entered();
             info_span!("capture").in_scope(|| {});
         }
     });
-    let summary = guard.finish();
     // Every call still reached the summary and the sinks.
     assert_eq!(summary.calls, 10);
-    assert_eq!(collect.records().len(), 10);
+    assert_eq!(recs.len(), 10);
     // 10 record lines and the summary lines could not be written.
     assert!(summary.write_failures >= 10, "{summary:?}");
 }
@@ -148,22 +141,18 @@ fn a_panicking_sink_is_disabled_and_the_files_keep_going() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder()
+    // The bomb first: the sink after it must still get every record.
+    let builder = StageLayer::builder()
         .output_dir(dir.path())
-        .sink(Box::new(Bomb))
-        .sink(collect.sink())
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        .sink(Box::new(Bomb));
+    let (summary, recs) = run_collecting(builder, || {
         for _ in 0..3 {
             let _call = info_span!("call").entered();
             info_span!("capture").in_scope(|| {});
         }
     });
-    let summary = guard.finish();
     assert_eq!(summary.calls, 3);
-    assert_eq!(collect.records().len(), 3);
+    assert_eq!(recs.len(), 3);
     assert_eq!(read_records(dir.path()).len(), 3);
 }
 

@@ -7,10 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{spin_for, Collect};
+use common::{run_collecting, spin_for};
 use stagetrace::StageLayer;
 use tracing::info_span;
-use tracing_subscriber::prelude::*;
 
 /// e2e − (sum of the top-level stages) − gap, ms: 0 when the gap subtracts
 /// exactly the top-level stages.
@@ -20,9 +19,7 @@ fn gap_residual(r: &stagetrace::CallRecord, top_level_ms: f64) -> f64 {
 
 #[test]
 fn stages_nested_in_other_stages_are_not_counted_twice_in_the_gap() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (summary, recs) = run_collecting(StageLayer::builder(), || {
         let _call = info_span!("call").entered();
         info_span!("capture").in_scope(|| {
             spin_for(Duration::from_millis(1));
@@ -34,8 +31,7 @@ fn stages_nested_in_other_stages_are_not_counted_twice_in_the_gap() {
             info_span!("queue").in_scope(|| spin_for(Duration::from_millis(2)));
         });
     });
-    let summary = guard.finish();
-    let r = &collect.records()[0];
+    let r = &recs[0];
     let (capture, infer, dispatch, queue) = (
         r.capture_ms.unwrap(),
         r.infer_ms.unwrap(),
@@ -50,9 +46,7 @@ fn stages_nested_in_other_stages_are_not_counted_twice_in_the_gap() {
 
 #[test]
 fn many_stage_spans_open_at_once_are_all_counted() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (summary, recs) = run_collecting(StageLayer::builder(), || {
         let call = info_span!("call");
         // Ten capture spans open at once (concurrent futures, say).
         let captures: Vec<_> = (0..10)
@@ -65,8 +59,7 @@ fn many_stage_spans_open_at_once_are_all_counted() {
         });
         drop(call);
     });
-    let summary = guard.finish();
-    let r = &collect.records()[0];
+    let r = &recs[0];
     // Each of the ten lasted at least 2 ms.
     assert!(r.capture_ms.unwrap() >= 20.0, "{r:?}");
     assert!(r.infer_ms.unwrap() >= 1.0, "{r:?}");
@@ -75,9 +68,7 @@ fn many_stage_spans_open_at_once_are_all_counted() {
 
 #[test]
 fn unknown_stage_values_and_stages_outside_calls_are_not_stages() {
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+    let (summary, recs) = run_collecting(StageLayer::builder(), || {
         // Outside any call: ignored, counted.
         info_span!("capture").in_scope(|| spin_for(Duration::from_micros(100)));
         let _call = info_span!("call").entered();
@@ -85,8 +76,7 @@ fn unknown_stage_values_and_stages_outside_calls_are_not_stages() {
             info_span!("infer").in_scope(|| spin_for(Duration::from_millis(1)));
         });
     });
-    let summary = guard.finish();
-    let r = &collect.records()[0];
+    let r = &recs[0];
     let infer = r.infer_ms.unwrap();
     assert!(infer >= 1.0 && r.capture_ms.is_none(), "{r:?}");
     // The unknown-stage span is not a stage: infer is top-level.

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{read_records, read_summaries, spin_for, Collect};
+use common::{read_records, read_summaries, run_collecting, spin_for};
 use stagetrace::{Rotation, StageLayer};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -40,17 +40,12 @@ fn check(stage: &str, seq: u64, value: Option<f64>, injected: Duration, outer: D
 #[test]
 fn injected_stage_costs_are_measured_within_1ms() {
     let dir = tempfile::tempdir().unwrap();
-    let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder()
+    let builder = StageLayer::builder()
         .output_dir(dir.path())
-        .rotation(Rotation::NEVER)
-        .sink(collect.sink())
-        .build()
-        .unwrap();
-    let subscriber = tracing_subscriber::registry().with(layer);
+        .rotation(Rotation::NEVER);
     let calls = 30u64;
     let mut truth = Vec::new();
-    tracing::subscriber::with_default(subscriber, || {
+    let (summary, sunk) = run_collecting(builder, || {
         for i in 0..calls {
             let cost = [
                 Duration::from_micros(2_000 + 400 * (i % 5)),
@@ -77,11 +72,9 @@ fn injected_stage_costs_are_measured_within_1ms() {
             truth.push((cost, outer, call_start.elapsed()));
         }
     });
-    let summary = guard.finish();
 
     let records = read_records(dir.path());
     assert_eq!(records.len() as u64, calls);
-    let sunk = collect.records();
     assert_eq!(sunk.len(), records.len());
     for (file, sink) in records.iter().zip(&sunk) {
         assert_eq!(

@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -128,6 +129,13 @@ pub(crate) fn policy(obs: &MsgMap) -> MsgMap {
 pub(crate) fn observation(prompt: &str, scene: u8) -> MsgMap {
     let image = NdArray::from_u8(vec![scene; 32 * 32 * 3], &[32, 32, 3]);
     MsgMap::new().with("prompt", prompt).with("image", image)
+}
+
+/// Each call's output digest, by seq.
+pub(crate) fn digests(recs: &[CallRecord]) -> BTreeMap<u64, String> {
+    recs.iter()
+        .map(|r| (r.seq, r.output_digest.clone().unwrap()))
+        .collect()
 }
 
 /// The q-quantile (0..=1) of `v` (nearest rank).

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::{CallRecord, RecordSink, WindowSummary};
+use stagetrace::{CallRecord, RecordSink, StageLayerBuilder, Summary, WindowSummary};
+use tracing_subscriber::prelude::*;
 
 /// Busy-wait until `d` has passed (sub-ms precision; sleeps the bulk first).
 pub fn spin_for(d: Duration) -> Duration {
@@ -44,6 +45,16 @@ impl RecordSink for Collect {
     fn on_window(&mut self, summary: &WindowSummary) {
         self.windows.lock().unwrap().push(summary.clone());
     }
+}
+
+/// Builds `builder` with a [`Collect`] sink added, runs `f` on this thread
+/// under a registry with that layer, then drains the worker; returns the
+/// summary and every record the sink got.
+pub fn run_collecting(builder: StageLayerBuilder, f: impl FnOnce()) -> (Summary, Vec<CallRecord>) {
+    let collect = Collect::default();
+    let (layer, guard) = builder.sink(collect.sink()).build().unwrap();
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), f);
+    (guard.finish(), collect.records())
 }
 
 fn lines_of(dir: &Path, prefix: &str) -> Vec<String> {
