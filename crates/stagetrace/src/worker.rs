@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
 
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitcher, ANCHOR_REFRESH};
@@ -26,6 +26,13 @@ use crate::wire::ServerTiming;
 const RECORD_BUF: usize = 64 * 1024;
 /// Retry opening an unwritable output directory this often.
 const REOPEN_EVERY: Duration = Duration::from_secs(5);
+/// How often the worker looks at the queue. It sleeps in between rather
+/// than blocking in `recv`: a receiver blocked in `recv` makes every
+/// app-thread `try_send` wake it, a futex syscall on the app thread (about
+/// 5 µs in a VM, several times the layer's own cost per call when calls come
+/// at control-loop rates and the worker is always asleep). Records reach the
+/// outputs at most this much later.
+const POLL: Duration = Duration::from_millis(10);
 
 /// Everything the worker needs, from the builder.
 pub(crate) struct WorkerConfig {
@@ -282,15 +289,17 @@ impl Worker {
         self.cal = Calibration::measure();
         let mut next_window = Instant::now() + self.cfg_window;
         loop {
-            let timeout = next_window.saturating_duration_since(Instant::now());
-            let shutdown = match rx.recv_timeout(timeout) {
-                Ok(Msg::Call(raw)) => {
-                    self.on_call(&raw);
-                    false
+            let mut shutdown = false;
+            loop {
+                match rx.try_recv() {
+                    Ok(Msg::Call(raw)) => self.on_call(&raw),
+                    Ok(Msg::Shutdown) | Err(TryRecvError::Disconnected) => {
+                        shutdown = true;
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => break,
                 }
-                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => true,
-                Err(RecvTimeoutError::Timeout) => false,
-            };
+            }
             if shutdown {
                 while let Ok(msg) = rx.try_recv() {
                     if let Msg::Call(raw) = msg {
@@ -299,10 +308,8 @@ impl Worker {
                 }
                 break;
             }
-            if rx.is_empty() {
-                if let Some(f) = &mut self.files {
-                    f.flush_records();
-                }
+            if let Some(f) = &mut self.files {
+                f.flush_records();
             }
             let now = Instant::now();
             if now >= next_window {
@@ -313,6 +320,7 @@ impl Worker {
                     next_window = now + self.cfg_window;
                 }
             }
+            std::thread::sleep(POLL.min(next_window.saturating_duration_since(Instant::now())));
         }
         let summary = self.finish();
         let _ = done.send(summary);
