@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{
+    bounded, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
+};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanData, SpanExporter};
 use opentelemetry_sdk::Resource;
 use stagetrace::{CallRecord, ServerRecord};
@@ -365,51 +367,55 @@ struct Worker {
     interval: Duration,
 }
 
-/// How long the idle thread sleeps between checks when nothing is queued.
-const IDLE_WAIT: Duration = Duration::from_secs(3600);
+/// How often the export thread looks at its queue. It never blocks on the
+/// data queue itself: a receiver blocked there would make every
+/// `export_call` / `export_server` on the host's threads (a policy server's
+/// request handlers, say) wake this thread with a syscall. Flush and
+/// shutdown requests still wake it at once.
+const POLL: Duration = Duration::from_millis(10);
 
 impl Worker {
     fn run(mut self, data: Receiver<Item>, ctrl: Receiver<Control>) {
         loop {
-            let wait = self
-                .batch_since
-                .map(|t| (t + self.interval).saturating_duration_since(Instant::now()))
-                .unwrap_or(IDLE_WAIT);
-            select! {
-                recv(data) -> item => match item {
+            loop {
+                match data.try_recv() {
                     Ok(item) => {
                         self.add(item);
-                        if self.batch_due() {
+                        if self.batch.len() >= self.batch_spans {
                             self.send();
                         }
                     }
-                    Err(_) => {
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
                         self.send();
                         self.transport.shutdown();
                         return;
                     }
-                },
-                recv(ctrl) -> msg => match msg {
-                    Ok(Control::Flush(ack)) => {
-                        self.drain(&data);
-                        let _ = ack.send(());
-                    }
-                    Ok(Control::Shutdown(ack)) => {
-                        self.drain(&data);
-                        self.transport.shutdown();
-                        let _ = ack.send(());
-                        return;
-                    }
-                    Err(_) => {
-                        self.drain(&data);
-                        self.transport.shutdown();
-                        return;
-                    }
-                },
-                default(wait) => {
-                    if self.batch_due() {
-                        self.send();
-                    }
+                }
+            }
+            if self.batch_due() {
+                self.send();
+            }
+            let wait = self
+                .batch_since
+                .map(|t| (t + self.interval).saturating_duration_since(Instant::now()))
+                .map_or(POLL, |w| w.min(POLL));
+            match ctrl.recv_timeout(wait) {
+                Ok(Control::Flush(ack)) => {
+                    self.drain(&data);
+                    let _ = ack.send(());
+                }
+                Ok(Control::Shutdown(ack)) => {
+                    self.drain(&data);
+                    self.transport.shutdown();
+                    let _ = ack.send(());
+                    return;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.drain(&data);
+                    self.transport.shutdown();
+                    return;
                 }
             }
         }
