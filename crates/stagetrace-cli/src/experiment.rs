@@ -12,8 +12,13 @@ use stagetrace_experiment::{default_out_dir, run as run_plan, text, Plan, RunOpt
 #[derive(Debug, clap::Args)]
 pub(crate) struct ExperimentArgs {
     /// The plan file (TOML; see docs/experiments.md).
-    #[arg(value_name = "PLAN")]
-    plan: PathBuf,
+    #[arg(value_name = "PLAN", required_unless_present = "clean")]
+    plan: Option<PathBuf>,
+    /// Run nothing: remove what runs that were killed (SIGKILL, power loss)
+    /// left behind — the network namespaces, veth pair and qdiscs of the
+    /// kernel bottleneck — and say what was removed. Needs root.
+    #[arg(long, conflicts_with_all = ["plan", "out", "json"])]
+    clean: bool,
     /// Directory for tagged records, resource samples and experiment.json
     /// (default: runs/experiment-<unix time>).
     #[arg(long, value_name = "DIR")]
@@ -27,7 +32,14 @@ pub(crate) struct ExperimentArgs {
 }
 
 pub(crate) fn run(args: ExperimentArgs) -> ExitCode {
-    let plan = match Plan::from_file(&args.plan) {
+    if args.clean {
+        return clean();
+    }
+    let Some(plan_path) = args.plan else {
+        eprintln!("stagetrace experiment: no PLAN given (see docs/experiments.md)");
+        return ExitCode::from(2);
+    };
+    let plan = match Plan::from_file(&plan_path) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("stagetrace experiment: {e}");
@@ -77,6 +89,34 @@ pub(crate) fn run(args: ExperimentArgs) -> ExitCode {
         };
     }
     ExitCode::SUCCESS
+}
+
+/// `--clean`: delete the namespaces of stagetrace runs whose process is gone.
+fn clean() -> ExitCode {
+    let left = stagetrace_experiment::netns::stale_namespaces();
+    if left.is_empty() {
+        println!("stagetrace experiment --clean: nothing left behind by killed runs");
+        return ExitCode::SUCCESS;
+    }
+    let gone = stagetrace_experiment::netns::remove_stale();
+    for name in &gone {
+        println!("deleted network namespace {name} (its veth end and qdiscs with it)");
+    }
+    let stuck: Vec<&String> = left.iter().filter(|n| !gone.contains(n)).collect();
+    if stuck.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "stagetrace experiment --clean: could not delete {} (deleting a namespace needs root: \
+             run it with sudo, or `sudo ip netns del NAME`)",
+            stuck
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        ExitCode::FAILURE
+    }
 }
 
 /// Ctrl-C or SIGTERM set `stop`; the run then restores everything and

@@ -333,3 +333,56 @@ fn the_kernel_bottleneck_is_refused_without_root_never_faked() {
     );
     assert!(!dir.path().join("run/experiment.json").exists());
 }
+
+#[test]
+fn clean_removes_what_a_killed_run_left_and_says_so() {
+    if !netns_or_skip("clean_removes_what_a_killed_run_left_and_says_so") {
+        return;
+    }
+    // A namespace named like a run's, for a process that has exited.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let name = format!("stagetrace-{pid}-0-a");
+    let added = Command::new("ip")
+        .args(["netns", "add", &name])
+        .status()
+        .unwrap();
+    assert!(added.success());
+    assert_eq!(leftovers(pid), vec![name.clone()]);
+
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["experiment", "--clean"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("deleted network namespace {name}")),
+        "{stdout}"
+    );
+    assert_eq!(leftovers(pid), Vec::<String>::new());
+
+    // Nothing left: it says so and succeeds. (Other tests' runs are alive,
+    // so their namespaces are not touched.)
+    let again = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["experiment", "--clean"])
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    assert!(!String::from_utf8_lossy(&again.stdout).contains(&name));
+}
+
+#[test]
+fn clean_and_a_plan_do_not_go_together() {
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["experiment", "--clean", "plan.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}

@@ -98,24 +98,28 @@ fn list_namespaces() -> Vec<String> {
         .collect()
 }
 
+/// The namespaces of stagetrace processes that no longer run (a crashed or
+/// killed run).
+pub fn stale_namespaces() -> Vec<String> {
+    list_namespaces()
+        .into_iter()
+        .filter(|name| {
+            name[PREFIX.len()..]
+                .split('-')
+                .next()
+                .and_then(|p| p.parse::<u32>().ok())
+                .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect()
+}
+
 /// Delete the namespaces of stagetrace processes that no longer run (a
 /// crashed or killed run). Returns the names deleted.
 pub fn remove_stale() -> Vec<String> {
-    let mut gone = Vec::new();
-    for name in list_namespaces() {
-        let pid = name[PREFIX.len()..]
-            .split('-')
-            .next()
-            .and_then(|p| p.parse::<u32>().ok());
-        let Some(pid) = pid else { continue };
-        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        if run("ip", &["netns", "del", &name]).is_ok() {
-            gone.push(name);
-        }
-    }
-    gone
+    stale_namespaces()
+        .into_iter()
+        .filter(|name| run("ip", &["netns", "del", name]).is_ok())
+        .collect()
 }
 
 /// Move the calling thread into the named network namespace.
