@@ -36,6 +36,9 @@ fn plan(dir: &std::path::Path, hold: &str) -> std::path::PathBuf {
 
 #[test]
 fn json_names_uplink_for_an_uplink_delay() {
+    let _turn = DEAD_RUN_NAMESPACES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
         .args(["experiment", "--json", "--out"])
@@ -161,6 +164,9 @@ fn assert_closed(json: &Value) {
 
 #[test]
 fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
+    let _turn = DEAD_RUN_NAMESPACES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (child, run_dir) = start_until_level(dir.path(), &PLAN.replace("HOLD", "60"));
     let (code, err) = interrupt(child);
@@ -194,6 +200,11 @@ kernel = true
 hold_s = 60
 levels = [{ rate_mbit = 20, cross_mbit = 5, delay_ms = 5 }]
 "#;
+
+/// Tests that start runs or sweep take turns: every run starts by deleting
+/// the namespaces of dead runs, as `--clean` does, and would otherwise
+/// delete what another test killed a run (or made a namespace) to look at.
+static DEAD_RUN_NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn netns_or_skip(test: &str) -> bool {
     if stagetrace_experiment::netns::kernel_bottleneck_available() {
@@ -236,6 +247,9 @@ fn ctrl_c_mid_way_removes_the_kernel_bottleneck() {
     if !netns_or_skip("ctrl_c_mid_way_removes_the_kernel_bottleneck") {
         return;
     }
+    let _turn = DEAD_RUN_NAMESPACES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (child, run_dir) = start_until_level(dir.path(), KERNEL_PLAN);
     let pid = child.id();
@@ -268,6 +282,9 @@ fn a_killed_run_leaves_namespaces_that_the_next_run_removes() {
     if !netns_or_skip("a_killed_run_leaves_namespaces_that_the_next_run_removes") {
         return;
     }
+    let _turn = DEAD_RUN_NAMESPACES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let (mut child, _) = start_until_level(dir.path(), KERNEL_PLAN);
     let pid = child.id();
@@ -339,6 +356,9 @@ fn clean_removes_what_a_killed_run_left_and_says_so() {
     if !netns_or_skip("clean_removes_what_a_killed_run_left_and_says_so") {
         return;
     }
+    let _turn = DEAD_RUN_NAMESPACES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     // A namespace named like a run's, for a process that has exited.
     let mut gone = Command::new("true").spawn().unwrap();
     let pid = gone.id();
