@@ -131,3 +131,22 @@ fn without_an_otel_layer_the_hook_finds_nothing() {
     assert!(!records[0].timeline.shared_context);
     assert_eq!(Some(hex(&tp.trace_id)), records[0].trace_id);
 }
+
+#[test]
+fn a_panicking_hook_does_not_reach_the_app() {
+    fn bad_hook(
+        _: &tracing::Dispatch,
+        _: &tracing::span::Id,
+        _: &'static str,
+    ) -> Option<stagetrace::SharedIds> {
+        panic!("a broken trace-context hook");
+    }
+    let (stages, guard, kept) = Keep::build(StageLayer::builder().share_trace_context(bad_hook));
+    let subscriber = tracing_subscriber::registry().with(stages);
+    let tp = tracing::subscriber::with_default(subscriber, one_call).unwrap();
+    guard.finish();
+    let records = kept.records();
+    assert_eq!(records.len(), 1, "the call is still recorded");
+    assert!(!records[0].timeline.shared_context);
+    assert_eq!(Some(hex(&tp.trace_id)), records[0].trace_id);
+}

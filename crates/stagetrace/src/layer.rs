@@ -750,7 +750,13 @@ impl StageLayer {
             Role::Call => "call",
             Role::Stage(stage) => stage.name(),
         };
-        let found = hook(&dispatch, id, stage).filter(|s| s.trace_id != 0 && s.span_id != 0);
+        // The hook is other code on the app thread: a panic in it must not
+        // reach the host (it counts as a miss).
+        let found =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&dispatch, id, stage)))
+                .ok()
+                .flatten()
+                .filter(|s| s.trace_id != 0 && s.span_id != 0);
         if found.is_none() && matches!(role, Role::Call | Role::Stage(Stage::Transport)) {
             self.shared.context_misses.fetch_add(1, Ordering::Relaxed);
         }
