@@ -34,16 +34,13 @@ fn plan(dir: &std::path::Path, hold: &str) -> std::path::PathBuf {
     p
 }
 
-#[test]
-fn json_names_uplink_for_an_uplink_delay() {
-    let _turn = DEAD_RUN_NAMESPACES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+/// `stagetrace experiment --json` on the demo plan with `hold` seconds per
+/// phase, in `dir`; it must succeed.
+fn experiment_json(dir: &std::path::Path, hold: &str) -> std::process::Output {
     let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
         .args(["experiment", "--json", "--out"])
-        .arg(dir.path().join("run"))
-        .arg(plan(dir.path(), "2.5"))
+        .arg(dir.join("run"))
+        .arg(plan(dir, hold))
         .output()
         .unwrap();
     assert!(
@@ -51,6 +48,14 @@ fn json_names_uplink_for_an_uplink_delay() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+#[test]
+fn json_names_uplink_for_an_uplink_delay() {
+    let _turn = take_turn();
+    let dir = tempfile::tempdir().unwrap();
+    let out = experiment_json(dir.path(), "2.5");
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         json["verdict"]["first_stage"], "uplink",
@@ -164,9 +169,7 @@ fn assert_closed(json: &Value) {
 
 #[test]
 fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
-    let _turn = DEAD_RUN_NAMESPACES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _turn = take_turn();
     let dir = tempfile::tempdir().unwrap();
     let (child, run_dir) = start_until_level(dir.path(), &PLAN.replace("HOLD", "60"));
     let (code, err) = interrupt(child);
@@ -205,6 +208,12 @@ levels = [{ rate_mbit = 20, cross_mbit = 5, delay_ms = 5 }]
 /// the namespaces of dead runs, as `--clean` does, and would otherwise
 /// delete what another test killed a run (or made a namespace) to look at.
 static DEAD_RUN_NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn take_turn() -> std::sync::MutexGuard<'static, ()> {
+    DEAD_RUN_NAMESPACES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
 
 fn netns_or_skip(test: &str) -> bool {
     if stagetrace_experiment::netns::kernel_bottleneck_available() {
@@ -247,9 +256,7 @@ fn ctrl_c_mid_way_removes_the_kernel_bottleneck() {
     if !netns_or_skip("ctrl_c_mid_way_removes_the_kernel_bottleneck") {
         return;
     }
-    let _turn = DEAD_RUN_NAMESPACES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _turn = take_turn();
     let dir = tempfile::tempdir().unwrap();
     let (child, run_dir) = start_until_level(dir.path(), KERNEL_PLAN);
     let pid = child.id();
@@ -282,9 +289,7 @@ fn a_killed_run_leaves_namespaces_that_the_next_run_removes() {
     if !netns_or_skip("a_killed_run_leaves_namespaces_that_the_next_run_removes") {
         return;
     }
-    let _turn = DEAD_RUN_NAMESPACES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _turn = take_turn();
     let dir = tempfile::tempdir().unwrap();
     let (mut child, _) = start_until_level(dir.path(), KERNEL_PLAN);
     let pid = child.id();
@@ -298,17 +303,7 @@ fn a_killed_run_leaves_namespaces_that_the_next_run_removes() {
     );
     // The next run (any factor) deletes the dead run's namespaces first.
     let next = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
-        .args(["experiment", "--json", "--out"])
-        .arg(next.path().join("run"))
-        .arg(plan(next.path(), "1"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    experiment_json(next.path(), "1");
     assert_eq!(leftovers(pid), Vec::<String>::new());
 }
 
@@ -356,9 +351,7 @@ fn clean_removes_what_a_killed_run_left_and_says_so() {
     if !netns_or_skip("clean_removes_what_a_killed_run_left_and_says_so") {
         return;
     }
-    let _turn = DEAD_RUN_NAMESPACES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _turn = take_turn();
     // A namespace named like a run's, for a process that has exited.
     let mut gone = Command::new("true").spawn().unwrap();
     let pid = gone.id();

@@ -4,11 +4,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Duration;
 
-use stagetrace_experiment::{run, thread_names, Plan, RunOptions};
+use stagetrace_experiment::{thread_names, Plan};
+
+mod support;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -20,39 +21,12 @@ fn stop_mid_level(factor: &str, levels: &str, load_thread: &str) {
          [baseline]\nhold_s = 1.5\n[factor]\nkind = \"{factor}\"\nhold_s = 30\nlevels = {levels}\n"
     ))
     .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen_load = Arc::new(AtomicBool::new(false));
     // Stop once the first level's load threads are running.
-    let watcher = {
-        let (stop, seen_load) = (Arc::clone(&stop), Arc::clone(&seen_load));
-        let name = load_thread.to_owned();
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                if thread_names().contains(&name) {
-                    seen_load.store(true, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(800));
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            stop.store(true, Ordering::SeqCst);
-        })
-    };
-    let started = Instant::now();
-    let report = run(
-        &plan,
-        &RunOptions {
-            out: dir.path().to_path_buf(),
-            progress: false,
-            stop,
-        },
-    )
-    .unwrap();
-    watcher.join().unwrap();
-    assert!(seen_load.load(Ordering::SeqCst), "{load_thread} never ran");
+    let stopped = support::run_until_thread(&plan, dir.path(), load_thread, || {});
+    let report = stopped.report;
+    assert!(stopped.seen, "{load_thread} never ran");
     assert!(
-        started.elapsed() < Duration::from_secs(25),
+        stopped.took < Duration::from_secs(25),
         "the stop was not prompt"
     );
     assert!(report.interrupted);

@@ -8,13 +8,15 @@
 
 use std::net::TcpStream;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use stagetrace_experiment::netns::{kernel_bottleneck_available, namespaces_of, remove_stale};
 use stagetrace_experiment::{run, thread_names, Plan, RunOptions};
+
+mod support;
 
 /// One kernel path at a time (they share two cores).
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -145,35 +147,14 @@ fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender
         "#,
     )
     .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
     let seen = Arc::new(Mutex::new((Vec::new(), Vec::new())));
     // Stop once the level's cross traffic runs; note what existed then.
-    let watcher = {
-        let (stop, seen) = (Arc::clone(&stop), Arc::clone(&seen));
-        std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                if thread_names().iter().any(|n| n == "st-cross-udp") {
-                    std::thread::sleep(Duration::from_millis(800));
-                    *seen.lock().unwrap() = (namespaces_of(pid), thread_names());
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            stop.store(true, Ordering::SeqCst);
-        })
+    let at_stop = {
+        let seen = Arc::clone(&seen);
+        move || *seen.lock().unwrap() = (namespaces_of(pid), thread_names())
     };
-    let started = Instant::now();
-    let report = run(
-        &plan,
-        &RunOptions {
-            out: dir.path().to_path_buf(),
-            progress: false,
-            stop,
-        },
-    )
-    .unwrap();
-    watcher.join().unwrap();
+    let stopped = support::run_until_thread(&plan, dir.path(), "st-cross-udp", at_stop);
+    let report = stopped.report;
     let (ns_during, threads_during) = seen.lock().unwrap().clone();
     assert_eq!(
         ns_during.len(),
@@ -182,7 +163,7 @@ fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender
     );
     assert!(threads_during.iter().any(|n| n == "st-netns-fwd"));
     assert!(
-        started.elapsed() < Duration::from_secs(25),
+        stopped.took < Duration::from_secs(25),
         "the stop was not prompt"
     );
     assert!(report.interrupted);

@@ -1,0 +1,66 @@
+//! Shared by the experiment tests: a run stopped from outside, as Ctrl-C
+//! stops it, once a given thread of the run is up.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stagetrace_experiment::{run, thread_names, ExperimentReport, Plan, RunOptions};
+
+/// What [`run_until_thread`] saw.
+pub struct Stopped {
+    pub report: ExperimentReport,
+    /// The thread was seen before the watcher gave up (60 s).
+    pub seen: bool,
+    /// From the start of the run to its return.
+    pub took: Duration,
+}
+
+/// Runs `plan` into `out` and sets its stop flag 0.8 s after a thread named
+/// `thread` appears; `at_stop` runs just before the flag is set (to note
+/// what exists while the level runs).
+pub fn run_until_thread(
+    plan: &Plan,
+    out: &Path,
+    thread: &str,
+    at_stop: impl FnOnce() + Send + 'static,
+) -> Stopped {
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (stop, seen) = (Arc::clone(&stop), Arc::clone(&seen));
+        let name = thread.to_owned();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if thread_names().contains(&name) {
+                    seen.store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(800));
+                    at_stop();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            stop.store(true, Ordering::SeqCst);
+        })
+    };
+    let started = Instant::now();
+    let report = run(
+        plan,
+        &RunOptions {
+            out: out.to_path_buf(),
+            progress: false,
+            stop,
+        },
+    )
+    .unwrap();
+    watcher.join().unwrap();
+    Stopped {
+        report,
+        seen: seen.load(Ordering::SeqCst),
+        took: started.elapsed(),
+    }
+}
