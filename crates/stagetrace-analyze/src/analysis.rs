@@ -695,26 +695,12 @@ fn outliers(
     thresholds: BTreeMap<&'static str, f64>,
     opts: &AnalyzeOptions,
 ) -> Outliers {
-    // Leaf stages, the gap and e2e: derived figures would repeat them.
-    const CHECKED: [Metric; 11] = [
-        Metric::Capture,
-        Metric::Uplink,
-        Metric::Queue,
-        Metric::Infer,
-        Metric::Downlink,
-        Metric::Dispatch,
-        Metric::Roundtrip,
-        Metric::Net,
-        Metric::Server,
-        Metric::Gap,
-        Metric::E2e,
-    ];
     let mut count = 0u64;
     let mut rounds = Vec::new();
     for &i in &g.calls {
         let i = i as usize;
         let mut hit = Vec::new();
-        for m in CHECKED {
+        for m in Metric::ALL.into_iter().filter(|m| m.is_call_time()) {
             let Some(thr) = g.thresholds[m.index()] else {
                 continue;
             };

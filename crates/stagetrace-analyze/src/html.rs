@@ -45,27 +45,18 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Metrics drawn as curves: the stages present, then e2e and gap.
+/// Metrics drawn as curves: the call's own times present, in display order;
+/// roundtrip / net only when the uplink/downlink split is missing, and no
+/// server total (its queue and infer are drawn).
 fn curves(g: &GroupData) -> Vec<Metric> {
-    [
-        Metric::Capture,
-        Metric::Uplink,
-        Metric::Queue,
-        Metric::Infer,
-        Metric::Downlink,
-        Metric::Dispatch,
-        Metric::Roundtrip,
-        Metric::Net,
-        Metric::E2e,
-        Metric::Gap,
-    ]
-    .into_iter()
-    .filter(|m| !g.sorted(*m).is_empty())
-    .filter(|m| {
-        // roundtrip/net only when the split is missing
-        !matches!(m, Metric::Roundtrip | Metric::Net) || g.sorted(Metric::Uplink).is_empty()
-    })
-    .collect()
+    Metric::ALL
+        .into_iter()
+        .filter(|m| m.is_call_time() && *m != Metric::Server)
+        .filter(|m| !g.sorted(*m).is_empty())
+        .filter(|m| {
+            !matches!(m, Metric::Roundtrip | Metric::Net) || g.sorted(Metric::Uplink).is_empty()
+        })
+        .collect()
 }
 
 /// The whole HTML document.

@@ -68,6 +68,12 @@ impl Metric {
         Metric::Dispatch,
     ];
 
+    /// A span of the call's own time (a stage, a derived figure, e2e, gap),
+    /// as opposed to the observer's cost and the lateness against the tick.
+    pub fn is_call_time(self) -> bool {
+        !matches!(self, Metric::Observer | Metric::Late)
+    }
+
     /// Column index (position in [`Metric::ALL`]).
     pub fn index(self) -> usize {
         self as usize
