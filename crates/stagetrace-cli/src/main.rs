@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod compare;
 mod demo;
+mod exit;
 mod experiment;
 mod mitigate_demo;
 mod report;
