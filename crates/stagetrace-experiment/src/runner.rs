@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use serde_json::Value as Json;
-use stagetrace::CallRecord;
+use stagetrace::{CallRecord, Figure};
 use stagetrace_analyze::stats;
 
 use crate::html::Timeline;
@@ -245,28 +245,29 @@ impl State {
     }
 
     fn tag_record(&mut self, rec: &CallRecord, out: &mut impl Write) {
-        let Some(pi) = self.phase_at(rec.ts_unix_ms) else {
+        let ts_unix_ms = rec.ts_unix_ms();
+        let Some(pi) = self.phase_at(ts_unix_ms) else {
             return;
         };
         let p = &self.phases[pi];
         // Settling after a change, or straddling the next change.
-        let settling =
-            rec.ts_unix_ms < p.settle_until_unix_ms || rec.ts_unix_ms + rec.e2e_ms > p.end_unix_ms;
+        let e2e_ms = rec.ms(Figure::E2e).unwrap_or(0.0);
+        let settling = ts_unix_ms < p.settle_until_unix_ms || ts_unix_ms + e2e_ms > p.end_unix_ms;
         let failed = rec.failed == Some(true);
         let g = |v: Option<f64>| v.map_or(f32::NAN, |v| v as f32);
         let vals = [
-            g(rec.capture_ms),
-            g(rec.uplink_ms),
-            g(rec.queue_ms),
-            g(rec.infer_ms),
-            g(rec.downlink_ms),
-            g(rec.dispatch_ms),
-            g(rec.gap_ms),
-            g(rec.net_ms),
-            rec.e2e_ms as f32,
+            g(rec.ms(Figure::Capture)),
+            g(rec.ms(Figure::Uplink)),
+            g(rec.ms(Figure::Queue)),
+            g(rec.ms(Figure::Infer)),
+            g(rec.ms(Figure::Downlink)),
+            g(rec.ms(Figure::Dispatch)),
+            g(rec.ms(Figure::Gap)),
+            g(rec.ms(Figure::Net)),
+            e2e_ms as f32,
         ];
         self.obs.push(Obs {
-            ts_ms: rec.ts_unix_ms,
+            ts_ms: ts_unix_ms,
             phase: pi,
             settling,
             failed,

@@ -7,6 +7,7 @@
 
 mod support;
 
+use stagetrace::Figure;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -142,10 +143,10 @@ fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
         assert!(recs.iter().all(|r| r.failed.is_none()));
         assert!(recs
             .iter()
-            .all(|r| r.queue_ms.is_some() && r.infer_ms.is_some()));
+            .all(|r| r.ms(Figure::Queue).is_some() && r.ms(Figure::Infer).is_some()));
     }
-    let q = |r: &CallRecord| r.queue_ms;
-    let i = |r: &CallRecord| r.infer_ms;
+    let q = |r: &CallRecord| r.ms(Figure::Queue);
+    let i = |r: &CallRecord| r.ms(Figure::Infer);
     let (sq, bq) = (
         quantile(&stage(&serial_recs, q), 0.5),
         quantile(&stage(&batched_recs, q), 0.5),
@@ -175,7 +176,7 @@ fn batching_doubles_throughput_and_records_show_queue_vs_infer() {
         // Its infer time is that batch's cost, a + b·n.
         let n = r.batch_size.unwrap() as usize;
         let want = cost(A_MS, B_MS, n).as_secs_f64() * 1e3;
-        assert!(r.infer_ms.unwrap() >= want * 0.95, "{r:?}");
+        assert!(r.ms(Figure::Infer).unwrap() >= want * 0.95, "{r:?}");
     }
     // And the records add up to the batcher's own histogram.
     for (k, &batches) in stats.by_size.iter().enumerate() {

@@ -7,6 +7,7 @@
 
 mod support;
 
+use stagetrace::Figure;
 use std::time::Duration;
 
 use stagetrace::{CacheOutcome, CallRecord};
@@ -89,7 +90,7 @@ fn repeated_inputs_hit_the_cache_with_unchanged_outputs() {
     let infer = |recs: &[CallRecord], first: bool| -> Vec<f64> {
         recs.iter()
             .filter(|r| (r.seq < SCENES) == first)
-            .map(|r| r.infer_ms.unwrap())
+            .map(|r| r.ms(Figure::Infer).unwrap())
             .collect()
     };
     let plain_infer = quantile(&infer(&plain, false), 0.5);

@@ -5,6 +5,7 @@
 
 mod support;
 
+use stagetrace::Figure;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -104,10 +105,10 @@ fn layer_and_client_carry_context_and_timing() {
     for (rec, srv) in records.iter().zip(seen.iter()) {
         assert_eq!(rec.failed, None, "{rec:?}");
         assert!(
-            rec.uplink_ms.is_some() && rec.downlink_ms.is_some(),
+            rec.ms(Figure::Uplink).is_some() && rec.ms(Figure::Downlink).is_some(),
             "{rec:?}"
         );
-        assert!(rec.infer_ms.unwrap() >= 6.0);
+        assert!(rec.ms(Figure::Infer).unwrap() >= 6.0);
         assert_eq!(rec.batch_size, Some(3));
         assert_eq!(rec.cache, Some(stagetrace::CacheOutcome::Miss));
         assert_eq!(srv.timing.batch_size, Some(3));
@@ -171,9 +172,9 @@ fn degraded_with_only_a_standard_server_timing_header() {
             .unwrap();
         assert_eq!(reply.server_timing.unwrap().infer_ns, Some(3_500_000));
     });
-    assert_eq!(records[0].infer_ms, Some(3.5));
+    assert_eq!(records[0].ms(Figure::Infer), Some(3.5));
     assert_eq!(records[0].clock, Some(stagetrace::ClockBasis::Degraded));
-    assert_eq!(records[0].uplink_ms, None);
+    assert_eq!(records[0].ms(Figure::Uplink), None);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
+use stagetrace::record::ns_to_ms;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
@@ -339,13 +340,27 @@ fn ground_truth_split_through_the_proxy() {
     let mut s = connect(proxy.local_addr());
     // Loopback + proxy cost, measured the same way.
     let base = stitched_calls(&mut s, &mut Stitcher::new(ClockMode::None), 30);
-    let base = median(base.iter().map(|c| c.st.net_ms.unwrap()).collect());
+    let base = median(
+        base.iter()
+            .map(|c| c.st.net_ns.map(ns_to_ms).unwrap())
+            .collect(),
+    );
     proxy.set_uplink(LinkConfig::delay(Duration::from_millis(20)));
     proxy.set_downlink(LinkConfig::delay(Duration::from_millis(5)));
     let mut st = Stitcher::new(ClockMode::Estimate);
     let calls = stitched_calls(&mut s, &mut st, 40);
-    let net = median(calls.iter().map(|c| c.st.net_ms.unwrap()).collect());
-    let err = median(calls.iter().map(|c| c.st.split_err_ms.unwrap()).collect());
+    let net = median(
+        calls
+            .iter()
+            .map(|c| c.st.net_ns.map(ns_to_ms).unwrap())
+            .collect(),
+    );
+    let err = median(
+        calls
+            .iter()
+            .map(|c| c.st.split_err_ns.map(ns_to_ms).unwrap())
+            .collect(),
+    );
     eprintln!(
         "ground truth: loopback net {base:.3} ms, shaped net {net:.3} ms, split ± {err:.3} ms"
     );
@@ -360,9 +375,9 @@ fn ground_truth_split_through_the_proxy() {
         assert_eq!(st.basis, Some(ClockBasis::Estimate));
         assert!(!st.clamped);
         let (up, down, err) = (
-            st.uplink_ms.unwrap(),
-            st.downlink_ms.unwrap(),
-            st.split_err_ms.unwrap(),
+            st.uplink_ns.map(ns_to_ms).unwrap(),
+            st.downlink_ns.map(ns_to_ms).unwrap(),
+            st.split_err_ns.map(ns_to_ms).unwrap(),
         );
         assert!(
             (up - c.true_up).abs() <= err + EPS,
@@ -375,7 +390,7 @@ fn ground_truth_split_through_the_proxy() {
             c.true_down
         );
         // Asymmetry shows up as offset error, inside the bound.
-        let off = st.offset_ms.unwrap();
+        let off = st.offset_ns.map(ns_to_ms).unwrap();
         assert!(
             (off - 250.0).abs() <= err + EPS,
             "offset {off:.3} ± {err:.3}"
@@ -397,8 +412,18 @@ fn trusted_clocks_give_the_injected_split() {
     let mut s = connect(proxy.local_addr());
     let mut st = Stitcher::new(ClockMode::Trusted);
     let calls = stitched_calls(&mut s, &mut st, 30);
-    let up = median(calls.iter().map(|c| c.st.uplink_ms.unwrap()).collect());
-    let down = median(calls.iter().map(|c| c.st.downlink_ms.unwrap()).collect());
+    let up = median(
+        calls
+            .iter()
+            .map(|c| c.st.uplink_ns.map(ns_to_ms).unwrap())
+            .collect(),
+    );
+    let down = median(
+        calls
+            .iter()
+            .map(|c| c.st.downlink_ns.map(ns_to_ms).unwrap())
+            .collect(),
+    );
     eprintln!("trusted: uplink {up:.3} ms, downlink {down:.3} ms");
     assert!((up - 20.0).abs() < 1.5, "uplink {up:.3}");
     assert!((down - 5.0).abs() < 1.5, "downlink {down:.3}");

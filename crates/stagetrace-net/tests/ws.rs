@@ -6,6 +6,7 @@
 
 mod support;
 
+use stagetrace::Figure;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -102,12 +103,14 @@ fn round_trip_attaches_server_timing_and_trace_context() {
     for (rec, srv) in records.iter().zip(seen.iter()) {
         assert_eq!(rec.failed, None, "{rec:?}");
         assert!(
-            rec.uplink_ms.is_some() && rec.downlink_ms.is_some() && rec.net_ms.is_some(),
+            rec.ms(Figure::Uplink).is_some()
+                && rec.ms(Figure::Downlink).is_some()
+                && rec.ms(Figure::Net).is_some(),
             "{rec:?}"
         );
-        assert!(rec.infer_ms.unwrap() >= 8.0, "{rec:?}");
-        assert!(rec.queue_ms.unwrap() >= 2.0, "{rec:?}");
-        assert!(rec.server_ms.unwrap() <= rec.roundtrip_ms.unwrap());
+        assert!(rec.ms(Figure::Infer).unwrap() >= 8.0, "{rec:?}");
+        assert!(rec.ms(Figure::Queue).unwrap() >= 2.0, "{rec:?}");
+        assert!(rec.ms(Figure::Server).unwrap() <= rec.ms(Figure::Roundtrip).unwrap());
         // The server saw the trace id this record carries.
         let tp = srv.trace_parent.expect("traceparent reached the server");
         assert_eq!(Some(tp.trace_id_hex()), rec.trace_id);
@@ -270,10 +273,11 @@ fn degraded_against_a_server_that_only_sends_openpi_infer_ms() {
     let records = obs.finish();
     let rec = &records[0];
     assert_eq!(rec.failed, None);
-    assert_eq!(rec.infer_ms, Some(3.5));
-    assert!(rec.net_ms.is_some(), "{rec:?}");
+    assert_eq!(rec.ms(Figure::Infer), Some(3.5));
+    assert!(rec.ms(Figure::Net).is_some(), "{rec:?}");
     assert_eq!(
-        rec.uplink_ms, None,
+        rec.ms(Figure::Uplink),
+        None,
         "no split without the server's receive time"
     );
     assert_eq!(rec.clock, Some(stagetrace::ClockBasis::Degraded));
@@ -305,11 +309,11 @@ fn hostile_server_timing_is_ignored_and_counted() {
     for rec in &records {
         assert_eq!(rec.failed, None);
         assert!(
-            rec.roundtrip_ms.is_some(),
+            rec.ms(Figure::Roundtrip).is_some(),
             "a black-box roundtrip remains: {rec:?}"
         );
-        assert_eq!(rec.uplink_ms, None);
-        assert_eq!(rec.infer_ms, None);
+        assert_eq!(rec.ms(Figure::Uplink), None);
+        assert_eq!(rec.ms(Figure::Infer), None);
     }
 }
 
@@ -427,7 +431,7 @@ fn blocking_client_for_sync_loops() {
     }
     let records = obs.finish();
     assert_eq!(records.len(), 3);
-    assert!(records.iter().all(|r| r.uplink_ms.is_some()));
+    assert!(records.iter().all(|r| r.ms(Figure::Uplink).is_some()));
     // From async code it refuses instead of panicking.
     let inside = server_rt.block_on(async { BlockingPolicyClient::connect(&url).err() });
     assert!(matches!(inside, Some(ClientError::InsideRuntime)));

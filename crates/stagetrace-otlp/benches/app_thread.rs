@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, Criterion};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, ServerTiming, StageLayer};
+use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer};
 use stagetrace_otlp::OtlpExporter;
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -99,12 +99,16 @@ fn app_thread(c: &mut Criterion) {
 fn hand_over(c: &mut Criterion) {
     let rec = CallRecord {
         seq: 1,
-        ts_unix_ms: 1_764_000_000_000.0,
+        ts_unix_ns: 1_764_000_000_000_000_000,
         kind: "infer".into(),
         trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
-        e2e_ms: 20.0,
-        capture_ms: Some(3.0),
-        roundtrip_ms: Some(12.0),
+        figures: [
+            (Figure::E2e, 20_000_000),
+            (Figure::Capture, 3_000_000),
+            (Figure::Roundtrip, 12_000_000),
+        ]
+        .into_iter()
+        .collect(),
         timeline: Timeline {
             call_start_unix_ns: 1_764_000_000_000_000_000,
             call_dur_ns: 20_000_000,
@@ -134,7 +138,7 @@ fn hand_over(c: &mut Criterion) {
 fn sparse_hand_over() {
     let rec = CallRecord {
         seq: 1,
-        e2e_ms: 20.0,
+        figures: [(Figure::E2e, 20_000_000)].into_iter().collect(),
         ..CallRecord::default()
     };
     let exporter = closed_port_exporter();

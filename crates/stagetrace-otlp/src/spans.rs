@@ -24,7 +24,8 @@ use opentelemetry::trace::{
 use opentelemetry::{InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::trace::{IdGenerator, SpanData, SpanEvents, SpanLinks};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, ClockBasis, ServerRecord};
+use stagetrace::schema::{Field, FIELDS};
+use stagetrace::{CallRecord, ClockBasis, Figure, ServerRecord};
 
 /// Converts records to spans; holds what every span shares.
 #[derive(Debug)]
@@ -39,8 +40,6 @@ pub(crate) mod key {
     pub(crate) const STAGE: &str = "stagetrace.stage";
     pub(crate) const KIND: &str = "stagetrace.kind";
     pub(crate) const SEQ: &str = "stagetrace.seq";
-    pub(crate) const OFFSET_MS: &str = "stagetrace.offset_ms";
-    pub(crate) const SPLIT_ERR_MS: &str = "stagetrace.split_err_ms";
     pub(crate) const CLOCK: &str = "stagetrace.clock";
     pub(crate) const SYNTHESIZED: &str = "stagetrace.synthesized";
 }
@@ -114,12 +113,11 @@ impl<G: IdGenerator> SpanMaker<G> {
             status,
         ));
 
-        let stage_attrs = |stage: &'static str, extra: &[(&'static str, Option<f64>)]| {
-            stage_attributes(rec, stage, extra)
-        };
+        let stage_attrs =
+            |stage: &'static str, extra: &[Figure]| stage_attributes(rec, stage, extra);
 
         if let Some(t) = tl.capture {
-            let attrs = stage_attrs("capture", &[("stagetrace.capture_ms", rec.capture_ms)]);
+            let attrs = stage_attrs("capture", &[Figure::Capture]);
             out.push(self.child(
                 trace_id,
                 call_id,
@@ -137,11 +135,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             {
                 let attrs = stage_attrs(
                     "transport",
-                    &[
-                        ("stagetrace.roundtrip_ms", rec.roundtrip_ms),
-                        ("stagetrace.server_ms", rec.server_ms),
-                        ("stagetrace.net_ms", rec.net_ms),
-                    ],
+                    &[Figure::Roundtrip, Figure::Server, Figure::Net],
                 );
                 let status = if rec.failed == Some(true) {
                     Status::error(rec.error.clone().unwrap_or_else(|| "call failed".into()))
@@ -166,7 +160,7 @@ impl<G: IdGenerator> SpanMaker<G> {
         self.queue_infer_spans(rec, trace_id, Some(call_id), transport_id, &at, out);
 
         if let Some(t) = tl.dispatch {
-            let attrs = stage_attrs("dispatch", &[("stagetrace.dispatch_ms", rec.dispatch_ms)]);
+            let attrs = stage_attrs("dispatch", &[Figure::Dispatch]);
             out.push(self.child(
                 trace_id,
                 call_id,
@@ -195,9 +189,9 @@ impl<G: IdGenerator> SpanMaker<G> {
     ) {
         let tl = &rec.timeline;
         let synthesize = self.synthesize_server_spans || rec.clock == Some(ClockBasis::Degraded);
-        for (name, time, ms) in [
-            ("queue", tl.queue, ("stagetrace.queue_ms", rec.queue_ms)),
-            ("infer", tl.infer, ("stagetrace.infer_ms", rec.infer_ms)),
+        for (name, time, figure) in [
+            ("queue", tl.queue, Figure::Queue),
+            ("infer", tl.infer, Figure::Infer),
         ] {
             let Some(time) = time else { continue };
             let on_server = tl.transport.is_some_and(|tr| {
@@ -206,9 +200,9 @@ impl<G: IdGenerator> SpanMaker<G> {
             });
             let (parent, attrs) = if !on_server {
                 let Some(parent) = local_parent else { continue };
-                (parent, stage_attributes(rec, name, &[ms]))
+                (parent, stage_attributes(rec, name, &[figure]))
             } else if synthesize {
-                let mut attrs = stage_attributes(rec, name, &[ms, (key::OFFSET_MS, rec.offset_ms)]);
+                let mut attrs = stage_attributes(rec, name, &[figure, Figure::Offset]);
                 attrs.push(KeyValue::new(key::SYNTHESIZED, true));
                 (transport_id, attrs)
             } else {
@@ -230,24 +224,13 @@ impl<G: IdGenerator> SpanMaker<G> {
         out: &mut Vec<SpanData>,
     ) {
         let tl = &rec.timeline;
-        for (name, time, ms) in [
-            ("uplink", tl.uplink, ("stagetrace.uplink_ms", rec.uplink_ms)),
-            (
-                "downlink",
-                tl.downlink,
-                ("stagetrace.downlink_ms", rec.downlink_ms),
-            ),
+        for (name, time, figure) in [
+            ("uplink", tl.uplink, Figure::Uplink),
+            ("downlink", tl.downlink, Figure::Downlink),
         ] {
             let Some(time) = time else { continue };
-            let mut attrs = stage_attributes(
-                rec,
-                name,
-                &[
-                    ms,
-                    (key::OFFSET_MS, rec.offset_ms),
-                    (key::SPLIT_ERR_MS, rec.split_err_ms),
-                ],
-            );
+            let mut attrs =
+                stage_attributes(rec, name, &[figure, Figure::Offset, Figure::SplitErr]);
             if let Some(clock) = clock_name(rec) {
                 attrs.push(KeyValue::new(key::CLOCK, clock));
             }
@@ -445,46 +428,77 @@ impl<G: IdGenerator> SpanMaker<G> {
 /// identity) as `stagetrace.<field>` attributes, so fields added to the
 /// record later are exported too.
 /// A stage span's attributes: its stage, the call's kind and seq, and the
-/// `extra` figures that are present and finite.
-fn stage_attributes(
-    rec: &CallRecord,
-    stage: &'static str,
-    extra: &[(&'static str, Option<f64>)],
-) -> Vec<KeyValue> {
+/// `extra` figures that the record has.
+fn stage_attributes(rec: &CallRecord, stage: &'static str, extra: &[Figure]) -> Vec<KeyValue> {
     let mut a = vec![
         KeyValue::new(key::STAGE, stage),
         KeyValue::new(key::KIND, rec.kind.clone()),
         KeyValue::new(key::SEQ, seq_value(rec.seq)),
     ];
-    for (k, v) in extra {
-        if let Some(v) = v.filter(|v| v.is_finite()) {
-            a.push(KeyValue::new(*k, v));
+    for f in extra {
+        if let Some(ns) = rec.get(*f) {
+            a.push(KeyValue::new(figure_key(*f), f.to_unit(ns)));
         }
     }
     a
 }
 
+/// `stagetrace.<record field name>` (`stagetrace.infer_ms`).
+fn figure_key(f: Figure) -> String {
+    format!("stagetrace.{}", f.field())
+}
+
+/// Every field of the public record the record has (bar the ones that are
+/// the span's own identity) as `stagetrace.<field>` attributes, in the
+/// record's units, read from the schema's field table: a field added to the
+/// record is exported too.
 fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
-    let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(rec) else {
-        return;
-    };
-    for (name, value) in fields {
-        if matches!(name.as_str(), "trace_id" | "kind" | "seq") {
-            continue;
-        }
-        let value = match value {
-            serde_json::Value::Bool(b) => Value::Bool(b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) if !name.ends_with("_ms") && !name.ends_with("_us") => Value::I64(i),
-                _ => match n.as_f64() {
-                    Some(f) => Value::F64(f),
-                    None => continue,
-                },
+    for info in &FIELDS {
+        let value: Value = match info.field {
+            Field::Seq | Field::Kind | Field::TraceId => continue,
+            Field::TsUnix => Value::F64(rec.ts_unix_ms()),
+            Field::Figure(f) => match rec.get(f) {
+                Some(ns) => Value::F64(f.to_unit(ns)),
+                None => continue,
             },
-            serde_json::Value::String(s) => Value::String(s.into()),
-            _ => continue,
+            Field::Clock => match clock_name(rec) {
+                Some(c) => Value::String(c.into()),
+                None => continue,
+            },
+            Field::DeadlineMiss => match rec.deadline_miss {
+                Some(b) => Value::Bool(b),
+                None => continue,
+            },
+            Field::Warmup => match rec.warmup {
+                Some(b) => Value::Bool(b),
+                None => continue,
+            },
+            Field::Failed => match rec.failed {
+                Some(b) => Value::Bool(b),
+                None => continue,
+            },
+            Field::Error => match &rec.error {
+                Some(e) => Value::String(e.clone().into()),
+                None => continue,
+            },
+            Field::OutputDigest => match &rec.output_digest {
+                Some(d) => Value::String(d.clone().into()),
+                None => continue,
+            },
+            Field::BatchSize => match rec.batch_size {
+                Some(n) => Value::I64(i64::from(n)),
+                None => continue,
+            },
+            Field::Cache => match rec.cache {
+                Some(c) => Value::String(c.as_str().into()),
+                None => continue,
+            },
+            Field::StaleDropped => match rec.stale_dropped {
+                Some(n) => Value::I64(i64::from(n)),
+                None => continue,
+            },
         };
-        out.push(KeyValue::new(format!("stagetrace.{name}"), value));
+        out.push(KeyValue::new(format!("stagetrace.{}", info.name), value));
     }
 }
 
@@ -504,26 +518,18 @@ fn call_extent(rec: &CallRecord) -> (u64, u64) {
     let start = if tl.call_start_unix_ns > 0 {
         tl.call_start_unix_ns
     } else {
-        ms_to_ns(rec.ts_unix_ms)
+        rec.ts_unix_ns
     };
     let dur = if tl.call_dur_ns > 0 {
         tl.call_dur_ns
     } else {
-        ms_to_ns(rec.e2e_ms)
+        u64::try_from(rec.e2e_ns()).unwrap_or(0)
     };
     (start, dur)
 }
 
 fn seq_value(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
-}
-
-fn ms_to_ns(ms: f64) -> u64 {
-    if ms.is_finite() && ms > 0.0 {
-        (ms * 1e6).round() as u64
-    } else {
-        0
-    }
 }
 
 fn ns_to_ms(ns: u64) -> f64 {

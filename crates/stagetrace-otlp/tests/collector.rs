@@ -11,17 +11,18 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::CallRecord;
+use stagetrace::{CallRecord, Figure};
 use stagetrace_otlp::OtlpExporter;
 
 fn record(seq: u64) -> CallRecord {
     CallRecord {
         seq,
-        ts_unix_ms: 1_764_000_000_000.0,
+        ts_unix_ns: 1_764_000_000_000_000_000,
         kind: "call".into(),
         trace_id: Some(format!("{:032x}", 0xabc0_0000_u128 + u128::from(seq) + 1)),
-        capture_ms: Some(1.0),
-        e2e_ms: 2.0,
+        figures: [(Figure::Capture, 1_000_000), (Figure::E2e, 2_000_000)]
+            .into_iter()
+            .collect(),
         timeline: Timeline {
             call_start_unix_ns: 1_764_000_000_000_000_000,
             call_dur_ns: 2_000_000,

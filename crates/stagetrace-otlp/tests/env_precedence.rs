@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stagetrace::CallRecord;
+use stagetrace::{CallRecord, Figure};
 use stagetrace_otlp::OtlpExporter;
 
 /// The request line and headers of one request.
@@ -53,8 +53,8 @@ fn explicit_settings_beat_the_environment_which_beats_defaults() {
 
     let rec = CallRecord {
         kind: "call".into(),
-        ts_unix_ms: 1_764_000_000_000.0,
-        e2e_ms: 1.0,
+        ts_unix_ns: 1_764_000_000_000_000_000,
+        figures: [(Figure::E2e, 1_000_000)].into_iter().collect(),
         ..CallRecord::default()
     };
 

@@ -10,6 +10,7 @@
 
 mod common;
 
+use stagetrace::Figure;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -142,7 +143,11 @@ fn each_call_is_one_trace_across_client_and_server() {
 
     for rec in &records {
         let trace_id = rec.trace_id.clone().unwrap();
-        let want_server = if rec.queue_ms.is_some() { 2 } else { 1 };
+        let want_server = if rec.ms(Figure::Queue).is_some() {
+            2
+        } else {
+            1
+        };
         let spans = jaeger.wait_trace(&trace_id, Duration::from_secs(30), |spans| {
             spans.iter().filter(|s| s.service == CLIENT_SERVICE).count() == 6
                 && spans.iter().filter(|s| s.service == SERVER_SERVICE).count() == want_server
@@ -159,7 +164,7 @@ fn each_call_is_one_trace_across_client_and_server() {
             "transport",
             "uplink",
         ];
-        if rec.queue_ms.is_some() {
+        if rec.ms(Figure::Queue).is_some() {
             expected.push("queue");
             expected.sort_unstable();
         }
@@ -221,15 +226,27 @@ fn each_call_is_one_trace_across_client_and_server() {
         assert_eq!(transport.end_unix_ns, transport.start_unix_ns + t.dur_ns);
 
         // Durations agree with the call's local record.
-        assert_close("call", call.dur_ms(), Some(rec.e2e_ms));
-        assert_close("capture", named["capture"].dur_ms(), rec.capture_ms);
-        assert_close("transport", transport.dur_ms(), rec.roundtrip_ms);
-        assert_close("uplink", named["uplink"].dur_ms(), rec.uplink_ms);
-        assert_close("downlink", named["downlink"].dur_ms(), rec.downlink_ms);
-        assert_close("dispatch", named["dispatch"].dur_ms(), rec.dispatch_ms);
-        assert_close("infer", named["infer"].dur_ms(), rec.infer_ms);
+        assert_close("call", call.dur_ms(), rec.ms(Figure::E2e));
+        assert_close(
+            "capture",
+            named["capture"].dur_ms(),
+            rec.ms(Figure::Capture),
+        );
+        assert_close("transport", transport.dur_ms(), rec.ms(Figure::Roundtrip));
+        assert_close("uplink", named["uplink"].dur_ms(), rec.ms(Figure::Uplink));
+        assert_close(
+            "downlink",
+            named["downlink"].dur_ms(),
+            rec.ms(Figure::Downlink),
+        );
+        assert_close(
+            "dispatch",
+            named["dispatch"].dur_ms(),
+            rec.ms(Figure::Dispatch),
+        );
+        assert_close("infer", named["infer"].dur_ms(), rec.ms(Figure::Infer));
         if let Some(q) = named.get("queue") {
-            assert_close("queue", q.dur_ms(), rec.queue_ms);
+            assert_close("queue", q.dur_ms(), rec.ms(Figure::Queue));
         }
         assert!(
             named["infer"].dur_ms() >= 3.9,
@@ -333,7 +350,10 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     let records = kept.records();
     let down: Vec<&CallRecord> = records.iter().filter(|r| r.seq >= 25).collect();
     assert_eq!(down.len() as u64, n_down, "the layer kept recording");
-    let slowest = down.iter().map(|r| r.e2e_ms).fold(0.0, f64::max);
+    let slowest = down
+        .iter()
+        .map(|r| r.ms(Figure::E2e).unwrap())
+        .fold(0.0, f64::max);
     assert!(
         slowest < 500.0,
         "slowest call with Jaeger down: {slowest:.3} ms"
@@ -442,7 +462,11 @@ fn grpc_export_arrives_in_jaeger() {
     let named = by_name(&spans);
     assert_eq!(named["call"].service, "stagetrace-e2e-grpc");
     assert_eq!(named["capture"].parent_span_id, named["call"].span_id);
-    assert_close("capture", named["capture"].dur_ms(), rec.capture_ms);
+    assert_close(
+        "capture",
+        named["capture"].dur_ms(),
+        rec.ms(Figure::Capture),
+    );
 }
 
 /// An app that already exports its spans with tracing-opentelemetry: with
@@ -558,10 +582,14 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
             uplink.attr_f64("stagetrace.e2e_ms").is_some(),
             "the record rides on uplink"
         );
-        assert_close("uplink", uplink.dur_ms(), rec.uplink_ms);
-        assert_close("downlink", named["downlink"].dur_ms(), rec.downlink_ms);
+        assert_close("uplink", uplink.dur_ms(), rec.ms(Figure::Uplink));
+        assert_close(
+            "downlink",
+            named["downlink"].dur_ms(),
+            rec.ms(Figure::Downlink),
+        );
         // The app's transport span and the record's roundtrip agree.
-        assert_close("transport", transport.dur_ms(), rec.roundtrip_ms);
+        assert_close("transport", transport.dur_ms(), rec.ms(Figure::Roundtrip));
     }
     provider.shutdown().unwrap();
     rt.block_on(server.shutdown());

@@ -11,7 +11,7 @@ use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanExporter};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, ClockBasis, ServerRecord, ServerTiming, TraceParent};
+use stagetrace::{CallRecord, ClockBasis, Figure, ServerRecord, ServerTiming, TraceParent};
 use stagetrace_otlp::OtlpExporter;
 
 const T0: u64 = 1_764_000_000_123_456_789;
@@ -37,24 +37,29 @@ fn at(start_ms: f64, dur_ms: f64) -> Option<SpanTime> {
 fn record() -> CallRecord {
     CallRecord {
         seq: 42,
-        ts_unix_ms: T0 as f64 / 1e6,
+        ts_unix_ns: T0,
         kind: "infer".into(),
         trace_id: Some(stagetrace::wire::to_lc_hex(&TRACE)),
-        capture_ms: Some(3.0),
-        uplink_ms: Some(2.0),
-        queue_ms: Some(1.0),
-        infer_ms: Some(7.0),
-        downlink_ms: Some(2.0),
-        dispatch_ms: Some(4.0),
-        roundtrip_ms: Some(12.0),
-        server_ms: Some(8.0),
-        net_ms: Some(4.0),
-        e2e_ms: 20.0,
-        gap_ms: Some(1.0),
-        offset_ms: Some(5.5),
-        split_err_ms: Some(0.25),
+        figures: [
+            (Figure::Capture, 3.0),
+            (Figure::Uplink, 2.0),
+            (Figure::Queue, 1.0),
+            (Figure::Infer, 7.0),
+            (Figure::Downlink, 2.0),
+            (Figure::Dispatch, 4.0),
+            (Figure::Roundtrip, 12.0),
+            (Figure::Server, 8.0),
+            (Figure::Net, 4.0),
+            (Figure::E2e, 20.0),
+            (Figure::Gap, 1.0),
+            (Figure::Offset, 5.5),
+            (Figure::SplitErr, 0.25),
+        ]
+        .into_iter()
+        .map(|(f, v)| (f, ms(v) as i64))
+        .chain([(Figure::Observer, 1_500)])
+        .collect(),
         clock: Some(ClockBasis::Estimate),
-        observer_us: Some(1.5),
         timeline: Timeline {
             call_start_unix_ns: T0,
             call_dur_ns: ms(20.0),
@@ -352,7 +357,7 @@ fn server_stages_are_drawn_by_the_client_only_when_asked_or_degraded() {
     let mut degraded = record();
     degraded.clock = Some(ClockBasis::Degraded);
     degraded.timeline.queue = None;
-    degraded.queue_ms = None;
+    degraded.figures.set(Figure::Queue, None);
     let spans = export(OtlpExporter::builder(), |e| {
         assert!(e.export_call(&degraded))
     });
@@ -385,9 +390,9 @@ fn local_inference_hangs_under_the_call() {
 fn a_failed_call_is_an_error_and_a_bare_record_still_has_its_times() {
     let rec = CallRecord {
         seq: 7,
-        ts_unix_ms: 1_764_000_000_500.0,
+        ts_unix_ns: 1_764_000_000_500_000_000,
         kind: "call".into(),
-        e2e_ms: 12.5,
+        figures: [(Figure::E2e, 12_500_000)].into_iter().collect(),
         failed: Some(true),
         error: Some("timeout".into()),
         ..CallRecord::default()

@@ -506,28 +506,29 @@ pub struct ClientTimes {
     pub recv_unix_ns: u64,
 }
 
-/// What stitching one call's client and server times gives, in ms.
+/// What stitching one call's client and server times gives, in integer
+/// nanoseconds (the record's unit inside the process).
 /// `None` where the inputs do not allow the figure.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Stitched {
     /// `t3 − t0`.
-    pub roundtrip_ms: Option<f64>,
+    pub roundtrip_ns: Option<i64>,
     /// Server receive → send (server monotonic).
-    pub server_ms: Option<f64>,
+    pub server_ns: Option<i64>,
     /// `roundtrip − server`.
-    pub net_ms: Option<f64>,
+    pub net_ns: Option<i64>,
     /// Send → server receive, clock-corrected.
-    pub uplink_ms: Option<f64>,
+    pub uplink_ns: Option<i64>,
     /// Server send → client receive, clock-corrected.
-    pub downlink_ms: Option<f64>,
+    pub downlink_ns: Option<i64>,
     /// Server queue.
-    pub queue_ms: Option<f64>,
+    pub queue_ns: Option<i64>,
     /// Server inference.
-    pub infer_ms: Option<f64>,
+    pub infer_ns: Option<i64>,
     /// Server − client offset used.
-    pub offset_ms: Option<f64>,
+    pub offset_ns: Option<i64>,
     /// ± bound on the split.
-    pub split_err_ms: Option<f64>,
+    pub split_err_ns: Option<i64>,
     /// What the split rests on.
     pub basis: Option<ClockBasis>,
     /// True when a negative figure had to be clamped to 0.
@@ -539,8 +540,9 @@ pub struct Stitched {
     pub clock_step: bool,
 }
 
-fn ns_ms(ns: f64) -> f64 {
-    ns / 1e6
+/// A clamped (finite, non-negative or offset) ns figure as the record's integer ns.
+fn whole_ns(ns: f64) -> i64 {
+    ns.round() as i64
 }
 
 /// Clamp a duration in ns to `[0, max]`, flagging when it had to move.
@@ -648,19 +650,19 @@ impl Stitcher {
             &mut clamped,
         );
         let mut out = Stitched {
-            roundtrip_ms: Some(ns_ms(rt_ns)),
-            queue_ms: server.queue_ns.map(|v| ns_ms(v as f64)),
-            infer_ms: server.infer_ns.map(|v| ns_ms(v as f64)),
+            roundtrip_ns: Some(whole_ns(rt_ns)),
+            queue_ns: server.queue_ns.map(|v| v as i64),
+            infer_ns: server.infer_ns.map(|v| v as i64),
             ..Stitched::default()
         };
         // Server time inside the roundtrip: the total when given, else (an
         // unmodified openpi server) the inference time alone.
         let inside = server.total_ns.or(server.infer_ns);
         if let Some(total) = server.total_ns {
-            out.server_ms = Some(ns_ms(total as f64));
+            out.server_ns = Some(whole_ns(total as f64));
         }
         let net_ns = inside.map(|s| clamp_ns(rt_ns - s as f64, f64::INFINITY, &mut clamped));
-        out.net_ms = net_ns.map(ns_ms);
+        out.net_ns = net_ns.map(whole_ns);
 
         let sample = NtpSample::from_call(client, server);
         out.basis = Some(match (self.mode, sample, net_ns) {
@@ -668,18 +670,18 @@ impl Stitcher {
             (_, None, _) | (_, _, None) => ClockBasis::Degraded,
             (ClockMode::Trusted, Some(s), Some(net)) => {
                 let up = clamp_ns(diff(s.t1, s.t0), net, &mut clamped);
-                out.uplink_ms = Some(ns_ms(up));
-                out.downlink_ms = Some(ns_ms(net - up));
-                out.offset_ms = Some(0.0);
+                out.uplink_ns = Some(whole_ns(up));
+                out.downlink_ns = Some(whole_ns(net - up));
+                out.offset_ns = Some(0);
                 ClockBasis::Trusted
             }
             (ClockMode::Estimate, Some(s), Some(net)) => match self.filter_mut(peer).add(s) {
                 Some(est) => {
                     let up = clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
-                    out.uplink_ms = Some(ns_ms(up));
-                    out.downlink_ms = Some(ns_ms(net - up));
-                    out.offset_ms = Some(ns_ms(est.offset_ns));
-                    out.split_err_ms = Some(ns_ms(est.err_ns));
+                    out.uplink_ns = Some(whole_ns(up));
+                    out.downlink_ns = Some(whole_ns(net - up));
+                    out.offset_ns = Some(whole_ns(est.offset_ns));
+                    out.split_err_ns = Some(whole_ns(est.err_ns));
                     out.drift_ppm = est.drift_ppm;
                     out.clock_step = est.step;
                     ClockBasis::Estimate
@@ -700,6 +702,11 @@ impl Stitcher {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A stitched figure in milliseconds, as the tests state their truths.
+    fn ms(ns: Option<i64>) -> Option<f64> {
+        ns.map(|v| v as f64 / 1e6)
+    }
 
     const MS: u64 = 1_000_000;
     const BASE: u64 = 1_700_000_000_000_000_000;
@@ -755,9 +762,9 @@ mod tests {
 
     fn check_bounds(s: &Stitched, up: u64, down: u64) {
         let (u, d, e) = (
-            s.uplink_ms.unwrap(),
-            s.downlink_ms.unwrap(),
-            s.split_err_ms.unwrap(),
+            ms(s.uplink_ns).unwrap(),
+            ms(s.downlink_ns).unwrap(),
+            ms(s.split_err_ns).unwrap(),
         );
         let (tu, td) = (up as f64 / 1e6, down as f64 / 1e6);
         assert!((u - tu).abs() <= e + 1e-6, "uplink {u} vs true {tu} ± {e}");
@@ -803,14 +810,14 @@ mod tests {
             assert_eq!(out.basis, Some(ClockBasis::Estimate));
             assert!(!out.clamped);
             check_bounds(&out, up, down);
-            let net = out.net_ms.unwrap();
+            let net = ms(out.net_ns).unwrap();
             assert!((net - (up + down) as f64 / 1e6).abs() < 1e-6);
-            assert!((out.infer_ms.unwrap() - 10.8).abs() < 1e-9);
-            assert!((out.server_ms.unwrap() - 12.0).abs() < 1e-9);
+            assert!((ms(out.infer_ns).unwrap() - 10.8).abs() < 1e-9);
+            assert!((ms(out.server_ns).unwrap() - 12.0).abs() < 1e-9);
             // Asymmetry is invisible: the offset lands halfway, 7.5 ms off.
-            let off = out.offset_ms.unwrap();
+            let off = ms(out.offset_ns).unwrap();
             assert!((off - 257.5).abs() < 0.3, "offset {off}");
-            assert!(out.split_err_ms.unwrap() < 12.8);
+            assert!(ms(out.split_err_ns).unwrap() < 12.8);
         }
         assert_eq!(st.clamped(), 0);
     }
@@ -836,9 +843,9 @@ mod tests {
         assert!((ppm - 20.0).abs() < 5.0, "drift {ppm} ppm");
         // Offset tracks the drifted clock: −40 ms + 20 ppm · 90 s = −38.2 ms.
         assert!(
-            (last.offset_ms.unwrap() - -38.2).abs() < 1.0,
+            (ms(last.offset_ns).unwrap() - -38.2).abs() < 1.0,
             "{:?}",
-            last.offset_ms
+            ms(last.offset_ns)
         );
         assert_eq!(st.filter("").unwrap().steps(), 0);
     }
@@ -864,13 +871,13 @@ mod tests {
             }
             check_bounds(&out, up, down);
             assert!(!out.clamped, "call {i} clamped");
-            let (u, d) = (out.uplink_ms.unwrap(), out.downlink_ms.unwrap());
-            assert!(u <= out.net_ms.unwrap() && d <= out.net_ms.unwrap());
+            let (u, d) = (ms(out.uplink_ns).unwrap(), ms(out.downlink_ns).unwrap());
+            assert!(u <= ms(out.net_ns).unwrap() && d <= ms(out.net_ns).unwrap());
             if i > 605 {
                 assert!(
-                    (out.offset_ms.unwrap() - 2257.5).abs() < 2.0,
+                    (ms(out.offset_ns).unwrap() - 2257.5).abs() < 2.0,
                     "{:?}",
-                    out.offset_ms
+                    ms(out.offset_ns)
                 );
             }
         }
@@ -941,13 +948,13 @@ mod tests {
         let t = Stitcher::new(ClockMode::Trusted).stitch("", c, &s);
         assert_eq!(t.basis, Some(ClockBasis::Trusted));
         assert_eq!(
-            (t.uplink_ms, t.downlink_ms, t.offset_ms),
+            (ms(t.uplink_ns), ms(t.downlink_ns), ms(t.offset_ns)),
             (Some(20.0), Some(5.0), Some(0.0))
         );
         let n = Stitcher::new(ClockMode::None).stitch("", c, &s);
         assert_eq!(n.basis, Some(ClockBasis::None));
         assert_eq!(
-            (n.net_ms, n.uplink_ms, n.roundtrip_ms),
+            (ms(n.net_ns), ms(n.uplink_ns), ms(n.roundtrip_ns)),
             (Some(25.0), None, Some(37.0))
         );
 
@@ -959,14 +966,14 @@ mod tests {
         let d = Stitcher::new(ClockMode::Estimate).stitch("", c, &openpi);
         assert_eq!(d.basis, Some(ClockBasis::Degraded));
         assert_eq!(
-            (d.infer_ms, d.net_ms, d.server_ms),
+            (ms(d.infer_ns), ms(d.net_ns), ms(d.server_ns)),
             (Some(12.0), Some(25.0), None)
         );
-        assert_eq!((d.uplink_ms, d.split_err_ms), (None, None));
+        assert_eq!((ms(d.uplink_ns), ms(d.split_err_ns)), (None, None));
         // Nothing at all: a labelled black box.
         let b = Stitcher::new(ClockMode::Estimate).stitch("", c, &ServerTiming::default());
         assert_eq!(
-            (b.basis, b.roundtrip_ms, b.net_ms),
+            (b.basis, ms(b.roundtrip_ns), ms(b.net_ns)),
             (Some(ClockBasis::Degraded), Some(37.0), None)
         );
     }
@@ -987,7 +994,7 @@ mod tests {
         let out = st.stitch("", c, &s);
         assert!(out.clamped);
         assert_eq!(
-            (out.net_ms, out.uplink_ms, out.downlink_ms),
+            (ms(out.net_ns), ms(out.uplink_ns), ms(out.downlink_ns)),
             (Some(0.0), Some(0.0), Some(0.0))
         );
         // Client clock going backwards.
@@ -996,7 +1003,7 @@ mod tests {
             recv_unix_ns: BASE,
         };
         let out = st.stitch("", back, &ServerTiming::default());
-        assert!(out.clamped && out.roundtrip_ms == Some(0.0));
+        assert!(out.clamped && ms(out.roundtrip_ns) == Some(0.0));
         assert_eq!(st.clamped(), 2);
         let mut est = Stitcher::new(ClockMode::Estimate);
         let out = est.stitch("", c, &s);
@@ -1019,9 +1026,9 @@ mod tests {
         let mut st = Stitcher::new(ClockMode::Estimate);
         for i in 0..20u64 {
             let (c, s) = a.call(i * 10 * MS, MS, MS, MS);
-            assert!((st.stitch("a", c, &s).offset_ms.unwrap() - 100.0).abs() < 1e-6);
+            assert!((ms(st.stitch("a", c, &s).offset_ns).unwrap() - 100.0).abs() < 1e-6);
             let (c, s) = b.call(i * 10 * MS, MS, MS, MS);
-            assert!((st.stitch("b", c, &s).offset_ms.unwrap() + 100.0).abs() < 1e-6);
+            assert!((ms(st.stitch("b", c, &s).offset_ns).unwrap() + 100.0).abs() < 1e-6);
         }
         for p in 0..(MAX_PEERS + 10) {
             let (c, s) = a.call(0, MS, MS, MS);

@@ -86,6 +86,7 @@ pub use wire::TraceParent;
 
 pub use clock::ClockMode;
 pub use context::{SharedIds, TraceContextHook};
-pub use record::{CacheOutcome, CallRecord, ClockBasis, ServerRecord};
+pub use record::{CacheOutcome, CallRecord, ClockBasis, Figures, ServerRecord};
 pub use stage::Stage;
+pub use stagetrace_schema::{self as schema, Figure};
 pub use wire::ServerTiming;

@@ -1,8 +1,13 @@
 //! `CallRecord`: the one representation of a call that flows from the layer
-//! to every sink, and its public JSON-lines format (DESIGN section 1,
-//! `shared/record.schema.json`).
+//! to every sink, and its public JSON-lines format (`docs/architecture.md`,
+//! "The record"; `docs/record.schema.json`). The fields and their units come
+//! from the schema table (`stagetrace-schema`).
 
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
+pub use stagetrace_schema::{ns_to_ms, Figure, FIGURE_COUNT};
+use stagetrace_schema::{Field, FIELDS};
 
 /// What the uplink/downlink split of a record rests on (`clock` field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,101 +98,113 @@ pub struct Timeline {
     pub shared_context: bool,
 }
 
+/// Every duration figure of one call, integer nanoseconds indexed by
+/// [`Figure`]. `None` is a figure that does not apply (absent from the JSON
+/// record, never 0 or null).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Figures([Option<i64>; FIGURE_COUNT]);
+
+impl Figures {
+    /// The figure in nanoseconds, when it applies.
+    pub fn get(&self, f: Figure) -> Option<i64> {
+        self.0[f.index()]
+    }
+
+    /// Sets (or clears, with `None`) a figure, in nanoseconds.
+    pub fn set(&mut self, f: Figure, ns: Option<i64>) {
+        self.0[f.index()] = ns;
+    }
+
+    /// The figures that apply, in display order.
+    pub fn iter(&self) -> impl Iterator<Item = (Figure, i64)> + '_ {
+        Figure::ALL
+            .into_iter()
+            .filter_map(|f| self.get(f).map(|ns| (f, ns)))
+    }
+}
+
+impl FromIterator<(Figure, i64)> for Figures {
+    /// Figures from `(figure, ns)` pairs; a later pair wins.
+    fn from_iter<I: IntoIterator<Item = (Figure, i64)>>(pairs: I) -> Self {
+        let mut out = Figures::default();
+        for (f, ns) in pairs {
+            out.set(f, Some(ns));
+        }
+        out
+    }
+}
+
 /// One call: the public record (one JSON object per line of `records-*.jsonl`).
 ///
-/// Every duration is in milliseconds with microsecond resolution. A field that
+/// Inside the process every duration is integer nanoseconds ([`Figures`],
+/// read with [`CallRecord::get`]); the JSON record writes each figure in the
+/// unit of its name (`*_ms`: milliseconds with microsecond resolution,
+/// `observer_us`: microseconds), as the schema table says
+/// ([`stagetrace_schema::FIELDS`], `docs/record.schema.json`). A field that
 /// does not apply is `None` and absent from the JSON, never 0 or null.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CallRecord {
     /// Per process, in call order.
     pub seq: u64,
-    /// Wall time of the call's start (ms since the Unix epoch).
-    pub ts_unix_ms: f64,
+    /// Wall time of the call's start, nanoseconds since the Unix epoch
+    /// (written as `ts_unix_ms`).
+    pub ts_unix_ns: u64,
     /// Request kind, `"call"` when the app gives none.
     pub kind: String,
     /// 32 lowercase hex digits, the id sent in `traceparent`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
-    /// Trigger → last frame in the local buffer.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub capture_ms: Option<f64>,
-    /// Send → server has the whole request (needs the clock offset).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub uplink_ms: Option<f64>,
-    /// Server receive → inference start.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub queue_ms: Option<f64>,
-    /// Inference start → usable output.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub infer_ms: Option<f64>,
-    /// Server send → client has the whole response (needs the clock offset).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub downlink_ms: Option<f64>,
-    /// Response decoded → executor starts the action.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub dispatch_ms: Option<f64>,
-    /// Client transport span, send → response.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub roundtrip_ms: Option<f64>,
-    /// Server receive → server send on the server's monotonic clock.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub server_ms: Option<f64>,
-    /// `roundtrip − server`: uplink + downlink, exact without clock sync.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub net_ms: Option<f64>,
-    /// The whole call span.
-    #[serde(with = "us_required")]
-    pub e2e_ms: f64,
-    /// `e2e − Σ stages`: time inside the call no stage explains.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub gap_ms: Option<f64>,
-    /// Server − client clock offset used for this call.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub offset_ms: Option<f64>,
-    /// ± bound on the uplink/downlink split.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub split_err_ms: Option<f64>,
+    /// Every duration figure (stages, derived, clock, observer, lateness).
+    pub figures: Figures,
     /// What the split rests on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockBasis>,
-    /// Lateness against the scheduled tick, when a target rate is set.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub late_ms: Option<f64>,
     /// True when the call ended after its tick's deadline.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_miss: Option<bool>,
     /// `Some(true)` for warm-up calls, absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup: Option<bool>,
     /// `Some(true)` when the call did not complete.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failed: Option<bool>,
     /// A short reason, with `failed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The layer's own time spent on this call, in microseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "us")]
-    pub observer_us: Option<f64>,
     /// Hex digest of the returned action, for consistency checks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_digest: Option<String>,
     /// How many requests the server's batch held (this one included), when
     /// the server batches and says so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u32>,
     /// `hit` / `miss` of the server's result cache, when it has one and says so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheOutcome>,
     /// Action chunks of this call dropped as too old to execute (at least 1;
     /// absent when none was).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_dropped: Option<u32>,
     /// Where each span sat; for exporters, not written to the JSON record.
-    #[serde(skip)]
     pub timeline: Timeline,
 }
 
 impl CallRecord {
+    /// A figure in nanoseconds, when it applies.
+    pub fn get(&self, f: Figure) -> Option<i64> {
+        self.figures.get(f)
+    }
+
+    /// A figure in milliseconds (exact, not rounded), for display and tests.
+    pub fn ms(&self, f: Figure) -> Option<f64> {
+        self.get(f).map(ns_to_ms)
+    }
+
+    /// Sets a figure, in nanoseconds.
+    pub fn set(&mut self, f: Figure, ns: i64) {
+        self.figures.set(f, Some(ns));
+    }
+
+    /// The whole call in nanoseconds (`e2e`, present in every record).
+    pub fn e2e_ns(&self) -> i64 {
+        self.get(Figure::E2e).unwrap_or(0)
+    }
+
+    /// Wall time of the call's start in milliseconds since the Unix epoch.
+    pub fn ts_unix_ms(&self) -> f64 {
+        self.ts_unix_ns as f64 / 1e6
+    }
+
     /// The record as one JSON line (no trailing newline).
     pub fn to_json_line(&self) -> String {
         // Serialising plain numbers, strings and bools cannot fail.
@@ -200,34 +217,129 @@ pub fn round_us(ms: f64) -> f64 {
     (ms * 1000.0).round() / 1000.0
 }
 
-mod us {
-    use serde::{Deserialize, Deserializer, Serializer};
+/// Wall time in ns as the record's `ts_unix_ms`: milliseconds with
+/// microsecond resolution (integer rounding first, so no float noise).
+fn unix_ns_to_ms(ns: u64) -> f64 {
+    (ns.saturating_add(500) / 1000) as f64 / 1000.0
+}
 
-    pub(super) fn serialize<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(ms) if ms.is_finite() => s.serialize_f64(super::round_us(*ms)),
-            _ => s.serialize_none(),
+impl Serialize for CallRecord {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Written in the schema's field order; a field that does not apply is absent.
+        let mut map = s.serialize_map(None)?;
+        for info in &FIELDS {
+            let name = info.name;
+            match info.field {
+                Field::Seq => map.serialize_entry(name, &self.seq)?,
+                Field::TsUnix => map.serialize_entry(name, &unix_ns_to_ms(self.ts_unix_ns))?,
+                Field::Kind => map.serialize_entry(name, &self.kind)?,
+                Field::TraceId => entry(&mut map, name, &self.trace_id)?,
+                Field::Figure(f) => match self.get(f) {
+                    Some(ns) => map.serialize_entry(name, &f.to_unit(ns))?,
+                    None if f.is_required() => map.serialize_entry(name, &0.0)?,
+                    None => {}
+                },
+                Field::Clock => entry(&mut map, name, &self.clock)?,
+                Field::DeadlineMiss => entry(&mut map, name, &self.deadline_miss)?,
+                Field::Warmup => entry(&mut map, name, &self.warmup)?,
+                Field::Failed => entry(&mut map, name, &self.failed)?,
+                Field::Error => entry(&mut map, name, &self.error)?,
+                Field::OutputDigest => entry(&mut map, name, &self.output_digest)?,
+                Field::BatchSize => entry(&mut map, name, &self.batch_size)?,
+                Field::Cache => entry(&mut map, name, &self.cache)?,
+                Field::StaleDropped => entry(&mut map, name, &self.stale_dropped)?,
+            }
         }
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        Option::<f64>::deserialize(d)
+        map.end()
     }
 }
 
-mod us_required {
-    use serde::{Deserialize, Deserializer, Serializer};
+fn entry<M: SerializeMap, T: Serialize>(
+    map: &mut M,
+    name: &'static str,
+    v: &Option<T>,
+) -> Result<(), M::Error> {
+    match v {
+        Some(v) => map.serialize_entry(name, v),
+        None => Ok(()),
+    }
+}
 
-    pub(super) fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(if v.is_finite() {
-            super::round_us(*v)
-        } else {
-            0.0
-        })
+impl<'de> Deserialize<'de> for CallRecord {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(RecordVisitor)
+    }
+}
+
+struct RecordVisitor;
+
+impl<'de> Visitor<'de> for RecordVisitor {
+    type Value = CallRecord;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a stagetrace call record (a JSON object)")
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        f64::deserialize(d)
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CallRecord, A::Error> {
+        use serde::de::Error;
+        let mut rec = CallRecord::default();
+        let (mut seen_seq, mut seen_ts, mut seen_kind, mut seen_e2e) = (false, false, false, false);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let Some(field) = Field::from_name(&key) else {
+                // New fields may be added to the format: skip what we do not know.
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            match field {
+                Field::Seq => {
+                    rec.seq = map.next_value()?;
+                    seen_seq = true;
+                }
+                Field::TsUnix => {
+                    let ms: f64 = map.next_value()?;
+                    let ns = stagetrace_schema::ms_to_ns(ms)
+                        .filter(|ns| *ns >= 0)
+                        .ok_or_else(|| A::Error::custom("ts_unix_ms out of range"))?;
+                    rec.ts_unix_ns = ns as u64;
+                    seen_ts = true;
+                }
+                Field::Kind => {
+                    rec.kind = map.next_value()?;
+                    seen_kind = true;
+                }
+                Field::TraceId => rec.trace_id = map.next_value()?,
+                Field::Figure(f) => {
+                    let v: Option<f64> = map.next_value()?;
+                    if let Some(v) = v {
+                        let ns = f.from_unit(v).ok_or_else(|| {
+                            A::Error::custom(format_args!("{} out of range", f.field()))
+                        })?;
+                        rec.set(f, ns);
+                        seen_e2e |= f == Figure::E2e;
+                    }
+                }
+                Field::Clock => rec.clock = map.next_value()?,
+                Field::DeadlineMiss => rec.deadline_miss = map.next_value()?,
+                Field::Warmup => rec.warmup = map.next_value()?,
+                Field::Failed => rec.failed = map.next_value()?,
+                Field::Error => rec.error = map.next_value()?,
+                Field::OutputDigest => rec.output_digest = map.next_value()?,
+                Field::BatchSize => rec.batch_size = map.next_value()?,
+                Field::Cache => rec.cache = map.next_value()?,
+                Field::StaleDropped => rec.stale_dropped = map.next_value()?,
+            }
+        }
+        for (seen, name) in [
+            (seen_seq, "seq"),
+            (seen_ts, "ts_unix_ms"),
+            (seen_kind, "kind"),
+            (seen_e2e, "e2e_ms"),
+        ] {
+            if !seen {
+                return Err(A::Error::missing_field(name));
+            }
+        }
+        Ok(rec)
     }
 }
 

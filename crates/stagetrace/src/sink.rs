@@ -12,14 +12,14 @@ use crate::summary::WindowSummary;
 /// that panics is disabled and reported once; the other outputs keep running.
 ///
 /// ```
-/// use stagetrace::{CallRecord, RecordSink};
+/// use stagetrace::{CallRecord, Figure, RecordSink};
 ///
 /// #[derive(Debug, Default)]
 /// struct Slowest(f64);
 ///
 /// impl RecordSink for Slowest {
 ///     fn on_record(&mut self, rec: &CallRecord) {
-///         self.0 = self.0.max(rec.e2e_ms);
+///         self.0 = self.0.max(rec.ms(Figure::E2e).unwrap_or(0.0));
 ///     }
 /// }
 /// ```

@@ -11,23 +11,14 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::record::{round_us, CallRecord};
+use crate::record::{round_us, CallRecord, Figure, FIGURE_COUNT};
 
-/// The figures a summary reports, in call order. Each is a `*_ms` field of
-/// [`CallRecord`] without the suffix.
-pub const FIGURES: [&str; 11] = [
-    "capture",
-    "uplink",
-    "queue",
-    "infer",
-    "downlink",
-    "dispatch",
-    "roundtrip",
-    "server",
-    "net",
-    "e2e",
-    "gap",
-];
+/// The figures a summary reports, in display order: the schema's call-time
+/// figures (the six stages and those derived from them; see
+/// [`Figure::is_call_time`]). Each is keyed by its short name (`"infer"`).
+pub fn figures() -> impl Iterator<Item = Figure> {
+    Figure::ALL.into_iter().filter(|f| f.is_call_time())
+}
 
 /// Most kinds a summary tracks separately; further kinds are pooled under
 /// [`OTHER_KINDS`] so an app that sends a fresh kind per call cannot grow memory.
@@ -49,22 +40,6 @@ fn record_capped(h: &mut Histogram<u64>, v: u64) {
     if h.record(v).is_err() {
         h.saturating_record(v);
     }
-}
-
-fn figure_values(rec: &CallRecord) -> [Option<f64>; 11] {
-    [
-        rec.capture_ms,
-        rec.uplink_ms,
-        rec.queue_ms,
-        rec.infer_ms,
-        rec.downlink_ms,
-        rec.dispatch_ms,
-        rec.roundtrip_ms,
-        rec.server_ms,
-        rec.net_ms,
-        Some(rec.e2e_ms),
-        rec.gap_ms,
-    ]
 }
 
 /// Distribution of one figure over a window, in milliseconds.
@@ -94,7 +69,7 @@ pub struct StageStats {
 pub struct KindSummary {
     /// Steady-state calls of this kind in the window.
     pub calls: u64,
-    /// Figure name (see [`FIGURES`]) → distribution.
+    /// Figure name (see [`figures`]) → distribution.
     pub stages: BTreeMap<String, StageStats>,
 }
 
@@ -145,7 +120,7 @@ pub struct WindowSummary {
     pub warmup_calls: u64,
     /// Failed calls (`failed: true`), kept out of the stage figures.
     pub failed_calls: u64,
-    /// Figure name (see [`FIGURES`]) → distribution over steady-state calls.
+    /// Figure name (see [`figures`]) → distribution over steady-state calls.
     pub stages: BTreeMap<String, StageStats>,
     /// Kind → its own figures.
     pub kinds: BTreeMap<String, KindSummary>,
@@ -188,7 +163,7 @@ impl WindowSummary {
             "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
             "stage (ms)", "count", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
         );
-        for name in FIGURES {
+        for name in figures().map(Figure::name) {
             if let Some(s) = self.stages.get(name) {
                 let _ = writeln!(
                     out,
@@ -237,100 +212,109 @@ impl WindowSummary {
 /// The cumulative summary returned by [`FlushGuard::finish`](crate::FlushGuard::finish).
 pub type Summary = WindowSummary;
 
-/// A histogram in whole units (µs or ns) plus exact count / min / max / sum in ms.
+/// One figure's distribution: a histogram in µs plus the exact count, min,
+/// max and sum in integer ns; milliseconds only when the stats are read.
 #[derive(Debug)]
-struct Figure {
+struct Dist {
     hist: Histogram<u64>,
     count: u64,
-    min: f64,
-    max: f64,
-    sum: f64,
+    min_ns: i64,
+    max_ns: i64,
+    sum_ns: i128,
 }
 
-impl Figure {
+impl Dist {
     fn new() -> Option<Self> {
-        Some(Figure {
+        Some(Dist {
             hist: Histogram::new(SIGFIG).ok()?,
             count: 0,
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
-            sum: 0.0,
+            min_ns: i64::MAX,
+            max_ns: i64::MIN,
+            sum_ns: 0,
         })
     }
 
-    fn record(&mut self, ms: f64) {
-        if !ms.is_finite() {
-            return;
-        }
-        let ms = ms.max(0.0);
-        record_capped(&mut self.hist, (ms * 1000.0).round() as u64);
+    fn record(&mut self, ns: i64) {
+        let ns = ns.max(0);
+        record_capped(&mut self.hist, (ns as u64).saturating_add(500) / 1000);
         self.count += 1;
-        self.min = self.min.min(ms);
-        self.max = self.max.max(ms);
-        self.sum += ms;
+        self.min_ns = self.min_ns.min(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.sum_ns += i128::from(ns);
     }
 
     fn quantile_ms(&self, q: f64) -> f64 {
-        let v = self.hist.value_at_quantile(q) as f64 / 1000.0;
+        let ns = i64::try_from(self.hist.value_at_quantile(q))
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000);
         // The histogram reports the top of a bucket; never beyond the exact extremes.
-        round_us(v.clamp(self.min, self.max))
+        ms_rounded(ns.clamp(self.min_ns, self.max_ns))
     }
 
     fn stats(&self) -> Option<StageStats> {
         if self.count == 0 {
             return None;
         }
+        let mean_ns = (self.sum_ns / i128::from(self.count)) as i64;
         Some(StageStats {
             count: self.count,
-            min: round_us(self.min),
+            min: ms_rounded(self.min_ns),
             p50: self.quantile_ms(0.50),
             p90: self.quantile_ms(0.90),
             p99: self.quantile_ms(0.99),
             p99_9: self.quantile_ms(0.999),
-            max: round_us(self.max),
-            mean: round_us(self.sum / self.count as f64),
+            max: ms_rounded(self.max_ns),
+            mean: ms_rounded(mean_ns),
         })
     }
 
     fn reset(&mut self) {
         self.hist.reset();
         self.count = 0;
-        self.min = f64::INFINITY;
-        self.max = f64::NEG_INFINITY;
-        self.sum = 0.0;
+        self.min_ns = i64::MAX;
+        self.max_ns = i64::MIN;
+        self.sum_ns = 0;
     }
 }
 
-/// One [`Figure`] per entry of [`FIGURES`], created on first use.
+/// ns as ms with µs resolution, rounded exactly as the record writes them,
+/// so a summary's min and max equal the records' own values.
+fn ms_rounded(ns: i64) -> f64 {
+    Figure::E2e.to_unit(ns)
+}
+
+/// One [`Dist`] per summarised figure (indexed by [`Figure::index`]),
+/// created on first use.
 #[derive(Debug, Default)]
 struct FigureSet {
-    figs: [Option<Figure>; 11],
+    figs: [Option<Dist>; FIGURE_COUNT],
 }
 
 impl FigureSet {
     fn add(&mut self, rec: &CallRecord) {
-        for (slot, value) in self.figs.iter_mut().zip(figure_values(rec)) {
-            if let Some(ms) = value {
-                if slot.is_none() {
-                    *slot = Figure::new();
-                }
-                if let Some(f) = slot {
-                    f.record(ms);
-                }
+        for f in figures() {
+            let Some(ns) = rec.get(f) else { continue };
+            let slot = &mut self.figs[f.index()];
+            if slot.is_none() {
+                *slot = Dist::new();
+            }
+            if let Some(d) = slot {
+                d.record(ns);
             }
         }
     }
 
     fn stats(&self) -> BTreeMap<String, StageStats> {
-        FIGURES
-            .iter()
-            .zip(&self.figs)
-            .filter_map(|(name, f)| Some(((*name).to_owned(), f.as_ref()?.stats()?)))
+        figures()
+            .filter_map(|f| {
+                let d = self.figs[f.index()].as_ref()?;
+                Some((f.name().to_owned(), d.stats()?))
+            })
             .collect()
     }
 
     fn reset(&mut self) {
-        self.figs.iter_mut().flatten().for_each(Figure::reset);
+        self.figs.iter_mut().flatten().for_each(Dist::reset);
     }
 }
 
@@ -555,9 +539,8 @@ impl Accum {
         }
         self.calls += 1;
         self.all.add(rec);
-        if let Some(obs) = rec.observer_us {
-            self.observer_ns
-                .record((obs * 1000.0).round().max(0.0) as u64);
+        if let Some(obs) = rec.get(Figure::Observer) {
+            self.observer_ns.record(obs.max(0) as u64);
         }
         let idx = match self.kinds.iter().position(|(k, _, _)| *k == rec.kind) {
             Some(i) => i,
@@ -675,9 +658,9 @@ mod tests {
 
     #[test]
     fn figure_percentiles_within_precision_and_exact_extremes() {
-        let mut f = Figure::new().unwrap();
+        let mut f = Dist::new().unwrap();
         for i in 1..=1000 {
-            f.record(i as f64 * 0.1);
+            f.record(i * 100_000); // 0.1 ms steps
         }
         let s = f.stats().unwrap();
         assert_eq!(s.count, 1000);

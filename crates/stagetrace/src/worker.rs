@@ -15,7 +15,7 @@ use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitcher, ANCHOR_REFRESH};
 use crate::health;
 use crate::layer::{Msg, RawCall, Shared, StageAcc};
-use crate::record::{CacheOutcome, CallRecord, SpanTime, Timeline};
+use crate::record::{CacheOutcome, CallRecord, Figure, SpanTime, Timeline};
 use crate::sink::RecordSink;
 use crate::stage::Stage;
 use crate::stamp::Calibration;
@@ -355,27 +355,29 @@ impl Worker {
     fn build_record(&mut self, raw: &RawCall) -> (CallRecord, Option<DeadlineObs>) {
         let s = &raw.state;
         let cal = self.cal;
-        let ms = |ns: u64| ns as f64 / 1e6;
+        // Figures are integer ns from the stamp to the record (durations fit
+        // i64 for 292 years).
+        let ns = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let start = cal.instant(s.start);
         let end = cal.instant(raw.end);
         let e2e_ns = cal.ns(raw.end.ticks_since(s.start));
         let call_start_unix_ns = self.anchor.to_unix_ns(start);
         let mut rec = CallRecord {
             seq: s.seq.unwrap_or(s.ordinal),
-            ts_unix_ms: call_start_unix_ns as f64 / 1e6,
+            ts_unix_ns: call_start_unix_ns,
             kind: if s.kind.is_empty() {
                 "call".to_owned()
             } else {
                 s.kind.as_str().to_owned()
             },
             trace_id: Some(format!("{:032x}", s.trace_id)),
-            e2e_ms: ms(e2e_ns),
             ..CallRecord::default()
         };
+        rec.set(Figure::E2e, ns(e2e_ns));
         let acc = |stage: Stage| -> StageAcc { s.stages[stage.index()] };
         let total = |stage: Stage| {
             let a = acc(stage);
-            (a.count > 0).then(|| ms(cal.ns(a.sum_ticks)))
+            (a.count > 0).then(|| ns(cal.ns(a.sum_ticks)))
         };
         let placed = |stage: Stage| {
             let a = acc(stage);
@@ -393,8 +395,8 @@ impl Worker {
             shared_context: s.shared_context,
             ..Timeline::default()
         };
-        rec.capture_ms = total(Stage::Capture);
-        rec.dispatch_ms = total(Stage::Dispatch);
+        rec.figures.set(Figure::Capture, total(Stage::Capture));
+        rec.figures.set(Figure::Dispatch, total(Stage::Dispatch));
 
         if let Some(t) = s.transport {
             let t_start = cal.ns(t.start.ticks_since(s.start));
@@ -404,7 +406,7 @@ impl Worker {
                 dur_ns: t_dur,
             });
             tl.transport_span_id = Some(t.span_id.to_be_bytes());
-            rec.roundtrip_ms = Some(ms(t_dur));
+            rec.set(Figure::Roundtrip, ns(t_dur));
             if let Some(timing) = t.timing {
                 rec.batch_size = timing.batch_size;
                 rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
@@ -418,40 +420,44 @@ impl Worker {
                 if st.clamped {
                     health::count_clamped();
                 }
-                rec.roundtrip_ms = st.roundtrip_ms.or(rec.roundtrip_ms);
-                rec.server_ms = st.server_ms;
-                rec.net_ms = st.net_ms;
-                rec.uplink_ms = st.uplink_ms;
-                rec.downlink_ms = st.downlink_ms;
-                rec.queue_ms = st.queue_ms;
-                rec.infer_ms = st.infer_ms;
-                rec.offset_ms = st.offset_ms;
-                rec.split_err_ms = st.split_err_ms;
+                let f = &mut rec.figures;
+                f.set(
+                    Figure::Roundtrip,
+                    st.roundtrip_ns.or(f.get(Figure::Roundtrip)),
+                );
+                f.set(Figure::Server, st.server_ns);
+                f.set(Figure::Net, st.net_ns);
+                f.set(Figure::Uplink, st.uplink_ns);
+                f.set(Figure::Downlink, st.downlink_ns);
+                f.set(Figure::Queue, st.queue_ns);
+                f.set(Figure::Infer, st.infer_ns);
+                f.set(Figure::Offset, st.offset_ns);
+                f.set(Figure::SplitErr, st.split_err_ns);
                 rec.clock = st.basis;
-                let ns = |v: f64| (v.max(0.0) * 1e6).round() as u64;
+                let ns = |v: i64| v.max(0) as u64;
                 let t_end = t_start.saturating_add(t_dur);
                 let mut cursor = t_start;
-                if let Some(up) = st.uplink_ms {
+                if let Some(up) = st.uplink_ns {
                     tl.uplink = Some(SpanTime {
                         start_ns: t_start,
                         dur_ns: ns(up),
                     });
                     cursor = t_start.saturating_add(ns(up));
                 }
-                if let Some(q) = st.queue_ms {
+                if let Some(q) = st.queue_ns {
                     tl.queue = Some(SpanTime {
                         start_ns: cursor,
                         dur_ns: ns(q),
                     });
                     cursor = cursor.saturating_add(ns(q));
                 }
-                if let Some(i) = st.infer_ms {
+                if let Some(i) = st.infer_ns {
                     tl.infer = Some(SpanTime {
                         start_ns: cursor,
                         dur_ns: ns(i),
                     });
                 }
-                if let Some(down) = st.downlink_ms {
+                if let Some(down) = st.downlink_ns {
                     tl.downlink = Some(SpanTime {
                         start_ns: t_end.saturating_sub(ns(down)),
                         dur_ns: ns(down),
@@ -461,15 +467,15 @@ impl Worker {
             let all = acc(Stage::Transport);
             if all.count > 1 {
                 // Retries: the roundtrip is every attempt; the split is the stitched one.
-                rec.roundtrip_ms = Some(ms(cal.ns(all.sum_ticks)));
+                rec.set(Figure::Roundtrip, ns(cal.ns(all.sum_ticks)));
             }
         }
-        if rec.queue_ms.is_none() {
-            rec.queue_ms = total(Stage::Queue);
+        if rec.get(Figure::Queue).is_none() {
+            rec.figures.set(Figure::Queue, total(Stage::Queue));
             tl.queue = placed(Stage::Queue);
         }
-        if rec.infer_ms.is_none() {
-            rec.infer_ms = total(Stage::Infer);
+        if rec.get(Figure::Infer).is_none() {
+            rec.figures.set(Figure::Infer, total(Stage::Infer));
             tl.infer = placed(Stage::Infer);
         }
 
@@ -481,11 +487,11 @@ impl Worker {
         if covered_ns > e2e_ns {
             // Overlapping top-level stage spans (concurrent tasks) cover more than the call.
             health::count_clamped();
-            rec.gap_ms = Some(0.0);
+            rec.set(Figure::Gap, 0);
         } else {
-            rec.gap_ms = Some(ms(e2e_ns - covered_ns));
+            rec.set(Figure::Gap, ns(e2e_ns - covered_ns));
         }
-        rec.observer_us = Some(cal.ns(s.observer_ticks) as f64 / 1e3);
+        rec.set(Figure::Observer, ns(cal.ns(s.observer_ticks)));
         if let Some(reason) = s.failed {
             rec.failed = Some(true);
             rec.error = Some(reason.to_owned());
@@ -503,7 +509,7 @@ impl Worker {
         }
         let obs = self.deadline.as_mut().map(|d| d.observe(start, end));
         if let Some(o) = obs {
-            rec.late_ms = Some(o.late_ns as f64 / 1e6);
+            rec.set(Figure::Late, o.late_ns);
             rec.deadline_miss = Some(o.late_ns > 0);
         }
         rec.timeline = tl;

@@ -4,6 +4,7 @@
 
 mod common;
 
+use stagetrace::Figure;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -32,11 +33,11 @@ fn renamed_spans_stage_field_and_custom_call_name() {
     guard.finish();
     let r = &read_records(dir.path())[0];
     assert_eq!((r.seq, r.kind.as_str()), (42, "reset"));
-    assert!(r.capture_ms.unwrap() >= 2.0, "{r:?}");
-    assert!(r.infer_ms.unwrap() >= 3.0);
-    assert!(r.dispatch_ms.unwrap() >= 1.0);
+    assert!(r.ms(Figure::Capture).unwrap() >= 2.0, "{r:?}");
+    assert!(r.ms(Figure::Infer).unwrap() >= 3.0);
+    assert!(r.ms(Figure::Dispatch).unwrap() >= 1.0);
     // A stage that did not happen is absent, not 0.
-    assert!(r.roundtrip_ms.is_none() && r.queue_ms.is_none());
+    assert!(r.ms(Figure::Roundtrip).is_none() && r.ms(Figure::Queue).is_none());
 }
 
 #[test]
@@ -52,7 +53,11 @@ fn async_style_spans_count_from_creation_to_close() {
         drop(call);
     });
     let r = &recs[0];
-    assert!(r.capture_ms.unwrap() >= 5.0, "{:?}", r.capture_ms);
+    assert!(
+        r.ms(Figure::Capture).unwrap() >= 5.0,
+        "{:?}",
+        r.ms(Figure::Capture)
+    );
 }
 
 #[test]
@@ -87,19 +92,22 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
         });
     });
     let r = &recs[0];
-    assert_eq!(r.server_ms, Some(3.0));
-    assert_eq!(r.infer_ms, Some(2.5));
-    assert_eq!(r.queue_ms, Some(0.2));
-    let (rt, net) = (r.roundtrip_ms.unwrap(), r.net_ms.unwrap());
+    assert_eq!(r.ms(Figure::Server), Some(3.0));
+    assert_eq!(r.ms(Figure::Infer), Some(2.5));
+    assert_eq!(r.ms(Figure::Queue), Some(0.2));
+    let (rt, net) = (r.ms(Figure::Roundtrip).unwrap(), r.ms(Figure::Net).unwrap());
     assert!(
         (net - (rt - 3.0)).abs() < 0.002,
         "net {net} vs roundtrip {rt}"
     );
     // Same host, same clock: an estimated split of the injected 1 ms each way.
-    let (up, down) = (r.uplink_ms.unwrap(), r.downlink_ms.unwrap());
+    let (up, down) = (
+        r.ms(Figure::Uplink).unwrap(),
+        r.ms(Figure::Downlink).unwrap(),
+    );
     assert!((up + down - net).abs() < 0.003, "{up} + {down} vs {net}");
     assert_eq!(r.clock, Some(stagetrace::ClockBasis::Estimate));
-    assert!(r.split_err_ms.is_some(), "{r:?}");
+    assert!(r.ms(Figure::SplitErr).is_some(), "{r:?}");
     let tl = r.timeline;
     let (t, u, d) = (
         tl.transport.unwrap(),
@@ -190,13 +198,13 @@ fn batch_cache_and_stale_drops_reach_the_record() {
     assert_eq!(recs.len(), 3);
     assert_eq!(recs[0].batch_size, Some(4));
     assert_eq!(recs[0].cache, Some(stagetrace::CacheOutcome::Miss));
-    assert_eq!(recs[0].server_ms, Some(0.5));
+    assert_eq!(recs[0].ms(Figure::Server), Some(0.5));
     assert_eq!(recs[0].stale_dropped, None);
     assert_eq!(recs[1].cache, Some(stagetrace::CacheOutcome::Hit));
     assert_eq!(recs[1].batch_size, None);
     // No time fields came back: no stitch, the roundtrip as a black box.
-    assert!(recs[1].server_ms.is_none() && recs[1].clock.is_none());
-    assert!(recs[1].roundtrip_ms.is_some());
+    assert!(recs[1].ms(Figure::Server).is_none() && recs[1].clock.is_none());
+    assert!(recs[1].ms(Figure::Roundtrip).is_some());
     assert_eq!(recs[2].stale_dropped, Some(3));
     assert!(recs[2].batch_size.is_none() && recs[2].cache.is_none());
     // In the file: as named in the schema, absent where they do not apply.
@@ -253,7 +261,7 @@ fn other_layers_still_see_every_span() {
     assert_eq!(seen.load(Ordering::Relaxed), 21);
     // The capture spans nested in non-stage spans still count for the call.
     let r = &collect.records()[0];
-    assert!(r.capture_ms.is_some());
+    assert!(r.ms(Figure::Capture).is_some());
 }
 
 #[test]
@@ -276,7 +284,11 @@ fn deadline_figures_without_coordinated_omission() {
     });
     let overrun = recs.iter().find(|r| r.seq == 15).unwrap();
     assert_eq!(overrun.deadline_miss, Some(true));
-    assert!(overrun.late_ms.unwrap() > 10.0, "{:?}", overrun.late_ms);
+    assert!(
+        overrun.ms(Figure::Late).unwrap() > 10.0,
+        "{:?}",
+        overrun.ms(Figure::Late)
+    );
     let d = summary.deadline.unwrap();
     assert_eq!(d.target_hz, 100.0);
     assert!(d.skipped_ticks >= 2, "{d:?}");
@@ -300,13 +312,13 @@ fn a_stage_nested_in_a_stage_is_reported_but_not_counted_twice_in_the_gap() {
     });
     let r = &recs[0];
     let (rt, infer, gap) = (
-        r.roundtrip_ms.unwrap(),
-        r.infer_ms.unwrap(),
-        r.gap_ms.unwrap(),
+        r.ms(Figure::Roundtrip).unwrap(),
+        r.ms(Figure::Infer).unwrap(),
+        r.ms(Figure::Gap).unwrap(),
     );
     assert!(infer >= 3.0 && rt >= infer + 1.0, "{r:?}");
     assert!(
-        (r.e2e_ms - rt - gap).abs() <= 0.003,
+        (r.ms(Figure::E2e).unwrap() - rt - gap).abs() <= 0.003,
         "gap must only subtract the outer span: {r:?}"
     );
     let tl = r.timeline;
@@ -337,7 +349,7 @@ fn the_unfiltered_layer_records_the_same_calls() {
     let r = &collect.records()[0];
     assert_eq!(r.kind, "k");
     assert!(
-        r.capture_ms.unwrap() >= 2.0 && r.dispatch_ms.unwrap() >= 1.0,
+        r.ms(Figure::Capture).unwrap() >= 2.0 && r.ms(Figure::Dispatch).unwrap() >= 1.0,
         "{r:?}"
     );
     assert_eq!(

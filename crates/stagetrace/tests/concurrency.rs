@@ -3,6 +3,7 @@
 
 mod common;
 
+use stagetrace::Figure;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -92,18 +93,18 @@ fn four_threads_never_mix_stages() {
             );
         };
         if t % 2 == 0 {
-            within(rec.capture_ms, 0);
-            within(rec.dispatch_ms, 1);
+            within(rec.ms(Figure::Capture), 0);
+            within(rec.ms(Figure::Dispatch), 1);
             assert!(
-                rec.roundtrip_ms.is_none() && rec.infer_ms.is_none(),
+                rec.ms(Figure::Roundtrip).is_none() && rec.ms(Figure::Infer).is_none(),
                 "seq {}",
                 rec.seq
             );
         } else {
-            within(rec.roundtrip_ms, 0);
-            within(rec.infer_ms, 1);
+            within(rec.ms(Figure::Roundtrip), 0);
+            within(rec.ms(Figure::Infer), 1);
             assert!(
-                rec.capture_ms.is_none() && rec.dispatch_ms.is_none(),
+                rec.ms(Figure::Capture).is_none() && rec.ms(Figure::Dispatch).is_none(),
                 "seq {}",
                 rec.seq
             );

@@ -3,6 +3,7 @@
 
 mod common;
 
+use stagetrace::Figure;
 use std::time::Duration;
 
 use common::{read_records, read_summaries, run_collecting};
@@ -93,7 +94,7 @@ fn a_panicking_call_is_recorded_as_failed() {
     let doomed = records.iter().find(|r| r.kind == "doomed").unwrap();
     assert_eq!(doomed.failed, Some(true));
     assert_eq!(doomed.error.as_deref(), Some("panic"));
-    assert!(doomed.capture_ms.is_some());
+    assert!(doomed.ms(Figure::Capture).is_some());
     assert_eq!((summary.calls, summary.failed_calls), (1, 1));
 }
 
@@ -123,9 +124,9 @@ fn stray_spans_and_empty_calls_are_counted_not_mixed() {
     assert_eq!(records.len(), 2);
     assert!(records
         .iter()
-        .all(|r| r.infer_ms.is_none() && r.queue_ms.is_none()));
+        .all(|r| r.ms(Figure::Infer).is_none() && r.ms(Figure::Queue).is_none()));
     let empty = records.iter().find(|r| r.kind == "empty").unwrap();
-    assert_eq!(empty.gap_ms, Some(empty.e2e_ms));
+    assert_eq!(empty.ms(Figure::Gap), empty.ms(Figure::E2e));
     assert_eq!(summary.ignored_spans, 3, "{summary:?}");
     assert_eq!(summary.empty_calls, 1);
     let lines = read_summaries(dir.path());

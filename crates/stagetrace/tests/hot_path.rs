@@ -5,6 +5,7 @@
 
 mod common;
 
+use stagetrace::Figure;
 use std::time::Duration;
 
 use common::{run_collecting, spin_for};
@@ -14,7 +15,7 @@ use tracing::info_span;
 /// e2e − (sum of the top-level stages) − gap, ms: 0 when the gap subtracts
 /// exactly the top-level stages.
 fn gap_residual(r: &stagetrace::CallRecord, top_level_ms: f64) -> f64 {
-    (r.e2e_ms - top_level_ms - r.gap_ms.unwrap()).abs()
+    (r.ms(Figure::E2e).unwrap() - top_level_ms - r.ms(Figure::Gap).unwrap()).abs()
 }
 
 #[test]
@@ -33,10 +34,10 @@ fn stages_nested_in_other_stages_are_not_counted_twice_in_the_gap() {
     });
     let r = &recs[0];
     let (capture, infer, dispatch, queue) = (
-        r.capture_ms.unwrap(),
-        r.infer_ms.unwrap(),
-        r.dispatch_ms.unwrap(),
-        r.queue_ms.unwrap(),
+        r.ms(Figure::Capture).unwrap(),
+        r.ms(Figure::Infer).unwrap(),
+        r.ms(Figure::Dispatch).unwrap(),
+        r.ms(Figure::Queue).unwrap(),
     );
     assert!(infer >= 2.0 && capture >= infer + 1.0, "{r:?}");
     assert!(queue >= 2.0 && dispatch >= queue + 1.0, "{r:?}");
@@ -61,8 +62,8 @@ fn many_stage_spans_open_at_once_are_all_counted() {
     });
     let r = &recs[0];
     // Each of the ten lasted at least 2 ms.
-    assert!(r.capture_ms.unwrap() >= 20.0, "{r:?}");
-    assert!(r.infer_ms.unwrap() >= 1.0, "{r:?}");
+    assert!(r.ms(Figure::Capture).unwrap() >= 20.0, "{r:?}");
+    assert!(r.ms(Figure::Infer).unwrap() >= 1.0, "{r:?}");
     assert_eq!((summary.calls, summary.ignored_spans), (1, 0));
 }
 
@@ -77,8 +78,8 @@ fn unknown_stage_values_and_stages_outside_calls_are_not_stages() {
         });
     });
     let r = &recs[0];
-    let infer = r.infer_ms.unwrap();
-    assert!(infer >= 1.0 && r.capture_ms.is_none(), "{r:?}");
+    let infer = r.ms(Figure::Infer).unwrap();
+    assert!(infer >= 1.0 && r.ms(Figure::Capture).is_none(), "{r:?}");
     // The unknown-stage span is not a stage: infer is top-level.
     assert!(gap_residual(r, infer) <= 0.003, "{r:?}");
     // The stage outside a call and the unknown `stage` value.

@@ -4,6 +4,7 @@
 
 mod common;
 
+use stagetrace::Figure;
 use std::time::{Duration, Instant};
 
 use common::{read_records, read_summaries, run_collecting, spin_for};
@@ -86,28 +87,38 @@ fn injected_stage_costs_are_measured_within_1ms() {
     for (rec, (cost, outer, e2e_outer)) in records.iter().zip(&truth) {
         let seq = rec.seq;
         assert_eq!(rec.kind, "step");
-        check("capture", seq, rec.capture_ms, cost[0], outer[0]);
-        check("roundtrip", seq, rec.roundtrip_ms, cost[1], outer[1]);
-        check("infer", seq, rec.infer_ms, cost[2], outer[2]);
-        check("dispatch", seq, rec.dispatch_ms, cost[3], outer[3]);
+        check("capture", seq, rec.ms(Figure::Capture), cost[0], outer[0]);
+        check(
+            "roundtrip",
+            seq,
+            rec.ms(Figure::Roundtrip),
+            cost[1],
+            outer[1],
+        );
+        check("infer", seq, rec.ms(Figure::Infer), cost[2], outer[2]);
+        check("dispatch", seq, rec.ms(Figure::Dispatch), cost[3], outer[3]);
         let sum: Duration = cost.iter().sum();
-        check("e2e", seq, Some(rec.e2e_ms), sum, *e2e_outer);
+        check("e2e", seq, rec.ms(Figure::E2e), sum, *e2e_outer);
         // No server timing: a black-box roundtrip, no split, no clock basis.
-        assert!(rec.uplink_ms.is_none() && rec.server_ms.is_none() && rec.clock.is_none());
-        let stages = rec.capture_ms.unwrap()
-            + rec.roundtrip_ms.unwrap()
-            + rec.infer_ms.unwrap()
-            + rec.dispatch_ms.unwrap();
-        let gap = rec.gap_ms.unwrap();
         assert!(
-            (rec.e2e_ms - stages - gap).abs() <= 5.0 * US,
+            rec.ms(Figure::Uplink).is_none()
+                && rec.ms(Figure::Server).is_none()
+                && rec.clock.is_none()
+        );
+        let stages = rec.ms(Figure::Capture).unwrap()
+            + rec.ms(Figure::Roundtrip).unwrap()
+            + rec.ms(Figure::Infer).unwrap()
+            + rec.ms(Figure::Dispatch).unwrap();
+        let gap = rec.ms(Figure::Gap).unwrap();
+        assert!(
+            (rec.ms(Figure::E2e).unwrap() - stages - gap).abs() <= 5.0 * US,
             "gap {gap} inconsistent"
         );
         assert!(
             gap < 1.0 || ms(*e2e_outer) - ms(sum) >= 1.0,
             "gap {gap} ms too large"
         );
-        assert!(rec.observer_us.unwrap() > 0.0);
+        assert!(rec.get(Figure::Observer).map(|ns| ns as f64 / 1e3).unwrap() > 0.0);
         assert_eq!(rec.trace_id.as_deref().map(str::len), Some(32));
     }
     let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
@@ -176,10 +187,10 @@ fn summary_percentiles_match_exact_percentiles_of_the_records() {
     for (name, get) in [
         (
             "capture",
-            (|r: &stagetrace::CallRecord| r.capture_ms.unwrap()) as fn(&_) -> f64,
+            (|r: &stagetrace::CallRecord| r.ms(Figure::Capture).unwrap()) as fn(&_) -> f64,
         ),
-        ("e2e", |r| r.e2e_ms),
-        ("gap", |r| r.gap_ms.unwrap()),
+        ("e2e", |r| r.ms(Figure::E2e).unwrap()),
+        ("gap", |r| r.ms(Figure::Gap).unwrap()),
     ] {
         let mut v: Vec<f64> = steady.iter().map(|r| get(r)).collect();
         v.sort_by(f64::total_cmp);
