@@ -511,6 +511,11 @@ const fn plain(field: Field, name: &'static str, ty: FieldType) -> FieldInfo {
     }
 }
 
+const fn always(mut info: FieldInfo) -> FieldInfo {
+    info.required = true;
+    info
+}
+
 const fn figure_field(f: Figure) -> FieldInfo {
     let info = &TABLE[f.index()];
     FieldInfo {
@@ -526,18 +531,9 @@ pub const FIELD_COUNT: usize = 28;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
-    FieldInfo {
-        required: true,
-        ..plain(Field::Seq, "seq", FieldType::Count)
-    },
-    FieldInfo {
-        required: true,
-        ..plain(Field::TsUnix, "ts_unix_ms", FieldType::UnixMillis)
-    },
-    FieldInfo {
-        required: true,
-        ..plain(Field::Kind, "kind", FieldType::Text)
-    },
+    always(plain(Field::Seq, "seq", FieldType::Count)),
+    always(plain(Field::TsUnix, "ts_unix_ms", FieldType::UnixMillis)),
+    always(plain(Field::Kind, "kind", FieldType::Text)),
     plain(Field::TraceId, "trace_id", FieldType::TraceId),
     figure_field(F::Capture),
     figure_field(F::Uplink),
