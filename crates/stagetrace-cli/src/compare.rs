@@ -4,17 +4,19 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use stagetrace_analyze::compare;
-use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::load::LoadOptions;
 
-use crate::report::expand_inputs;
+use crate::{exit, input, stdout};
 
 /// Arguments of `stagetrace compare`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct CompareArgs {
-    /// Record file (or run directory) before the change.
+    /// Record file (or run directory) before the change; `-` reads it from
+    /// standard input.
     #[arg(value_name = "BEFORE")]
     before: PathBuf,
-    /// Record file (or run directory) after the change.
+    /// Record file (or run directory) after the change; `-` reads it from
+    /// standard input.
     #[arg(value_name = "AFTER")]
     after: PathBuf,
     /// Print the comparison as JSON (see docs/report.md).
@@ -28,41 +30,43 @@ pub(crate) struct CompareArgs {
     seed: u64,
 }
 
-fn load(path: &PathBuf, skip_bad: bool, what: &str) -> Result<Dataset, String> {
-    let files = expand_inputs(std::slice::from_ref(path))?;
-    let opts = LoadOptions {
-        skip_bad,
-        keep_digests: true,
-    };
-    Dataset::load(&files, opts).map_err(|e| format!("{what}: {e}"))
+pub(crate) fn run(args: CompareArgs) -> ExitCode {
+    match compare_runs(&args) {
+        Ok(code) => exit::code(code),
+        Err(e) => {
+            eprintln!("stagetrace compare: {e}");
+            exit::code(exit::USAGE)
+        }
+    }
 }
 
-pub(crate) fn run(args: CompareArgs) -> ExitCode {
-    let result = (|| -> Result<ExitCode, String> {
-        let before = load(&args.before, args.skip_bad, "before")?;
-        let after = load(&args.after, args.skip_bad, "after")?;
-        let c = compare::compare(&before, &after, args.seed);
-        if args.json {
-            let s = serde_json::to_string_pretty(&c)
-                .map_err(|e| format!("cannot encode the comparison as JSON: {e}"))?;
-            println!("{s}");
-            for w in c.before.warnings.iter().chain(c.after.warnings.iter()) {
-                eprintln!("warning: {w}");
-            }
-        } else {
-            print!("{}", compare::text(&c));
+fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
+    input::stdin_at_most_once([&args.before, &args.after])?;
+    let opts = LoadOptions {
+        skip_bad: args.skip_bad,
+        keep_digests: true,
+    };
+    let before = input::load(std::slice::from_ref(&args.before), opts, "before")?;
+    let after = input::load(std::slice::from_ref(&args.after), opts, "after")?;
+    let c = compare::compare(&before, &after, args.seed);
+    // A reader that stopped early (`| head`) does not change the verdict on
+    // the outputs below.
+    if args.json {
+        let s = serde_json::to_string_pretty(&c)
+            .map_err(|e| format!("cannot encode the comparison as JSON: {e}"))?;
+        stdout::print(&(s + "\n"))?;
+        for w in c.before.warnings.iter().chain(c.after.warnings.iter()) {
+            eprintln!("warning: {w}");
         }
-        if c.outputs.failed() {
-            eprintln!(
-                "stagetrace compare: FAILED — {} of {} calls gave a different output digest for the same (kind, seq): the change altered the results",
-                c.outputs.mismatched, c.outputs.compared
-            );
-            return Ok(ExitCode::from(1));
-        }
-        Ok(ExitCode::SUCCESS)
-    })();
-    result.unwrap_or_else(|e| {
-        eprintln!("stagetrace compare: {e}");
-        ExitCode::from(2)
-    })
+    } else {
+        stdout::print(&compare::text(&c))?;
+    }
+    if c.outputs.failed() {
+        eprintln!(
+            "stagetrace compare: FAILED — {} of {} calls gave a different output digest for the same (kind, seq): the change altered the results",
+            c.outputs.mismatched, c.outputs.compared
+        );
+        return Ok(exit::FIRED);
+    }
+    Ok(exit::OK)
 }

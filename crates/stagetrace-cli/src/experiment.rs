@@ -3,10 +3,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use stagetrace_experiment::{default_out_dir, run as run_plan, text, Plan, RunOptions};
+
+use crate::{exit, interrupt, stdout};
 
 /// Arguments of `stagetrace experiment`.
 #[derive(Debug, clap::Args)]
@@ -32,46 +34,51 @@ pub(crate) struct ExperimentArgs {
 }
 
 pub(crate) fn run(args: ExperimentArgs) -> ExitCode {
-    if args.clean {
-        return clean();
-    }
-    let Some(plan_path) = args.plan else {
-        eprintln!("stagetrace experiment: no PLAN given (see docs/experiments.md)");
-        return ExitCode::from(2);
+    let result = if args.clean {
+        clean()
+    } else {
+        experiment(args)
     };
-    let plan = match Plan::from_file(&plan_path) {
-        Ok(p) => p,
+    match result {
+        Ok(code) => exit::code(code),
         Err(e) => {
             eprintln!("stagetrace experiment: {e}");
-            return ExitCode::from(2);
+            exit::code(exit::USAGE)
         }
+    }
+}
+
+fn experiment(args: ExperimentArgs) -> Result<u8, String> {
+    let Some(plan_path) = args.plan else {
+        return Err("no PLAN given (see docs/experiments.md)".to_owned());
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    watch_signals(Arc::clone(&stop));
+    let plan = Plan::from_file(&plan_path).map_err(|e| e.to_string())?;
+    // Ctrl-C or SIGTERM set `stop`; the run then restores everything and
+    // reports the levels it completed.
+    let stop = interrupt::watch();
     let opts = RunOptions {
         out: args.out.unwrap_or_else(default_out_dir),
         progress: !args.quiet && !args.json,
         stop: Arc::clone(&stop),
     };
+    let interrupted = || stop.load(Ordering::SeqCst);
     let report = match run_plan(&plan, &opts) {
         Ok(r) => r,
-        Err(e) => {
+        Err(e) if interrupted() => {
             eprintln!("stagetrace experiment: {e}");
-            return if stop.load(Ordering::SeqCst) {
-                ExitCode::from(130)
-            } else {
-                ExitCode::FAILURE
-            };
+            return Ok(exit::INTERRUPTED);
         }
+        Err(e) => return Err(e.to_string()),
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+    let shown = if args.json {
+        let s = serde_json::to_string_pretty(&report)
+            .map_err(|e| format!("cannot encode the report as JSON: {e}"))?;
+        s + "\n"
     } else {
-        print!("{}", text(&report));
-    }
+        text(&report)
+    };
+    // A reader that stopped early (`| head`) does not change how the run went.
+    stdout::print(&shown)?;
     if report.interrupted {
         eprintln!(
             "stagetrace experiment: {}; restored: {}",
@@ -82,29 +89,33 @@ pub(crate) fn run(args: ExperimentArgs) -> ExitCode {
                 report.restored.join(", ")
             }
         );
-        return if stop.load(Ordering::SeqCst) {
-            ExitCode::from(130)
+        // Stopped by a signal, or the target failed part-way.
+        return Ok(if interrupted() {
+            exit::INTERRUPTED
         } else {
-            ExitCode::FAILURE
-        };
+            exit::USAGE
+        });
     }
-    ExitCode::SUCCESS
+    Ok(exit::OK)
 }
 
 /// `--clean`: delete the namespaces of stagetrace runs whose process is gone.
-fn clean() -> ExitCode {
+fn clean() -> Result<u8, String> {
     let left = stagetrace_experiment::netns::stale_namespaces();
     if left.is_empty() {
-        println!("stagetrace experiment --clean: nothing left behind by killed runs");
-        return ExitCode::SUCCESS;
+        stdout::print("stagetrace experiment --clean: nothing left behind by killed runs\n")?;
+        return Ok(exit::OK);
     }
     let gone = stagetrace_experiment::netns::remove_stale();
-    for name in &gone {
-        println!("deleted network namespace {name} (its veth end and qdiscs with it)");
-    }
+    let said: String = gone
+        .iter()
+        .map(|name| format!("deleted network namespace {name} (its veth end and qdiscs with it)\n"))
+        .collect();
+    // The deletions are done whether or not anyone reads about them.
+    stdout::print(&said)?;
     let stuck: Vec<&String> = left.iter().filter(|n| !gone.contains(n)).collect();
     if stuck.is_empty() {
-        ExitCode::SUCCESS
+        Ok(exit::OK)
     } else {
         eprintln!(
             "stagetrace experiment --clean: could not delete {} (deleting a namespace needs root: \
@@ -115,38 +126,6 @@ fn clean() -> ExitCode {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        ExitCode::FAILURE
+        Ok(exit::USAGE)
     }
-}
-
-/// Ctrl-C or SIGTERM set `stop`; the run then restores everything and
-/// reports the levels it completed.
-fn watch_signals(stop: Arc<AtomicBool>) {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-    else {
-        return;
-    };
-    let _ = std::thread::Builder::new()
-        .name("experiment-signals".into())
-        .spawn(move || {
-            rt.block_on(async move {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-                let terminated = async {
-                    match term.as_mut() {
-                        Some(t) => {
-                            t.recv().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                };
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = terminated => {}
-                }
-                stop.store(true, Ordering::SeqCst);
-            });
-        });
 }

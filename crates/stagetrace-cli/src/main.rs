@@ -1,4 +1,9 @@
-//! The `stagetrace` command: demo, report, compare, tail.
+//! The `stagetrace` command: demo, report, compare, tail, experiment.
+//!
+//! Every subcommand follows the same conventions: the exit codes of
+//! [`exit`], `-` for records on standard input ([`input`]), a closed stdout
+//! pipe ends the output quietly ([`stdout`]), Ctrl-C ends a long-running
+//! command with status 130 ([`interrupt`]).
 
 use std::process::ExitCode;
 
@@ -8,8 +13,11 @@ mod compare;
 mod demo;
 mod exit;
 mod experiment;
+mod input;
+mod interrupt;
 mod mitigate_demo;
 mod report;
+mod stdout;
 mod tail;
 
 /// Where does your control loop's latency go?

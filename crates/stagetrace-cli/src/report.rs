@@ -6,20 +6,24 @@ use std::process::ExitCode;
 
 use stagetrace_analyze::analysis::{self, AnalyzeOptions, ALL_KINDS};
 use stagetrace_analyze::gate::Gate;
-use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::load::LoadOptions;
 use stagetrace_analyze::metric::Metric;
 use stagetrace_analyze::{hgrm, html, render};
+
+use crate::{exit, input, stdout};
 
 /// Arguments of `stagetrace report`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReportArgs {
-    /// Record files (`records-*.jsonl`) of the run, or directories holding them.
+    /// Record files (`records-*.jsonl`) of the run, or directories holding
+    /// them; `-` reads records from standard input.
     #[arg(required = true, value_name = "FILES")]
     files: Vec<PathBuf>,
-    /// Record files of an idle run to hold each stage against (ratios with
-    /// confidence intervals, shape tests, outliers by the baseline's rule).
-    /// Put it after FILES (it takes every path that follows).
-    #[arg(long, num_args = 1.., value_name = "IDLE_FILES")]
+    /// Record file or run directory of an idle run to hold each stage against
+    /// (ratios with confidence intervals, shape tests, outliers by the
+    /// baseline's rule). One path per flag: repeat it for several files;
+    /// `-` reads them from standard input.
+    #[arg(long, value_name = "IDLE_FILE")]
     baseline: Vec<PathBuf>,
     /// Print the report as JSON (stable field names, see docs/report.md).
     #[arg(long)]
@@ -44,45 +48,6 @@ pub(crate) struct ReportArgs {
     /// Seed of the bootstrap (reports are reproducible; change it to check stability).
     #[arg(long, value_name = "SEED")]
     seed: Option<u64>,
-}
-
-/// A directory stands for the `records*.jsonl` files in it.
-pub(crate) fn expand_inputs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut files: Vec<PathBuf> = fs::read_dir(p)
-                .map_err(|e| format!("{}: cannot list: {e}", p.display()))?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|f| {
-                    f.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("records") && n.ends_with(".jsonl"))
-                })
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                return Err(format!(
-                    "{}: no records*.jsonl files in this directory (point at a run's output directory or its record files)",
-                    p.display()
-                ));
-            }
-            out.extend(files);
-        } else {
-            out.push(p.clone());
-        }
-    }
-    Ok(out)
-}
-
-fn load(paths: &[PathBuf], skip_bad: bool, what: &str) -> Result<Dataset, String> {
-    let files = expand_inputs(paths)?;
-    let opts = LoadOptions {
-        skip_bad,
-        keep_digests: false,
-    };
-    Dataset::load(&files, opts).map_err(|e| format!("{what}: {e}"))
 }
 
 fn sanitize(name: &str) -> String {
@@ -126,7 +91,7 @@ pub(crate) fn run(args: ReportArgs) -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("stagetrace report: {e}");
-            ExitCode::from(2)
+            exit::code(exit::USAGE)
         }
     }
 }
@@ -143,11 +108,16 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
             args.outlier_k
         ));
     }
-    let run = load(&args.files, args.skip_bad, "run")?;
+    input::stdin_at_most_once(args.files.iter().chain(&args.baseline))?;
+    let load_opts = LoadOptions {
+        skip_bad: args.skip_bad,
+        keep_digests: false,
+    };
+    let run = input::load(&args.files, load_opts, "run")?;
     let baseline = if args.baseline.is_empty() {
         None
     } else {
-        Some(load(&args.baseline, args.skip_bad, "baseline")?)
+        Some(input::load(&args.baseline, load_opts, "baseline")?)
     };
     let mut opts = AnalyzeOptions {
         outlier_k: args.outlier_k,
@@ -166,13 +136,16 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     {
         eprintln!("warning: {w}");
     }
-    if args.json {
+    let text = if args.json {
         let s = serde_json::to_string_pretty(&a.report)
             .map_err(|e| format!("cannot encode the report as JSON: {e}"))?;
-        println!("{s}");
+        s + "\n"
     } else {
-        print!("{}", render::text(&a.report));
-    }
+        render::text(&a.report)
+    };
+    // A reader that stopped early (`| head`) does not change the outcome:
+    // the files below are still written and the gates still decide.
+    stdout::print(&text)?;
     if let Some(path) = &args.html {
         fs::write(path, html::html(&a))
             .map_err(|e| format!("{}: cannot write the HTML report: {e}", path.display()))?;
@@ -189,9 +162,5 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
             fired += 1;
         }
     }
-    Ok(if fired > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit::code(if fired > 0 { exit::FIRED } else { exit::OK }))
 }

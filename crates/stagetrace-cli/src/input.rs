@@ -1,0 +1,83 @@
+//! Where records come from: record files, run directories, or `-` for
+//! standard input (`zcat run.jsonl.gz | stagetrace report -`).
+
+use std::fs;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use stagetrace_analyze::load::{Dataset, LoadOptions};
+
+/// The path that stands for standard input.
+const STDIN_ARG: &str = "-";
+/// How standard input is named in messages and in `inputs.files`.
+const STDIN_NAME: &str = "<stdin>";
+
+fn is_stdin(p: &Path) -> bool {
+    p.as_os_str() == STDIN_ARG
+}
+
+/// Standard input can be read once: refuses a second `-` among all the
+/// input lists of one command (FILES and `--baseline`, BEFORE and AFTER).
+pub(crate) fn stdin_at_most_once<'a>(
+    paths: impl IntoIterator<Item = &'a PathBuf>,
+) -> Result<(), String> {
+    let n = paths.into_iter().filter(|p| is_stdin(p)).count();
+    if n > 1 {
+        return Err(format!(
+            "`-` (standard input) is given {n} times, but standard input can be read only once: \
+             save all but one of these inputs to files and pass their paths"
+        ));
+    }
+    Ok(())
+}
+
+/// A directory stands for the `records*.jsonl` files in it.
+fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut files: Vec<PathBuf> = fs::read_dir(p)
+                .map_err(|e| format!("{}: cannot list: {e}", p.display()))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|f| {
+                    f.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("records") && n.ends_with(".jsonl"))
+                })
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                return Err(format!(
+                    "{}: no records*.jsonl files in this directory (point at a run's output directory or its record files)",
+                    p.display()
+                ));
+            }
+            out.extend(files);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Loads the records of `paths` (files, run directories, or a lone `-`);
+/// `what` names the input in errors ("run", "baseline", "before", …).
+pub(crate) fn load(paths: &[PathBuf], opts: LoadOptions, what: &str) -> Result<Dataset, String> {
+    if paths.iter().any(|p| is_stdin(p)) {
+        if paths.len() > 1 {
+            return Err(format!(
+                "{what}: `-` (standard input) cannot be mixed with other paths in one input; \
+                 give `-` alone, or save standard input to a file and list it with the others"
+            ));
+        }
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            eprintln!("reading {what} records from standard input (end with Ctrl-D) …");
+        }
+        return Dataset::load_reader(stdin.lock(), Path::new(STDIN_NAME), opts)
+            .map_err(|e| format!("{what}: {e}"));
+    }
+    let files = expand_dirs(paths)?;
+    Dataset::load(&files, opts).map_err(|e| format!("{what}: {e}"))
+}
