@@ -224,7 +224,10 @@ fn exit_codes_of_report_compare_and_tail() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     // 2: bad usage (clap's own errors included) or unreadable input.
     assert_usage_error(&["report", p(&f), "--no-such-flag"], "--no-such-flag");
-    assert_usage_error(&["report", p(&dir.path().join("nope.jsonl"))], "cannot read");
+    assert_usage_error(
+        &["report", p(&dir.path().join("nope.jsonl"))],
+        "cannot read",
+    );
     assert_usage_error(&["compare", p(&f)], "AFTER");
     assert_usage_error(
         &["compare", p(&f), p(&dir.path().join("nope.jsonl"))],
@@ -341,10 +344,10 @@ fn a_closed_pipe_ends_tail_quietly() {
     .unwrap();
     let limit = Duration::from_secs(20);
     for extra in [
-        &["--once"][..],
-        &["--once", "--json"],
-        &["--interval", "0.1"],
+        &["--interval", "0.1"][..],
+        &["--once"],
         &["--json", "--interval", "0.1"],
+        &["--once", "--json"],
     ] {
         let mut cmd = bin();
         cmd.args(["tail", p(dir.path())]).args(extra);
@@ -449,7 +452,10 @@ fn tail_json_prints_each_window_as_one_line() {
     f.write_all(window("run-a", 2, 44.25).as_bytes()).unwrap();
     f.flush().unwrap();
     let w = parse(rx.recv_timeout(Duration::from_secs(30)).unwrap());
-    assert_eq!((w["run"].clone(), w["index"].clone()), (json!("run-a"), json!(2)));
+    assert_eq!(
+        (w["run"].clone(), w["index"].clone()),
+        (json!("run-a"), json!(2))
+    );
     assert_eq!(w["stages"]["infer"]["p50"], 44.25);
     std::thread::sleep(Duration::from_millis(50));
     fs::write(
@@ -458,7 +464,10 @@ fn tail_json_prints_each_window_as_one_line() {
     )
     .unwrap();
     let w = parse(rx.recv_timeout(Duration::from_secs(30)).unwrap());
-    assert_eq!((w["run"].clone(), w["index"].clone()), (json!("run-b"), json!(0)));
+    assert_eq!(
+        (w["run"].clone(), w["index"].clone()),
+        (json!("run-b"), json!(0))
+    );
     assert_eq!(w["kinds"]["call"]["stages"]["infer"]["p50"], 55.75);
     // No screen clearing or table in between.
     assert!(rx.try_recv().is_err());

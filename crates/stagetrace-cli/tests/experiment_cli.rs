@@ -336,7 +336,8 @@ fn the_kernel_bottleneck_is_refused_without_root_never_faked() {
         eprintln!("!!! SKIPPED the_kernel_bottleneck_is_refused_without_root_never_faked: nobody cannot run the binary here ({err})");
         return;
     }
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // A run that cannot be carried out is status 2 (docs/report.md, "Exit codes").
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains(
             "kernel bottleneck needs root and iproute2; use the userspace proxy (kernel = false)"
