@@ -337,11 +337,22 @@ fn a_closed_pipe_ends_report_and_compare_quietly() {
 #[test]
 fn a_closed_pipe_ends_tail_quietly() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("summary.2026-12-02-10.jsonl"),
-        window("run-a", 0, 30.0),
-    )
-    .unwrap();
+    let file = dir.path().join("summary.2026-12-02-10.jsonl");
+    fs::write(&file, window("run-a", 0, 30.0)).unwrap();
+    // New windows keep coming, so a live view writes again even if its
+    // first window reached the pipe before the reader closed it.
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let feeder = std::thread::spawn(move || {
+        let mut f = OpenOptions::new().append(true).open(&file).unwrap();
+        let mut i = 1;
+        // Until told to stop, or the test failed and dropped the sender.
+        while let Err(mpsc::RecvTimeoutError::Timeout) =
+            done_rx.recv_timeout(Duration::from_millis(100))
+        {
+            f.write_all(window("run-a", i, 30.0).as_bytes()).unwrap();
+            i += 1;
+        }
+    });
     let limit = Duration::from_secs(20);
     for extra in [
         &["--interval", "0.1"][..],
@@ -353,6 +364,8 @@ fn a_closed_pipe_ends_tail_quietly() {
         cmd.args(["tail", p(dir.path())]).args(extra);
         assert_quiet_end(into_closed_pipe(cmd, limit));
     }
+    done_tx.send(()).unwrap();
+    feeder.join().unwrap();
 }
 
 const PLAN: &str = r#"
