@@ -25,6 +25,8 @@
 //!   unmodified openpi server that only returns `server_timing.infer_ms`.
 //! - [`http`]: a tower [`TimingLayer`] for axum servers and a reqwest
 //!   [`TracedHttpClient`].
+//! - [`TimingMsgpackExt`]: the `server_timing` map in msgpack, for servers
+//!   and clients that build their own frames.
 //!
 //! # Usage
 //!
@@ -52,12 +54,14 @@ pub mod http;
 pub mod msg;
 pub mod proxy;
 mod server;
+mod timing_map;
 mod transport;
 pub mod ws;
 
 pub use http::{HttpCallError, HttpReply, TimingLayer, TimingService, TracedHttpClient};
 pub use msg::{DecodeError, MsgMap, NdArray};
 pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
+pub use timing_map::TimingMsgpackExt;
 pub use ws::{
     BlockingPolicyClient, ClientError, ClientOptions, Handler, HandlerError, PolicyClient,
     PolicyServer, PolicyServerBuilder, Reply, ServeError, ServerHandle,

@@ -63,6 +63,7 @@ use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
 use crate::server::{
     server_record, InferTimer, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
 };
+use crate::timing_map::TimingMsgpackExt;
 use crate::transport;
 
 /// Largest message accepted by default (32 MiB): a few camera frames.

@@ -1,0 +1,73 @@
+//! Wire formats (DESIGN section 3): W3C trace context and server timing.
+//!
+//! Every parser here takes untrusted bytes: bounded lengths, no panics; a
+//! rejected input returns a [`WireError`] the caller counts and otherwise
+//! ignores.
+//!
+//! - [`TraceParent`]: the W3C `traceparent` header (Trace Context level 1,
+//!   version `00`; higher versions parsed by the spec's forward-compatibility
+//!   rules, always re-emitted as `00`).
+//! - [`TraceState`]: the W3C `tracestate` header (≤ 32 members, spec grammar).
+//! - [`ServerTiming`]: the server's timing of one request, with three
+//!   encodings: the `stagetrace-timing` header
+//!   ([`ServerTiming::to_timing_header`]), the standard `Server-Timing` header
+//!   ([`ServerTiming::to_server_timing_header`]) and the `server_timing` map of
+//!   the openpi / LingBot-VA protocol ([`TimingMap`]): its keys and checks
+//!   live here, with the JSON form; the msgpack form is in `stagetrace-net`,
+//!   which speaks msgpack, so this crate's API carries no msgpack type.
+//!
+//! `docs/protocol.md` describes the fields for server authors in other
+//! languages.
+//!
+//! One file per format (`traceparent`, `tracestate`, `timing` with its two
+//! headers, `timing_map`); `error` and `lex` hold what they share. This file
+//! only names things: no file below imports it.
+
+mod error;
+mod lex;
+mod timing;
+mod timing_map;
+mod traceparent;
+mod tracestate;
+
+pub use error::{Codec, WireError};
+pub use lex::to_lc_hex;
+pub use timing::{
+    ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN, MAX_UNIX_NS,
+};
+pub use timing_map::{MapValue, TimingMap, MAX_TIMING_MAP_ENTRIES};
+pub use traceparent::{TraceParent, MAX_TRACEPARENT_LEN, TRACEPARENT_LEN};
+pub use tracestate::{
+    TraceState, MAX_TRACESTATE_INPUT, MAX_TRACESTATE_LEN, MAX_TRACESTATE_MEMBERS,
+};
+
+/// `traceparent`: request header (HTTP) and request map key (msgpack).
+pub const TRACEPARENT: &str = "traceparent";
+/// `tracestate`: request header (HTTP) and request map key (msgpack).
+pub const TRACESTATE: &str = "tracestate";
+/// The response header carrying [`ServerTiming`] in integer nanoseconds.
+pub const TIMING_HEADER: &str = "stagetrace-timing";
+/// The standard response header for browser / devtools users (lowercase, as
+/// HTTP/2 requires).
+pub const SERVER_TIMING_HEADER: &str = "server-timing";
+/// Key of the timing map in an openpi / LingBot-VA msgpack response.
+pub const SERVER_TIMING_KEY: &str = "server_timing";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_thing_and_the_fix() {
+        let e = TraceParent::parse("nope").unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.contains("traceparent") && s.contains("32 lowercase hex"),
+            "{s}"
+        );
+        let e = ServerTiming::parse_timing_header("v=1;total=-1").unwrap_err();
+        assert!(e.to_string().contains("total_ns"), "{e}");
+        assert_eq!(e.codec(), Codec::TimingHeader);
+    }
+}

@@ -1,0 +1,535 @@
+//! [`ServerTiming`], the server's timing of one request, and its two HTTP
+//! response headers: `stagetrace-timing` (integer nanoseconds, every field)
+//! and the standard `Server-Timing` (milliseconds, durations only, for
+//! browser and devtools users).
+
+use super::error::{check_len, syntax, value_err, Codec, WireError};
+use super::lex::{parse_u64_digits, trim_ows};
+
+/// Longest `stagetrace-timing` / `Server-Timing` header accepted.
+pub const MAX_TIMING_HEADER_LEN: usize = 1024;
+/// Largest duration accepted from a server: one hour. Anything longer is a
+/// broken clock or a hostile peer, not a control-loop call.
+pub const MAX_DURATION_NS: u64 = 3_600_000_000_000;
+/// Largest wall time accepted (`i64::MAX` ns, year 2262).
+pub const MAX_UNIX_NS: u64 = i64::MAX as u64;
+/// Largest batch size accepted from a server (`batch_size` / `batch=`).
+pub const MAX_BATCH_SIZE: u32 = 1 << 20;
+
+/// Server timing carried back by a response: one absolute anchor plus
+/// monotonic durations, all measured on the server, and what a mitigation
+/// did with the request (the batch it ran in, a cache hit or miss).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerTiming {
+    /// Wall time the whole request was received (server clock), ns since the epoch.
+    pub recv_unix_ns: Option<u64>,
+    /// Receive → send on the server's monotonic clock.
+    pub total_ns: Option<u64>,
+    /// Receive → inference start.
+    pub queue_ns: Option<u64>,
+    /// Inference, pre/post-processing included.
+    pub infer_ns: Option<u64>,
+    /// Pre-processing part of `infer_ns`, when known.
+    pub pre_ns: Option<u64>,
+    /// Post-processing part of `infer_ns`, when known.
+    pub post_ns: Option<u64>,
+    /// How many requests the batch that ran this one held (1 ..=
+    /// [`MAX_BATCH_SIZE`]), when the server batches.
+    pub batch_size: Option<u32>,
+    /// `Some(true)` when a result cache answered the request, `Some(false)`
+    /// when it missed (the model ran), `None` without a cache.
+    pub cache_hit: Option<bool>,
+}
+
+/// Field order shared by every encoding: (map key, `stagetrace-timing` key).
+pub(super) const FIELDS: [(&str, &str); 6] = [
+    ("recv_unix_ns", "recv"),
+    ("total_ns", "total"),
+    ("queue_ns", "queue"),
+    ("infer_ns", "infer"),
+    ("pre_ns", "pre"),
+    ("post_ns", "post"),
+];
+
+impl ServerTiming {
+    pub(super) fn get(&self, i: usize) -> Option<u64> {
+        match i {
+            0 => self.recv_unix_ns,
+            1 => self.total_ns,
+            2 => self.queue_ns,
+            3 => self.infer_ns,
+            4 => self.pre_ns,
+            5 => self.post_ns,
+            _ => None,
+        }
+    }
+
+    pub(super) fn slot(&mut self, i: usize) -> Option<&mut Option<u64>> {
+        match i {
+            0 => Some(&mut self.recv_unix_ns),
+            1 => Some(&mut self.total_ns),
+            2 => Some(&mut self.queue_ns),
+            3 => Some(&mut self.infer_ns),
+            4 => Some(&mut self.pre_ns),
+            5 => Some(&mut self.post_ns),
+            _ => None,
+        }
+    }
+
+    /// True when no field is known (the server sent no timing).
+    pub fn is_empty(&self) -> bool {
+        !self.has_times() && self.batch_size.is_none() && self.cache_hit.is_none()
+    }
+
+    /// True when at least one time field (`recv_unix_ns`, `total_ns`,
+    /// `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`) is known: what the
+    /// client's timeline can be stitched from.
+    pub fn has_times(&self) -> bool {
+        (0..FIELDS.len()).any(|i| self.get(i).is_some())
+    }
+
+    /// True when the server gave some timing but not the receive time and
+    /// total needed for the uplink/downlink split (e.g. an unmodified openpi
+    /// server that only returns `infer_ms`).
+    pub fn is_degraded(&self) -> bool {
+        self.has_times() && (self.recv_unix_ns.is_none() || self.total_ns.is_none())
+    }
+
+    /// Every field within range: durations ≤ [`MAX_DURATION_NS`], wall time
+    /// ≤ [`MAX_UNIX_NS`].
+    pub(super) fn check(&self, codec: Codec) -> Result<(), WireError> {
+        for (i, (name, _)) in FIELDS.iter().enumerate() {
+            let max = if i == 0 { MAX_UNIX_NS } else { MAX_DURATION_NS };
+            if self.get(i).is_some_and(|v| v > max) {
+                return Err(value_err(codec, name, "is out of range"));
+            }
+        }
+        if self
+            .batch_size
+            .is_some_and(|b| b == 0 || b > MAX_BATCH_SIZE)
+        {
+            let name = if codec == Codec::TimingMap {
+                "batch_size"
+            } else {
+                "batch"
+            };
+            return Err(value_err(codec, name, "is out of range"));
+        }
+        Ok(())
+    }
+
+    /// The `stagetrace-timing` header value:
+    /// `v=1;recv=<unix ns>;total=<ns>;queue=<ns>;infer=<ns>;pre=<ns>;post=<ns>;batch=<n>;cache=hit|miss`,
+    /// known fields only.
+    pub fn to_timing_header(&self) -> String {
+        let mut out = String::from("v=1");
+        for (i, (_, key)) in FIELDS.iter().enumerate() {
+            if let Some(v) = self.get(i) {
+                out.push(';');
+                out.push_str(key);
+                out.push('=');
+                out.push_str(&v.to_string());
+            }
+        }
+        if let Some(b) = self.batch_size {
+            out.push_str(";batch=");
+            out.push_str(&b.to_string());
+        }
+        if let Some(hit) = self.cache_hit {
+            out.push_str(if hit { ";cache=hit" } else { ";cache=miss" });
+        }
+        out
+    }
+
+    /// Parse a `stagetrace-timing` header value. `v=1` is required; unknown
+    /// keys are ignored; time values are non-negative integer nanoseconds,
+    /// `batch` a positive integer, `cache` `hit` or `miss`.
+    pub fn parse_timing_header(s: &str) -> Result<Self, WireError> {
+        Self::parse_timing_header_bytes(s.as_bytes())
+    }
+
+    /// Parse a `stagetrace-timing` header value from raw bytes.
+    pub fn parse_timing_header_bytes(input: &[u8]) -> Result<Self, WireError> {
+        const C: Codec = Codec::TimingHeader;
+        check_len(C, input.len(), MAX_TIMING_HEADER_LEN)?;
+        let mut t = ServerTiming::default();
+        let mut version_seen = false;
+        for raw in input.split(|&c| c == b';') {
+            let item = trim_ows(raw);
+            if item.is_empty() {
+                continue;
+            }
+            let eq = item
+                .iter()
+                .position(|&c| c == b'=')
+                .ok_or_else(|| syntax(C, "an item is not `key=value`"))?;
+            let (k, v) = (trim_ows(&item[..eq]), trim_ows(&item[eq + 1..]));
+            if k.is_empty() || !k.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+                return Err(syntax(C, "a key is not alphanumeric"));
+            }
+            if k == b"v" {
+                if version_seen {
+                    return Err(syntax(C, "`v` appears twice"));
+                }
+                version_seen = true;
+                if v != b"1" {
+                    return Err(WireError::Version { codec: C });
+                }
+                continue;
+            }
+            if k == b"batch" {
+                let n = parse_u64_digits(v)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or(value_err(C, "batch", "is not a positive integer"))?;
+                if t.batch_size.replace(n).is_some() {
+                    return Err(value_err(C, "batch", "appears twice"));
+                }
+                continue;
+            }
+            if k == b"cache" {
+                let hit = match v {
+                    b"hit" => true,
+                    b"miss" => false,
+                    _ => return Err(value_err(C, "cache", "is not `hit` or `miss`")),
+                };
+                if t.cache_hit.replace(hit).is_some() {
+                    return Err(value_err(C, "cache", "appears twice"));
+                }
+                continue;
+            }
+            let Some(i) = FIELDS.iter().position(|(_, key)| key.as_bytes() == k) else {
+                continue; // unknown keys are for future versions
+            };
+            let name = FIELDS[i].0;
+            let n =
+                parse_u64_digits(v).ok_or(value_err(C, name, "is not a non-negative integer"))?;
+            match t.slot(i) {
+                Some(slot @ None) => *slot = Some(n),
+                _ => return Err(value_err(C, name, "appears twice")),
+            }
+        }
+        if !version_seen {
+            return Err(syntax(C, "`v=1` is missing"));
+        }
+        t.check(C)?;
+        Ok(t)
+    }
+
+    /// The standard `Server-Timing` header value, ms with 3 decimals:
+    /// `queue;dur=0.120, infer;dur=12.300, pre;dur=1.000, post;dur=0.500, total;dur=13.000`
+    /// (known fields only; empty when none is).
+    pub fn to_server_timing_header(&self) -> String {
+        let metrics = [
+            ("queue", self.queue_ns),
+            ("infer", self.infer_ns),
+            ("pre", self.pre_ns),
+            ("post", self.post_ns),
+            ("total", self.total_ns),
+        ];
+        let mut out = String::new();
+        for (name, v) in metrics {
+            if let Some(ns) = v {
+                if !out.is_empty() {
+                    out.push_str(", ");
+                }
+                let us = ns.saturating_add(500) / 1000;
+                out.push_str(&format!("{name};dur={}.{:03}", us / 1000, us % 1000));
+            }
+        }
+        out
+    }
+
+    /// Parse a `Server-Timing` header value, keeping the `dur` of the
+    /// metrics `total`, `queue`, `infer`, `pre` and `post` (first occurrence
+    /// wins, other metrics and parameters ignored). Resolution: 1 ns.
+    pub fn parse_server_timing_header(s: &str) -> Result<Self, WireError> {
+        Self::parse_server_timing_header_bytes(s.as_bytes())
+    }
+
+    /// Parse a `Server-Timing` header value from raw bytes.
+    pub fn parse_server_timing_header_bytes(input: &[u8]) -> Result<Self, WireError> {
+        const C: Codec = Codec::ServerTimingHeader;
+        check_len(C, input.len(), MAX_TIMING_HEADER_LEN)?;
+        let mut t = ServerTiming::default();
+        let mut p = Scanner { b: input, i: 0 };
+        loop {
+            p.skip_ows();
+            if p.at_end() {
+                break;
+            }
+            if p.eat(b',') {
+                continue; // empty list element
+            }
+            let name = p.token().ok_or(syntax(C, "a metric name is not a token"))?;
+            let field = match name {
+                b"total" => Some(1),
+                b"queue" => Some(2),
+                b"infer" => Some(3),
+                b"pre" => Some(4),
+                b"post" => Some(5),
+                _ => None,
+            };
+            let mut dur: Option<&[u8]> = None;
+            loop {
+                p.skip_ows();
+                if !p.eat(b';') {
+                    break;
+                }
+                p.skip_ows();
+                let pname = p
+                    .token()
+                    .ok_or(syntax(C, "a parameter name is not a token"))?;
+                p.skip_ows();
+                if !p.eat(b'=') {
+                    return Err(syntax(C, "a parameter has no `=`"));
+                }
+                p.skip_ows();
+                let pval = if p.peek() == Some(b'"') {
+                    p.quoted()
+                        .ok_or(syntax(C, "an unterminated quoted string"))?
+                } else {
+                    p.token()
+                        .ok_or(syntax(C, "a parameter value is not a token"))?
+                };
+                if pname.eq_ignore_ascii_case(b"dur") && dur.is_none() {
+                    dur = Some(pval);
+                }
+            }
+            p.skip_ows();
+            if !(p.at_end() || p.eat(b',')) {
+                return Err(syntax(C, "metrics must be separated by `,`"));
+            }
+            if let (Some(i), Some(d)) = (field, dur) {
+                let name = FIELDS[i].0;
+                let ns = parse_ms_decimal(d).ok_or(value_err(
+                    C,
+                    name,
+                    "dur is not a non-negative decimal of milliseconds",
+                ))?;
+                if let Some(slot @ None) = t.slot(i) {
+                    *slot = Some(ns);
+                }
+            }
+        }
+        t.check(C)?;
+        Ok(t)
+    }
+}
+
+/// `digits[.digits]` milliseconds → nanoseconds, exact to 1 ns (further
+/// digits round half up). No sign, no exponent.
+fn parse_ms_decimal(v: &[u8]) -> Option<u64> {
+    let (int, frac) = match v.iter().position(|&c| c == b'.') {
+        Some(dot) => (&v[..dot], &v[dot + 1..]),
+        None => (v, &[][..]),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !frac.iter().all(u8::is_ascii_digit) || frac.len() > 30 {
+        return None;
+    }
+    let ms = if int.is_empty() {
+        0
+    } else {
+        parse_u64_digits(int)?
+    };
+    let mut sub: u64 = 0;
+    for k in 0..6 {
+        sub = sub * 10 + frac.get(k).map_or(0, |c| u64::from(c - b'0'));
+    }
+    if frac.get(6).is_some_and(|&c| c >= b'5') {
+        sub += 1;
+    }
+    ms.checked_mul(1_000_000)?.checked_add(sub)
+}
+
+/// A tiny cursor for the `Server-Timing` grammar (RFC 9110 tokens and
+/// quoted strings).
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn at_end(&self) -> bool {
+        self.i >= self.b.len()
+    }
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+    fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn skip_ows(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t')) {
+            self.i += 1;
+        }
+    }
+    fn token(&mut self) -> Option<&'a [u8]> {
+        let is_tchar = |c: u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c);
+        let start = self.i;
+        while self.peek().is_some_and(is_tchar) {
+            self.i += 1;
+        }
+        let t = self.b.get(start..self.i)?;
+        (!t.is_empty()).then_some(t)
+    }
+    /// A quoted string, returned without its quotes (escapes left in).
+    fn quoted(&mut self) -> Option<&'a [u8]> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.i;
+        loop {
+            match self.peek()? {
+                b'"' => {
+                    let s = self.b.get(start..self.i)?;
+                    self.i += 1;
+                    return Some(s);
+                }
+                b'\\' => self.i += 2,
+                _ => self.i += 1,
+            }
+        }
+    }
+}
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_header_round_trip() {
+        let t = ServerTiming {
+            recv_unix_ns: Some(1_700_000_000_123_456_789),
+            total_ns: Some(13_000_000),
+            queue_ns: Some(120_000),
+            infer_ns: Some(12_300_000),
+            pre_ns: Some(1_000_000),
+            post_ns: Some(500_000),
+            batch_size: None,
+            cache_hit: None,
+        };
+        let h = t.to_timing_header();
+        assert_eq!(
+            h,
+            "v=1;recv=1700000000123456789;total=13000000;queue=120000;infer=12300000;pre=1000000;post=500000"
+        );
+        assert_eq!(ServerTiming::parse_timing_header(&h).unwrap(), t);
+        let partial = ServerTiming::parse_timing_header(" v=1 ; infer=5 ;future=abc;").unwrap();
+        assert_eq!(partial.infer_ns, Some(5));
+        assert!(partial.is_degraded());
+    }
+
+    #[test]
+    fn timing_header_carries_batch_and_cache() {
+        let t = ServerTiming {
+            recv_unix_ns: Some(1_700_000_000_000_000_000),
+            total_ns: Some(2_000_000),
+            batch_size: Some(4),
+            cache_hit: Some(false),
+            ..Default::default()
+        };
+        let h = t.to_timing_header();
+        assert_eq!(
+            h,
+            "v=1;recv=1700000000000000000;total=2000000;batch=4;cache=miss"
+        );
+        assert_eq!(ServerTiming::parse_timing_header(&h).unwrap(), t);
+        let hit = ServerTiming::parse_timing_header("v=1; cache = hit").unwrap();
+        assert_eq!(hit.cache_hit, Some(true));
+        // Only the mitigation fields: not empty, but nothing to stitch.
+        assert!(!hit.is_empty() && !hit.has_times() && !hit.is_degraded());
+        for b in [
+            "v=1;batch=0",
+            "v=1;batch=-1",
+            "v=1;batch=2.5",
+            "v=1;batch=4294967296",
+            "v=1;batch=1048577",
+            "v=1;batch=2;batch=2",
+            "v=1;cache=HIT",
+            "v=1;cache=",
+            "v=1;cache=hit;cache=miss",
+        ] {
+            assert!(
+                ServerTiming::parse_timing_header(b).is_err(),
+                "accepted {b:?}"
+            );
+        }
+        let e = ServerTiming::parse_timing_header("v=1;cache=warm").unwrap_err();
+        assert!(e.to_string().contains("`cache`"), "{e}");
+    }
+
+    #[test]
+    fn timing_header_rejects() {
+        let bad = [
+            "",
+            "recv=1",
+            "v=2;recv=1",
+            "v=1;recv=-1",
+            "v=1;total=1.5",
+            "v=1;total=NaN",
+            "v=1;total=99999999999999999999999",
+            "v=1;total=3600000000001",
+            "v=1;total=1;total=2",
+            "v=1;v=1",
+            "v=1;total",
+            "v=1;to tal=1",
+        ];
+        for b in bad {
+            assert!(
+                ServerTiming::parse_timing_header(b).is_err(),
+                "accepted {b:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn server_timing_header() {
+        let t = ServerTiming {
+            total_ns: Some(13_000_000),
+            infer_ns: Some(12_300_000),
+            ..Default::default()
+        };
+        assert_eq!(
+            t.to_server_timing_header(),
+            "infer;dur=12.300, total;dur=13.000"
+        );
+        assert_eq!(
+            ServerTiming::parse_server_timing_header(&t.to_server_timing_header()).unwrap(),
+            t
+        );
+        let other = ServerTiming::parse_server_timing_header(
+            r#"cache;desc="hit, \"warm\"", infer;desc=gpu;dur=12.3, total ; dur = 13, infer;dur=99,db"#,
+        )
+        .unwrap();
+        assert_eq!(other.infer_ns, Some(12_300_000));
+        assert_eq!(other.total_ns, Some(13_000_000));
+        assert_eq!(
+            ServerTiming::parse_server_timing_header("infer;dur=.0000015")
+                .unwrap()
+                .infer_ns,
+            Some(2)
+        );
+        for b in [
+            "infer;dur=-1",
+            "infer;dur=1e3",
+            "infer;dur=NaN",
+            "infer;dur=",
+            "infer dur",
+            "a;b=\"x",
+        ] {
+            assert!(
+                ServerTiming::parse_server_timing_header(b).is_err(),
+                "accepted {b:?}"
+            );
+        }
+        assert_eq!(ServerTiming::default().to_server_timing_header(), "");
+    }
+}

@@ -1,0 +1,306 @@
+//! The `server_timing` map of the openpi / LingBot-VA protocol: its keys,
+//! units and checks ([`TimingMap`]), the neutral [`MapValue`] any
+//! self-describing encoding converts to and from, and the JSON form.
+//!
+//! The msgpack form is `stagetrace-net`'s (`TimingMsgpackExt`): it maps
+//! msgpack values to [`MapValue`] and back, so both encodings read and
+//! write the same keys with the same checks.
+
+use super::error::{check_len, syntax, value_err, Codec, WireError};
+use super::timing::{ServerTiming, FIELDS, MAX_DURATION_NS, MAX_UNIX_NS};
+
+/// Most entries in a `server_timing` map.
+pub const MAX_TIMING_MAP_ENTRIES: usize = 64;
+
+/// The `server_timing` map of an openpi / LingBot-VA response: our
+/// [`ServerTiming`] plus openpi's `prev_total_ms` (the server's previous
+/// loop iteration, kept for openpi clients).
+///
+/// Keys: `infer_ms` and `prev_total_ms` (float ms, openpi's),
+/// `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`
+/// (integer ns), `batch_size` (positive integer) and `cache` (`"hit"` or
+/// `"miss"`). When both `infer_ns` and `infer_ms` are present
+/// `infer_ns` wins; a map with only `infer_ms` gives a degraded
+/// [`ServerTiming`] (`infer_ns` only). Unknown keys are ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TimingMap {
+    /// The timing fields.
+    pub timing: ServerTiming,
+    /// openpi's `prev_total_ms`, when present.
+    pub prev_total_ms: Option<f64>,
+}
+
+impl From<ServerTiming> for TimingMap {
+    fn from(timing: ServerTiming) -> Self {
+        TimingMap {
+            timing,
+            prev_total_ms: None,
+        }
+    }
+}
+
+/// One value of a `server_timing` map as a self-describing encoding (msgpack,
+/// JSON) carries it: what [`TimingMap::entries`] yields and
+/// [`TimingMap::from_entries`] reads. An encoding converts its own values to
+/// and from this; the keys, units and range checks stay in [`TimingMap`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MapValue<'a> {
+    /// A non-negative integer.
+    Unsigned(u64),
+    /// A negative integer.
+    Negative(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// A UTF-8 string.
+    Str(&'a str),
+    /// Anything else: nil, a boolean, bytes, an array, a map, a string that
+    /// is not UTF-8, an integer the encoding cannot represent as either.
+    Other,
+}
+
+fn cache_str(hit: bool) -> &'static str {
+    if hit {
+        "hit"
+    } else {
+        "miss"
+    }
+}
+
+fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+impl TimingMap {
+    /// The map's entries in encoding order: `infer_ms` (openpi's, when the
+    /// inference time is known), `prev_total_ms`, the `*_ns` fields,
+    /// `batch_size`, `cache`; known fields only. Floats are ms, integers ns.
+    pub fn entries(&self) -> impl Iterator<Item = (&'static str, MapValue<'static>)> {
+        let t = self.timing;
+        let infer_ms = t
+            .infer_ns
+            .map(|ns| ("infer_ms", MapValue::Float(ns_to_ms(ns))));
+        let prev_total_ms = self
+            .prev_total_ms
+            .map(|ms| ("prev_total_ms", MapValue::Float(ms)));
+        let fields = FIELDS
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, (name, _))| t.get(i).map(|v| (*name, MapValue::Unsigned(v))));
+        let batch = t
+            .batch_size
+            .map(|b| ("batch_size", MapValue::Unsigned(u64::from(b))));
+        let cache = t
+            .cache_hit
+            .map(|hit| ("cache", MapValue::Str(cache_str(hit))));
+        infer_ms
+            .into_iter()
+            .chain(prev_total_ms)
+            .chain(fields)
+            .chain(batch)
+            .chain(cache)
+    }
+
+    /// Read a map from its entries, as an encoding found them: the key when
+    /// it is a string (other keys are skipped, but count towards
+    /// [`MAX_TIMING_MAP_ENTRIES`]) and the value. Unknown keys are ignored.
+    pub fn from_entries<'a, I>(entries: I) -> Result<Self, WireError>
+    where
+        I: IntoIterator<Item = (Option<&'a str>, MapValue<'a>)>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        const C: Codec = Codec::TimingMap;
+        let entries = entries.into_iter();
+        check_len(C, entries.len(), MAX_TIMING_MAP_ENTRIES)?;
+        let mut out = TimingMap::default();
+        let mut infer_ms: Option<u64> = None;
+        for (key, value) in entries {
+            let Some(key) = key else { continue };
+            if key == "infer_ms" || key == "prev_total_ms" {
+                let field = if key == "infer_ms" {
+                    "infer_ms"
+                } else {
+                    "prev_total_ms"
+                };
+                let ms = match value {
+                    MapValue::Unsigned(u) => u as f64,
+                    MapValue::Float(f) => f,
+                    MapValue::Negative(_) => return Err(value_err(C, field, "is negative")),
+                    MapValue::Str(_) | MapValue::Other => {
+                        return Err(value_err(C, field, "is not a number"))
+                    }
+                };
+                let ns =
+                    ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
+                if key == "infer_ms" {
+                    infer_ms = Some(ns);
+                } else {
+                    out.prev_total_ms = Some(ms);
+                }
+                continue;
+            }
+            if key == "batch_size" {
+                const B: &str = "batch_size";
+                let n = match value {
+                    MapValue::Unsigned(u) => u,
+                    // Python servers may send an integral float.
+                    MapValue::Float(f)
+                        if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= 1e9 =>
+                    {
+                        f as u64
+                    }
+                    MapValue::Negative(_) => return Err(value_err(C, B, "is negative")),
+                    _ => return Err(value_err(C, B, "is not a positive integer")),
+                };
+                // Beyond u32: out of range, rejected by `check` below.
+                out.timing.batch_size = Some(u32::try_from(n).unwrap_or(u32::MAX));
+                continue;
+            }
+            if key == "cache" {
+                out.timing.cache_hit = match value {
+                    MapValue::Str("hit") => Some(true),
+                    MapValue::Str("miss") => Some(false),
+                    _ => return Err(value_err(C, "cache", "is not \"hit\" or \"miss\"")),
+                };
+                continue;
+            }
+            let Some(i) = FIELDS.iter().position(|(name, _)| *name == key) else {
+                continue;
+            };
+            let name = FIELDS[i].0;
+            let max = if i == 0 { MAX_UNIX_NS } else { MAX_DURATION_NS };
+            let n = match value {
+                MapValue::Unsigned(u) => u,
+                // Python servers may send floats (e.g. `time.time() * 1e9`).
+                MapValue::Float(f) if f.is_finite() && f >= 0.0 && f <= max as f64 => {
+                    f.round() as u64
+                }
+                MapValue::Float(_) => {
+                    return Err(value_err(C, name, "is negative, NaN or too large"))
+                }
+                MapValue::Negative(_) => return Err(value_err(C, name, "is negative")),
+                MapValue::Str(_) | MapValue::Other => {
+                    return Err(value_err(C, name, "is not a number"))
+                }
+            };
+            if let Some(slot) = out.timing.slot(i) {
+                *slot = Some(n);
+            }
+        }
+        if out.timing.infer_ns.is_none() {
+            out.timing.infer_ns = infer_ms;
+        }
+        out.timing.check(C)?;
+        Ok(out)
+    }
+
+    /// As a JSON object (the same keys as msgpack).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (key, value) in self.entries() {
+            let v = match value {
+                MapValue::Unsigned(u) => serde_json::Value::from(u),
+                MapValue::Negative(i) => serde_json::Value::from(i),
+                // JSON has no NaN or infinity: such a float is left out.
+                MapValue::Float(f) if f.is_finite() => serde_json::Value::from(f),
+                MapValue::Float(_) | MapValue::Other => continue,
+                MapValue::Str(s) => serde_json::Value::from(s),
+            };
+            m.insert(key.into(), v);
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// Read a JSON `server_timing` object.
+    pub fn from_json(v: &serde_json::Value) -> Result<Self, WireError> {
+        let serde_json::Value::Object(m) = v else {
+            return Err(syntax(Codec::TimingMap, "is not an object"));
+        };
+        Self::from_entries(m.iter().map(|(k, v)| {
+            let value = match v {
+                serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => MapValue::Unsigned(u),
+                    (None, Some(i), _) => MapValue::Negative(i),
+                    (None, None, Some(f)) => MapValue::Float(f),
+                    _ => MapValue::Other,
+                },
+                serde_json::Value::String(s) => MapValue::Str(s),
+                _ => MapValue::Other,
+            };
+            (Some(k.as_str()), value)
+        }))
+    }
+}
+
+impl ServerTiming {
+    /// The `server_timing` object for a JSON response, with openpi's
+    /// `infer_ms` when the inference time is known.
+    pub fn to_json(&self) -> serde_json::Value {
+        TimingMap::from(*self).to_json()
+    }
+
+    /// Read a `server_timing` object from a JSON response.
+    pub fn from_json(v: &serde_json::Value) -> Result<Self, WireError> {
+        TimingMap::from_json(v).map(|m| m.timing)
+    }
+}
+
+/// Finite, non-negative milliseconds within [`MAX_DURATION_NS`] → ns.
+fn ms_to_ns(ms: f64) -> Option<u64> {
+    let ns = ms * 1e6;
+    (ns.is_finite() && ns >= 0.0 && ns <= MAX_DURATION_NS as f64).then(|| ns.round() as u64)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    // The msgpack halves of these two tests are in `stagetrace-net`
+    // (`timing_map.rs`), next to the msgpack codec.
+
+    #[test]
+    fn openpi_map_degrades() {
+        let json = serde_json::json!({"infer_ms": 7, "other": "x"});
+        assert_eq!(
+            ServerTiming::from_json(&json).unwrap().infer_ns,
+            Some(7_000_000)
+        );
+    }
+
+    #[test]
+    fn map_round_trip_and_rejects() {
+        let t = ServerTiming {
+            recv_unix_ns: Some(1_700_000_000_000_000_001),
+            total_ns: Some(13_000_001),
+            queue_ns: Some(1),
+            infer_ns: Some(12_345_678),
+            pre_ns: None,
+            post_ns: Some(0),
+            batch_size: Some(3),
+            cache_hit: Some(true),
+        };
+        let m = TimingMap {
+            timing: t,
+            prev_total_ms: Some(30.5),
+        };
+        assert_eq!(TimingMap::from_json(&m.to_json()).unwrap(), m);
+        assert_eq!(
+            m.to_json().get("cache"),
+            Some(&serde_json::Value::from("hit"))
+        );
+        // A Python server's integral float batch size is taken.
+        let py = serde_json::json!({"batch_size": 8.0, "cache": "miss"});
+        let got = ServerTiming::from_json(&py).unwrap();
+        assert_eq!((got.batch_size, got.cache_hit), (Some(8), Some(false)));
+        let json_bad = [
+            serde_json::json!({"batch_size": 0}),
+            serde_json::json!({"cache": "HIT"}),
+            serde_json::json!({"queue_ns": -3}),
+            serde_json::json!({"infer_ms": 1e300}),
+            serde_json::json!([1, 2]),
+        ];
+        for b in &json_bad {
+            assert!(TimingMap::from_json(b).is_err(), "accepted {b}");
+        }
+    }
+}
