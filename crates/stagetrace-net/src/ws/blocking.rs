@@ -1,0 +1,53 @@
+//! [`BlockingPolicyClient`]: the [`PolicyClient`] for synchronous robot
+//! loops.
+
+use super::client::{ClientError, ClientOptions, PolicyClient, Reply};
+use crate::msg::MsgMap;
+
+/// A [`PolicyClient`] for synchronous robot loops: each call blocks the
+/// calling thread (on a small runtime of its own), so the `transport` span
+/// nests under the caller's current span as usual.
+#[derive(Debug)]
+pub struct BlockingPolicyClient {
+    rt: tokio::runtime::Runtime,
+    inner: PolicyClient,
+}
+
+impl BlockingPolicyClient {
+    /// Connect with default options.
+    pub fn connect(url: &str) -> Result<Self, ClientError> {
+        BlockingPolicyClient::connect_with(url, ClientOptions::default())
+    }
+
+    /// Connect with options. Fails with [`ClientError::InsideRuntime`] when
+    /// called from async code.
+    pub fn connect_with(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(ClientError::InsideRuntime);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Connect(format!("could not start an I/O runtime: {e}")))?;
+        let inner = rt.block_on(PolicyClient::connect_with(url, options))?;
+        Ok(BlockingPolicyClient { rt, inner })
+    }
+
+    /// The metadata map the server sent on connect.
+    pub fn metadata(&self) -> &MsgMap {
+        self.inner.metadata()
+    }
+
+    /// See [`PolicyClient::infer`].
+    pub fn infer(&mut self, observation: &MsgMap) -> Result<Reply, ClientError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(ClientError::InsideRuntime);
+        }
+        self.rt.block_on(self.inner.infer(observation))
+    }
+
+    /// See [`PolicyClient::reconnect`].
+    pub fn reconnect(&mut self) -> Result<(), ClientError> {
+        self.rt.block_on(self.inner.reconnect())
+    }
+}

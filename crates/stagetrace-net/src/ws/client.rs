@@ -1,0 +1,307 @@
+//! The WebSocket policy client: [`PolicyClient`] sends an observation with
+//! the `traceparent` inside a `transport` span and attaches the server's
+//! timing from the reply to that span.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rmpv::Value;
+use stagetrace::wire::{TimingMap, SERVER_TIMING_KEY, TRACEPARENT};
+use stagetrace::ServerTiming;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tracing::Instrument;
+
+use super::limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
+use crate::timing_map::TimingMsgpackExt;
+use crate::transport;
+
+/// Why a client call failed. Every failure of [`PolicyClient::infer`] also
+/// flags the call's record as failed.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The URL or the WebSocket handshake failed.
+    Connect(String),
+    /// No response within the call timeout.
+    Timeout(Duration),
+    /// The server closed the connection or the connection broke mid-call.
+    Disconnected(String),
+    /// The server answered with an error (openpi sends a text frame).
+    Server(String),
+    /// The server's message is not a msgpack map.
+    Decode(DecodeError),
+    /// The connection broke on an earlier call; call `reconnect()`.
+    NotConnected,
+    /// A blocking client was used from inside a tokio runtime.
+    InsideRuntime,
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Connect(e) => write!(
+                f,
+                "could not connect to the policy server ({e}); check the ws:// URL and that the server runs"
+            ),
+            ClientError::Timeout(d) => write!(
+                f,
+                "policy server did not answer within {d:?}; raise the call timeout or check the server's load"
+            ),
+            ClientError::Disconnected(e) => write!(
+                f,
+                "policy server connection lost mid-call ({e}); call reconnect() once the server is back"
+            ),
+            ClientError::Server(e) => write!(f, "policy server failed the request: {e}"),
+            ClientError::Decode(e) => write!(f, "policy server sent a bad response: {e}"),
+            ClientError::NotConnected => f.write_str(
+                "policy client is not connected (an earlier call broke the connection); call reconnect()",
+            ),
+            ClientError::InsideRuntime => f.write_str(
+                "BlockingPolicyClient used inside a tokio runtime; use PolicyClient (async) there",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// One response: the action map (without `server_timing`) and the timing
+/// the server reported.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reply {
+    /// The action map.
+    pub action: MsgMap,
+    /// The server's timing, `None` when it sent none or a malformed map
+    /// (then counted as a rejected header). An openpi server that only sends
+    /// `infer_ms` gives `infer_ns` alone (degraded: `net_ms`, no split).
+    pub server_timing: Option<ServerTiming>,
+    /// openpi's `prev_total_ms`, when sent.
+    pub prev_total_ms: Option<f64>,
+}
+
+/// Options of a [`PolicyClient`].
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Limit on one call, send → whole response (default 10 s).
+    pub call_timeout: Duration,
+    /// Limit on connecting and receiving the metadata frame (default 10 s).
+    pub connect_timeout: Duration,
+    /// Largest response accepted (default [`DEFAULT_MAX_MESSAGE_BYTES`]).
+    pub max_message_bytes: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            connect_timeout: Duration::from_secs(10),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// An openpi / LingBot-VA policy client that traces each call: a
+/// `transport` span around send → response, `traceparent` in the request,
+/// the server's timing attached to the span.
+pub struct PolicyClient {
+    url: String,
+    options: ClientOptions,
+    ws: Option<Ws>,
+    metadata: MsgMap,
+}
+
+impl fmt::Debug for PolicyClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyClient")
+            .field("url", &self.url)
+            .field("options", &self.options)
+            .field("connected", &self.ws.is_some())
+            .finish()
+    }
+}
+
+impl PolicyClient {
+    /// Connect (default options) and receive the server's metadata frame.
+    pub async fn connect(url: &str) -> Result<Self, ClientError> {
+        PolicyClient::connect_with(url, ClientOptions::default()).await
+    }
+
+    /// Connect with options.
+    pub async fn connect_with(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
+        let mut client = PolicyClient {
+            url: url.to_owned(),
+            options,
+            ws: None,
+            metadata: MsgMap::new(),
+        };
+        client.reconnect().await?;
+        Ok(client)
+    }
+
+    /// Connect again (after a failed call broke the connection).
+    pub async fn reconnect(&mut self) -> Result<(), ClientError> {
+        self.ws = None;
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(self.options.max_message_bytes))
+            .max_frame_size(Some(self.options.max_message_bytes));
+        let connect = async {
+            let (mut ws, _) =
+                tokio_tungstenite::connect_async_with_config(self.url.as_str(), Some(config), true)
+                    .await
+                    .map_err(|e| ClientError::Connect(e.to_string()))?;
+            let metadata = loop {
+                match ws.next().await {
+                    Some(Ok(Message::Binary(b))) => {
+                        break MsgMap::from_msgpack(&b).map_err(ClientError::Decode)?
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
+                    Some(Ok(Message::Close(_))) | None => {
+                        return Err(ClientError::Connect(
+                            "closed before sending metadata".into(),
+                        ))
+                    }
+                    Some(Err(e)) => return Err(ClientError::Connect(e.to_string())),
+                }
+            };
+            Ok::<_, ClientError>((ws, metadata))
+        };
+        let (ws, metadata) = tokio::time::timeout(self.options.connect_timeout, connect)
+            .await
+            .map_err(|_| ClientError::Timeout(self.options.connect_timeout))??;
+        self.ws = Some(ws);
+        self.metadata = metadata;
+        Ok(())
+    }
+
+    /// The metadata map the server sent on connect.
+    pub fn metadata(&self) -> &MsgMap {
+        &self.metadata
+    }
+
+    /// True while the connection is usable.
+    pub fn is_connected(&self) -> bool {
+        self.ws.is_some()
+    }
+
+    /// Send one observation and wait for the action.
+    ///
+    /// Runs in a `transport` span (the current one when it is a `transport`
+    /// span, else a new child of the current span), sends its `traceparent`
+    /// and attaches the server's timing to it. On timeout, disconnect or a
+    /// server error the call is flagged failed and the connection dropped
+    /// (call [`reconnect`](Self::reconnect)); it never waits longer than the
+    /// call timeout.
+    pub async fn infer(&mut self, observation: &MsgMap) -> Result<Reply, ClientError> {
+        // Encode the payload first: the transport span (and with it the
+        // roundtrip) starts only when the request is handed to the socket.
+        let mut out = MapWriter::with_capacity(observation.encoded_len_hint());
+        if observation.get(TRACEPARENT).is_some() {
+            // The app put its own context in: ours replaces it.
+            for entry in observation.entries() {
+                if !key_is(&entry.0, TRACEPARENT) {
+                    out.entries(std::slice::from_ref(entry));
+                }
+            }
+        } else {
+            out.entries(observation.entries());
+        }
+        let span = transport::transport_span(&self.url);
+        let Some(ws) = self.ws.as_mut() else {
+            transport::fail(&span, "not connected");
+            return Err(ClientError::NotConnected);
+        };
+        if let Some(tp) = transport::traceparent(&span) {
+            let s = std::str::from_utf8(&tp).unwrap_or_default();
+            out.entry(TRACEPARENT, &Value::from(s));
+        }
+        let out = out.finish();
+
+        let timeout = self.options.call_timeout;
+        let exchange = async {
+            ws.send(Message::Binary(out))
+                .await
+                .map_err(|e| ClientError::Disconnected(e.to_string()))?;
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Binary(b))) => return Ok(b),
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
+                    Some(Ok(Message::Close(frame))) => {
+                        return Err(ClientError::Disconnected(match frame {
+                            Some(f) => {
+                                format!("server closed the connection: {} {}", f.code, f.reason)
+                            }
+                            None => "server closed the connection".to_owned(),
+                        }))
+                    }
+                    None => return Err(ClientError::Disconnected("connection closed".into())),
+                    Some(Err(e)) => return Err(ClientError::Disconnected(e.to_string())),
+                }
+            }
+        };
+        let result = match tokio::time::timeout(timeout, exchange.instrument(span.clone())).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Timeout(timeout)),
+        };
+        let bytes = match result {
+            Ok(b) => b,
+            Err(e) => {
+                self.ws = None;
+                transport::fail(&span, failure_reason(&e));
+                return Err(e);
+            }
+        };
+        let mut action = match MsgMap::from_msgpack(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.ws = None;
+                transport::fail(&span, "bad response");
+                return Err(ClientError::Decode(e));
+            }
+        };
+        let (server_timing, prev_total_ms) = match action.remove(SERVER_TIMING_KEY) {
+            None => (None, None),
+            Some(v) => match TimingMap::from_msgpack(&v) {
+                Ok(m) => (Some(m.timing).filter(|t| !t.is_empty()), m.prev_total_ms),
+                Err(_) => {
+                    transport::reject();
+                    (None, None)
+                }
+            },
+        };
+        if let Some(t) = server_timing {
+            transport::attach(&span, t);
+        }
+        Ok(Reply {
+            action,
+            server_timing,
+            prev_total_ms,
+        })
+    }
+
+    /// Close the connection politely.
+    pub async fn close(mut self) {
+        if let Some(mut ws) = self.ws.take() {
+            let _ = ws.close(None).await;
+        }
+    }
+}
+
+fn failure_reason(e: &ClientError) -> &'static str {
+    match e {
+        ClientError::Timeout(_) => "timeout",
+        ClientError::Disconnected(_) => "disconnected",
+        ClientError::Server(_) => "server error",
+        ClientError::Decode(_) => "bad response",
+        ClientError::NotConnected => "not connected",
+        ClientError::Connect(_) => "connect failed",
+        ClientError::InsideRuntime => "inside runtime",
+    }
+}

@@ -1,0 +1,410 @@
+//! The WebSocket policy server: [`PolicyServer`]'s builder, the accept loop
+//! and one task per connection that stamps, runs the [`Handler`] and
+//! answers with the action map plus the `server_timing` map.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use rmpv::Value;
+use stagetrace::wire::{TimingMap, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
+use stagetrace::ServerRecord;
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::{watch, Semaphore};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use super::handler::{Handler, HandlerError};
+use super::limits::DEFAULT_MAX_MESSAGE_BYTES;
+use crate::msg::{MapWriter, MsgMap};
+use crate::server::{
+    server_record, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
+};
+use crate::timing_map::TimingMsgpackExt;
+
+/// Why a server could not start or stopped.
+#[derive(Debug)]
+pub enum ServeError {
+    /// Binding the listening address failed.
+    Bind(std::io::Error),
+    /// Accepting connections failed.
+    Accept(std::io::Error),
+    /// `spawn` was awaited outside a tokio runtime.
+    NoRuntime,
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Bind(e) => write!(
+                f,
+                "policy server could not bind its address ({e}); pick a free port or stop the process holding it"
+            ),
+            ServeError::Accept(e) => write!(
+                f,
+                "policy server stopped accepting connections ({e}); check the process's file descriptor limit"
+            ),
+            ServeError::NoRuntime => f.write_str(
+                "policy server needs a tokio runtime; await spawn/serve inside one (e.g. #[tokio::main])",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Bind(e) | ServeError::Accept(e) => Some(e),
+            ServeError::NoRuntime => None,
+        }
+    }
+}
+
+/// A policy server speaking the openpi / LingBot-VA WebSocket protocol, with
+/// stagetrace's server timing in every response. Build with
+/// [`PolicyServer::builder`].
+#[derive(Debug)]
+pub struct PolicyServer;
+
+impl PolicyServer {
+    /// Start building a server.
+    pub fn builder() -> PolicyServerBuilder {
+        PolicyServerBuilder {
+            metadata: MsgMap::new(),
+            hook: None,
+            clock: ServerClock::system(),
+            max_concurrency: 1,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
+/// Settings of a [`PolicyServer`].
+pub struct PolicyServerBuilder {
+    metadata: MsgMap,
+    hook: Option<RequestHook>,
+    clock: ServerClock,
+    max_concurrency: usize,
+    max_message_bytes: usize,
+}
+
+impl fmt::Debug for PolicyServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyServerBuilder")
+            .field("metadata_entries", &self.metadata.len())
+            .field("hook", &self.hook.is_some())
+            .field("clock", &self.clock)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .finish()
+    }
+}
+
+impl PolicyServerBuilder {
+    /// The map sent to each client on connect (openpi's policy metadata).
+    pub fn metadata(mut self, metadata: MsgMap) -> Self {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Called once per request with what the server saw (see [`RequestHook`]).
+    pub fn on_request(mut self, hook: impl Fn(&ServerRecord) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The clock that stamps `recv_unix_ns` (default: the host clock).
+    pub fn clock(mut self, clock: ServerClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How many requests may run the handler at once, across connections
+    /// (default 1: one model, one request at a time). Waiting for a slot is
+    /// reported as `queue`. 0 is taken as 1.
+    pub fn max_concurrency(mut self, n: usize) -> Self {
+        self.max_concurrency = n.clamp(1, Semaphore::MAX_PERMITS);
+        self
+    }
+
+    /// Largest request accepted, in bytes (default [`DEFAULT_MAX_MESSAGE_BYTES`]).
+    pub fn max_message_bytes(mut self, n: usize) -> Self {
+        self.max_message_bytes = n.max(1024);
+        self
+    }
+
+    /// Bind `addr` and serve until an accept error.
+    pub async fn serve<H: Handler>(
+        self,
+        addr: impl ToSocketAddrs,
+        handler: H,
+    ) -> Result<(), ServeError> {
+        tokio::runtime::Handle::try_current().map_err(|_| ServeError::NoRuntime)?;
+        let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
+        let (_tx, rx) = watch::channel(false);
+        self.into_shared(handler).accept_loop(listener, rx).await
+    }
+
+    /// Bind `addr` and serve in a task on the current tokio runtime; the
+    /// handle gives the bound address (bind port 0 for a free one) and stops it.
+    pub async fn spawn<H: Handler>(
+        self,
+        addr: impl ToSocketAddrs,
+        handler: H,
+    ) -> Result<ServerHandle, ServeError> {
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| ServeError::NoRuntime)?;
+        let listener = TcpListener::bind(addr).await.map_err(ServeError::Bind)?;
+        let local_addr = listener.local_addr().map_err(ServeError::Bind)?;
+        let (stop, rx) = watch::channel(false);
+        let shared = self.into_shared(handler);
+        let counters = Arc::clone(&shared.counters);
+        let task = rt.spawn(async move { shared.accept_loop(listener, rx).await });
+        Ok(ServerHandle {
+            local_addr,
+            stop,
+            task,
+            counters,
+        })
+    }
+
+    fn into_shared<H: Handler>(self, handler: H) -> Arc<Shared> {
+        Arc::new(Shared {
+            metadata: self.metadata.to_msgpack(),
+            hook: self.hook,
+            clock: self.clock,
+            permits: Semaphore::new(self.max_concurrency),
+            max_message_bytes: self.max_message_bytes,
+            handler: Box::new(handler),
+            counters: Arc::new(ServerCounters::default()),
+        })
+    }
+}
+
+/// A running server started with [`PolicyServerBuilder::spawn`].
+///
+/// Dropping the handle stops the server, like [`ServerHandle::shutdown`]
+/// without waiting: keep it for as long as the server should run.
+#[derive(Debug)]
+#[must_use = "dropping the handle stops the server"]
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+    counters: Arc<ServerCounters>,
+}
+
+impl ServerHandle {
+    /// The address the server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The `ws://` URL of the server.
+    pub fn url(&self) -> String {
+        format!("ws://{}", self.local_addr)
+    }
+
+    /// Requests, failures and rejected headers so far.
+    pub fn stats(&self) -> ServerStats {
+        self.counters.snapshot()
+    }
+
+    /// Stop accepting and close every connection (in-flight requests are
+    /// dropped: their clients see a disconnect).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+struct Shared {
+    metadata: Vec<u8>,
+    hook: Option<RequestHook>,
+    clock: ServerClock,
+    permits: Semaphore,
+    max_message_bytes: usize,
+    handler: Box<dyn Handler>,
+    counters: Arc<ServerCounters>,
+}
+
+impl Shared {
+    async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ServeError> {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                accepted = listener.accept() => {
+                    let (stream, _) = match accepted {
+                        Ok(a) => a,
+                        // Per-connection failures (e.g. reset before accept) are not fatal.
+                        Err(e) if is_transient(&e) => continue,
+                        Err(e) => return Err(ServeError::Accept(e)),
+                    };
+                    let shared = Arc::clone(&self);
+                    let stop = stop.clone();
+                    conns.spawn(async move { shared.connection(stream, stop).await });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        conns.shutdown().await;
+        Ok(())
+    }
+
+    async fn connection(&self, stream: TcpStream, mut stop: watch::Receiver<bool>) {
+        let _ = stream.set_nodelay(true);
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(self.max_message_bytes))
+            .max_frame_size(Some(self.max_message_bytes));
+        let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await
+        else {
+            return;
+        };
+        self.counters.connections.fetch_add(1, Ordering::Relaxed);
+        if ws
+            .send(Message::Binary(self.metadata.clone().into()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut prev_total_ms: Option<f64> = None;
+        loop {
+            let msg = tokio::select! {
+                _ = stop.changed() => break,
+                msg = ws.next() => msg,
+            };
+            // The whole message has arrived: this is the server's receive time.
+            let mut stamps = RequestStamps::received(&self.clock);
+            let bytes = match msg {
+                Some(Ok(Message::Binary(b))) => b,
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(Message::Text(_))) => {
+                    let err = "the openpi protocol expects binary msgpack frames, got a text frame";
+                    self.fail(&mut ws, &stamps, None, None, err.to_owned())
+                        .await;
+                    break;
+                }
+            };
+            let mut request = match MsgMap::from_msgpack(&bytes) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.fail(&mut ws, &stamps, None, None, e.to_string()).await;
+                    break;
+                }
+            };
+            drop(bytes);
+            let trace_parent = self.take_trace_parent(&mut request);
+            let kind = request.get_str("kind").map(str::to_owned);
+
+            let timer = stamps.timer();
+            let Ok(permit) = self.permits.acquire().await else {
+                break;
+            };
+            let start = Instant::now();
+            // A panicking handler fails its request (openpi answers an
+            // exception the same way) instead of silently dropping the link.
+            let result = AssertUnwindSafe(self.handler.call(request, timer.clone()))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err(HandlerError::new("the policy handler panicked")));
+            let end = Instant::now();
+            drop(permit);
+            stamps.handled(start, end, timer);
+
+            let mut action = match result {
+                Ok(a) => a,
+                Err(e) => {
+                    self.fail(&mut ws, &stamps, trace_parent, kind.as_deref(), e.0)
+                        .await;
+                    break;
+                }
+            };
+            action.remove(SERVER_TIMING_KEY);
+            let mut out = MapWriter::with_capacity(action.encoded_len_hint());
+            out.entries(action.entries());
+            drop(action);
+            // Stamp `total` as late as possible: only the timing map itself is
+            // encoded after it.
+            let timing = stamps.timing_now();
+            let map = TimingMap {
+                timing,
+                prev_total_ms,
+            };
+            out.entry(SERVER_TIMING_KEY, &map.to_msgpack());
+            let sent = ws.send(Message::Binary(out.finish())).await;
+            prev_total_ms = Some(stamps.recv.elapsed().as_secs_f64() * 1e3);
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+            let error = sent.as_ref().err().map(|e| format!("send failed: {e}"));
+            if error.is_some() {
+                self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            self.emit(server_record(trace_parent, kind.as_deref(), timing, error));
+            if sent.is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Remove `traceparent` / `tracestate` from the request; parse the former
+    /// (a malformed one is ignored and counted).
+    fn take_trace_parent(&self, request: &mut MsgMap) -> Option<TraceParent> {
+        let _ = request.remove(TRACESTATE);
+        let raw = request.remove(TRACEPARENT)?;
+        let parsed = match &raw {
+            Value::String(s) => TraceParent::parse_bytes(s.as_bytes()).ok(),
+            Value::Binary(b) => TraceParent::parse_bytes(b).ok(),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.counters.reject_header();
+        }
+        parsed
+    }
+
+    async fn fail(
+        &self,
+        ws: &mut WebSocketStream<TcpStream>,
+        stamps: &RequestStamps,
+        trace_parent: Option<TraceParent>,
+        kind: Option<&str>,
+        error: String,
+    ) {
+        let timing = stamps.timing_now();
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let _ = ws.send(Message::text(error.clone())).await;
+        let _ = ws
+            .close(Some(CloseFrame {
+                code: CloseCode::Error,
+                reason: "request failed".into(),
+            }))
+            .await;
+        self.emit(server_record(trace_parent, kind, timing, Some(error)));
+    }
+
+    fn emit(&self, record: ServerRecord) {
+        if let Some(hook) = &self.hook {
+            hook(&record);
+        }
+    }
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    )
+}
