@@ -70,7 +70,7 @@ impl LinkConfig {
     }
 }
 
-/// Settings of a [`Proxy`].
+/// Settings of a [`Proxy`](super::Proxy).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProxyConfig {
     /// Client → upstream.
