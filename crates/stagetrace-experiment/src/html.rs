@@ -5,28 +5,24 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use stagetrace::Figure;
 
-use crate::runner::ExperimentReport;
+use crate::figures;
+use crate::report::ExperimentReport;
 
-/// Stages drawn (the gap included: it is what no stage explains).
-const DRAWN: [&str; 7] = [
-    "capture", "uplink", "queue", "infer", "downlink", "dispatch", "gap",
+/// Line colours, one per drawn figure in order (Tableau 10); a figure past
+/// the tenth takes the colours again from the start.
+const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+    "#9c755f", "#bab0ac",
 ];
-const COLORS: [&str; 7] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
-];
 
-/// What the timeline plots need, kept out of `--json`.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Timeline {
-    /// Time zero of the plots (ms since the epoch): the baseline's start.
-    pub t0_unix_ms: f64,
-    /// Windows: (start, s after t0; windowed p90 per drawn stage, NaN = none).
-    pub windows: Vec<(f64, [f64; 7])>,
-    /// Resource tracks: (s after t0; CPU %, CPU pressure %, run-queue wait %
-    /// of a core, target CPU % of a core, busiest GPU's utilisation %).
-    pub resources: Vec<(f64, [f64; 5])>,
+/// The figures drawn, with their colours: the ones that make up the call
+/// (every stage, and the gap: what no stage explains).
+fn drawn() -> impl Iterator<Item = (Figure, &'static str)> {
+    figures::finest()
+        .enumerate()
+        .map(|(k, f)| (f, PALETTE[k % PALETTE.len()]))
 }
 
 fn esc(s: &str) -> String {
@@ -172,23 +168,23 @@ fn timeline_svg(r: &ExperimentReport) -> String {
         top + 10.0,
         top + h
     );
-    for (k, name) in DRAWN.iter().enumerate() {
+    for (k, (f, color)) in drawn().enumerate() {
+        let i = f.index();
         let pts: Vec<(f64, f64)> = tl
             .windows
             .iter()
-            .filter(|w| w.1[k].is_finite())
-            .map(|w| (x_of(w.0, t_max), top + h - h * w.1[k] / y_max))
+            .filter(|w| w.1[i].is_finite())
+            .map(|w| (x_of(w.0, t_max), top + h - h * w.1[i] / y_max))
             .collect();
         if pts.is_empty() {
             continue;
         }
-        o.push_str(&polyline(&pts, COLORS[k], false));
+        o.push_str(&polyline(&pts, color, false));
         let _ = write!(
             o,
-            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{}\">{name}</text>",
+            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{color}\">{f}</text>",
             W - RIGHT + 8.0,
             top + 14.0 * (k as f64 + 1.0),
-            COLORS[k]
         );
     }
     // Resource tracks on the same time axis.
@@ -230,8 +226,8 @@ fn timeline_svg(r: &ExperimentReport) -> String {
 fn levels_svg(r: &ExperimentReport) -> String {
     // Columns: baseline, then each level.
     let n = r.levels.len() + 1;
-    let value = |k: usize, col: usize, p99: bool| -> Option<f64> {
-        let name = DRAWN[k];
+    let value = |f: Figure, col: usize, p99: bool| -> Option<f64> {
+        let name = f.name();
         if col == 0 {
             r.baseline.get(name).map(|b| if p99 { b[3] } else { b[1] })
         } else {
@@ -241,8 +237,8 @@ fn levels_svg(r: &ExperimentReport) -> String {
                 .map(|c| if p99 { c.p99 } else { c.p50 })
         }
     };
-    let y_max = (0..DRAWN.len())
-        .flat_map(|k| (0..n).filter_map(move |c| value(k, c, true)))
+    let y_max = drawn()
+        .flat_map(|(f, _)| (0..n).filter_map(move |c| value(f, c, true)))
         .filter(|v| v.is_finite())
         .fold(1.0f64, f64::max)
         * 1.1;
@@ -272,21 +268,20 @@ fn levels_svg(r: &ExperimentReport) -> String {
             top + h + 16.0
         );
     }
-    for (k, name) in DRAWN.iter().enumerate() {
+    for (k, (f, color)) in drawn().enumerate() {
         for p99 in [false, true] {
             let pts: Vec<(f64, f64)> = (0..n)
-                .filter_map(|c| value(k, c, p99).map(|v| (c, v)))
+                .filter_map(|c| value(f, c, p99).map(|v| (c, v)))
                 .filter(|(_, v)| v.is_finite())
                 .map(|(c, v)| (col_x(c), top + h - h * v / y_max))
                 .collect();
-            o.push_str(&polyline(&pts, COLORS[k], p99));
+            o.push_str(&polyline(&pts, color, p99));
         }
         let _ = write!(
             o,
-            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{}\">{name}</text>",
+            "<text x=\"{:.0}\" y=\"{:.0}\" fill=\"{color}\">{f}</text>",
             W - RIGHT + 8.0,
             top + 14.0 * (k as f64 + 1.0),
-            COLORS[k]
         );
     }
     o.push_str("</svg>");
@@ -301,7 +296,7 @@ fn table(r: &ExperimentReport) -> String {
         let _ = write!(o, "<th>L{} {}</th>", l.level, esc(&l.label));
     }
     o.push_str("</tr>");
-    for name in crate::verdict::COMPONENTS {
+    for name in figures::compared().map(Figure::name) {
         let Some(b) = r.baseline.get(name) else {
             continue;
         };

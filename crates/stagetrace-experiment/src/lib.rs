@@ -61,6 +61,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub mod demo;
+mod figures;
 pub mod gpu;
 pub mod html;
 mod inject;
@@ -68,6 +69,7 @@ pub mod netns;
 mod pipeline;
 pub mod plan;
 mod render;
+pub mod report;
 mod runner;
 pub mod sampler;
 pub mod sim;
@@ -77,7 +79,8 @@ pub use gpu::GpuSample;
 pub use inject::thread_names;
 pub use plan::{Plan, PlanError};
 pub use render::text;
-pub use runner::{default_out_dir, run, ExperimentReport, RunOptions};
+pub use report::ExperimentReport;
+pub use runner::{default_out_dir, run, RunOptions};
 pub use sampler::{ResourceSample, Sampler, SamplerCost};
 pub use verdict::Verdict;
 

@@ -2,8 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::runner::ExperimentReport;
-use crate::verdict::COMPONENTS;
+use stagetrace::Figure;
+
+use crate::figures;
+use crate::report::ExperimentReport;
 
 /// The report as a terminal table and verdict.
 pub fn text(r: &ExperimentReport) -> String {
@@ -29,7 +31,7 @@ pub fn text(r: &ExperimentReport) -> String {
         let _ = write!(o, " {:>17}", format!("L{} p50/p99", l.level));
     }
     let _ = writeln!(o);
-    for name in COMPONENTS {
+    for name in figures::compared().map(Figure::name) {
         let Some(b) = r.baseline.get(name) else {
             continue;
         };

@@ -1,0 +1,161 @@
+//! The runner: warm-up, baseline, each level in turn; records and resource
+//! samples tagged with their phase and level; progress; restore on every path.
+
+mod schedule;
+mod tables;
+mod tag;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::inject::Injector;
+use crate::pipeline::Pipeline;
+use crate::plan::Plan;
+use crate::report::ExperimentReport;
+use crate::sampler::{now_unix_ms, Sampler};
+use crate::verdict;
+use crate::ExperimentError;
+
+use schedule::Stop;
+use tag::State;
+
+/// How to run a plan.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Directory for the tagged records, resource samples and the report.
+    pub out: PathBuf,
+    /// Draw progress bars on stderr (hidden anyway when it is not a terminal).
+    pub progress: bool,
+    /// Set from outside (Ctrl-C) to stop the run early; everything is restored.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Run `plan` against its target.
+pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, ExperimentError> {
+    plan.validate()
+        .map_err(|e| ExperimentError::Plan(e.to_string()))?;
+    std::fs::create_dir_all(&opts.out).map_err(|e| ExperimentError::Io(opts.out.clone(), e))?;
+    let rec_path = opts.out.join("records-experiment.jsonl");
+    let res_path = opts.out.join("resources.jsonl");
+    let mut rec_file = BufWriter::new(
+        File::create(&rec_path).map_err(|e| ExperimentError::Io(rec_path.clone(), e))?,
+    );
+    let mut res_file = BufWriter::new(
+        File::create(&res_path).map_err(|e| ExperimentError::Io(res_path.clone(), e))?,
+    );
+
+    // Namespaces left by a run that was killed outright (SIGKILL, a crash).
+    let stale = crate::netns::remove_stale();
+    let mut pipeline = Pipeline::start(&plan.target, &opts.out, plan.factor.kernel)?;
+    let mut addresses = BTreeMap::new();
+    if let Some(p) = pipeline.proxy.as_ref() {
+        addresses.insert("proxy", p.local_addr().to_string());
+    }
+    addresses.insert("server", pipeline.server_addr.to_string());
+    let sampler = Sampler::follow(Arc::clone(&pipeline.pid), plan.sampler.hz)
+        .map_err(|e| ExperimentError::Start(format!("the resource sampler: {e}")))?;
+    let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
+    if !stale.is_empty() {
+        injector.restored.push(format!(
+            "namespaces of a dead run deleted: {}",
+            stale.join(", ")
+        ));
+    }
+    let mut st = State::new();
+
+    let outcome = schedule::drive(
+        plan,
+        opts.progress,
+        &opts.stop,
+        &pipeline,
+        &sampler,
+        &mut injector,
+        &mut st,
+        &mut rec_file,
+        &mut res_file,
+    );
+
+    // Restore on every path, then stop the target.
+    injector.restore(Some(&pipeline));
+    let robot = pipeline.shutdown();
+    injector.restored.append(&mut pipeline.undone);
+    let gpu = sampler.gpu_note().to_owned();
+    let (cost, rest) = sampler.stop();
+    let end = now_unix_ms();
+    if let Some(last) = st.phases.last_mut() {
+        last.end_unix_ms = last.end_unix_ms.min(end);
+    }
+    // Late records and samples.
+    for rec in pipeline.records.try_iter() {
+        st.tag_record(&rec, &mut rec_file);
+    }
+    for s in rest {
+        st.tag_sample(s, &mut res_file);
+    }
+    let _ = rec_file.flush();
+    let _ = res_file.flush();
+
+    let stopped_because = match outcome {
+        Ok(()) => None,
+        Err(Stop::Interrupted) => Some("interrupted (Ctrl-C)".to_owned()),
+        Err(Stop::Failed(e)) => Some(e),
+    };
+    if st.phases.iter().all(|p| p.phase != "baseline") {
+        if let Some(why) = stopped_because {
+            return Err(ExperimentError::Stopped(why));
+        }
+    }
+
+    st.count_calls();
+    let (thresholds, baseline_resources, levels, verdict) =
+        verdict::analyze(&st.phases, &st.obs, &st.samples, &plan.verdict);
+    let baseline = tables::baseline_table(&st);
+    let timeline = tables::timeline(&st);
+    let mut counters = BTreeMap::new();
+    counters.insert("calls_completed", robot.completed);
+    counters.insert("calls_failed", robot.failed);
+    counters.insert("records_dropped", pipeline.dropped.load(Ordering::Relaxed));
+    counters.insert("replayed_requests", injector.replayed.0);
+    counters.insert("replayed_failed", injector.replayed.1);
+    counters.insert("burners_pinned", injector.pinned);
+    if let Some(bytes) = injector.cross_bytes {
+        counters.insert("cross_traffic_bytes", bytes);
+    }
+    counters.insert("write_errors", st.write_errors);
+    let report = ExperimentReport {
+        name: plan.title(),
+        factor: plan.factor.kind.name(),
+        out: opts.out.display().to_string(),
+        interrupted: stopped_because.is_some(),
+        stopped_because,
+        addresses,
+        phases: st.phases,
+        baseline,
+        baseline_resources,
+        thresholds,
+        levels,
+        verdict,
+        sampler: cost,
+        gpu,
+        restored: std::mem::take(&mut injector.restored),
+        timeline,
+        counters,
+    };
+    let html_path = opts.out.join("experiment.html");
+    std::fs::write(&html_path, crate::html::page(&report))
+        .map_err(|e| ExperimentError::Io(html_path, e))?;
+    let json = serde_json::to_string_pretty(&report).unwrap_or_default();
+    let path = opts.out.join("experiment.json");
+    std::fs::write(&path, json).map_err(|e| ExperimentError::Io(path, e))?;
+    Ok(report)
+}
+
+/// The default output directory: `runs/experiment-<unix seconds>`.
+pub fn default_out_dir() -> PathBuf {
+    let secs = (now_unix_ms() / 1e3) as u64;
+    Path::new("runs").join(format!("experiment-{secs}"))
+}

@@ -1,0 +1,162 @@
+//! The answer from the per-level results: which figure moved first, at
+//! which level and in what shape, which it dragged along, which stayed flat,
+//! and the period of its spikes when it moved as a tail.
+
+use stagetrace::Figure;
+use stagetrace_analyze::stats;
+
+use super::obs::{column, Obs, PhaseSpan};
+use super::resources::{resource_note, ResourceSummary};
+use super::result::{ComponentResult, LevelResult, Verdict};
+use super::text;
+
+/// The figures of a level with their results, in the order of the
+/// level's map (by name: ties between movers resolve the same way on every run).
+fn by_figure(l: &LevelResult) -> impl Iterator<Item = (Figure, &ComponentResult)> {
+    l.components
+        .iter()
+        .filter_map(|(n, c)| Some((Figure::from_name(n)?, c)))
+}
+
+/// The verdict over `levels`; `candidates` are the figures that may be
+/// named as the first mover, in report order.
+pub(crate) fn decide(
+    levels: &[LevelResult],
+    phases: &[PhaseSpan],
+    obs: &[Obs],
+    candidates: &[Figure],
+    base_res: Option<&ResourceSummary>,
+) -> Verdict {
+    let candidate = |f: Figure| candidates.contains(&f);
+    let e2e_moved = levels.iter().any(|l| {
+        l.components
+            .get(Figure::E2e.name())
+            .is_some_and(|c| c.moved)
+    });
+    let mut first: Option<(&LevelResult, Figure, &ComponentResult)> = None;
+    for l in levels {
+        let mut movers: Vec<(Figure, &ComponentResult)> = by_figure(l)
+            .filter(|(f, c)| candidate(*f) && c.moved)
+            .collect();
+        if movers.is_empty() {
+            continue;
+        }
+        // A median move outranks a tail-only move: transient contention from
+        // outside can lift a p99 for a while, not a median.
+        if movers.iter().any(|(_, c)| c.shape == Some("median")) {
+            movers.retain(|(_, c)| c.shape == Some("median"));
+        }
+        // Among moves of comparable size (at least half the largest shift),
+        // the earliest change (1 s buckets from the level's start: moves
+        // caused by the same change land together), then the largest.
+        movers.sort_by(|a, b| b.1.abs_shift().total_cmp(&a.1.abs_shift()));
+        let top = movers[0].1.abs_shift();
+        movers.retain(|(_, c)| c.abs_shift() >= 0.5 * top);
+        let level_start = phases
+            .iter()
+            .find(|p| p.phase == "level" && p.level == l.level)
+            .map_or(0.0, |p| p.settle_until_unix_ms);
+        let bucket = |c: &ComponentResult| {
+            c.change_unix_ms
+                .map_or(i64::MAX, |t| ((t - level_start) / 1000.0).floor() as i64)
+        };
+        movers.sort_by(|a, b| {
+            bucket(a.1)
+                .cmp(&bucket(b.1))
+                .then_with(|| b.1.abs_shift().total_cmp(&a.1.abs_shift()))
+        });
+        let (f, c) = movers[0];
+        first = Some((l, f, c));
+        break;
+    }
+    let Some((fl, first_fig, fc)) = first else {
+        let mut v = Verdict::nothing(if e2e_moved {
+            "e2e moved but no stage and not the gap beyond the thresholds: raise the levels or the calls per level"
+        } else {
+            "no stage moved at any level: the pipeline absorbs this factor over the range tried"
+        });
+        v.e2e_moved = e2e_moved;
+        v.flat = candidates.iter().map(|f| f.name()).collect();
+        v.next_step =
+            "raise the factor further (or hold each level longer) to find where it bites".into();
+        return v;
+    };
+    let mut dragged: Vec<(Figure, usize)> = Vec::new();
+    for l in levels.iter().filter(|l| l.level >= fl.level) {
+        for (f, c) in by_figure(l) {
+            if candidate(f) && c.moved && f != first_fig && !dragged.iter().any(|(d, _)| *d == f) {
+                dragged.push((f, l.level));
+            }
+        }
+    }
+    let flat: Vec<Figure> = candidates
+        .iter()
+        .copied()
+        .filter(|f| {
+            *f != first_fig
+                && !dragged.iter().any(|(d, _)| d == f)
+                && levels.iter().any(|l| l.components.contains_key(f.name()))
+        })
+        .collect();
+
+    let shape = fc.shape;
+    let res = &fl.resources;
+    let res_state = (res.samples > 0).then_some(res.state);
+    let resource_note = (res.samples > 0).then(|| resource_note(res, base_res));
+    let spike_period_s = (shape == Some("tail"))
+        .then(|| spike_period(obs, phases, fl.level, first_fig))
+        .flatten();
+    let summary = text::summary(&text::Findings {
+        first: first_fig,
+        level: fl,
+        result: fc,
+        spike_period_s,
+        dragged: &dragged,
+        flat: &flat,
+        resource_note: resource_note.as_deref(),
+    });
+    Verdict {
+        first_stage: Some(first_fig.name()),
+        first_level: Some(fl.level),
+        first_level_label: Some(fl.label.clone()),
+        first_change_unix_ms: fc.change_unix_ms,
+        shape,
+        dragged: dragged.iter().map(|(f, l)| (f.name(), *l)).collect(),
+        flat: flat.iter().map(|f| f.name()).collect(),
+        e2e_moved,
+        resources: res_state,
+        resource_note,
+        spike_period_s,
+        next_step: text::next_step(first_fig, shape, res_state),
+        summary,
+    }
+}
+
+/// Median interval between the spikes of `f` in a level (≥ 3 spikes).
+fn spike_period(obs: &[Obs], phases: &[PhaseSpan], level: usize, f: Figure) -> Option<f64> {
+    let pi = phases
+        .iter()
+        .position(|p| p.phase == "level" && p.level == level)?;
+    let bi = phases.iter().position(|p| p.phase == "baseline")?;
+    let base = column(obs, bi, f);
+    let lv = column(obs, pi, f);
+    let (med, _) = stats::median_mad(&base);
+    let b99 = stats::quantile(&base, 0.99);
+    let lvl99 = stats::quantile(&lv, 0.99);
+    // Spikes: above the midpoint between the baseline's p99 and the level's p99.
+    let thr = (b99.max(med) + lvl99) / 2.0;
+    let ts: Vec<f64> = obs
+        .iter()
+        .filter(|o| o.phase == pi && o.counts() && f64::from(o.get(f)) > thr)
+        .map(|o| o.ts_ms)
+        .collect();
+    if ts.len() < 3 {
+        return None;
+    }
+    let mut d: Vec<f32> = ts
+        .windows(2)
+        .map(|w| ((w[1] - w[0]) / 1e3) as f32)
+        .collect();
+    d.sort_unstable_by(f32::total_cmp);
+    Some(stats::quantile(&d, 0.5))
+}

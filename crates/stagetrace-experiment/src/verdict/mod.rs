@@ -1,0 +1,228 @@
+//! The verdict: each level's figures against the baseline (bootstrap
+//! intervals on the p50 and p99 ratios, a tail-exceedance test), a CUSUM
+//! change-point over windowed p90 to time each move, then the first stage to
+//! move, the stages it dragged along, what the resources did, and the next
+//! step (`docs/architecture.md`, section 7).
+//!
+//! The figures compared come from the schema table ([`crate::figures`]).
+
+mod compare;
+mod first_mover;
+mod obs;
+mod resources;
+mod result;
+mod text;
+
+use std::collections::BTreeMap;
+
+use stagetrace::Figure;
+use stagetrace_analyze::stats;
+
+use crate::figures;
+use crate::plan::VerdictSpec;
+use crate::sampler::ResourceSample;
+
+pub use obs::PhaseSpan;
+pub(crate) use obs::{column, Obs};
+pub use resources::ResourceSummary;
+pub use result::{ComponentResult, LevelResult, Thresholds, Verdict};
+
+/// The full analysis: per-level results and the verdict.
+pub(crate) fn analyze(
+    phases: &[PhaseSpan],
+    obs: &[Obs],
+    samples: &[(usize, ResourceSample)],
+    spec: &VerdictSpec,
+) -> (
+    Thresholds,
+    Option<ResourceSummary>,
+    Vec<LevelResult>,
+    Verdict,
+) {
+    let Some(base_idx) = phases.iter().position(|p| p.phase == "baseline") else {
+        return (
+            Thresholds {
+                min_p50_ms: f64::NAN,
+                min_p99_ms: f64::NAN,
+            },
+            None,
+            Vec::new(),
+            Verdict::nothing("the run ended before the baseline"),
+        );
+    };
+    // The baseline of every compared figure, by `Figure::index` (others empty).
+    let mut base: Vec<Vec<f32>> = vec![Vec::new(); Figure::ALL.len()];
+    for f in figures::compared() {
+        base[f.index()] = column(obs, base_idx, f);
+    }
+    let e2e_p50 = stats::quantile(&base[Figure::E2e.index()], 0.5);
+    let e2e_p50 = if e2e_p50.is_finite() { e2e_p50 } else { 0.0 };
+    let th = Thresholds {
+        min_p50_ms: spec.min_p50_ms.unwrap_or((0.05 * e2e_p50).max(0.5)),
+        min_p99_ms: spec.min_p99_ms.unwrap_or((0.10 * e2e_p50).max(2.0)),
+    };
+    let base_res = resources::resources(samples, base_idx);
+    // The first mover is never the whole call (that is the question), nor a
+    // sum whose parts were measured: `net` competes only where the clocks
+    // gave no uplink/downlink split.
+    let measured = |f: &Figure| !base[f.index()].is_empty();
+    let candidates: Vec<Figure> = figures::compared()
+        .filter(|f| *f != Figure::E2e && !f.parts().iter().any(measured))
+        .collect();
+
+    let mut levels = Vec::new();
+    for (pi, p) in phases
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.phase == "level")
+    {
+        let mut components = BTreeMap::new();
+        for (c, f) in figures::compared().enumerate() {
+            let lv = column(obs, pi, f);
+            if lv.is_empty() {
+                continue;
+            }
+            let seed = 0x5eed ^ ((p.level as u64) << 8) ^ c as u64;
+            let r = compare::compare(&base[f.index()], &lv, &th, seed);
+            let change = if r.moved {
+                compare::cusum_change(obs, base_idx, pi, f, &th)
+            } else {
+                None
+            };
+            components.insert(
+                f.name(),
+                ComponentResult {
+                    change_unix_ms: change,
+                    ..r
+                },
+            );
+        }
+        levels.push(LevelResult {
+            level: p.level,
+            label: p.label.clone(),
+            components,
+            resources: resources::resources(samples, pi).unwrap_or_default(),
+        });
+    }
+
+    let verdict = first_mover::decide(&levels, phases, obs, &candidates, base_res.as_ref());
+    (th, base_res, levels, verdict)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use stagetrace::schema::FIGURE_COUNT;
+
+    use super::*;
+
+    fn phase(phase: &str, level: usize, start: f64, end: f64) -> PhaseSpan {
+        PhaseSpan {
+            phase: phase.into(),
+            level,
+            label: format!("{phase} {level}"),
+            start_unix_ms: start,
+            settle_until_unix_ms: start,
+            end_unix_ms: end,
+            calls: 0,
+            excluded_calls: 0,
+        }
+    }
+
+    /// A call with `f(figure)` ms for every compared figure.
+    fn call(ts: f64, phase: usize, f: impl Fn(Figure) -> f32) -> Obs {
+        let mut vals = [f32::NAN; FIGURE_COUNT];
+        for fig in figures::compared() {
+            vals[fig.index()] = f(fig);
+        }
+        Obs {
+            ts_ms: ts,
+            phase,
+            settling: false,
+            failed: false,
+            vals,
+        }
+    }
+
+    /// The synthetic calls' baseline, ms.
+    fn base_ms(f: Figure) -> f32 {
+        match f {
+            Figure::Capture => 2.0,
+            Figure::Uplink => 1.0,
+            Figure::Queue => 0.05,
+            Figure::Infer => 12.0,
+            Figure::Downlink => 1.0,
+            Figure::Dispatch => 1.0,
+            Figure::Gap => 0.1,
+            Figure::Net => 2.0,
+            Figure::E2e => 17.0,
+            _ => f32::NAN,
+        }
+    }
+
+    /// Synthetic ramp: uplink +8 ms at level 1, queue only at level 2.
+    #[test]
+    fn names_the_stage_that_moved_at_the_lowest_level() {
+        let phases = vec![
+            phase("baseline", 0, 0.0, 3000.0),
+            phase("level", 1, 3000.0, 6000.0),
+            phase("level", 2, 6000.0, 9000.0),
+        ];
+        let mut obs = Vec::new();
+        let mut x = 1u32;
+        for i in 0..270 {
+            let ts = i as f64 * 1000.0 / 30.0 + 0.5;
+            let p = (i / 90) as usize;
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (x >> 16) as f32 / 65536.0 * 0.3;
+            obs.push(call(ts, p, |f| {
+                let base = base_ms(f) + noise;
+                match (f, p) {
+                    (Figure::Uplink, 1..) => base + 8.0,
+                    (Figure::Queue, 2) => base + 10.0,
+                    (Figure::Net, 1..) => base + 8.0,
+                    (Figure::E2e, 1..) => base + 8.0,
+                    _ => base,
+                }
+            }));
+        }
+        let (_, _, levels, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(levels.len(), 2);
+        assert_eq!(v.first_stage, Some("uplink"), "{v:?}");
+        assert_eq!(v.first_level, Some(1));
+        assert_eq!(v.shape, Some("median"));
+        assert_eq!(v.dragged, vec![("queue", 2)]);
+        assert!(v.flat.contains(&"infer") && v.flat.contains(&"gap"));
+        let change = v.first_change_unix_ms.unwrap();
+        assert!((3000.0..4500.0).contains(&change), "{change}");
+        assert!(v.next_step.contains("transport"));
+    }
+
+    #[test]
+    fn periodic_gap_spikes_with_flat_stages_name_the_gap() {
+        let phases = vec![
+            phase("baseline", 0, 0.0, 4000.0),
+            phase("level", 1, 4000.0, 8000.0),
+        ];
+        let mut obs = Vec::new();
+        for i in 0..240 {
+            let ts = i as f64 * 1000.0 / 30.0 + 0.5;
+            let p = (i / 120) as usize;
+            let spike = p == 1 && i % 15 == 0;
+            obs.push(call(ts, p, |f| {
+                let j = (i % 7) as f32 * 0.03;
+                match f {
+                    Figure::Gap if spike => 40.0 + j,
+                    Figure::E2e if spike => 57.0 + j,
+                    _ => base_ms(f) + j,
+                }
+            }));
+        }
+        let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(v.first_stage, Some("gap"), "{v:?}");
+        assert_eq!(v.shape, Some("tail"));
+        let period = v.spike_period_s.unwrap();
+        assert!((period - 0.5).abs() < 0.05, "{period}");
+        assert!(v.summary.starts_with("all stages flat"));
+    }
+}

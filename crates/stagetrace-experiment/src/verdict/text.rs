@@ -1,0 +1,132 @@
+//! The verdict's words: the next step for the figure that moved first, and
+//! the summary sentence.
+
+use stagetrace::Figure;
+
+use super::result::{ComponentResult, LevelResult};
+use crate::figures;
+
+/// What the verdict found, for its summary.
+pub(crate) struct Findings<'a> {
+    /// The figure that moved first.
+    pub(crate) first: Figure,
+    /// The level it moved at.
+    pub(crate) level: &'a LevelResult,
+    /// Its result at that level.
+    pub(crate) result: &'a ComponentResult,
+    /// Period of its spikes, s.
+    pub(crate) spike_period_s: Option<f64>,
+    /// Figures that moved with it or later, with their level.
+    pub(crate) dragged: &'a [(Figure, usize)],
+    /// Figures that stayed flat.
+    pub(crate) flat: &'a [Figure],
+    /// What the resources say.
+    pub(crate) resource_note: Option<&'a str>,
+}
+
+/// Where to look when `f` moved first. Exhaustive on purpose: a figure
+/// added to the schema table gets its own advice.
+fn figure_step(f: Figure) -> &'static str {
+    match f {
+        Figure::Queue | Figure::Infer | Figure::Server => {
+            "inference moved first under load: limit concurrency, queue with timeouts, then batching"
+        }
+        Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => {
+            "transport moved first: look at bandwidth, frame size and retransmits — compress or lower the frame rate; retries only hide jitter"
+        }
+        Figure::Dispatch => {
+            "dispatch moved first: the executor queue, the bus, or a control period blocked by the last action — merge commands, drop stale actions"
+        }
+        Figure::Capture => {
+            "capture moved first: the camera path (driver, exposure, copies) competes for the same resource"
+        }
+        Figure::Gap
+        | Figure::E2e
+        | Figure::Observer
+        | Figure::Late
+        | Figure::Offset
+        | Figure::SplitErr => {
+            "all stages flat but the calls took longer: client scheduling, memory reclamation (GC), logging, or the observer — the gap and the observer's own figures show it"
+        }
+    }
+}
+
+/// The next step: where to look for `f`, what its shape says, what the
+/// resources say.
+pub(crate) fn next_step(f: Figure, shape: Option<&str>, res_state: Option<&str>) -> String {
+    let shape_step = match shape {
+        Some("median") => "the median rose: the whole stage got slower",
+        Some("tail") => {
+            "p99 rose with a flat median: a few requests are held up (queueing or contention)"
+        }
+        _ => "",
+    };
+    let res_step = match res_state {
+        Some("saturated") => "resources saturated: capacity",
+        Some(_) => "resources idle while slower: locks, queues, scheduling",
+        None => "",
+    };
+    [figure_step(f), shape_step, res_step]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The verdict in a sentence or three.
+pub(crate) fn summary(x: &Findings<'_>) -> String {
+    let (l, fc) = (x.level, x.result);
+    let ratio = fc
+        .p50_ratio
+        .filter(|_| fc.shape == Some("median"))
+        .or(fc.p99_ratio)
+        .map(|q| {
+            format!(
+                "p{} {:.2} → {:.2} ms (×{:.2}, 95 % CI {:.2}–{:.2})",
+                if q.q == 0.5 { "50" } else { "99" },
+                q.before,
+                q.after,
+                q.ratio,
+                q.lo,
+                q.hi
+            )
+        })
+        .unwrap_or_default();
+    let mut summary = if x.first == Figure::Gap {
+        format!(
+            "all stages flat; the gap (time no stage explains) moved first, at level {} ({}): {ratio}.",
+            l.level, l.label
+        )
+    } else {
+        format!(
+            "{} moved first, at level {} ({}): {ratio}.",
+            x.first, l.level, l.label
+        )
+    };
+    if let Some(p) = x.spike_period_s {
+        summary.push_str(&format!(" Spikes repeat every {p:.2} s."));
+    }
+    if !x.dragged.is_empty() {
+        let d: Vec<String> = x
+            .dragged
+            .iter()
+            .map(|(f, l)| format!("{f} (level {l})"))
+            .collect();
+        summary.push_str(&format!(" Dragged along: {}.", d.join(", ")));
+    }
+    // Only the figures that make up the call: a flat sum (net) says nothing more.
+    let flat_named: Vec<&str> = x
+        .flat
+        .iter()
+        .filter(|f| figures::is_finest(**f))
+        .map(|f| f.name())
+        .collect();
+    if !flat_named.is_empty() {
+        summary.push_str(&format!(" Flat: {}.", flat_named.join(", ")));
+    }
+    if let Some(n) = x.resource_note {
+        summary.push_str(&format!(" {n}"));
+    }
+    summary
+}
