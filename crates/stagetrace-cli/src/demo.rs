@@ -424,8 +424,8 @@ impl DemoOtlp {
     fn start(endpoint: &str) -> Result<DemoOtlp, DemoError> {
         let build = |service: &str| {
             OtlpExporter::builder()
-                .with_endpoint(endpoint)
-                .with_service_name(service)
+                .endpoint(endpoint)
+                .service_name(service)
                 .build()
                 .map_err(|e| err(format!("--otlp: {e}")))
         };

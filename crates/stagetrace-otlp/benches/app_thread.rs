@@ -52,9 +52,9 @@ fn closed_port_exporter() -> OtlpExporter {
         .unwrap()
         .port();
     OtlpExporter::builder()
-        .with_endpoint(format!("http://127.0.0.1:{port}"))
-        .with_timeout(Duration::from_millis(500))
-        .with_shutdown_timeout(Duration::from_millis(100))
+        .endpoint(format!("http://127.0.0.1:{port}"))
+        .timeout(Duration::from_millis(500))
+        .shutdown_timeout(Duration::from_millis(100))
         .build()
         .unwrap()
 }

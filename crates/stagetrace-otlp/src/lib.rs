@@ -23,7 +23,7 @@
 //!
 //! # Usage
 //!
-//! Settings resolve as: the `with_*` call, else the standard
+//! Settings resolve as: the builder call, else the standard
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
 //! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT` and
 //! `OTEL_SERVICE_NAME` variables, else the defaults (OTLP/HTTP with protobuf
@@ -35,15 +35,15 @@
 //!
 //! // Client side.
 //! let client = OtlpExporter::builder()
-//!     .with_endpoint("http://127.0.0.1:4318")
-//!     .with_service_name("robot-client")
-//!     .with_header("authorization", "Bearer s3cret")
+//!     .endpoint("http://127.0.0.1:4318")
+//!     .service_name("robot-client")
+//!     .header("authorization", "Bearer s3cret")
 //!     .build()?;
 //! # let record = stagetrace::CallRecord::default();
 //! client.export_call(&record);
 //!
 //! // Server side, in the policy server's process.
-//! let server = OtlpExporter::builder().with_service_name("policy-server").build()?;
+//! let server = OtlpExporter::builder().service_name("policy-server").build()?;
 //! # let request = stagetrace::ServerRecord::default();
 //! server.export_server(&request);
 //!
@@ -55,7 +55,7 @@
 //! OTLP/gRPC needs the crate feature `grpc` (it brings tonic and a small
 //! Tokio runtime on the export thread); HTTP/protobuf needs no async runtime.
 //! `https://` endpoints use TLS (rustls); a private CA can be added with
-//! [`OtlpBuilder::with_ca_certificate_pem`].
+//! [`OtlpBuilder::ca_certificate_pem`].
 //!
 //! # Supported Rust versions
 //!
@@ -63,7 +63,6 @@
 
 mod config;
 mod export;
-mod http;
 mod shared;
 mod spans;
 

@@ -46,9 +46,9 @@ fn nothing_listening_fails_exports_counted_with_a_helpful_error() {
     let port = closed_port();
     let endpoint = format!("http://127.0.0.1:{port}");
     let exporter = OtlpExporter::builder()
-        .with_endpoint(&endpoint)
-        .with_timeout(Duration::from_millis(500))
-        .with_export_interval(Duration::from_millis(20))
+        .endpoint(&endpoint)
+        .timeout(Duration::from_millis(500))
+        .export_interval(Duration::from_millis(20))
         .build()
         .unwrap();
     assert_eq!(exporter.endpoint(), format!("{endpoint}/v1/traces"));
@@ -80,10 +80,10 @@ fn a_collector_that_never_answers_does_not_block_the_caller() {
         }
     });
     let exporter = OtlpExporter::builder()
-        .with_endpoint(format!("http://127.0.0.1:{port}"))
-        .with_timeout(Duration::from_secs(1))
-        .with_queue_size(8)
-        .with_batch_size(16)
+        .endpoint(format!("http://127.0.0.1:{port}"))
+        .timeout(Duration::from_secs(1))
+        .queue_size(8)
+        .batch_size(16)
         .build()
         .unwrap();
 
@@ -131,10 +131,10 @@ fn requests_carry_protobuf_to_v1_traces_with_the_auth_header() {
         }
     });
     let exporter = OtlpExporter::builder()
-        .with_endpoint(format!("http://127.0.0.1:{port}/"))
-        .with_header("authorization", "Bearer t0ken")
-        .with_headers([("x-scope-orgid", "robots")])
-        .with_service_name("arm-7")
+        .endpoint(format!("http://127.0.0.1:{port}/"))
+        .header("authorization", "Bearer t0ken")
+        .headers([("x-scope-orgid", "robots")])
+        .service_name("arm-7")
         .build()
         .unwrap();
     assert_eq!(exporter.service_name(), "arm-7");
@@ -171,8 +171,8 @@ fn a_collector_refusing_the_credentials_says_so() {
         }
     });
     let exporter = OtlpExporter::builder()
-        .with_endpoint(format!("http://127.0.0.1:{port}"))
-        .with_header("authorization", "Bearer wrong")
+        .endpoint(format!("http://127.0.0.1:{port}"))
+        .header("authorization", "Bearer wrong")
         .build()
         .unwrap();
     assert!(exporter.export_call(&record(1)));

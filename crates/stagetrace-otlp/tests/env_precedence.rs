@@ -72,9 +72,9 @@ fn explicit_settings_beat_the_environment_which_beats_defaults() {
     assert_eq!(header(&headers, "x-env"), Some("1"));
 
     let explicit = OtlpExporter::builder()
-        .with_endpoint(format!("http://127.0.0.1:{explicit_port}"))
-        .with_header("Authorization", "Bearer explicit")
-        .with_service_name("robot-client")
+        .endpoint(format!("http://127.0.0.1:{explicit_port}"))
+        .header("Authorization", "Bearer explicit")
+        .service_name("robot-client")
         .build()
         .unwrap();
     assert_eq!(explicit.service_name(), "robot-client");

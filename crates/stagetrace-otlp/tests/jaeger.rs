@@ -37,10 +37,10 @@ fn spin(d: Duration) {
 /// An exporter to `jaeger` as `service`: every 100 ms, a 2 s timeout.
 fn exporter_builder(jaeger: &Jaeger, service: &str) -> OtlpBuilder {
     OtlpExporter::builder()
-        .with_endpoint(jaeger.otlp_endpoint())
-        .with_service_name(service)
-        .with_export_interval(Duration::from_millis(100))
-        .with_timeout(Duration::from_secs(2))
+        .endpoint(jaeger.otlp_endpoint())
+        .service_name(service)
+        .export_interval(Duration::from_millis(100))
+        .timeout(Duration::from_secs(2))
 }
 
 fn exporter(jaeger: &Jaeger, service: &str) -> OtlpExporter {
@@ -293,8 +293,8 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     // A small queue, so an outage fills it quickly.
     let build = |service: &str| {
         exporter_builder(&jaeger, service)
-            .with_timeout(Duration::from_secs(1))
-            .with_queue_size(16)
+            .timeout(Duration::from_secs(1))
+            .queue_size(16)
             .build()
             .unwrap()
     };
@@ -427,9 +427,9 @@ fn grpc_export_arrives_in_jaeger() {
         return;
     };
     let exporter = OtlpExporter::builder()
-        .with_protocol(stagetrace_otlp::Protocol::Grpc)
-        .with_endpoint(format!("http://127.0.0.1:{}", jaeger.otlp_grpc))
-        .with_service_name("stagetrace-e2e-grpc")
+        .protocol(stagetrace_otlp::Protocol::Grpc)
+        .endpoint(format!("http://127.0.0.1:{}", jaeger.otlp_grpc))
+        .service_name("stagetrace-e2e-grpc")
         .build()
         .unwrap();
     let start = std::time::SystemTime::now()
@@ -439,11 +439,12 @@ fn grpc_export_arrives_in_jaeger() {
     let trace_id = "5bf92f3577b34da6a3ce929d0e0e4737";
     let rec = CallRecord {
         seq: 3,
-        ts_unix_ms: start as f64 / 1e6,
+        ts_unix_ns: start,
         kind: "call".into(),
         trace_id: Some(trace_id.into()),
-        e2e_ms: 4.0,
-        capture_ms: Some(1.5),
+        figures: [(Figure::E2e, 4_000_000), (Figure::Capture, 1_500_000)]
+            .into_iter()
+            .collect(),
         timeline: Timeline {
             call_start_unix_ns: start,
             call_dur_ns: 4_000_000,

@@ -84,7 +84,7 @@ fn export(
 ) -> HashMap<String, SpanData> {
     let mem = InMemorySpanExporter::default();
     let exporter = builder
-        .with_service_name("unit")
+        .service_name("unit")
         .build_with_exporter(mem.clone())
         .unwrap();
     f(&exporter);
@@ -342,7 +342,7 @@ fn a_server_request_without_context_gets_a_trace_of_its_own() {
 fn server_stages_are_drawn_by_the_client_only_when_asked_or_degraded() {
     let rec = record();
     let spans = export(
-        OtlpExporter::builder().with_synthesized_server_spans(true),
+        OtlpExporter::builder().synthesized_server_spans(true),
         |e| assert!(e.export_call(&rec)),
     );
     for (name, start, dur) in [("queue", 5.0, 1.0), ("infer", 6.0, 7.0)] {
@@ -416,7 +416,7 @@ fn stats_count_what_was_exported() {
     let rec = record();
     let mem = InMemorySpanExporter::default();
     let exporter = OtlpExporter::builder()
-        .with_batch_size(10)
+        .batch_size(10)
         .build_with_exporter(mem.clone())
         .unwrap();
     for seq in 0..25 {
@@ -439,7 +439,7 @@ fn stats_count_what_was_exported() {
 fn spans_leave_on_the_interval_without_a_flush() {
     let mem = InMemorySpanExporter::default();
     let exporter = OtlpExporter::builder()
-        .with_export_interval(Duration::from_millis(50))
+        .export_interval(Duration::from_millis(50))
         .build_with_exporter(mem.clone())
         .unwrap();
     assert!(exporter.export_call(&record()));
@@ -469,7 +469,7 @@ impl SpanExporter for KeepOnShutdown {
 fn dropping_the_exporter_sends_what_is_queued() {
     let mem = InMemorySpanExporter::default();
     let exporter = OtlpExporter::builder()
-        .with_export_interval(Duration::from_secs(3600))
+        .export_interval(Duration::from_secs(3600))
         .build_with_exporter(KeepOnShutdown(mem.clone()))
         .unwrap();
     let clone = exporter.clone();

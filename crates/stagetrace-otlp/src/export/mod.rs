@@ -1,0 +1,296 @@
+//! The exporter: a bounded queue of records in, batches of spans out, on a
+//! thread of its own.
+//!
+//! Handing a record over never blocks: when the queue is full the record is
+//! dropped and counted. Only the export thread ever waits on the collector,
+//! so a collector that is down, slow or refusing costs the host nothing but
+//! the counted drops; the next batch after it comes back goes through.
+//!
+//! `queue` holds the messages host → thread, `thread` the loop that turns
+//! them into batches, `transport` (with `http`, `grpc`) where batches go,
+//! `stats` the counters both sides share.
+
+#[cfg(feature = "grpc")]
+mod grpc;
+mod http;
+mod queue;
+mod stats;
+mod thread;
+mod transport;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
+use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
+use opentelemetry_sdk::Resource;
+use stagetrace::{CallRecord, ServerRecord};
+
+use self::queue::{Control, Item};
+use self::stats::Counters;
+pub use self::stats::ExportStats;
+use self::thread::Worker;
+use self::transport::{Sdk, Transport};
+use crate::config::{BuildError, OtlpBuilder, Protocol, Settings};
+use crate::spans::SpanMaker;
+
+/// Exports stagetrace records as OTLP traces from a thread of its own.
+///
+/// Cheap to clone (all clones share one export thread); the thread drains the
+/// queue and stops when the last clone is dropped, waiting at most the
+/// shutdown timeout.
+///
+/// ```no_run
+/// use stagetrace_otlp::OtlpExporter;
+/// # fn record() -> stagetrace::CallRecord { Default::default() }
+///
+/// let exporter = OtlpExporter::builder().service_name("robot-client").build()?;
+/// exporter.export_call(&record()); // never blocks; counted as dropped when the queue is full
+/// let stats = exporter.stats();
+/// println!("exported {} calls, dropped {}", stats.exported_records, stats.dropped_records);
+/// # Ok::<(), stagetrace_otlp::BuildError>(())
+/// ```
+#[derive(Clone)]
+pub struct OtlpExporter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    data: Sender<Item>,
+    ctrl: Sender<Control>,
+    stats: Arc<Counters>,
+    endpoint: String,
+    service_name: String,
+    protocol: Protocol,
+    timeout: Duration,
+    shutdown_timeout: Duration,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for OtlpExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OtlpExporter")
+            .field("endpoint", &self.inner.endpoint)
+            .field("protocol", &self.inner.protocol)
+            .field("service_name", &self.inner.service_name)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+// `build` sits here rather than with the builder: settings flow one way,
+// from `config` into the exporter.
+impl OtlpBuilder {
+    /// Starts the export thread with the OTLP exporter these settings describe.
+    pub fn build(self) -> Result<OtlpExporter, BuildError> {
+        let settings = self.resolve_from_env()?;
+        let s = settings.clone();
+        OtlpExporter::start(settings, move || otlp_transport(&s))
+    }
+
+    /// Starts the export thread with any OpenTelemetry [`SpanExporter`]
+    /// instead of OTLP (e.g. the SDK's in-memory exporter in tests). Endpoint,
+    /// protocol, headers, timeout and TLS settings do not apply.
+    pub fn build_with_exporter<E>(self, exporter: E) -> Result<OtlpExporter, BuildError>
+    where
+        E: SpanExporter + 'static,
+    {
+        let settings = self.resolve_from_env()?;
+        OtlpExporter::start(settings, move || {
+            Ok(Box::new(Sdk(exporter)) as Box<dyn Transport>)
+        })
+    }
+}
+
+/// The OTLP transport of the resolved protocol.
+fn otlp_transport(settings: &Settings) -> Result<Box<dyn Transport>, BuildError> {
+    match settings.protocol {
+        Protocol::HttpProtobuf => self::http::transport(settings),
+        #[cfg(feature = "grpc")]
+        Protocol::Grpc => self::grpc::transport(settings),
+        #[cfg(not(feature = "grpc"))]
+        Protocol::Grpc => Err(BuildError::UnsupportedProtocol {
+            value: "grpc".into(),
+            origin: crate::config::Origin::Builder,
+        }),
+    }
+}
+
+impl OtlpExporter {
+    /// A builder; see [`OtlpBuilder`] for every setting.
+    pub fn builder() -> OtlpBuilder {
+        OtlpBuilder::new()
+    }
+
+    /// Queues one client call for export as a trace. Never blocks: returns
+    /// `false` (and counts the drop) when the queue is full.
+    pub fn export_call(&self, record: &CallRecord) -> bool {
+        // A full queue (collector down or slow) costs no copy of the record.
+        if self.inner.data.is_full() {
+            return self.drop_one();
+        }
+        self.offer(Item::Call(Box::new(record.clone())))
+    }
+
+    /// Queues one server request for export (its `queue` / `infer` spans join
+    /// the client's trace through the request's `traceparent`). Never blocks:
+    /// returns `false` (and counts the drop) when the queue is full.
+    pub fn export_server(&self, record: &ServerRecord) -> bool {
+        if self.inner.data.is_full() {
+            return self.drop_one();
+        }
+        self.offer(Item::Server(Box::new(record.clone())))
+    }
+
+    fn drop_one(&self) -> bool {
+        self.inner.stats.dropped();
+        false
+    }
+
+    fn offer(&self, item: Item) -> bool {
+        match self.inner.data.try_send(item) {
+            Ok(()) => {
+                self.inner.stats.accepted();
+                true
+            }
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => self.drop_one(),
+        }
+    }
+
+    /// Sends everything queued so far and waits until the collector answered
+    /// (or `timeout` passed). Returns `true` when the export thread finished
+    /// within the timeout; check [`stats`](Self::stats) for the outcome.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let (ack, done) = bounded(1);
+        if self.inner.ctrl.send(Control::Flush(ack)).is_err() {
+            return false;
+        }
+        done.recv_timeout(timeout).is_ok()
+    }
+
+    /// Totals so far: queued, dropped, exported, failed.
+    pub fn stats(&self) -> ExportStats {
+        self.inner.stats.snapshot()
+    }
+
+    /// The URL export requests go to.
+    pub fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    /// The OTLP transport in use.
+    pub fn protocol(&self) -> Protocol {
+        self.inner.protocol
+    }
+
+    /// The service name the spans are exported under.
+    pub fn service_name(&self) -> &str {
+        &self.inner.service_name
+    }
+
+    /// The export timeout.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Starts the export thread; the transport is made on that thread (a
+    /// blocking HTTP client must not be created or dropped inside an async
+    /// runtime the host may be running).
+    fn start<F>(settings: Settings, make: F) -> Result<OtlpExporter, BuildError>
+    where
+        F: FnOnce() -> Result<Box<dyn Transport>, BuildError> + Send + 'static,
+    {
+        let (data_tx, data_rx) = bounded(settings.queue_calls);
+        let (ctrl_tx, ctrl_rx) = unbounded();
+        let (ready_tx, ready_rx) = bounded(1);
+        let stats = Arc::new(Counters::default());
+        let worker_stats = Arc::clone(&stats);
+        let resource = Resource::builder()
+            .with_service_name(settings.service_name.clone())
+            .build();
+        let batch_spans = settings.batch_spans;
+        let interval = settings.export_interval;
+        let synthesize = settings.synthesize_server_spans;
+        let handle = std::thread::Builder::new()
+            .name("stagetrace-otlp".into())
+            .spawn(move || {
+                let mut transport = match make() {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                transport.set_resource(&resource);
+                let _ = ready_tx.send(Ok(()));
+                let maker = SpanMaker::new(RandomIdGenerator::default(), synthesize);
+                Worker::new(transport, maker, worker_stats, batch_spans, interval)
+                    .run(data_rx, ctrl_rx);
+            })
+            .map_err(|e| BuildError::Thread {
+                reason: e.to_string(),
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = handle.join();
+                return Err(BuildError::Client {
+                    reason: "the export thread stopped while setting up the client".into(),
+                });
+            }
+        }
+        Ok(OtlpExporter {
+            inner: Arc::new(Inner {
+                data: data_tx,
+                ctrl: ctrl_tx,
+                stats,
+                endpoint: settings.endpoint,
+                service_name: settings.service_name,
+                protocol: settings.protocol,
+                timeout: settings.timeout,
+                shutdown_timeout: settings.shutdown_timeout,
+                worker: Mutex::new(Some(handle)),
+            }),
+        })
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let (ack, done) = bounded(1);
+        if self.ctrl.send(Control::Shutdown(ack)).is_ok()
+            && done.recv_timeout(self.shutdown_timeout).is_ok()
+        {
+            // The thread acknowledged and is returning: joining is immediate.
+            if let Some(handle) = self.worker.lock().ok().and_then(|mut w| w.take()) {
+                let _ = handle.join();
+            }
+        }
+        // Otherwise the thread is stuck on a slow collector: leave it detached
+        // (it ends when its request times out) rather than hold up the host.
+    }
+}
+
+/// Registered with `StageLayer::builder().sink(Box::new(exporter.clone()))`,
+/// the exporter receives every finished call on stagetrace's worker thread.
+impl stagetrace::RecordSink for OtlpExporter {
+    fn on_record(&mut self, rec: &CallRecord) {
+        self.export_call(rec);
+    }
+
+    fn flush(&mut self) {
+        // Bounded by the shutdown timeout: the layer's own drain must not
+        // wait out a collector that is down.
+        OtlpExporter::flush(self, self.inner.shutdown_timeout);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.stats().counters().to_vec()
+    }
+}

@@ -1,0 +1,237 @@
+//! A client call as spans: `call`, its stages, and under `transport` the
+//! synthesized `uplink` / `downlink` (and, on request, `queue` / `infer`).
+
+use std::time::SystemTime;
+
+use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::{IdGenerator, SpanData};
+use stagetrace::record::{SpanTime, Timeline};
+use stagetrace::{CallRecord, ClockBasis, Figure};
+
+use super::attributes::{clock_name, key, record_attributes, seq_value, stage_attributes};
+use super::{unix, SpanMaker};
+
+impl<G: IdGenerator> SpanMaker<G> {
+    /// Appends the spans of one call to `out`; returns how many.
+    pub(crate) fn call_spans(&self, rec: &CallRecord, out: &mut Vec<SpanData>) -> usize {
+        let before = out.len();
+        let tl = &rec.timeline;
+        let trace_id = rec
+            .trace_id
+            .as_deref()
+            .and_then(parse_trace_id)
+            .unwrap_or_else(|| self.ids.new_trace_id());
+        let call_id = valid_span_id(tl.call_span_id).unwrap_or_else(|| self.ids.new_span_id());
+        let (base_ns, call_dur_ns) = call_extent(rec);
+        let at = |t: SpanTime| {
+            (
+                unix(base_ns.saturating_add(t.start_ns)),
+                unix(base_ns.saturating_add(t.start_ns).saturating_add(t.dur_ns)),
+            )
+        };
+
+        if tl.shared_context {
+            // The app's own tracing-opentelemetry layer exports the call and
+            // its stage spans under these very ids; add only what it cannot
+            // know, under its transport span: the clock-corrected uplink and
+            // downlink, carrying the whole record (the call span that
+            // carries it otherwise is not ours to write).
+            if let (Some(transport_id), Some(_)) =
+                (valid_span_id(tl.transport_span_id), tl.transport)
+            {
+                let mut record = Vec::new();
+                record_attributes(rec, &mut record);
+                self.link_spans(rec, trace_id, transport_id, &at, &record, out);
+                self.queue_infer_spans(rec, trace_id, None, transport_id, &at, out);
+            }
+            return out.len() - before;
+        }
+
+        // The call span carries the whole record.
+        let mut attrs = vec![
+            KeyValue::new(key::KIND, rec.kind.clone()),
+            KeyValue::new(key::SEQ, seq_value(rec.seq)),
+        ];
+        record_attributes(rec, &mut attrs);
+        let status = match (rec.failed, &rec.error) {
+            (Some(true), Some(e)) => Status::error(e.clone()),
+            (Some(true), None) => Status::error("call failed"),
+            _ => Status::Unset,
+        };
+        out.push(self.span(
+            trace_id,
+            call_id,
+            SpanId::INVALID,
+            false,
+            "call",
+            SpanKind::Internal,
+            (unix(base_ns), unix(base_ns.saturating_add(call_dur_ns))),
+            attrs,
+            status,
+        ));
+
+        if let Some(t) = tl.capture {
+            let f = Figure::Capture;
+            let attrs = stage_attributes(rec, f.name(), &[f]);
+            out.push(self.child(
+                trace_id,
+                call_id,
+                f.name(),
+                SpanKind::Internal,
+                at(t),
+                attrs,
+            ));
+        }
+
+        // The id sent as the parent in traceparent, so the server's spans join here.
+        let transport_id =
+            valid_span_id(tl.transport_span_id).unwrap_or_else(|| self.ids.new_span_id());
+        if let Some(t) = tl.transport {
+            {
+                let attrs = stage_attributes(
+                    rec,
+                    "transport",
+                    &[Figure::Roundtrip, Figure::Server, Figure::Net],
+                );
+                let status = if rec.failed == Some(true) {
+                    Status::error(rec.error.clone().unwrap_or_else(|| "call failed".into()))
+                } else {
+                    Status::Unset
+                };
+                out.push(self.span(
+                    trace_id,
+                    transport_id,
+                    call_id,
+                    false,
+                    "transport",
+                    SpanKind::Client,
+                    at(t),
+                    attrs,
+                    status,
+                ));
+                self.link_spans(rec, trace_id, transport_id, &at, &[], out);
+            }
+        }
+
+        self.queue_infer_spans(rec, trace_id, Some(call_id), transport_id, &at, out);
+
+        if let Some(t) = tl.dispatch {
+            let f = Figure::Dispatch;
+            let attrs = stage_attributes(rec, f.name(), &[f]);
+            out.push(self.child(
+                trace_id,
+                call_id,
+                f.name(),
+                SpanKind::Internal,
+                at(t),
+                attrs,
+            ));
+        }
+        out.len() - before
+    }
+
+    /// `queue` / `infer`. Inside the transport they ran on the server: its own
+    /// exporter sends them, unless asked to draw them here or the server is
+    /// an unmodified one (degraded timing) that exports nothing. Outside a
+    /// transport they ran in this process (local inference): children of
+    /// `local_parent`, skipped when `None` (another layer exports them).
+    fn queue_infer_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        local_parent: Option<SpanId>,
+        transport_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        out: &mut Vec<SpanData>,
+    ) {
+        let tl = &rec.timeline;
+        let synthesize = self.synthesize_server_spans || rec.clock == Some(ClockBasis::Degraded);
+        for (figure, time) in [(Figure::Queue, tl.queue), (Figure::Infer, tl.infer)] {
+            let Some(time) = time else { continue };
+            let name = figure.name();
+            let on_server = tl.transport.is_some_and(|tr| {
+                time.start_ns >= tr.start_ns
+                    && time.start_ns <= tr.start_ns.saturating_add(tr.dur_ns)
+            });
+            let (parent, attrs) = if !on_server {
+                let Some(parent) = local_parent else { continue };
+                (parent, stage_attributes(rec, name, &[figure]))
+            } else if synthesize {
+                let mut attrs = stage_attributes(rec, name, &[figure, Figure::Offset]);
+                attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+                (transport_id, attrs)
+            } else {
+                continue;
+            };
+            out.push(self.child(trace_id, parent, name, SpanKind::Internal, at(time), attrs));
+        }
+    }
+
+    /// The synthesized `uplink` and `downlink` spans, children of the
+    /// transport span `transport_id`, with `extra` attributes added.
+    fn link_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        transport_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        extra: &[KeyValue],
+        out: &mut Vec<SpanData>,
+    ) {
+        let tl = &rec.timeline;
+        for (figure, time) in [(Figure::Uplink, tl.uplink), (Figure::Downlink, tl.downlink)] {
+            let Some(time) = time else { continue };
+            let name = figure.name();
+            let mut attrs =
+                stage_attributes(rec, name, &[figure, Figure::Offset, Figure::SplitErr]);
+            if let Some(clock) = clock_name(rec) {
+                attrs.push(KeyValue::new(key::CLOCK, clock));
+            }
+            attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+            for kv in extra {
+                if !attrs.iter().any(|a| a.key == kv.key) {
+                    attrs.push(kv.clone());
+                }
+            }
+            out.push(self.child(
+                trace_id,
+                transport_id,
+                name,
+                SpanKind::Internal,
+                at(time),
+                attrs,
+            ));
+        }
+    }
+}
+
+/// Start (Unix ns) and duration of the call span: from the timeline, or from
+/// the record's own fields when the timeline was not filled in.
+fn call_extent(rec: &CallRecord) -> (u64, u64) {
+    let tl: &Timeline = &rec.timeline;
+    let start = if tl.call_start_unix_ns > 0 {
+        tl.call_start_unix_ns
+    } else {
+        rec.ts_unix_ns
+    };
+    let dur = if tl.call_dur_ns > 0 {
+        tl.call_dur_ns
+    } else {
+        u64::try_from(rec.e2e_ns()).unwrap_or(0)
+    };
+    (start, dur)
+}
+
+fn valid_span_id(id: Option<[u8; 8]>) -> Option<SpanId> {
+    id.filter(|b| *b != [0; 8]).map(SpanId::from_bytes)
+}
+
+/// 32 lowercase (or uppercase) hex digits, not all zero.
+fn parse_trace_id(hex: &str) -> Option<TraceId> {
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let v = u128::from_str_radix(hex, 16).ok()?;
+    (v != 0).then(|| TraceId::from(v))
+}
