@@ -519,3 +519,21 @@ fn with_a_shared_context_only_the_synthesized_spans_are_exported() {
     let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
     assert!(spans.is_empty(), "{:?}", spans.keys());
 }
+
+/// Every figure of the schema table, when the record has it, is an
+/// attribute of the exported call span under its record name and unit.
+#[test]
+fn every_figure_of_the_table_reaches_the_call_span() {
+    let mut rec = record();
+    for (i, f) in Figure::ALL.into_iter().enumerate() {
+        // Distinct values, one per figure, with sub-unit digits to check rounding.
+        rec.set(f, (i as i64 + 1) * 1_234_567);
+    }
+    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
+    let call = &spans["call"];
+    for f in Figure::ALL {
+        let key = format!("stagetrace.{}", f.field());
+        let want = f.to_unit(rec.get(f).unwrap());
+        assert_eq!(attr(call, &key), Some(&Value::F64(want)), "{key}");
+    }
+}

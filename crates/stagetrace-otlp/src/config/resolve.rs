@@ -60,7 +60,7 @@ impl OtlpBuilder {
                 Origin::Env(ENV_PROTOCOL)
             };
             return Err(BuildError::UnsupportedProtocol {
-                value: "grpc".into(),
+                value: Protocol::Grpc.name().into(),
                 origin,
             });
         }

@@ -112,7 +112,7 @@ fn otlp_transport(settings: &Settings) -> Result<Box<dyn Transport>, BuildError>
         Protocol::Grpc => self::grpc::transport(settings),
         #[cfg(not(feature = "grpc"))]
         Protocol::Grpc => Err(BuildError::UnsupportedProtocol {
-            value: "grpc".into(),
+            value: Protocol::Grpc.name().into(),
             origin: crate::config::Origin::Builder,
         }),
     }

@@ -21,7 +21,12 @@ pub(crate) mod key {
 /// `stagetrace.<record field name>` (`stagetrace.infer_ms`) = `ns` in the
 /// figure's record unit.
 pub(super) fn figure_attribute(f: Figure, ns: i64) -> KeyValue {
-    KeyValue::new(format!("stagetrace.{}", f.field()), f.to_unit(ns))
+    KeyValue::new(record_key(f.field()), f.to_unit(ns))
+}
+
+/// `stagetrace.<name>` for a field of the record.
+fn record_key(name: &str) -> String {
+    format!("stagetrace.{name}")
 }
 
 /// [`figure_attribute`] of an unsigned duration (server timing).
@@ -99,7 +104,7 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
                 None => continue,
             },
         };
-        out.push(KeyValue::new(format!("stagetrace.{}", info.name), value));
+        out.push(KeyValue::new(record_key(info.name), value));
     }
 }
 
