@@ -1,10 +1,6 @@
-//! Simulation helpers shared by the built-in pipeline of an experiment and
-//! by `stagetrace demo`: precise waits that stand in for a stage's cost,
-//! a cheap deterministic pseudo-random source and the FNV-1a checksum the
-//! simulated stages use as their "work" on the payload.
-//!
-//! Nothing here is cryptographic or statistically strong; it only has to be
-//! deterministic, cheap and the same in both callers.
+//! Precise waits that stand in for a simulated stage's cost: sleep until
+//! just before the deadline, then spin, so a simulated 12 ms model costs
+//! 12 ms to within microseconds rather than whatever the OS timer adds.
 
 use std::time::{Duration, Instant};
 
@@ -65,82 +61,9 @@ pub async fn sleep_until_precise(deadline: Instant, spin: Spin) {
     spin_until(deadline, spin);
 }
 
-/// One step of Marsaglia's xorshift64 (13, 7, 17): advances `state` and
-/// returns the new value. `state` must not be 0 (0 maps to 0 forever).
-pub fn xorshift(state: &mut u64) -> u64 {
-    let mut x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    x
-}
-
-/// Fills `buf` with [`xorshift`] output, 8 little-endian bytes per step
-/// (the last step is cut to what fits).
-pub fn fill_random(buf: &mut [u8], state: &mut u64) {
-    for chunk in buf.chunks_mut(8) {
-        let v = xorshift(state).to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
-    }
-}
-
-/// `n` pseudo-random values in [-0.5, 0.5) derived from `seed` (a simulated
-/// model's action chunk): the top 24 bits of each [`xorshift`] step, seeded
-/// with `seed | 1` so a zero seed still works.
-pub fn pseudo_actions(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed | 1;
-    (0..n)
-        .map(|_| (xorshift(&mut state) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-        .collect()
-}
-
-/// 64-bit FNV-1a over every `stride`-th byte of `data` (a stride of 0 counts
-/// as 1): a checksum cheap enough to sample a large frame.
-pub fn fnv1a_strided(data: &[u8], stride: usize) -> u64 {
-    data.iter()
-        .step_by(stride.max(1))
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
-}
-
-/// 64-bit FNV-1a over all of `data`.
-pub fn fnv1a(data: &[u8]) -> u64 {
-    fnv1a_strided(data, 1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fnv1a_matches_reference_vectors() {
-        // Published FNV-1a 64-bit test vectors.
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
-        assert_eq!(fnv1a_strided(b"fxoxoxbxaxrx", 2), fnv1a(b"foobar"));
-        assert_eq!(fnv1a_strided(b"foobar", 0), fnv1a(b"foobar"));
-    }
-
-    #[test]
-    fn xorshift_is_deterministic_and_fills_tails() {
-        let mut a = 1u64;
-        assert_eq!(xorshift(&mut a), 0x4082_2041);
-        let mut s = 7u64;
-        let mut buf = [0u8; 13];
-        fill_random(&mut buf, &mut s);
-        let mut t = 7u64;
-        let first = xorshift(&mut t).to_le_bytes();
-        let second = xorshift(&mut t).to_le_bytes();
-        assert_eq!(buf[..8], first);
-        assert_eq!(buf[8..], second[..5]);
-        let v = pseudo_actions(0, 350);
-        assert_eq!(v.len(), 350);
-        assert!(v.iter().all(|x| (-0.5..0.5).contains(x)));
-        assert_eq!(v, pseudo_actions(1, 350));
-    }
 
     #[test]
     fn ms_converts_and_saturates() {

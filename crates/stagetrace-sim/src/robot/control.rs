@@ -1,0 +1,150 @@
+//! The paced control loop: one [`Robot`] call per tick of a [`Pacer`], for
+//! a fixed number of calls or until stopped, with knobs that a caller turns
+//! while it runs.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stagetrace_net::MsgMap;
+
+use super::{Link, Pacer, Robot, RobotConfig, RobotStats};
+use crate::{SimError, Transport};
+
+/// Knobs of a running control loop, read before every call: a change takes
+/// effect at the next call.
+#[derive(Debug)]
+pub struct Knobs {
+    /// Camera frame size, KiB.
+    pub payload_kb: AtomicU64,
+    /// Client pause length (µs), 0 = none: the whole client thread stops
+    /// once per period, inside the call but outside every stage (the
+    /// stand-in for a garbage collector's pause).
+    pub pause_us: AtomicU64,
+    /// Client pause period (µs).
+    pub pause_every_us: AtomicU64,
+}
+
+impl Knobs {
+    /// A `payload_kb` frame, no pause (every 2 s once one is set).
+    pub fn new(payload_kb: u64) -> Self {
+        Knobs {
+            payload_kb: AtomicU64::new(payload_kb),
+            pause_us: AtomicU64::new(0),
+            pause_every_us: AtomicU64::new(2_000_000),
+        }
+    }
+}
+
+/// Where a control loop is, after each call.
+#[derive(Debug)]
+pub struct CallProgress<'a> {
+    /// The call just made.
+    pub seq: u64,
+    /// Calls made so far.
+    pub done: u64,
+    /// Outcomes so far.
+    pub stats: &'a RobotStats,
+    /// This call was the first to fail (its message is in `stats.first_error`).
+    pub first_failure: bool,
+}
+
+/// A robot calling the policy server at a fixed rate.
+#[derive(Clone, Debug)]
+pub struct ControlLoop {
+    /// Calls per second.
+    pub hz: f64,
+    /// Calls to make (`None`: until stopped).
+    pub calls: Option<u64>,
+    /// The robot's costs and waits (the pacer's waits end the same way).
+    pub robot: RobotConfig,
+    /// Skip ticks more than four periods past (after a pause or a stall)
+    /// instead of firing them back to back.
+    pub skip_missed: bool,
+    /// A call gives up after this long.
+    pub call_timeout: Duration,
+    /// Keeps a copy of the observation sent after each change of the frame
+    /// size (what a replay of the robot's traffic sends).
+    pub keep_observation: Option<Arc<Mutex<Option<MsgMap>>>>,
+}
+
+impl ControlLoop {
+    /// Connect to the server at `addr` and call it until `calls` are made
+    /// or `stop` is set (checked before every call); `on_call` hears of each
+    /// call. Fails only when the server cannot be reached or the rate is
+    /// not a rate; failed calls are counted in the stats.
+    pub async fn run(
+        &self,
+        transport: Transport,
+        addr: SocketAddr,
+        knobs: &Knobs,
+        stop: &AtomicBool,
+        mut on_call: impl FnMut(CallProgress<'_>),
+    ) -> Result<RobotStats, SimError> {
+        let link = Link::connect(transport, addr, self.call_timeout).await?;
+        let pacer = Pacer::new(self.hz).ok_or_else(|| {
+            SimError::Config(format!(
+                "the control rate {} Hz is not a rate above 0 calls per second",
+                self.hz
+            ))
+        })?;
+        let spin = self.robot.spin;
+        let mut robot = Robot::new(link, self.robot);
+        let mut stats = RobotStats::default();
+        let mut next_pause: Option<Instant> = None;
+        let mut kept_kb = u64::MAX;
+        let mut seq: u64 = 0;
+        let mut done: u64 = 0;
+        let more = |seq: u64| self.calls.is_none_or(|n| seq < n);
+        while more(seq) && !stop.load(Ordering::Relaxed) {
+            if self.skip_missed {
+                seq = pacer.skip_missed(seq);
+                if !more(seq) {
+                    break;
+                }
+            }
+            pacer.wait(seq, spin).await;
+            let kb = knobs.payload_kb.load(Ordering::Relaxed);
+            let pause = Duration::from_micros(knobs.pause_us.load(Ordering::Relaxed));
+            let every = Duration::from_micros(knobs.pause_every_us.load(Ordering::Relaxed).max(1));
+            let outcome = robot
+                .call(seq, kb, |obs| {
+                    if pause.is_zero() {
+                        next_pause = None;
+                    } else {
+                        let now = Instant::now();
+                        let due = *next_pause.get_or_insert(now + every);
+                        if now >= due {
+                            std::thread::sleep(pause);
+                            let mut next = due;
+                            while next <= now {
+                                next += every;
+                            }
+                            next_pause = Some(next);
+                        }
+                    }
+                    if let Some(keep) = &self.keep_observation {
+                        if kept_kb != kb {
+                            if let Ok(mut k) = keep.lock() {
+                                *k = Some(obs.clone());
+                                kept_kb = kb;
+                            }
+                        }
+                    }
+                })
+                .await;
+            let first_failure = stats.count(outcome);
+            done += 1;
+            on_call(CallProgress {
+                seq,
+                done,
+                stats: &stats,
+                first_failure,
+            });
+            seq += 1;
+        }
+        robot.close().await;
+        Ok(stats)
+    }
+}
