@@ -68,8 +68,7 @@ fn robot_calls_the_model_over_loopback_and_the_clock_steps_once() {
     );
     assert_eq!(sent, vec![Some(0), Some(1), Some(2)]);
     assert_eq!(server.clock().offset_ns(), 5_000_000, "one step, at seq 1");
-    assert_eq!(server.stats().requests, 3);
-    server.stop();
+    assert_eq!(server.stop().requests, 3);
 }
 
 #[test]
@@ -175,7 +174,7 @@ fn batcher_and_cache_report_what_they_did() {
     let stats = rt().block_on(fleet.run(server.addr(), Arc::new(AtomicBool::new(false))));
     assert_eq!((stats.answered, stats.failed), (24, 0), "{stats:?}");
     assert!(stats.first_error.is_none());
-    let s = server.stats();
+    let s = server.stop();
     assert_eq!(s.requests, 24);
     let cache = s.cache.unwrap();
     assert_eq!(cache.hits + cache.misses, 24);
@@ -183,7 +182,6 @@ fn batcher_and_cache_report_what_they_did() {
     let batch = s.batch.unwrap();
     assert_eq!(batch.batched, cache.misses, "the model runs the misses only");
     assert!(s.admission.is_none());
-    server.stop();
 }
 
 #[test]
@@ -214,9 +212,8 @@ fn admission_sheds_what_does_not_fit_over_both_transports() {
             }
             assert!((1..4).contains(&ok), "{transport:?}: {ok} of 4 admitted");
         });
-        let a = server.stats().admission.unwrap();
+        let a = server.stop().admission.unwrap();
         assert!(a.admitted >= 1 && a.shed() >= 1, "{transport:?}: {a:?}");
-        server.stop();
     }
 }
 

@@ -351,7 +351,9 @@ impl SimServer {
         &self.clock
     }
 
-    /// Counters so far.
+    /// Counters so far. The server counts a request after its answer is
+    /// sent: a client may hold an answer not yet counted. [`SimServer::stop`]
+    /// gives the final counts.
     pub fn stats(&self) -> SimServerStats {
         SimServerStats {
             requests: self.seen.requests.load(Ordering::Relaxed),
@@ -364,9 +366,10 @@ impl SimServer {
     }
 
     /// Stop accepting, close every connection, end the runtime; returns
-    /// when its threads are gone.
-    pub fn stop(mut self) {
+    /// when its threads are gone, with the final counts.
+    pub fn stop(mut self) -> SimServerStats {
         self.shutdown();
+        self.stats()
     }
 
     fn shutdown(&mut self) {
