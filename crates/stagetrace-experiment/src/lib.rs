@@ -60,7 +60,6 @@
 use std::fmt;
 use std::path::PathBuf;
 
-pub mod demo;
 mod figures;
 pub mod gpu;
 pub mod html;
@@ -72,7 +71,6 @@ mod render;
 pub mod report;
 mod runner;
 pub mod sampler;
-pub mod sim;
 pub mod verdict;
 
 pub use gpu::GpuSample;

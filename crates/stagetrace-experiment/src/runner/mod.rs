@@ -8,7 +8,7 @@ mod tag;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -156,6 +156,5 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
 
 /// The default output directory: `runs/experiment-<unix seconds>`.
 pub fn default_out_dir() -> PathBuf {
-    let secs = (now_unix_ms() / 1e3) as u64;
-    Path::new("runs").join(format!("experiment-{secs}"))
+    stagetrace_sim::default_out_dir("experiment")
 }
