@@ -545,3 +545,136 @@ fn text_output_is_a_table_and_a_diagnosis() {
         "{summaries}"
     );
 }
+
+/// `stagetrace demo ARGS` in text mode; returns (exit code, stdout, stderr).
+fn demo_text(args: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .arg("demo")
+        .arg("--out")
+        .arg(dir.path())
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn trusted_clocks_that_disagree_are_called_out() {
+    let _serial = serial();
+    let common = [
+        "--clock",
+        "trusted",
+        "--calls",
+        "30",
+        "--warmup",
+        "5",
+        "--hz",
+        "30",
+        "--payload-kb",
+        "8",
+    ];
+    // The server's clock 250 ms ahead: every uplink exceeds the round trip
+    // and every downlink is negative, both clamped.
+    let (code, text, err) = demo_text(&[&common[..], &["--server-skew-ms", "250"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        text.contains("declared trusted (--clock trusted) but disagree"),
+        "{text}"
+    );
+    assert!(text.contains("Use --clock estimate"), "{text}");
+    assert!(text.contains("OUTSIDE"), "{text}");
+    // The same clocks in agreement: no warning.
+    let (code, text, err) = demo_text(&[&common[..], &["--server-skew-ms", "0"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!text.contains("disagree"), "{text}");
+}
+
+#[test]
+fn bad_knobs_and_a_taken_address_exit_2() {
+    let (code, _, err) = demo_text(&["--hz", "0", "--calls", "5", "--warmup", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--hz"), "{err}");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for extra in [&[][..], &["--clients", "2"][..]] {
+        let args = [
+            &["--server-addr", &addr, "--calls", "5", "--warmup", "1"][..],
+            extra,
+        ]
+        .concat();
+        let (code, _, err) = demo_text(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&addr) && err.contains("cannot bind"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_ends_the_run_reports_it_and_exits_130() {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["demo", "--calls", "100000", "--warmup", "2", "--hz", "50"])
+        .args(["--payload-kb", "4", "--out"])
+        .arg(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The records file appears when the layer is built, just before the
+    // loop starts; give the loop time to make calls.
+    let started = Instant::now();
+    while record_files(dir.path()).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no records");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "no exit after Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (mut text, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut text)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    // What ran is reported, in the terminal and in demo.json.
+    assert!(text.contains("against the injected truth"), "{text}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("demo.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["interrupted"], true);
+    let calls = json["calls"].as_u64().unwrap();
+    assert!((10..100_000).contains(&calls), "{calls} calls");
+}

@@ -82,8 +82,8 @@ pub mod wait;
 pub use error::SimError;
 pub use model::{ClockStep, SimModel, ACTION_CHUNK};
 pub use robot::{
-    observation, CallProgress, Camera, ControlLoop, Fleet, FleetStats, Knobs, Link, Pacer,
-    Refresh, Robot, RobotConfig, RobotStats,
+    observation, CallProgress, Camera, ControlLoop, Fleet, FleetStats, Knobs, Link, Pacer, Refresh,
+    Robot, RobotConfig, RobotStats,
 };
 pub use run_dir::default_out_dir;
 pub use server::{CacheConfig, ServerConfig, SimServer, SimServerStats};

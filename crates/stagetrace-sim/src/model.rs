@@ -184,9 +184,8 @@ mod tests {
     #[tokio::test]
     async fn batch_answers_match_single_answers() {
         let m = SimModel::new(Duration::ZERO).slots(1);
-        let frame = |v: u8| {
-            MsgMap::new().with(IMAGE_KEY, NdArray::from_u8(vec![v; 3 * 64], &[1, 64, 3]))
-        };
+        let frame =
+            |v: u8| MsgMap::new().with(IMAGE_KEY, NdArray::from_u8(vec![v; 3 * 64], &[1, 64, 3]));
         let batch = m.infer_batch(vec![frame(1), frame(2), frame(1)]).await;
         assert_eq!(batch.len(), 3);
         assert_eq!(batch[0], batch[2], "same frame, same answer");

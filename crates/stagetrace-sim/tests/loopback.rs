@@ -74,10 +74,9 @@ fn robot_calls_the_model_over_loopback_and_the_clock_steps_once() {
 #[test]
 fn model_answers_an_action_chunk_from_the_frame() {
     for transport in [Transport::Ws, Transport::Http] {
-        let server = SimServer::start(
-            ServerConfig::new(SimModel::new(Duration::ZERO)).transport(transport),
-        )
-        .unwrap();
+        let server =
+            SimServer::start(ServerConfig::new(SimModel::new(Duration::ZERO)).transport(transport))
+                .unwrap();
         rt().block_on(async {
             let mut link = Link::connect(transport, server.addr(), Duration::from_secs(10))
                 .await
@@ -107,8 +106,8 @@ fn model_answers_an_action_chunk_from_the_frame() {
 
 #[test]
 fn a_control_loop_makes_its_calls_and_stops_when_told() {
-    let server = SimServer::start(ServerConfig::new(SimModel::new(Duration::from_millis(1))))
-        .unwrap();
+    let server =
+        SimServer::start(ServerConfig::new(SimModel::new(Duration::from_millis(1)))).unwrap();
     let robot = ControlLoop {
         hz: 200.0,
         calls: Some(10),
@@ -137,7 +136,9 @@ fn a_control_loop_makes_its_calls_and_stops_when_told() {
     assert_eq!(stats.completed, 10, "{stats:?}");
     assert_eq!(seen, (1..=10).collect::<Vec<_>>());
     let kept = robot.keep_observation.as_ref().unwrap().lock().unwrap();
-    assert!(kept.as_ref().is_some_and(|o| o.array("observation/image").is_some()));
+    assert!(kept
+        .as_ref()
+        .is_some_and(|o| o.array("observation/image").is_some()));
     drop(kept);
     // Stopped before the first call: none is made.
     let stats = rt
@@ -180,7 +181,10 @@ fn batcher_and_cache_report_what_they_did() {
     assert_eq!(cache.hits + cache.misses, 24);
     assert!(cache.hits >= 16, "two scenes, mostly repeats: {cache:?}");
     let batch = s.batch.unwrap();
-    assert_eq!(batch.batched, cache.misses, "the model runs the misses only");
+    assert_eq!(
+        batch.batched, cache.misses,
+        "the model runs the misses only"
+    );
     assert!(s.admission.is_none());
 }
 

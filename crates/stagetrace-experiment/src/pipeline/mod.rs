@@ -353,4 +353,3 @@ impl Drop for Pipeline {
         let _ = self.shutdown();
     }
 }
-

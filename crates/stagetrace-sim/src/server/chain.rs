@@ -10,7 +10,7 @@ use stagetrace_mitigate::{
 use stagetrace_net::ws::HandlerFuture;
 use stagetrace_net::{Handler, HandlerError, InferTimer, MsgMap};
 
-use super::ServerConfig;
+use super::config::ServerConfig;
 use crate::{SimError, Transport};
 
 /// A handler chosen at run time.

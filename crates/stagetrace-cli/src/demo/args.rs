@@ -1,0 +1,243 @@
+//! The knobs of `stagetrace demo` and their ranges.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use stagetrace_sim::Transport;
+
+/// Transport between the robot client and the policy server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TransportArg {
+    /// WebSocket + msgpack (openpi / LingBot-VA protocol).
+    Ws,
+    /// HTTP POST of a msgpack body (axum server, reqwest client).
+    Http,
+}
+
+impl TransportArg {
+    pub(crate) fn transport(self) -> Transport {
+        match self {
+            TransportArg::Ws => Transport::Ws,
+            TransportArg::Http => Transport::Http,
+        }
+    }
+}
+
+/// What the uplink/downlink split rests on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ClockArg {
+    /// Estimate the server−client clock offset from each call (NTP-style).
+    Estimate,
+    /// Trust the clocks as synchronised: raw wall times.
+    Trusted,
+    /// No split: report `net_ms` only.
+    None,
+}
+
+impl ClockArg {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ClockArg::Estimate => "estimate",
+            ClockArg::Trusted => "trusted",
+            ClockArg::None => "none",
+        }
+    }
+}
+
+/// Arguments of `stagetrace demo`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DemoArgs {
+    /// Calls to make, warm-up included.
+    #[arg(long, default_value_t = 150)]
+    pub(crate) calls: u64,
+    /// Control rate of the robot loop (calls per second).
+    #[arg(long, default_value_t = 30.0)]
+    pub(crate) hz: f64,
+    /// Cost of one simulated model inference on the server, ms.
+    #[arg(long, default_value_t = 12.0)]
+    pub(crate) model_ms: f64,
+    /// Camera frame sent with each observation, KiB.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) payload_kb: u64,
+    /// Offset of the server's clock from the client's, ms (what a skewed machine reports).
+    #[arg(long, default_value_t = 40.0, allow_hyphen_values = true)]
+    pub(crate) server_skew_ms: f64,
+    /// Delay added to client → server traffic by the proxy, ms.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) uplink_delay_ms: f64,
+    /// Delay added to server → client traffic by the proxy, ms.
+    #[arg(long, default_value_t = 2.0)]
+    pub(crate) downlink_delay_ms: f64,
+    /// What the uplink/downlink split rests on.
+    #[arg(long, value_enum, default_value_t = ClockArg::Estimate)]
+    pub(crate) clock: ClockArg,
+    /// Transport between client and server.
+    #[arg(long, value_enum, default_value_t = TransportArg::Ws)]
+    pub(crate) transport: TransportArg,
+    /// Cost of one simulated camera capture, ms.
+    #[arg(long, default_value_t = 2.0)]
+    pub(crate) capture_ms: f64,
+    /// Cost of handing one action chunk to the simulated actuator, ms.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) dispatch_ms: f64,
+    /// Warm-up calls, flagged and kept out of the figures.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) warmup: u64,
+    /// Make the server's clock jump by this much (ms) during the run, as an NTP step would.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) server_step_ms: f64,
+    /// Call number after which the server's clock jumps (default: half-way).
+    #[arg(long)]
+    pub(crate) server_step_at: Option<u64>,
+    /// Address the policy server binds (default: a free loopback port); the
+    /// robot reaches it through the proxy.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub(crate) server_addr: SocketAddr,
+    /// Directory for records and summaries (default: runs/demo-<unix seconds>).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Print one JSON object (field names as in the records) instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Export every call as an OTLP trace, the client and the server as two
+    /// services, to ENDPOINT (default: OTEL_EXPORTER_OTLP_ENDPOINT, else
+    /// http://localhost:4318). See docs/jaeger.md.
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) otlp: Option<String>,
+    /// Mitigation knobs (docs/mitigations.md).
+    #[command(flatten)]
+    pub(crate) mitigate: MitigateArgs,
+}
+
+impl DemoArgs {
+    /// The call after which the server's clock steps.
+    pub(crate) fn step_at(&self) -> u64 {
+        self.server_step_at.unwrap_or(self.calls / 2)
+    }
+}
+
+/// Why the demo could not run: a knob out of range, a part that could not
+/// start, a run in which no call completed.
+#[derive(Debug)]
+pub(crate) struct DemoError(String);
+
+impl fmt::Display for DemoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub(crate) fn err(msg: impl Into<String>) -> DemoError {
+    DemoError(msg.into())
+}
+
+/// The mitigation knobs of `stagetrace demo`. Any of `--clients` > 1,
+/// `--batch` > 1, `--cache`, `--concurrency` switches the demo to the
+/// mitigation scenario: closed-loop clients (no pacing: `--hz` and the
+/// camera / actuator / proxy knobs do not apply), model cost
+/// `--model-ms` + `--model-per-item-ms` × batch.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct MitigateArgs {
+    /// Concurrent robot clients, each calling as fast as answers come back
+    /// (mitigation scenario; `--calls` is per client).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) clients: u64,
+    /// Batch up to N requests per model run (0 or 1: one at a time).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) batch: usize,
+    /// Longest wait for a batch to fill, ms.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) batch_wait_ms: u64,
+    /// Cache answers, bounded to this many MiB (0: no cache).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) cache: u64,
+    /// Key the cache on the prompt only — wrong on purpose (the image
+    /// matters): `stagetrace compare` catches the changed outputs.
+    #[arg(long)]
+    pub(crate) cache_prompt_only: bool,
+    /// Distinct camera scenes the clients cycle through (repeats can hit the cache).
+    #[arg(long, default_value_t = 8)]
+    pub(crate) scenes: u64,
+    /// Admission control: requests served at once (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) concurrency: usize,
+    /// Admission control: requests that may wait for a slot.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) queue: usize,
+    /// Admission control: longest wait for a slot, ms.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) queue_timeout_ms: u64,
+    /// Model cost a + b·batch: b, ms per request in the batch (a is --model-ms).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) model_per_item_ms: f64,
+}
+
+impl MitigateArgs {
+    /// Whether any knob asks for the mitigation scenario.
+    pub(crate) fn active(&self) -> bool {
+        self.clients > 1 || self.batch > 1 || self.cache > 0 || self.concurrency > 0
+    }
+}
+
+/// A duration knob in ms: finite, 0 to a minute.
+pub(crate) fn check_ms(name: &str, v: f64) -> Result<(), DemoError> {
+    if v.is_finite() && (0.0..=60_000.0).contains(&v) {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "{name} must be between 0 and 60000 ms, got {v}"
+        )))
+    }
+}
+
+/// `--calls` within 1..=1 000 000.
+pub(crate) fn check_calls(calls: u64) -> Result<(), DemoError> {
+    if calls == 0 || calls > 1_000_000 {
+        return Err(err("--calls must be between 1 and 1000000"));
+    }
+    Ok(())
+}
+
+/// The knobs the demo's run uses, in range.
+pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
+    if a.mitigate.active() {
+        // Closed-loop clients: no pacing, camera, actuator or proxy knobs.
+        check_calls(a.calls)?;
+        check_ms("--model-ms", a.model_ms)?;
+        return check_ms("--model-per-item-ms", a.mitigate.model_per_item_ms);
+    }
+    check_calls(a.calls)?;
+    if !(a.hz.is_finite() && a.hz > 0.0 && a.hz <= 10_000.0) {
+        return Err(err(
+            "--hz must be a rate between 0 and 10000 calls per second",
+        ));
+    }
+    for (name, v) in [
+        ("--model-ms", a.model_ms),
+        ("--uplink-delay-ms", a.uplink_delay_ms),
+        ("--downlink-delay-ms", a.downlink_delay_ms),
+        ("--capture-ms", a.capture_ms),
+        ("--dispatch-ms", a.dispatch_ms),
+    ] {
+        check_ms(name, v)?;
+    }
+    for (name, v) in [
+        ("--server-skew-ms", a.server_skew_ms),
+        ("--server-step-ms", a.server_step_ms),
+    ] {
+        if !(v.is_finite() && v.abs() <= 86_400_000.0) {
+            return Err(err(format!("{name} must be within ±1 day, got {v}")));
+        }
+    }
+    if a.payload_kb > 16 * 1024 {
+        return Err(err("--payload-kb must be at most 16384 (16 MiB)"));
+    }
+    if a.warmup >= a.calls {
+        return Err(err(format!(
+            "--warmup {} leaves no measured call out of --calls {}; lower --warmup or raise --calls",
+            a.warmup, a.calls
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! The run's figures as `stagetrace report` reads them: its record files
+//! loaded and analysed by `stagetrace-analyze`, restated per record field.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use stagetrace::CallRecord;
+use stagetrace_analyze::analysis::{self, AnalyzeOptions, GroupReport, Report, ALL_KINDS};
+use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::stats::{self, Summary};
+use stagetrace_schema::{Figure, Group, Unit};
+
+use super::args::{err, DemoError};
+
+/// The record files the layer wrote for run `run_id` in `out` (files of
+/// earlier runs in the same directory are left out).
+fn run_files(out: &Path, run_id: &str) -> Result<Vec<PathBuf>, DemoError> {
+    let prefix = format!("records-{run_id}");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out)
+        .map_err(|e| err(format!("{}: cannot list: {e}", out.display())))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".jsonl"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The run's records, read back from its files and analysed exactly as
+/// `stagetrace report` would.
+pub(crate) fn analyze_run(out: &Path, run_id: &str) -> Result<Report, DemoError> {
+    let files = run_files(out, run_id)?;
+    let ds = Dataset::load(&files, LoadOptions::default())
+        .map_err(|e| err(format!("cannot read back the run's records: {e}")))?;
+    Ok(analysis::analyze(&ds, None, &AnalyzeOptions::default()).report)
+}
+
+/// The group that covers every call: the pooled one when there are
+/// several kinds, else the only one.
+pub(crate) fn main_group(report: &Report) -> Option<&GroupReport> {
+    report
+        .groups
+        .iter()
+        .find(|g| g.kind == ALL_KINDS)
+        .or_else(|| report.groups.first())
+}
+
+/// A figure of the record in milliseconds, for the figures the analysis
+/// does not read yet (the clock's: `offset`, `split_err`).
+pub(super) fn clock_ms(rec: &CallRecord, fig: Figure) -> Option<f64> {
+    match fig {
+        Figure::Offset => rec.offset_ms,
+        Figure::SplitErr => rec.split_err_ms,
+        _ => None,
+    }
+}
+
+pub(super) fn steady(rec: &CallRecord) -> bool {
+    rec.warmup.is_none() && rec.failed.is_none()
+}
+
+/// Distribution of one figure over the steady calls, by the analysis' own
+/// order statistics.
+pub(super) fn summarize(values: impl Iterator<Item = f64>) -> Option<Summary> {
+    let mut v: Vec<f32> = values.filter(|x| x.is_finite()).map(|x| x as f32).collect();
+    stats::sort_f32(&mut v);
+    Summary::of_sorted(&v)
+}
+
+/// A summary in ms restated in `fig`'s record unit, rounded to the
+/// record's resolution (a thousandth of the unit).
+fn in_unit(s: Summary, fig: Figure) -> Summary {
+    let k = Unit::Millis.ns() as f64 / fig.unit().ns() as f64;
+    let f = |v: f64| (v * k * 1000.0).round() / 1000.0;
+    Summary {
+        n: s.n,
+        min: f(s.min),
+        p50: f(s.p50),
+        p90: f(s.p90),
+        p99: f(s.p99),
+        p999: f(s.p999),
+        max: f(s.max),
+        mean: f(s.mean),
+        stddev: f(s.stddev),
+    }
+}
+
+/// Every figure's distribution over the steady calls, keyed by its record
+/// field name (`infer_ms`, `observer_us`), in the field's unit.
+pub(super) fn stage_table(
+    group: Option<&GroupReport>,
+    records: &[CallRecord],
+) -> BTreeMap<&'static str, Summary> {
+    let mut table = BTreeMap::new();
+    for fig in Figure::ALL {
+        let s = match group.and_then(|g| g.stages.get(fig.name())) {
+            Some(s) => Some(*s),
+            None if fig.group() == Group::Clock => summarize(
+                records
+                    .iter()
+                    .filter(|r| steady(r))
+                    .filter_map(|r| clock_ms(r, fig)),
+            ),
+            None => None,
+        };
+        if let Some(s) = s {
+            table.insert(fig.field(), in_unit(s, fig));
+        }
+    }
+    table
+}

@@ -1,0 +1,107 @@
+//! `stagetrace demo`: a real robot client and policy server over loopback,
+//! traced stage by stage.
+//!
+//! The client is a control loop at `--hz`: a simulated camera (`capture`),
+//! one request to the policy server (`transport`, WebSocket + msgpack in the
+//! openpi protocol by default, or HTTP), and a simulated actuator
+//! (`dispatch`). The server runs a simulated model (`--model-ms`) behind the
+//! built-in proxy, which delays each direction, and stamps its timing with a
+//! clock skewed by `--server-skew-ms` — so the figures can be checked against
+//! the truth the demo injected. The stage layer is registered as an app
+//! would register it; records and summaries go to `--out`.
+//!
+//! The robot and the server are `stagetrace-sim`'s; the report is
+//! `stagetrace-analyze`'s (the tables and verdicts of `stagetrace report`),
+//! followed by the comparison with the injected truth.
+
+pub(crate) mod args;
+pub(crate) mod figures;
+mod otlp;
+mod output;
+mod pipeline;
+mod progress;
+mod truth;
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::exit;
+
+pub(crate) use args::DemoArgs;
+use args::{err, DemoError};
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Every call was made (some may have failed).
+    Done,
+    /// Ctrl-C or SIGTERM: the calls made so far are reported.
+    Interrupted,
+}
+
+pub(crate) fn run(args: DemoArgs) -> ExitCode {
+    match demo(&args) {
+        Ok(Ending::Done) => exit::code(exit::OK),
+        Ok(Ending::Interrupted) => {
+            eprintln!("stagetrace demo: interrupted; the calls made so far are reported above and in the output directory");
+            exit::code(exit::INTERRUPTED)
+        }
+        Err(e) => {
+            eprintln!("stagetrace demo: {e}");
+            exit::code(exit::USAGE)
+        }
+    }
+}
+
+fn demo(args: &DemoArgs) -> Result<Ending, DemoError> {
+    args::validate(args)?;
+    // The robot's runtime, with Ctrl-C and SIGTERM watched from the start:
+    // the loop stops after the call in flight and the run is still reported.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err(format!("cannot start the client runtime: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    watch_signals(&rt, &stop)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| stagetrace_sim::default_out_dir("demo"));
+    std::fs::create_dir_all(&out).map_err(|e| {
+        err(format!(
+            "cannot create the output directory {} ({e}); pass a writable --out DIR",
+            out.display()
+        ))
+    })?;
+    let ran = if args.mitigate.active() {
+        crate::mitigate_demo::run(args, &out, &rt, &stop)
+    } else {
+        pipeline::run(args, &out, &rt, &stop)
+    };
+    // Interrupted: whatever the run managed is reported; the exit says why it ended.
+    if stop.load(Ordering::SeqCst) {
+        return Ok(Ending::Interrupted);
+    }
+    ran.map(|()| Ending::Done)
+}
+
+/// Ctrl-C and SIGTERM set `stop`. The handlers are installed now (so a
+/// signal during set-up is not fatal); the task that sets the flag runs
+/// whenever `rt` runs the robot.
+fn watch_signals(rt: &tokio::runtime::Runtime, stop: &Arc<AtomicBool>) -> Result<(), DemoError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _rt = rt.enter();
+    let install = |kind| signal(kind).map_err(|e| err(format!("cannot watch for Ctrl-C: {e}")));
+    let mut int = install(SignalKind::interrupt())?;
+    let mut term = install(SignalKind::terminate())?;
+    let stop = Arc::clone(stop);
+    rt.spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    Ok(())
+}

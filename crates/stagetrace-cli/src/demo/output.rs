@@ -1,0 +1,215 @@
+//! What the demo prints: the run's records read back and analysed as
+//! `stagetrace report` does (its tables and verdicts), then the comparison
+//! with the truth the demo injected; `--json` as one object.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::Serialize;
+use stagetrace::{CallRecord, ClockBasis, Summary as LayerSummary};
+use stagetrace_analyze::analysis::Report;
+use stagetrace_analyze::render;
+use stagetrace_analyze::stats::Summary;
+use stagetrace_sim::{RobotStats, SimServerStats};
+
+use super::args::{err, DemoArgs, DemoError, TransportArg};
+use super::figures::{analyze_run, main_group, stage_table, steady};
+use super::truth::Truth;
+
+/// One finished run of the demo, as the report needs it.
+pub(super) struct Run<'a> {
+    pub(super) args: &'a DemoArgs,
+    pub(super) out: &'a Path,
+    /// Every record, in the order the layer finished them.
+    pub(super) records: &'a [CallRecord],
+    /// The layer's cumulative summary (its own counters).
+    pub(super) summary: &'a LayerSummary,
+    pub(super) robot: &'a RobotStats,
+    pub(super) server: &'a SimServerStats,
+    pub(super) proxy_bytes: (u64, u64),
+    pub(super) interrupted: bool,
+}
+
+/// What the split rests on for most steady calls.
+fn basis(records: &[CallRecord]) -> Option<ClockBasis> {
+    let mut counts: Vec<(ClockBasis, usize)> = Vec::new();
+    for b in records.iter().filter(|r| steady(r)).filter_map(|r| r.clock) {
+        match counts.iter_mut().find(|(c, _)| *c == b) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((b, 1)),
+        }
+    }
+    counts.into_iter().max_by_key(|(_, n)| *n).map(|(b, _)| b)
+}
+
+/// The knobs as the JSON states them.
+#[derive(Serialize)]
+struct Config {
+    calls: u64,
+    hz: f64,
+    model_ms: f64,
+    payload_kb: u64,
+    capture_ms: f64,
+    dispatch_ms: f64,
+    server_skew_ms: f64,
+    server_step_ms: f64,
+    server_step_at: u64,
+    uplink_delay_ms: f64,
+    downlink_delay_ms: f64,
+    clock: &'static str,
+    warmup: u64,
+}
+
+/// Counters of the layer, the server and the proxy.
+#[derive(Serialize)]
+struct Counters {
+    queue_drops: u64,
+    rejected_headers: u64,
+    clamped: u64,
+    deadline_misses: Option<u64>,
+    server_requests: u64,
+    server_requests_with_traceparent: u64,
+    proxy_bytes_up: u64,
+    proxy_bytes_down: u64,
+}
+
+/// `--json` (and `demo.json`): the figures keyed by record field names,
+/// the counters, the comparison with the truth, analyze's report and the
+/// records themselves.
+#[derive(Serialize)]
+struct DemoJson<'a> {
+    calls: usize,
+    measured: u64,
+    warmup: u64,
+    failed: u64,
+    transport: &'static str,
+    clock: Option<ClockBasis>,
+    out: String,
+    config: Config,
+    stages: &'a BTreeMap<&'static str, Summary>,
+    counters: Counters,
+    truth: &'a Truth,
+    /// Analyze's verdicts, then the comparison with the truth, as printed.
+    diagnosis: Vec<String>,
+    interrupted: bool,
+    report: Option<&'a Report>,
+    records: &'a [CallRecord],
+}
+
+/// Analyse the run, write `demo.json`, print the report (or the JSON).
+pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
+    let a = run.args;
+    let report = match analyze_run(run.out, &run.summary.run) {
+        Ok(r) => Some(r),
+        // Nothing steady to analyse: said below, not an error of its own.
+        Err(_) if run.interrupted || run.robot.completed == 0 => None,
+        Err(e) => return Err(e),
+    };
+    let group = report.as_ref().and_then(main_group);
+    let stages = stage_table(group, run.records);
+    let truth = Truth::of(a, &stages, run.records, run.summary);
+    let mut diagnosis: Vec<String> = report
+        .iter()
+        .flat_map(|r| r.verdicts.iter().map(|v| v.text.clone()))
+        .collect();
+    diagnosis.extend(truth.sentences(a));
+    let doc = DemoJson {
+        calls: run.records.len(),
+        measured: group.map_or(0, |g| g.steady),
+        warmup: group.map_or(0, |g| g.warmup_excluded),
+        failed: group.map_or(0, |g| g.failed),
+        transport: a.transport.transport().as_str(),
+        clock: basis(run.records),
+        out: run.out.display().to_string(),
+        config: Config {
+            calls: a.calls,
+            hz: a.hz,
+            model_ms: a.model_ms,
+            payload_kb: a.payload_kb,
+            capture_ms: a.capture_ms,
+            dispatch_ms: a.dispatch_ms,
+            server_skew_ms: a.server_skew_ms,
+            server_step_ms: a.server_step_ms,
+            server_step_at: a.step_at(),
+            uplink_delay_ms: a.uplink_delay_ms,
+            downlink_delay_ms: a.downlink_delay_ms,
+            clock: a.clock.as_str(),
+            warmup: a.warmup,
+        },
+        stages: &stages,
+        counters: Counters {
+            queue_drops: run.summary.queue_drops,
+            rejected_headers: run.summary.rejected_headers,
+            clamped: run.summary.clamped,
+            deadline_misses: run.summary.deadline.map(|d| d.misses),
+            server_requests: run.server.requests,
+            server_requests_with_traceparent: run.server.with_trace_context,
+            proxy_bytes_up: run.proxy_bytes.0,
+            proxy_bytes_down: run.proxy_bytes.1,
+        },
+        truth: &truth,
+        diagnosis,
+        interrupted: run.interrupted,
+        report: report.as_ref(),
+        records: run.records,
+    };
+    let pretty = serde_json::to_string_pretty(&doc)
+        .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
+    let _ = std::fs::write(run.out.join("demo.json"), &pretty);
+    if a.json {
+        println!("{pretty}");
+        return Ok(());
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "stagetrace demo: {} calls at {} Hz over {} (loopback), model {} ms, frame {} KiB",
+        a.calls,
+        a.hz,
+        match a.transport {
+            TransportArg::Ws => "WebSocket + msgpack",
+            TransportArg::Http => "HTTP",
+        },
+        a.model_ms,
+        a.payload_kb
+    );
+    let _ = writeln!(
+        s,
+        "injected: server clock {:+} ms, uplink +{} ms, downlink +{} ms; clock mode {}\n",
+        a.server_skew_ms,
+        a.uplink_delay_ms,
+        a.downlink_delay_ms,
+        a.clock.as_str()
+    );
+    // Said before the tables, whose uplink and downlink it puts in doubt.
+    if let Some(w) = truth.warning(a) {
+        let _ = writeln!(s, "WARNING: {w}\n");
+    }
+    match &report {
+        Some(r) => s.push_str(&render::text(r)),
+        None => s.push_str("no call completed: nothing to analyse\n"),
+    }
+    s.push('\n');
+    s.push_str(&truth.text(a, group.map_or(0, |g| g.steady)));
+    let _ = writeln!(
+        s,
+        "  - the layer's own counters: queue drops {}, rejected headers {}, clamped {}; the server saw {} request(s), {} with a trace context.",
+        run.summary.queue_drops,
+        run.summary.rejected_headers,
+        run.summary.clamped,
+        run.server.requests,
+        run.server.with_trace_context
+    );
+    if let Some(e) = &run.robot.first_error {
+        let _ = writeln!(s, "  first failure: {e}");
+    }
+    let _ = writeln!(
+        s,
+        "\nrecords and summaries: {}  (try: stagetrace report {})",
+        run.out.display(),
+        run.out.display()
+    );
+    print!("{s}");
+    Ok(())
+}

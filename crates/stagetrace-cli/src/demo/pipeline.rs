@@ -1,0 +1,190 @@
+//! The demo's run: the simulated policy server behind the proxy, the stage
+//! layer registered as an app would, the robot's control loop; then the
+//! report of what it wrote.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
+use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
+use stagetrace_net::MsgMap;
+use stagetrace_sim::{
+    ms, ClockStep, ControlLoop, Knobs, Refresh, RobotConfig, ServerConfig, SimModel, SimServer,
+    Spin, ACTION_CHUNK,
+};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use super::args::{err, ClockArg, DemoArgs, DemoError};
+use super::otlp::DemoOtlp;
+use super::output::{self, Run};
+use super::progress::Progress;
+
+fn ms_to_ns(v: f64) -> i64 {
+    (v * 1e6).round() as i64
+}
+
+/// Every finished call, kept for `--json` and the comparison with the
+/// truth (bounded by `--calls`).
+struct Collect {
+    records: Arc<Mutex<Vec<CallRecord>>>,
+    cap: usize,
+}
+
+impl RecordSink for Collect {
+    fn on_record(&mut self, rec: &CallRecord) {
+        if let Ok(mut v) = self.records.lock() {
+            if v.len() < self.cap {
+                v.push(rec.clone());
+            }
+        }
+    }
+}
+
+/// Run the demo into `out`, print its report; `rt` runs the robot, `stop`
+/// ends the loop early (what ran is still reported).
+pub(super) fn run(
+    args: &DemoArgs,
+    out: &Path,
+    rt: &tokio::runtime::Runtime,
+    stop: &AtomicBool,
+) -> Result<(), DemoError> {
+    // OTLP export (`--otlp`): the client and the server as two services.
+    let otlp = args.otlp.as_deref().map(DemoOtlp::start).transpose()?;
+
+    // The server: its own runtime, a skewed clock that may step once; hot
+    // waits (one call at a time on a quiet machine, timed to the µs).
+    let model = SimModel::new(ms(args.model_ms))
+        .checksum_stride(64)
+        .spin(Spin::Hot);
+    let mut config = ServerConfig::new(model)
+        .transport(args.transport.transport())
+        .addr(args.server_addr)
+        .metadata(
+            MsgMap::new()
+                .with("policy", "stagetrace-demo")
+                .with("action_horizon", ACTION_CHUNK[0]),
+        )
+        .clock_skew_ns(ms_to_ns(args.server_skew_ms))
+        .thread_name("demo-server");
+    if args.server_step_ms != 0.0 {
+        config = config.clock_step(ClockStep {
+            at_seq: args.step_at(),
+            jump_ns: ms_to_ns(args.server_step_ms),
+        });
+    }
+    if let Some(otlp) = &otlp {
+        config = config.on_request(otlp.server_hook());
+    }
+    let server = SimServer::start(config)
+        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
+
+    // The network between them: the built-in proxy delays each direction.
+    let proxy = Proxy::spawn_in_thread(
+        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        server.addr(),
+        ProxyConfig {
+            uplink: LinkConfig::delay(ms(args.uplink_delay_ms)),
+            downlink: LinkConfig::delay(ms(args.downlink_delay_ms)),
+            ..ProxyConfig::default()
+        },
+    )
+    .map_err(|e| err(format!("cannot start the network proxy: {e}")))?;
+
+    // The stage layer, registered as an app would.
+    let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
+    let mut layer = StageLayer::builder()
+        .output_dir(out)
+        .target_hz(args.hz)
+        .clock_mode(match args.clock {
+            ClockArg::Estimate => ClockMode::Estimate,
+            ClockArg::Trusted => ClockMode::Trusted,
+            ClockArg::None => ClockMode::None,
+        })
+        .warmup_calls(args.warmup)
+        .sink(Box::new(Collect {
+            records: Arc::clone(&records),
+            cap: args.calls as usize,
+        }));
+    if let Some(otlp) = &otlp {
+        layer = layer.sink(Box::new(otlp.client.clone()));
+    }
+    let (layer, guard) = layer.build().map_err(|e| err(e.to_string()))?;
+    tracing_subscriber::registry()
+        .with(layer)
+        .try_init()
+        .map_err(|e| err(format!("cannot install the tracing subscriber: {e}")))?;
+
+    // The robot: hot waits, and a camera that refills the whole frame every
+    // capture (a readout's memory work); every tick fires, late or not.
+    let control = ControlLoop {
+        hz: args.hz,
+        calls: Some(args.calls),
+        robot: RobotConfig {
+            capture: ms(args.capture_ms),
+            dispatch: ms(args.dispatch_ms),
+            spin: Spin::Hot,
+            refresh: Refresh::Full,
+        },
+        skip_missed: false,
+        call_timeout: Duration::from_secs(5),
+        keep_observation: None,
+    };
+    let progress = Progress::new(args.calls);
+    let robot = rt.block_on(control.run(
+        args.transport.transport(),
+        proxy.local_addr(),
+        &Knobs::new(args.payload_kb),
+        stop,
+        |p| {
+            if p.first_failure {
+                if let Some(e) = &p.stats.first_error {
+                    eprintln!("stagetrace demo: call {} failed: {e}", p.seq);
+                }
+            }
+            progress.tick(p.done, p.stats.failed);
+        },
+    ));
+    progress.done();
+
+    let summary = guard.finish();
+    let proxy_stats = proxy.stats();
+    proxy.shutdown();
+    let server = server.stop();
+    if let Some(otlp) = &otlp {
+        otlp.finish();
+    }
+    let robot = robot.map_err(|e| err(e.to_string()))?;
+    let records = match records.lock() {
+        Ok(mut r) => std::mem::take(&mut *r),
+        Err(_) => {
+            return Err(err(
+                "the record collector failed; see the records file instead",
+            ))
+        }
+    };
+    let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
+    output::report(&Run {
+        args,
+        out,
+        records: &records,
+        summary: &summary,
+        robot: &robot,
+        server: &server,
+        proxy_bytes: (proxy_stats.bytes_up, proxy_stats.bytes_down),
+        interrupted,
+    })?;
+    if robot.completed == 0 && !interrupted {
+        return Err(err(format!(
+            "no call completed{}",
+            robot
+                .first_error
+                .as_deref()
+                .map(|e| format!(" (first failure: {e})"))
+                .unwrap_or_default()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! The demo's own check: what the figures say against what the demo
+//! injected — net against the proxy's delays, the split inside its
+//! `± split_err`, the estimated clock offset against the skew (and step),
+//! infer against the model's cost — and, when clocks declared trusted
+//! disagree, a plain warning.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use stagetrace::{CallRecord, Summary as LayerSummary};
+use stagetrace_analyze::stats::{self, Summary};
+use stagetrace_schema::{Figure, Group};
+
+use super::args::{ClockArg, DemoArgs};
+use super::figures::clock_ms;
+
+/// Two clocks read at different instants on one host differ by this much
+/// (the split's bound does not cover it).
+const ANCHOR_TOL_MS: f64 = 0.1;
+
+/// One figure's median against what the demo injected.
+#[derive(Debug, Serialize)]
+pub(super) struct Against {
+    /// The record field (`net_ms`).
+    field: &'static str,
+    /// Median over the steady calls, ms.
+    measured_ms: f64,
+    /// What the demo injected, ms.
+    injected_ms: f64,
+    /// `± split_err` the split claims (median), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bound_ms: Option<f64>,
+    /// Whether the truth lies inside what the figure claims.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inside: Option<bool>,
+}
+
+/// The clock step: median offset before and after it.
+#[derive(Debug, Serialize)]
+pub(super) struct Step {
+    before_ms: f64,
+    after_ms: f64,
+    injected_ms: f64,
+}
+
+/// The stage that takes most of the median call.
+#[derive(Debug, Serialize)]
+pub(super) struct Dominant {
+    stage: &'static str,
+    p50_ms: f64,
+    e2e_p50_ms: f64,
+}
+
+/// Clocks declared trusted that disagree: negative splits clamped.
+#[derive(Debug, Serialize)]
+pub(super) struct Disagree {
+    clamped: u64,
+    calls: u64,
+}
+
+/// The comparison with the injected truth.
+#[derive(Debug, Default, Serialize)]
+pub(super) struct Truth {
+    net: Option<Against>,
+    uplink: Option<Against>,
+    downlink: Option<Against>,
+    offset: Option<Against>,
+    infer: Option<Against>,
+    step: Option<Step>,
+    dominant: Option<Dominant>,
+    /// Set when `--clock trusted` was given but the clocks disagree.
+    clocks_disagree: Option<Disagree>,
+}
+
+fn p50(stages: &BTreeMap<&'static str, Summary>, fig: Figure) -> Option<f64> {
+    stages.get(fig.field()).map(|s| s.p50)
+}
+
+/// The median offset of the calls in `seqs`.
+fn median_offset(records: &[CallRecord], seqs: impl Fn(u64) -> bool) -> Option<f64> {
+    let mut v: Vec<f32> = records
+        .iter()
+        .filter(|r| r.failed.is_none() && seqs(r.seq))
+        .filter_map(|r| clock_ms(r, Figure::Offset))
+        .map(|x| x as f32)
+        .collect();
+    stats::sort_f32(&mut v);
+    (!v.is_empty()).then(|| stats::quantile(&v, 0.5))
+}
+
+impl Truth {
+    /// Compare the figures (`stages`, keyed by record field) with the knobs.
+    pub(super) fn of(
+        a: &DemoArgs,
+        stages: &BTreeMap<&'static str, Summary>,
+        records: &[CallRecord],
+        summary: &LayerSummary,
+    ) -> Truth {
+        let mut t = Truth::default();
+        let injected_net = a.uplink_delay_ms + a.downlink_delay_ms;
+        let net = p50(stages, Figure::Net);
+        // Loopback, framing and copies: what the path adds to the delays.
+        let excess = net.map_or(0.0, |n| (n - injected_net).max(0.0));
+        t.net = net.map(|m| Against {
+            field: Figure::Net.field(),
+            measured_ms: m,
+            injected_ms: injected_net,
+            bound_ms: None,
+            inside: None,
+        });
+        let bound = match a.clock {
+            ClockArg::Estimate => p50(stages, Figure::SplitErr),
+            ClockArg::Trusted => Some(0.0),
+            ClockArg::None => None,
+        };
+        let split = |fig: Figure, injected: f64| {
+            let (m, b) = (p50(stages, fig)?, bound?);
+            Some(Against {
+                field: fig.field(),
+                measured_ms: m,
+                injected_ms: injected,
+                bound_ms: (a.clock == ClockArg::Estimate).then_some(b),
+                // The true delay is the injected one plus part of the excess.
+                inside: Some(
+                    m >= injected - b - ANCHOR_TOL_MS && m <= injected + excess + b + ANCHOR_TOL_MS,
+                ),
+            })
+        };
+        t.uplink = split(Figure::Uplink, a.uplink_delay_ms);
+        t.downlink = split(Figure::Downlink, a.downlink_delay_ms);
+        if a.clock == ClockArg::Estimate {
+            t.offset = p50(stages, Figure::Offset).map(|m| Against {
+                field: Figure::Offset.field(),
+                measured_ms: m,
+                injected_ms: a.server_skew_ms,
+                bound_ms: bound,
+                // A stepped clock has no single offset: see `step`.
+                inside: (a.server_step_ms == 0.0)
+                    .then(|| (m - a.server_skew_ms).abs() <= bound.unwrap_or(0.0) + ANCHOR_TOL_MS),
+            });
+        }
+        if a.server_step_ms != 0.0 {
+            let at = a.step_at();
+            // A few calls after the step still carry the old estimate.
+            let before = median_offset(records, |s| s <= at && s >= a.warmup);
+            let after = median_offset(records, |s| s > at + 5);
+            t.step = before.zip(after).map(|(before_ms, after_ms)| Step {
+                before_ms,
+                after_ms,
+                injected_ms: a.server_step_ms,
+            });
+        }
+        t.infer = p50(stages, Figure::Infer).map(|m| Against {
+            field: Figure::Infer.field(),
+            measured_ms: m,
+            injected_ms: a.model_ms,
+            bound_ms: None,
+            inside: None,
+        });
+        // The stages of a call, the two link stages counted as the network
+        // (exact, while its split carries an error bar).
+        let candidates = Figure::STAGES
+            .into_iter()
+            .filter(|f| f.group() != Group::LinkStage)
+            .chain(Figure::ALL.into_iter().filter(|f| {
+                f.group() == Group::Derived
+                    && f.parts().iter().all(|p| p.group() == Group::LinkStage)
+            }));
+        let top = candidates
+            .filter_map(|f| p50(stages, f).map(|v| (f, v)))
+            .max_by(|x, y| x.1.total_cmp(&y.1));
+        t.dominant = top
+            .zip(p50(stages, Figure::E2e))
+            .map(|((f, v), e2e)| Dominant {
+                stage: f.name(),
+                p50_ms: v,
+                e2e_p50_ms: e2e,
+            });
+        let calls = records.iter().filter(|r| r.failed.is_none()).count() as u64;
+        if a.clock == ClockArg::Trusted && calls > 0 && summary.clamped * 2 > calls {
+            t.clocks_disagree = Some(Disagree {
+                clamped: summary.clamped,
+                calls,
+            });
+        }
+        t
+    }
+
+    /// The warning for trusted clocks that disagree.
+    pub(super) fn warning(&self, a: &DemoArgs) -> Option<String> {
+        let d = self.clocks_disagree.as_ref()?;
+        Some(format!(
+            "the clocks were declared trusted (--clock trusted) but disagree: {} of {} calls had a negative uplink or downlink clamped to 0, so uplink_ms and downlink_ms are wrong (the demo set the server's clock {:+} ms off). Use --clock estimate to estimate the offset from each call.",
+            d.clamped, d.calls, a.server_skew_ms
+        ))
+    }
+
+    /// The conclusions in sentences (the JSON's `diagnosis` after analyze's
+    /// verdicts).
+    pub(super) fn sentences(&self, a: &DemoArgs) -> Vec<String> {
+        let mut out: Vec<String> = self.warning(a).into_iter().collect();
+        if let Some(d) = &self.dominant {
+            let label = match Figure::from_name(d.stage) {
+                Some(f) if !f.parts().is_empty() => format!(
+                    "the network ({})",
+                    f.parts()
+                        .iter()
+                        .map(|p| p.name())
+                        .collect::<Vec<_>>()
+                        .join(" + ")
+                ),
+                _ => d.stage.to_owned(),
+            };
+            out.push(format!(
+                "{label} dominates: {:.2} ms of the {:.2} ms median call ({:.0} %).",
+                d.p50_ms,
+                d.e2e_p50_ms,
+                if d.e2e_p50_ms > 0.0 {
+                    100.0 * d.p50_ms / d.e2e_p50_ms
+                } else {
+                    0.0
+                }
+            ));
+        }
+        if let Some(s) = &self.step {
+            out.push(format!(
+                "clock step followed: offset {:+.2} ms before the step, {:+.2} ms after (injected {:+.1} ms).",
+                s.before_ms, s.after_ms, s.injected_ms
+            ));
+        }
+        if a.clock == ClockArg::None {
+            out.push("no split (--clock none): net_ms only.".to_owned());
+        }
+        out
+    }
+
+    /// The comparison as a table of record fields, then the sentences
+    /// (the warning, if any, is printed apart: see [`Truth::warning`]).
+    pub(super) fn text(&self, a: &DemoArgs, steady: u64) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "against the injected truth (medians of {steady} steady calls):"
+        );
+        let _ = writeln!(s, "  {:<14} {:>12} {:>12}", "field", "measured", "injected");
+        let row = |s: &mut String, x: &Against, signed: bool, note: String| {
+            let v = |ms: f64| {
+                if signed {
+                    format!("{ms:+.3} ms")
+                } else {
+                    format!("{ms:.3} ms")
+                }
+            };
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>12} {:>12}   {note}",
+                x.field,
+                v(x.measured_ms),
+                v(x.injected_ms)
+            );
+        };
+        let verdict = |x: &Against| match x.inside {
+            Some(true) => "inside",
+            Some(false) => "OUTSIDE",
+            None => "",
+        };
+        if let Some(x) = &self.net {
+            row(
+                &mut s,
+                x,
+                false,
+                format!(
+                    "exact without clock sync; {:+.3} ms of loopback, framing and copies",
+                    x.measured_ms - x.injected_ms
+                ),
+            );
+        }
+        for x in [&self.uplink, &self.downlink].into_iter().flatten() {
+            let note = match x.bound_ms {
+                Some(b) => format!("± {b:.3} ms ({}): {}", Figure::SplitErr.field(), verdict(x)),
+                None => format!("from trusted clocks, no bound: {}", verdict(x)),
+            };
+            row(&mut s, x, false, note);
+        }
+        if let Some(x) = &self.offset {
+            let note = match (x.bound_ms, x.inside) {
+                (Some(b), Some(_)) => {
+                    format!("± {b:.3} ms ({}): {}", Figure::SplitErr.field(), verdict(x))
+                }
+                _ => "the clock stepped during the run (see below)".to_owned(),
+            };
+            row(&mut s, x, true, note);
+        }
+        if let Some(x) = &self.infer {
+            row(
+                &mut s,
+                x,
+                false,
+                "the model's cost; pre/post-processing included".to_owned(),
+            );
+        }
+        for line in self
+            .sentences(a)
+            .into_iter()
+            .skip(usize::from(self.clocks_disagree.is_some()))
+        {
+            let _ = writeln!(s, "  - {line}");
+        }
+        s
+    }
+}
