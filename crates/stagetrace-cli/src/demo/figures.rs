@@ -113,3 +113,41 @@ pub(super) fn stage_table(
     }
     table
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        // The demo's figures are analyze's order statistics: exact values
+        // of the calls, nearest rank.
+        let d = summarize((1..=100).map(f64::from)).unwrap();
+        assert_eq!(
+            (d.n, d.p50, d.p90, d.p99, d.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(d.mean, 50.5);
+        assert!(summarize(std::iter::once(f64::NAN)).is_none());
+    }
+
+    #[test]
+    fn civil_dates() {
+        // The demo keeps no date helper of its own; the dates it printed
+        // come from the one in analyze.
+        let day = |d: f64| analysis::iso_time(d * 86_400_000.0);
+        assert_eq!(day(0.0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(day(19_723.0), "2024-01-01T00:00:00.000Z");
+        assert_eq!(day(20_454.0), "2026-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn figures_are_restated_in_their_record_unit() {
+        let s = summarize([0.0401, 0.05].into_iter()).unwrap();
+        let us = in_unit(s, Figure::Observer);
+        assert_eq!((us.min, us.max), (40.1, 50.0));
+        let ms = in_unit(s, Figure::Infer);
+        assert_eq!((ms.min, ms.max), (0.04, 0.05));
+    }
+}
