@@ -21,6 +21,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 use crate::demo::args::{err, DemoArgs, DemoError};
 use crate::demo::figures::analyze_run;
+use crate::stdout;
 
 /// `--json`: throughput, the mitigations' counters, analyze's report.
 #[derive(Serialize)]
@@ -193,14 +194,15 @@ pub(crate) fn run(
         };
         let pretty = serde_json::to_string_pretty(&doc)
             .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
-        println!("{pretty}");
+        stdout::print(&(pretty + "\n")).map_err(err)?;
     } else {
-        if let Some(r) = &report {
-            println!("{}", render::text(r));
-        }
+        let mut text = report.as_ref().map(render::text).unwrap_or_default();
         for l in lines {
-            println!("{l}");
+            text.push('\n');
+            text.push_str(&l);
         }
+        text.push('\n');
+        stdout::print(&text).map_err(err)?;
     }
     if done.answered == 0 || done.first_error.is_some() {
         return Err(err(match done.first_error {

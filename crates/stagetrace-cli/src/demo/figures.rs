@@ -8,7 +8,7 @@ use stagetrace::CallRecord;
 use stagetrace_analyze::analysis::{self, AnalyzeOptions, GroupReport, Report, ALL_KINDS};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_analyze::stats::{self, Summary};
-use stagetrace_schema::{Figure, Group, Unit};
+use stagetrace_schema::{Figure, Unit};
 
 use super::args::{err, DemoError};
 
@@ -41,7 +41,7 @@ pub(crate) fn analyze_run(out: &Path, run_id: &str) -> Result<Report, DemoError>
 
 /// The group that covers every call: the pooled one when there are
 /// several kinds, else the only one.
-pub(crate) fn main_group(report: &Report) -> Option<&GroupReport> {
+pub(super) fn main_group(report: &Report) -> Option<&GroupReport> {
     report
         .groups
         .iter()
@@ -49,16 +49,7 @@ pub(crate) fn main_group(report: &Report) -> Option<&GroupReport> {
         .or_else(|| report.groups.first())
 }
 
-/// A figure of the record in milliseconds, for the figures the analysis
-/// does not read yet (the clock's: `offset`, `split_err`).
-pub(super) fn clock_ms(rec: &CallRecord, fig: Figure) -> Option<f64> {
-    match fig {
-        Figure::Offset => rec.offset_ms,
-        Figure::SplitErr => rec.split_err_ms,
-        _ => None,
-    }
-}
-
+/// Neither warm-up nor failed: a call the figures count.
 pub(super) fn steady(rec: &CallRecord) -> bool {
     rec.warmup.is_none() && rec.failed.is_none()
 }
@@ -97,15 +88,16 @@ pub(super) fn stage_table(
 ) -> BTreeMap<&'static str, Summary> {
     let mut table = BTreeMap::new();
     for fig in Figure::ALL {
+        // Figures the analysis does not read (today the clock's: `offset`,
+        // `split_err`) by the same order statistics, from the records.
         let s = match group.and_then(|g| g.stages.get(fig.name())) {
             Some(s) => Some(*s),
-            None if fig.group() == Group::Clock => summarize(
+            None => summarize(
                 records
                     .iter()
                     .filter(|r| steady(r))
-                    .filter_map(|r| clock_ms(r, fig)),
+                    .filter_map(|r| r.ms(fig)),
             ),
-            None => None,
         };
         if let Some(s) = s {
             table.insert(fig.field(), in_unit(s, fig));

@@ -23,10 +23,9 @@ mod progress;
 mod truth;
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use crate::exit;
+use crate::{exit, interrupt};
 
 pub(crate) use args::DemoArgs;
 use args::{err, DemoError};
@@ -56,14 +55,13 @@ pub(crate) fn run(args: DemoArgs) -> ExitCode {
 
 fn demo(args: &DemoArgs) -> Result<Ending, DemoError> {
     args::validate(args)?;
-    // The robot's runtime, with Ctrl-C and SIGTERM watched from the start:
-    // the loop stops after the call in flight and the run is still reported.
+    // Ctrl-C and SIGTERM watched from the start: the loop stops after the
+    // call in flight and the run is still reported.
+    let stop = interrupt::watch();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| err(format!("cannot start the client runtime: {e}")))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    watch_signals(&rt, &stop)?;
     let out = args
         .out
         .clone()
@@ -84,24 +82,4 @@ fn demo(args: &DemoArgs) -> Result<Ending, DemoError> {
         return Ok(Ending::Interrupted);
     }
     ran.map(|()| Ending::Done)
-}
-
-/// Ctrl-C and SIGTERM set `stop`. The handlers are installed now (so a
-/// signal during set-up is not fatal); the task that sets the flag runs
-/// whenever `rt` runs the robot.
-fn watch_signals(rt: &tokio::runtime::Runtime, stop: &Arc<AtomicBool>) -> Result<(), DemoError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let _rt = rt.enter();
-    let install = |kind| signal(kind).map_err(|e| err(format!("cannot watch for Ctrl-C: {e}")));
-    let mut int = install(SignalKind::interrupt())?;
-    let mut term = install(SignalKind::terminate())?;
-    let stop = Arc::clone(stop);
-    rt.spawn(async move {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        stop.store(true, Ordering::SeqCst);
-    });
-    Ok(())
 }

@@ -16,6 +16,7 @@ use stagetrace_sim::{RobotStats, SimServerStats};
 use super::args::{err, DemoArgs, DemoError, TransportArg};
 use super::figures::{analyze_run, main_group, stage_table, steady};
 use super::truth::Truth;
+use crate::stdout;
 
 /// One finished run of the demo, as the report needs it.
 pub(super) struct Run<'a> {
@@ -158,7 +159,8 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
         .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
     let _ = std::fs::write(run.out.join("demo.json"), &pretty);
     if a.json {
-        println!("{pretty}");
+        // A closed pipe (`| head`) ends the output quietly.
+        stdout::print(&(pretty + "\n")).map_err(err)?;
         return Ok(());
     }
     let mut s = String::new();
@@ -210,6 +212,6 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
         run.out.display(),
         run.out.display()
     );
-    print!("{s}");
+    stdout::print(&s).map_err(err)?;
     Ok(())
 }

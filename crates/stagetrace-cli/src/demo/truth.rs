@@ -13,7 +13,6 @@ use stagetrace_analyze::stats::{self, Summary};
 use stagetrace_schema::{Figure, Group};
 
 use super::args::{ClockArg, DemoArgs};
-use super::figures::clock_ms;
 
 /// Two clocks read at different instants on one host differ by this much
 /// (the split's bound does not cover it).
@@ -82,7 +81,7 @@ fn median_offset(records: &[CallRecord], seqs: impl Fn(u64) -> bool) -> Option<f
     let mut v: Vec<f32> = records
         .iter()
         .filter(|r| r.failed.is_none() && seqs(r.seq))
-        .filter_map(|r| clock_ms(r, Figure::Offset))
+        .filter_map(|r| r.ms(Figure::Offset))
         .map(|x| x as f32)
         .collect();
     stats::sort_f32(&mut v);
