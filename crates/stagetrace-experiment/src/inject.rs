@@ -39,9 +39,7 @@ impl InferLoad {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let done = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
+        let rt = stagetrace_sim::client_runtime()
             .map_err(|e| ExperimentError::Start(format!("the inference load runtime: {e}")))?;
         let http = match &what {
             Replay::Http(_) => Some(

@@ -175,10 +175,7 @@ impl Forwarder {
                         return;
                     }
                 }
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
+                let rt = match stagetrace_sim::client_runtime() {
                     Ok(rt) => rt,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e.to_string()));

@@ -53,7 +53,7 @@
 //!     call_timeout: Duration::from_secs(5),
 //!     keep_observation: None,
 //! };
-//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! let rt = stagetrace_sim::client_runtime()?;
 //! let stats = rt.block_on(robot.run(
 //!     Transport::Ws,
 //!     server.addr(),
@@ -96,6 +96,15 @@ pub enum Transport {
     Ws,
     /// HTTP POST of a msgpack body to `http://ADDR/infer`.
     Http,
+}
+
+/// The runtime a simulated client runs on: one thread (the caller's, in
+/// `block_on`), timers and I/O. Spans of tasks spawned on it stay on that
+/// thread, so a subscriber set as the thread's default sees them.
+pub fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 impl Transport {

@@ -58,9 +58,7 @@ fn demo(args: &DemoArgs) -> Result<Ending, DemoError> {
     // Ctrl-C and SIGTERM watched from the start: the loop stops after the
     // call in flight and the run is still reported.
     let stop = interrupt::watch();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let rt = stagetrace_sim::client_runtime()
         .map_err(|e| err(format!("cannot start the client runtime: {e}")))?;
     let out = args
         .out

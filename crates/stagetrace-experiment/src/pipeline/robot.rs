@@ -74,10 +74,7 @@ fn robot_thread(
         Ok(x) => x,
         Err(e) => return fail(format!("cannot build the stage layer: {e}")),
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match stagetrace_sim::client_runtime() {
         Ok(rt) => rt,
         Err(e) => return fail(format!("cannot start the robot runtime: {e}")),
     };
