@@ -13,7 +13,7 @@ use stagetrace_net::{ClientOptions, MsgMap, PolicyClient};
 
 use crate::pipeline::{mbps_to_bytes, HttpReplay, Pipeline};
 use crate::plan::{Direction, FactorKind, Level};
-use crate::ExperimentError;
+use crate::error::ExperimentError;
 
 /// Extra inference requests kept in flight against the server: the robot's
 /// captured observation replayed on connections of their own.

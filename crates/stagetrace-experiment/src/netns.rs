@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::plan::Direction;
-use crate::ExperimentError;
+use crate::error::ExperimentError;
 
 /// Prefix of every namespace this crate creates.
 const PREFIX: &str = "stagetrace-";

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use stagetrace::CallRecord;
 
-use crate::ExperimentError;
+use crate::error::ExperimentError;
 
 /// The user's client: a child process in a process group of its own,
 /// its records files followed by a reader thread.

@@ -23,7 +23,7 @@ use stagetrace_sim::{ms, Knobs, RobotStats, ServerConfig, SimModel, SimServer, S
 
 use crate::netns::KernelPath;
 use crate::plan::{Target, TargetKind};
-use crate::ExperimentError;
+use crate::error::ExperimentError;
 use command::{existing_sizes, tail_records, CommandClient};
 use robot::{ChannelSink, RobotSetup};
 

@@ -18,7 +18,7 @@ use crate::plan::Plan;
 use crate::report::ExperimentReport;
 use crate::sampler::{now_unix_ms, Sampler};
 use crate::verdict;
-use crate::ExperimentError;
+use crate::error::ExperimentError;
 
 use schedule::Stop;
 use tag::State;
