@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use stagetrace_net::proxy::{Jitter, LinkConfig, Stall};
 use stagetrace_net::{ClientOptions, MsgMap, PolicyClient};
 
+use crate::error::ExperimentError;
 use crate::pipeline::{mbps_to_bytes, HttpReplay, Pipeline};
 use crate::plan::{Direction, FactorKind, Level};
-use crate::error::ExperimentError;
 
 /// Extra inference requests kept in flight against the server: the robot's
 /// captured observation replayed on connections of their own.

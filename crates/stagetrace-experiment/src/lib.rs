@@ -57,7 +57,6 @@
 //!
 //! The workspace's `rust-version` (1.85) and newer.
 
-
 mod error;
 mod figures;
 pub mod gpu;

@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::plan::Direction;
 use crate::error::ExperimentError;
+use crate::plan::Direction;
 
 /// Prefix of every namespace this crate creates.
 const PREFIX: &str = "stagetrace-";

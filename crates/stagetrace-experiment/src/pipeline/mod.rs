@@ -21,9 +21,9 @@ use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::MsgMap;
 use stagetrace_sim::{ms, Knobs, RobotStats, ServerConfig, SimModel, SimServer, Spin};
 
+use crate::error::ExperimentError;
 use crate::netns::KernelPath;
 use crate::plan::{Target, TargetKind};
-use crate::error::ExperimentError;
 use command::{existing_sizes, tail_records, CommandClient};
 use robot::{ChannelSink, RobotSetup};
 

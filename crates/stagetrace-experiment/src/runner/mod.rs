@@ -12,13 +12,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::error::ExperimentError;
 use crate::inject::Injector;
 use crate::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::report::ExperimentReport;
 use crate::sampler::{now_unix_ms, Sampler};
 use crate::verdict;
-use crate::error::ExperimentError;
 
 use schedule::Stop;
 use tag::State;

@@ -1,0 +1,156 @@
+//! The record's field table: every JSON key, in the order a record is written.
+
+use crate::figure::{Figure, TABLE};
+use Figure as F;
+
+/// A field's value type in the JSON record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    /// Non-negative integer.
+    Count,
+    /// Wall time, float milliseconds since the Unix epoch.
+    UnixMillis,
+    /// Free text.
+    Text,
+    /// 32 lowercase hex digits.
+    TraceId,
+    /// Lowercase hex digits.
+    Hex,
+    /// A duration figure (see [`Figure`]).
+    Figure(Figure),
+    /// One of a fixed set of strings.
+    Enum(&'static [&'static str]),
+    /// `true` or `false`.
+    Bool,
+    /// Present (and `true`) or absent.
+    Flag,
+}
+
+/// One key of the JSON record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// `seq`: per process, in call order.
+    Seq,
+    /// `ts_unix_ms`: wall time of the call's start.
+    TsUnix,
+    /// `kind`: request kind, `"call"` when the app gives none.
+    Kind,
+    /// `trace_id`: the id sent in `traceparent`.
+    TraceId,
+    /// A duration figure.
+    Figure(Figure),
+    /// `clock`: what the uplink/downlink split rests on.
+    Clock,
+    /// `deadline_miss`: the call ended after its tick's deadline.
+    DeadlineMiss,
+    /// `warmup`: a warm-up call, kept out of steady-state figures.
+    Warmup,
+    /// `failed`: the call did not complete.
+    Failed,
+    /// `error`: a short reason, with `failed`.
+    Error,
+    /// `output_digest`: hex digest of the returned action.
+    OutputDigest,
+    /// `batch_size`: requests in the server's batch, this one included.
+    BatchSize,
+    /// `cache`: `hit` / `miss` of the server's result cache.
+    Cache,
+    /// `stale_dropped`: action chunks of this call dropped as too old.
+    StaleDropped,
+}
+
+/// One row of the record's field table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldInfo {
+    /// The field.
+    pub field: Field,
+    /// JSON name.
+    pub name: &'static str,
+    /// Value type.
+    pub ty: FieldType,
+    /// Present in every record.
+    pub required: bool,
+}
+
+/// `clock` values.
+pub const CLOCK_VALUES: &[&str] = &["estimate", "trusted", "none", "degraded"];
+/// `cache` values.
+pub const CACHE_VALUES: &[&str] = &["hit", "miss"];
+
+const fn plain(field: Field, name: &'static str, ty: FieldType) -> FieldInfo {
+    FieldInfo {
+        field,
+        name,
+        ty,
+        required: false,
+    }
+}
+
+const fn always(mut info: FieldInfo) -> FieldInfo {
+    info.required = true;
+    info
+}
+
+const fn figure_field(f: Figure) -> FieldInfo {
+    let info = &TABLE[f.index()];
+    FieldInfo {
+        field: Field::Figure(f),
+        name: info.field,
+        ty: FieldType::Figure(f),
+        required: info.required,
+    }
+}
+
+/// Number of [`FIELDS`].
+pub const FIELD_COUNT: usize = 28;
+
+/// Every key of the record, in the order a record is written.
+pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
+    always(plain(Field::Seq, "seq", FieldType::Count)),
+    always(plain(Field::TsUnix, "ts_unix_ms", FieldType::UnixMillis)),
+    always(plain(Field::Kind, "kind", FieldType::Text)),
+    plain(Field::TraceId, "trace_id", FieldType::TraceId),
+    figure_field(F::Capture),
+    figure_field(F::Uplink),
+    figure_field(F::Queue),
+    figure_field(F::Infer),
+    figure_field(F::Downlink),
+    figure_field(F::Dispatch),
+    figure_field(F::Roundtrip),
+    figure_field(F::Server),
+    figure_field(F::Net),
+    figure_field(F::E2e),
+    figure_field(F::Gap),
+    figure_field(F::Offset),
+    figure_field(F::SplitErr),
+    plain(Field::Clock, "clock", FieldType::Enum(CLOCK_VALUES)),
+    figure_field(F::Late),
+    plain(Field::DeadlineMiss, "deadline_miss", FieldType::Bool),
+    plain(Field::Warmup, "warmup", FieldType::Flag),
+    plain(Field::Failed, "failed", FieldType::Flag),
+    plain(Field::Error, "error", FieldType::Text),
+    figure_field(F::Observer),
+    plain(Field::OutputDigest, "output_digest", FieldType::Hex),
+    plain(Field::BatchSize, "batch_size", FieldType::Count),
+    plain(Field::Cache, "cache", FieldType::Enum(CACHE_VALUES)),
+    plain(Field::StaleDropped, "stale_dropped", FieldType::Count),
+];
+
+impl Field {
+    /// Looks a field up by its JSON name.
+    pub fn from_name(name: &str) -> Option<Field> {
+        FIELDS.iter().find(|f| f.name == name).map(|f| f.field)
+    }
+
+    /// The field's JSON name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::Figure(f) => f.field(),
+            other => FIELDS
+                .iter()
+                .find(|i| i.field == other)
+                .map(|i| i.name)
+                .unwrap_or(""),
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The figure table: one row per duration figure of the record.
+
+use std::fmt;
+
+use crate::convert::{from_unit, to_unit};
+use crate::kind::{Group, Side, Unit};
+
+/// One per-call duration figure of the record. The variants are in display
+/// order (the order of tables and reports); [`Figure::index`] is the position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Figure {
+    /// Trigger → last frame in the local buffer.
+    Capture,
+    /// Send → server has the whole request (needs the clock offset).
+    Uplink,
+    /// Server receive → inference start.
+    Queue,
+    /// Inference start → usable output.
+    Infer,
+    /// Server send → client has the whole response (needs the clock offset).
+    Downlink,
+    /// Response decoded → executor starts the action.
+    Dispatch,
+    /// Client transport span, send → response.
+    Roundtrip,
+    /// Server receive → server send, on the server's monotonic clock.
+    Server,
+    /// `roundtrip − server`: uplink + downlink, exact without clock sync.
+    Net,
+    /// The whole call span.
+    E2e,
+    /// `e2e − Σ stages`: time inside the call that no stage explains.
+    Gap,
+    /// The observer's own time spent on the call.
+    Observer,
+    /// Lateness against the scheduled tick (negative: early), with a target rate.
+    Late,
+    /// Server − client clock offset used for the call.
+    Offset,
+    /// ± bound on the uplink/downlink split.
+    SplitErr,
+}
+
+/// Number of [`Figure`]s.
+pub const FIGURE_COUNT: usize = 15;
+
+/// One row of the figure table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FigureInfo {
+    /// Short name used in tables, summaries, `--json` and `--fail-if` (`"infer"`).
+    pub name: &'static str,
+    /// Name in the JSON record (`"infer_ms"`): `name` plus the unit's suffix.
+    pub field: &'static str,
+    /// Unit of the JSON record.
+    pub unit: Unit,
+    /// What kind of figure it is.
+    pub group: Group,
+    /// Which part of the system it belongs to.
+    pub side: Side,
+    /// The figures it is made of, when derived (a verdict names the finest
+    /// figure that moved).
+    pub parts: &'static [Figure],
+    /// May be negative (`offset`, `late`); every other figure is clamped at 0.
+    pub signed: bool,
+    /// Present in every record (`e2e`).
+    pub required: bool,
+    /// One line for docs and generated help.
+    pub doc: &'static str,
+}
+
+use Figure as F;
+
+const fn row(
+    name: &'static str,
+    field: &'static str,
+    unit: Unit,
+    group: Group,
+    side: Side,
+    parts: &'static [Figure],
+    doc: &'static str,
+) -> FigureInfo {
+    FigureInfo {
+        name,
+        field,
+        unit,
+        group,
+        side,
+        parts,
+        signed: false,
+        required: false,
+        doc,
+    }
+}
+
+const fn signed(mut info: FigureInfo) -> FigureInfo {
+    info.signed = true;
+    info
+}
+
+const fn required(mut info: FigureInfo) -> FigureInfo {
+    info.required = true;
+    info
+}
+
+/// The table, indexed by [`Figure::index`].
+#[rustfmt::skip]
+pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
+    row("capture", "capture_ms", Unit::Millis, Group::ClientStage, Side::Client, &[],
+        "trigger → last frame in the local buffer"),
+    row("uplink", "uplink_ms", Unit::Millis, Group::LinkStage, Side::Transport, &[],
+        "send → server has the whole request (needs the clock offset)"),
+    row("queue", "queue_ms", Unit::Millis, Group::ServerStage, Side::Server, &[],
+        "server receive → inference start"),
+    row("infer", "infer_ms", Unit::Millis, Group::ServerStage, Side::Server, &[],
+        "inference start → usable output"),
+    row("downlink", "downlink_ms", Unit::Millis, Group::LinkStage, Side::Transport, &[],
+        "server send → client has the whole response (needs the clock offset)"),
+    row("dispatch", "dispatch_ms", Unit::Millis, Group::ClientStage, Side::Client, &[],
+        "response decoded → executor starts the action"),
+    row("roundtrip", "roundtrip_ms", Unit::Millis, Group::Derived, Side::Transport,
+        &[F::Uplink, F::Downlink, F::Server, F::Queue, F::Infer, F::Net],
+        "client transport span, send → response"),
+    row("server", "server_ms", Unit::Millis, Group::Derived, Side::Server,
+        &[F::Queue, F::Infer],
+        "server receive → server send, on the server's monotonic clock"),
+    row("net", "net_ms", Unit::Millis, Group::Derived, Side::Transport,
+        &[F::Uplink, F::Downlink],
+        "roundtrip − server: uplink + downlink, exact without clock sync"),
+    required(row("e2e", "e2e_ms", Unit::Millis, Group::Derived, Side::Call,
+        &[F::Capture, F::Uplink, F::Queue, F::Infer, F::Downlink, F::Dispatch,
+          F::Roundtrip, F::Server, F::Net, F::Gap],
+        "the whole call span")),
+    row("gap", "gap_ms", Unit::Millis, Group::Derived, Side::Call, &[F::Observer],
+        "e2e − Σ stages: time inside the call that no stage explains"),
+    row("observer", "observer_us", Unit::Micros, Group::Bookkeeping, Side::Call, &[],
+        "the layer's own time spent on the call"),
+    signed(row("late", "late_ms", Unit::Millis, Group::Bookkeeping, Side::Call, &[],
+        "lateness against the scheduled tick, when a target rate is set")),
+    signed(row("offset", "offset_ms", Unit::Millis, Group::Clock, Side::Call, &[],
+        "server − client clock offset used for the call")),
+    row("split_err", "split_err_ms", Unit::Millis, Group::Clock, Side::Call, &[],
+        "± bound on the uplink/downlink split"),
+];
+
+impl Figure {
+    /// Every figure, in display order.
+    pub const ALL: [Figure; FIGURE_COUNT] = [
+        F::Capture,
+        F::Uplink,
+        F::Queue,
+        F::Infer,
+        F::Downlink,
+        F::Dispatch,
+        F::Roundtrip,
+        F::Server,
+        F::Net,
+        F::E2e,
+        F::Gap,
+        F::Observer,
+        F::Late,
+        F::Offset,
+        F::SplitErr,
+    ];
+
+    /// The six canonical stages of a call, in call order.
+    pub const STAGES: [Figure; 6] = [
+        F::Capture,
+        F::Uplink,
+        F::Queue,
+        F::Infer,
+        F::Downlink,
+        F::Dispatch,
+    ];
+
+    /// Position in [`Figure::ALL`] (and in any array indexed by figure).
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The figure's row of the table.
+    pub fn info(self) -> &'static FigureInfo {
+        &TABLE[self.index()]
+    }
+
+    /// Short name (`"infer"`).
+    pub fn name(self) -> &'static str {
+        self.info().name
+    }
+
+    /// JSON record name (`"infer_ms"`).
+    pub fn field(self) -> &'static str {
+        self.info().field
+    }
+
+    /// Unit of the JSON record.
+    pub fn unit(self) -> Unit {
+        self.info().unit
+    }
+
+    /// What kind of figure it is.
+    pub fn group(self) -> Group {
+        self.info().group
+    }
+
+    /// Which part of the system it belongs to.
+    pub fn side(self) -> Side {
+        self.info().side
+    }
+
+    /// The figures it is made of, when derived.
+    pub fn parts(self) -> &'static [Figure] {
+        self.info().parts
+    }
+
+    /// May be negative.
+    pub fn is_signed(self) -> bool {
+        self.info().signed
+    }
+
+    /// Present in every record.
+    pub fn is_required(self) -> bool {
+        self.info().required
+    }
+
+    /// One of the six canonical stages.
+    pub fn is_stage(self) -> bool {
+        self.group().is_stage()
+    }
+
+    /// A span of the call's own time (a stage or a figure derived from
+    /// stages: what rolling summaries keep), as opposed to the observer's
+    /// cost, the lateness against the tick and the clock figures.
+    pub fn is_call_time(self) -> bool {
+        self.is_stage() || self.group() == Group::Derived
+    }
+
+    /// Looks a figure up by its short name or its record name (`"infer"`,
+    /// `"infer_ms"`, `"observer_us"`).
+    pub fn from_name(name: &str) -> Option<Figure> {
+        Figure::ALL
+            .into_iter()
+            .find(|f| f.name() == name || f.field() == name)
+            .or_else(|| {
+                let base = name
+                    .strip_suffix("_ms")
+                    .or_else(|| name.strip_suffix("_us"))?;
+                Figure::ALL.into_iter().find(|f| f.name() == base)
+            })
+    }
+
+    /// Looks a figure up by its exact record name (`"infer_ms"`).
+    pub fn from_field(field: &str) -> Option<Figure> {
+        Figure::ALL.into_iter().find(|f| f.field() == field)
+    }
+
+    /// Nanoseconds in the record's unit, rounded to the unit's resolution
+    /// (µs for a `_ms` figure, ns for a `_us` one): the value a record writes.
+    pub fn to_unit(self, ns: i64) -> f64 {
+        to_unit(ns, self.unit())
+    }
+
+    /// A value in the record's unit back to nanoseconds (rounded to the
+    /// nearest); `None` when it is not finite or does not fit.
+    pub fn from_unit(self, value: f64) -> Option<i64> {
+        from_unit(value, self.unit())
+    }
+}
+
+impl fmt::Display for Figure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
