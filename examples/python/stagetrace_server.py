@@ -122,7 +122,7 @@ _TS_KEY = re.compile(
 _TS_VALUE = re.compile(r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]\Z", re.ASCII)
 
 _STAGES = ("queue", "pre", "infer", "post")
-# Stages that make up DESIGN's `infer`: pre- and post-processing compete for
+# Stages that make up the stage model's `infer`: pre- and post-processing compete for
 # the same CPU/GPU as the model, so infer_ns spans them.
 _INFER_PARTS = ("pre", "infer", "post")
 
@@ -506,7 +506,7 @@ class RequestTimer:
         self._last[name] = end
 
     def _infer_span(self) -> tuple[int, int] | None:
-        """(start, end) of DESIGN's infer: first pre/infer/post start to the
+        """(start, end) of the stage model's infer: first pre/infer/post start to the
         last end, or None when none was timed."""
         parts = [p for p in _INFER_PARTS if p in self._sums]
         if not parts:

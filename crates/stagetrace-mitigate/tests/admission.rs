@@ -13,7 +13,8 @@ use axum::{routing::post, Router};
 use stagetrace_mitigate::{Admission, AdmissionConfig, AdmissionLayer, AdmittedHandler};
 use stagetrace_net::http::read_timing_headers;
 use stagetrace_net::{ClientError, InferTimer, MsgMap, PolicyClient, PolicyServer, TimingLayer};
-use support::{observation, policy, quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, Observed};
+use support::{observation, policy};
 use tracing::Instrument;
 
 const CLIENTS: u64 = 16;

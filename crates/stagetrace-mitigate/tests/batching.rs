@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use stagetrace::CallRecord;
 use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Batcher};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle};
-use support::{cost, digests, observation, policy, quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, Observed};
+use support::{cost, digests, observation, policy};
 use tracing::Instrument;
 
 const CLIENTS: u64 = 4;

@@ -13,7 +13,8 @@ use std::time::Duration;
 use stagetrace::{CacheOutcome, CallRecord};
 use stagetrace_mitigate::{action_cache, record_action_digest, CacheStats, CachedHandler, KeySpec};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
-use support::{digests, observation, policy, quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, Observed};
+use support::{digests, observation, policy};
 use tracing::Instrument;
 
 const CALLS: u64 = 24;

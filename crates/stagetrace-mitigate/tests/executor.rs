@@ -4,12 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use stagetrace_mitigate::{CommandMerger, StaleFilter, STALE_REASON};
-use support::Observed;
+use stagetrace_test_support::Observed;
 
 #[test]
 fn a_stale_action_is_dropped_counted_and_flagged_on_its_record() {

@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use stagetrace::Figure;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,7 +13,7 @@ use axum::Router;
 use stagetrace::wire::TraceParent;
 use stagetrace::{CallRecord, ServerRecord};
 use stagetrace_net::{HttpCallError, InferTimer, TimingLayer, TracedHttpClient};
-use support::{rt, Observed};
+use stagetrace_test_support::{rt, Observed};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tracing::Instrument;

@@ -4,8 +4,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod support;
-
 use stagetrace::Figure;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,7 +15,7 @@ use stagetrace_net::{
     BlockingPolicyClient, ClientError, ClientOptions, Handler, InferTimer, MsgMap, NdArray,
     PolicyClient, PolicyServer, Reply, ServerHandle,
 };
-use support::{rt, Observed};
+use stagetrace_test_support::{rt, Observed};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;

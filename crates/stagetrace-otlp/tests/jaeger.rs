@@ -15,12 +15,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::jaeger::{JSpan, Jaeger};
-use common::keep::Keep;
 use stagetrace::{CallRecord, FlushGuard, StageLayer};
 use stagetrace_net::{
     BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, ServerHandle,
 };
 use stagetrace_otlp::{OtlpBuilder, OtlpExporter};
+use stagetrace_test_support::Collect;
 use tracing::subscriber::DefaultGuard;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -77,8 +77,8 @@ fn start_server(exp: OtlpExporter) -> (tokio::runtime::Runtime, ServerHandle) {
 
 /// Installs for this thread the robot's stage layer, exporting through `exp`
 /// and keeping its records.
-fn install_client_layer(exp: &OtlpExporter) -> (DefaultGuard, FlushGuard, Keep) {
-    let (layer, guard, kept) = Keep::build(StageLayer::builder().sink(Box::new(exp.clone())));
+fn install_client_layer(exp: &OtlpExporter) -> (DefaultGuard, FlushGuard, Collect) {
+    let (layer, guard, kept) = Collect::build(StageLayer::builder().sink(Box::new(exp.clone())));
     let default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
     (default, guard, kept)
 }
@@ -505,7 +505,7 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("robot"));
 
     let stage_exp = exporter(&jaeger, APP_SERVICE);
-    let (stages, guard, kept) = Keep::build(
+    let (stages, guard, kept) = Collect::build(
         StageLayer::builder()
             .share_trace_context(stagetrace_otlp::tracing_opentelemetry_context)
             .sink(Box::new(stage_exp.clone())),

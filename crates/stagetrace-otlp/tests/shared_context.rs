@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::keep::Keep;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use stagetrace::{FilteredStageLayer, FlushGuard, StageLayer, TraceParent};
+use stagetrace_test_support::Collect;
 use tracing::Subscriber;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
@@ -36,11 +36,11 @@ where
 }
 
 /// The stage layer with the tracing-opentelemetry hook, keeping its records.
-fn shared_stages<S>() -> (FilteredStageLayer<S>, FlushGuard, Keep)
+fn shared_stages<S>() -> (FilteredStageLayer<S>, FlushGuard, Collect)
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    Keep::build(
+    Collect::build(
         StageLayer::builder().share_trace_context(stagetrace_otlp::tracing_opentelemetry_context),
     )
 }
@@ -141,7 +141,7 @@ fn a_panicking_hook_does_not_reach_the_app() {
     ) -> Option<stagetrace::SharedIds> {
         panic!("a broken trace-context hook");
     }
-    let (stages, guard, kept) = Keep::build(StageLayer::builder().share_trace_context(bad_hook));
+    let (stages, guard, kept) = Collect::build(StageLayer::builder().share_trace_context(bad_hook));
     let subscriber = tracing_subscriber::registry().with(stages);
     let tp = tracing::subscriber::with_default(subscriber, one_call).unwrap();
     guard.finish();

@@ -1,4 +1,4 @@
-//! Sharing the trace context of another tracing layer (DESIGN section 4).
+//! Sharing the trace context of another tracing layer (`docs/architecture.md` §4).
 //!
 //! Many apps already run `tracing-opentelemetry`. Left alone, stagetrace would
 //! give each call trace ids of its own, and the same `capture` span would

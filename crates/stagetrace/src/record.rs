@@ -23,6 +23,22 @@ pub enum ClockBasis {
     Degraded,
 }
 
+impl ClockBasis {
+    /// Every basis, in the order of the schema's `CLOCK_VALUES`.
+    pub const ALL: [ClockBasis; 4] = [
+        ClockBasis::Estimate,
+        ClockBasis::Trusted,
+        ClockBasis::None,
+        ClockBasis::Degraded,
+    ];
+
+    /// The record's `clock` value (`"estimate"`, …): one of the schema's
+    /// `CLOCK_VALUES`, so exporters need no list of their own.
+    pub fn as_str(self) -> &'static str {
+        stagetrace_schema::CLOCK_VALUES[self as usize]
+    }
+}
+
 /// Whether a server-side result cache answered the call (`cache` field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -356,4 +372,19 @@ pub struct ServerRecord {
     pub timing: crate::wire::ServerTiming,
     /// `Some(reason)` when the request failed on the server.
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_names_are_the_serialized_values() {
+        for basis in ClockBasis::ALL {
+            let json = serde_json::to_string(&basis).unwrap();
+            assert_eq!(json, format!("\"{}\"", basis.as_str()));
+        }
+        assert_eq!(ClockBasis::ALL.len(), stagetrace_schema::CLOCK_VALUES.len());
+    }
 }

@@ -1,4 +1,4 @@
-//! The canonical stages of one control-loop call (DESIGN section 1).
+//! The canonical stages of one control-loop call (`docs/architecture.md` §1).
 
 use std::fmt;
 use std::str::FromStr;

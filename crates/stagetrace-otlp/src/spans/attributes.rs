@@ -110,12 +110,7 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
 
 /// The record's `clock` value.
 pub(super) fn clock_name(rec: &CallRecord) -> Option<&'static str> {
-    rec.clock.map(|c| match c {
-        ClockBasis::Estimate => "estimate",
-        ClockBasis::Trusted => "trusted",
-        ClockBasis::None => "none",
-        ClockBasis::Degraded => "degraded",
-    })
+    rec.clock.map(ClockBasis::as_str)
 }
 
 /// `seq` as an OpenTelemetry integer (saturating: OTLP has no u64).

@@ -1,3 +1,2 @@
 pub mod collector;
 pub mod jaeger;
-pub mod keep;

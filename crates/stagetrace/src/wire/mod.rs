@@ -1,4 +1,4 @@
-//! Wire formats (DESIGN section 3): W3C trace context and server timing.
+//! Wire formats (`docs/architecture.md` §3): W3C trace context and server timing.
 //!
 //! Every parser here takes untrusted bytes: bounded lengths, no panics; a
 //! rejected input returns a [`WireError`] the caller counts and otherwise
