@@ -50,6 +50,7 @@
 //! # Ok(()) }
 //! ```
 
+mod budget;
 pub mod http;
 pub mod msg;
 pub mod proxy;

@@ -10,6 +10,9 @@ use std::fmt;
 
 use rmpv::Value;
 
+use crate::budget::count_elements;
+pub use crate::budget::MAX_ELEMENTS;
+
 /// Deepest nesting accepted when decoding a message from a peer.
 pub const MAX_DEPTH: usize = 64;
 
@@ -117,8 +120,12 @@ impl MsgMap {
         w.finish().to_vec()
     }
 
-    /// Decode msgpack bytes from a peer (bounded nesting, no panics).
+    /// Decode msgpack bytes from a peer (bounded nesting, at most
+    /// [`MAX_ELEMENTS`] values, no panics).
     pub fn from_msgpack(bytes: &[u8]) -> Result<Self, DecodeError> {
+        // Counted before decoding: one-byte elements would otherwise decode
+        // to 40 times their size in memory.
+        count_elements(bytes, MAX_ELEMENTS).map_err(|_| DecodeError::TooManyElements)?;
         let mut rd = bytes;
         let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
             .map_err(|e| DecodeError::Msgpack(e.to_string()))?;
@@ -241,6 +248,8 @@ pub enum DecodeError {
     NotAMap,
     /// An `__ndarray__` map that is malformed.
     Array(&'static str),
+    /// More than [`MAX_ELEMENTS`] msgpack values in one message.
+    TooManyElements,
 }
 
 impl fmt::Display for DecodeError {
@@ -256,6 +265,11 @@ impl fmt::Display for DecodeError {
             ),
             DecodeError::NotAMap => f.write_str(
                 "message is msgpack but not a map; the openpi protocol sends one map per frame",
+            ),
+            DecodeError::TooManyElements => write!(
+                f,
+                "message holds more than {MAX_ELEMENTS} msgpack values; send arrays as \
+                 `__ndarray__` maps with one binary `data` value, not as lists of numbers"
             ),
             DecodeError::Array(why) => write!(
                 f,
