@@ -13,6 +13,8 @@
 //! (degraded: `infer` and `net` only). At the end it prints the per-stage
 //! table on stderr and one JSON line on stdout:
 //! `{"calls":20,"ok":20,"failed":0,"metadata":{...},"action_shape":[10,7]}`.
+//! When the server goes away for good it still prints both (the JSON line
+//! with an `"error"`), then the error, and exits with 1.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -108,7 +110,14 @@ fn to_json(v: &Value) -> serde_json::Value {
     }
 }
 
-fn run(args: Args) -> Result<serde_json::Value, String> {
+/// What a run measured, and the error that ended it early (a server that
+/// went away for good), if any.
+struct Outcome {
+    line: serde_json::Value,
+    error: Option<String>,
+}
+
+fn run(args: Args) -> Result<Outcome, String> {
     let (stages, guard) = StageLayer::builder()
         .output_dir(&args.out)
         .clock_mode(args.clock)
@@ -128,6 +137,7 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
     let image = NdArray::from_u8(pixels, &[h, w, 3]);
     let (mut ok, mut failed) = (0u64, 0u64);
     let mut action_shape = None;
+    let mut error = None;
     for i in 0..args.calls {
         let state: Vec<f32> = (0..7).map(|j| (i + j) as f32 * 0.01).collect();
         let obs = MsgMap::new()
@@ -145,20 +155,29 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
             Err(e) => {
                 failed += 1;
                 eprintln!("policy_client: call {i} failed: {e}");
-                client.reconnect().map_err(|e| e.to_string())?;
+                // A server that cannot be reached again ends the run, but what
+                // was measured until then is still summarised below.
+                if let Err(e) = client.reconnect() {
+                    error = Some(format!("the server is gone after call {i}: {e}"));
+                    break;
+                }
             }
         }
     }
     let summary = guard.finish();
     eprintln!("{}", summary.table());
-    Ok(serde_json::json!({
+    let mut line = serde_json::json!({
         "calls": args.calls,
         "ok": ok,
         "failed": failed,
         "metadata": metadata,
         "action_shape": action_shape,
         "out": args.out.display().to_string(),
-    }))
+    });
+    if let Some(e) = &error {
+        line["error"] = serde_json::Value::from(e.as_str());
+    }
+    Ok(Outcome { line, error })
 }
 
 fn main() -> ExitCode {
@@ -173,9 +192,17 @@ fn main() -> ExitCode {
         }
     };
     match run(args) {
-        Ok(line) => {
+        Ok(Outcome { line, error: None }) => {
             println!("{line}");
             ExitCode::SUCCESS
+        }
+        Ok(Outcome {
+            line,
+            error: Some(e),
+        }) => {
+            println!("{line}");
+            eprintln!("policy_client: {e}");
+            ExitCode::FAILURE
         }
         Err(e) => {
             eprintln!("policy_client: {e}");

@@ -335,3 +335,47 @@ def test_rust_client_records_mitigations_from_a_policy_map(policy_client: Path, 
             assert "batch_size" not in r and "cache" not in r, r
         else:
             assert r["batch_size"] == 1 + i % 3 and r["cache"] == ("hit" if i % 2 else "miss"), r
+
+
+def test_rust_client_reports_what_it_measured_when_the_server_dies(
+    policy_client: Path, start_handler, tmp_path: Path
+) -> None:
+    """The server goes away for good at the fifth request (that connection is
+    cut, every later one is dropped before the metadata): the client still
+    prints its stage table and JSON line for the four calls it made and the
+    one that failed, then the error, and exits 1."""
+    requests = 0
+    dead = False
+
+    def respond(websocket: Any, t: st.RequestTimer, obs: dict[str, Any], packer: Any) -> bytes | None:
+        nonlocal requests, dead
+        requests += 1
+        if requests == 5:
+            dead = True
+            websocket.transport.abort()
+            return None
+        return st.encode_response({"actions": np.zeros((10, 7), np.float32)}, t, packer)
+
+    async def handler(websocket: Any) -> None:
+        if dead:
+            websocket.transport.abort()
+            return
+        await stagetrace_loop(websocket, respond)
+
+    port = start_handler(handler, max_size=None)
+    proc = subprocess.run(
+        [str(policy_client), f"ws://127.0.0.1:{port}", "--calls", str(CALLS), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
+    assert proc.returncode == 1, f"exit {proc.returncode}:\n{proc.stderr[-4000:]}"
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["ok"], summary["failed"]) == (4, 1), summary
+    assert "the server is gone after call 4" in summary["error"], summary
+    # The table comes first, the error last: what was measured is on screen.
+    table_at = proc.stderr.find("e2e")
+    error_at = proc.stderr.rfind("policy_client: the server is gone")
+    assert 0 <= table_at < error_at, proc.stderr
+    records = [json.loads(line) for f in sorted(tmp_path.glob("records*.jsonl")) for line in f.read_text().splitlines()]
+    assert len(records) == 5 and sum(1 for r in records if r.get("failed")) == 1, records
