@@ -219,11 +219,11 @@ fn netns_or_skip(test: &str) -> bool {
     if stagetrace_experiment::netns::kernel_bottleneck_available() {
         return true;
     }
-    assert!(
-        std::env::var("STAGETRACE_REQUIRE_NETNS").as_deref() != Ok("1"),
-        "STAGETRACE_REQUIRE_NETNS=1 but the kernel bottleneck is unavailable (needs root, ip and tc)"
+    stagetrace_test_support::prereq::missing(
+        test,
+        "netns",
+        "the kernel bottleneck needs root and iproute2 (ip, tc)",
     );
-    eprintln!("!!! SKIPPED {test}: the kernel bottleneck needs root and iproute2 (ip, tc)");
     false
 }
 
@@ -311,8 +311,10 @@ fn a_killed_run_leaves_namespaces_that_the_next_run_removes() {
 fn the_kernel_bottleneck_is_refused_without_root_never_faked() {
     let setpriv = std::path::Path::new("/usr/bin/setpriv");
     if !(stagetrace_experiment::netns::kernel_bottleneck_available() && setpriv.exists()) {
-        eprintln!(
-            "!!! SKIPPED the_kernel_bottleneck_is_refused_without_root_never_faked: needs root, iproute2 and setpriv"
+        stagetrace_test_support::prereq::missing(
+            "the_kernel_bottleneck_is_refused_without_root_never_faked",
+            "netns",
+            "needs root, iproute2 and /usr/bin/setpriv",
         );
         return;
     }
@@ -322,10 +324,14 @@ fn the_kernel_bottleneck_is_refused_without_root_never_faked() {
     let plan = dir.path().join("plan.toml");
     std::fs::write(&plan, KERNEL_PLAN).unwrap();
     std::fs::set_permissions(&plan, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A copy nobody can reach: the checkout's own folders may be closed to it.
+    let exe = dir.path().join("stagetrace");
+    std::fs::copy(env!("CARGO_BIN_EXE_stagetrace"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     // As nobody.
     let out = Command::new(setpriv)
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_stagetrace"))
+        .arg(&exe)
         .args(["experiment", "--quiet", "--out"])
         .arg(dir.path().join("run"))
         .arg(&plan)
@@ -333,7 +339,11 @@ fn the_kernel_bottleneck_is_refused_without_root_never_faked() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     if err.contains("Permission denied") {
-        eprintln!("!!! SKIPPED the_kernel_bottleneck_is_refused_without_root_never_faked: nobody cannot run the binary here ({err})");
+        stagetrace_test_support::prereq::missing(
+            "the_kernel_bottleneck_is_refused_without_root_never_faked",
+            "nobody",
+            &format!("user nobody cannot run the test binary from this checkout ({err})"),
+        );
         return;
     }
     // A run that cannot be carried out is status 2 (docs/report.md, "Exit codes").

@@ -100,10 +100,11 @@ fn chromium(args: &[String]) -> Vec<u8> {
 fn headless_chromium_renders_the_three_plots() {
     let bin = chromium_bin();
     if !Path::new(&bin).exists() {
-        if std::env::var("STAGETRACE_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
-            panic!("{bin} is missing but STAGETRACE_REQUIRE_CHROMIUM=1: install it (apt-get install -y chromium)");
-        }
-        eprintln!("SKIPPED headless_chromium_renders_the_three_plots: {bin} not installed (apt-get install -y chromium; set STAGETRACE_REQUIRE_CHROMIUM=1 to make this a failure)");
+        stagetrace_test_support::prereq::missing(
+            "headless_chromium_renders_the_three_plots",
+            "chromium",
+            &format!("{bin} is not installed (apt-get install -y chromium)"),
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

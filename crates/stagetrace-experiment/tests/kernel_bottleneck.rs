@@ -25,11 +25,11 @@ fn netns_or_skip(test: &str) -> bool {
     if kernel_bottleneck_available() {
         return true;
     }
-    assert!(
-        std::env::var("STAGETRACE_REQUIRE_NETNS").as_deref() != Ok("1"),
-        "STAGETRACE_REQUIRE_NETNS=1 but the kernel bottleneck is unavailable (needs root, ip and tc)"
+    stagetrace_test_support::prereq::missing(
+        test,
+        "netns",
+        "the kernel bottleneck needs root and iproute2 (ip, tc)",
     );
-    eprintln!("!!! SKIPPED {test}: the kernel bottleneck needs root and iproute2 (ip, tc)");
     false
 }
 

@@ -7,6 +7,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod prereq;
+
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -172,30 +172,35 @@ fn test(extra: &[String]) -> Result<(), String> {
             );
         }
     }
+    let ci = Prereqs::from_env();
     let jaeger_bin = match build_jaeger() {
         Ok(bin) => Some(bin),
         Err(e) => {
-            eprintln!("\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
-            eprintln!("!!! xtask: {e}");
-            eprintln!("!!! The Jaeger end-to-end tests will be SKIPPED (they say so).");
-            eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n");
+            ci.missing("jaeger", &e, "the Jaeger end-to-end tests")?;
             None
         }
     };
+    // Tests append a line here for every prerequisite they skipped for.
+    let skip_log = root.join("target/xtask-skipped.log");
+    let _ = std::fs::create_dir_all(root.join("target"));
+    let _ = std::fs::remove_file(&skip_log);
 
     let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo
         .current_dir(&root)
-        .args(["test", "--workspace", "--all-targets"]);
+        .args(["test", "--workspace", "--all-targets"])
+        .env("STAGETRACE_SKIP_LOG", &skip_log);
     match chromium() {
         Some(bin) => {
             cargo
                 .env("STAGETRACE_CHROMIUM", bin)
                 .env("STAGETRACE_REQUIRE_CHROMIUM", "1");
         }
-        None => {
-            eprintln!("\n!!! xtask: chromium is not installed and could not be: the HTML screenshot test will be SKIPPED\n");
-        }
+        None => ci.missing(
+            "chromium",
+            "chromium is not installed and could not be (apt-get install -y chromium)",
+            "the HTML screenshot test",
+        )?,
     }
     // Kernel-bottleneck experiments (veth + tbf in network namespaces) need root.
     let root_with_ip = Command::new("id")
@@ -207,7 +212,11 @@ fn test(extra: &[String]) -> Result<(), String> {
     if root_with_ip {
         cargo.env("STAGETRACE_REQUIRE_NETNS", "1");
     } else {
-        eprintln!("\n!!! xtask: not root or no iproute2: the network-namespace experiment tests will be SKIPPED\n");
+        ci.missing(
+            "netns",
+            "not root, or iproute2 (ip, tc) is missing",
+            "the network-namespace experiment tests",
+        )?;
     }
     if let Some(bin) = &jaeger_bin {
         cargo
@@ -262,9 +271,81 @@ fn test(extra: &[String]) -> Result<(), String> {
             .current_dir(root.join("examples/python"))
             .args(["-m", "pytest", "-q"]))?;
     }
+    let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default();
+    let skipped: Vec<&str> = skipped.lines().filter(|l| !l.is_empty()).collect();
+    if !skipped.is_empty() {
+        eprintln!(
+            "\n!!! xtask: {} test(s) SKIPPED for a missing prerequisite:",
+            skipped.len()
+        );
+        for line in &skipped {
+            eprintln!("!!!   {}", line.replace('\t', " | "));
+        }
+    }
     eprintln!(
-        "xtask: all tests passed in {:.0} s",
-        started.elapsed().as_secs_f64()
+        "xtask: all tests passed in {:.0} s ({} skipped for a missing prerequisite)",
+        started.elapsed().as_secs_f64(),
+        skipped.len()
     );
     Ok(())
+}
+
+/// What a missing prerequisite means for this run: under CI (`CI=true`) it
+/// fails the run unless `STAGETRACE_ALLOW_MISSING` names it; elsewhere the
+/// tests that need it are skipped, loudly. The tests apply the same rule
+/// (`stagetrace_test_support::prereq`).
+struct Prereqs {
+    ci: bool,
+    allowed: String,
+}
+
+impl Prereqs {
+    fn from_env() -> Prereqs {
+        Prereqs {
+            ci: matches!(env::var("CI").unwrap_or_default().trim(), "true" | "1"),
+            allowed: env::var("STAGETRACE_ALLOW_MISSING").unwrap_or_default(),
+        }
+    }
+
+    fn allows(&self, name: &str) -> bool {
+        self.allowed
+            .split(',')
+            .any(|a| a.trim().eq_ignore_ascii_case(name))
+    }
+
+    /// `name` is missing (`why`); `what` needs it.
+    fn missing(&self, name: &str, why: &str, what: &str) -> Result<(), String> {
+        if self.ci && !self.allows(name) {
+            return Err(format!(
+                "{why}: under CI that fails the run, since {what} would not run \
+                 (set STAGETRACE_ALLOW_MISSING={name} to skip them knowingly)"
+            ));
+        }
+        eprintln!("\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!");
+        eprintln!("!!! xtask: {why}");
+        eprintln!("!!! {what} will be SKIPPED (they say so).");
+        eprintln!("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_ci_a_missing_prerequisite_fails_the_run_unless_allowed() {
+        let ci = Prereqs {
+            ci: true,
+            allowed: "chromium, netns".into(),
+        };
+        let err = ci.missing("jaeger", "Go is not installed", "the Jaeger tests");
+        assert!(err.unwrap_err().contains("STAGETRACE_ALLOW_MISSING=jaeger"));
+        assert_eq!(ci.missing("netns", "not root", "the netns tests"), Ok(()));
+        let local = Prereqs {
+            ci: false,
+            allowed: String::new(),
+        };
+        assert_eq!(local.missing("jaeger", "Go is not installed", "x"), Ok(()));
+    }
 }

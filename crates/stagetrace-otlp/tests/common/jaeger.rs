@@ -9,7 +9,6 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -34,28 +33,19 @@ pub struct Jaeger {
 
 impl Jaeger {
     /// Starts a Jaeger for `test`, or returns `None` after a loud SKIPPED
-    /// message when no binary is configured (panics instead when
-    /// `STAGETRACE_REQUIRE_JAEGER=1`).
+    /// message when no binary is configured (panics instead under CI or with
+    /// `STAGETRACE_REQUIRE_JAEGER=1`: `stagetrace_test_support::prereq`).
     pub fn start_or_skip(test: &str) -> Option<Jaeger> {
         let bin = match std::env::var_os("STAGETRACE_JAEGER_BIN") {
             Some(b) if !b.is_empty() => PathBuf::from(b),
             _ => {
-                let required = std::env::var("STAGETRACE_REQUIRE_JAEGER").is_ok_and(|v| v == "1");
-                assert!(
-                    !required,
-                    "{test}: STAGETRACE_REQUIRE_JAEGER=1 but STAGETRACE_JAEGER_BIN is not set: \
-                     run `cargo xtask test` (it builds Jaeger), or set STAGETRACE_JAEGER_BIN \
-                     to a Jaeger v2 binary (`cargo xtask jaeger` prints its path)"
+                stagetrace_test_support::prereq::missing(
+                    test,
+                    "jaeger",
+                    "STAGETRACE_JAEGER_BIN is not set: run `cargo xtask test` (it builds \
+                     Jaeger), or `cargo xtask jaeger` and set STAGETRACE_JAEGER_BIN to the \
+                     path it prints",
                 );
-                // Straight to stderr: the test harness swallows `eprintln!`
-                // of passing tests, and this must be seen.
-                let bang = "!".repeat(72);
-                let banner = format!(
-                    "\n{bang}\n!!! {test}: SKIPPED, no Jaeger: STAGETRACE_JAEGER_BIN is not set.\n\
-                     !!! Run `cargo xtask test`, or `cargo xtask jaeger` and set\n\
-                     !!! STAGETRACE_JAEGER_BIN to the path it prints.\n{bang}\n\n"
-                );
-                let _ = std::io::stderr().write_all(banner.as_bytes());
                 return None;
             }
         };
