@@ -7,7 +7,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod compare;
 mod demo;
@@ -43,9 +43,17 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
-        Command::Demo(args) => demo::run(args),
+        Command::Demo(mut args) => {
+            // The demo refuses knobs its scenario would ignore: it needs to
+            // know which ones were typed, not only their values.
+            if let Some(("demo", m)) = matches.subcommand() {
+                args.given = demo::args::typed_flags(m);
+            }
+            demo::run(args)
+        }
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Tail(args) => tail::run(args),

@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::{p, stagetrace, stderr, stdout};
+use support::{assert_usage_error, p, stagetrace, stderr, stdout};
 
 fn demo(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
@@ -65,4 +65,52 @@ fn batch_knob_doubles_throughput_and_compare_checks_outputs() {
         "{}",
         stdout(&fail)
     );
+}
+
+/// A knob of the other scenario is refused by name, never silently ignored.
+#[test]
+fn knobs_of_the_other_scenario_are_refused() {
+    assert_usage_error(
+        &[
+            "demo",
+            "--clients",
+            "4",
+            "--hz",
+            "50",
+            "--otlp",
+            "--calls",
+            "5",
+        ],
+        "--hz, --otlp: not used by the mitigation demo",
+    );
+    assert_usage_error(
+        &[
+            "demo",
+            "--batch",
+            "4",
+            "--uplink-delay-ms",
+            "20",
+            "--calls",
+            "5",
+        ],
+        "--uplink-delay-ms: not used by the mitigation demo",
+    );
+    assert_usage_error(
+        &["demo", "--scenes", "3", "--calls", "5"],
+        "--scenes: only used by the mitigation demo",
+    );
+    // Defaults of the other scenario are not "typed": the plain forms run.
+    let dir = tempfile::tempdir().unwrap();
+    let out = stagetrace(&[
+        "demo",
+        "--clients",
+        "2",
+        "--calls",
+        "3",
+        "--model-ms",
+        "1",
+        "--out",
+        p(dir.path()),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }

@@ -108,6 +108,9 @@ pub(crate) struct DemoArgs {
     /// Mitigation knobs (docs/mitigations.md).
     #[command(flatten)]
     pub(crate) mitigate: MitigateArgs,
+    /// The flags typed on the command line (clap ids, `uplink_delay_ms`).
+    #[arg(skip)]
+    pub(crate) given: Vec<String>,
 }
 
 impl DemoArgs {
@@ -135,7 +138,7 @@ pub(crate) fn err(msg: impl Into<String>) -> DemoError {
 /// The mitigation knobs of `stagetrace demo`. Any of `--clients` > 1,
 /// `--batch` > 1, `--cache`, `--concurrency` switches the demo to the
 /// mitigation scenario: closed-loop clients (no pacing: `--hz` and the
-/// camera / actuator / proxy knobs do not apply), model cost
+/// camera / actuator / proxy / clock / OTLP knobs are refused), model cost
 /// `--model-ms` + `--model-per-item-ms` × batch.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct MitigateArgs {
@@ -199,8 +202,81 @@ pub(crate) fn check_calls(calls: u64) -> Result<(), DemoError> {
     Ok(())
 }
 
+/// Knobs only the paced single-client demo uses.
+const SINGLE_CLIENT_ONLY: &[&str] = &[
+    "hz",
+    "payload_kb",
+    "server_skew_ms",
+    "uplink_delay_ms",
+    "downlink_delay_ms",
+    "clock",
+    "transport",
+    "capture_ms",
+    "dispatch_ms",
+    "warmup",
+    "server_step_ms",
+    "server_step_at",
+    "otlp",
+];
+
+/// Knobs only the multi-client mitigation demo uses (besides the four that
+/// switch to it).
+const MITIGATION_ONLY: &[&str] = &[
+    "batch_wait_ms",
+    "cache_prompt_only",
+    "scenes",
+    "queue",
+    "queue_timeout_ms",
+    "model_per_item_ms",
+];
+
+/// The ids of the arguments typed on the command line (not defaults).
+pub(crate) fn typed_flags(m: &clap::ArgMatches) -> Vec<String> {
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.as_str().to_owned())
+        .collect()
+}
+
+fn flag(id: &str) -> String {
+    format!("--{}", id.replace('_', "-"))
+}
+
+/// A knob typed for the other scenario is an error, not silently ignored.
+fn check_scenario(a: &DemoArgs) -> Result<(), DemoError> {
+    let typed = |ids: &[&str]| -> Vec<String> {
+        ids.iter()
+            .filter(|id| a.given.iter().any(|g| g == *id))
+            .map(|id| flag(id))
+            .collect()
+    };
+    if a.mitigate.active() {
+        let ignored = typed(SINGLE_CLIENT_ONLY);
+        if !ignored.is_empty() {
+            return Err(err(format!(
+                "{}: not used by the mitigation demo (--clients > 1, --batch, --cache or \
+                 --concurrency): its clients call as fast as answers come back, on loopback \
+                 without the proxy, clock skew or OTLP export; drop them, or drop the \
+                 mitigation knobs for the paced single-client demo",
+                ignored.join(", ")
+            )));
+        }
+    } else {
+        let ignored = typed(MITIGATION_ONLY);
+        if !ignored.is_empty() {
+            return Err(err(format!(
+                "{}: only used by the mitigation demo; add --clients N (N > 1), --batch N, \
+                 --cache MIB or --concurrency N",
+                ignored.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The knobs the demo's run uses, in range.
 pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
+    check_scenario(a)?;
     if a.mitigate.active() {
         // Closed-loop clients: no pacing, camera, actuator or proxy knobs.
         check_calls(a.calls)?;
