@@ -1,0 +1,139 @@
+//! The plans `docs/experiments.md` shows ship as files in `examples/plans/`,
+//! the doc shows them verbatim, every one is valid, and every demo plan runs
+//! (holds shortened) with records for each of its levels.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use serde_json::Value;
+use stagetrace_experiment::netns::kernel_bottleneck_available;
+use stagetrace_experiment::plan::{FactorKind, TargetKind};
+use stagetrace_experiment::{run, Plan, RunOptions};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `examples/plans/*.toml`, by name.
+fn shipped() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples/plans"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Each TOML block of the doc, with the file name the line before it names.
+fn doc_blocks() -> Vec<(String, String)> {
+    let doc = std::fs::read_to_string(repo().join("docs/experiments.md")).unwrap();
+    let mut out = Vec::new();
+    let mut rest = doc.as_str();
+    while let Some(at) = rest.find("```toml\n") {
+        let before = rest[..at].trim_end();
+        let name = before
+            .lines()
+            .last()
+            .and_then(|l| l.strip_prefix("`examples/plans/"))
+            .and_then(|l| l.strip_suffix("`:"))
+            .unwrap_or_else(|| panic!("a TOML block without its file line: …{before:.80}"));
+        let body_start = at + "```toml\n".len();
+        let end = rest[body_start..].find("```").unwrap() + body_start;
+        out.push((name.to_owned(), rest[body_start..end].to_owned()));
+        rest = &rest[end + 3..];
+    }
+    out
+}
+
+#[test]
+fn the_doc_shows_every_shipped_plan_verbatim() {
+    let blocks = doc_blocks();
+    let files = shipped();
+    let names: BTreeSet<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let shown: BTreeSet<String> = blocks.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(shown, names, "doc blocks vs examples/plans/");
+    assert_eq!(blocks.len(), files.len(), "a plan shown twice");
+    for (name, body) in &blocks {
+        let file = std::fs::read_to_string(repo().join("examples/plans").join(name)).unwrap();
+        assert_eq!(&file, body, "docs/experiments.md vs examples/plans/{name}");
+    }
+}
+
+#[test]
+fn every_shipped_plan_is_valid() {
+    for path in shipped() {
+        if let Err(e) = Plan::from_file(&path) {
+            panic!("{}: {e}", path.display());
+        }
+    }
+}
+
+/// Runs `plan` with every phase held `hold_s`; returns experiment.json.
+fn run_short(mut plan: Plan, hold_s: f64) -> Value {
+    plan.target.warmup_s = plan.target.warmup_s.min(0.5);
+    plan.baseline.hold_s = Some(hold_s);
+    plan.baseline.calls = None;
+    plan.factor.hold_s = Some(hold_s);
+    plan.factor.calls = None;
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(
+        &plan,
+        &RunOptions {
+            out: dir.path().to_path_buf(),
+            progress: false,
+            stop: Arc::new(AtomicBool::new(false)),
+        },
+    )
+    .unwrap();
+    eprintln!("{}", stagetrace_experiment::text(&report));
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("experiment.json")).unwrap())
+            .unwrap();
+    let recs = std::fs::read_to_string(dir.path().join("records-experiment.jsonl")).unwrap();
+    let levels: BTreeSet<u64> = recs
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["phase"] == "level")
+        .map(|r| r["level"].as_u64().unwrap())
+        .collect();
+    let want: BTreeSet<u64> = (1..=plan.factor.levels.len() as u64).collect();
+    assert_eq!(levels, want, "records of every level");
+    json
+}
+
+#[test]
+fn every_shipped_demo_plan_runs() {
+    for path in shipped() {
+        let plan = Plan::from_file(&path).unwrap();
+        if plan.target.kind != TargetKind::Demo {
+            continue; // the user's own client: validated above
+        }
+        if plan.factor.kernel && !kernel_bottleneck_available() {
+            stagetrace_test_support::prereq::missing(
+                "every_shipped_demo_plan_runs (kernel-uplink.toml)",
+                "netns",
+                "the kernel bottleneck needs root and iproute2 (ip, tc)",
+            );
+            continue;
+        }
+        eprintln!("== {}", path.display());
+        let json = run_short(plan.clone(), 1.5);
+        if plan.factor.kind == FactorKind::Net && !plan.factor.kernel {
+            // Delays of 5 to 50 ms or jitter on the link: a link stage moves first.
+            let first = json["verdict"]["first_stage"].as_str().unwrap_or("none");
+            assert!(
+                first == "uplink" || first == "downlink",
+                "{}: first stage {first}",
+                path.display()
+            );
+        }
+    }
+}
