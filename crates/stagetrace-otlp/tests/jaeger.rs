@@ -307,25 +307,27 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     // A rate with headroom for a loaded machine (a call takes about 8 ms).
     const HZ: f64 = 25.0;
     // Jaeger up.
-    run_at_rate(&mut client, HZ, 0, 25);
+    // As many calls with Jaeger up as down, so the two p99s compare.
+    let n_up: u64 = 100;
+    run_at_rate(&mut client, HZ, 0, n_up);
     // The layer's worker hands records over to the sinks (in order: the
-    // exporter, then `kept`) after the call; wait until all 25 went through.
-    kept.wait_for(25);
+    // exporter, then `kept`) after the call; wait until all went through.
+    kept.wait_for(n_up as usize);
     assert!(client_exp.flush(Duration::from_secs(10)));
     let before = client_exp.stats();
-    assert_eq!(before.exported_records, 25, "{before}");
+    assert_eq!(before.exported_records, n_up, "{before}");
     assert_eq!(before.lost_records(), 0, "{before}");
 
     // Jaeger down: the calls keep their rate; export fails and drops, counted.
     jaeger.stop();
     let n_down = 100;
-    let took = run_at_rate(&mut client, HZ, 25, n_down);
+    let took = run_at_rate(&mut client, HZ, n_up, n_down);
     let nominal = Duration::from_secs_f64(n_down as f64 / HZ);
     assert!(
         took < nominal + Duration::from_secs(1),
         "{n_down} calls at {HZ} Hz took {took:?} (nominal {nominal:?}) with the collector down"
     );
-    kept.wait_for(25 + n_down as usize);
+    kept.wait_for((n_up + n_down) as usize);
     let during = client_exp.stats();
     assert_eq!(during.collector_ok, Some(false), "{during}");
     assert!(during.failed_exports > 0, "{during}");
@@ -357,19 +359,19 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
             .collect()
     };
     // The first two calls pay for the connection and the first server spans.
-    let up = e2e(&|seq| (2..25).contains(&seq));
-    let down = e2e(&|seq| seq >= 25);
+    let up = e2e(&|seq| (2..n_up).contains(&seq));
+    let down = e2e(&|seq| seq >= n_up);
     assert_eq!(down.len() as u64, n_down, "the layer kept recording");
     let (p99_up, p99_down) = (quantile(&up, 0.99), quantile(&down, 0.99));
     assert!(
-        p99_down <= p99_up * 1.25 + 3.0,
+        p99_down <= p99_up * 1.5 + 3.0,
         "p99 call {p99_down:.3} ms with Jaeger down vs {p99_up:.3} ms with it up"
     );
     eprintln!("while Jaeger was down: {during}; p99 call {p99_down:.3} ms (up: {p99_up:.3} ms)");
 
     // Jaeger back: new calls arrive in it, client and server.
     jaeger.restart();
-    let first_after = 25 + n_down;
+    let first_after = n_up + n_down;
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seq = first_after;
     let arrived = loop {
