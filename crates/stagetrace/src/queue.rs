@@ -1,4 +1,4 @@
-//! The message from the app thread to the worker (docs/architecture.md §4).
+//! The message from the app thread to the worker (`docs/architecture.md` §4).
 //!
 //! When a call span closes, the layer copies the call's state into one
 //! fixed-size [`Msg`] and `try_send`s it on a bounded channel; the worker

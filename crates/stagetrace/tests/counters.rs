@@ -33,7 +33,11 @@ fn a_call_that_clamps() {
 
 /// `f` summed over the rolling windows (the sink also gets the cumulative one).
 fn sum(windows: &[WindowSummary], f: impl Fn(&WindowSummary) -> u64) -> u64 {
-    windows.iter().filter(|w| w.window == "rolling").map(f).sum()
+    windows
+        .iter()
+        .filter(|w| w.window == "rolling")
+        .map(f)
+        .sum()
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The process's (wall, monotonic) anchor: turns an [`Instant`] into Unix
-//! nanoseconds for cross-machine stitching (docs/architecture.md §2).
+//! nanoseconds for cross-machine stitching (`docs/architecture.md` §2).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

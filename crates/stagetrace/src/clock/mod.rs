@@ -1,4 +1,4 @@
-//! Clocks (docs/architecture.md §2): wall/monotonic anchor, per-peer offset
+//! Clocks (`docs/architecture.md` §2): wall/monotonic anchor, per-peer offset
 //! estimation and the stitching of server timing onto the client's timeline.
 //!
 //! - [`Anchor`] (`anchor.rs`): a (wall, monotonic) pair that turns an

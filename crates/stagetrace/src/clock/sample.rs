@@ -1,5 +1,5 @@
 //! One NTP sample: the four timestamps of an instrumented call and the
-//! offset θ and delay δ they give (docs/architecture.md §2).
+//! offset θ and delay δ they give (`docs/architecture.md` §2).
 
 /// One call's four timestamps, ns since the Unix epoch: `t0`, `t3` on the
 /// client clock, `t1`, `t2` on the server clock.

@@ -1,4 +1,4 @@
-//! The stage [`Layer`]: the app-thread hot path (docs/architecture.md §4).
+//! The stage [`Layer`]: the app-thread hot path (`docs/architecture.md` §4).
 //!
 //! Per tracked span the layer keeps one small `Copy` struct in the span's
 //! registry extensions ([`span_state`], and [`CallState`] for the call span);

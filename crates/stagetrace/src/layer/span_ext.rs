@@ -34,7 +34,7 @@ mod sealed {
 /// tracing::Span::current().record_output_digest(0xabc);
 /// ```
 pub trait StageSpanExt: sealed::Sealed {
-    /// Attach the server timing a response carried (docs/architecture.md §3)
+    /// Attach the server timing a response carried (`docs/architecture.md` §3)
     /// to this transport span, or to the nearest transport span enclosing it.
     ///
     /// The worker stitches it onto the client's timeline when the call ends:
