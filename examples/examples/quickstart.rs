@@ -14,7 +14,7 @@
 use std::error::Error;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use stagetrace::{ServerTiming, StageLayer};
+use stagetrace::{ServerTiming, StageLayer, StageSpanExt};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
 
@@ -141,7 +141,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             std::thread::sleep(Duration::from_secs_f64(k.uplink_ms / 1e3));
             let timing = policy_server(&k, i);
             std::thread::sleep(Duration::from_secs_f64(k.downlink_ms / 1e3));
-            stagetrace::record_server_timing(&transport, timing);
+            transport.record_server_timing(timing);
         });
         drop(transport);
         info_span!("dispatch").in_scope(|| work(k.dispatch_ms));

@@ -11,6 +11,7 @@
 use std::io;
 
 use rmpv::Value;
+use stagetrace::StageSpanExt;
 use stagetrace_net::MsgMap;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -95,7 +96,7 @@ pub fn digest_hex(digest: u64) -> String {
 /// change what the robot is told to do.
 pub fn record_action_digest(span: &tracing::Span, action: &MsgMap) -> u64 {
     let d = digest_map(action);
-    stagetrace::record_output_digest(span, d);
+    span.record_output_digest(d);
     d
 }
 

@@ -12,6 +12,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use stagetrace::StageSpanExt;
+
 /// The record's `error` for a call whose action was dropped as stale.
 pub const STALE_REASON: &str = "stale action dropped";
 
@@ -85,8 +87,8 @@ impl StaleFilter {
     pub fn check_call(&self, span: &tracing::Span, captured: Instant) -> Result<Duration, Stale> {
         let r = self.check(captured);
         if r.is_err() {
-            stagetrace::record_stale_dropped(span, 1);
-            stagetrace::mark_failed(span, STALE_REASON);
+            span.record_stale_dropped(1);
+            span.mark_failed(STALE_REASON);
         }
         r
     }

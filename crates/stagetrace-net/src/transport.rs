@@ -1,6 +1,7 @@
 //! The client's `transport` span: the stage the layer turns into `roundtrip`,
 //! `uplink`, `downlink` and `net` once the server's timing is attached.
 
+use stagetrace::StageSpanExt;
 use tracing::Span;
 
 /// The span a client call runs in: the current span when it is already a
@@ -21,19 +22,19 @@ pub(crate) fn transport_span(peer: &str) -> Span {
 /// The `traceparent` to send for this transport span, when a stage layer is
 /// installed and tracks the span.
 pub(crate) fn traceparent(span: &Span) -> Option<[u8; stagetrace::wire::TRACEPARENT_LEN]> {
-    stagetrace::trace_parent(span).map(|tp| tp.to_bytes())
+    span.trace_parent().map(|tp| tp.to_bytes())
 }
 
 /// Attach the server's timing (parsed from the response) to the span.
 pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
     if !timing.is_empty() {
-        stagetrace::record_server_timing(span, timing);
+        span.record_server_timing(timing);
     }
 }
 
 /// Flag the call as failed with a short reason.
 pub(crate) fn fail(span: &Span, reason: &'static str) {
-    stagetrace::mark_failed(span, reason);
+    span.mark_failed(reason);
 }
 
 /// Count a server-timing input that was malformed and ignored.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, Criterion};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer};
+use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer, StageSpanExt};
 use stagetrace_otlp::OtlpExporter;
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -23,17 +23,14 @@ fn one_call() {
     info_span!("capture").in_scope(|| std::hint::black_box(1));
     let transport = info_span!("transport");
     transport.in_scope(|| {
-        std::hint::black_box(stagetrace::trace_parent(&transport));
+        std::hint::black_box(transport.trace_parent());
     });
-    stagetrace::record_server_timing(
-        &transport,
-        ServerTiming {
-            recv_unix_ns: Some(now_unix_ns()),
-            total_ns: Some(1_000),
-            infer_ns: Some(800),
-            ..ServerTiming::default()
-        },
-    );
+    transport.record_server_timing(ServerTiming {
+        recv_unix_ns: Some(now_unix_ns()),
+        total_ns: Some(1_000),
+        infer_ns: Some(800),
+        ..ServerTiming::default()
+    });
     drop(transport);
     info_span!("dispatch").in_scope(|| std::hint::black_box(4));
 }

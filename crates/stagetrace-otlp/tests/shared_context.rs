@@ -9,7 +9,7 @@ mod common;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-use stagetrace::{FilteredStageLayer, FlushGuard, StageLayer, TraceParent};
+use stagetrace::{FilteredStageLayer, FlushGuard, StageLayer, StageSpanExt, TraceParent};
 use stagetrace_test_support::Collect;
 use tracing::Subscriber;
 use tracing_subscriber::layer::SubscriberExt;
@@ -20,7 +20,7 @@ fn one_call() -> Option<TraceParent> {
     let _call = tracing::info_span!("call", kind = "infer").entered();
     tracing::info_span!("capture").in_scope(|| ());
     let transport = tracing::info_span!("transport");
-    let tp = transport.in_scope(|| stagetrace::trace_parent(&transport));
+    let tp = transport.in_scope(|| transport.trace_parent());
     tracing::info_span!("dispatch").in_scope(|| ());
     tp
 }

@@ -16,10 +16,14 @@ pub use tracing_appender::rolling::Rotation;
 
 use crate::clock::ClockMode;
 use crate::context::TraceContextHook;
-use crate::layer::{FilteredStageLayer, Msg, Names, Shared, StageFilter, StageLayer, WithScope};
+use crate::health::Health;
+use crate::layer::callsite::Names;
+use crate::layer::{FilteredStageLayer, StageFilter, StageLayer, WithScope};
+use crate::queue::Msg;
 use crate::sink::RecordSink;
 use crate::stage::Stage;
 use crate::summary::Summary;
+use crate::worker::files::FileSink;
 use crate::worker::{run_id, Worker, WorkerConfig};
 
 /// How long dropping the guard waits for the worker to drain.
@@ -300,23 +304,34 @@ impl StageLayerBuilder {
         }
         let names = Arc::new(Names::new(self.call_span_name, stages));
         crate::stamp::init();
-        let shared = Arc::new(Shared::default());
+        let health = Arc::new(Health::default());
+        let run = run_id();
+        // The files are a sink like any other, first so they are written
+        // before a slow user sink is called.
+        let mut sinks: Vec<Box<dyn RecordSink>> = Vec::with_capacity(self.sinks.len() + 1);
+        if let Some(dir) = self.output_dir {
+            sinks.push(Box::new(FileSink::new(
+                dir,
+                self.rotation,
+                &run,
+                Arc::clone(&health),
+            )));
+        }
+        sinks.extend(self.sinks);
         let (tx, rx) = crossbeam_channel::bounded(self.queue_capacity);
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let worker = Worker::new(
             WorkerConfig {
-                run: run_id(),
-                output_dir: self.output_dir,
-                rotation: self.rotation,
+                run,
                 window: self.window,
                 target_hz: self.target_hz,
                 warmup_calls: self.warmup_calls,
                 warmup_duration: self.warmup_duration,
                 clock_mode: self.clock_mode,
                 queue_capacity: self.queue_capacity,
-                sinks: self.sinks,
+                sinks,
             },
-            Arc::clone(&shared),
+            Arc::clone(&health),
         );
         let handle = std::thread::Builder::new()
             .name("stagetrace-worker".to_owned())
@@ -325,7 +340,8 @@ impl StageLayerBuilder {
         let layer = StageLayer {
             names,
             tx: tx.clone(),
-            shared,
+            health,
+            next_ordinal: std::sync::atomic::AtomicU64::new(0),
             with_scope: WithScope::for_subscriber::<S>(),
             context_hook: self.context_hook,
             dispatch: std::sync::OnceLock::new(),
@@ -344,6 +360,7 @@ impl StageLayerBuilder {
 /// every call already queued is written, the last window and the cumulative
 /// summary are emitted, sinks are flushed. Keep it alive for as long as the
 /// app runs, e.g. `let _guard = ...` in `main`.
+#[must_use = "dropping the guard at once stops the worker: keep it (`let _guard = ...`) for as long as the app runs"]
 pub struct FlushGuard {
     tx: Sender<Msg>,
     done: Receiver<Summary>,

@@ -15,13 +15,18 @@
 //!   `infer`, `dispatch` ([`Stage`]), any span with a field `stage = "…"`, or
 //!   names mapped with [`StageLayerBuilder::map_span`].
 //! - The `transport` span's response may carry the server's timing
-//!   ([`ServerTiming`], attached with [`record_server_timing`]); the worker
+//!   ([`ServerTiming`], attached with
+//!   [`StageSpanExt::record_server_timing`]); the worker
 //!   then splits the round trip into `uplink`, `queue`, `infer`, `downlink`
 //!   with the clock offset between the machines estimated ([`clock`]).
 //! - Every finished call becomes one [`CallRecord`], handed from the app thread
 //!   to one worker thread through a bounded queue (full = dropped and counted,
 //!   never blocking). The worker writes `records-*.jsonl`, rolling
 //!   `summary.*.jsonl` windows and feeds any [`RecordSink`].
+//! - What the app knows about a call and the layer cannot see — the server's
+//!   timing, a failure, an output digest — it tells through its spans, with
+//!   the [`StageSpanExt`] methods on `tracing::Span` (also in the
+//!   [`prelude`]).
 //!
 //! # Usage
 //!
@@ -66,6 +71,7 @@ pub mod context;
 pub mod health;
 mod ids;
 mod layer;
+mod queue;
 pub mod record;
 pub mod sink;
 pub mod stage;
@@ -76,10 +82,8 @@ mod worker;
 
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use health::{count_clamped, count_rejected_header};
-pub use layer::{
-    mark_failed, record_output_digest, record_server_timing, record_stale_dropped, trace_parent,
-    FilteredStageLayer, StageFilter, StageLayer,
-};
+pub use layer::span_ext::StageSpanExt;
+pub use layer::{FilteredStageLayer, StageFilter, StageLayer};
 pub use sink::RecordSink;
 pub use summary::{Summary, WindowSummary};
 pub use wire::TraceParent;
@@ -90,3 +94,9 @@ pub use record::{CacheOutcome, CallRecord, ClockBasis, Figures, ServerRecord};
 pub use stage::Stage;
 pub use stagetrace_schema::{self as schema, Figure};
 pub use wire::ServerTiming;
+
+/// What an instrumented app needs in scope: `use stagetrace::prelude::*;`
+/// brings the span helpers ([`StageSpanExt`]) and the types they take.
+pub mod prelude {
+    pub use crate::{ServerTiming, StageLayer, StageSpanExt, TraceParent};
+}

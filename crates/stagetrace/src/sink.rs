@@ -1,4 +1,5 @@
-//! Sinks: where finished calls go besides the files.
+//! Sinks: where finished calls go. The JSONL files are one
+//! (`worker/files.rs`), registered first when `.output_dir(...)` is set.
 
 use crate::record::CallRecord;
 use crate::summary::WindowSummary;
@@ -32,6 +33,13 @@ pub trait RecordSink: Send + 'static {
     fn on_window(&mut self, summary: &WindowSummary) {
         let _ = summary;
     }
+
+    /// The worker has handed over every call queued so far (it looks at the
+    /// queue every 10 ms, and calls this after each batch that held at least
+    /// one record, and before every summary window). A sink that buffers
+    /// records writes them out here so they reach their destination within
+    /// that delay.
+    fn on_drained(&mut self) {}
 
     /// The worker is shutting down (flush guard dropped or finished): write out
     /// anything buffered.

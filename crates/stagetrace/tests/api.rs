@@ -2,15 +2,13 @@
 //! context, failures, digests, deadlines, and isolation from other layers.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
-
 use stagetrace::Figure;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{read_records, run_collecting, spin_for, Collect};
-use stagetrace::{ServerTiming, Stage, StageLayer};
+use stagetrace::{ServerTiming, Stage, StageLayer, StageSpanExt};
+use stagetrace_test_support::{read_records, run_collecting, spin_for, Collect};
 use tracing::info_span;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::prelude::*;
@@ -70,7 +68,7 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
         transport.in_scope(|| {
             // trace_parent works from a child span that is not a stage.
             let send = info_span!("send_request").entered();
-            sent = stagetrace::trace_parent(&send);
+            sent = send.trace_parent();
             drop(send);
             spin_for(Duration::from_millis(1)); // uplink
             let recv = SystemTime::now()
@@ -79,16 +77,13 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
                 .as_nanos() as u64;
             spin_for(Duration::from_millis(3)); // server
             spin_for(Duration::from_millis(1)); // downlink
-            stagetrace::record_server_timing(
-                &transport,
-                ServerTiming {
-                    recv_unix_ns: Some(recv),
-                    total_ns: Some(3_000_000),
-                    queue_ns: Some(200_000),
-                    infer_ns: Some(2_500_000),
-                    ..ServerTiming::default()
-                },
-            );
+            transport.record_server_timing(ServerTiming {
+                recv_unix_ns: Some(recv),
+                total_ns: Some(3_000_000),
+                queue_ns: Some(200_000),
+                infer_ns: Some(2_500_000),
+                ..ServerTiming::default()
+            });
         });
     });
     let r = &recs[0];
@@ -135,16 +130,16 @@ fn failures_and_digests_reach_the_call_from_any_inner_span() {
             let _call = info_span!("call", seq = i).entered();
             let dispatch = info_span!("dispatch").entered();
             let decode = info_span!("decode").entered();
-            stagetrace::record_output_digest(&decode, 0xabc + i);
+            decode.record_output_digest(0xabc + i);
             if i == 1 {
-                stagetrace::mark_failed(&tracing::Span::current(), "actuator timeout");
+                tracing::Span::current().mark_failed("actuator timeout");
             }
             drop(decode);
             drop(dispatch);
         }
         // Outside a call: nothing to attach to, no panic.
-        assert!(stagetrace::trace_parent(&tracing::Span::current()).is_none());
-        stagetrace::mark_failed(&tracing::Span::current(), "ignored");
+        assert!(tracing::Span::current().trace_parent().is_none());
+        tracing::Span::current().mark_failed("ignored");
     });
     assert_eq!(recs[0].output_digest.as_deref(), Some("0000000000000abc"));
     assert_eq!(recs[0].failed, None);
@@ -184,16 +179,16 @@ fn batch_cache_and_stale_drops_reach_the_record() {
                     },
                     _ => ServerTiming::default(),
                 };
-                stagetrace::record_server_timing(&transport, timing);
+                transport.record_server_timing(timing);
             });
             if i == 2 {
                 let dispatch = info_span!("dispatch").entered();
-                stagetrace::record_stale_dropped(&dispatch, 2);
-                stagetrace::record_stale_dropped(&dispatch, 1);
+                dispatch.record_stale_dropped(2);
+                dispatch.record_stale_dropped(1);
             }
         }
         // Outside a call: nothing to count on, no panic.
-        stagetrace::record_stale_dropped(&tracing::Span::current(), 1);
+        tracing::Span::current().record_stale_dropped(1);
     });
     assert_eq!(recs.len(), 3);
     assert_eq!(recs[0].batch_size, Some(4));
@@ -222,8 +217,8 @@ fn batch_cache_and_stale_drops_reach_the_record() {
 fn without_a_stage_layer_the_api_does_nothing() {
     tracing::subscriber::with_default(tracing_subscriber::registry(), || {
         let span = info_span!("transport");
-        stagetrace::record_server_timing(&span, ServerTiming::default());
-        assert!(stagetrace::trace_parent(&span).is_none());
+        span.record_server_timing(ServerTiming::default());
+        assert!(span.trace_parent().is_none());
     });
 }
 

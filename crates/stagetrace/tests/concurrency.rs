@@ -1,14 +1,12 @@
 //! Calls in flight at once on different threads never mix their stages.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
-
 use stagetrace::Figure;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{read_records, Collect};
-use stagetrace::StageLayer;
+use stagetrace::{StageLayer, StageSpanExt};
+use stagetrace_test_support::{read_records, Collect};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
 
@@ -49,7 +47,7 @@ fn four_threads_never_mix_stages() {
                         } else {
                             let tr = info_span!("transport");
                             tr.in_scope(|| {
-                                ids.push((t * 1000 + i, stagetrace::trace_parent(&tr).unwrap()));
+                                ids.push((t * 1000 + i, tr.trace_parent().unwrap()));
                                 std::thread::sleep(cost);
                             });
                             drop(tr);

@@ -1,13 +1,11 @@
 //! Bad input and faults: the host app keeps running, problems are counted.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
-
 use stagetrace::Figure;
 use std::time::Duration;
 
-use common::{read_records, read_summaries, run_collecting};
 use stagetrace::{CallRecord, RecordSink, StageLayer};
+use stagetrace_test_support::{read_records, read_summaries, run_collecting};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
 

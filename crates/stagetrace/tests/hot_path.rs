@@ -3,13 +3,11 @@
 //! and spans that are not stages after all.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
-
 use stagetrace::Figure;
 use std::time::Duration;
 
-use common::{run_collecting, spin_for};
 use stagetrace::StageLayer;
+use stagetrace_test_support::{run_collecting, spin_for};
 use tracing::info_span;
 
 /// e2e − (sum of the top-level stages) − gap, ms: 0 when the gap subtracts

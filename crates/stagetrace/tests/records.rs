@@ -2,13 +2,11 @@
 //! against exact ones, warm-up exclusion, the files on disk.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-mod common;
-
 use stagetrace::Figure;
 use std::time::{Duration, Instant};
 
-use common::{read_records, read_summaries, run_collecting, spin_for};
 use stagetrace::{Rotation, StageLayer};
+use stagetrace_test_support::{read_records, read_summaries, run_collecting, spin_for};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
 

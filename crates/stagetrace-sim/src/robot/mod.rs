@@ -12,6 +12,7 @@ mod pacer;
 
 use std::time::{Duration, Instant};
 
+use stagetrace::StageSpanExt;
 use stagetrace_net::MsgMap;
 use tracing::Instrument;
 
@@ -88,7 +89,7 @@ impl Robot {
                 digest
             };
             if let Some(d) = digest {
-                stagetrace::record_output_digest(&tracing::Span::current(), d);
+                tracing::Span::current().record_output_digest(d);
             }
             Ok(())
         }

@@ -1,0 +1,331 @@
+//! The stage [`Layer`]: the app-thread hot path (`docs/architecture.md` §4).
+//!
+//! Per tracked span the layer keeps one small `Copy` struct in the span's
+//! registry extensions ([`span_state`], and [`CallState`] for the call span);
+//! a stage span adds its time to the nearest enclosing call span when it
+//! closes; the call span, when it closes, becomes one fixed-size message on a
+//! bounded queue to the worker thread ([`crate::queue`]; `try_send`: a full
+//! queue drops and counts, never blocks). No locks are held across calls into
+//! other code, no I/O, no allocation beyond the registry's own per-span
+//! extension slot.
+//!
+//! - [`callsite`]: what each callsite is, classified once and cached;
+//! - [`fields`]: the field visitor (`stage`, `kind`, `seq`, `peer`);
+//! - [`span_state`]: the per-span state of stage and transport spans;
+//! - [`scope`]: walking a span's scope from a bare `tracing::Span`;
+//! - [`span_ext`]: the span helpers an app calls, [`StageSpanExt`](crate::StageSpanExt).
+
+pub(crate) mod callsite;
+mod fields;
+mod scope;
+pub(crate) mod span_ext;
+mod span_state;
+
+use std::any::TypeId;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_channel::Sender;
+use tracing_core::dispatcher::WeakDispatch;
+use tracing_core::span::{self, Attributes, Record};
+use tracing_core::subscriber::Interest;
+use tracing_core::{Dispatch, Metadata, Subscriber};
+use tracing_subscriber::layer::{Context, Filter, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::context::{SharedIds, TraceContextHook};
+use crate::health::Health;
+use crate::ids;
+use crate::queue::{CallState, InlineStr, Msg, RawCall, StageAcc, TransportAcc};
+use crate::stage::Stage;
+use crate::stamp::{self, Stamp};
+
+use callsite::{Names, Role};
+use fields::Fields;
+pub(crate) use scope::WithScope;
+use span_state::{StageState, TransportState};
+
+/// The stage layer. Built by [`StageLayer::builder`]; what the builder returns
+/// is this layer wrapped in its per-layer filter ([`FilteredStageLayer`]), so
+/// spans that are not stages cost almost nothing and other layers still see them.
+pub struct StageLayer {
+    pub(crate) names: Arc<Names>,
+    pub(crate) tx: Sender<Msg>,
+    /// This layer's fault counters, shared with its worker.
+    pub(crate) health: Arc<Health>,
+    /// Numbers calls in the order they open (the record's `seq` when the
+    /// call span has none).
+    pub(crate) next_ordinal: AtomicU64,
+    pub(crate) with_scope: WithScope,
+    /// Where call and transport ids come from when another layer owns the
+    /// trace context (`None`: stagetrace makes its own).
+    pub(crate) context_hook: Option<TraceContextHook>,
+    /// The subscriber this layer sits in, for the hook. Weak: the subscriber
+    /// owns the layer.
+    pub(crate) dispatch: OnceLock<WeakDispatch>,
+}
+
+impl fmt::Debug for StageLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StageLayer")
+            .field("call_span", &self.names.call)
+            .field("stage_spans", &self.names.stages)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-layer filter: enables call spans, spans with a stage name and
+/// spans with a `stage` field, for this layer only.
+#[derive(Clone, Debug)]
+pub struct StageFilter {
+    pub(crate) names: Arc<Names>,
+}
+
+impl<S> Filter<S> for StageFilter {
+    #[inline]
+    fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        self.names.class(meta).interesting()
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if self.names.register(meta).interesting() {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn event_enabled(&self, _event: &tracing_core::Event<'_>, _cx: &Context<'_, S>) -> bool {
+        false
+    }
+}
+
+/// What [`StageLayer::builder`]`.build()` returns: the layer with its
+/// per-layer filter, ready for `registry().with(...)`.
+pub type FilteredStageLayer<S> = tracing_subscriber::filter::Filtered<StageLayer, StageFilter, S>;
+
+impl<S> Layer<S> for StageLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_layer(&mut self, _subscriber: &mut S) {
+        self.with_scope = WithScope::for_subscriber::<S>();
+    }
+
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        if self.context_hook.is_some() {
+            let _ = self.dispatch.set(subscriber.downgrade());
+        }
+    }
+
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        // Unfiltered, this layer sees every span; either way the class of
+        // each callsite is worked out here once, not on every span.
+        self.names.register(meta);
+        Interest::always()
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
+        let t0 = stamp::now();
+        let meta = attrs.metadata();
+        let class = self.names.class(meta);
+        let mut role = class.role();
+        // Fields are read only where they matter: `stage` (if the callsite
+        // has one), `kind` / `seq` on calls, `peer` on transport spans.
+        let mut fields = Fields::new(&self.names);
+        if class.stage_field() || matches!(role, Some(Role::Call | Role::Stage(Stage::Transport))) {
+            attrs.record(&mut fields);
+        }
+        if let Some(by_field) = fields.stage {
+            role = by_field;
+            if by_field.is_none() {
+                Health::bump(&self.health.unknown_stage);
+            }
+        }
+        let Some(role) = role else { return };
+        // Before any extensions lock: the hook reads the other layer's.
+        let shared_ids = self.shared_ids(id, role);
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        match role {
+            Role::Call => {
+                let ordinal = self.next_ordinal.fetch_add(1, Ordering::Relaxed);
+                let mut state = CallState {
+                    start: t0,
+                    ordinal,
+                    seq: fields.seq,
+                    trace_id: shared_ids.map_or_else(ids::trace_id, |s| s.trace_id),
+                    span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
+                    kind: fields.kind.unwrap_or(InlineStr::new()),
+                    stages: [StageAcc::default(); Stage::ALL.len()],
+                    covered_ticks: 0,
+                    transport: None,
+                    failed: None,
+                    digest: None,
+                    stale_dropped: 0,
+                    observer_ticks: 0,
+                    shared_context: shared_ids.is_some(),
+                };
+                state.observer_ticks = stamp::now().ticks_since(t0);
+                ext.replace(state);
+            }
+            Role::Stage(Stage::Transport) => {
+                ext.replace(TransportState {
+                    start: t0,
+                    span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
+                    shared: shared_ids.is_some(),
+                    observer_ticks: stamp::now().ticks_since(t0),
+                    timing: None,
+                    peer: fields.peer.unwrap_or(InlineStr::new()),
+                });
+            }
+            Role::Stage(stage) => {
+                ext.replace(StageState {
+                    stage,
+                    start: t0,
+                    observer_ticks: stamp::now().ticks_since(t0),
+                });
+            }
+        }
+    }
+
+    fn on_record(&self, id: &span::Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let mut fields = Fields::new(&self.names);
+        values.record(&mut fields);
+        if fields.kind.is_none() && fields.seq.is_none() && fields.peer.is_none() {
+            return;
+        }
+        let Some(span) = ctx.span(id) else { return };
+        let mut ext = span.extensions_mut();
+        if let Some(call) = ext.get_mut::<CallState>() {
+            if let Some(k) = fields.kind {
+                call.kind = k;
+            }
+            if let Some(s) = fields.seq {
+                call.seq = Some(s);
+            }
+        } else if let Some(t) = ext.get_mut::<TransportState>() {
+            if let Some(p) = fields.peer {
+                t.peer = p;
+            }
+        }
+    }
+
+    fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
+        let end = stamp::now();
+        let Some(span) = ctx.span(&id) else { return };
+        let ext = span.extensions();
+        // (stage, start, observer ticks, transport part)
+        let (stage, start, observer_ticks, transport) = if let Some(st) = ext.get::<StageState>() {
+            (st.stage, st.start, st.observer_ticks, None)
+        } else if let Some(t) = ext.get::<TransportState>() {
+            (Stage::Transport, t.start, t.observer_ticks, Some(*t))
+        } else if let Some(call) = ext.get::<CallState>() {
+            self.finish_call(call, end);
+            return;
+        } else {
+            return;
+        };
+        drop(ext);
+        let dur = end.ticks_since(start);
+        let mut nested = false;
+        let mut next = span.parent();
+        while let Some(ancestor) = next {
+            {
+                let mut ext = ancestor.extensions_mut();
+                if let Some(call) = ext.get_mut::<CallState>() {
+                    let acc = &mut call.stages[stage.index()];
+                    if acc.count == 0 {
+                        acc.first_start_ticks = start.ticks_since(call.start);
+                    }
+                    acc.count = acc.count.saturating_add(1);
+                    acc.sum_ticks = acc.sum_ticks.saturating_add(dur);
+                    if !nested {
+                        call.covered_ticks = call.covered_ticks.saturating_add(dur);
+                    }
+                    if let Some(t) = transport {
+                        if t.timing.is_some() || call.transport.is_none_or(|c| c.timing.is_none()) {
+                            call.transport = Some(TransportAcc {
+                                start,
+                                end,
+                                span_id: t.span_id,
+                                timing: t.timing,
+                                peer: t.peer,
+                            });
+                        }
+                    }
+                    call.observer_ticks = call
+                        .observer_ticks
+                        .saturating_add(observer_ticks)
+                        .saturating_add(stamp::now().ticks_since(end));
+                    return;
+                }
+                if ext.get_mut::<StageState>().is_some()
+                    || ext.get_mut::<TransportState>().is_some()
+                {
+                    nested = true;
+                }
+            }
+            next = ancestor.parent();
+        }
+        Health::bump(&self.health.ignored_spans);
+    }
+
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            Some(self as *const Self as *const ())
+        } else if id == TypeId::of::<WithScope>() {
+            Some(&self.with_scope as *const WithScope as *const ())
+        } else if id == TypeId::of::<Health>() {
+            // How `health::count_rejected_header` finds this layer's counters
+            // through the subscriber (`Layered` and `Filtered` pass the
+            // question on to their layers).
+            Some(Arc::as_ptr(&self.health) as *const ())
+        } else {
+            None
+        }
+    }
+}
+
+impl StageLayer {
+    /// The ids the trace-context hook finds for span `id`, if one is set.
+    fn shared_ids(&self, id: &span::Id, role: Role) -> Option<SharedIds> {
+        let hook = self.context_hook?;
+        let dispatch = self.dispatch.get()?.upgrade()?;
+        let stage = match role {
+            Role::Call => "call",
+            Role::Stage(stage) => stage.name(),
+        };
+        // The hook is other code on the app thread: a panic in it must not
+        // reach the host (it counts as a miss).
+        let found =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&dispatch, id, stage)))
+                .ok()
+                .flatten()
+                .filter(|s| s.trace_id != 0 && s.span_id != 0);
+        if found.is_none() && matches!(role, Role::Call | Role::Stage(Stage::Transport)) {
+            Health::bump(&self.health.context_misses);
+        }
+        found
+    }
+
+    /// Queues the finished call: one fixed-size message, built in place
+    /// from the span's extensions (read lock held only for the copy).
+    #[inline]
+    fn finish_call(&self, state: &CallState, end: Stamp) {
+        let panicking = std::thread::panicking();
+        let mut raw = RawCall {
+            state: *state,
+            end,
+            panicking,
+        };
+        raw.state.observer_ticks = raw
+            .state
+            .observer_ticks
+            .saturating_add(stamp::now().ticks_since(end));
+        if self.tx.try_send(Msg::Call(raw)).is_err() {
+            Health::bump(&self.health.queue_drops);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Reaching a span's stage state from outside the layer: the span helpers
+//! ([`StageSpanExt`](crate::StageSpanExt)) hold a `tracing::Span`, not the
+//! subscriber type, so the layer leaves a [`WithScope`] behind that walks a
+//! span's scope in the concrete subscriber.
+
+use std::fmt;
+
+use tracing_core::{span, Dispatch, Subscriber};
+use tracing_subscriber::registry::{ExtensionsMut, LookupSpan};
+
+/// Walks the scope of a span, innermost first, handing each span's extensions
+/// to `f` until it returns `true`. Set when the layer is attached, because
+/// only then is the subscriber type known (tracing-opentelemetry's `WithContext`
+/// does the same).
+#[derive(Clone, Copy)]
+pub(crate) struct WithScope(Option<WalkFn>);
+
+impl WithScope {
+    pub(crate) fn for_subscriber<S>() -> Self
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        WithScope(Some(walk_scope::<S>))
+    }
+}
+
+type WalkFn = fn(&Dispatch, &span::Id, &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool);
+
+impl fmt::Debug for WithScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WithScope")
+    }
+}
+
+fn walk_scope<S>(
+    dispatch: &Dispatch,
+    id: &span::Id,
+    f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool,
+) where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
+        return;
+    };
+    let Some(span) = subscriber.span(id) else {
+        return;
+    };
+    for s in span.scope() {
+        if f(&mut s.extensions_mut()) {
+            return;
+        }
+    }
+}
+
+/// Runs `f` on the extensions of `span` and its ancestors, innermost first,
+/// until `f` returns `true`. Does nothing when no stage layer is installed.
+///
+/// A span no layer enabled (e.g. a non-stage span when stagetrace is the only
+/// layer) has no scope of its own: the current span stands in for it.
+pub(crate) fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool) {
+    let walk_from =
+        |dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool| {
+            if let Some(WithScope(Some(walk))) = dispatch.downcast_ref::<WithScope>() {
+                walk(dispatch, id, f);
+            }
+        };
+    if span.is_disabled() {
+        tracing::dispatcher::get_default(|dispatch| {
+            if let Some(id) = dispatch.current_span().id() {
+                walk_from(dispatch, id, &mut *f);
+            }
+        });
+    } else {
+        span.with_subscriber(|(id, dispatch)| walk_from(dispatch, id, &mut *f));
+    }
+}

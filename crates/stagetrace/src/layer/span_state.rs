@@ -1,0 +1,31 @@
+//! What the layer keeps in the registry's extensions of a stage span. A call
+//! span keeps a [`CallState`](crate::queue::CallState), which is also what
+//! the worker receives when the call closes.
+
+use crate::queue::{InlineStr, PEER_LEN};
+use crate::stage::Stage;
+use crate::stamp::Stamp;
+use crate::wire::ServerTiming;
+
+/// Per-stage-span state (stages other than transport). Kept small: the
+/// registry boxes one per span.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StageState {
+    pub(crate) stage: Stage,
+    pub(crate) start: Stamp,
+    pub(crate) observer_ticks: u64,
+}
+
+/// Per-transport-span state: also the span id sent in `traceparent`, the
+/// server timing and the peer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TransportState {
+    pub(crate) start: Stamp,
+    /// Non-zero: the parent id sent in `traceparent`.
+    pub(crate) span_id: u64,
+    /// `span_id` came from another layer (see [`crate::context`]).
+    pub(crate) shared: bool,
+    pub(crate) observer_ticks: u64,
+    pub(crate) timing: Option<ServerTiming>,
+    pub(crate) peer: InlineStr<PEER_LEN>,
+}

@@ -1,0 +1,137 @@
+//! The message from the app thread to the worker (`docs/architecture.md` §4).
+//!
+//! When a call span closes, the layer copies the call's state into one
+//! fixed-size [`Msg`] and `try_send`s it on a bounded channel; the worker
+//! turns it into a [`CallRecord`](crate::CallRecord). Everything in here is
+//! `Copy` and allocation-free, so queuing a call never allocates on the app
+//! thread. Both the layer and the worker import this module; neither imports
+//! the other.
+
+use std::fmt;
+
+use crate::stage::Stage;
+use crate::stamp::Stamp;
+use crate::wire::ServerTiming;
+
+/// A short string kept inline (no allocation); longer values are truncated
+/// at a character boundary.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct InlineStr<const N: usize> {
+    len: u8,
+    buf: [u8; N],
+}
+
+impl<const N: usize> InlineStr<N> {
+    pub(crate) const fn new() -> Self {
+        InlineStr {
+            len: 0,
+            buf: [0; N],
+        }
+    }
+
+    pub(crate) fn set(&mut self, s: &str) {
+        let mut n = s.len().min(N).min(u8::MAX as usize);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.buf[..n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len = n as u8;
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl<const N: usize> fmt::Debug for InlineStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// Longest `kind` kept (bytes).
+pub(crate) const KIND_LEN: usize = 32;
+/// Longest transport `peer` kept (bytes).
+pub(crate) const PEER_LEN: usize = 64;
+
+/// Accumulated time of one stage inside one call, in stamp ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StageAcc {
+    /// Spans of this stage that closed inside the call.
+    pub(crate) count: u32,
+    /// Sum of their durations.
+    pub(crate) sum_ticks: u64,
+    /// Start of the first one, after the call started.
+    pub(crate) first_start_ticks: u64,
+}
+
+/// The transport span used for stitching.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TransportAcc {
+    pub(crate) start: Stamp,
+    pub(crate) end: Stamp,
+    pub(crate) span_id: u64,
+    pub(crate) timing: Option<ServerTiming>,
+    pub(crate) peer: InlineStr<PEER_LEN>,
+}
+
+/// Per-call state, in the call span's extensions; sent whole to the worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallState {
+    pub(crate) start: Stamp,
+    pub(crate) ordinal: u64,
+    pub(crate) seq: Option<u64>,
+    pub(crate) trace_id: u128,
+    pub(crate) span_id: u64,
+    pub(crate) kind: InlineStr<KIND_LEN>,
+    pub(crate) stages: [StageAcc; Stage::ALL.len()],
+    /// Sum of the durations of stage spans not nested in another stage span.
+    pub(crate) covered_ticks: u64,
+    pub(crate) transport: Option<TransportAcc>,
+    pub(crate) failed: Option<&'static str>,
+    pub(crate) digest: Option<u64>,
+    /// Action chunks dropped as stale in this call (0: none).
+    pub(crate) stale_dropped: u32,
+    /// The layer's own time on this call so far.
+    pub(crate) observer_ticks: u64,
+    /// `trace_id` / `span_id` came from another layer (see [`crate::context`]).
+    pub(crate) shared_context: bool,
+}
+
+/// One finished call, as queued to the worker.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawCall {
+    pub(crate) state: CallState,
+    pub(crate) end: Stamp,
+    pub(crate) panicking: bool,
+}
+
+/// Messages to the worker.
+// Boxing the call would allocate on the app thread; the queue's slots are
+// preallocated at this size instead.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Call(RawCall),
+    /// Drain, write the cumulative summary, reply, exit.
+    Shutdown,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_str_truncates_on_char_boundary() {
+        let mut s = InlineStr::<4>::new();
+        s.set("abcdef");
+        assert_eq!(s.as_str(), "abcd");
+        s.set("aé€");
+        assert_eq!(s.as_str(), "aé");
+        assert!(!s.is_empty());
+    }
+}

@@ -1,0 +1,63 @@
+//! The human-readable table of a summary ([`WindowSummary::table`]).
+
+use std::fmt::Write as _;
+
+use crate::record::Figure;
+
+use super::window::{figures, WindowSummary};
+
+impl WindowSummary {
+    /// A human-readable per-stage table (ms), with the observer's cost,
+    /// the fault counters and the deadline figures below it.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "stage (ms)", "count", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
+        );
+        for name in figures().map(Figure::name) {
+            if let Some(s) = self.stages.get(name) {
+                let _ = writeln!(
+                    out,
+                    "{:<10} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+                    name, s.count, s.min, s.p50, s.p90, s.p99, s.p99_9, s.max, s.mean
+                );
+            }
+        }
+        let _ = write!(
+            out,
+            "calls {} (warm-up {} excluded, failed {})",
+            self.calls, self.warmup_calls, self.failed_calls
+        );
+        if let Some(o) = self.observer_us {
+            let _ = write!(out, "; observer {:.1} µs p50, {:.1} µs p99", o.p50, o.p99);
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "queue drops {}, write failures {}, rejected headers {}, clamped {}, ignored spans {}, empty calls {}",
+            self.queue_drops,
+            self.write_failures,
+            self.rejected_headers,
+            self.clamped,
+            self.ignored_spans,
+            self.empty_calls
+        );
+        if let Some(d) = self.deadline {
+            let _ = writeln!(
+                out,
+                "deadline @ {} Hz: {} missed ({} skipped ticks), effective {:.2} Hz, late p50 {:.3} / p99 {:.3} ms, jitter p50 {:.3} / p99 {:.3} ms",
+                d.target_hz,
+                d.misses,
+                d.skipped_ticks,
+                d.effective_hz,
+                d.late_ms.p50,
+                d.late_ms.p99,
+                d.jitter_ms.p50,
+                d.jitter_ms.p99
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,131 @@
+//! What one summary line says: the public types of `summary.*.jsonl`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::Figure;
+
+/// The figures a summary reports, in display order: the schema's call-time
+/// figures (the six stages and those derived from them; see
+/// [`Figure::is_call_time`]). Each is keyed by its short name (`"infer"`).
+pub fn figures() -> impl Iterator<Item = Figure> {
+    Figure::ALL.into_iter().filter(|f| f.is_call_time())
+}
+
+/// Distribution of one figure over a window, in milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StageStats {
+    /// Calls that had this figure.
+    pub count: u64,
+    /// Exact minimum.
+    pub min: f64,
+    /// Median (HdrHistogram, 3 significant digits).
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    #[serde(rename = "p99.9")]
+    pub p99_9: f64,
+    /// Exact maximum.
+    pub max: f64,
+    /// Exact mean.
+    pub mean: f64,
+}
+
+/// Per-kind figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct KindSummary {
+    /// Steady-state calls of this kind in the window.
+    pub calls: u64,
+    /// Figure name (see [`figures`]) → distribution.
+    pub stages: BTreeMap<String, StageStats>,
+}
+
+/// Two quantiles of a secondary figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+}
+
+/// Deadline figures against the configured `target_hz`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeadlineSummary {
+    /// The configured control rate.
+    pub target_hz: f64,
+    /// Calls that ended after their tick's deadline, plus ticks no call served.
+    pub misses: u64,
+    /// Ticks no call started in (the loop fell behind and skipped them); part of `misses`.
+    pub skipped_ticks: u64,
+    /// Completed calls per second.
+    pub effective_hz: f64,
+    /// Completion − deadline (scheduled tick + period), ms; negative = slack.
+    pub late_ms: Quantiles,
+    /// |Δ²t| of consecutive call completions, ms.
+    pub jitter_ms: Quantiles,
+}
+
+/// One line of `summary.*.jsonl`: a rolling window, or the cumulative summary
+/// written at shutdown (`window == "cumulative"`). Durations in ms.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowSummary {
+    /// Run id (UTC start time and pid), shared with the `records-<run>` file name.
+    pub run: String,
+    /// `"rolling"` or `"cumulative"`.
+    pub window: String,
+    /// Rolling window number, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+    /// Window start, ms since the Unix epoch.
+    pub start_unix_ms: f64,
+    /// Window end, ms since the Unix epoch.
+    pub end_unix_ms: f64,
+    /// Steady-state calls that completed (warm-up and failed calls excluded).
+    pub calls: u64,
+    /// Warm-up calls, kept out of every figure.
+    pub warmup_calls: u64,
+    /// Failed calls (`failed: true`), kept out of the stage figures.
+    pub failed_calls: u64,
+    /// Figure name (see [`figures`]) → distribution over steady-state calls.
+    pub stages: BTreeMap<String, StageStats>,
+    /// Kind → its own figures.
+    pub kinds: BTreeMap<String, KindSummary>,
+    /// The layer's own cost per call on the app thread, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observer_us: Option<Quantiles>,
+    /// Calls dropped because the queue to the worker was full.
+    pub queue_drops: u64,
+    /// Lines that could not be written (unwritable directory, full disk).
+    pub write_failures: u64,
+    /// Rejected trace-context / server-timing headers, counted on this layer
+    /// (by its own parsing, or by code running under its subscriber).
+    pub rejected_headers: u64,
+    /// Negative durations clamped to 0, counted on this layer.
+    pub clamped: u64,
+    /// Stage spans that closed outside any call span, or named an unknown stage.
+    pub ignored_spans: u64,
+    /// Call spans that closed with no stage span inside.
+    pub empty_calls: u64,
+    /// Deadline figures, when a `target_hz` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineSummary>,
+    /// Counters the record sinks report about themselves, cumulative
+    /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sink_counters: BTreeMap<String, u64>,
+}
+
+impl WindowSummary {
+    /// The summary as one JSON line (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The cumulative summary returned by [`FlushGuard::finish`](crate::FlushGuard::finish).
+pub type Summary = WindowSummary;

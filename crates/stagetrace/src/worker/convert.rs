@@ -1,0 +1,218 @@
+//! One queued call → its [`CallRecord`]: the figure computation. Stage times
+//! from the call's accumulators, the server timing stitched onto the
+//! client's timeline (`crate::clock`), the gap, the observer's own cost,
+//! warm-up and deadline lateness. Integer nanoseconds throughout.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::clock::{Anchor, ClientTimes, ClockMode, Stitcher};
+use crate::health::Health;
+use crate::queue::{RawCall, StageAcc};
+use crate::record::{CacheOutcome, CallRecord, Figure, SpanTime, Timeline};
+use crate::stage::Stage;
+use crate::stamp::Calibration;
+use crate::summary::{DeadlineObs, DeadlineTracker};
+use crate::wire::ServerTiming;
+
+/// Turns queued calls into records; keeps what spans calls: the per-peer
+/// clock estimates, the deadline ticks and the warm-up clock.
+#[derive(Debug)]
+pub(crate) struct Converter {
+    stitcher: Stitcher,
+    deadline: Option<DeadlineTracker>,
+    warmup_calls: u64,
+    warmup_duration: Option<Duration>,
+    first_start: Option<Instant>,
+    /// The layer's counters (clamped splits, empty calls).
+    health: Arc<Health>,
+}
+
+impl Converter {
+    pub(crate) fn new(
+        clock_mode: ClockMode,
+        deadline: Option<DeadlineTracker>,
+        warmup_calls: u64,
+        warmup_duration: Option<Duration>,
+        health: Arc<Health>,
+    ) -> Self {
+        Converter {
+            stitcher: Stitcher::new(clock_mode),
+            deadline,
+            warmup_calls,
+            warmup_duration,
+            first_start: None,
+            health,
+        }
+    }
+
+    /// One queued call → its public record (plus its deadline observation).
+    /// `cal` turns stamps into time, `anchor` places them on the wall clock.
+    pub(crate) fn convert(
+        &mut self,
+        raw: &RawCall,
+        cal: Calibration,
+        anchor: &Anchor,
+    ) -> (CallRecord, Option<DeadlineObs>) {
+        let s = &raw.state;
+        // Figures are integer ns from the stamp to the record (durations fit
+        // i64 for 292 years).
+        let ns = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let start = cal.instant(s.start);
+        let end = cal.instant(raw.end);
+        let e2e_ns = cal.ns(raw.end.ticks_since(s.start));
+        let call_start_unix_ns = anchor.to_unix_ns(start);
+        let mut rec = CallRecord {
+            seq: s.seq.unwrap_or(s.ordinal),
+            ts_unix_ns: call_start_unix_ns,
+            kind: if s.kind.is_empty() {
+                "call".to_owned()
+            } else {
+                s.kind.as_str().to_owned()
+            },
+            trace_id: Some(format!("{:032x}", s.trace_id)),
+            ..CallRecord::default()
+        };
+        rec.set(Figure::E2e, ns(e2e_ns));
+        let acc = |stage: Stage| -> StageAcc { s.stages[stage.index()] };
+        let total = |stage: Stage| {
+            let a = acc(stage);
+            (a.count > 0).then(|| ns(cal.ns(a.sum_ticks)))
+        };
+        let placed = |stage: Stage| {
+            let a = acc(stage);
+            (a.count > 0).then(|| SpanTime {
+                start_ns: cal.ns(a.first_start_ticks),
+                dur_ns: cal.ns(a.sum_ticks),
+            })
+        };
+        let mut tl = Timeline {
+            call_start_unix_ns,
+            call_dur_ns: e2e_ns,
+            capture: placed(Stage::Capture),
+            dispatch: placed(Stage::Dispatch),
+            call_span_id: Some(s.span_id.to_be_bytes()),
+            shared_context: s.shared_context,
+            ..Timeline::default()
+        };
+        rec.figures.set(Figure::Capture, total(Stage::Capture));
+        rec.figures.set(Figure::Dispatch, total(Stage::Dispatch));
+
+        if let Some(t) = s.transport {
+            let t_start = cal.ns(t.start.ticks_since(s.start));
+            let t_dur = cal.ns(t.end.ticks_since(t.start));
+            tl.transport = Some(SpanTime {
+                start_ns: t_start,
+                dur_ns: t_dur,
+            });
+            tl.transport_span_id = Some(t.span_id.to_be_bytes());
+            rec.set(Figure::Roundtrip, ns(t_dur));
+            if let Some(timing) = t.timing {
+                rec.batch_size = timing.batch_size;
+                rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
+            }
+            if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
+                let client = ClientTimes {
+                    send_unix_ns: anchor.to_unix_ns(cal.instant(t.start)),
+                    recv_unix_ns: anchor.to_unix_ns(cal.instant(t.end)),
+                };
+                let st = self.stitcher.stitch(t.peer.as_str(), client, &timing);
+                if st.clamped {
+                    Health::bump(&self.health.clamped);
+                }
+                let f = &mut rec.figures;
+                f.set(
+                    Figure::Roundtrip,
+                    st.roundtrip_ns.or(f.get(Figure::Roundtrip)),
+                );
+                f.set(Figure::Server, st.server_ns);
+                f.set(Figure::Net, st.net_ns);
+                f.set(Figure::Uplink, st.uplink_ns);
+                f.set(Figure::Downlink, st.downlink_ns);
+                f.set(Figure::Queue, st.queue_ns);
+                f.set(Figure::Infer, st.infer_ns);
+                f.set(Figure::Offset, st.offset_ns);
+                f.set(Figure::SplitErr, st.split_err_ns);
+                rec.clock = st.basis;
+                let ns = |v: i64| v.max(0) as u64;
+                let t_end = t_start.saturating_add(t_dur);
+                let mut cursor = t_start;
+                if let Some(up) = st.uplink_ns {
+                    tl.uplink = Some(SpanTime {
+                        start_ns: t_start,
+                        dur_ns: ns(up),
+                    });
+                    cursor = t_start.saturating_add(ns(up));
+                }
+                if let Some(q) = st.queue_ns {
+                    tl.queue = Some(SpanTime {
+                        start_ns: cursor,
+                        dur_ns: ns(q),
+                    });
+                    cursor = cursor.saturating_add(ns(q));
+                }
+                if let Some(i) = st.infer_ns {
+                    tl.infer = Some(SpanTime {
+                        start_ns: cursor,
+                        dur_ns: ns(i),
+                    });
+                }
+                if let Some(down) = st.downlink_ns {
+                    tl.downlink = Some(SpanTime {
+                        start_ns: t_end.saturating_sub(ns(down)),
+                        dur_ns: ns(down),
+                    });
+                }
+            }
+            let all = acc(Stage::Transport);
+            if all.count > 1 {
+                // Retries: the roundtrip is every attempt; the split is the stitched one.
+                rec.set(Figure::Roundtrip, ns(cal.ns(all.sum_ticks)));
+            }
+        }
+        if rec.get(Figure::Queue).is_none() {
+            rec.figures.set(Figure::Queue, total(Stage::Queue));
+            tl.queue = placed(Stage::Queue);
+        }
+        if rec.get(Figure::Infer).is_none() {
+            rec.figures.set(Figure::Infer, total(Stage::Infer));
+            tl.infer = placed(Stage::Infer);
+        }
+
+        let stage_spans: u32 = s.stages.iter().map(|a| a.count).sum();
+        if stage_spans == 0 {
+            Health::bump(&self.health.empty_calls);
+        }
+        let covered_ns = cal.ns(s.covered_ticks);
+        if covered_ns > e2e_ns {
+            // Overlapping top-level stage spans (concurrent tasks) cover more than the call.
+            Health::bump(&self.health.clamped);
+            rec.set(Figure::Gap, 0);
+        } else {
+            rec.set(Figure::Gap, ns(e2e_ns - covered_ns));
+        }
+        rec.set(Figure::Observer, ns(cal.ns(s.observer_ticks)));
+        if let Some(reason) = s.failed {
+            rec.failed = Some(true);
+            rec.error = Some(reason.to_owned());
+        } else if raw.panicking {
+            rec.failed = Some(true);
+            rec.error = Some("panic".to_owned());
+        }
+        rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
+        rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
+
+        let first = *self.first_start.get_or_insert(start);
+        let warm_by_time = self.warmup_duration.is_some_and(|d| start < first + d);
+        if s.ordinal < self.warmup_calls || warm_by_time {
+            rec.warmup = Some(true);
+        }
+        let obs = self.deadline.as_mut().map(|d| d.observe(start, end));
+        if let Some(o) = obs {
+            rec.set(Figure::Late, o.late_ns);
+            rec.deadline_miss = Some(o.late_ns > 0);
+        }
+        rec.timeline = tl;
+        (rec, obs)
+    }
+}

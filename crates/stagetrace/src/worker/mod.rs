@@ -1,0 +1,302 @@
+//! The worker thread (`docs/architecture.md` §4): drains the queue from the
+//! app threads, turns each call into a [`CallRecord`](crate::CallRecord)
+//! ([`convert`]), adds it to the rolling and cumulative summaries and hands
+//! it to every [`RecordSink`] — the JSONL files ([`files`]) among them.
+
+pub(crate) mod convert;
+pub(crate) mod files;
+mod run_id;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+
+use crate::clock::{Anchor, ClockMode, ANCHOR_REFRESH};
+use crate::health::Health;
+use crate::queue::{Msg, RawCall};
+use crate::sink::RecordSink;
+use crate::stamp::Calibration;
+use crate::summary::{Accum, Counters, DeadlineTracker, Span, Summary, WindowSummary};
+
+use convert::Converter;
+pub(crate) use run_id::run_id;
+
+/// How often the worker looks at the queue. It sleeps in between rather
+/// than blocking in `recv`: a receiver blocked in `recv` makes every
+/// app-thread `try_send` wake it, a futex syscall on the app thread (about
+/// 5 µs in a VM, several times the layer's own cost per call when calls come
+/// at control-loop rates and the worker is always asleep). Records reach the
+/// outputs at most this much later.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Everything the worker needs, from the builder.
+pub(crate) struct WorkerConfig {
+    pub(crate) run: String,
+    pub(crate) window: Duration,
+    pub(crate) target_hz: Option<f64>,
+    pub(crate) warmup_calls: u64,
+    pub(crate) warmup_duration: Option<Duration>,
+    pub(crate) clock_mode: ClockMode,
+    pub(crate) queue_capacity: usize,
+    /// Every sink, the file sink (when there is one) first.
+    pub(crate) sinks: Vec<Box<dyn RecordSink>>,
+}
+
+/// One message printed the first time a counter moves.
+#[derive(Debug, Default)]
+struct Once {
+    drops: bool,
+    ignored: bool,
+    unknown: bool,
+    empty: bool,
+    context: bool,
+}
+
+pub(crate) struct Worker {
+    cfg_window: Duration,
+    run: String,
+    target_hz: Option<f64>,
+    queue_capacity: usize,
+    anchor: Anchor,
+    cal: Calibration,
+    converter: Converter,
+    window: Accum,
+    cumulative: Accum,
+    index: u64,
+    window_start_ms: f64,
+    run_start_ms: f64,
+    base: Counters,
+    last: Counters,
+    /// `None`: the sink panicked and is disabled.
+    sinks: Vec<Option<Box<dyn RecordSink>>>,
+    health: Arc<Health>,
+    once: Once,
+}
+
+impl Worker {
+    pub(crate) fn new(cfg: WorkerConfig, health: Arc<Health>) -> Self {
+        let anchor = Anchor::now();
+        let now_ms = anchor.wall_unix_ns() as f64 / 1e6;
+        let deadline = cfg.target_hz.map(DeadlineTracker::new);
+        let period_ns = deadline.as_ref().map(DeadlineTracker::period_ns);
+        let base = health.counters();
+        Worker {
+            cfg_window: cfg.window,
+            target_hz: cfg.target_hz,
+            queue_capacity: cfg.queue_capacity,
+            anchor,
+            cal: Calibration::unmeasured(),
+            converter: Converter::new(
+                cfg.clock_mode,
+                deadline,
+                cfg.warmup_calls,
+                cfg.warmup_duration,
+                Arc::clone(&health),
+            ),
+            window: Accum::new(period_ns),
+            cumulative: Accum::new(period_ns),
+            index: 0,
+            window_start_ms: now_ms,
+            run_start_ms: now_ms,
+            base,
+            last: base,
+            sinks: cfg.sinks.into_iter().map(Some).collect(),
+            health,
+            once: Once::default(),
+            run: cfg.run,
+        }
+    }
+
+    /// The worker loop: runs until a shutdown message or every sender is gone.
+    pub(crate) fn run(mut self, rx: Receiver<Msg>, done: Sender<Summary>) {
+        // Calls queue up meanwhile; nothing is converted before this.
+        self.cal = Calibration::measure();
+        let mut next_window = Instant::now() + self.cfg_window;
+        loop {
+            let mut shutdown = false;
+            let mut calls = 0usize;
+            loop {
+                match rx.try_recv() {
+                    Ok(Msg::Call(raw)) => {
+                        self.on_call(&raw);
+                        calls += 1;
+                    }
+                    Ok(Msg::Shutdown) | Err(TryRecvError::Disconnected) => {
+                        shutdown = true;
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+            if shutdown {
+                while let Ok(msg) = rx.try_recv() {
+                    if let Msg::Call(raw) = msg {
+                        self.on_call(&raw);
+                    }
+                }
+                break;
+            }
+            if calls > 0 {
+                self.drained();
+            }
+            let now = Instant::now();
+            if now >= next_window {
+                self.roll_window();
+                next_window += self.cfg_window;
+                if next_window <= now {
+                    // The worker was starved for more than a window: realign.
+                    next_window = now + self.cfg_window;
+                }
+            }
+            std::thread::sleep(POLL.min(next_window.saturating_duration_since(Instant::now())));
+        }
+        let summary = self.finish();
+        let _ = done.send(summary);
+    }
+
+    fn refresh_anchor(&mut self) {
+        if self.anchor.refresh_if_older(ANCHOR_REFRESH) {
+            self.cal.refine();
+        }
+    }
+
+    fn on_call(&mut self, raw: &RawCall) {
+        self.refresh_anchor();
+        let (rec, deadline_obs) = self.converter.convert(raw, self.cal, &self.anchor);
+        let (start, end) = (self.cal.instant(raw.state.start), self.cal.instant(raw.end));
+        self.window.add(&rec, start, end, deadline_obs);
+        self.cumulative.add(&rec, start, end, deadline_obs);
+        each_sink(&mut self.sinks, true, |sink| sink.on_record(&rec));
+    }
+
+    /// Every queued call is handed over: sinks write out what they buffer.
+    fn drained(&mut self) {
+        each_sink(&mut self.sinks, true, |sink| sink.on_drained());
+    }
+
+    fn report_once(&mut self) {
+        let c = self.health.counters();
+        if c.queue_drops > 0 && !self.once.drops {
+            self.once.drops = true;
+            eprintln!(
+                "stagetrace: calls are being dropped because the queue to the worker thread is full \
+                 (capacity {}); they are counted as queue_drops. Fix: raise .queue_capacity(...) or \
+                 make record sinks faster.",
+                self.queue_capacity
+            );
+        }
+        if Health::get(&self.health.ignored_spans) > 0 && !self.once.ignored {
+            self.once.ignored = true;
+            eprintln!(
+                "stagetrace: stage spans closed outside any call span; they are ignored and counted \
+                 as ignored_spans. Fix: open a `call` span around each control cycle (or set \
+                 .call_span_name(...)); a server task in the same process is expected to show here."
+            );
+        }
+        if Health::get(&self.health.unknown_stage) > 0 && !self.once.unknown {
+            self.once.unknown = true;
+            eprintln!(
+                "stagetrace: a span has a `stage` field naming no stage; it is ignored and counted as \
+                 ignored_spans. Fix: use stage = \"capture\", \"transport\", \"queue\", \"infer\" or \"dispatch\"."
+            );
+        }
+        if Health::get(&self.health.context_misses) > 0 && !self.once.context {
+            self.once.context = true;
+            eprintln!(
+                "stagetrace: .share_trace_context(...) is set but the other layer had no trace \
+                 context for a call or transport span; those calls got trace ids of their own and \
+                 are exported as separate traces. Fix: register that layer before StageLayer \
+                 (`registry().with(otel_layer).with(stage_layer)`) and let its filter enable the \
+                 call and stage spans."
+            );
+        }
+        if c.empty_calls > 0 && !self.once.empty {
+            self.once.empty = true;
+            eprintln!(
+                "stagetrace: a call span closed with no stage span inside (counted as empty_calls). \
+                 Fix: name the stage spans capture / transport / infer / dispatch, add a `stage` \
+                 field, or map your names with .map_span(...)."
+            );
+        }
+    }
+
+    fn emit(&mut self, summary: &mut WindowSummary) {
+        for sink in self.sinks.iter().flatten() {
+            if let Ok(counters) = catch_unwind(AssertUnwindSafe(|| sink.counters())) {
+                for (name, value) in counters {
+                    *summary.sink_counters.entry(name.to_owned()).or_default() += value;
+                }
+            }
+        }
+        each_sink(&mut self.sinks, true, |sink| sink.on_window(summary));
+    }
+
+    fn roll_window(&mut self) {
+        // Before the counters are read, so lines a sink failed to write
+        // count in this window.
+        self.drained();
+        self.refresh_anchor();
+        self.cal.refine();
+        self.report_once();
+        let now_ms = self.anchor.to_unix_ns(Instant::now()) as f64 / 1e6;
+        let counters = self.health.counters();
+        let span = Span {
+            run: &self.run,
+            window: "rolling",
+            index: Some(self.index),
+            start_unix_ms: self.window_start_ms,
+            end_unix_ms: now_ms,
+            rate_secs: Some(((now_ms - self.window_start_ms) / 1e3).max(1e-3)),
+        };
+        let mut summary = self
+            .window
+            .summary(&span, counters.since(self.last), self.target_hz);
+        self.last = counters;
+        self.emit(&mut summary);
+        self.window.reset();
+        self.index += 1;
+        self.window_start_ms = now_ms;
+    }
+
+    fn finish(mut self) -> Summary {
+        // The last (partial) window, then the cumulative line.
+        self.roll_window();
+        let now_ms = self.anchor.to_unix_ns(Instant::now()) as f64 / 1e6;
+        let counters = self.health.counters();
+        let span = Span {
+            run: &self.run,
+            window: "cumulative",
+            index: None,
+            start_unix_ms: self.run_start_ms,
+            end_unix_ms: now_ms,
+            rate_secs: None,
+        };
+        let mut summary = self
+            .cumulative
+            .summary(&span, counters.since(self.base), self.target_hz);
+        self.emit(&mut summary);
+        each_sink(&mut self.sinks, false, |sink| sink.flush());
+        summary
+    }
+}
+
+/// Calls `f` on every sink still enabled. A sink that panics is disabled
+/// (and, with `announce`, reported once); the others keep running.
+fn each_sink(
+    sinks: &mut [Option<Box<dyn RecordSink>>],
+    announce: bool,
+    mut f: impl FnMut(&mut dyn RecordSink),
+) {
+    for slot in sinks {
+        if let Some(sink) = slot {
+            if catch_unwind(AssertUnwindSafe(|| f(sink.as_mut()))).is_err() {
+                if announce {
+                    eprintln!("stagetrace: a record sink panicked; it is disabled, the other outputs keep running");
+                }
+                *slot = None;
+            }
+        }
+    }
+}
