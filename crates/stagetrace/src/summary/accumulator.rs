@@ -9,7 +9,7 @@ use crate::record::{round_us, CallRecord, Figure};
 
 use super::deadline::DeadlineObs;
 use super::dist::{FigureSet, Plain};
-use super::window::{DeadlineSummary, KindSummary, WindowSummary};
+use super::window::{ClockSummary, DeadlineSummary, KindSummary, OffsetRange, WindowSummary};
 
 /// Most kinds a summary tracks separately; further kinds are pooled under
 /// [`OTHER_KINDS`] so an app that sends a fresh kind per call cannot grow memory.
@@ -34,6 +34,7 @@ pub(crate) struct Accum {
     /// Completion − tick, µs, so the histogram only sees non-negative values.
     since_tick_us: Plain,
     jitter_us: Plain,
+    clock: ClockAcc,
     first_start: Option<Instant>,
     last_end: Option<Instant>,
 }
@@ -91,6 +92,7 @@ impl Accum {
             completions: 0,
             since_tick_us: Plain::new(),
             jitter_us: Plain::new(),
+            clock: ClockAcc::new(),
             first_start: None,
             last_end: None,
         }
@@ -126,6 +128,7 @@ impl Accum {
         }
         self.calls += 1;
         self.all.add(rec);
+        self.clock.add(rec);
         if let Some(obs) = rec.get(Figure::Observer) {
             self.observer_ns.record(obs.max(0) as u64);
         }
@@ -212,6 +215,7 @@ impl Accum {
             ignored_spans: counters.ignored_spans,
             empty_calls: counters.empty_calls,
             deadline,
+            clock: self.clock.summary(),
             sink_counters: BTreeMap::new(),
         }
     }
@@ -232,7 +236,70 @@ impl Accum {
         self.completions = 0;
         self.since_tick_us.reset();
         self.jitter_us.reset();
+        self.clock.reset();
         self.first_start = None;
         self.last_end = None;
+    }
+}
+
+/// The clock figures of a window: the offset's range and last value (signed,
+/// so not a histogram) and the split error's distribution.
+#[derive(Debug)]
+struct ClockAcc {
+    calls: u64,
+    offset_min_ns: i64,
+    offset_max_ns: i64,
+    offset_last_ns: i64,
+    split_err_us: Plain,
+}
+
+impl ClockAcc {
+    fn new() -> Self {
+        ClockAcc {
+            calls: 0,
+            offset_min_ns: i64::MAX,
+            offset_max_ns: i64::MIN,
+            offset_last_ns: 0,
+            split_err_us: Plain::new(),
+        }
+    }
+
+    fn add(&mut self, rec: &CallRecord) {
+        let Some(offset) = rec.get(Figure::Offset) else {
+            return;
+        };
+        self.calls += 1;
+        self.offset_min_ns = self.offset_min_ns.min(offset);
+        self.offset_max_ns = self.offset_max_ns.max(offset);
+        self.offset_last_ns = offset;
+        if let Some(err) = rec.get(Figure::SplitErr) {
+            self.split_err_us
+                .record((err.max(0) as u64).saturating_add(500) / 1000);
+        }
+    }
+
+    /// Empty for the next window, keeping the histogram's allocation.
+    fn reset(&mut self) {
+        self.calls = 0;
+        self.offset_min_ns = i64::MAX;
+        self.offset_max_ns = i64::MIN;
+        self.offset_last_ns = 0;
+        self.split_err_us.reset();
+    }
+
+    fn summary(&self) -> Option<ClockSummary> {
+        if self.calls == 0 {
+            return None;
+        }
+        let ms = |ns: i64| Figure::Offset.to_unit(ns);
+        Some(ClockSummary {
+            calls: self.calls,
+            offset_ms: OffsetRange {
+                min: ms(self.offset_min_ns),
+                max: ms(self.offset_max_ns),
+                last: ms(self.offset_last_ns),
+            },
+            split_err_ms: self.split_err_us.quantiles(1000.0, 0.0).unwrap_or_default(),
+        })
     }
 }

@@ -16,7 +16,8 @@ mod window;
 pub use accumulator::{MAX_KINDS, OTHER_KINDS};
 pub use dist::SIGFIG;
 pub use window::{
-    figures, DeadlineSummary, KindSummary, Quantiles, StageStats, Summary, WindowSummary,
+    figures, ClockSummary, DeadlineSummary, KindSummary, OffsetRange, Quantiles, StageStats,
+    Summary, WindowSummary,
 };
 
 pub(crate) use accumulator::{Accum, Counters, Span};

@@ -58,6 +58,18 @@ impl WindowSummary {
                 d.jitter_ms.p99
             );
         }
+        if let Some(c) = self.clock {
+            let _ = writeln!(
+                out,
+                "clock: offset {:+.3} ms (window {:+.3} … {:+.3}) over {} call(s), split ± {:.3} ms p50 / {:.3} ms p99",
+                c.offset_ms.last,
+                c.offset_ms.min,
+                c.offset_ms.max,
+                c.calls,
+                c.split_err_ms.p50,
+                c.split_err_ms.p99
+            );
+        }
         out
     }
 }

@@ -70,6 +70,30 @@ pub struct DeadlineSummary {
     pub jitter_ms: Quantiles,
 }
 
+/// The clock figures of a window's calls: what their uplink/downlink splits
+/// rest on (`offset_ms`, `split_err_ms` of the records).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockSummary {
+    /// Steady-state calls whose split used an offset.
+    pub calls: u64,
+    /// Server − client offset used, ms: its range over the window (a clock
+    /// step or a fresh estimate widens it) and the latest value.
+    pub offset_ms: OffsetRange,
+    /// ± bound on the uplink/downlink split, ms.
+    pub split_err_ms: Quantiles,
+}
+
+/// A signed figure's range over a window and its latest value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OffsetRange {
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// The last call's.
+    pub last: f64,
+}
+
 /// One line of `summary.*.jsonl`: a rolling window, or the cumulative summary
 /// written at shutdown (`window == "cumulative"`). Durations in ms.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -114,6 +138,9 @@ pub struct WindowSummary {
     /// Deadline figures, when a `target_hz` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineSummary>,
+    /// Clock figures, when calls were split across two clocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockSummary>,
     /// Counters the record sinks report about themselves, cumulative
     /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
