@@ -27,6 +27,7 @@ pub use notes::{LoadError, LoadNotes};
 
 use notes::MAX_KINDS;
 use record::{layout, RawRecord};
+
 /// Most distinct failure reasons counted; further reasons count as "other".
 const MAX_ERRORS: usize = 32;
 /// Most skipped lines remembered with their position (all are counted).
