@@ -230,9 +230,10 @@ impl Dataset {
             }
         }
         self.flags.push(flags);
-        for f in &layout().read {
-            if let Some(col) = self.columns.get_mut(f.index()) {
-                col.push(raw.values[f.index()] as f32);
+        let reads = &layout().reads;
+        for ((col, v), read) in self.columns.iter_mut().zip(raw.values).zip(reads) {
+            if *read {
+                col.push(v as f32);
             }
         }
         if opts.keep_digests && raw.has_digest {

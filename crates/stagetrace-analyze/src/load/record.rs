@@ -71,9 +71,7 @@ impl RawRecord {
     /// Stores a figure's value given in its record unit, in ms.
     #[inline]
     pub(crate) fn set_figure(&mut self, figure: Figure, per_ms: f64, value: f64) {
-        if let Some(v) = self.values.get_mut(figure.index()) {
-            *v = value / per_ms;
-        }
+        self.values[figure.index()] = value / per_ms;
     }
 }
 
@@ -143,10 +141,37 @@ impl Slot {
 pub(crate) struct Key {
     /// JSON name.
     pub(crate) name: &'static str,
+    /// The name's [`fingerprint`].
+    fingerprint: (u64, u64),
     /// What to do with its value.
     pub(crate) slot: Slot,
     /// Its bit among the required fields (0 when optional).
     pub(crate) required_bit: u32,
+}
+
+/// Longest name a [`fingerprint`] covers whole.
+const FINGERPRINT_LEN: usize = 16;
+
+/// A name's bytes as two words, so a lookup compares integers instead of
+/// calling `memcmp` (the parser looks up every key of every line): the
+/// first and last eight bytes, or four under eight bytes, or the bytes
+/// themselves under four. With the length they cover every byte of a name
+/// up to [`FINGERPRINT_LEN`] bytes.
+#[inline]
+fn fingerprint(name: &[u8]) -> (u64, u64) {
+    if let (Some(a), Some(b)) = (name.first_chunk::<8>(), name.last_chunk::<8>()) {
+        (u64::from_le_bytes(*a), u64::from_le_bytes(*b))
+    } else if let (Some(a), Some(b)) = (name.first_chunk::<4>(), name.last_chunk::<4>()) {
+        (
+            u64::from(u32::from_le_bytes(*a)),
+            u64::from(u32::from_le_bytes(*b)),
+        )
+    } else {
+        let word = name
+            .iter()
+            .fold(0u64, |w, &byte| (w << 8) | u64::from(byte));
+        (word, 0)
+    }
 }
 
 /// Every key of the record, found by its bytes; built once from the field table.
@@ -157,8 +182,8 @@ pub(crate) struct Layout {
     by_len: Vec<Vec<Key>>,
     /// Every required field's bit.
     pub(crate) required: u32,
-    /// The figures read into columns.
-    pub(crate) read: Vec<Figure>,
+    /// Per figure (by [`Figure::index`]): whether the analysis reads it.
+    pub(crate) reads: [bool; FIGURE_COUNT],
 }
 
 impl Layout {
@@ -174,24 +199,31 @@ impl Layout {
             }
             by_len[len].push(Key {
                 name: info.name,
+                fingerprint: fingerprint(info.name.as_bytes()),
                 slot: Slot::of(info.field),
                 required_bit,
             });
         }
+        let mut reads = [false; FIGURE_COUNT];
+        for f in figures::read() {
+            reads[f.index()] = true;
+        }
         Layout {
             by_len,
             required,
-            read: figures::read().collect(),
+            reads,
         }
     }
 
     /// The key named `name`, when the record format has one.
     #[inline]
     pub(crate) fn key(&self, name: &[u8]) -> Option<&Key> {
-        self.by_len
-            .get(name.len())?
-            .iter()
-            .find(|k| k.name.as_bytes() == name)
+        let same_len = self.by_len.get(name.len())?;
+        if name.len() > FINGERPRINT_LEN {
+            return same_len.iter().find(|k| k.name.as_bytes() == name);
+        }
+        let fp = fingerprint(name);
+        same_len.iter().find(|k| k.fingerprint == fp)
     }
 
     /// The required fields a record lacks, given the bits of those it
@@ -244,10 +276,10 @@ pub(crate) fn validate(out: &RawRecord) -> Result<(), String> {
             Field::Kind.name()
         ));
     }
-    for f in &layout().read {
-        if out.values[f.index()].is_infinite() {
-            return Err(format!("{f} is not finite"));
-        }
+    // Figures the analysis does not read stay NaN: every value can be checked.
+    if let Some(i) = out.values.iter().position(|v| v.is_infinite()) {
+        let name = Figure::ALL.get(i).map_or("a figure", |f| f.name());
+        return Err(format!("{name} is not finite"));
     }
     Ok(())
 }

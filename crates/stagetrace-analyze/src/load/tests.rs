@@ -170,3 +170,22 @@ fn every_call_time_figure_of_the_table_is_read() {
         }
     }
 }
+
+#[test]
+fn every_field_of_the_table_is_found_by_its_name() {
+    let layout = super::record::layout();
+    for info in FIELDS.iter() {
+        let key = layout.key(info.name.as_bytes()).unwrap();
+        assert_eq!(key.name, info.name);
+    }
+    for unknown in [
+        "",
+        "e2e",
+        "e2e_mz",
+        "infer_ns",
+        "seq_",
+        "a_key_longer_than_sixteen_bytes",
+    ] {
+        assert!(layout.key(unknown.as_bytes()).is_none(), "{unknown}");
+    }
+}
