@@ -11,7 +11,7 @@
 //!   re-exported as [`Figure`]): the reader, the tables, `--json`,
 //!   `--fail-if` and the verdicts walk it; [`figures`] says which figures
 //!   the analysis reads.
-//! - [`Dataset`](load::Dataset): records streamed line by line into compact
+//! - [`Dataset`]: records streamed line by line into compact
 //!   columns (one `f32` per figure per call).
 //! - [`analyze`](analysis::analyze): exact per-stage distributions per kind
 //!   (warm-up and failed calls kept out and counted), the comparison with a

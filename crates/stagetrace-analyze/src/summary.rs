@@ -306,7 +306,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
             t.push(format!("deadline misses {m:.0}"));
         }
         if let Some(l) = d
-            .get("late_ms")
+            .get(Figure::Late.field())
             .and_then(|l| l.get("p99"))
             .and_then(Value::as_f64)
         {
@@ -321,7 +321,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         }
         let _ = writeln!(s, "{}", t.join(", "));
     }
-    if let Some(o) = get("observer_us").and_then(Value::as_object) {
+    if let Some(o) = get(Figure::Observer.field()).and_then(Value::as_object) {
         let p = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
         let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
     }
