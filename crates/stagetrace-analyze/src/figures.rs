@@ -1,8 +1,10 @@
 //! Which figures of the schema's table (`stagetrace-schema`) the analysis
 //! reads, and how they stand in for one another when a run lacks some.
 //!
-//! Nothing here lists figures: a figure added to the table is read, tabled,
-//! tested and drawn by the rules below.
+//! No list of figures is kept here: the rules below go by the table's
+//! groups and parts, and name only the sums that stand in for missing
+//! stages (`net`, `roundtrip`, `server`) and the gap. A stage added to the
+//! table is read, tabled, tested and drawn with no change here.
 
 use stagetrace_schema::{Figure, Group, Unit};
 
