@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::analysis::{group_data, Inputs, ALL_KINDS};
+use crate::analysis::{group_data, inputs_of, Inputs, ALL_KINDS};
+use crate::figures;
+use crate::format::fmt_ms;
 use crate::load::Dataset;
-use crate::metric::Metric;
-use crate::render::fmt_ms;
 use crate::stats;
 
 /// Version tag of the compare `--json` document.
@@ -122,7 +122,7 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
             continue;
         };
         let mut rows = Vec::new();
-        for m in Metric::ALL {
+        for m in figures::read() {
             let (xs, ys) = (b.sorted(m), a.sorted(m));
             if xs.len() < 2 || ys.len() < 2 {
                 continue;
@@ -176,16 +176,12 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
     }
     Comparison {
         schema: COMPARE_SCHEMA,
-        before: inputs(before),
-        after: inputs(after),
+        before: inputs_of(before),
+        after: inputs_of(after),
         groups,
         outputs: digests(before, after),
         significant,
     }
-}
-
-fn inputs(ds: &Dataset) -> Inputs {
-    crate::analysis::inputs_of(ds)
 }
 
 fn digests(before: &Dataset, after: &Dataset) -> DigestCheck {

@@ -3,8 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+use stagetrace_schema::Figure;
+
 use crate::analysis::{Report, ALL_KINDS};
-use crate::metric::Metric;
+use crate::figures;
 
 /// Comparison of a gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +46,8 @@ impl Op {
 pub enum Target {
     /// A statistic of a stage (`infer.p99`), in ms (`n` is a count).
     Stage {
-        /// The stage.
-        metric: Metric,
+        /// The figure (any the analysis reads).
+        figure: Figure,
         /// `n`, `min`, `p50`, `p90`, `p99`, `p999`, `max`, `mean`, `stddev`.
         stat: String,
     },
@@ -122,7 +124,8 @@ impl FromStr for Gate {
             ("deadline", "miss_rate") => Target::DeadlineMissRate,
             ("outliers", "count") => Target::Outliers,
             _ => {
-                let metric = Metric::from_name(stage)
+                let figure = Figure::from_name(stage)
+                    .filter(|f| figures::is_read(*f))
                     .ok_or_else(|| bad(&format!("unknown stage '{stage}'")))?;
                 let stat = match stat {
                     "p99.9" => "p999",
@@ -134,7 +137,7 @@ impl FromStr for Gate {
                     return Err(bad(&format!("unknown statistic '{stat}'")));
                 }
                 Target::Stage {
-                    metric,
+                    figure,
                     stat: stat.to_string(),
                 }
             }
@@ -202,11 +205,11 @@ impl Gate {
             ))
         };
         let (value, unit) = match &self.target {
-            Target::Stage { metric, stat } => {
+            Target::Stage { figure, stat } => {
                 let s = group
                     .stages
-                    .get(metric.name())
-                    .ok_or_else(|| missing(&format!("{} figures", metric.name())))?;
+                    .get(figure.name())
+                    .ok_or_else(|| missing(&format!("{} figures", figure.name())))?;
                 let v = s.get(stat).ok_or_else(|| missing(stat))?;
                 (v, if stat == "n" { "" } else { " ms" })
             }
@@ -261,7 +264,7 @@ mod tests {
         assert_eq!(
             g.target,
             Target::Stage {
-                metric: Metric::Infer,
+                figure: Figure::Infer,
                 stat: "p99".into()
             }
         );

@@ -4,9 +4,12 @@
 
 use std::fmt::Write as _;
 
+use stagetrace_schema::{Figure, Side};
+
 use crate::analysis::{Analysis, GroupData, GroupReport, ALL_KINDS};
-use crate::metric::Metric;
-use crate::render::{self, fmt_ms};
+use crate::figures;
+use crate::format::fmt_ms;
+use crate::render;
 use crate::stats;
 
 const W: f64 = 1200.0;
@@ -20,41 +23,50 @@ const CURVE_POINTS: usize = 400;
 /// Columns of the timeline (calls beyond this share a column; it shows its slowest call).
 const TIMELINE_COLUMNS: usize = 900;
 
-fn color(m: Metric) -> &'static str {
-    match m {
-        Metric::Capture => "#8c564b",
-        Metric::Uplink => "#1f77b4",
-        Metric::Queue => "#bcbd22",
-        Metric::Infer => "#2ca02c",
-        Metric::Downlink => "#17becf",
-        Metric::Dispatch => "#9467bd",
-        Metric::Roundtrip => "#7f7f7f",
-        Metric::Server => "#98df8a",
-        Metric::Net => "#aec7e8",
-        Metric::E2e => "#d62728",
-        Metric::Gap => "#ff7f0e",
-        Metric::Observer => "#e377c2",
-        Metric::Late => "#c49c94",
+/// A figure's colour on every plot. Exhaustive: a figure added to the
+/// table needs its colour here.
+fn color(f: Figure) -> &'static str {
+    match f {
+        Figure::Capture => "#8c564b",
+        Figure::Uplink => "#1f77b4",
+        Figure::Queue => "#bcbd22",
+        Figure::Infer => "#2ca02c",
+        Figure::Downlink => "#17becf",
+        Figure::Dispatch => "#9467bd",
+        Figure::Roundtrip => "#7f7f7f",
+        Figure::Server => "#98df8a",
+        Figure::Net => "#aec7e8",
+        Figure::E2e => "#d62728",
+        Figure::Gap => "#ff7f0e",
+        Figure::Observer => "#e377c2",
+        Figure::Late => "#c49c94",
+        // Not drawn today (the analysis does not read the clock figures).
+        Figure::Offset => "#dbdb8d",
+        Figure::SplitErr => "#c7c7c7",
     }
 }
 
-fn esc(s: &str) -> String {
+/// Escapes text for HTML element content and attribute values: `&`, `<`,
+/// `>` and `"`.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-/// Metrics drawn as curves: the call's own times present, in display order;
-/// roundtrip / net only when the uplink/downlink split is missing, and no
-/// server total (its queue and infer are drawn).
-fn curves(g: &GroupData) -> Vec<Metric> {
-    Metric::ALL
+/// Figures drawn as curves: the call's own times present, in display order.
+/// A sum on the server side is not drawn (its stages are), nor one on the
+/// transport side (`roundtrip`, `net`) while the uplink/downlink split is
+/// there.
+fn curves(g: &GroupData) -> Vec<Figure> {
+    let split = Figure::Net.parts().iter().any(|p| !g.sorted(*p).is_empty());
+    Figure::ALL
         .into_iter()
-        .filter(|m| m.is_call_time() && *m != Metric::Server)
-        .filter(|m| !g.sorted(*m).is_empty())
-        .filter(|m| {
-            !matches!(m, Metric::Roundtrip | Metric::Net) || g.sorted(Metric::Uplink).is_empty()
+        .filter(|f| f.is_call_time() && !g.sorted(*f).is_empty())
+        .filter(|f| {
+            let sum = !f.parts().is_empty();
+            !(sum && (f.side() == Side::Server || (split && f.side() == Side::Transport)))
         })
         .collect()
 }
@@ -75,16 +87,16 @@ li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;bord
         s,
         "<p>{} record(s) from {}</p>",
         a.report.inputs.records,
-        esc(&a.report.inputs.files.join(", "))
+        escape(&a.report.inputs.files.join(", "))
     );
     let _ = writeln!(s, "<h2>Verdict</h2>\n<ul id=\"verdicts\">");
     for v in &a.report.verdicts {
         let _ = writeln!(
             s,
             "<li><code>{}</code> [{}] {}</li>",
-            esc(v.code),
-            esc(&v.kind),
-            esc(&v.text)
+            escape(v.code),
+            escape(&v.kind),
+            escape(&v.text)
         );
     }
     let _ = writeln!(s, "</ul>");
@@ -100,7 +112,7 @@ li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;bord
         };
         n += 1;
         let base = a.baseline_groups.iter().find(|b| b.kind == g.kind);
-        let _ = writeln!(s, "<h2>kind \"{}\"</h2>", esc(&g.kind));
+        let _ = writeln!(s, "<h2>kind \"{}\"</h2>", escape(&g.kind));
         let _ = writeln!(
             s,
             "<h3>Percentile spectrum (HDR){}</h3>",
@@ -122,7 +134,7 @@ li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;bord
     let _ = writeln!(
         s,
         "<h2>Tables</h2>\n<pre>{}</pre>",
-        esc(&render::text(&a.report))
+        escape(&render::text(&a.report))
     );
     let _ = writeln!(s, "</body></html>");
     s
@@ -132,11 +144,11 @@ fn svg_open(s: &mut String, id: &str, title: &str) {
     let _ = writeln!(
         s,
         "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" font-family=\"sans-serif\" font-size=\"12\"><title>{}</title>",
-        esc(title)
+        escape(title)
     );
 }
 
-fn legend(s: &mut String, items: &[Metric]) {
+fn legend(s: &mut String, items: &[Figure]) {
     for (i, m) in items.iter().enumerate() {
         let y = MT + 10.0 + 18.0 * i as f64;
         let x = W - MR + 15.0;
@@ -227,7 +239,7 @@ fn polyline(s: &mut String, pts: &[(f64, f64)], col: &str, dashed: bool, title: 
     let _ = writeln!(
         s,
         "<polyline fill=\"none\" stroke=\"{col}\" stroke-width=\"1.8\"{dash} points=\"{d}\"><title>{}</title></polyline>",
-        esc(title)
+        escape(title)
     );
 }
 
@@ -412,22 +424,8 @@ fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
 
 fn timeline_plot(s: &mut String, a: &Analysis<'_>, g: &GroupData, r: &GroupReport, suffix: &str) {
     let ds = a.run;
-    let has = |m: Metric| !g.sorted(m).is_empty();
-    let mut stack: Vec<Metric> = vec![Metric::Capture];
-    if has(Metric::Uplink) {
-        stack.extend([
-            Metric::Uplink,
-            Metric::Queue,
-            Metric::Infer,
-            Metric::Downlink,
-        ]);
-    } else if has(Metric::Net) {
-        stack.extend([Metric::Net, Metric::Queue, Metric::Infer]);
-    } else {
-        stack.extend([Metric::Roundtrip]);
-    }
-    stack.extend([Metric::Dispatch, Metric::Gap]);
-    stack.retain(|m| has(*m));
+    let has = |f: Figure| !g.sorted(f).is_empty();
+    let stack = figures::stacked(has);
     let calls = &g.calls;
     svg_open(
         s,
@@ -439,16 +437,14 @@ fn timeline_plot(s: &mut String, a: &Analysis<'_>, g: &GroupData, r: &GroupRepor
         return;
     }
     let cols = calls.len().min(TIMELINE_COLUMNS);
-    let e2e = |i: usize| ds.value(Metric::E2e, i).unwrap_or(0.0);
+    let e2e = |i: usize| ds.value(Figure::E2e, i).unwrap_or(0.0);
     // Per column: the slowest call.
     let mut chosen: Vec<(usize, bool)> = Vec::with_capacity(cols);
     let per = calls.len() as f64 / cols as f64;
     let is_outlier = |i: usize| -> bool {
-        Metric::ALL.iter().any(|m| {
-            g.thresholds[m.index()].is_some_and(|thr| {
-                !matches!(m, Metric::Observer | Metric::Late)
-                    && ds.value(*m, i).is_some_and(|v| v > thr)
-            })
+        Figure::ALL.iter().any(|f| {
+            g.thresholds[f.index()]
+                .is_some_and(|thr| f.is_call_time() && ds.value(*f, i).is_some_and(|v| v > thr))
         })
     };
     for c in 0..cols {

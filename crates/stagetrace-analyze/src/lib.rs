@@ -7,7 +7,11 @@
 //!
 //! # Core concepts
 //!
-//! - [`Dataset`](load::Dataset): records streamed line by line into compact
+//! - The figures come from the schema's table (`stagetrace-schema`,
+//!   re-exported as [`Figure`]): the reader, the tables, `--json`,
+//!   `--fail-if` and the verdicts walk it; [`figures`] says which figures
+//!   the analysis reads.
+//! - [`Dataset`]: records streamed line by line into compact
 //!   columns (one `f32` per figure per call).
 //! - [`analyze`](analysis::analyze): exact per-stage distributions per kind
 //!   (warm-up and failed calls kept out and counted), the comparison with a
@@ -15,8 +19,9 @@
 //!   periodicity of spikes, the gap's share of e2e jitter, and verdicts.
 //! - [`compare`](compare::compare): per-stage change between two runs with
 //!   confidence intervals and significance, and output-digest consistency.
-//! - Renderers: [`render::text`], [`html::html`], [`hgrm::percentile_spectrum`],
-//!   and [`gate::Gate`] for `--fail-if`.
+//! - Renderers: [`render::text`], [`render::json`], [`html::html`],
+//!   [`hgrm::percentile_spectrum`], and [`gate::Gate`] for `--fail-if`.
+//! - [`report_files`]: record files to the report in one call.
 //!
 //! # Usage
 //!
@@ -41,11 +46,37 @@
 
 pub mod analysis;
 pub mod compare;
+pub mod figures;
+pub mod format;
 pub mod gate;
 pub mod hgrm;
 pub mod html;
 pub mod load;
-pub mod metric;
 pub mod render;
 pub mod stats;
 pub mod summary;
+
+use std::path::Path;
+
+pub use render::Format;
+pub use stagetrace_schema::Figure;
+
+use analysis::{AnalyzeOptions, Report};
+use load::{Dataset, LoadError, LoadOptions};
+
+/// Reads record files and analyses them: the report `stagetrace report
+/// FILES` prints, in one call. Render it with [`Format::render`].
+///
+/// ```no_run
+/// use stagetrace_analyze::{analysis::AnalyzeOptions, report_files, Format};
+/// let report = report_files(&["out/records-run.jsonl"], &AnalyzeOptions::default())?;
+/// print!("{}", Format::Text.render(&report)?);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn report_files<P: AsRef<Path>>(
+    paths: &[P],
+    opts: &AnalyzeOptions,
+) -> Result<Report, LoadError> {
+    let ds = Dataset::load(paths, LoadOptions::default())?;
+    Ok(analysis::analyze(&ds, None, opts).report)
+}

@@ -1,27 +1,39 @@
-//! The terminal report.
+//! The report as text: the terminal's tables ([`text`]) and the `--json`
+//! document ([`json`]). Rows come in the figure table's display order.
 
 use std::fmt::Write as _;
 
-use crate::analysis::{iso_time, GroupReport, Report};
-use crate::metric::Metric;
+use stagetrace_schema::Figure;
 
-/// A duration in ms, with a precision that suits its size (`"36.20 ms"`, `"850 µs"`).
-pub fn fmt_ms(v: f64) -> String {
-    if !v.is_finite() {
-        return format!("{v}");
+use crate::analysis::{GroupReport, Report};
+use crate::figures;
+use crate::format::{fmt_ms, iso_time};
+
+/// How a report is written out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The terminal's tables ([`text`]).
+    Text,
+    /// The `--json` document ([`json`]).
+    Json,
+}
+
+impl Format {
+    /// The report in this format.
+    pub fn render(self, report: &Report) -> Result<String, serde_json::Error> {
+        match self {
+            Format::Text => Ok(text(report)),
+            Format::Json => json(report),
+        }
     }
-    let a = v.abs();
-    if a >= 1000.0 {
-        format!("{:.0} ms", v)
-    } else if a >= 100.0 {
-        format!("{:.1} ms", v)
-    } else if a >= 1.0 {
-        format!("{:.2} ms", v)
-    } else if a >= 0.1 || a == 0.0 {
-        format!("{:.3} ms", v)
-    } else {
-        format!("{:.1} µs", v * 1000.0)
-    }
+}
+
+/// The report as `--json` prints it: pretty JSON with stable field names
+/// (`docs/report.md`), ending in a newline.
+pub fn json(report: &Report) -> Result<String, serde_json::Error> {
+    let mut s = serde_json::to_string_pretty(report)?;
+    s.push('\n');
+    Ok(s)
 }
 
 /// A table cell: fixed three decimals.
@@ -150,7 +162,7 @@ fn group(s: &mut String, g: &GroupReport) {
         "\n  {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
         "stage", "n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
     );
-    for m in Metric::ALL {
+    for m in figures::read() {
         if let Some(st) = g.stages.get(m.name()) {
             let _ = writeln!(
                 s,
@@ -177,7 +189,7 @@ fn group(s: &mut String, g: &GroupReport) {
             "  {:<10} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  shape",
             "stage", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
         );
-        for m in Metric::ALL {
+        for m in figures::read() {
             if let Some(b) = g.baseline.get(m.name()) {
                 let _ = writeln!(
                     s,
@@ -251,13 +263,16 @@ fn group(s: &mut String, g: &GroupReport) {
         }
     }
     if let Some(gp) = &g.gap {
-        // Parts that sit inside another part are shown as "of which".
+        // A finest figure inside a sum of finest figures that is a part too
+        // is shown "of which" (queue and infer under server, the observer
+        // under the gap).
         let inner = |k: &str| -> Option<&'static str> {
-            match k {
-                "queue" | "infer" if gp.shares.contains_key("server") => Some("server"),
-                "observer" => Some("gap"),
-                _ => None,
-            }
+            let f = Figure::from_name(k)?;
+            Figure::ALL
+                .into_iter()
+                .filter(|s| figures::sums_finest(*s) && s.parts().contains(&f))
+                .map(Figure::name)
+                .find(|s| gp.shares.contains_key(s))
         };
         let mut parts: Vec<(&str, f64)> = gp
             .shares
@@ -288,5 +303,73 @@ fn group(s: &mut String, g: &GroupReport) {
             fmt_ms(gp.e2e_stddev_ms),
             list.join(", ")
         );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::Path;
+
+    use crate::analysis::{analyze, AnalyzeOptions, ALL_KINDS};
+    use crate::load::{Dataset, LoadOptions};
+
+    #[test]
+    fn mitigation_figures_per_kind_in_text_and_json() {
+        // kind "a": batches of 4 and 2, a cache missing once then hitting
+        // three times; kind "b": one stale drop of 2 chunks; a warm-up call
+        // with a batch of 9 is left out.
+        let lines = [
+            r#"{"seq":0,"ts_unix_ms":1000,"kind":"a","e2e_ms":1,"warmup":true,"batch_size":9}"#,
+            r#"{"seq":1,"ts_unix_ms":1010,"kind":"a","e2e_ms":1,"batch_size":4,"cache":"miss"}"#,
+            r#"{"seq":2,"ts_unix_ms":1020,"kind":"a","e2e_ms":1,"batch_size":2,"cache":"hit"}"#,
+            r#"{"seq":3,"ts_unix_ms":1030,"kind":"a","e2e_ms":1,"cache":"hit"}"#,
+            r#"{"seq":4,"ts_unix_ms":1040,"kind":"a","e2e_ms":1,"cache":"hit"}"#,
+            r#"{"seq":5,"ts_unix_ms":1050,"kind":"b","e2e_ms":1}"#,
+            r#"{"seq":6,"ts_unix_ms":1060,"kind":"b","e2e_ms":1,"failed":true,"error":"stale action dropped","stale_dropped":2}"#,
+        ]
+        .join("\n");
+        let ds =
+            Dataset::load_reader(lines.as_bytes(), Path::new("m"), LoadOptions::default()).unwrap();
+        let a = analyze(&ds, None, &AnalyzeOptions::default());
+        let g = |k: &str| a.report.groups.iter().find(|g| g.kind == k).unwrap();
+        let ma = g("a").mitigations.clone().unwrap();
+        assert_eq!((ma.batched_calls, ma.mean_batch), (2, Some(3.0)));
+        assert_eq!((ma.cache_hits, ma.cache_misses), (3, 1));
+        assert_eq!(ma.cache_hit_rate, Some(0.75));
+        assert_eq!((ma.stale_calls, ma.stale_dropped), (0, 0));
+        let mb = g("b").mitigations.clone().unwrap();
+        assert_eq!((mb.stale_calls, mb.stale_dropped), (1, 2));
+        assert_eq!((mb.mean_batch, mb.cache_hit_rate), (None, None));
+        let all = g(ALL_KINDS).mitigations.clone().unwrap();
+        assert_eq!(
+            (all.batched_calls, all.cache_hits, all.stale_dropped),
+            (2, 3, 2)
+        );
+        let text = super::text(&a.report);
+        assert!(
+            text.contains(
+                "mitigations: batched 2 call(s), mean batch 3.00; cache 3 hit / 1 miss (75.0% hit)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("mitigations: 2 stale action(s) dropped in 1 call(s)"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&a.report).unwrap();
+        assert_eq!(json["groups"][0]["mitigations"]["cache_hit_rate"], 0.75);
+        // Runs without mitigations carry no such entry.
+        let plain = Dataset::load_reader(
+            r#"{"seq":0,"ts_unix_ms":1,"kind":"c","e2e_ms":1}"#.as_bytes(),
+            Path::new("p"),
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let p = analyze(&plain, None, &AnalyzeOptions::default());
+        assert!(p.report.groups[0].mitigations.is_none());
+        let pj = serde_json::to_value(&p.report).unwrap();
+        assert!(pj["groups"][0].get("mitigations").is_none());
+        assert!(!super::text(&p.report).contains("mitigations:"));
     }
 }

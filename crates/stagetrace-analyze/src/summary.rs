@@ -15,7 +15,9 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::analysis::iso_time;
+use stagetrace_schema::{Figure, FIGURE_COUNT};
+
+use crate::format::iso_time;
 
 /// Longest summary line kept (a longer one is skipped and counted).
 const MAX_LINE: usize = 4 << 20;
@@ -78,26 +80,49 @@ impl Follower {
         self.current.as_deref()
     }
 
-    /// Reads what arrived since the last poll and returns the newest complete
-    /// summary line among it (older ones are counted in `windows_seen`, not
-    /// kept: memory stays bounded however long the file). Switches to a newer
-    /// file when one appears (rotation) and starts over when the file shrank
-    /// (truncation).
-    pub fn poll(&mut self) -> io::Result<Option<Value>> {
+    /// Every complete summary line that arrived since the last poll, in
+    /// the order written: `tail --json` prints each window once. Switches
+    /// to a newer file when one appears (rotation), after the rest of the
+    /// current one, and starts over when the file shrank (truncation).
+    pub fn poll(&mut self) -> io::Result<Vec<Value>> {
+        let mut windows = Vec::new();
+        self.read_new(|w| windows.push(w))?;
+        Ok(windows)
+    }
+
+    /// Like [`poll`](Self::poll), but keeps only the newest window (older
+    /// ones are counted in `windows_seen`, not kept: memory stays bounded
+    /// however long the file), for a view that shows the latest window.
+    pub fn poll_newest(&mut self) -> io::Result<Option<Value>> {
+        let mut newest = None;
+        self.read_new(|w| newest = Some(w))?;
+        Ok(newest)
+    }
+
+    fn read_new(&mut self, mut each: impl FnMut(Value)) -> io::Result<()> {
         let newest = newest_summary(&self.dir)?;
         if newest.is_some() && newest != self.current {
+            // Windows written to the old file since the last look come first.
+            if self.current.is_some() {
+                self.read_current(&mut each)?;
+            }
             self.current = newest;
             self.offset = 0;
             self.partial.clear();
         }
+        self.read_current(&mut each)
+    }
+
+    /// Reads the complete lines of the current file past `offset`.
+    fn read_current(&mut self, each: &mut impl FnMut(Value)) -> io::Result<()> {
         let Some(path) = self.current.clone() else {
-            return Ok(None);
+            return Ok(());
         };
         let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.current = None;
-                return Ok(None);
+                return Ok(());
             }
             Err(e) => return Err(e),
         };
@@ -108,7 +133,6 @@ impl Follower {
         }
         file.seek(SeekFrom::Start(self.offset))?;
         let mut reader = BufReader::new(file.take(len - self.offset));
-        let mut out = None;
         let mut buf = Vec::new();
         loop {
             buf.clear();
@@ -140,12 +164,12 @@ impl Follower {
             match serde_json::from_slice::<Value>(&line) {
                 Ok(v @ Value::Object(_)) => {
                     self.windows_seen += 1;
-                    out = Some(v);
+                    each(v);
                 }
                 _ => self.bad_lines += 1,
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -213,23 +237,10 @@ fn num(o: &serde_json::Map<String, Value>, keys: &[&str]) -> String {
         )
 }
 
-/// Stage order for display: the canonical order first, then the rest by name.
+/// Row order for display: the figure table's order first (by short or
+/// record name, `observer_us` included), then the rest by name.
 fn stage_rank(name: &str) -> usize {
-    const ORDER: [&str; 12] = [
-        "capture",
-        "uplink",
-        "queue",
-        "infer",
-        "downlink",
-        "dispatch",
-        "roundtrip",
-        "server",
-        "net",
-        "e2e",
-        "gap",
-        "observer_us",
-    ];
-    ORDER.iter().position(|s| *s == name).unwrap_or(ORDER.len())
+    Figure::from_name(name).map_or(FIGURE_COUNT, Figure::index)
 }
 
 /// One summary window as a terminal table.
@@ -295,7 +306,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
             t.push(format!("deadline misses {m:.0}"));
         }
         if let Some(l) = d
-            .get("late_ms")
+            .get(Figure::Late.field())
             .and_then(|l| l.get("p99"))
             .and_then(Value::as_f64)
         {
@@ -310,7 +321,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         }
         let _ = writeln!(s, "{}", t.join(", "));
     }
-    if let Some(o) = get("observer_us").and_then(Value::as_object) {
+    if let Some(o) = get(Figure::Observer.field()).and_then(Value::as_object) {
         let p = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
         let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
     }
@@ -386,5 +397,70 @@ mod tests {
         assert!(infer < e2e, "{table}");
         assert!(table.contains("7.000"));
         assert!(table.contains("observer p50 1.5 µs"));
+    }
+
+    fn line(index: u64) -> String {
+        format!(
+            "{{\"run\":\"r\",\"window\":\"rolling\",\"index\":{index},\"stages\":{{\"infer\":{{\"count\":1,\"min\":1,\"p50\":1,\"max\":1}}}}}}\n"
+        )
+    }
+
+    fn indices(windows: &[Value]) -> Vec<u64> {
+        windows
+            .iter()
+            .map(|w| w["index"].as_u64().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn every_window_between_two_polls_comes_back_in_order() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("summary.a.jsonl");
+        std::fs::write(&path, line(0)).unwrap();
+        let mut f = Follower::new(dir.path());
+        assert_eq!(indices(&f.poll().unwrap()), [0]);
+        assert!(f.poll().unwrap().is_empty());
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let three = line(1) + &line(2) + &line(3);
+        // The third window is still being written at the first look.
+        let (head, tail) = three.split_at(three.len() - 10);
+        file.write_all(head.as_bytes()).unwrap();
+        assert_eq!(indices(&f.poll().unwrap()), [1, 2]);
+        file.write_all(tail.as_bytes()).unwrap();
+        file.write_all(line(4).as_bytes()).unwrap();
+        assert_eq!(indices(&f.poll().unwrap()), [3, 4]);
+        assert_eq!(f.windows_seen, 5);
+        // Rotation: what the old file got since the last look comes first.
+        file.write_all(line(5).as_bytes()).unwrap();
+        drop(file);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(dir.path().join("summary.b.jsonl"), line(6)).unwrap();
+        assert_eq!(indices(&f.poll().unwrap()), [5, 6]);
+        assert!(f.current().unwrap().ends_with("summary.b.jsonl"));
+    }
+
+    #[test]
+    fn three_windows_appended_between_two_polls_all_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("summary.jsonl");
+        std::fs::write(&path, line(0)).unwrap();
+        let mut f = Follower::new(dir.path());
+        assert_eq!(indices(&f.poll().unwrap()), [0]);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(&(line(1) + &line(2) + &line(3)));
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(indices(&f.poll().unwrap()), [1, 2, 3]);
+        // The newest-only view still counts what it passed over.
+        std::fs::write(
+            &path,
+            line(0) + &line(1) + &line(2) + &line(3) + &line(4) + &line(5),
+        )
+        .unwrap();
+        assert_eq!(f.poll_newest().unwrap().unwrap()["index"], 5);
+        assert_eq!(f.windows_seen, 6);
     }
 }

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use stagetrace_analyze::analysis::{self, AnalyzeOptions, ALL_KINDS};
 use stagetrace_analyze::gate::Gate;
 use stagetrace_analyze::load::LoadOptions;
-use stagetrace_analyze::metric::Metric;
-use stagetrace_analyze::{hgrm, html, render};
+use stagetrace_analyze::{figures, hgrm, html, Format};
 
 use crate::{exit, input, stdout};
 
@@ -72,7 +71,7 @@ fn write_hgrm(dir: &Path, a: &analysis::Analysis<'_>) -> Result<usize, String> {
     fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
     let mut n = 0;
     for g in &a.groups {
-        for m in Metric::ALL {
+        for m in figures::read() {
             let sorted = g.sorted(m);
             if sorted.is_empty() {
                 continue;
@@ -136,13 +135,14 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     {
         eprintln!("warning: {w}");
     }
-    let text = if args.json {
-        let s = serde_json::to_string_pretty(&a.report)
-            .map_err(|e| format!("cannot encode the report as JSON: {e}"))?;
-        s + "\n"
+    let format = if args.json {
+        Format::Json
     } else {
-        render::text(&a.report)
+        Format::Text
     };
+    let text = format
+        .render(&a.report)
+        .map_err(|e| format!("cannot encode the report as JSON: {e}"))?;
     // A reader that stopped early (`| head`) does not change the outcome:
     // the files below are still written and the gates still decide.
     stdout::print(&text)?;

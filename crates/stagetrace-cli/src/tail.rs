@@ -57,11 +57,17 @@ fn tail(args: &TailArgs) -> Result<u8, String> {
     let redraw = !args.json && !args.once && std::io::stdout().is_terminal();
     let mut waiting_said = false;
     let mut shown_bad = 0;
-    let mut seen_before = None;
+    // The first look shows the newest window already there; after that
+    // `--json` prints every window that arrives, each once, and the table
+    // shows the newest.
+    let mut shown_any = false;
     loop {
-        let newest = follower
-            .poll()
-            .map_err(|e| format!("{}: {e}", args.dir.display()))?;
+        let windows = if args.json && shown_any {
+            follower.poll()
+        } else {
+            follower.poll_newest().map(|w| w.into_iter().collect())
+        }
+        .map_err(|e| format!("{}: {e}", args.dir.display()))?;
         if follower.bad_lines > shown_bad {
             eprintln!(
                 "warning: skipped {} summary line(s) that are not JSON objects",
@@ -69,22 +75,17 @@ fn tail(args: &TailArgs) -> Result<u8, String> {
             );
             shown_bad = follower.bad_lines;
         }
-        if let Some(last) = newest {
-            if args.json {
-                // The first look shows only the newest of the windows
-                // already there, as the table does; later ones should each
-                // get a line.
-                if let Some(before) = seen_before {
-                    let missed = follower.windows_seen.saturating_sub(before + 1);
-                    if missed > 0 {
-                        eprintln!(
-                            "warning: {missed} window(s) arrived together with a newer one and were not printed (lower --interval)"
-                        );
-                    }
-                }
-                seen_before = Some(follower.windows_seen);
-            }
-            if stdout::print(&render(&last, &follower, args.json, redraw))? == Reader::Gone {
+        if !windows.is_empty() {
+            let text: String = if args.json {
+                windows.iter().map(|w| format!("{w}\n")).collect()
+            } else {
+                windows
+                    .last()
+                    .map(|w| render(w, &follower, redraw))
+                    .unwrap_or_default()
+            };
+            shown_any = true;
+            if stdout::print(&text)? == Reader::Gone {
                 return Ok(exit::OK);
             }
             if args.once {
@@ -109,12 +110,9 @@ fn tail(args: &TailArgs) -> Result<u8, String> {
     }
 }
 
-/// One window as printed: a line of JSON, or the table (after clearing the
-/// screen when it redraws a terminal).
-fn render(window: &Value, follower: &Follower, json: bool, redraw: bool) -> String {
-    if json {
-        return format!("{window}\n");
-    }
+/// One window as a table (after clearing the screen when it redraws a
+/// terminal).
+fn render(window: &Value, follower: &Follower, redraw: bool) -> String {
     let table = window_table(window, follower.current());
     if redraw {
         format!("\x1b[2J\x1b[H{table}\n")

@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use stagetrace::Figure;
+use stagetrace_analyze::html::escape;
 
 use crate::figures;
 use crate::report::ExperimentReport;
@@ -25,13 +26,6 @@ fn drawn() -> impl Iterator<Item = (Figure, &'static str)> {
         .map(|(k, f)| (f, PALETTE[k % PALETTE.len()]))
 }
 
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// A whole page holding [`section`].
 pub fn page(r: &ExperimentReport) -> String {
     format!(
@@ -40,7 +34,7 @@ pub fn page(r: &ExperimentReport) -> String {
          table{{border-collapse:collapse}}td,th{{padding:2px 8px;text-align:right}}\
          th:first-child,td:first-child{{text-align:left}}.moved{{color:#c00;font-weight:600}}\
          svg text{{font:11px system-ui,sans-serif}}</style></head><body>{}</body></html>",
-        esc(&r.name),
+        escape(&r.name),
         section(r)
     )
 }
@@ -51,24 +45,24 @@ pub fn section(r: &ExperimentReport) -> String {
     let _ = write!(
         o,
         "<section class=\"stagetrace-experiment\"><h2>Experiment: {} (factor {})</h2>",
-        esc(&r.name),
+        escape(&r.name),
         r.factor
     );
     let _ = write!(
         o,
         "<p><b>Verdict:</b> {}</p><p><b>Next step:</b> {}</p>",
-        esc(&r.verdict.summary),
-        esc(&r.verdict.next_step)
+        escape(&r.verdict.summary),
+        escape(&r.verdict.next_step)
     );
     if r.interrupted {
         let _ = write!(
             o,
             "<p><b>Stopped early:</b> {}</p>",
-            esc(r.stopped_because.as_deref().unwrap_or(""))
+            escape(r.stopped_because.as_deref().unwrap_or(""))
         );
     }
     o.push_str(&timeline_svg(r));
-    let _ = write!(o, "<p>{}</p>", esc(&r.gpu));
+    let _ = write!(o, "<p>{}</p>", escape(&r.gpu));
     o.push_str(&levels_svg(r));
     o.push_str(&table(r));
     o.push_str("</section>");
@@ -150,7 +144,7 @@ fn timeline_svg(r: &ExperimentReport) -> String {
             if i % 2 == 0 { "#f4f4f4" } else { "#e9eef5" },
             xa + 3.0,
             top - 6.0,
-            esc(if p.phase == "baseline" {
+            escape(if p.phase == "baseline" {
                 "baseline"
             } else {
                 &p.label
@@ -293,7 +287,7 @@ fn table(r: &ExperimentReport) -> String {
         "<h3>Stages against the baseline</h3><table><tr><th>stage</th><th>baseline p50 / p99</th>",
     );
     for l in &r.levels {
-        let _ = write!(o, "<th>L{} {}</th>", l.level, esc(&l.label));
+        let _ = write!(o, "<th>L{} {}</th>", l.level, escape(&l.label));
     }
     o.push_str("</tr>");
     for name in figures::compared().map(Figure::name) {

@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use stagetrace::CallRecord;
-use stagetrace_analyze::analysis::{self, AnalyzeOptions, GroupReport, Report, ALL_KINDS};
-use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::analysis::{AnalyzeOptions, GroupReport, Report, ALL_KINDS};
 use stagetrace_analyze::stats::{self, Summary};
 use stagetrace_schema::{Figure, Unit};
 
@@ -34,9 +33,8 @@ fn run_files(out: &Path, run_id: &str) -> Result<Vec<PathBuf>, DemoError> {
 /// `stagetrace report` would.
 pub(crate) fn analyze_run(out: &Path, run_id: &str) -> Result<Report, DemoError> {
     let files = run_files(out, run_id)?;
-    let ds = Dataset::load(&files, LoadOptions::default())
-        .map_err(|e| err(format!("cannot read back the run's records: {e}")))?;
-    Ok(analysis::analyze(&ds, None, &AnalyzeOptions::default()).report)
+    stagetrace_analyze::report_files(&files, &AnalyzeOptions::default())
+        .map_err(|e| err(format!("cannot read back the run's records: {e}")))
 }
 
 /// The group that covers every call: the pooled one when there are
@@ -128,7 +126,7 @@ mod tests {
     fn civil_dates() {
         // The demo keeps no date helper of its own; the dates it printed
         // come from the one in analyze.
-        let day = |d: f64| analysis::iso_time(d * 86_400_000.0);
+        let day = |d: f64| stagetrace_analyze::format::iso_time(d * 86_400_000.0);
         assert_eq!(day(0.0), "1970-01-01T00:00:00.000Z");
         assert_eq!(day(19_723.0), "2024-01-01T00:00:00.000Z");
         assert_eq!(day(20_454.0), "2026-01-01T00:00:00.000Z");

@@ -1,0 +1,70 @@
+//! How the e2e variance splits over the parts of the call and the gap.
+
+use std::collections::BTreeMap;
+
+use stagetrace_schema::Figure;
+
+use super::group::GroupData;
+use super::options::MIN_N;
+use super::report::GapReport;
+use crate::figures;
+use crate::load::Dataset;
+use crate::stats;
+
+/// Each part's share of a group's e2e variance (`cov(part, e2e) / var(e2e)`),
+/// when the group has enough calls and e2e varies.
+pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
+    let e2e_col = &ds.columns[Figure::E2e.index()];
+    let e2e: Vec<f64> = g
+        .calls
+        .iter()
+        .map(|&i| f64::from(e2e_col[i as usize]))
+        .collect();
+    if e2e.len() < MIN_N {
+        return None;
+    }
+    let has = |f: Figure| !g.sorted(f).is_empty();
+    let parts = figures::e2e_parts(has);
+    let (_, var) = stats::mean_var(e2e.iter().copied());
+    if var.is_nan() || var <= 0.0 {
+        return None;
+    }
+    let series = |f: Figure| -> Vec<f64> {
+        let col = &ds.columns[f.index()];
+        g.calls
+            .iter()
+            .map(|&i| {
+                let v = col[i as usize];
+                if v.is_nan() {
+                    0.0
+                } else {
+                    f64::from(v)
+                }
+            })
+            .collect()
+    };
+    let mut shares = BTreeMap::new();
+    for f in parts.iter().copied().filter(|f| has(*f)) {
+        shares.insert(f.name(), stats::covariance(&series(f), &e2e) / var);
+    }
+    // The finest figures inside those parts (queue and infer within the
+    // server total, the observer within the gap) get their share too.
+    for f in figures::finest_parts(Figure::E2e) {
+        if has(f) && !shares.contains_key(f.name()) {
+            shares.insert(f.name(), stats::covariance(&series(f), &e2e) / var);
+        }
+    }
+    let gap_share = shares.get(Figure::Gap.name()).copied().unwrap_or(0.0);
+    let observer_share = shares.get(Figure::Observer.name()).copied().unwrap_or(0.0);
+    let sd = var.sqrt();
+    let median = stats::quantile(g.sorted(Figure::E2e), 0.5);
+    Some(GapReport {
+        n: e2e.len() as u64,
+        e2e_stddev_ms: sd,
+        e2e_median_ms: median,
+        shares,
+        gap_share,
+        observer_share,
+        unexplained: has(Figure::Gap) && sd >= 0.01 * median && gap_share >= 0.5,
+    })
+}

@@ -1,0 +1,138 @@
+//! Whether a figure's spikes recur with a period: spike events, their
+//! intervals, and the autocorrelation of the binned spike series.
+
+use stagetrace_schema::Figure;
+
+use super::group::GroupData;
+use super::options::MIN_N;
+use super::report::Periodicity;
+use crate::load::Dataset;
+use crate::stats;
+
+/// Fewest separate spike events for a periodicity claim.
+const MIN_EVENTS: usize = 5;
+/// Most spike events the periodicity search looks at (more is not "spikes").
+const MAX_EVENTS: usize = 5_000;
+/// Longest period searched for (ms).
+const MAX_PERIOD_MS: f64 = 120_000.0;
+
+/// The periodicity of `f`'s spikes over a group's calls (`times`: their
+/// wall times; `call_dt`: the typical time between calls), when it has
+/// enough of them.
+pub(super) fn periodicity(
+    ds: &Dataset,
+    g: &GroupData,
+    times: &[f64],
+    call_dt: f64,
+    f: Figure,
+) -> Option<Periodicity> {
+    let thr = g.spike_thresholds[f.index()]?;
+    let col = &ds.columns[f.index()];
+    if times.len() < MIN_N {
+        return None;
+    }
+    // Spike events: spiking calls, with runs of adjacent spiking calls merged.
+    let mut events: Vec<f64> = Vec::new();
+    let mut last_spike = f64::NEG_INFINITY;
+    for (k, &i) in g.calls.iter().enumerate() {
+        let v = col[i as usize];
+        if v.is_nan() || f64::from(v) <= thr {
+            continue;
+        }
+        let t = times[k];
+        if t - last_spike > 1.5 * call_dt {
+            events.push(t);
+        }
+        last_spike = t;
+    }
+    if events.len() < MIN_EVENTS || events.len() > MAX_EVENTS {
+        return None;
+    }
+    let mut isi: Vec<f32> = events.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
+    stats::sort_f32(&mut isi);
+    let (isi_med, isi_mad) = stats::median_mad(&isi);
+    let isi_cv = 1.4826 * isi_mad / isi_med.max(1e-9);
+
+    // Autocorrelation of the binned spike series, from pair distances
+    // (the series is sparse: cost grows with spikes, not with calls).
+    let t0 = times[0];
+    let span = times[times.len() - 1] - t0;
+    let bin = call_dt;
+    let nbins = ((span / bin).floor() as usize + 1).max(2);
+    let max_lag = (nbins / 2).min((MAX_PERIOD_MS / bin) as usize + 2);
+    if max_lag < 3 {
+        return None;
+    }
+    let ev_bins: Vec<usize> = events
+        .iter()
+        .map(|t| ((t - t0) / bin).floor() as usize)
+        .collect();
+    let mut pairs = vec![0f64; max_lag + 1];
+    for (a, &ba) in ev_bins.iter().enumerate() {
+        for &bb in &ev_bins[a + 1..] {
+            let d = bb - ba;
+            if d > max_lag {
+                break;
+            }
+            pairs[d] += 1.0;
+        }
+    }
+    let e = events.len() as f64;
+    let n = nbins as f64;
+    let mean = e / n;
+    let denom = e - n * mean * mean; // Σx² − N·x̄² with x ∈ {0,1}
+    if denom <= 0.0 {
+        return None;
+    }
+    let r = |lag: usize| -> f64 {
+        let c = pairs.get(lag).copied().unwrap_or(0.0);
+        let l = lag as f64;
+        (c - (n - l) * mean * mean) / denom
+    };
+    // Smooth over ±1 bin so a jittered period still shows as one peak.
+    let smooth = |lag: usize| r(lag - 1) + r(lag) + r(lag + 1);
+    let min_lag = 3usize;
+    let mut best = (0usize, f64::NEG_INFINITY);
+    for lag in min_lag..max_lag {
+        let s = smooth(lag);
+        if s > best.1 {
+            best = (lag, s);
+        }
+    }
+    // The fundamental: the first lag reaching 60 % of the best peak.
+    let mut fund = best;
+    for lag in min_lag..best.0 {
+        let s = smooth(lag);
+        if s >= 0.6 * best.1 && s >= smooth(lag - 1) && s >= smooth(lag + 1) {
+            fund = (lag, s);
+            break;
+        }
+    }
+    let acf = fund.1.min(1.0);
+    let acf_threshold = (5.0 * 3f64.sqrt() / n.sqrt()).max(0.25);
+    let acf_lag_ms = fund.0 as f64 * bin;
+    let near: Vec<f32> = isi
+        .iter()
+        .copied()
+        .filter(|d| (f64::from(*d) - acf_lag_ms).abs() <= 0.2 * acf_lag_ms)
+        .collect();
+    let isi_on_period = near.len() as f64 / isi.len() as f64;
+    let significant = acf >= acf_threshold && isi_on_period >= 0.3 && near.len() >= 3;
+    let period_ms = if near.is_empty() {
+        acf_lag_ms
+    } else {
+        stats::quantile(&near, 0.5)
+    };
+    Some(Periodicity {
+        stage: f.name(),
+        spikes: events.len() as u64,
+        isi_median_s: isi_med / 1000.0,
+        isi_cv,
+        acf_lag_s: acf_lag_ms / 1000.0,
+        acf,
+        acf_threshold,
+        isi_on_period,
+        significant,
+        period_s: significant.then_some(period_ms / 1000.0),
+    })
+}

@@ -1,0 +1,266 @@
+//! The report's data: what `--json` prints, field for field (documented in
+//! `docs/report.md`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::stats::{MannWhitney, RatioCi, Shift, Summary};
+
+/// Version tag of the `--json` document.
+pub const REPORT_SCHEMA: &str = "stagetrace-report/1";
+
+/// The `kind` name of the group that pools every kind (only present when
+/// the input has more than one kind).
+pub const ALL_KINDS: &str = "*";
+
+/// The whole report (`--json` prints exactly this).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// [`REPORT_SCHEMA`].
+    pub schema: &'static str,
+    /// What was read.
+    pub inputs: Inputs,
+    /// The baseline that was read, when `--baseline` was given.
+    pub baseline: Option<Inputs>,
+    /// One group per `kind` (plus `"*"` pooling all kinds when there are several).
+    pub groups: Vec<GroupReport>,
+    /// Every group's verdicts, most important first.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// Files read and what the reader met.
+#[derive(Clone, Debug, Serialize)]
+pub struct Inputs {
+    /// Paths as given.
+    pub files: Vec<String>,
+    /// Records read (all kinds, warm-up and failed included).
+    pub records: u64,
+    /// Lines read.
+    pub lines: u64,
+    /// Corrupt lines skipped under `--skip-bad`.
+    pub skipped_bad: u64,
+    /// Files whose last line was cut short.
+    pub truncated_files: Vec<String>,
+    /// Failure reasons of failed calls with their counts.
+    pub errors: Vec<ErrorCount>,
+    /// Reader warnings, one sentence each.
+    pub warnings: Vec<String>,
+}
+
+/// One failure reason.
+#[derive(Clone, Debug, Serialize)]
+pub struct ErrorCount {
+    /// The record's `error` text.
+    pub error: String,
+    /// How many calls failed so.
+    pub count: u64,
+}
+
+/// Everything about one `kind`.
+#[derive(Clone, Debug, Serialize)]
+pub struct GroupReport {
+    /// The request kind (`"*"` for all kinds pooled).
+    pub kind: String,
+    /// Records of this kind.
+    pub calls: u64,
+    /// Calls in the steady-state figures (neither warm-up nor failed).
+    pub steady: u64,
+    /// Warm-up calls kept out of the figures.
+    pub warmup_excluded: u64,
+    /// Failed calls kept out of the figures.
+    pub failed: u64,
+    /// Wall time of the first steady call (ms since the epoch).
+    pub start_unix_ms: f64,
+    /// Wall time of the last steady call (ms since the epoch).
+    pub end_unix_ms: f64,
+    /// Call rate, completion jitter, deadlines.
+    pub rate: Rate,
+    /// Per-stage distributions (ms), keyed by stage name.
+    pub stages: BTreeMap<&'static str, Summary>,
+    /// Per-stage comparison with the baseline, keyed by stage name.
+    pub baseline: BTreeMap<&'static str, StageVsBaseline>,
+    /// Rounds that stand out.
+    pub outliers: Outliers,
+    /// Periodicity of each stage's spikes (stages with enough spikes).
+    pub periodicity: Vec<Periodicity>,
+    /// How the e2e variance splits over the stages and the gap.
+    pub gap: Option<GapReport>,
+    /// What batching, caching and stale-action dropping did (absent when no
+    /// record of the group says).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mitigations: Option<Mitigations>,
+    /// This group's verdicts.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// The records' `batch_size`, `cache` and `stale_dropped`, over the group's
+/// calls except warm-up ones (failed calls included: a dropped stale action
+/// fails its call).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Mitigations {
+    /// Calls whose record names the server batch they ran in.
+    pub batched_calls: u64,
+    /// Their mean `batch_size` (`null` without batched calls).
+    pub mean_batch: Option<f64>,
+    /// Calls answered from the server's result cache.
+    pub cache_hits: u64,
+    /// Calls the cache missed (the model ran).
+    pub cache_misses: u64,
+    /// hits / (hits + misses) (`null` without a cache).
+    pub cache_hit_rate: Option<f64>,
+    /// Calls that dropped at least one stale action chunk.
+    pub stale_calls: u64,
+    /// Action chunks dropped as stale, summed.
+    pub stale_dropped: u64,
+}
+
+/// Call rate and timing regularity.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rate {
+    /// Steady calls per second over the run.
+    pub effective_hz: Option<f64>,
+    /// `|Δ²t|` of call completions (ms): how unevenly calls finish.
+    pub jitter: Option<Summary>,
+    /// Deadline figures, when the records carry a target rate.
+    pub deadline: Option<Deadline>,
+}
+
+/// Deadline misses against the target rate.
+#[derive(Clone, Debug, Serialize)]
+pub struct Deadline {
+    /// Calls with a deadline.
+    pub calls: u64,
+    /// Calls that ended after their tick's deadline.
+    pub misses: u64,
+    /// `misses / calls`.
+    pub miss_rate: f64,
+    /// Lateness against the scheduled tick (ms), when recorded.
+    pub late: Option<Summary>,
+}
+
+/// One stage against the baseline.
+#[derive(Clone, Debug, Serialize)]
+pub struct StageVsBaseline {
+    /// Baseline distribution.
+    pub baseline: Summary,
+    /// Median ratio with its 95 % bootstrap interval.
+    pub p50: RatioCi,
+    /// p99 ratio with its 95 % bootstrap interval.
+    pub p99: RatioCi,
+    /// Location test.
+    pub mann_whitney: MannWhitney,
+    /// Hodges–Lehmann shift (ms) with its 95 % interval.
+    pub shift: Shift,
+    /// Smallest shift that counts as "the median moved" (ms).
+    pub min_effect_ms: f64,
+    /// Fraction of baseline values above the baseline p99.
+    pub baseline_exceed: f64,
+    /// Fraction of this run's values above the baseline p99.
+    pub exceed: f64,
+    /// One-sided p-value that the run exceeds the baseline p99 more often.
+    pub exceed_p: f64,
+    /// `"median_shift"`, `"faster"`, `"tail_only"` or `"steady"`.
+    pub shape: &'static str,
+}
+
+/// Rounds that stand out.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outliers {
+    /// The rule in words.
+    pub rule: String,
+    /// Per-stage threshold (ms) above which a value stands out.
+    pub thresholds: BTreeMap<&'static str, f64>,
+    /// Rounds with at least one stage above its threshold.
+    pub count: u64,
+    /// The first rounds, in time order (at most the configured number).
+    pub rounds: Vec<OutlierRound>,
+}
+
+/// One round that stands out.
+#[derive(Clone, Debug, Serialize)]
+pub struct OutlierRound {
+    /// The record's `seq`.
+    pub seq: u64,
+    /// Wall time of the call (ms since the epoch).
+    pub ts_unix_ms: f64,
+    /// The same as UTC ISO-8601.
+    pub time: String,
+    /// The call's e2e (ms).
+    pub e2e_ms: f64,
+    /// Stages above their threshold.
+    pub stages: Vec<OutlierStage>,
+}
+
+/// A stage value above its threshold.
+#[derive(Clone, Debug, Serialize)]
+pub struct OutlierStage {
+    /// Stage name.
+    pub stage: &'static str,
+    /// The value (ms).
+    pub value_ms: f64,
+    /// The threshold it crossed (ms).
+    pub threshold_ms: f64,
+}
+
+/// Whether one stage's spikes recur with a period.
+#[derive(Clone, Debug, Serialize)]
+pub struct Periodicity {
+    /// Stage name.
+    pub stage: &'static str,
+    /// Spike events (adjacent spiking calls merged).
+    pub spikes: u64,
+    /// Median inter-spike interval (s).
+    pub isi_median_s: f64,
+    /// Robust spread of the inter-spike intervals (1.4826·MAD / median).
+    pub isi_cv: f64,
+    /// Lag of the autocorrelation peak (s).
+    pub acf_lag_s: f64,
+    /// Autocorrelation of the spike series at that lag.
+    pub acf: f64,
+    /// Level the autocorrelation had to clear (`max(0.25, 5/√bins)`).
+    pub acf_threshold: f64,
+    /// Fraction of inter-spike intervals within ±20 % of the period.
+    pub isi_on_period: f64,
+    /// True when the spikes recur with a period.
+    pub significant: bool,
+    /// The period (s) when significant.
+    pub period_s: Option<f64>,
+}
+
+/// Share of the e2e variance each part explains (`cov(part, e2e) / var(e2e)`).
+#[derive(Clone, Debug, Serialize)]
+pub struct GapReport {
+    /// Calls used.
+    pub n: u64,
+    /// e2e standard deviation (ms).
+    pub e2e_stddev_ms: f64,
+    /// e2e median (ms).
+    pub e2e_median_ms: f64,
+    /// Share per part (they sum to ≈ 1 when the parts add up to e2e).
+    pub shares: BTreeMap<&'static str, f64>,
+    /// Share of the gap (time no stage covers).
+    pub gap_share: f64,
+    /// Share of the observer's own cost (part of the gap).
+    pub observer_share: f64,
+    /// True when e2e jitters (σ ≥ 1 % of the median) and the gap explains ≥ half of it.
+    pub unexplained: bool,
+}
+
+/// A conclusion in plain language, with a machine-readable code.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// `median_shift`, `faster`, `tail_only`, `periodic`, `unexplained_gap`,
+    /// `deadline_misses`, `no_steady_calls` or `steady`.
+    pub code: &'static str,
+    /// The request kind it is about.
+    pub kind: String,
+    /// The stage it names (`null` for `steady`).
+    pub stage: Option<&'static str>,
+    /// `client`, `transport`, `server` or `call`.
+    pub group: Option<&'static str>,
+    /// The sentence shown to people.
+    pub text: String,
+    /// The numbers behind it (fields depend on `code`, see docs/report.md).
+    pub evidence: serde_json::Value,
+}

@@ -1,0 +1,242 @@
+//! Which figures of the schema's table (`stagetrace-schema`) the analysis
+//! reads, and how they stand in for one another when a run lacks some.
+//!
+//! No list of figures is kept here: the rules below go by the table's
+//! groups and parts, and name only the sums that stand in for missing
+//! stages (`net`, `roundtrip`, `server`) and the gap. A stage added to the
+//! table is read, tabled, tested and drawn with no change here.
+
+use stagetrace_schema::{Figure, Group, Unit};
+
+/// Whether the analysis reads a figure: every figure but the clock's
+/// (`offset`, `split_err`), which say what the uplink/downlink split rests
+/// on rather than how long a part of the call took.
+pub fn is_read(f: Figure) -> bool {
+    f.group() != Group::Clock
+}
+
+/// The figures the analysis reads ([`is_read`]), in display order.
+pub fn read() -> impl Iterator<Item = Figure> + Clone {
+    Figure::ALL.into_iter().filter(|f| is_read(*f))
+}
+
+/// Divisor from a value in `unit` to milliseconds, the one unit every
+/// column of the analysis shares (`observer_us` is shown in ms too). A
+/// division by an exact power of ten keeps `_ms` values bit for bit.
+pub(crate) fn per_ms(unit: Unit) -> f64 {
+    Unit::Millis.ns() as f64 / unit.ns() as f64
+}
+
+/// Whether a figure is the sum of finest figures only (`server` = queue +
+/// infer, `net` = uplink + downlink, `gap` ⊇ observer): the parts a text
+/// shows "of which" under it. A sum of sums (`roundtrip`, `e2e`) is not.
+pub(crate) fn sums_finest(f: Figure) -> bool {
+    !f.parts().is_empty() && f.parts().iter().all(|p| p.parts().is_empty())
+}
+
+/// Whether `f` is the gap, what it is made of or what it is part of: the
+/// figures that move when the call's unexplained time moves (`gap`,
+/// `observer`, `e2e`).
+pub(crate) fn is_gap_related(f: Figure) -> bool {
+    f == Figure::Gap || Figure::Gap.parts().contains(&f) || f.parts().contains(&Figure::Gap)
+}
+
+/// The finest figures `f` is made of, at any depth, in table order
+/// (`e2e`: the stages and, through the gap, the observer).
+pub(crate) fn finest_parts(f: Figure) -> Vec<Figure> {
+    let mut out: Vec<Figure> = Vec::new();
+    let mut todo: Vec<Figure> = f.parts().to_vec();
+    while let Some(p) = todo.pop() {
+        if p.parts().is_empty() {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        } else {
+            todo.extend_from_slice(p.parts());
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// A link stage: one of the parts of `net`.
+fn is_link(stage: Figure) -> bool {
+    Figure::Net.parts().contains(&stage)
+}
+
+/// A stage between send and response (link or server): one of the parts
+/// of `roundtrip`.
+fn is_in_roundtrip(stage: Figure) -> bool {
+    Figure::Roundtrip.parts().contains(&stage)
+}
+
+/// Keeps the figures the run has, each once, in the order given.
+fn present(figures: impl Iterator<Item = Figure>, has: impl Fn(Figure) -> bool) -> Vec<Figure> {
+    let mut out: Vec<Figure> = Vec::new();
+    for f in figures {
+        if has(f) && !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The figures stacked per call on the HTML timeline, in display order: the
+/// stages and the gap. Without the link split `net` stands in for the link
+/// stages, and without `net`, `roundtrip` for everything between send and
+/// response; figures the run lacks are left out.
+pub(crate) fn stacked(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
+    let link_split = Figure::Net.parts().iter().any(|p| has(*p));
+    let stand_in = |stage: Figure| {
+        if link_split || !is_in_roundtrip(stage) {
+            stage
+        } else if has(Figure::Net) {
+            if is_link(stage) {
+                Figure::Net
+            } else {
+                stage
+            }
+        } else {
+            Figure::Roundtrip
+        }
+    };
+    let figures = Figure::STAGES
+        .into_iter()
+        .map(stand_in)
+        .chain([Figure::Gap]);
+    present(figures, &has)
+}
+
+/// The figures that make up e2e without overlap, for its variance shares:
+/// the client stages, the link stages (or `net`, or `roundtrip`), the server
+/// total (or its stages), and the gap. Figures the run lacks are left out.
+pub(crate) fn e2e_parts(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
+    let link_split = Figure::Net.parts().iter().all(|p| has(*p));
+    let stand_in = |stage: Figure| -> Option<Figure> {
+        if !is_in_roundtrip(stage) {
+            return Some(stage);
+        }
+        let link = is_link(stage);
+        if link_split {
+            // The server total also covers what lies between its stages.
+            Some(if !link && has(Figure::Server) {
+                Figure::Server
+            } else {
+                stage
+            })
+        } else if has(Figure::Net) && has(Figure::Server) {
+            Some(if link { Figure::Net } else { Figure::Server })
+        } else if has(Figure::Roundtrip) {
+            Some(Figure::Roundtrip)
+        } else {
+            // No transport figure at all: the server stages alone.
+            (!link).then_some(stage)
+        }
+    };
+    let figures = Figure::STAGES
+        .into_iter()
+        .filter_map(stand_in)
+        .chain([Figure::Gap]);
+    present(figures, &has)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_figure_but_the_clocks_is_read() {
+        for f in Figure::ALL {
+            assert_eq!(is_read(f), f.group() != Group::Clock, "{f}");
+        }
+        assert!(Figure::ALL
+            .into_iter()
+            .filter(|f| f.is_call_time())
+            .all(is_read));
+        assert!(is_read(Figure::Observer) && is_read(Figure::Late));
+    }
+
+    #[test]
+    fn stand_ins_follow_what_the_run_carries() {
+        use Figure as F;
+        let with = |set: &[Figure]| {
+            let set = set.to_vec();
+            move |f: Figure| set.contains(&f)
+        };
+        let full = [
+            F::Capture,
+            F::Uplink,
+            F::Queue,
+            F::Infer,
+            F::Downlink,
+            F::Dispatch,
+            F::Roundtrip,
+            F::Server,
+            F::Net,
+            F::E2e,
+            F::Gap,
+            F::Observer,
+        ];
+        assert_eq!(
+            stacked(with(&full)),
+            [
+                F::Capture,
+                F::Uplink,
+                F::Queue,
+                F::Infer,
+                F::Downlink,
+                F::Dispatch,
+                F::Gap
+            ]
+        );
+        assert_eq!(
+            e2e_parts(with(&full)),
+            [
+                F::Capture,
+                F::Uplink,
+                F::Server,
+                F::Downlink,
+                F::Dispatch,
+                F::Gap
+            ]
+        );
+        // No clock split: net stands in for the link stages.
+        let no_split = [
+            F::Queue,
+            F::Infer,
+            F::Roundtrip,
+            F::Server,
+            F::Net,
+            F::E2e,
+            F::Gap,
+        ];
+        assert_eq!(
+            stacked(with(&no_split)),
+            [F::Net, F::Queue, F::Infer, F::Gap]
+        );
+        assert_eq!(e2e_parts(with(&no_split)), [F::Net, F::Server, F::Gap]);
+        // Only the model's time: roundtrip stands in for the transport.
+        let degraded = [F::Infer, F::Roundtrip, F::E2e, F::Gap];
+        assert_eq!(stacked(with(&degraded)), [F::Roundtrip, F::Gap]);
+        assert_eq!(e2e_parts(with(&degraded)), [F::Roundtrip, F::Gap]);
+        // No transport figure at all: the server stages.
+        let server_only = [F::Queue, F::Infer, F::E2e];
+        assert_eq!(e2e_parts(with(&server_only)), [F::Queue, F::Infer]);
+    }
+
+    #[test]
+    fn nesting_and_the_gaps_relatives() {
+        assert!(sums_finest(Figure::Server) && sums_finest(Figure::Net));
+        assert!(sums_finest(Figure::Gap));
+        assert!(!sums_finest(Figure::Roundtrip) && !sums_finest(Figure::Infer));
+        let related: Vec<Figure> = Figure::ALL
+            .into_iter()
+            .filter(|f| is_gap_related(*f))
+            .collect();
+        assert_eq!(related, [Figure::E2e, Figure::Gap, Figure::Observer]);
+        let mut e2e = Figure::STAGES.to_vec();
+        e2e.push(Figure::Observer);
+        assert_eq!(finest_parts(Figure::E2e), e2e);
+        assert_eq!(finest_parts(Figure::Infer), []);
+    }
+}

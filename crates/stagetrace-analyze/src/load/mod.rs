@@ -1,0 +1,343 @@
+//! Streaming reader for `records-*.jsonl` files.
+//!
+//! Files are read line by line through a reused buffer, never whole, and each
+//! record lands in compact columns (one `f32` per figure per call), so files
+//! of several GB fit in memory as ~70 bytes per call. Where each key of a
+//! record goes comes from the schema's field table (`record.rs`). A
+//! hand-rolled parser handles the flat objects the layer writes (`fast.rs`);
+//! anything unusual (escapes, `null`, exponents it cannot do exactly) falls
+//! back to `serde_json` (`slow.rs`), which also produces the message for a
+//! corrupt line.
+
+mod fast;
+mod notes;
+mod record;
+mod slow;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use stagetrace_schema::{Figure, FIGURE_COUNT};
+
+pub use notes::{LoadError, LoadNotes};
+
+use notes::MAX_KINDS;
+use record::{layout, RawRecord};
+
+/// Most distinct failure reasons counted; further reasons count as "other".
+const MAX_ERRORS: usize = 32;
+/// Most skipped lines remembered with their position (all are counted).
+const MAX_SKIPPED_SHOWN: usize = 20;
+
+/// How to load records.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Skip corrupt lines (counting them) instead of stopping at the first.
+    pub skip_bad: bool,
+    /// Keep each record's `output_digest` (for `compare`).
+    pub keep_digests: bool,
+}
+
+/// A call's `batch_size`, `cache` and `stale_dropped`, when its record has any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Mitigated {
+    /// Index of the call in the dataset.
+    pub(crate) call: u32,
+    /// `batch_size` (0: absent).
+    pub(crate) batch: u32,
+    /// `cache`: `Some(true)` hit, `Some(false)` miss.
+    pub(crate) cache_hit: Option<bool>,
+    /// `stale_dropped` (0: absent).
+    pub(crate) stale: u32,
+}
+
+/// Flag bits per call.
+pub(crate) const F_WARMUP: u8 = 1;
+pub(crate) const F_FAILED: u8 = 2;
+pub(crate) const F_DEADLINE_MISS: u8 = 4;
+pub(crate) const F_HAS_DEADLINE: u8 = 8;
+
+/// All calls of one or more record files, as columns.
+#[derive(Debug, Default)]
+pub struct Dataset {
+    /// The files read, in order.
+    pub files: Vec<PathBuf>,
+    pub(crate) seq: Vec<u64>,
+    pub(crate) ts: Vec<f64>,
+    pub(crate) kind: Vec<u16>,
+    pub(crate) flags: Vec<u8>,
+    /// `columns[f.index()][call]` (ms), NaN where the record lacks the
+    /// figure; empty for the figures the analysis does not read.
+    pub(crate) columns: Vec<Vec<f32>>,
+    pub(crate) kinds: Vec<String>,
+    /// `(call index, digest)` for calls that carry an output digest.
+    pub(crate) digests: Vec<(u32, Box<str>)>,
+    /// What the mitigations did, for the calls whose records say (sparse:
+    /// nothing for runs without batcher, cache or stale filter).
+    pub(crate) mitigated: Vec<Mitigated>,
+    /// Failure reasons and how often each occurred.
+    pub errors: Vec<(String, u64)>,
+    /// What the reader met on the way.
+    pub notes: LoadNotes,
+}
+
+impl Dataset {
+    /// Reads record files (`records-*.jsonl`) into columns.
+    ///
+    /// Stops at the first corrupt line unless `opts.skip_bad`; tolerates a
+    /// cut-short last line; an input with no record at all is an error.
+    pub fn load<P: AsRef<Path>>(paths: &[P], opts: LoadOptions) -> Result<Dataset, LoadError> {
+        let mut ds = Dataset::empty();
+        let mut errors: HashMap<String, u64> = HashMap::new();
+        for p in paths {
+            let path = p.as_ref();
+            let file = File::open(path).map_err(|source| LoadError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            ds.read_from(file, path, opts, &mut errors)?;
+        }
+        ds.finish(errors);
+        if ds.is_empty() {
+            return Err(LoadError::Empty { paths: ds.files });
+        }
+        Ok(ds)
+    }
+
+    /// Reads records from any reader (named `name` in messages).
+    pub fn load_reader<R: Read>(
+        reader: R,
+        name: &Path,
+        opts: LoadOptions,
+    ) -> Result<Dataset, LoadError> {
+        let mut ds = Dataset::empty();
+        let mut errors = HashMap::new();
+        ds.read_from(reader, name, opts, &mut errors)?;
+        ds.finish(errors);
+        if ds.is_empty() {
+            return Err(LoadError::Empty { paths: ds.files });
+        }
+        Ok(ds)
+    }
+
+    fn empty() -> Dataset {
+        Dataset {
+            columns: vec![Vec::new(); FIGURE_COUNT],
+            ..Dataset::default()
+        }
+    }
+
+    fn finish(&mut self, errors: HashMap<String, u64>) {
+        let mut e: Vec<(String, u64)> = errors.into_iter().collect();
+        e.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        self.errors = e;
+    }
+
+    fn read_from<R: Read>(
+        &mut self,
+        reader: R,
+        path: &Path,
+        opts: LoadOptions,
+        errors: &mut HashMap<String, u64>,
+    ) -> Result<(), LoadError> {
+        self.files.push(path.to_path_buf());
+        let before = self.len();
+        let mut reader = BufReader::with_capacity(1 << 20, reader);
+        let mut buf: Vec<u8> = Vec::with_capacity(1024);
+        let mut raw = RawRecord::default();
+        let mut line_no: u64 = 0;
+        loop {
+            buf.clear();
+            let n = reader
+                .read_until(b'\n', &mut buf)
+                .map_err(|source| LoadError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            if n == 0 {
+                break;
+            }
+            line_no += 1;
+            self.notes.lines += 1;
+            let complete = buf.last() == Some(&b'\n');
+            let mut line: &[u8] = &buf;
+            while let Some((last, rest)) = line.split_last() {
+                if last.is_ascii_whitespace() {
+                    line = rest;
+                } else {
+                    break;
+                }
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match parse_record(line, &mut raw) {
+                Ok(()) => self.push(&raw, opts, errors),
+                Err(reason) => {
+                    if !complete {
+                        // A final line without its newline: the writer died mid-line.
+                        self.notes.truncated.push(path.to_path_buf());
+                    } else if opts.skip_bad {
+                        self.notes.skipped += 1;
+                        if self.notes.skipped_examples.len() < MAX_SKIPPED_SHOWN {
+                            self.notes
+                                .skipped_examples
+                                .push(format!("{}:{line_no}: {reason}", path.display()));
+                        }
+                    } else {
+                        return Err(LoadError::Corrupt {
+                            path: path.to_path_buf(),
+                            line: line_no,
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
+        if self.len() == before {
+            self.notes.empty_files.push(path.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, raw: &RawRecord, opts: LoadOptions, errors: &mut HashMap<String, u64>) {
+        let idx = self.len();
+        self.seq.push(raw.seq);
+        self.ts.push(raw.ts);
+        let kind = self.intern_kind(&raw.kind);
+        self.kind.push(kind);
+        let mut flags = 0;
+        if raw.warmup {
+            flags |= F_WARMUP;
+        }
+        if raw.failed {
+            flags |= F_FAILED;
+            let reason = if errors.len() < MAX_ERRORS || errors.contains_key(&raw.error) {
+                raw.error.clone()
+            } else {
+                "other".to_string()
+            };
+            *errors.entry(reason).or_insert(0) += 1;
+        }
+        if let Some(miss) = raw.deadline_miss {
+            flags |= F_HAS_DEADLINE;
+            if miss {
+                flags |= F_DEADLINE_MISS;
+            }
+        }
+        self.flags.push(flags);
+        let reads = &layout().reads;
+        for ((col, v), read) in self.columns.iter_mut().zip(raw.values).zip(reads) {
+            if *read {
+                col.push(v as f32);
+            }
+        }
+        if opts.keep_digests && raw.has_digest {
+            let i = u32::try_from(idx).unwrap_or(u32::MAX);
+            self.digests.push((i, raw.digest.clone().into_boxed_str()));
+        }
+        if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 {
+            self.mitigated.push(Mitigated {
+                call: u32::try_from(idx).unwrap_or(u32::MAX),
+                batch: raw.batch,
+                cache_hit: raw.cache_hit,
+                stale: raw.stale,
+            });
+        }
+    }
+
+    fn intern_kind(&mut self, kind: &str) -> u16 {
+        if let Some(&last) = self.kind.last() {
+            if self.kinds.get(usize::from(last)).is_some_and(|k| k == kind) {
+                return last;
+            }
+        }
+        if let Some(i) = self.kinds.iter().position(|k| k == kind) {
+            return i as u16;
+        }
+        if self.kinds.len() + 1 < MAX_KINDS {
+            self.kinds.push(kind.to_string());
+            return (self.kinds.len() - 1) as u16;
+        }
+        self.notes.pooled_kinds += 1;
+        if let Some(i) = self.kinds.iter().position(|k| k == "other") {
+            return i as u16;
+        }
+        self.kinds.push("other".to_string());
+        (self.kinds.len() - 1) as u16
+    }
+
+    /// Number of calls read (warm-up and failed ones included).
+    pub fn len(&self) -> usize {
+        self.seq.len()
+    }
+
+    /// True when no call was read.
+    pub fn is_empty(&self) -> bool {
+        self.seq.is_empty()
+    }
+
+    /// The distinct `kind`s, in order of first appearance.
+    pub fn kinds(&self) -> &[String] {
+        &self.kinds
+    }
+
+    /// The value of `figure` for call `i` in ms, when the record carries it
+    /// (and the analysis reads it, see [`crate::figures::is_read`]).
+    pub fn value(&self, figure: Figure, i: usize) -> Option<f64> {
+        let v = *self.columns.get(figure.index())?.get(i)?;
+        if v.is_nan() {
+            None
+        } else {
+            Some(f64::from(v))
+        }
+    }
+
+    /// `seq` of call `i`.
+    pub fn seq(&self, i: usize) -> u64 {
+        self.seq.get(i).copied().unwrap_or(0)
+    }
+
+    /// `ts_unix_ms` of call `i`.
+    pub fn ts_unix_ms(&self, i: usize) -> f64 {
+        self.ts.get(i).copied().unwrap_or(0.0)
+    }
+
+    /// The `kind` of call `i`.
+    pub fn kind_of(&self, i: usize) -> &str {
+        self.kind
+            .get(i)
+            .and_then(|k| self.kinds.get(usize::from(*k)))
+            .map_or("call", String::as_str)
+    }
+
+    /// True for warm-up calls.
+    pub fn is_warmup(&self, i: usize) -> bool {
+        self.flags.get(i).is_some_and(|f| f & F_WARMUP != 0)
+    }
+
+    /// True for failed calls.
+    pub fn is_failed(&self, i: usize) -> bool {
+        self.flags.get(i).is_some_and(|f| f & F_FAILED != 0)
+    }
+
+    /// `(call index, output digest)` for calls that carry one
+    /// (only when loaded with `keep_digests`).
+    pub fn digests(&self) -> impl Iterator<Item = (usize, &str)> + '_ {
+        self.digests.iter().map(|(i, d)| (*i as usize, &**d))
+    }
+}
+
+/// Parses one line; `Err` carries a message naming what is wrong.
+pub(crate) fn parse_record(line: &[u8], out: &mut RawRecord) -> Result<(), String> {
+    out.reset();
+    if fast::parse(line, out).is_some() {
+        return Ok(());
+    }
+    out.reset();
+    slow::parse(line, out)
+}

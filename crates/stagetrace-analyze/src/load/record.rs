@@ -1,0 +1,285 @@
+//! One parsed record, and where each key of the record goes: the layout is
+//! built once from the schema's field table (`stagetrace_schema::FIELDS`),
+//! so a field added there is read with no change here.
+
+use std::sync::LazyLock;
+
+use stagetrace_schema::{Field, Figure, FIELDS, FIGURE_COUNT};
+
+use crate::figures;
+
+/// One parsed record: only what the analysis uses.
+#[derive(Debug)]
+pub(crate) struct RawRecord {
+    pub(crate) seq: u64,
+    pub(crate) ts: f64,
+    pub(crate) kind: String,
+    /// Per figure (indexed by [`Figure::index`]), in ms; NaN when absent.
+    pub(crate) values: [f64; FIGURE_COUNT],
+    pub(crate) warmup: bool,
+    pub(crate) failed: bool,
+    pub(crate) deadline_miss: Option<bool>,
+    pub(crate) error: String,
+    pub(crate) has_digest: bool,
+    pub(crate) digest: String,
+    /// `batch_size`, 0 when absent.
+    pub(crate) batch: u32,
+    /// `cache`: `Some(true)` for `"hit"`, `Some(false)` for `"miss"`.
+    pub(crate) cache_hit: Option<bool>,
+    /// `stale_dropped`, 0 when absent.
+    pub(crate) stale: u32,
+}
+
+impl Default for RawRecord {
+    fn default() -> Self {
+        RawRecord {
+            seq: 0,
+            ts: 0.0,
+            kind: String::new(),
+            values: [f64::NAN; FIGURE_COUNT],
+            warmup: false,
+            failed: false,
+            deadline_miss: None,
+            error: String::new(),
+            has_digest: false,
+            digest: String::new(),
+            batch: 0,
+            cache_hit: None,
+            stale: 0,
+        }
+    }
+}
+
+impl RawRecord {
+    /// Back to an empty record, keeping the strings' buffers.
+    pub(crate) fn reset(&mut self) {
+        self.seq = 0;
+        self.ts = 0.0;
+        self.kind.clear();
+        self.values = [f64::NAN; FIGURE_COUNT];
+        self.warmup = false;
+        self.failed = false;
+        self.deadline_miss = None;
+        self.error.clear();
+        self.has_digest = false;
+        self.digest.clear();
+        self.batch = 0;
+        self.cache_hit = None;
+        self.stale = 0;
+    }
+
+    /// Stores a figure's value given in its record unit, in ms.
+    #[inline]
+    pub(crate) fn set_figure(&mut self, figure: Figure, per_ms: f64, value: f64) {
+        self.values[figure.index()] = value / per_ms;
+    }
+}
+
+/// What the reader does with one key of the record.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Slot {
+    /// `seq`.
+    Seq,
+    /// `ts_unix_ms`.
+    TsUnix,
+    /// `kind`.
+    Kind,
+    /// A figure the analysis reads; `per_ms` turns its record unit into ms.
+    Figure {
+        /// The figure.
+        figure: Figure,
+        /// Divisor from the record's unit to ms.
+        per_ms: f64,
+    },
+    /// `warmup`.
+    Warmup,
+    /// `failed`.
+    Failed,
+    /// `deadline_miss`.
+    DeadlineMiss,
+    /// `error`.
+    Error,
+    /// `output_digest`.
+    OutputDigest,
+    /// `batch_size` (read loosely: an odd value is ignored).
+    BatchSize,
+    /// `cache` (read loosely).
+    Cache,
+    /// `stale_dropped` (read loosely).
+    StaleDropped,
+    /// A field of the record the analysis does not use (`trace_id`,
+    /// `clock`, the clock figures): skipped whatever its value, as unknown
+    /// keys are.
+    Ignored,
+}
+
+impl Slot {
+    fn of(field: Field) -> Slot {
+        match field {
+            Field::Seq => Slot::Seq,
+            Field::TsUnix => Slot::TsUnix,
+            Field::Kind => Slot::Kind,
+            Field::Figure(figure) if figures::is_read(figure) => Slot::Figure {
+                figure,
+                per_ms: figures::per_ms(figure.unit()),
+            },
+            Field::Figure(_) | Field::TraceId | Field::Clock => Slot::Ignored,
+            Field::DeadlineMiss => Slot::DeadlineMiss,
+            Field::Warmup => Slot::Warmup,
+            Field::Failed => Slot::Failed,
+            Field::Error => Slot::Error,
+            Field::OutputDigest => Slot::OutputDigest,
+            Field::BatchSize => Slot::BatchSize,
+            Field::Cache => Slot::Cache,
+            Field::StaleDropped => Slot::StaleDropped,
+        }
+    }
+}
+
+/// One key of the record as the reader knows it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Key {
+    /// JSON name.
+    pub(crate) name: &'static str,
+    /// The name's [`fingerprint`].
+    fingerprint: (u64, u64),
+    /// What to do with its value.
+    pub(crate) slot: Slot,
+    /// Its bit among the required fields (0 when optional).
+    pub(crate) required_bit: u32,
+}
+
+/// Longest name a [`fingerprint`] covers whole.
+const FINGERPRINT_LEN: usize = 16;
+
+/// A name's bytes as two words, so a lookup compares integers instead of
+/// calling `memcmp` (the parser looks up every key of every line): the
+/// first and last eight bytes, or four under eight bytes, or the bytes
+/// themselves under four. With the length they cover every byte of a name
+/// up to [`FINGERPRINT_LEN`] bytes.
+#[inline]
+fn fingerprint(name: &[u8]) -> (u64, u64) {
+    if let (Some(a), Some(b)) = (name.first_chunk::<8>(), name.last_chunk::<8>()) {
+        (u64::from_le_bytes(*a), u64::from_le_bytes(*b))
+    } else if let (Some(a), Some(b)) = (name.first_chunk::<4>(), name.last_chunk::<4>()) {
+        (
+            u64::from(u32::from_le_bytes(*a)),
+            u64::from(u32::from_le_bytes(*b)),
+        )
+    } else {
+        let word = name
+            .iter()
+            .fold(0u64, |w, &byte| (w << 8) | u64::from(byte));
+        (word, 0)
+    }
+}
+
+/// Every key of the record, found by its bytes; built once from the field table.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    /// Keys by name length (a record's keys are short): a lookup compares
+    /// only the few names of the same length.
+    by_len: Vec<Vec<Key>>,
+    /// Every required field's bit.
+    pub(crate) required: u32,
+    /// Per figure (by [`Figure::index`]): whether the analysis reads it.
+    pub(crate) reads: [bool; FIGURE_COUNT],
+}
+
+impl Layout {
+    fn new() -> Layout {
+        let mut by_len: Vec<Vec<Key>> = Vec::new();
+        let mut required = 0u32;
+        for (i, info) in FIELDS.iter().enumerate() {
+            let required_bit = if info.required { 1u32 << i } else { 0 };
+            required |= required_bit;
+            let len = info.name.len();
+            if by_len.len() <= len {
+                by_len.resize_with(len + 1, Vec::new);
+            }
+            by_len[len].push(Key {
+                name: info.name,
+                fingerprint: fingerprint(info.name.as_bytes()),
+                slot: Slot::of(info.field),
+                required_bit,
+            });
+        }
+        let mut reads = [false; FIGURE_COUNT];
+        for f in figures::read() {
+            reads[f.index()] = true;
+        }
+        Layout {
+            by_len,
+            required,
+            reads,
+        }
+    }
+
+    /// The key named `name`, when the record format has one.
+    #[inline]
+    pub(crate) fn key(&self, name: &[u8]) -> Option<&Key> {
+        let same_len = self.by_len.get(name.len())?;
+        if name.len() > FINGERPRINT_LEN {
+            return same_len.iter().find(|k| k.name.as_bytes() == name);
+        }
+        let fp = fingerprint(name);
+        same_len.iter().find(|k| k.fingerprint == fp)
+    }
+
+    /// The required fields a record lacks, given the bits of those it
+    /// has, in the order of the field table.
+    pub(crate) fn missing(seen: u32) -> impl Iterator<Item = &'static str> {
+        FIELDS
+            .iter()
+            .enumerate()
+            .filter(move |(i, info)| info.required && seen & (1u32 << i) == 0)
+            .map(|(_, info)| info.name)
+    }
+}
+
+// Every field's bit must fit the mask.
+const _: () = assert!(FIELDS.len() <= u32::BITS as usize);
+
+/// The record layout, built on first use.
+pub(crate) fn layout() -> &'static Layout {
+    static LAYOUT: LazyLock<Layout> = LazyLock::new(Layout::new);
+    &LAYOUT
+}
+
+/// A positive count from a record field; anything else (not an integer,
+/// out of range) is not a count and is ignored, as unknown fields are.
+pub(crate) fn count_of(v: Option<u64>) -> u32 {
+    v.and_then(|n| u32::try_from(n).ok()).unwrap_or(0)
+}
+
+/// `Some(true)` for `"hit"`, `Some(false)` for `"miss"`, else `None`.
+pub(crate) fn cache_of(s: &[u8]) -> Option<bool> {
+    match s {
+        b"hit" => Some(true),
+        b"miss" => Some(false),
+        _ => None,
+    }
+}
+
+/// Checks what a parser filled in; `Err` names what is wrong.
+pub(crate) fn validate(out: &RawRecord) -> Result<(), String> {
+    if !out.ts.is_finite() || out.ts < 0.0 {
+        return Err(format!(
+            "{} is {} (must be ≥ 0)",
+            Field::TsUnix.name(),
+            out.ts
+        ));
+    }
+    if out.kind.is_empty() {
+        return Err(format!(
+            "{} is empty (must name the request kind, \"call\" by default)",
+            Field::Kind.name()
+        ));
+    }
+    // Figures the analysis does not read stay NaN: every value can be checked.
+    if let Some(i) = out.values.iter().position(|v| v.is_infinite()) {
+        let name = Figure::ALL.get(i).map_or("a figure", |f| f.name());
+        return Err(format!("{name} is not finite"));
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+//! The general path: `serde_json` reads any valid JSON object (escapes,
+//! `null`, exponents) and words the message for a corrupt line. Keys go
+//! where the record layout says, as on the fast path.
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::Value;
+
+use super::record::{cache_of, count_of, layout, validate, Layout, RawRecord, Slot};
+
+/// Parses one line into `out`; `Err` carries serde's message (with the
+/// line's column) or names the field that is wrong.
+pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Result<(), String> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    de.deserialize_map(RecordVisitor { out })
+        .and_then(|()| de.end())
+        .map_err(|e| e.to_string())?;
+    validate(out)
+}
+
+struct RecordVisitor<'a> {
+    out: &'a mut RawRecord,
+}
+
+impl<'de> Visitor<'de> for RecordVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a stagetrace record (a JSON object)")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let out = self.out;
+        let layout = layout();
+        // Bits of the required fields seen, and the fields read so far (one
+        // given twice is an error, as serde's derive has it).
+        let (mut seen, mut given) = (0u32, Vec::<&'static str>::new());
+        while let Some(name) = map.next_key::<String>()? {
+            let Some(key) = layout.key(name.as_bytes()) else {
+                // Keys the format does not know are skipped, whatever their value.
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if key.slot != Slot::Ignored {
+                if given.contains(&key.name) {
+                    return Err(de::Error::duplicate_field(key.name));
+                }
+                given.push(key.name);
+            }
+            match key.slot {
+                Slot::Figure { figure, per_ms } => {
+                    // A required figure may not be null; an optional one
+                    // is then absent.
+                    let v = if key.required_bit != 0 {
+                        Some(map.next_value::<f64>()?)
+                    } else {
+                        map.next_value::<Option<f64>>()?
+                    };
+                    if let Some(v) = v {
+                        out.set_figure(figure, per_ms, v);
+                    }
+                }
+                Slot::Seq => out.seq = map.next_value()?,
+                Slot::TsUnix => out.ts = map.next_value()?,
+                Slot::Kind => out.kind = map.next_value()?,
+                Slot::Warmup => out.warmup = map.next_value::<Option<bool>>()? == Some(true),
+                Slot::Failed => out.failed = map.next_value::<Option<bool>>()? == Some(true),
+                Slot::DeadlineMiss => out.deadline_miss = map.next_value()?,
+                Slot::Error => out.error = map.next_value::<Option<String>>()?.unwrap_or_default(),
+                Slot::OutputDigest => {
+                    if let Some(d) = map.next_value::<Option<String>>()? {
+                        out.has_digest = true;
+                        out.digest = d;
+                    }
+                }
+                // Read loosely: a value of another type is ignored, not a corrupt line.
+                Slot::BatchSize => out.batch = count_of(map.next_value::<Value>()?.as_u64()),
+                Slot::StaleDropped => out.stale = count_of(map.next_value::<Value>()?.as_u64()),
+                Slot::Cache => {
+                    let v = map.next_value::<Value>()?;
+                    out.cache_hit = v.as_str().and_then(|s| cache_of(s.as_bytes()));
+                }
+                Slot::Ignored => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            seen |= key.required_bit;
+        }
+        if let Some(name) = Layout::missing(seen).next() {
+            return Err(de::Error::missing_field(name));
+        }
+        Ok(())
+    }
+}
