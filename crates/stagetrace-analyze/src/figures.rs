@@ -8,9 +8,10 @@
 
 use stagetrace_schema::{Figure, Group, Unit};
 
-/// Whether the analysis reads a figure: every figure but the clock's
-/// (`offset`, `split_err`), which say what the uplink/downlink split rests
-/// on rather than how long a part of the call took.
+/// Whether the analysis reads a figure into its tables, shapes and verdicts:
+/// every figure but the clock's (`offset`, `split_err`), which say what the
+/// uplink/downlink split rests on rather than how long a part of the call
+/// took. The loader keeps those too ([`crate::load::Dataset::value`]).
 pub fn is_read(f: Figure) -> bool {
     f.group() != Group::Clock
 }

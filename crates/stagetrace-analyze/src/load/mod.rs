@@ -287,7 +287,8 @@ impl Dataset {
     }
 
     /// The value of `figure` for call `i` in ms, when the record carries it
-    /// (and the analysis reads it, see [`crate::figures::is_read`]).
+    /// (every figure of the table; the analysis tables those of
+    /// [`crate::figures::read`]).
     pub fn value(&self, figure: Figure, i: usize) -> Option<f64> {
         let v = *self.columns.get(figure.index())?.get(i)?;
         if v.is_nan() {

@@ -108,8 +108,7 @@ pub(crate) enum Slot {
     /// `stale_dropped` (read loosely).
     StaleDropped,
     /// A field of the record the analysis does not use (`trace_id`,
-    /// `clock`, the clock figures): skipped whatever its value, as unknown
-    /// keys are.
+    /// `clock`): skipped whatever its value, as unknown keys are.
     Ignored,
 }
 
@@ -119,11 +118,13 @@ impl Slot {
             Field::Seq => Slot::Seq,
             Field::TsUnix => Slot::TsUnix,
             Field::Kind => Slot::Kind,
-            Field::Figure(figure) if figures::is_read(figure) => Slot::Figure {
+            // Every figure of the table is kept, the clock's too: the
+            // analysis picks what it tables (`figures::read`), tools read the rest.
+            Field::Figure(figure) => Slot::Figure {
                 figure,
                 per_ms: figures::per_ms(figure.unit()),
             },
-            Field::Figure(_) | Field::TraceId | Field::Clock => Slot::Ignored,
+            Field::TraceId | Field::Clock => Slot::Ignored,
             Field::DeadlineMiss => Slot::DeadlineMiss,
             Field::Warmup => Slot::Warmup,
             Field::Failed => Slot::Failed,
@@ -205,7 +206,7 @@ impl Layout {
             });
         }
         let mut reads = [false; FIGURE_COUNT];
-        for f in figures::read() {
+        for f in Figure::ALL {
             reads[f.index()] = true;
         }
         Layout {
