@@ -45,6 +45,9 @@ fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| n.starts_with("records") && n.ends_with(".jsonl"))
                 })
+                // Regular files only (through links): a FIFO or a device
+                // would block the read forever.
+                .filter(|f| f.is_file())
                 .collect();
             files.sort();
             if files.is_empty() {
@@ -55,10 +58,31 @@ fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
             }
             out.extend(files);
         } else {
+            refuse_summary_file(p)?;
             out.push(p.clone());
         }
     }
     Ok(out)
+}
+
+/// The layer's rolling summaries (`summary.*.jsonl`) are not records: said
+/// plainly, with what to pass instead, rather than as a parse error.
+fn refuse_summary_file(p: &Path) -> Result<(), String> {
+    let is_summary = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("summary.") && n.ends_with(".jsonl"));
+    if is_summary {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        return Err(format!(
+            "{} is a summary file (rolling windows), not records: pass the run's \
+             records-*.jsonl files or its directory ({}); `stagetrace tail {}` shows summaries",
+            p.display(),
+            dir.map_or_else(|| ".".to_owned(), |d| d.display().to_string()),
+            dir.map_or_else(|| ".".to_owned(), |d| d.display().to_string()),
+        ));
+    }
+    Ok(())
 }
 
 /// Loads the records of `paths` (files, run directories, or a lone `-`);
