@@ -32,8 +32,14 @@ struct Knobs {
     out: String,
 }
 
+const USAGE: &str = "usage: quickstart [--calls N] [--hz HZ] [--capture-ms MS] [--uplink-ms MS] \
+[--infer-ms MS] [--downlink-ms MS] [--dispatch-ms MS] [--slow-every N] [--out DIR]\n\
+Defaults: 300 calls at 30 Hz, capture 3, uplink 2, infer 12, downlink 1.5, dispatch 1 ms, \
+every 40th inference 3x slower, out runs/quickstart.";
+
 impl Knobs {
-    fn from_args() -> Result<Self, String> {
+    /// The knobs, or `None` when `--help` / `-h` asked for the usage.
+    fn from_args() -> Result<Option<Self>, String> {
         let mut k = Knobs {
             calls: 300,
             hz: 30.0,
@@ -46,10 +52,13 @@ impl Knobs {
             out: "runs/quickstart".to_owned(),
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
+        if args.iter().any(|a| a == "--help" || a == "-h") {
+            return Ok(None);
+        }
         for pair in args.chunks(2) {
             let (name, value) = match pair {
                 [n, v] => (n.as_str(), v.as_str()),
-                [n] => return Err(format!("{n} needs a value")),
+                [n] => return Err(format!("{n} needs a value\n{USAGE}")),
                 _ => unreachable!("chunks(2) yields one or two items"),
             };
             let num = || {
@@ -67,15 +76,10 @@ impl Knobs {
                 "--dispatch-ms" => k.dispatch_ms = num()?,
                 "--slow-every" => k.slow_every = num()? as u64,
                 "--out" => k.out = value.to_owned(),
-                _ => {
-                    return Err(format!(
-                        "unknown option {name}; use --calls --hz --capture-ms --uplink-ms \
-                         --infer-ms --downlink-ms --dispatch-ms --slow-every --out"
-                    ))
-                }
+                _ => return Err(format!("unknown option {name}\n{USAGE}")),
             }
         }
-        Ok(k)
+        Ok(Some(k))
     }
 }
 
@@ -115,7 +119,18 @@ fn policy_server(k: &Knobs, call: u64) -> ServerTiming {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let k = Knobs::from_args()?;
+    let k = match Knobs::from_args() {
+        Ok(Some(k)) => k,
+        Ok(None) => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Err(e) => {
+            // Before anything is started: nothing to flush.
+            eprintln!("quickstart: {e}");
+            std::process::exit(2);
+        }
+    };
 
     // 1. Register the stage layer next to whatever the app already uses.
     let (stages, guard) = StageLayer::builder()
