@@ -243,6 +243,32 @@ fn stage_rank(name: &str) -> usize {
     Figure::from_name(name).map_or(FIGURE_COUNT, Figure::index)
 }
 
+/// With a single kind, its table repeats the window's own `stages` table
+/// row for row: shown once.
+fn drop_lone_kind_table(tables: &mut Vec<(String, String, &serde_json::Map<String, Value>)>) {
+    let kind_tables: std::collections::BTreeSet<&str> = tables
+        .iter()
+        .map(|t| t.0.as_str())
+        .filter(|t| t.starts_with("kinds."))
+        .collect();
+    let [lone] = kind_tables.into_iter().collect::<Vec<_>>()[..] else {
+        return;
+    };
+    let lone = lone.to_owned();
+    let rows = |name: &str| -> Vec<(String, &serde_json::Map<String, Value>)> {
+        let mut r: Vec<_> = tables
+            .iter()
+            .filter(|t| t.0 == name)
+            .map(|t| (t.1.clone(), t.2))
+            .collect();
+        r.sort_by(|a, b| a.0.cmp(&b.0));
+        r
+    };
+    if rows(&lone) == rows("stages") {
+        tables.retain(|t| t.0 != lone);
+    }
+}
+
 /// One summary window as a terminal table.
 pub fn window_table(line: &Value, source: Option<&Path>) -> String {
     let mut s = String::new();
@@ -326,6 +352,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
     }
     let mut tables = stats_tables(line);
+    drop_lone_kind_table(&mut tables);
     tables.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then_with(|| stage_rank(&a.1).cmp(&stage_rank(&b.1)))

@@ -1,9 +1,9 @@
 //! `stagetrace tail`.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use stagetrace_analyze::summary::{window_table, Follower};
@@ -40,22 +40,43 @@ pub(crate) fn run(args: TailArgs) -> ExitCode {
 }
 
 fn tail(args: &TailArgs) -> Result<u8, String> {
-    if !args.dir.is_dir() {
-        return Err(format!(
-            "{}: not a directory (give the run directory the summaries are written to)",
-            args.dir.display()
-        ));
-    }
     if !(args.interval.is_finite() && args.interval > 0.0) {
         return Err(format!(
             "--interval {}: must be a positive number of seconds",
             args.interval
         ));
     }
+    let pause = Duration::from_secs_f64(args.interval.min(3600.0));
     let stop = interrupt::watch();
+    // A run about to start may not have made its directory yet: wait for it.
+    if !args.dir.exists() {
+        if args.once {
+            return Err(format!(
+                "{} does not exist (yet): give the run directory the summaries are written to",
+                args.dir.display()
+            ));
+        }
+        eprintln!(
+            "waiting for {} to be created (by the run's stage layer) …",
+            args.dir.display()
+        );
+        while !args.dir.exists() {
+            if interrupt::sleep(&stop, pause) {
+                return Ok(exit::INTERRUPTED);
+            }
+        }
+    }
+    if !args.dir.is_dir() {
+        return Err(format!(
+            "{}: not a directory (give the run directory the summaries are written to)",
+            args.dir.display()
+        ));
+    }
     let mut follower = Follower::new(&args.dir);
     let redraw = !args.json && !args.once && std::io::stdout().is_terminal();
-    let mut waiting_said = false;
+    let started = Instant::now();
+    // When the wait was last reported, and what for.
+    let mut waiting: Option<(Instant, bool)> = None;
     let mut shown_bad = 0;
     // The first look shows the newest window already there; after that
     // `--json` prints every window that arrives, each once, and the table
@@ -99,16 +120,49 @@ fn tail(args: &TailArgs) -> Result<u8, String> {
                 ),
                 Some(p) => format!("{} holds no complete window yet", p.display()),
             });
-        } else if follower.current().is_none() && !waiting_said {
-            eprintln!("waiting for summary*.jsonl in {} …", args.dir.display());
-            waiting_said = true;
+        } else if !shown_any {
+            say_waiting(&mut waiting, started, follower.current(), args);
         }
-        let pause = Duration::from_secs_f64(args.interval.min(3600.0));
         if interrupt::sleep(&stop, pause) {
             return Ok(exit::INTERRUPTED);
         }
     }
 }
+
+/// Says what tail waits for before the first window, and again every
+/// [`WAIT_REPORT`] for how long it has waited.
+fn say_waiting(
+    waiting: &mut Option<(Instant, bool)>,
+    started: Instant,
+    file: Option<&Path>,
+    args: &TailArgs,
+) {
+    let has_file = file.is_some();
+    let due = match *waiting {
+        None => true,
+        Some((at, had_file)) => had_file != has_file || at.elapsed() >= WAIT_REPORT,
+    };
+    if !due {
+        return;
+    }
+    let waited = started.elapsed().as_secs();
+    let what = match file {
+        None => format!("summary*.jsonl in {}", args.dir.display()),
+        Some(p) => format!(
+            "the first complete window in {} (one per window, 10 s by default)",
+            p.display()
+        ),
+    };
+    if waiting.is_none() {
+        eprintln!("waiting for {what} …");
+    } else {
+        eprintln!("still waiting for {what}: {waited} s so far");
+    }
+    *waiting = Some((Instant::now(), has_file));
+}
+
+/// How often a long wait for the first window is reported.
+const WAIT_REPORT: Duration = Duration::from_secs(10);
 
 /// One window as a table (after clearing the screen when it redraws a
 /// terminal).

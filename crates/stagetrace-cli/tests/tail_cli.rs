@@ -130,3 +130,69 @@ fn live_view_follows_new_windows_and_rotation() {
     }
     assert!(Path::new(&first).exists());
 }
+
+#[test]
+fn a_lone_kind_is_not_shown_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w: serde_json::Value = serde_json::from_str(&window("run-a", 0, 30.0)).unwrap();
+    w["kinds"]["call"]["stages"] = w["stages"].clone();
+    fs::write(dir.path().join("summary.x.jsonl"), format!("{w}\n")).unwrap();
+    let out = stagetrace(&["tail", p(dir.path()), "--once"]);
+    let s = stdout(&out);
+    assert_eq!(s.matches("(ms)").count(), 1, "{s}");
+    assert!(!s.contains("kinds.call.stages"), "{s}");
+}
+
+/// Spawns `stagetrace tail ARGS` with both outputs collected as they come.
+fn spawn_tail(args: &[&str]) -> (std::process::Child, Arc<Mutex<String>>, Arc<Mutex<String>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .arg("tail")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let collect = |mut pipe: Box<dyn Read + Send>| {
+        let buf = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&buf);
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk[..n]));
+            }
+        });
+        buf
+    };
+    let out = collect(Box::new(child.stdout.take().unwrap()));
+    let err = collect(Box::new(child.stderr.take().unwrap()));
+    (child, out, err)
+}
+
+#[test]
+fn a_directory_that_does_not_exist_yet_is_waited_for() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("run");
+    assert_usage_error(&["tail", p(&dir), "--once"], "does not exist (yet)");
+    let (mut child, out, err) = spawn_tail(&[p(&dir), "--interval", "0.1"]);
+    let result = std::panic::catch_unwind(|| {
+        wait_for(&err, "waiting for");
+        assert!(err.lock().unwrap().contains("to be created"));
+        fs::create_dir(&dir).unwrap();
+        // The file exists, its first window is still being written.
+        let f = dir.join("summary.2026-12-02-10.jsonl");
+        fs::write(&f, "{\"run\":\"run-a\",\"win").unwrap();
+        wait_for(&err, "the first complete window in");
+        fs::write(&f, window("run-a", 0, 30.0)).unwrap();
+        wait_for(&out, "rolling window #0");
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
