@@ -85,6 +85,39 @@ fn refuse_summary_file(p: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The runs whose record files `paths` stand for, by the run id in their
+/// names (`records-<run>[.<date>].jsonl`; every process writes its own), when
+/// more than one: their calls would be pooled in every figure.
+pub(crate) fn pooled_runs(paths: &[PathBuf]) -> Vec<String> {
+    if paths.iter().any(|p| is_stdin(p)) {
+        return Vec::new();
+    }
+    let runs: std::collections::BTreeSet<String> = expand_dirs(paths)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| {
+            let name = f.file_name()?.to_str()?;
+            let run = name.strip_prefix("records-")?.split('.').next()?;
+            (!run.is_empty()).then(|| run.to_owned())
+        })
+        .collect();
+    if runs.len() > 1 {
+        runs.into_iter().collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// What to say when an input pools several runs.
+pub(crate) fn pooled_warning(what: &str, runs: &[String]) -> String {
+    format!(
+        "the {what} pools {} runs ({}): their calls are mixed in every figure and rate; \
+         pass one run's records-<run>*.jsonl files to see it alone",
+        runs.len(),
+        runs.join(", ")
+    )
+}
+
 /// Loads the records of `paths` (files, run directories, or a lone `-`);
 /// `what` names the input in errors ("run", "baseline", "before", …).
 pub(crate) fn load(paths: &[PathBuf], opts: LoadOptions, what: &str) -> Result<Dataset, String> {

@@ -125,7 +125,17 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     if let Some(seed) = args.seed {
         opts.seed = seed;
     }
-    let a = analysis::analyze(&run, baseline.as_ref(), &opts);
+    let mut a = analysis::analyze(&run, baseline.as_ref(), &opts);
+    // Runs that share a directory are said to be pooled, in the report itself.
+    for (what, paths) in [("run", &args.files), ("baseline", &args.baseline)] {
+        let runs = input::pooled_runs(paths);
+        if !runs.is_empty() {
+            a.report
+                .inputs
+                .warnings
+                .push(input::pooled_warning(what, &runs));
+        }
+    }
     for w in a
         .report
         .inputs

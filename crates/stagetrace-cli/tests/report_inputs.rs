@@ -78,3 +78,40 @@ fn a_summary_file_given_as_records_is_named_as_one() {
         "is a summary file (rolling windows), not records",
     );
 }
+
+#[test]
+fn runs_that_share_a_directory_are_said_to_be_pooled() {
+    let dir = tempfile::tempdir().unwrap();
+    // One run whose file rotated at midnight: one run, no word.
+    std::fs::write(
+        dir.path()
+            .join("records-20261203T070000Z-11.2026-12-03.jsonl"),
+        good_lines(100),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path()
+            .join("records-20261203T070000Z-11.2026-12-04.jsonl"),
+        good_lines(100),
+    )
+    .unwrap();
+    let out = finishes(&["report", p(dir.path()), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = json["inputs"]["warnings"].to_string();
+    assert!(!warnings.contains("pools"), "{warnings}");
+    // A second process wrote into the same directory.
+    std::fs::write(
+        dir.path()
+            .join("records-20261203T080000Z-12.2026-12-03.jsonl"),
+        good_lines(100),
+    )
+    .unwrap();
+    let out = finishes(&["report", p(dir.path()), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = json["inputs"]["warnings"].to_string();
+    assert!(
+        warnings.contains("the run pools 2 runs (20261203T070000Z-11, 20261203T080000Z-12)"),
+        "{warnings}"
+    );
+}
