@@ -366,6 +366,37 @@ fn server_clock_step_is_detected_and_no_stage_goes_wild() {
             "step not followed, offset {off}: {r}"
         );
     }
+    // The step is flagged on the one call that confirmed it (the filter
+    // wants two consistent samples past the step) and counted in the summary.
+    let flagged: Vec<u64> = done
+        .iter()
+        .filter(|r| r.get("clock_step") == Some(&Value::Bool(true)))
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(flagged.len(), 1, "flagged calls {flagged:?}");
+    assert!(
+        (at + 1..=at + 3).contains(&flagged[0]),
+        "step flagged at seq {}",
+        flagged[0]
+    );
+    let cumulative: Value = std::fs::read_dir(run._dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("summary")
+        })
+        .flat_map(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .find(|w| w["window"] == "cumulative")
+        .unwrap();
+    assert_eq!(cumulative["clock"]["steps"], 1, "{cumulative}");
 }
 
 #[test]

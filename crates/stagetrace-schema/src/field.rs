@@ -41,6 +41,8 @@ pub enum Field {
     Figure(Figure),
     /// `clock`: what the uplink/downlink split rests on.
     Clock,
+    /// `clock_step`: this call confirmed a step of the server's clock.
+    ClockStep,
     /// `deadline_miss`: the call ended after its tick's deadline.
     DeadlineMiss,
     /// `warmup`: a warm-up call, kept out of steady-state figures.
@@ -102,7 +104,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 28;
+pub const FIELD_COUNT: usize = 29;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -124,6 +126,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Offset),
     figure_field(F::SplitErr),
     plain(Field::Clock, "clock", FieldType::Enum(CLOCK_VALUES)),
+    plain(Field::ClockStep, "clock_step", FieldType::Flag),
     figure_field(F::Late),
     plain(Field::DeadlineMiss, "deadline_miss", FieldType::Bool),
     plain(Field::Warmup, "warmup", FieldType::Flag),

@@ -173,6 +173,9 @@ pub struct CallRecord {
     pub figures: Figures,
     /// What the split rests on.
     pub clock: Option<ClockBasis>,
+    /// `Some(true)` on the call that confirmed a step of the server's clock
+    /// (the offset estimate started afresh there), absent otherwise.
+    pub clock_step: Option<bool>,
     /// True when the call ended after its tick's deadline.
     pub deadline_miss: Option<bool>,
     /// `Some(true)` for warm-up calls, absent otherwise.
@@ -258,6 +261,7 @@ impl Serialize for CallRecord {
                 Field::Clock => entry(&mut map, name, &self.clock)?,
                 Field::DeadlineMiss => entry(&mut map, name, &self.deadline_miss)?,
                 Field::Warmup => entry(&mut map, name, &self.warmup)?,
+                Field::ClockStep => entry(&mut map, name, &self.clock_step)?,
                 Field::Failed => entry(&mut map, name, &self.failed)?,
                 Field::Error => entry(&mut map, name, &self.error)?,
                 Field::OutputDigest => entry(&mut map, name, &self.output_digest)?,
@@ -337,6 +341,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
                 Field::Clock => rec.clock = map.next_value()?,
                 Field::DeadlineMiss => rec.deadline_miss = map.next_value()?,
                 Field::Warmup => rec.warmup = map.next_value()?,
+                Field::ClockStep => rec.clock_step = map.next_value()?,
                 Field::Failed => rec.failed = map.next_value()?,
                 Field::Error => rec.error = map.next_value()?,
                 Field::OutputDigest => rec.output_digest = map.next_value()?,

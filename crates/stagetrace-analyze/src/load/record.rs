@@ -108,7 +108,7 @@ pub(crate) enum Slot {
     /// `stale_dropped` (read loosely).
     StaleDropped,
     /// A field of the record the analysis does not use (`trace_id`,
-    /// `clock`): skipped whatever its value, as unknown keys are.
+    /// `clock`, `clock_step`): skipped whatever its value, as unknown keys are.
     Ignored,
 }
 
@@ -124,7 +124,7 @@ impl Slot {
                 figure,
                 per_ms: figures::per_ms(figure.unit()),
             },
-            Field::TraceId | Field::Clock => Slot::Ignored,
+            Field::TraceId | Field::Clock | Field::ClockStep => Slot::Ignored,
             Field::DeadlineMiss => Slot::DeadlineMiss,
             Field::Warmup => Slot::Warmup,
             Field::Failed => Slot::Failed,

@@ -75,6 +75,10 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
                 Some(b) => Value::Bool(b),
                 None => continue,
             },
+            Field::ClockStep => match rec.clock_step {
+                Some(b) => Value::Bool(b),
+                None => continue,
+            },
             Field::Warmup => match rec.warmup {
                 Some(b) => Value::Bool(b),
                 None => continue,

@@ -72,6 +72,9 @@ pub struct OffsetEstimate {
     /// Frequency error (server clock rate − client clock rate), ppm, once
     /// enough samples span enough time.
     pub drift_ppm: Option<f64>,
+    /// ± bound on `drift_ppm` (3 standard errors of the regression, at
+    /// least 2 ppm).
+    pub drift_err_ppm: Option<f64>,
     /// True when the estimate rests on the current sample alone because it
     /// disagrees with the window (a suspected clock step not yet confirmed).
     pub own_sample: bool,
@@ -211,6 +214,7 @@ impl OffsetFilter {
             err_ns: s.delta / 2.0,
             delay_ns: s.delta,
             drift_ppm: None,
+            drift_err_ppm: None,
             own_sample: true,
             step,
         }
@@ -318,6 +322,7 @@ impl OffsetFilter {
             err_ns: best.delta / 2.0 + rate * age.abs(),
             delay_ns: best.delta,
             drift_ppm: drift.map(|(s, _)| s * 1e6),
+            drift_err_ppm: drift.map(|_| rate * 1e6),
             own_sample: false,
             step: false,
         })

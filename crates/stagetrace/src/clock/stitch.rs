@@ -72,6 +72,8 @@ pub struct Stitched {
     pub clamped: bool,
     /// Frequency error of the peer's clock against ours, ppm, once estimated.
     pub drift_ppm: Option<f64>,
+    /// ± bound on `drift_ppm`.
+    pub drift_err_ppm: Option<f64>,
     /// True when this call confirmed a step of the peer's clock (the
     /// estimator's window was reset).
     pub clock_step: bool,
@@ -220,6 +222,7 @@ impl Stitcher {
                     out.offset_ns = Some(whole_ns(est.offset_ns));
                     out.split_err_ns = Some(whole_ns(est.err_ns));
                     out.drift_ppm = est.drift_ppm;
+                    out.drift_err_ppm = est.drift_err_ppm;
                     out.clock_step = est.step;
                     ClockBasis::Estimate
                 }

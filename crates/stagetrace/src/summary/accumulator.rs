@@ -9,7 +9,9 @@ use crate::record::{round_us, CallRecord, Figure};
 
 use super::deadline::DeadlineObs;
 use super::dist::{FigureSet, Plain};
-use super::window::{ClockSummary, DeadlineSummary, KindSummary, OffsetRange, WindowSummary};
+use super::window::{
+    ClockSummary, DeadlineSummary, Drift, KindSummary, OffsetRange, WindowSummary,
+};
 
 /// Most kinds a summary tracks separately; further kinds are pooled under
 /// [`OTHER_KINDS`] so an app that sends a fresh kind per call cannot grow memory.
@@ -220,6 +222,13 @@ impl Accum {
         }
     }
 
+    /// The latest drift estimate of the server's clock, when there is one.
+    pub(crate) fn note_drift(&mut self, drift: Option<(f64, f64)>) {
+        if let Some(d) = drift {
+            self.clock.drift = Some(d);
+        }
+    }
+
     /// Empty the accumulator for the next window, keeping allocated histograms.
     pub(crate) fn reset(&mut self) {
         self.calls = 0;
@@ -251,6 +260,8 @@ struct ClockAcc {
     offset_max_ns: i64,
     offset_last_ns: i64,
     split_err_us: Plain,
+    steps: u64,
+    drift: Option<(f64, f64)>,
 }
 
 impl ClockAcc {
@@ -261,10 +272,17 @@ impl ClockAcc {
             offset_max_ns: i64::MIN,
             offset_last_ns: 0,
             split_err_us: Plain::new(),
+            steps: 0,
+            drift: None,
         }
     }
 
     fn add(&mut self, rec: &CallRecord) {
+        if rec.clock_step == Some(true) {
+            self.steps += 1;
+            // The step reset the estimator's drift history.
+            self.drift = None;
+        }
         let Some(offset) = rec.get(Figure::Offset) else {
             return;
         };
@@ -285,6 +303,8 @@ impl ClockAcc {
         self.offset_max_ns = i64::MIN;
         self.offset_last_ns = 0;
         self.split_err_us.reset();
+        self.steps = 0;
+        // The drift is a property of the clocks: it carries into the next window.
     }
 
     fn summary(&self) -> Option<ClockSummary> {
@@ -300,6 +320,11 @@ impl ClockAcc {
                 last: ms(self.offset_last_ns),
             },
             split_err_ms: self.split_err_us.quantiles(1000.0, 0.0).unwrap_or_default(),
+            steps: self.steps,
+            drift_ppm: self.drift.map(|(value, err)| Drift {
+                value: (value * 1000.0).round() / 1000.0,
+                err: (err * 1000.0).round() / 1000.0,
+            }),
         })
     }
 }

@@ -16,7 +16,7 @@ mod window;
 pub use accumulator::{MAX_KINDS, OTHER_KINDS};
 pub use dist::SIGFIG;
 pub use window::{
-    figures, ClockSummary, DeadlineSummary, KindSummary, OffsetRange, Quantiles, StageStats,
+    figures, ClockSummary, DeadlineSummary, Drift, KindSummary, OffsetRange, Quantiles, StageStats,
     Summary, WindowSummary,
 };
 

@@ -69,6 +69,12 @@ impl WindowSummary {
                 c.split_err_ms.p50,
                 c.split_err_ms.p99
             );
+            if c.steps > 0 {
+                let _ = writeln!(out, "clock: {} step(s) of the server's clock", c.steps);
+            }
+            if let Some(d) = c.drift_ppm {
+                let _ = writeln!(out, "clock: drift {:+.1} ± {:.1} ppm", d.value, d.err);
+            }
         }
         out
     }

@@ -81,6 +81,22 @@ pub struct ClockSummary {
     pub offset_ms: OffsetRange,
     /// ± bound on the uplink/downlink split, ms.
     pub split_err_ms: Quantiles,
+    /// Steps of the server's clock confirmed in the window (each resets the
+    /// estimate; the record of the call that confirmed it has `clock_step`).
+    pub steps: u64,
+    /// The server clock's rate against the client's, once estimated (≥ 5
+    /// one-second buckets spanning ≥ 5 s since the last step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift_ppm: Option<Drift>,
+}
+
+/// A clock's frequency error and its bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Drift {
+    /// Server clock rate − client clock rate, parts per million.
+    pub value: f64,
+    /// ± bound (3 standard errors of the regression, at least 2 ppm).
+    pub err: f64,
 }
 
 /// A signed figure's range over a window and its latest value.

@@ -26,6 +26,9 @@ pub(crate) struct Converter {
     first_start: Option<Instant>,
     /// The layer's counters (clamped splits, empty calls).
     health: Arc<Health>,
+    /// The latest drift estimate of a peer's clock (ppm, ± ppm), for the
+    /// summaries: it is a property of the clocks, not of one call.
+    drift: Option<(f64, f64)>,
 }
 
 impl Converter {
@@ -43,7 +46,13 @@ impl Converter {
             warmup_duration,
             first_start: None,
             health,
+            drift: None,
         }
+    }
+
+    /// The latest drift estimate of a peer's clock: (ppm, ± ppm).
+    pub(crate) fn drift(&self) -> Option<(f64, f64)> {
+        self.drift
     }
 
     /// One queued call → its public record (plus its deadline observation).
@@ -134,6 +143,13 @@ impl Converter {
                 f.set(Figure::Offset, st.offset_ns);
                 f.set(Figure::SplitErr, st.split_err_ns);
                 rec.clock = st.basis;
+                rec.clock_step = st.clock_step.then_some(true);
+                if let Some(d) = st.drift_ppm.zip(st.drift_err_ppm) {
+                    self.drift = Some(d);
+                } else if st.clock_step {
+                    // The step reset the drift history with the window.
+                    self.drift = None;
+                }
                 let ns = |v: i64| v.max(0) as u64;
                 let t_end = t_start.saturating_add(t_dur);
                 let mut cursor = t_start;

@@ -168,6 +168,9 @@ impl Worker {
         let (start, end) = (self.cal.instant(raw.state.start), self.cal.instant(raw.end));
         self.window.add(&rec, start, end, deadline_obs);
         self.cumulative.add(&rec, start, end, deadline_obs);
+        let drift = self.converter.drift();
+        self.window.note_drift(drift);
+        self.cumulative.note_drift(drift);
         each_sink(&mut self.sinks, true, |sink| sink.on_record(&rec));
     }
 
