@@ -38,8 +38,9 @@ Defaults: 300 calls at 30 Hz, capture 3, uplink 2, infer 12, downlink 1.5, dispa
 every 40th inference 3x slower, out runs/quickstart.";
 
 impl Knobs {
-    /// The knobs, or `None` when `--help` / `-h` asked for the usage.
-    fn from_args() -> Result<Option<Self>, String> {
+    /// The knobs from the command line's arguments (program name left
+    /// out), or `None` when `--help` / `-h` asked for the usage.
+    fn from_args(args: impl IntoIterator<Item = String>) -> Result<Option<Self>, String> {
         let mut k = Knobs {
             calls: 300,
             hz: 30.0,
@@ -51,7 +52,7 @@ impl Knobs {
             slow_every: 40,
             out: "runs/quickstart".to_owned(),
         };
-        let args: Vec<String> = std::env::args().skip(1).collect();
+        let args: Vec<String> = args.into_iter().collect();
         if args.iter().any(|a| a == "--help" || a == "-h") {
             return Ok(None);
         }
@@ -119,7 +120,7 @@ fn policy_server(k: &Knobs, call: u64) -> ServerTiming {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let k = match Knobs::from_args() {
+    let k = match Knobs::from_args(std::env::args().skip(1)) {
         Ok(Some(k)) => k,
         Ok(None) => {
             println!("{USAGE}");
@@ -182,4 +183,41 @@ fn main() -> Result<(), Box<dyn Error>> {
         k.out, summary.run, k.out
     );
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<Knobs>, String> {
+        Knobs::from_args(args.iter().map(|a| (*a).to_owned()))
+    }
+
+    #[test]
+    fn help_asks_for_the_usage() {
+        for flag in ["--help", "-h"] {
+            assert!(parse(&[flag]).unwrap().is_none(), "{flag}");
+            assert!(parse(&["--calls", "5", flag]).unwrap().is_none(), "{flag}");
+        }
+        assert!(USAGE.starts_with("usage: quickstart [--calls N]"));
+    }
+
+    #[test]
+    fn knobs_and_mistakes() {
+        let k = parse(&["--calls", "600", "--infer-ms", "25", "--out", "runs/slow"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (k.calls, k.infer_ms, k.out.as_str()),
+            (600, 25.0, "runs/slow")
+        );
+        let err = parse(&["--nope", "1"]).err().unwrap();
+        assert!(
+            err.starts_with("unknown option --nope\nusage: quickstart"),
+            "{err}"
+        );
+        let err = parse(&["--calls"]).err().unwrap();
+        assert!(err.starts_with("--calls needs a value\nusage:"), "{err}");
+    }
 }
