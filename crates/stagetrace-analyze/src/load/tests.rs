@@ -301,6 +301,19 @@ fn a_whole_last_line_with_a_bad_value_is_not_cut_short() {
         err.starts_with("end:2: not a stagetrace record: e2e_ms = 1e300"),
         "{err}"
     );
+    // So is one whose value has the wrong type.
+    let text = format!(
+        "{}\n{}",
+        line_with("call", "12.5"),
+        line_with("call", "\"slow\"")
+    );
+    let err = Dataset::load_reader(text.as_bytes(), Path::new("end"), LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("end:2: not a stagetrace record: invalid type: string \"slow\""),
+        "{err}"
+    );
     // A line that does end early still is.
     let cut = format!(
         "{}\n{}",
