@@ -27,7 +27,9 @@ pub fn percentile_spectrum(sorted: &[f32]) -> String {
     let mut i = 0usize;
     while i < n {
         let v = sorted[i];
-        let mut j = i;
+        // From `i + 1`: a NaN equals nothing, not even itself, and would
+        // otherwise never be passed.
+        let mut j = i + 1;
         while j < n && sorted[j] == v {
             j += 1;
         }
@@ -43,7 +45,13 @@ pub fn percentile_spectrum(sorted: &[f32]) -> String {
         }
         while current >= level {
             line(&mut out, value, level, cum);
-            level = next_level(level);
+            let next = next_level(level);
+            if next.is_nan() || next <= level {
+                // Levels crowd toward 100 % until a step no longer moves
+                // one (or a NaN level): stop rather than repeat a line forever.
+                break;
+            }
+            level = next;
         }
         i = j;
     }
@@ -122,5 +130,17 @@ mod tests {
         assert!(s.contains("    1000.000 1.000000000000       1000\n"));
         assert!(s.contains("#[Max     =     1000.000, Total count    =         1000]"));
         assert!(s.ends_with("]\n"));
+    }
+
+    #[test]
+    fn odd_values_end_promptly() {
+        for odd in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX] {
+            let sample = vec![1.0, 2.0, odd, odd, 3.0];
+            let s = crate::watchdog::within(10, &format!("spectrum with {odd}"), move || {
+                percentile_spectrum(&sample)
+            });
+            // A line per level at most: a few dozen for five values.
+            assert!(s.lines().count() < 100, "{odd}: {s}");
+        }
     }
 }

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use stagetrace_schema::{Figure, Side};
 
 use crate::analysis::{Analysis, GroupData, GroupReport, ALL_KINDS};
+use crate::axis::{self, trim_num};
 use crate::figures;
 use crate::format::fmt_ms;
 use crate::render;
@@ -166,10 +167,8 @@ fn legend(s: &mut String, items: &[Figure]) {
 
 /// Y axis with ~6 nice ticks from 0 to `max`; returns the rounded max.
 fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
-    let step = nice_step(max / 6.0);
-    let top = (max / step).ceil().max(1.0) * step;
-    let mut v = 0.0;
-    while v <= top + step * 1e-9 {
+    let (top, ticks) = axis::linear(max);
+    for v in ticks {
         let y = MT + (H - MT - MB) * (1.0 - v / top);
         let _ = writeln!(
             s,
@@ -179,7 +178,6 @@ fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
             y + 4.0,
             trim_num(v)
         );
-        v += step;
     }
     let _ = writeln!(
         s,
@@ -197,30 +195,6 @@ fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
         H - MB
     );
     top
-}
-
-fn nice_step(raw: f64) -> f64 {
-    if raw.is_nan() || raw <= 0.0 || !raw.is_finite() {
-        return 1.0;
-    }
-    let p = 10f64.powf(raw.log10().floor());
-    let f = raw / p;
-    let m = if f <= 1.0 {
-        1.0
-    } else if f <= 2.0 {
-        2.0
-    } else if f <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    m * p
-}
-
-fn trim_num(v: f64) -> String {
-    let t = format!("{v:.3}");
-    let t = t.trim_end_matches('0').trim_end_matches('.');
-    t.to_string()
 }
 
 fn polyline(s: &mut String, pts: &[(f64, f64)], col: &str, dashed: bool, title: &str) {
@@ -362,25 +336,10 @@ fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
     let px = |v: f64| ML + (W - ML - MR) * tx(v).clamp(0.0, 1.0);
     let py = |f: f64| MT + (H - MT - MB) * (1.0 - f);
     // X ticks.
-    let ticks: Vec<f64> = if log {
-        let mut t = Vec::new();
-        let mut d = 10f64.powf(lo.log10().floor());
-        while d <= hi * 1.0001 {
-            for m in [1.0, 2.0, 5.0] {
-                let v = d * m;
-                if v >= lo && v <= hi {
-                    t.push(v);
-                }
-            }
-            d *= 10.0;
-        }
-        t
+    let ticks = if log {
+        axis::log125(lo, hi)
     } else {
-        let step = nice_step((hi - lo) / 8.0);
-        (0..=8)
-            .map(|i| lo + step * i as f64)
-            .filter(|v| *v <= hi)
-            .collect()
+        axis::spaced(lo, hi, 8)
     };
     for v in ticks {
         let x = px(v);
@@ -526,4 +485,81 @@ fn timeline_plot(s: &mut String, a: &Analysis<'_>, g: &GroupData, r: &GroupRepor
     );
     legend(s, &stack);
     let _ = writeln!(s, "</svg>");
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::analysis::{self, AnalyzeOptions};
+    use crate::load::{Dataset, LoadOptions};
+    use crate::watchdog::within;
+
+    /// Odd values a column could hold were the loader to let them through.
+    const ODD: [f32; 6] = [
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MAX,
+        -f32::MAX,
+        1e30,
+    ];
+
+    #[test]
+    fn y_axis_draws_few_ticks_on_any_range() {
+        for max in [
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            1e300,
+            f64::MAX,
+            0.0,
+        ] {
+            let s = within(10, &format!("y axis to {max}"), move || {
+                let mut s = String::new();
+                let top = y_axis(&mut s, max, "ms");
+                (s, top)
+            });
+            let (s, top) = s;
+            assert!(top.is_finite(), "{max}: top {top}");
+            // One grid line per tick, plus the two axis lines.
+            let lines = s.matches("<line").count();
+            assert!(
+                (3..=axis::MAX_TICKS + 2).contains(&lines),
+                "{max}: {lines} lines"
+            );
+        }
+    }
+
+    /// A whole report over columns holding values the loader refuses:
+    /// every plot ends, and the page stays small.
+    #[test]
+    fn a_report_over_odd_columns_ends() {
+        let lines: String = (0..100)
+            .map(|i| {
+                format!(
+                    "{{\"seq\":{i},\"ts_unix_ms\":{},\"kind\":\"call\",\"infer_ms\":{},\"e2e_ms\":{}}}\n",
+                    1_764_000_000_000.0 + 20.0 * f64::from(i),
+                    30.0 + f64::from(i % 7),
+                    35.0 + f64::from(i % 11)
+                )
+            })
+            .collect();
+        for odd in ODD {
+            let mut ds =
+                Dataset::load_reader(lines.as_bytes(), Path::new("odd"), LoadOptions::default())
+                    .unwrap();
+            for (f, call) in [(Figure::E2e, 3), (Figure::Infer, 5), (Figure::E2e, 60)] {
+                ds.columns[f.index()][call] = odd;
+            }
+            let page = within(30, &format!("report with {odd}"), move || {
+                let a = analysis::analyze(&ds, None, &AnalyzeOptions::default());
+                html(&a)
+            });
+            assert!(page.len() < 4 << 20, "{odd}: {} bytes", page.len());
+            assert!(page.ends_with("</body></html>\n"), "{odd}");
+        }
+    }
 }

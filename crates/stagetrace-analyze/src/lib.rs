@@ -45,6 +45,7 @@
 //! The workspace's `rust-version` (1.85) and newer.
 
 pub mod analysis;
+mod axis;
 pub mod compare;
 pub mod figures;
 pub mod format;
@@ -55,6 +56,8 @@ pub mod load;
 pub mod render;
 pub mod stats;
 pub mod summary;
+#[cfg(test)]
+mod watchdog;
 
 use std::path::Path;
 

@@ -236,8 +236,8 @@ pub(super) fn string_stop(b: &[u8]) -> Option<usize> {
 pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
     let layout = layout();
     let mut c = Cursor { b: line, i: 0 };
-    // Bits of the required fields seen.
-    let mut seen = 0u32;
+    // Bits of the required fields seen, and of every known field read.
+    let (mut seen, mut given) = (0u32, 0u32);
     c.ws();
     c.eat(b'{')?;
     c.ws();
@@ -251,11 +251,16 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
         c.eat(b':')?;
         c.ws();
         // Keys the format does not know are skipped, as unused ones are.
-        let (slot, required_bit) = layout
+        let (slot, required_bit, bit) = layout
             .key(name)
-            .map_or((Slot::Ignored, 0), |k| (k.slot, k.required_bit));
+            .map_or((Slot::Ignored, 0, 0), |k| (k.slot, k.required_bit, k.bit));
+        // A field given twice, or a value out of range: serde words the error.
+        if given & bit != 0 {
+            return None;
+        }
+        given |= bit;
         match slot {
-            Slot::Figure { figure, per_ms } => out.set_figure(figure, per_ms, c.f64()?),
+            Slot::Figure { figure, per_ms } => out.set_figure(figure, per_ms, c.f64()?).ok()?,
             Slot::Seq => out.seq = c.u64()?,
             Slot::TsUnix => out.ts = c.f64()?,
             Slot::Kind => {

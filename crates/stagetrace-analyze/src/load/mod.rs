@@ -11,6 +11,7 @@
 
 mod fast;
 mod notes;
+mod range;
 mod record;
 mod slow;
 #[cfg(test)]
@@ -26,7 +27,7 @@ use stagetrace_schema::{Figure, FIGURE_COUNT};
 pub use notes::{LoadError, LoadNotes};
 
 use notes::MAX_KINDS;
-use record::{layout, RawRecord};
+use record::{layout, BadLine, RawRecord};
 
 /// Most distinct failure reasons counted; further reasons count as "other".
 const MAX_ERRORS: usize = 32;
@@ -177,8 +178,11 @@ impl Dataset {
             }
             match parse_record(line, &mut raw) {
                 Ok(()) => self.push(&raw, opts, errors),
-                Err(reason) => {
-                    if !complete {
+                Err(BadLine {
+                    reason,
+                    broken_json,
+                }) => {
+                    if !complete && broken_json {
                         // A final line without its newline: the writer died mid-line.
                         self.notes.truncated.push(path.to_path_buf());
                     } else if opts.skip_bad {
@@ -334,7 +338,7 @@ impl Dataset {
 }
 
 /// Parses one line; `Err` carries a message naming what is wrong.
-pub(crate) fn parse_record(line: &[u8], out: &mut RawRecord) -> Result<(), String> {
+pub(crate) fn parse_record(line: &[u8], out: &mut RawRecord) -> Result<(), BadLine> {
     out.reset();
     if fast::parse(line, out).is_some() {
         return Ok(());

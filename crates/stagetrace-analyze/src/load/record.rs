@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 
 use stagetrace_schema::{Field, Figure, FIELDS, FIGURE_COUNT};
 
+use super::range;
 use crate::figures;
 
 /// One parsed record: only what the analysis uses.
@@ -68,10 +69,18 @@ impl RawRecord {
         self.stale = 0;
     }
 
-    /// Stores a figure's value given in its record unit, in ms.
+    /// Stores a figure's value given in its record unit, in ms; `Err`
+    /// (naming the field) when it is beyond what such a figure can be.
     #[inline]
-    pub(crate) fn set_figure(&mut self, figure: Figure, per_ms: f64, value: f64) {
+    pub(crate) fn set_figure(
+        &mut self,
+        figure: Figure,
+        per_ms: f64,
+        value: f64,
+    ) -> Result<(), String> {
+        range::check_figure(figure, per_ms, value)?;
         self.values[figure.index()] = value / per_ms;
+        Ok(())
     }
 }
 
@@ -148,6 +157,8 @@ pub(crate) struct Key {
     pub(crate) slot: Slot,
     /// Its bit among the required fields (0 when optional).
     pub(crate) required_bit: u32,
+    /// Its own bit (every field has one): a key given twice is found by it.
+    pub(crate) bit: u32,
 }
 
 /// Longest name a [`fingerprint`] covers whole.
@@ -192,7 +203,8 @@ impl Layout {
         let mut by_len: Vec<Vec<Key>> = Vec::new();
         let mut required = 0u32;
         for (i, info) in FIELDS.iter().enumerate() {
-            let required_bit = if info.required { 1u32 << i } else { 0 };
+            let bit = 1u32 << i;
+            let required_bit = if info.required { bit } else { 0 };
             required |= required_bit;
             let len = info.name.len();
             if by_len.len() <= len {
@@ -203,6 +215,7 @@ impl Layout {
                 fingerprint: fingerprint(info.name.as_bytes()),
                 slot: Slot::of(info.field),
                 required_bit,
+                bit,
             });
         }
         let mut reads = [false; FIGURE_COUNT];
@@ -247,6 +260,35 @@ pub(crate) fn layout() -> &'static Layout {
     &LAYOUT
 }
 
+/// Why a line is not a record.
+#[derive(Debug)]
+pub(crate) struct BadLine {
+    /// What is wrong, for the message.
+    pub(crate) reason: String,
+    /// The JSON itself is broken (it may end early, as a line the writer
+    /// died in does), as opposed to whole JSON holding a wrong value: a
+    /// whole last line with `1e300` in it is an error, not a cut-short line.
+    pub(crate) broken_json: bool,
+}
+
+impl BadLine {
+    /// A value that is wrong in otherwise whole JSON.
+    pub(crate) fn value(reason: String) -> BadLine {
+        BadLine {
+            reason,
+            broken_json: false,
+        }
+    }
+}
+
+/// What a line that gives one field of the record twice is told. Both
+/// parsers refuse such a line: JSON leaves duplicates undefined, and a
+/// reader that kept the first or the last would report a number the
+/// writer may not have meant.
+pub(crate) fn duplicate(name: &str) -> String {
+    format!("duplicate key {name}")
+}
+
 /// A positive count from a record field; anything else (not an integer,
 /// out of range) is not a count and is ignored, as unknown fields are.
 pub(crate) fn count_of(v: Option<u64>) -> u32 {
@@ -264,21 +306,21 @@ pub(crate) fn cache_of(s: &[u8]) -> Option<bool> {
 
 /// Checks what a parser filled in; `Err` names what is wrong.
 pub(crate) fn validate(out: &RawRecord) -> Result<(), String> {
-    if !out.ts.is_finite() || out.ts < 0.0 {
-        return Err(format!(
-            "{} is {} (must be ≥ 0)",
-            Field::TsUnix.name(),
-            out.ts
-        ));
-    }
+    range::check_unix_ms(Field::TsUnix.name(), out.ts)?;
     if out.kind.is_empty() {
         return Err(format!(
             "{} is empty (must name the request kind, \"call\" by default)",
             Field::Kind.name()
         ));
     }
-    // Figures the analysis does not read stay NaN: every value can be checked.
-    if let Some(i) = out.values.iter().position(|v| v.is_infinite()) {
+    // Both parsers check each figure as they store it (`set_figure`);
+    // this backstop keeps a value no `f32` column can hold finitely out
+    // whatever path stored it. Absent figures are NaN.
+    if let Some(i) = out
+        .values
+        .iter()
+        .position(|v| !v.is_nan() && !(*v as f32).is_finite())
+    {
         let name = Figure::ALL.get(i).map_or("a figure", |f| f.name());
         return Err(format!("{name} is not finite"));
     }

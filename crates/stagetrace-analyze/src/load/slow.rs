@@ -5,18 +5,25 @@
 use std::fmt;
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::error::Category;
 use serde_json::Value;
 
-use super::record::{cache_of, count_of, layout, validate, Layout, RawRecord, Slot};
+use super::record::{
+    cache_of, count_of, duplicate, layout, validate, BadLine, Layout, RawRecord, Slot,
+};
 
 /// Parses one line into `out`; `Err` carries serde's message (with the
 /// line's column) or names the field that is wrong.
-pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Result<(), String> {
+pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Result<(), BadLine> {
     let mut de = serde_json::Deserializer::from_slice(line);
     de.deserialize_map(RecordVisitor { out })
         .and_then(|()| de.end())
-        .map_err(|e| e.to_string())?;
-    validate(out)
+        .map_err(|e| BadLine {
+            reason: e.to_string(),
+            // `Data`: whole JSON, a wrong value (type, range, key missing or twice).
+            broken_json: matches!(e.classify(), Category::Syntax | Category::Eof),
+        })?;
+    validate(out).map_err(BadLine::value)
 }
 
 struct RecordVisitor<'a> {
@@ -33,21 +40,19 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let out = self.out;
         let layout = layout();
-        // Bits of the required fields seen, and the fields read so far (one
-        // given twice is an error, as serde's derive has it).
-        let (mut seen, mut given) = (0u32, Vec::<&'static str>::new());
+        // Bits of the required fields seen, and of every known field read
+        // (one given twice is an error, on the fast path too).
+        let (mut seen, mut given) = (0u32, 0u32);
         while let Some(name) = map.next_key::<String>()? {
             let Some(key) = layout.key(name.as_bytes()) else {
                 // Keys the format does not know are skipped, whatever their value.
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
-            if key.slot != Slot::Ignored {
-                if given.contains(&key.name) {
-                    return Err(de::Error::duplicate_field(key.name));
-                }
-                given.push(key.name);
+            if given & key.bit != 0 {
+                return Err(de::Error::custom(duplicate(key.name)));
             }
+            given |= key.bit;
             match key.slot {
                 Slot::Figure { figure, per_ms } => {
                     // A required figure may not be null; an optional one
@@ -58,7 +63,8 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
                         map.next_value::<Option<f64>>()?
                     };
                     if let Some(v) = v {
-                        out.set_figure(figure, per_ms, v);
+                        out.set_figure(figure, per_ms, v)
+                            .map_err(de::Error::custom)?;
                     }
                 }
                 Slot::Seq => out.seq = map.next_value()?,

@@ -11,7 +11,9 @@ use super::{fast, parse_record, slow, Dataset, LoadOptions};
 
 fn parse(s: &str) -> Result<RawRecord, String> {
     let mut r = RawRecord::default();
-    parse_record(s.as_bytes(), &mut r).map(|_| r)
+    parse_record(s.as_bytes(), &mut r)
+        .map(|_| r)
+        .map_err(|e| e.reason)
 }
 
 #[test]
@@ -113,13 +115,16 @@ fn numbers_are_exact() {
         "0.000001",
         "99999.999",
     ] {
-        let line = format!(r#"{{"seq":1,"ts_unix_ms":1,"kind":"c","e2e_ms":{s}}}"#);
-        let r = parse(&line).unwrap();
-        assert_eq!(
-            r.values[Figure::E2e.index()],
-            s.parse::<f64>().unwrap(),
-            "{s}"
-        );
+        let want = s.parse::<f64>().unwrap();
+        // Every number as a timestamp; as a latency those that can be one
+        // (a Unix time in ms is not: `range.rs`).
+        let line = format!(r#"{{"seq":1,"ts_unix_ms":{s},"kind":"c","e2e_ms":1}}"#);
+        assert_eq!(parse(&line).unwrap().ts, want, "{s}");
+        if want <= 86_400_000.0 {
+            let line = format!(r#"{{"seq":1,"ts_unix_ms":1,"kind":"c","e2e_ms":{s}}}"#);
+            let r = parse(&line).unwrap();
+            assert_eq!(r.values[Figure::E2e.index()], want, "{s}");
+        }
     }
 }
 
@@ -187,5 +192,166 @@ fn every_field_of_the_table_is_found_by_its_name() {
         "a_key_longer_than_sixteen_bytes",
     ] {
         assert!(layout.key(unknown.as_bytes()).is_none(), "{unknown}");
+    }
+}
+
+/// A record line with `e2e_ms` set to `e2e`; `kind` with an escape takes
+/// it down the serde path.
+fn line_with(kind: &str, e2e: &str) -> String {
+    format!(
+        r#"{{"seq":7,"ts_unix_ms":1764000000123.5,"kind":"{kind}","infer_ms":30.5,"e2e_ms":{e2e},"observer_us":3.25}}"#
+    )
+}
+
+const PATHS: [(&str, &str); 2] = [("call", "fast"), ("c\\u0061ll", "serde")];
+
+#[test]
+fn a_figure_beyond_a_latency_is_refused_by_both_paths() {
+    for (kind, path) in PATHS {
+        for bad in ["1e300", "-1e300", "1e39", "86400000.001", "-86400001"] {
+            let line = line_with(kind, bad);
+            // The fast path never stores it (it hands the line to serde).
+            assert!(fast::parse(line.as_bytes(), &mut RawRecord::default()).is_none());
+            let err = parse(&line).unwrap_err();
+            let want = format!("e2e_ms = {bad} is not a latency (|ms| must be at most 86400000)");
+            assert!(err.starts_with(&want), "{path}: {err}");
+        }
+        // The bound itself is a latency, on either side.
+        for edge in ["86400000", "-86400000", "86400000.0"] {
+            let r = parse(&line_with(kind, edge)).unwrap();
+            assert_eq!(r.values[Figure::E2e.index()].abs(), 86_400_000.0, "{path}");
+        }
+        // `observer_us` is held to the same bound, in ms.
+        let line = line_with(kind, "1").replace("3.25", "1e300");
+        let err = parse(&line).unwrap_err();
+        assert!(
+            err.starts_with("observer_us = 1e300 is not a latency"),
+            "{path}: {err}"
+        );
+        let line = line_with(kind, "1").replace("3.25", "86400000000");
+        assert_eq!(
+            parse(&line).unwrap().values[Figure::Observer.index()],
+            86_400_000.0
+        );
+    }
+}
+
+#[test]
+fn a_timestamp_must_be_a_unix_time() {
+    for (kind, path) in PATHS {
+        for bad in ["1e300", "-1", "9223372036855"] {
+            let line = line_with(kind, "1").replace("1764000000123.5", bad);
+            assert!(fast::parse(line.as_bytes(), &mut RawRecord::default()).is_none());
+            let err = parse(&line).unwrap_err();
+            assert!(
+                err.starts_with(&format!("ts_unix_ms = {bad} is not a Unix time in ms")),
+                "{path}: {err}"
+            );
+        }
+        // Kept as a double: a ms timestamp keeps its fraction.
+        assert_eq!(
+            parse(&line_with(kind, "1")).unwrap().ts,
+            1_764_000_000_123.5
+        );
+    }
+}
+
+#[test]
+fn no_column_holds_infinity() {
+    let mut text = String::new();
+    for bad in ["1e300", "-1e300", "1e39"] {
+        text.push_str(&line_with("call", bad));
+        text.push('\n');
+    }
+    text.push_str(&line_with("call", "12.5"));
+    text.push('\n');
+    let err = Dataset::load_reader(text.as_bytes(), Path::new("odd"), LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("odd:1: not a stagetrace record: e2e_ms = 1e300 is not a latency"),
+        "{err}"
+    );
+    let opts = LoadOptions {
+        skip_bad: true,
+        ..LoadOptions::default()
+    };
+    let ds = Dataset::load_reader(text.as_bytes(), Path::new("odd"), opts).unwrap();
+    assert_eq!((ds.len(), ds.notes.skipped), (1, 3));
+    assert!(ds.notes.skipped_examples[2].starts_with("odd:3: e2e_ms = 1e39 is not a latency"));
+    assert_eq!(ds.value(Figure::E2e, 0), Some(12.5));
+    for column in &ds.columns {
+        assert!(column.iter().all(|v| v.is_finite() || v.is_nan()));
+    }
+}
+
+#[test]
+fn a_whole_last_line_with_a_bad_value_is_not_cut_short() {
+    // No newline after the last line, but its JSON is whole: the value is
+    // wrong, the line is not the half a crashed writer leaves.
+    let text = format!(
+        "{}\n{}",
+        line_with("call", "12.5"),
+        line_with("call", "1e300")
+    );
+    let err = Dataset::load_reader(text.as_bytes(), Path::new("end"), LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("end:2: not a stagetrace record: e2e_ms = 1e300"),
+        "{err}"
+    );
+    // So is one whose value has the wrong type.
+    let text = format!(
+        "{}\n{}",
+        line_with("call", "12.5"),
+        line_with("call", "\"slow\"")
+    );
+    let err = Dataset::load_reader(text.as_bytes(), Path::new("end"), LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("end:2: not a stagetrace record: invalid type: string \"slow\""),
+        "{err}"
+    );
+    // A line that does end early still is.
+    let cut = format!(
+        "{}\n{}",
+        line_with("call", "12.5"),
+        &line_with("call", "1")[..40]
+    );
+    let ds =
+        Dataset::load_reader(cut.as_bytes(), Path::new("cut"), LoadOptions::default()).unwrap();
+    assert_eq!((ds.len(), ds.notes.truncated.len()), (1, 1));
+}
+
+#[test]
+fn a_key_given_twice_is_refused_by_both_paths() {
+    for (kind, path) in PATHS {
+        for (dup, name) in [
+            (r#","e2e_ms":99"#, "e2e_ms"),
+            (r#","seq":8"#, "seq"),
+            (r#","kind":"other""#, "kind"),
+            (
+                r#","trace_id":"0af7651916cd43dd8448eb211c80319c","trace_id":"0af7651916cd43dd8448eb211c80319d""#,
+                "trace_id",
+            ),
+        ] {
+            // Given twice, the line is an error: neither the first nor the last wins.
+            let line = line_with(kind, "12.5").replace('}', &format!("{dup}}}"));
+            assert!(fast::parse(line.as_bytes(), &mut RawRecord::default()).is_none());
+            let err = parse(&line).unwrap_err();
+            assert!(
+                err.starts_with(&format!("duplicate key {name}")),
+                "{path}: {err}"
+            );
+        }
+        // A key the format does not know may repeat: it is skipped either way.
+        let line = line_with(kind, "12.5").replace('}', r#","note":1,"note":2}"#);
+        assert_eq!(
+            parse(&line).unwrap().values[Figure::E2e.index()],
+            12.5,
+            "{path}"
+        );
     }
 }

@@ -47,6 +47,7 @@ pub struct MannWhitney {
 
 /// Mann–Whitney U test on two sorted samples, normal approximation with tie
 /// correction (the samples here have hundreds to millions of values).
+/// `None` when a sample is empty or holds a NaN.
 pub fn mann_whitney(before: &[f32], after: &[f32]) -> Option<MannWhitney> {
     let (n1, n2) = (before.len() as f64, after.len() as f64);
     if before.is_empty() || after.is_empty() {
@@ -73,6 +74,10 @@ pub fn mann_whitney(before: &[f32], after: &[f32]) -> Option<MannWhitney> {
         while after.get(j) == Some(&v) {
             cb += 1;
             j += 1;
+        }
+        if ca + cb == 0 {
+            // A NaN equals nothing: it has no rank, and would never be passed.
+            return None;
         }
         let t = (ca + cb) as f64;
         let mid = rank + (t + 1.0) / 2.0;

@@ -84,3 +84,16 @@ fn holm_controls_family() {
     assert_eq!(holm(&[0.001, 0.04, 0.3], 0.05), vec![true, false, false]);
     assert_eq!(holm(&[0.01, 0.02], 0.05), vec![true, true]);
 }
+
+#[test]
+fn mann_whitney_refuses_nan_promptly() {
+    let sorted: Vec<f32> = (1..=50).map(|i| i as f32).collect();
+    let mut with_nan = sorted.clone();
+    with_nan.push(f32::NAN);
+    for (a, b) in [(with_nan.clone(), sorted.clone()), (sorted, with_nan)] {
+        let mw = crate::watchdog::within(10, "mann_whitney with NaN", move || {
+            mann_whitney(&a, &b).is_some()
+        });
+        assert!(!mw);
+    }
+}
