@@ -20,6 +20,12 @@
 //!   record over never blocks, a full queue drops and counts, and a collector
 //!   that is down, slow or refusing only shows up in [`ExportStats`]. Export
 //!   resumes by itself when the collector is back.
+//! - Shutdown waits one bound: flushing at shutdown (the layer flushing its
+//!   sinks, [`OtlpExporter::shutdown`], dropping the exporter) stops sending
+//!   when the shutdown timeout has passed since the first of them, shared by
+//!   exporters given one [`ShutdownDeadline`]; what it could not send is
+//!   counted as abandoned, so `exported + dropped + failed + abandoned` is
+//!   every record handed over.
 //!
 //! # Usage
 //!
@@ -49,6 +55,10 @@
 //!
 //! client.flush(Duration::from_secs(2));
 //! eprintln!("{}", client.stats());
+//!
+//! // At the end: what is still queued is sent within the shutdown timeout
+//! // (3 s by default), the rest is counted as abandoned.
+//! eprintln!("{}", client.shutdown());
 //! # Ok::<(), stagetrace_otlp::BuildError>(())
 //! ```
 //!
@@ -62,6 +72,7 @@
 //! The workspace's `rust-version` (1.85) and newer.
 
 mod config;
+mod deadline;
 mod export;
 mod shared;
 mod spans;
@@ -70,5 +81,6 @@ pub use config::{
     BuildError, Origin, OtlpBuilder, Protocol, DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT,
     DEFAULT_SERVICE_NAME, ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_TIMEOUT,
 };
+pub use deadline::ShutdownDeadline;
 pub use export::{ExportStats, OtlpExporter};
 pub use shared::tracing_opentelemetry_context;

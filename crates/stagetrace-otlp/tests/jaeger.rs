@@ -432,6 +432,7 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
 #[test]
 fn grpc_export_arrives_in_jaeger() {
     use stagetrace::record::{SpanTime, Timeline};
+    use stagetrace::CallRecord;
     let Some(jaeger) = Jaeger::start_or_skip("grpc_export_arrives_in_jaeger") else {
         return;
     };

@@ -42,7 +42,11 @@ pub trait RecordSink: Send + 'static {
     fn on_drained(&mut self) {}
 
     /// The worker is shutting down (flush guard dropped or finished): write out
-    /// anything buffered.
+    /// anything buffered. Called twice: once before the last window and the
+    /// cumulative summary, so that the [`counters`](Self::counters) they
+    /// report include what the flush delivered or gave up on, and once after
+    /// them, for what they added. Bound the wait: the shutdown of the whole
+    /// layer waits for it.
     fn flush(&mut self) {}
 
     /// The sink's own counters (cumulative), so what it dropped or failed to

@@ -105,6 +105,11 @@ pub(crate) struct DemoArgs {
     /// http://localhost:4318). See docs/jaeger.md.
     #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
     pub(crate) otlp: Option<String>,
+    /// With --otlp: the longest the demo waits in all, at the end, for the
+    /// collector to take what is still queued (client and server together),
+    /// ms; what is not sent by then is counted as abandoned.
+    #[arg(long, value_name = "MS", default_value_t = 3000)]
+    pub(crate) otlp_shutdown_ms: u64,
     /// Mitigation knobs (docs/mitigations.md).
     #[command(flatten)]
     pub(crate) mitigate: MitigateArgs,
@@ -217,6 +222,7 @@ const SINGLE_CLIENT_ONLY: &[&str] = &[
     "server_step_ms",
     "server_step_at",
     "otlp",
+    "otlp_shutdown_ms",
 ];
 
 /// Knobs only the multi-client mitigation demo uses (besides the four that
@@ -305,6 +311,17 @@ pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
         if !(v.is_finite() && v.abs() <= 86_400_000.0) {
             return Err(err(format!("{name} must be within ±1 day, got {v}")));
         }
+    }
+    if a.otlp.is_none() && a.given.iter().any(|g| g == "otlp_shutdown_ms") {
+        return Err(err(
+            "--otlp-shutdown-ms: only used with --otlp (the bound on sending what is queued at the end)",
+        ));
+    }
+    if a.otlp_shutdown_ms > 60_000 {
+        return Err(err(format!(
+            "--otlp-shutdown-ms must be between 0 and 60000 ms, got {}",
+            a.otlp_shutdown_ms
+        )));
     }
     if a.payload_kb > 16 * 1024 {
         return Err(err("--payload-kb must be at most 16384 (16 MiB)"));

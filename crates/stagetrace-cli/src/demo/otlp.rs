@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use stagetrace::ServerRecord;
 use stagetrace_net::RequestHook;
-use stagetrace_otlp::OtlpExporter;
+use stagetrace_otlp::{OtlpExporter, ShutdownDeadline};
 
 use super::args::{err, DemoError};
 
@@ -16,12 +16,18 @@ pub(super) struct DemoOtlp {
 }
 
 impl DemoOtlp {
-    /// An empty `endpoint` leaves it to OTEL_EXPORTER_OTLP_ENDPOINT or the default.
-    pub(super) fn start(endpoint: &str) -> Result<DemoOtlp, DemoError> {
+    /// An empty `endpoint` leaves it to OTEL_EXPORTER_OTLP_ENDPOINT or the
+    /// default. Flushing at the end waits at most `shutdown` for both
+    /// exporters together: they share one deadline, fixed when the layer
+    /// flushes the client's exporter.
+    pub(super) fn start(endpoint: &str, shutdown: Duration) -> Result<DemoOtlp, DemoError> {
+        let deadline = ShutdownDeadline::new();
         let build = |service: &str| {
             OtlpExporter::builder()
                 .endpoint(endpoint)
                 .service_name(service)
+                .shutdown_timeout(shutdown)
+                .shutdown_deadline(&deadline)
                 .build()
                 .map_err(|e| err(format!("--otlp: {e}")))
         };
@@ -38,15 +44,16 @@ impl DemoOtlp {
         })
     }
 
-    /// Sends what is still queued and says on stderr what went where.
+    /// Sends what is still queued within what is left of the shutdown
+    /// bound and says on stderr what went where: every record, exported,
+    /// dropped, failed or abandoned.
     pub(super) fn finish(&self) {
         for exporter in [&self.client, &self.server] {
-            exporter.flush(Duration::from_secs(5));
+            let stats = exporter.shutdown();
             eprintln!(
-                "{} -> {}: {}",
+                "{} -> {}: {stats}",
                 exporter.service_name(),
                 exporter.endpoint(),
-                exporter.stats()
             );
         }
     }

@@ -52,7 +52,11 @@ pub(super) fn run(
     stop: &AtomicBool,
 ) -> Result<(), DemoError> {
     // OTLP export (`--otlp`): the client and the server as two services.
-    let otlp = args.otlp.as_deref().map(DemoOtlp::start).transpose()?;
+    let otlp = args
+        .otlp
+        .as_deref()
+        .map(|endpoint| DemoOtlp::start(endpoint, Duration::from_millis(args.otlp_shutdown_ms)))
+        .transpose()?;
 
     // The server: its own runtime, a skewed clock that may step once; hot
     // waits (one call at a time on a quiet machine, timed to the µs).

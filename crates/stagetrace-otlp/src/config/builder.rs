@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::protocol::Protocol;
+use crate::deadline::ShutdownDeadline;
 
 /// Service name used when neither the builder nor `OTEL_SERVICE_NAME` gives one.
 pub const DEFAULT_SERVICE_NAME: &str = "stagetrace";
@@ -41,6 +42,7 @@ pub struct OtlpBuilder {
     pub(super) batch_spans: usize,
     pub(super) export_interval: Duration,
     pub(super) shutdown_timeout: Duration,
+    pub(super) shutdown_deadline: Option<ShutdownDeadline>,
     pub(super) ca_pem: Option<Vec<u8>>,
     pub(super) synthesize_server_spans: bool,
 }
@@ -57,6 +59,7 @@ impl Default for OtlpBuilder {
             batch_spans: DEFAULT_BATCH_SPANS,
             export_interval: DEFAULT_EXPORT_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            shutdown_deadline: None,
             ca_pem: None,
             synthesize_server_spans: false,
         }
@@ -134,9 +137,22 @@ impl OtlpBuilder {
         self
     }
 
-    /// How long dropping the exporter waits for queued calls to be sent (default 3 s).
+    /// The bound on flushing at shutdown (default 3 s): from the first
+    /// shutdown flush on (the layer flushing its sinks,
+    /// [`OtlpExporter::shutdown`](crate::OtlpExporter::shutdown), dropping the
+    /// last clone), every later one gets what is left. When it passes, no new
+    /// batch is sent and the records still waiting are counted as
+    /// `abandoned_records`.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Share one shutdown deadline with the other exporters given the same
+    /// [`ShutdownDeadline`], so that a process's shutdown waits one bound in
+    /// all rather than one per exporter.
+    pub fn shutdown_deadline(mut self, deadline: &ShutdownDeadline) -> Self {
+        self.shutdown_deadline = Some(deadline.clone());
         self
     }
 

@@ -11,6 +11,7 @@ use super::env::{ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_
 use super::error::{BuildError, Origin};
 use super::headers::resolve_headers;
 use super::protocol::Protocol;
+use crate::deadline::ShutdownDeadline;
 
 /// Every setting, resolved.
 #[derive(Clone, Debug)]
@@ -25,6 +26,8 @@ pub(crate) struct Settings {
     pub(crate) batch_spans: usize,
     pub(crate) export_interval: Duration,
     pub(crate) shutdown_timeout: Duration,
+    /// Shared with other exporters, or this exporter's own.
+    pub(crate) shutdown_deadline: ShutdownDeadline,
     pub(crate) ca_pem: Option<Vec<u8>>,
     pub(crate) synthesize_server_spans: bool,
 }
@@ -104,6 +107,7 @@ impl OtlpBuilder {
             batch_spans: self.batch_spans,
             export_interval: self.export_interval,
             shutdown_timeout: self.shutdown_timeout,
+            shutdown_deadline: self.shutdown_deadline.unwrap_or_default(),
             ca_pem: self.ca_pem,
             synthesize_server_spans: self.synthesize_server_spans,
         })

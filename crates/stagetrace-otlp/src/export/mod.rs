@@ -21,7 +21,7 @@ mod transport;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
@@ -34,13 +34,16 @@ pub use self::stats::ExportStats;
 use self::thread::Worker;
 use self::transport::{Sdk, Transport};
 use crate::config::{BuildError, OtlpBuilder, Protocol, Settings};
+use crate::deadline::{later_by, ShutdownDeadline};
 use crate::spans::SpanMaker;
 
 /// Exports stagetrace records as OTLP traces from a thread of its own.
 ///
 /// Cheap to clone (all clones share one export thread); the thread drains the
-/// queue and stops when the last clone is dropped, waiting at most the
-/// shutdown timeout.
+/// queue and stops at [`shutdown`](Self::shutdown) or when the last clone is
+/// dropped. Flushing at shutdown waits at most the shutdown timeout in all
+/// (see [`OtlpBuilder::shutdown_timeout`], [`ShutdownDeadline`]); records it
+/// could not send by then are counted as abandoned.
 ///
 /// ```no_run
 /// use stagetrace_otlp::OtlpExporter;
@@ -66,6 +69,7 @@ struct Inner {
     protocol: Protocol,
     timeout: Duration,
     shutdown_timeout: Duration,
+    shutdown_deadline: ShutdownDeadline,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -160,14 +164,32 @@ impl OtlpExporter {
     }
 
     /// Sends everything queued so far and waits until the collector answered
-    /// (or `timeout` passed). Returns `true` when the export thread finished
-    /// within the timeout; check [`stats`](Self::stats) for the outcome.
+    /// (or `timeout` passed: no new batch is started after it, and what is
+    /// left stays queued for later batches). Returns `true` when everything
+    /// was sent within the timeout; check [`stats`](Self::stats) for the
+    /// outcome.
     pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = later_by(Instant::now(), timeout);
         let (ack, done) = bounded(1);
-        if self.inner.ctrl.send(Control::Flush(ack)).is_err() {
-            return false;
+        let asked = Control::Flush {
+            ack,
+            deadline,
+            abandon: false,
+        };
+        self.inner.ctrl.send(asked).is_ok() && done.recv_deadline(deadline) == Ok(true)
+    }
+
+    /// The last word: sends what is queued within what is left of the
+    /// shutdown deadline, counts what could not be sent by then as
+    /// abandoned, stops the export thread and returns the totals, in which
+    /// `exported + dropped + failed + abandoned` is every record handed over
+    /// ([`ExportStats::produced_records`]). Records handed over afterwards
+    /// are dropped and counted.
+    pub fn shutdown(&self) -> ExportStats {
+        if self.inner.drain_at_shutdown(true) {
+            self.inner.join();
         }
-        done.recv_timeout(timeout).is_ok()
+        self.stats()
     }
 
     /// Totals so far: queued, dropped, exported, failed.
@@ -255,22 +277,53 @@ impl OtlpExporter {
                 protocol: settings.protocol,
                 timeout: settings.timeout,
                 shutdown_timeout: settings.shutdown_timeout,
+                shutdown_deadline: settings.shutdown_deadline,
                 worker: Mutex::new(Some(handle)),
             }),
         })
     }
 }
 
+impl Inner {
+    /// A flush at shutdown (`stop`: and the thread ends), bounded by the
+    /// shutdown deadline: fixed by the first shutdown flush, shared with the
+    /// exporters built with the same [`ShutdownDeadline`], so that every
+    /// later one waits only for what is left. `true` when the thread
+    /// answered in time.
+    fn drain_at_shutdown(&self, stop: bool) -> bool {
+        let deadline = self.shutdown_deadline.fix(self.shutdown_timeout);
+        let (ack, done) = bounded(1);
+        let asked = if stop {
+            Control::Shutdown { ack, deadline }
+        } else {
+            Control::Flush {
+                ack,
+                deadline,
+                abandon: true,
+            }
+        };
+        let answered = self.ctrl.send(asked).is_ok() && done.recv_deadline(deadline).is_ok();
+        if !answered {
+            // The thread is stuck in a request to a collector that does not
+            // answer (or is gone): what it has not settled is abandoned now,
+            // so the totals read next add up.
+            self.stats.give_up();
+        }
+        answered
+    }
+
+    /// Waits for the thread once it acknowledged a shutdown: immediate.
+    fn join(&self) {
+        if let Some(handle) = self.worker.lock().ok().and_then(|mut w| w.take()) {
+            let _ = handle.join();
+        }
+    }
+}
+
 impl Drop for Inner {
     fn drop(&mut self) {
-        let (ack, done) = bounded(1);
-        if self.ctrl.send(Control::Shutdown(ack)).is_ok()
-            && done.recv_timeout(self.shutdown_timeout).is_ok()
-        {
-            // The thread acknowledged and is returning: joining is immediate.
-            if let Some(handle) = self.worker.lock().ok().and_then(|mut w| w.take()) {
-                let _ = handle.join();
-            }
+        if self.drain_at_shutdown(true) {
+            self.join();
         }
         // Otherwise the thread is stuck on a slow collector: leave it detached
         // (it ends when its request times out) rather than hold up the host.
@@ -285,9 +338,12 @@ impl stagetrace::RecordSink for OtlpExporter {
     }
 
     fn flush(&mut self) {
-        // Bounded by the shutdown timeout: the layer's own drain must not
-        // wait out a collector that is down.
-        OtlpExporter::flush(self, self.inner.shutdown_timeout);
+        // A shutdown flush, bounded by the shutdown deadline: the layer's own
+        // drain must not wait out a collector that is down, and what is left
+        // at the deadline is counted (abandoned) before the layer reads the
+        // counters for its last summary. The thread keeps running: other
+        // clones may still export.
+        self.inner.drain_at_shutdown(false);
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

@@ -1,6 +1,7 @@
 //! The export thread's loop: records from the queue become spans, spans
 //! gather into batches, and a batch goes to the transport when it is full,
-//! old enough, or a flush asks for it.
+//! old enough, or a flush asks for it. A flush carries a deadline: after it
+//! no new batch is sent (at shutdown, what is left is counted as abandoned).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanData};
 
 use super::queue::{Control, Item};
-use super::stats::Counters;
+use super::stats::{Counters, Outcome};
 use super::transport::Transport;
 use crate::spans::SpanMaker;
 
@@ -62,12 +63,25 @@ impl Worker {
                     Ok(item) => {
                         self.add(item);
                         if self.batch.len() >= self.batch_spans {
-                            self.send();
+                            // A flush or shutdown asked for meanwhile takes
+                            // over before the next batch: its deadline bounds
+                            // what is sent from now on.
+                            match ctrl.try_recv() {
+                                Ok(asked) => {
+                                    if self.on_control(asked, &data) {
+                                        return;
+                                    }
+                                }
+                                Err(_) => self.send(),
+                            }
                         }
                     }
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
-                        self.send();
+                        // Every handle is gone: the host sent a shutdown and
+                        // stopped waiting for it (the records left were
+                        // settled as abandoned then). Nothing more to send.
+                        self.abandon(&data);
                         self.transport.shutdown();
                         return;
                     }
@@ -81,22 +95,38 @@ impl Worker {
                 .map(|t| (t + self.interval).saturating_duration_since(Instant::now()))
                 .map_or(POLL, |w| w.min(POLL));
             match ctrl.recv_timeout(wait) {
-                Ok(Control::Flush(ack)) => {
-                    self.drain(&data);
-                    let _ = ack.send(());
-                }
-                Ok(Control::Shutdown(ack)) => {
-                    self.drain(&data);
-                    self.transport.shutdown();
-                    let _ = ack.send(());
-                    return;
+                Ok(asked) => {
+                    if self.on_control(asked, &data) {
+                        return;
+                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    self.drain(&data);
+                    self.abandon(&data);
                     self.transport.shutdown();
                     return;
                 }
+            }
+        }
+    }
+
+    /// Answers a flush or shutdown request; `true` when the thread ends.
+    fn on_control(&mut self, asked: Control, data: &Receiver<Item>) -> bool {
+        match asked {
+            Control::Flush {
+                ack,
+                deadline,
+                abandon,
+            } => {
+                let all_sent = self.drain(data, deadline, abandon);
+                let _ = ack.send(all_sent);
+                false
+            }
+            Control::Shutdown { ack, deadline } => {
+                let all_sent = self.drain(data, deadline, true);
+                self.transport.shutdown();
+                let _ = ack.send(all_sent);
+                true
             }
         }
     }
@@ -117,28 +147,62 @@ impl Worker {
                 .is_some_and(|t| t.elapsed() >= self.interval)
     }
 
-    /// Exports everything queued now, in batches.
-    fn drain(&mut self, data: &Receiver<Item>) {
-        while let Ok(item) = data.try_recv() {
-            self.add(item);
-            if self.batch.len() >= self.batch_spans {
-                self.send();
+    /// Exports everything queued now, in batches, starting no batch after
+    /// `deadline`. Then, with `abandon`, what is left is counted as
+    /// abandoned; without, it waits for the next batches. `true` when
+    /// everything was sent.
+    fn drain(&mut self, data: &Receiver<Item>, deadline: Instant, abandon: bool) -> bool {
+        loop {
+            while self.batch.len() < self.batch_spans {
+                match data.try_recv() {
+                    Ok(item) => self.add(item),
+                    Err(_) => break,
+                }
             }
+            if self.batch.is_empty() {
+                self.send(); // records that made no span of ours
+                return true;
+            }
+            if Instant::now() >= deadline {
+                if abandon {
+                    self.abandon(data);
+                }
+                return false;
+            }
+            self.send();
         }
-        self.send();
+    }
+
+    /// Counts the batch and everything queued as abandoned, unsent.
+    fn abandon(&mut self, data: &Receiver<Item>) {
+        let mut records = std::mem::take(&mut self.batch_records);
+        self.batch.clear();
+        self.batch_since = None;
+        while data.try_recv().is_ok() {
+            records += 1;
+        }
+        if records > 0 {
+            self.stats.settle(records, Outcome::Abandoned);
+        }
     }
 
     fn send(&mut self) {
         self.batch_since = None;
+        let records = std::mem::take(&mut self.batch_records);
         if self.batch.is_empty() {
+            // Records that make no span of ours (a call whose spans the app's
+            // own tracing-opentelemetry layer exports): nothing to send.
+            if records > 0 {
+                self.stats.settle(records, Outcome::Exported { spans: 0 });
+            }
             return;
         }
         let spans = std::mem::take(&mut self.batch);
-        let records = std::mem::take(&mut self.batch_records);
         let n = spans.len() as u64;
-        match self.transport.export(spans) {
-            Ok(()) => self.stats.exported(records, n),
-            Err(e) => self.stats.failed(records, e),
-        }
+        let outcome = match self.transport.export(spans) {
+            Ok(()) => Outcome::Exported { spans: n },
+            Err(e) => Outcome::Failed(e),
+        };
+        self.stats.settle(records, outcome);
     }
 }

@@ -264,6 +264,11 @@ impl Worker {
     }
 
     fn finish(mut self) -> Summary {
+        // Sinks flush first (each within its own bound: the OTLP exporter's
+        // is its shutdown deadline), so that the counters the last window
+        // and the cumulative line report include what the flush delivered,
+        // failed or gave up on; written before it, they missed all of that.
+        each_sink(&mut self.sinks, false, |sink| sink.flush());
         // The last (partial) window, then the cumulative line.
         self.roll_window();
         let now_ms = self.anchor.to_unix_ns(Instant::now()) as f64 / 1e6;
@@ -280,6 +285,7 @@ impl Worker {
             .cumulative
             .summary(&span, counters.since(self.base), self.target_hz);
         self.emit(&mut summary);
+        // Again, for what the two summaries added to a sink's buffers.
         each_sink(&mut self.sinks, false, |sink| sink.flush());
         summary
     }
