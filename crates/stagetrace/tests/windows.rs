@@ -16,7 +16,7 @@ use tracing_subscriber::layer::SubscriberExt;
 #[derive(Clone, Debug)]
 enum Seen {
     Record,
-    Window(WindowSummary),
+    Window(Box<WindowSummary>),
 }
 
 #[derive(Clone, Default)]
@@ -29,7 +29,10 @@ impl RecordSink for Order {
     }
 
     fn on_window(&mut self, w: &WindowSummary) {
-        self.0.lock().unwrap().push(Seen::Window(w.clone()));
+        self.0
+            .lock()
+            .unwrap()
+            .push(Seen::Window(Box::new(w.clone())));
     }
 }
 
@@ -66,7 +69,7 @@ fn windows_roll_in_order_back_to_back_and_count_their_records() {
             Seen::Window(w) if w.window == "cumulative" => {}
             Seen::Window(w) => {
                 assert_eq!(w.calls, since_last, "window {:?}", w.index);
-                windows.push(w.clone());
+                windows.push((**w).clone());
                 since_last = 0;
             }
         }
