@@ -249,8 +249,8 @@ impl StageLayerBuilder {
     /// the guard that drains the worker when dropped.
     ///
     /// An unwritable output directory is not an error here: it is reported
-    /// once on stderr, counted as `write_failures` and retried, and the app
-    /// keeps running.
+    /// once on stderr, counted as `records_lost` / `summary_write_failures`
+    /// and retried, and the app keeps running.
     pub fn build<S>(self) -> Result<(FilteredStageLayer<S>, FlushGuard), BuildError>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,

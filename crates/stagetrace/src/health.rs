@@ -36,8 +36,10 @@ pub(crate) struct Health {
     pub(crate) rejected_headers: AtomicU64,
     /// Negative (or impossible) durations clamped before they were reported.
     pub(crate) clamped: AtomicU64,
-    /// Record and summary lines the file sink could not write.
-    pub(crate) write_failures: AtomicU64,
+    /// Record lines the file sink could not write (one per record).
+    pub(crate) records_lost: AtomicU64,
+    /// Summary lines the file sink could not write.
+    pub(crate) summary_write_failures: AtomicU64,
     /// Call spans that closed with no stage span inside.
     pub(crate) empty_calls: AtomicU64,
 }
@@ -63,7 +65,9 @@ impl Health {
     pub(crate) fn counters(&self) -> Counters {
         Counters {
             queue_drops: Self::get(&self.queue_drops),
-            write_failures: Self::get(&self.write_failures),
+            write_failures: Self::get(&self.records_lost) + Self::get(&self.summary_write_failures),
+            records_lost: Self::get(&self.records_lost),
+            summary_write_failures: Self::get(&self.summary_write_failures),
             rejected_headers: Self::get(&self.rejected_headers),
             clamped: Self::get(&self.clamped),
             ignored_spans: Self::get(&self.ignored_spans) + Self::get(&self.unknown_stage),

@@ -46,6 +46,8 @@ pub(crate) struct Accum {
 pub(crate) struct Counters {
     pub(crate) queue_drops: u64,
     pub(crate) write_failures: u64,
+    pub(crate) records_lost: u64,
+    pub(crate) summary_write_failures: u64,
     pub(crate) rejected_headers: u64,
     pub(crate) clamped: u64,
     pub(crate) ignored_spans: u64,
@@ -57,6 +59,10 @@ impl Counters {
         Counters {
             queue_drops: self.queue_drops.saturating_sub(earlier.queue_drops),
             write_failures: self.write_failures.saturating_sub(earlier.write_failures),
+            records_lost: self.records_lost.saturating_sub(earlier.records_lost),
+            summary_write_failures: self
+                .summary_write_failures
+                .saturating_sub(earlier.summary_write_failures),
             rejected_headers: self
                 .rejected_headers
                 .saturating_sub(earlier.rejected_headers),
@@ -212,6 +218,8 @@ impl Accum {
             observer_us: self.observer_ns.quantiles(1000.0, 0.0),
             queue_drops: counters.queue_drops,
             write_failures: counters.write_failures,
+            records_lost: counters.records_lost,
+            summary_write_failures: counters.summary_write_failures,
             rejected_headers: counters.rejected_headers,
             clamped: counters.clamped,
             ignored_spans: counters.ignored_spans,

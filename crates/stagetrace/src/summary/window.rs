@@ -140,8 +140,17 @@ pub struct WindowSummary {
     pub observer_us: Option<Quantiles>,
     /// Calls dropped because the queue to the worker was full.
     pub queue_drops: u64,
-    /// Lines that could not be written (unwritable directory, full disk).
+    /// Lines that could not be written (unwritable directory, full disk):
+    /// `records_lost + summary_write_failures`.
     pub write_failures: u64,
+    /// Record lines that could not be written, one per record: calls
+    /// (warm-up and failed included) = records written + `records_lost` +
+    /// `queue_drops`.
+    #[serde(default)]
+    pub records_lost: u64,
+    /// Summary lines that could not be written.
+    #[serde(default)]
+    pub summary_write_failures: u64,
     /// Rejected trace-context / server-timing headers, counted on this layer
     /// (by its own parsing, or by code running under its subscriber).
     pub rejected_headers: u64,

@@ -3,11 +3,16 @@
 //! first when `.output_dir(...)` is set.
 //!
 //! An unwritable directory never stops the app: the problem is reported once
-//! on stderr, every line that could not be written is counted as
-//! `write_failures` on the layer's counters, and opening is retried.
+//! on stderr, every line that could not be written is counted on the layer's
+//! counters (`records_lost` per record, `summary_write_failures` per summary
+//! line), and opening is retried.
+//!
+//! A line is written whole or not at all: a write that fails part-way (a full
+//! disk) leaves a torn line at the end of the file, which is cut off again
+//! before anything else is written, so `stagetrace report` never meets it.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,14 +28,133 @@ const RECORD_BUF: usize = 64 * 1024;
 /// Retry opening an unwritable output directory this often.
 const REOPEN_EVERY: Duration = Duration::from_secs(5);
 
+/// An output file the sink appends lines to.
+///
+/// A trait so that the unit tests can put a disk that fills up and frees
+/// again behind the sink.
+pub(crate) trait LineFile: Write + Send {
+    /// Removes the last `n` bytes of the file: the start of a line whose
+    /// write failed, so the file ends at a line boundary again.
+    fn unwrite(&mut self, n: u64) -> io::Result<()>;
+}
+
+/// A rolling appender of `<prefix>.*jsonl` in `dir`.
+struct Appender {
+    inner: RollingFileAppender,
+    dir: PathBuf,
+    prefix: String,
+}
+
+impl Write for Appender {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl LineFile for Appender {
+    /// The appender does not hand out its file, so the current one is found
+    /// by name: `<prefix>.jsonl` or `<prefix>.<date>.jsonl`, whose dates sort
+    /// as text, the newest last. The appender writes with `O_APPEND`, so its
+    /// next line goes to the new end.
+    fn unwrite(&mut self, n: u64) -> io::Result<()> {
+        let path = current_file(&self.dir, &self.prefix)?;
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let len = file.metadata()?.len();
+        file.set_len(len.saturating_sub(n))
+    }
+}
+
+/// The newest `<prefix>.*jsonl` file in `dir`.
+fn current_file(dir: &Path, prefix: &str) -> io::Result<PathBuf> {
+    let start = format!("{prefix}.");
+    let mut newest: Option<String> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(&start)
+            && name.ends_with("jsonl")
+            && newest.as_deref().is_none_or(|n| name > n)
+        {
+            newest = Some(name.to_owned());
+        }
+    }
+    newest
+        .map(|n| dir.join(n))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no {start}*jsonl")))
+}
+
+/// What became of one write of whole lines.
+struct Written {
+    /// Bytes of whole lines that are in the file.
+    kept: usize,
+    /// Why the rest is not.
+    error: Option<io::Error>,
+}
+
+/// Writes `buf` (whole lines) to `w`. When the write fails part-way, the
+/// torn line it leaves is cut off again; when even that fails, `cut` keeps its
+/// length, and nothing more is written until it is cut.
+fn write_lines(w: &mut dyn LineFile, cut: &mut u64, buf: &[u8]) -> Written {
+    if *cut > 0 {
+        if let Err(e) = w.unwrite(*cut) {
+            return Written {
+                kept: 0,
+                error: Some(e),
+            };
+        }
+        *cut = 0;
+    }
+    let mut done = 0;
+    let mut error = None;
+    while done < buf.len() {
+        match w.write(&buf[done..]) {
+            Ok(0) => {
+                error = Some(io::Error::from(io::ErrorKind::WriteZero));
+                break;
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    if error.is_none() {
+        error = w.flush().err();
+    }
+    if error.is_none() {
+        return Written { kept: done, error };
+    }
+    let kept = buf[..done]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let torn = (done - kept) as u64;
+    if torn > 0 {
+        if let Err(e) = w.unwrite(torn) {
+            *cut = torn;
+            error = Some(e);
+        }
+    }
+    Written { kept, error }
+}
+
 /// Writes every record and summary window to the output directory (the
 /// output files, or why they are missing).
 pub(crate) struct FileSink {
     dir: PathBuf,
     rotation: Rotation,
     records_prefix: String,
-    records: Option<RollingFileAppender>,
-    summary: Option<RollingFileAppender>,
+    records: Option<Box<dyn LineFile>>,
+    summary: Option<Box<dyn LineFile>>,
+    /// Bytes of a torn line still at the end of the records / summary file.
+    records_cut: u64,
+    summary_cut: u64,
     buf: Vec<u8>,
     buf_lines: u64,
     /// The layer's counters: lines that could not be written count there.
@@ -53,20 +177,27 @@ impl FileSink {
     /// Opens (or, failing that, reports and later retries) the files of run
     /// `run` in `dir`.
     pub(crate) fn new(dir: PathBuf, rotation: Rotation, run: &str, health: Arc<Health>) -> Self {
-        let mut files = FileSink {
+        let mut files = Self::unopened(dir, rotation, run, health);
+        files.open();
+        files
+    }
+
+    /// The sink before it has tried to open its files.
+    fn unopened(dir: PathBuf, rotation: Rotation, run: &str, health: Arc<Health>) -> Self {
+        FileSink {
             dir,
             rotation,
             records_prefix: format!("records-{run}"),
             records: None,
             summary: None,
+            records_cut: 0,
+            summary_cut: 0,
             buf: Vec::with_capacity(RECORD_BUF + 4096),
             buf_lines: 0,
             health,
             reported: false,
             next_open: Instant::now(),
-        };
-        files.open();
-        files
+        }
     }
 
     /// Opens whatever is not open yet; reports the first failure.
@@ -86,13 +217,19 @@ impl FileSink {
             ));
             return false;
         }
-        let build = |prefix: &str| {
-            RollingFileAppender::builder()
-                .rotation(self.rotation.clone())
-                .filename_prefix(prefix)
-                .filename_suffix("jsonl")
-                .build(&self.dir)
-        };
+        let build =
+            |prefix: &str| -> Result<Box<dyn LineFile>, tracing_appender::rolling::InitError> {
+                let inner = RollingFileAppender::builder()
+                    .rotation(self.rotation.clone())
+                    .filename_prefix(prefix)
+                    .filename_suffix("jsonl")
+                    .build(&self.dir)?;
+                Ok(Box::new(Appender {
+                    inner,
+                    dir: self.dir.clone(),
+                    prefix: prefix.to_owned(),
+                }))
+            };
         if self.records.is_none() {
             match build(&self.records_prefix) {
                 Ok(a) => self.records = Some(a),
@@ -126,7 +263,7 @@ impl FileSink {
             self.reported = true;
             eprintln!(
                 "stagetrace: {what}. Records and summaries are not being written (counted as \
-                 write_failures; the app keeps running; stagetrace retries every {}s). Fix: make \
+                 records_lost and summary_write_failures; the app keeps running; stagetrace retries every {}s). Fix: make \
                  the directory writable, free disk space, or pass another .output_dir(...).",
                 REOPEN_EVERY.as_secs()
             );
@@ -143,7 +280,7 @@ impl FileSink {
     }
 
     /// Writes whole lines only, in one write per batch, so a rotation never
-    /// splits a line.
+    /// splits a line; a record that is not written whole is counted lost.
     fn flush_records(&mut self) {
         if self.buf.is_empty() {
             return;
@@ -151,18 +288,25 @@ impl FileSink {
         self.open();
         let lines = self.buf_lines;
         let result = match &mut self.records {
-            Some(w) => w.write_all(&self.buf).map_err(Some),
-            None => Err(None),
+            Some(w) => write_lines(w.as_mut(), &mut self.records_cut, &self.buf),
+            None => Written {
+                kept: 0,
+                error: None,
+            },
         };
+        let written = self.buf[..result.kept]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
         self.buf.clear();
         self.buf_lines = 0;
-        if let Err(e) = result {
-            Health::add(&self.health.write_failures, lines);
-            if let Some(e) = e {
-                self.records = None;
-                let msg = format!("cannot write records to {}: {e}", self.dir.display());
-                self.report(&msg);
-            }
+        Health::add(&self.health.records_lost, lines - written);
+        if let Some(e) = result.error {
+            // The appender stays open: the file ends at a line boundary (or
+            // `records_cut` remembers the torn line), and the next batch
+            // retries the write as soon as there is space again.
+            let msg = format!("cannot write records to {}: {e}", self.dir.display());
+            self.report(&msg);
         }
     }
 
@@ -172,16 +316,18 @@ impl FileSink {
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
         let result = match &mut self.summary {
-            Some(w) => w.write_all(&bytes).and_then(|()| w.flush()).map_err(Some),
-            None => Err(None),
+            Some(w) => write_lines(w.as_mut(), &mut self.summary_cut, &bytes),
+            None => Written {
+                kept: 0,
+                error: None,
+            },
         };
-        if let Err(e) = result {
-            Health::bump(&self.health.write_failures);
-            if let Some(e) = e {
-                self.summary = None;
-                let msg = format!("cannot write summary to {}: {e}", self.dir.display());
-                self.report(&msg);
-            }
+        if result.kept < bytes.len() {
+            Health::bump(&self.health.summary_write_failures);
+        }
+        if let Some(e) = result.error {
+            let msg = format!("cannot write summary to {}: {e}", self.dir.display());
+            self.report(&msg);
         }
     }
 }
@@ -204,5 +350,144 @@ impl RecordSink for FileSink {
 
     fn flush(&mut self) {
         self.flush_records();
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A file on a disk of `room` bytes: a write takes what fits (a short
+    /// write), then fails with ENOSPC, as a full file system does.
+    #[derive(Clone, Default)]
+    struct SmallDisk(Arc<Mutex<(Vec<u8>, usize)>>);
+
+    impl SmallDisk {
+        fn set_room(&self, room: usize) {
+            self.0.lock().unwrap().1 = room;
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().0.clone()).unwrap()
+        }
+    }
+
+    impl Write for SmallDisk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let mut disk = self.0.lock().unwrap();
+            let free = disk.1.saturating_sub(disk.0.len());
+            if free == 0 {
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            let n = free.min(buf.len());
+            disk.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl LineFile for SmallDisk {
+        fn unwrite(&mut self, n: u64) -> io::Result<()> {
+            let mut disk = self.0.lock().unwrap();
+            let len = disk.0.len().saturating_sub(n as usize);
+            disk.0.truncate(len);
+            Ok(())
+        }
+    }
+
+    fn sink_on(records: &SmallDisk, summary: &SmallDisk, health: &Arc<Health>) -> FileSink {
+        let mut sink = FileSink::unopened(
+            PathBuf::from("/nonexistent/stagetrace-test"),
+            Rotation::NEVER,
+            "test",
+            Arc::clone(health),
+        );
+        sink.records = Some(Box::new(records.clone()));
+        sink.summary = Some(Box::new(summary.clone()));
+        sink
+    }
+
+    fn record(i: u64) -> CallRecord {
+        CallRecord {
+            seq: i,
+            kind: "tick".to_owned(),
+            ..CallRecord::default()
+        }
+    }
+
+    /// Every line parses as a JSON object; returns how many there are.
+    fn whole_lines(text: &str) -> usize {
+        assert!(
+            text.is_empty() || text.ends_with('\n'),
+            "torn tail: {text:?}"
+        );
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("torn line {line:?}: {e}\nfile:\n{text}"));
+            assert!(v.is_object(), "{line}");
+        }
+        text.lines().count()
+    }
+
+    #[test]
+    fn a_full_disk_leaves_no_torn_line_and_every_record_is_counted() {
+        let (records, summary) = (SmallDisk::default(), SmallDisk::default());
+        let health = Arc::new(Health::default());
+        let mut sink = sink_on(&records, &summary, &health);
+        let line_len = record(0).to_json_line().len() + 1;
+        // Room for 2.5 records: the third line is torn by a short write.
+        records.set_room(line_len * 5 / 2);
+        summary.set_room(usize::MAX);
+        let mut calls = 0;
+        for _ in 0..4 {
+            sink.on_record(&record(calls));
+            calls += 1;
+        }
+        sink.on_drained();
+        // Still full: this whole batch is lost.
+        for _ in 0..3 {
+            sink.on_record(&record(calls));
+            calls += 1;
+        }
+        sink.on_drained();
+        // Space is freed; writing resumes after the last whole line.
+        records.set_room(usize::MAX);
+        for _ in 0..5 {
+            sink.on_record(&record(calls));
+            calls += 1;
+        }
+        sink.flush();
+        let written = whole_lines(&records.text()) as u64;
+        let lost = Health::get(&health.records_lost);
+        assert_eq!(written, 2 + 5, "{}", records.text());
+        assert_eq!(lost, 2 + 3);
+        assert_eq!(written + lost, calls);
+        assert_eq!(Health::get(&health.summary_write_failures), 0);
+        assert_eq!(health.counters().write_failures, lost);
+    }
+
+    #[test]
+    fn a_summary_line_is_written_whole_or_counted_apart() {
+        let (records, summary) = (SmallDisk::default(), SmallDisk::default());
+        let health = Arc::new(Health::default());
+        let mut sink = sink_on(&records, &summary, &health);
+        records.set_room(usize::MAX);
+        let window = WindowSummary::default();
+        let line_len = window.to_json_line().len() + 1;
+        summary.set_room(line_len + line_len / 2);
+        sink.on_window(&window);
+        sink.on_window(&window);
+        sink.on_window(&window);
+        summary.set_room(usize::MAX);
+        sink.on_window(&window);
+        assert_eq!(whole_lines(&summary.text()), 2, "{}", summary.text());
+        assert_eq!(Health::get(&health.summary_write_failures), 2);
+        assert_eq!(Health::get(&health.records_lost), 0);
+        assert_eq!(health.counters().write_failures, 2);
     }
 }
