@@ -7,29 +7,17 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
+use stagetrace_test_support::collector::silent_collector;
 
 /// The demo's `--otlp-shutdown-ms`.
 const BOUND: Duration = Duration::from_millis(1000);
 /// What the end of the run may take beyond that bound.
 const MARGIN: Duration = Duration::from_secs(1);
-
-fn silent_collector() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in listener.incoming().flatten() {
-            held.push(s);
-        }
-    });
-    format!("http://127.0.0.1:{port}")
-}
 
 fn lines(dir: &Path, prefix: &str) -> Vec<Value> {
     let mut out = Vec::new();

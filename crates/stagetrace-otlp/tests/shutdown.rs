@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use stagetrace::record::{SpanTime, Timeline};
 use stagetrace::{CallRecord, Figure, ServerRecord, StageLayer, WindowSummary};
 use stagetrace_otlp::{ExportStats, OtlpBuilder, OtlpExporter, ShutdownDeadline};
+use stagetrace_test_support::collector::silent_collector;
 use stagetrace_test_support::{read_summaries, Collect};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -23,20 +24,6 @@ use tracing_subscriber::layer::SubscriberExt;
 const BOUND: Duration = Duration::from_millis(1500);
 /// What a shutdown may take beyond its bound.
 const MARGIN: Duration = Duration::from_secs(1);
-
-/// A collector that accepts every connection and never sends a byte back;
-/// returns its endpoint.
-fn silent_collector() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in listener.incoming().flatten() {
-            held.push(s);
-        }
-    });
-    format!("http://127.0.0.1:{port}")
-}
 
 /// A collector that answers every request, `delay` after it arrived;
 /// returns its endpoint and when each request arrived.

@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod collector;
 pub mod prereq;
 
 use std::path::Path;
