@@ -495,6 +495,8 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
         return;
     };
     const APP_SERVICE: &str = "robot-app";
+    // Odd, so the transport check below takes a true median.
+    const CALLS: u64 = 5;
     let server_exp = exporter(&jaeger, SERVER_SERVICE);
     let (rt, server) = start_server(server_exp.clone());
 
@@ -524,7 +526,7 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
         let subscriber = tracing_subscriber::registry().with(otel).with(stages);
         let _default = tracing::subscriber::set_default(subscriber);
         let mut client = BlockingPolicyClient::connect(&server.url()).unwrap();
-        for seq in 0..4 {
+        for seq in 0..CALLS {
             control_cycle(&mut client, seq).unwrap();
         }
     }
@@ -533,7 +535,8 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
     assert!(stage_exp.flush(Duration::from_secs(10)));
     assert!(server_exp.flush(Duration::from_secs(10)));
     let records = kept.records();
-    assert_eq!(records.len(), 4, "summary: {summary:?}");
+    assert_eq!(records.len(), CALLS as usize, "summary: {summary:?}");
+    let mut transport_gaps = Vec::new();
 
     for rec in &records {
         assert!(rec.timeline.shared_context, "ids came from the app's layer");
@@ -599,9 +602,19 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
             named["downlink"].dur_ms(),
             rec.ms(Figure::Downlink),
         );
-        // The app's transport span and the record's roundtrip agree.
-        assert_close("transport", transport.dur_ms(), rec.ms(Figure::Roundtrip));
+        transport_gaps.push((transport.dur_ms() - rec.ms(Figure::Roundtrip).unwrap()).abs());
     }
+    // The app's transport span and the record's roundtrip agree. Each layer
+    // stamps the span in its own hooks (the OpenTelemetry layer first, then
+    // ours, on open and on close), so one call preempted between the two
+    // hooks on a loaded machine differs by that preemption; a wrong roundtrip
+    // differs on every call. Hence the median of the calls, within 1 ms.
+    transport_gaps.sort_by(f64::total_cmp);
+    let median = transport_gaps[transport_gaps.len() / 2];
+    assert!(
+        median <= 1.0,
+        "transport: Jaeger vs record differ by {transport_gaps:?} ms (median {median:.3})"
+    );
     provider.shutdown().unwrap();
     rt.block_on(server.shutdown());
 }
