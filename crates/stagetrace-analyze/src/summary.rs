@@ -307,6 +307,8 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         ("failed_calls", "failed"),
         ("queue_drops", "queue drops"),
         ("write_failures", "write failures"),
+        ("records_lost", "records lost"),
+        ("summary_write_failures", "summary writes failed"),
         ("rejected_headers", "rejected headers"),
         ("clamped", "clamped"),
     ] {
@@ -424,6 +426,20 @@ mod tests {
         assert!(infer < e2e, "{table}");
         assert!(table.contains("7.000"));
         assert!(table.contains("observer p50 1.5 µs"));
+    }
+
+    #[test]
+    fn tail_says_which_file_failed_to_write() {
+        let v: Value = serde_json::from_str(
+            r#"{"run":"r","window":"rolling","index":1,"calls":10,
+            "write_failures":5,"records_lost":3,"summary_write_failures":2}"#,
+        )
+        .unwrap();
+        let table = window_table(&v, None);
+        assert!(
+            table.contains("calls 10, write failures 5, records lost 3, summary writes failed 2"),
+            "{table}"
+        );
     }
 
     fn line(index: u64) -> String {

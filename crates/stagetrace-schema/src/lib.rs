@@ -37,6 +37,7 @@
 //!
 //! Built and tested on stable Rust; the minimum supported version is 1.85.
 
+pub mod bounds;
 mod convert;
 mod field;
 mod figure;

@@ -2,7 +2,7 @@
 //! the same keys, the same required ones, and only signed figures may be negative.
 
 use serde_json::Value;
-use stagetrace_schema::{FieldType, FIELDS};
+use stagetrace_schema::{bounds, FieldType, FIELDS};
 
 fn published() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/record.schema.json");
@@ -40,25 +40,49 @@ fn required_fields_agree() {
     assert_eq!(published, table);
 }
 
+/// A figure's `(minimum, maximum)` as published, following a `$ref`.
+fn published_range(schema: &Value, field: &str) -> (Value, Value) {
+    let mut prop = &schema["properties"][field];
+    if let Some(r) = prop.get("$ref").and_then(Value::as_str) {
+        let name = r.strip_prefix("#/$defs/").expect("a local $ref");
+        prop = &schema["$defs"][name];
+    }
+    (prop["minimum"].clone(), prop["maximum"].clone())
+}
+
 #[test]
 fn only_signed_figures_may_be_negative() {
     let schema = published();
-    let dur_min = &schema["$defs"]["dur"]["minimum"];
     for info in &FIELDS {
         let FieldType::Figure(f) = info.ty else {
             continue;
         };
-        let prop = &schema["properties"][info.name];
-        let minimum = if prop.get("$ref").is_some() {
-            dur_min
+        let (minimum, _) = published_range(&schema, info.name);
+        let expected = if f.is_signed() {
+            -f.max_abs_in_unit()
         } else {
-            &prop["minimum"]
+            0.0
         };
         assert_eq!(
-            minimum.is_null(),
-            f.is_signed(),
-            "{}: signed in the table = no minimum in the schema",
+            minimum.as_f64(),
+            Some(expected),
+            "{}: signed in the table = minimum -max in the schema, else 0",
             info.name
         );
     }
+}
+
+#[test]
+fn every_figure_publishes_the_bound_the_loader_enforces() {
+    let schema = published();
+    for info in &FIELDS {
+        let FieldType::Figure(f) = info.ty else {
+            continue;
+        };
+        let (_, maximum) = published_range(&schema, info.name);
+        assert_eq!(maximum.as_f64(), Some(f.max_abs_in_unit()), "{}", info.name);
+    }
+    let (min, max) = published_range(&schema, "ts_unix_ms");
+    assert_eq!(min.as_f64(), Some(0.0));
+    assert_eq!(max.as_f64(), Some(bounds::MAX_UNIX_MS));
 }

@@ -114,4 +114,11 @@ fn a_full_disk_that_frees_leaves_whole_lines_and_every_call_accounted() {
         summary.write_failures,
         summary.records_lost + summary.summary_write_failures
     );
+    // The table says which file failed, not only the sum.
+    let table = summary.table();
+    let line = format!(
+        "write failures {} (records lost {}, summary writes {})",
+        summary.write_failures, summary.records_lost, summary.summary_write_failures
+    );
+    assert!(table.contains(&line), "{line:?} not in\n{table}");
 }

@@ -7,19 +7,8 @@ use std::fmt;
 
 use stagetrace_schema::Figure;
 
-/// Largest |value| of a latency figure, in ms: one day. A call that takes
-/// longer is not a control cycle; the core's wire bounds one duration at an
-/// hour (`stagetrace::wire::MAX_DURATION_NS`).
-pub(crate) const MAX_LATENCY_MS: f64 = 86_400_000.0;
-
-/// Largest Unix time, in ms: the last nanosecond an `i64` of Unix
-/// nanoseconds holds (year 2262), what the core can write.
-pub(crate) const MAX_UNIX_MS: f64 = 9_223_372_036_854.775;
-
-/// Largest |clock offset|, in ms: two clocks each anywhere in
-/// `0..=MAX_UNIX_MS` (a host whose clock was never set reads 1970, so a
-/// real offset may exceed any latency).
-pub(crate) const MAX_OFFSET_MS: f64 = MAX_UNIX_MS;
+// The bounds are the schema's, published in `docs/record.schema.json` too.
+use stagetrace_schema::bounds::{MAX_LATENCY_MS, MAX_OFFSET_MS, MAX_UNIX_MS};
 
 // Every value a column accepts is finite as an `f32`.
 const _: () = assert!(MAX_LATENCY_MS < f32::MAX as f64);
@@ -28,10 +17,11 @@ const _: () = assert!(MAX_OFFSET_MS < f32::MAX as f64);
 /// Checks one figure's value as the record gives it (in the figure's
 /// unit, `per_ms` of them to a ms); `Err` names the field and the bound.
 pub(crate) fn check_figure(figure: Figure, per_ms: f64, value: f64) -> Result<(), String> {
-    let (max_ms, what) = if figure == Figure::Offset {
-        (MAX_OFFSET_MS, "a clock offset")
+    let max_ms = figure.max_abs_ms();
+    let what = if figure == Figure::Offset {
+        "a clock offset"
     } else {
-        (MAX_LATENCY_MS, "a latency")
+        "a latency"
     };
     // Written so that NaN fails the comparison and is refused too.
     if (value / per_ms).abs() <= max_ms {

@@ -34,11 +34,20 @@ impl WindowSummary {
             let _ = write!(out, "; observer {:.1} µs p50, {:.1} µs p99", o.p50, o.p99);
         }
         let _ = writeln!(out);
+        // The sum alone would hide which file failed: lost records are calls
+        // missing from the record file; a failed summary write loses a window.
+        let write_failures = if self.write_failures == 0 {
+            "0".to_owned()
+        } else {
+            format!(
+                "{} (records lost {}, summary writes {})",
+                self.write_failures, self.records_lost, self.summary_write_failures
+            )
+        };
         let _ = writeln!(
             out,
-            "queue drops {}, write failures {}, rejected headers {}, clamped {}, ignored spans {}, empty calls {}",
+            "queue drops {}, write failures {write_failures}, rejected headers {}, clamped {}, ignored spans {}, empty calls {}",
             self.queue_drops,
-            self.write_failures,
             self.rejected_headers,
             self.clamped,
             self.ignored_spans,
