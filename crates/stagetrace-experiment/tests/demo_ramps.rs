@@ -3,40 +3,22 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use serde_json::Value;
-use stagetrace_experiment::{run, Plan, RunOptions};
+use stagetrace_experiment::Plan;
+
+mod support;
 
 /// The ramps share two cores with everything else: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn run_plan(toml: &str) -> Value {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
     let plan = Plan::from_toml(toml).unwrap();
-    let report = run(
-        &plan,
-        &RunOptions {
-            out: dir.path().to_path_buf(),
-            progress: false,
-            stop: Arc::new(AtomicBool::new(false)),
-        },
-    )
-    .unwrap();
-    eprintln!("{}", stagetrace_experiment::text(&report));
-    // The JSON as written to experiment.json (and printed by --json).
-    let text = std::fs::read_to_string(dir.path().join("experiment.json")).unwrap();
-    let json: Value = serde_json::from_str(&text).unwrap();
+    let support::Finished { json, dir, .. } = support::run_to_end(&plan);
     // Records and samples are tagged with phase and level.
-    let recs = std::fs::read_to_string(dir.path().join("records-experiment.jsonl")).unwrap();
-    let levels: std::collections::BTreeSet<u64> = recs
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| r["phase"] == "level")
-        .map(|r| r["level"].as_u64().unwrap())
-        .collect();
+    let levels = support::levels_with_records(dir.path());
     assert_eq!(levels.len(), json["levels"].as_array().unwrap().len());
     // The HTML section: the timeline with resource tracks, per-level lines.
     let html = std::fs::read_to_string(dir.path().join("experiment.html")).unwrap();

@@ -4,15 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
-use serde_json::Value;
 use stagetrace_experiment::netns::kernel_bottleneck_available;
 use stagetrace_experiment::plan::TargetKind;
-use stagetrace_experiment::{run, Plan, RunOptions};
+use stagetrace_experiment::Plan;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+mod support;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -87,27 +85,8 @@ fn run_short(mut plan: Plan, calls: u64) {
     plan.baseline.calls = Some(calls);
     plan.factor.hold_s = None;
     plan.factor.calls = Some(calls);
-    let dir = tempfile::tempdir().unwrap();
-    let report = run(
-        &plan,
-        &RunOptions {
-            out: dir.path().to_path_buf(),
-            progress: false,
-            stop: Arc::new(AtomicBool::new(false)),
-        },
-    )
-    .unwrap();
-    eprintln!("{}", stagetrace_experiment::text(&report));
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("experiment.json")).unwrap())
-            .unwrap();
-    let recs = std::fs::read_to_string(dir.path().join("records-experiment.jsonl")).unwrap();
-    let levels: BTreeSet<u64> = recs
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| r["phase"] == "level")
-        .map(|r| r["level"].as_u64().unwrap())
-        .collect();
+    let support::Finished { json, dir, .. } = support::run_to_end(&plan);
+    let levels = support::levels_with_records(dir.path());
     let want: BTreeSet<u64> = (1..=plan.factor.levels.len() as u64).collect();
     assert_eq!(levels, want, "records of every level");
     assert_eq!(

@@ -1,8 +1,10 @@
-//! Shared by the experiment tests: a run stopped from outside, as Ctrl-C
-//! stops it, once a given thread of the run is up.
+//! Shared by the experiment tests: a run to its end into a fresh directory,
+//! and a run stopped from outside, as Ctrl-C stops it, once a given thread
+//! of the run is up.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -63,4 +65,44 @@ pub fn run_until_thread(
         seen: seen.load(Ordering::SeqCst),
         took: started.elapsed(),
     }
+}
+
+/// A run that went to its end, with the files it wrote.
+pub struct Finished {
+    pub report: ExperimentReport,
+    /// `experiment.json` as written (what `--json` prints).
+    pub json: serde_json::Value,
+    /// Holds `records-experiment.jsonl`, `resources.jsonl`, the HTML.
+    pub dir: tempfile::TempDir,
+}
+
+/// Runs `plan` to its end into a fresh directory; prints the text report.
+pub fn run_to_end(plan: &Plan) -> Finished {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run(
+        plan,
+        &RunOptions {
+            out: dir.path().to_path_buf(),
+            progress: false,
+            stop: Arc::new(AtomicBool::new(false)),
+        },
+    )
+    .unwrap();
+    eprintln!("{}", stagetrace_experiment::text(&report));
+    let text = std::fs::read_to_string(dir.path().join("experiment.json")).unwrap();
+    Finished {
+        report,
+        json: serde_json::from_str(&text).unwrap(),
+        dir,
+    }
+}
+
+/// The levels that have at least one record tagged with them.
+pub fn levels_with_records(dir: &Path) -> BTreeSet<u64> {
+    let recs = std::fs::read_to_string(dir.join("records-experiment.jsonl")).unwrap();
+    recs.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["phase"] == "level")
+        .map(|r| r["level"].as_u64().unwrap())
+        .collect()
 }
