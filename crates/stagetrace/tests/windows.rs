@@ -175,9 +175,7 @@ fn a_starved_worker_closes_one_window_over_the_stall_and_starts_a_fresh_period()
     let mut events = Vec::new();
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         call(0);
-        held_rx
-            .recv_timeout(wait)
-            .expect("the worker took call 0");
+        held_rx.recv_timeout(wait).expect("the worker took call 0");
         // The worker holds call 0 and the queue is empty: exactly CAPACITY of
         // these are queued, the rest dropped and counted.
         for seq in 1..=DURING {
@@ -187,7 +185,9 @@ fn a_starved_worker_closes_one_window_over_the_stall_and_starts_a_fresh_period()
         release_tx.send(()).unwrap();
         // Up to the window that closes the stall.
         loop {
-            let e = events_rx.recv_timeout(wait).expect("a window after the stall");
+            let e = events_rx
+                .recv_timeout(wait)
+                .expect("a window after the stall");
             let released_window = matches!(&e, Event::Window(w) if w.calls > 0);
             events.push(e);
             if released_window {
@@ -196,7 +196,9 @@ fn a_starved_worker_closes_one_window_over_the_stall_and_starts_a_fresh_period()
         }
         call(AFTER);
         loop {
-            let e = events_rx.recv_timeout(wait).expect("the call after the stall");
+            let e = events_rx
+                .recv_timeout(wait)
+                .expect("the call after the stall");
             let done = matches!(e, Event::Record(AFTER));
             events.push(e);
             if done {

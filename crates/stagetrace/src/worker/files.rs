@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
+use tracing_subscriber::fmt::MakeWriter;
 
 use crate::health::Health;
 use crate::record::CallRecord;
@@ -31,10 +32,17 @@ const REOPEN_EVERY: Duration = Duration::from_secs(5);
 /// An output file the sink appends lines to.
 ///
 /// A trait so that the unit tests can put a disk that fills up and frees
-/// again behind the sink.
-pub(crate) trait LineFile: Write + Send {
-    /// Removes the last `n` bytes of the file: the start of a line whose
-    /// write failed, so the file ends at a line boundary again.
+/// again, or an appender that rotates at every chance, behind the sink.
+pub(crate) trait LineFile: Send {
+    /// A writer into the current file. A rotation that is due happens here
+    /// and never between two writes through the writer, so a batch written
+    /// through one writer lands in one file, even when a write takes only
+    /// part of it.
+    fn writer(&mut self) -> Box<dyn Write + '_>;
+
+    /// Removes the last `n` bytes of the file the last writer wrote to: the
+    /// start of a line whose write failed, so the file ends at a line
+    /// boundary again.
     fn unwrite(&mut self, n: u64) -> io::Result<()>;
 }
 
@@ -45,21 +53,20 @@ struct Appender {
     prefix: String,
 }
 
-impl Write for Appender {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
 impl LineFile for Appender {
+    /// The appender's `make_writer` looks at the clock once and holds its
+    /// file for every write through the writer; its `write` looks at the
+    /// clock on every call, so a batch that takes two writes (a short write)
+    /// could start in one file and end in the next.
+    fn writer(&mut self) -> Box<dyn Write + '_> {
+        Box::new(self.inner.make_writer())
+    }
+
     /// The appender does not hand out its file, so the current one is found
     /// by name: `<prefix>.jsonl` or `<prefix>.<date>.jsonl`, whose dates sort
-    /// as text, the newest last. The appender writes with `O_APPEND`, so its
-    /// next line goes to the new end.
+    /// as text, the newest last. It rotates only when a writer is made, so
+    /// that is still the file the last writer wrote to. The appender writes
+    /// with `O_APPEND`, so its next line goes to the new end.
     fn unwrite(&mut self, n: u64) -> io::Result<()> {
         let path = current_file(&self.dir, &self.prefix)?;
         let file = std::fs::OpenOptions::new().write(true).open(path)?;
@@ -108,10 +115,11 @@ fn write_lines(w: &mut dyn LineFile, cut: &mut u64, buf: &[u8]) -> Written {
         }
         *cut = 0;
     }
+    let mut file = w.writer();
     let mut done = 0;
     let mut error = None;
     while done < buf.len() {
-        match w.write(&buf[done..]) {
+        match file.write(&buf[done..]) {
             Ok(0) => {
                 error = Some(io::Error::from(io::ErrorKind::WriteZero));
                 break;
@@ -125,8 +133,9 @@ fn write_lines(w: &mut dyn LineFile, cut: &mut u64, buf: &[u8]) -> Written {
         }
     }
     if error.is_none() {
-        error = w.flush().err();
+        error = file.flush().err();
     }
+    drop(file);
     if error.is_none() {
         return Written { kept: done, error };
     }
@@ -279,8 +288,9 @@ impl FileSink {
         }
     }
 
-    /// Writes whole lines only, in one write per batch, so a rotation never
-    /// splits a line; a record that is not written whole is counted lost.
+    /// Writes whole lines only, a batch through one writer (one file), so a
+    /// rotation never splits a line; a record that is not written whole is
+    /// counted lost.
     fn flush_records(&mut self) {
         if self.buf.is_empty() {
             return;
@@ -355,139 +365,4 @@ impl RecordSink for FileSink {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use std::sync::Mutex;
-
-    /// A file on a disk of `room` bytes: a write takes what fits (a short
-    /// write), then fails with ENOSPC, as a full file system does.
-    #[derive(Clone, Default)]
-    struct SmallDisk(Arc<Mutex<(Vec<u8>, usize)>>);
-
-    impl SmallDisk {
-        fn set_room(&self, room: usize) {
-            self.0.lock().unwrap().1 = room;
-        }
-
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().0.clone()).unwrap()
-        }
-    }
-
-    impl Write for SmallDisk {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            let mut disk = self.0.lock().unwrap();
-            let free = disk.1.saturating_sub(disk.0.len());
-            if free == 0 {
-                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
-            }
-            let n = free.min(buf.len());
-            disk.0.extend_from_slice(&buf[..n]);
-            Ok(n)
-        }
-
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl LineFile for SmallDisk {
-        fn unwrite(&mut self, n: u64) -> io::Result<()> {
-            let mut disk = self.0.lock().unwrap();
-            let len = disk.0.len().saturating_sub(n as usize);
-            disk.0.truncate(len);
-            Ok(())
-        }
-    }
-
-    fn sink_on(records: &SmallDisk, summary: &SmallDisk, health: &Arc<Health>) -> FileSink {
-        let mut sink = FileSink::unopened(
-            PathBuf::from("/nonexistent/stagetrace-test"),
-            Rotation::NEVER,
-            "test",
-            Arc::clone(health),
-        );
-        sink.records = Some(Box::new(records.clone()));
-        sink.summary = Some(Box::new(summary.clone()));
-        sink
-    }
-
-    fn record(i: u64) -> CallRecord {
-        CallRecord {
-            seq: i,
-            kind: "tick".to_owned(),
-            ..CallRecord::default()
-        }
-    }
-
-    /// Every line parses as a JSON object; returns how many there are.
-    fn whole_lines(text: &str) -> usize {
-        assert!(
-            text.is_empty() || text.ends_with('\n'),
-            "torn tail: {text:?}"
-        );
-        for line in text.lines() {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("torn line {line:?}: {e}\nfile:\n{text}"));
-            assert!(v.is_object(), "{line}");
-        }
-        text.lines().count()
-    }
-
-    #[test]
-    fn a_full_disk_leaves_no_torn_line_and_every_record_is_counted() {
-        let (records, summary) = (SmallDisk::default(), SmallDisk::default());
-        let health = Arc::new(Health::default());
-        let mut sink = sink_on(&records, &summary, &health);
-        let line_len = record(0).to_json_line().len() + 1;
-        // Room for 2.5 records: the third line is torn by a short write.
-        records.set_room(line_len * 5 / 2);
-        summary.set_room(usize::MAX);
-        let mut calls = 0;
-        for _ in 0..4 {
-            sink.on_record(&record(calls));
-            calls += 1;
-        }
-        sink.on_drained();
-        // Still full: this whole batch is lost.
-        for _ in 0..3 {
-            sink.on_record(&record(calls));
-            calls += 1;
-        }
-        sink.on_drained();
-        // Space is freed; writing resumes after the last whole line.
-        records.set_room(usize::MAX);
-        for _ in 0..5 {
-            sink.on_record(&record(calls));
-            calls += 1;
-        }
-        sink.flush();
-        let written = whole_lines(&records.text()) as u64;
-        let lost = Health::get(&health.records_lost);
-        assert_eq!(written, 2 + 5, "{}", records.text());
-        assert_eq!(lost, 2 + 3);
-        assert_eq!(written + lost, calls);
-        assert_eq!(Health::get(&health.summary_write_failures), 0);
-        assert_eq!(health.counters().write_failures, lost);
-    }
-
-    #[test]
-    fn a_summary_line_is_written_whole_or_counted_apart() {
-        let (records, summary) = (SmallDisk::default(), SmallDisk::default());
-        let health = Arc::new(Health::default());
-        let mut sink = sink_on(&records, &summary, &health);
-        records.set_room(usize::MAX);
-        let window = WindowSummary::default();
-        let line_len = window.to_json_line().len() + 1;
-        summary.set_room(line_len + line_len / 2);
-        sink.on_window(&window);
-        sink.on_window(&window);
-        sink.on_window(&window);
-        summary.set_room(usize::MAX);
-        sink.on_window(&window);
-        assert_eq!(whole_lines(&summary.text()), 2, "{}", summary.text());
-        assert_eq!(Health::get(&health.summary_write_failures), 2);
-        assert_eq!(Health::get(&health.records_lost), 0);
-        assert_eq!(health.counters().write_failures, 2);
-    }
-}
+mod tests;
