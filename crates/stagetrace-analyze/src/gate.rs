@@ -158,12 +158,20 @@ impl FromStr for Gate {
             ("%", false) if target == Target::DeadlineMissRate => 0.01,
             _ => return Err(bad(&format!("unit '{unit}' does not fit {lhs}"))),
         };
+        // `1e309`, or `1e306s` once scaled, reads as infinity: a gate
+        // against an infinite limit never (or always) fires, silently.
+        let limit = num * scale;
+        if !limit.is_finite() {
+            return Err(bad(&format!(
+                "'{value}' is beyond any limit a gate can hold"
+            )));
+        }
         Ok(Gate {
             text: text.to_string(),
             kind,
             target,
             op,
-            limit: num * scale,
+            limit,
         })
     }
 }
@@ -293,5 +301,23 @@ mod tests {
             let e = bad.parse::<Gate>().unwrap_err();
             assert!(e.0.contains("STAGE.STAT"), "{bad}: {e}");
         }
+    }
+
+    /// Found by the fuzzer (`stagetrace-fuzz`, target `gate`): these read
+    /// as an infinite limit, and a gate against infinity never fires.
+    #[test]
+    fn an_infinite_limit_is_refused() {
+        for bad in [
+            "infer.p99>1e309",
+            "e2e.p99>1e306s",
+            "outliers.count<=1e309",
+            "deadline.miss_rate>1e309%",
+            "e2e.n<-1e309",
+        ] {
+            let e = bad.parse::<Gate>().unwrap_err();
+            assert!(e.0.contains("beyond any limit"), "{bad}: {e}");
+        }
+        let g: Gate = "e2e.max<1e305s".parse().unwrap();
+        assert_eq!(g.limit, 1e308);
     }
 }
