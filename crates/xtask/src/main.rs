@@ -4,6 +4,8 @@
 //! own Jaeger instances on free loopback ports; it installs Chromium for the
 //! HTML report test and the Python test dependencies, then runs every Rust
 //! test (all targets, doctests, the OTLP gRPC feature) and the Python tests.
+//! `cargo xtask fuzz` runs the parsers' fuzz targets (`crates/stagetrace-fuzz`)
+//! for ten million inputs each in a release build.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -17,9 +19,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("jaeger") => build_jaeger().map(|bin| println!("{}", bin.display())),
+        Some("fuzz") => fuzz(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       cargo xtask jaeger                      build Jaeger into target/tools/"
+                "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       \
+                 cargo xtask jaeger                      build Jaeger into target/tools/\n       \
+                 cargo xtask fuzz [--target NAME] [--inputs N] [--seed S] [--replay FILE]   \
+                 fuzz the parsers (release build, 10 M inputs per target)"
             );
             Err("no task given".into())
         }
@@ -288,6 +294,26 @@ fn test(extra: &[String]) -> Result<(), String> {
         skipped.len()
     );
     Ok(())
+}
+
+/// Runs the fuzz targets' release binary with the given arguments
+/// (`--target`, `--inputs`, default ten million, `--seed`, `--replay FILE`);
+/// a failing input is written to `target/fuzz-failures/`.
+fn fuzz(extra: &[String]) -> Result<(), String> {
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root())
+            .args([
+                "run",
+                "--release",
+                "-p",
+                "stagetrace-fuzz",
+                "--bin",
+                "stagetrace-fuzz",
+                "--",
+            ])
+            .args(extra),
+    )
 }
 
 /// What a missing prerequisite means for this run: under CI (`CI=true`) it

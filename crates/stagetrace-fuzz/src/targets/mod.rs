@@ -1,0 +1,66 @@
+//! One fuzz target per parser that takes untrusted input: what it is fed
+//! with, how it is called, and what must hold of what it accepts.
+
+mod analyze;
+mod msgpack;
+mod wire;
+
+/// What one input did, when nothing was violated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The parser accepted the input (and its value passed every check).
+    pub accepted: bool,
+    /// Most bytes held at once during the parse itself (not the checks).
+    pub peak_bytes: usize,
+}
+
+/// A parser under fuzzing.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// Name on the command line and in failure files.
+    pub name: &'static str,
+    /// Longest input generated: a little beyond the parser's own length
+    /// cap, so the "too long" branch is reached too.
+    pub max_len: usize,
+    /// Valid inputs (from the project's own encoders) and edge cases.
+    pub seeds: fn() -> Vec<Vec<u8>>,
+    /// Tokens of the format, inserted whole by the mutator.
+    pub dict: &'static [&'static [u8]],
+    /// Parses one input and checks the invariants; `Err` names the broken
+    /// one.
+    pub check: fn(&[u8]) -> Result<Outcome, String>,
+    /// Most bytes one parse may hold for an input of this length (the
+    /// reason is stated where each target defines it).
+    pub mem_bound: fn(usize) -> usize,
+    /// Least share of inputs the parser must accept: below it the mutants
+    /// never reach the accepting branch and the fuzzing tests little.
+    pub min_accept_share: f64,
+}
+
+/// Every target, in a fixed order.
+pub fn all() -> Vec<Target> {
+    vec![
+        wire::TRACEPARENT,
+        wire::TRACESTATE,
+        wire::TIMING_HEADER,
+        wire::SERVER_TIMING,
+        msgpack::TIMING_MAP,
+        msgpack::MSG_MAP,
+        analyze::RECORD,
+        analyze::GATE,
+    ]
+}
+
+/// The target named `name`.
+pub fn by_name(name: &str) -> Option<Target> {
+    all().into_iter().find(|t| t.name == name)
+}
+
+/// `Err(msg)` unless `cond`: the invariant checks read as sentences.
+pub(crate) fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
