@@ -355,3 +355,23 @@ fn a_key_given_twice_is_refused_by_both_paths() {
         );
     }
 }
+
+/// Found by the fuzzer (`stagetrace-fuzz`, target `record`): serde's
+/// default float parser is off by one ulp on some 17-digit decimals, so a
+/// line that took the general path (an escape in `kind`) read another
+/// `ts_unix_ms` than the same line on the fast path, and than the value
+/// written.
+#[test]
+fn both_paths_read_a_long_decimal_exactly() {
+    for ts in ["1184467440737.0955", "1792233720368.5479"] {
+        let want: f64 = ts.parse().unwrap();
+        let plain = format!(r#"{{"seq":1,"ts_unix_ms":{ts},"kind":"ab","e2e_ms":10}}"#);
+        let escaped = format!(r#"{{"seq":1,"ts_unix_ms":{ts},"kind":"a\"b","e2e_ms":10}}"#);
+        let mut r = RawRecord::default();
+        assert!(fast::parse(plain.as_bytes(), &mut r).is_some());
+        assert_eq!(r.ts.to_bits(), want.to_bits(), "fast path, {ts}");
+        let mut r = RawRecord::default();
+        slow::parse(escaped.as_bytes(), &mut r).unwrap();
+        assert_eq!(r.ts.to_bits(), want.to_bits(), "general path, {ts} read as {:?}", r.ts);
+    }
+}
