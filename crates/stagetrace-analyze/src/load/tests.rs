@@ -372,6 +372,11 @@ fn both_paths_read_a_long_decimal_exactly() {
         assert_eq!(r.ts.to_bits(), want.to_bits(), "fast path, {ts}");
         let mut r = RawRecord::default();
         slow::parse(escaped.as_bytes(), &mut r).unwrap();
-        assert_eq!(r.ts.to_bits(), want.to_bits(), "general path, {ts} read as {:?}", r.ts);
+        assert_eq!(
+            r.ts.to_bits(),
+            want.to_bits(),
+            "general path, {ts} read as {:?}",
+            r.ts
+        );
     }
 }
