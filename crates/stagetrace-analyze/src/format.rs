@@ -3,6 +3,15 @@
 use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
+/// A change in ms with its sign (`"+20.00 ms"`, `"−850 µs"`).
+pub fn signed_ms(v: f64) -> String {
+    if v >= 0.0 {
+        format!("+{}", fmt_ms(v))
+    } else {
+        format!("−{}", fmt_ms(-v))
+    }
+}
+
 /// A duration in ms, with a precision that suits its size (`"36.20 ms"`, `"850 µs"`).
 pub fn fmt_ms(v: f64) -> String {
     if !v.is_finite() {

@@ -7,7 +7,7 @@ use stagetrace_schema::Figure;
 
 use crate::analysis::{GroupReport, Report};
 use crate::figures;
-use crate::format::{fmt_ms, iso_time};
+use crate::format::{fmt_ms, iso_time, signed_ms};
 
 /// How a report is written out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,6 +207,19 @@ fn group(s: &mut String, g: &GroupReport) {
         }
     }
     let o = &g.outliers;
+    if let Some(x) = o.whole_run_shift() {
+        let each: Vec<String> = o
+            .shifted
+            .iter()
+            .map(|(f, d)| format!("{f} {}", signed_ms(*d)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n  the whole run shifted ({}): medians against the baseline {}; rounds are measured against the run's own median",
+            signed_ms(x),
+            each.join(", ")
+        );
+    }
     let _ = writeln!(
         s,
         "\n  outlier rounds: {} of {} ({})",

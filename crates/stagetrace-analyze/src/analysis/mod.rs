@@ -9,6 +9,7 @@
 mod baseline;
 mod gap;
 mod group;
+mod moves;
 mod options;
 mod outliers;
 mod periodicity;
@@ -20,6 +21,7 @@ use std::collections::BTreeMap;
 use stagetrace_schema::Figure;
 
 use crate::figures;
+use crate::format::fmt_ms;
 use crate::load::Dataset;
 use crate::stats::{self, Summary};
 
@@ -35,10 +37,11 @@ pub(crate) use group::inputs_of;
 use baseline::vs_baseline;
 use gap::gap;
 use group::{mitigations, rate};
-use options::MIN_N;
+use moves::Context;
+use options::{min_cost_ms, MIN_N};
 use outliers::outliers;
 use periodicity::periodicity;
-use verdict::{verdict_rank, verdicts};
+use verdict::{verdict_order, verdicts};
 
 /// A report plus what the renderers need to draw it.
 #[derive(Debug)]
@@ -69,7 +72,7 @@ pub fn analyze<'a>(
         verdicts.extend(r.verdicts.iter().cloned());
         reports.push(r);
     }
-    verdicts.sort_by_key(|v| verdict_rank(v.code));
+    verdicts.sort_by(verdict_order);
     let report = Report {
         schema: REPORT_SCHEMA,
         inputs: inputs_of(run),
@@ -121,37 +124,6 @@ fn analyze_group(
     let last = g.calls.last().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let rate = rate(ds, g);
 
-    // Spikes: above median + k·MAD of the reference (the baseline when given,
-    // and then above its p99 too). Outlier rounds: that and above the
-    // reference's p99 (the run's own without a baseline), so the list holds
-    // the rounds that really stand out.
-    let mut thresholds = BTreeMap::new();
-    for m in analysed() {
-        let reference = base.map_or(g.sorted(m), |b| b.sorted(m));
-        if reference.len() < MIN_N || g.sorted(m).is_empty() {
-            continue;
-        }
-        let (med, mad) = stats::median_mad(reference);
-        let sigma = (1.4826 * mad).max(1e-3 * med.abs()).max(1e-3);
-        let robust = med + opts.outlier_k * sigma;
-        let thr = robust.max(stats::quantile(reference, 0.99));
-        g.spike_thresholds[m.index()] = Some(if base.is_some() { thr } else { robust });
-        g.thresholds[m.index()] = Some(thr);
-        thresholds.insert(m.name(), thr);
-    }
-    let rule = if base.is_some() {
-        format!(
-            "value > baseline median + {}·1.4826·MAD and > baseline p99",
-            opts.outlier_k
-        )
-    } else {
-        format!(
-            "value > run median + {}·1.4826·MAD and > run p99 (no baseline given)",
-            opts.outlier_k
-        )
-    };
-    let outliers = outliers(ds, g, rule, thresholds, opts);
-
     let mut vs = BTreeMap::new();
     if let Some(b) = base {
         if !pooled {
@@ -162,6 +134,67 @@ fn analyze_group(
             }
         }
     }
+    // A value stands out above median + k·σ of the reference (the baseline
+    // when given, and then above its p99 too), and by at least what matters
+    // next to the call. Without a baseline no percentile of the same data
+    // serves: frequent spikes would set it and hide themselves. A figure
+    // whose median is past the baseline's threshold moved as a whole: the
+    // run's own median and spread serve for it, so the list holds the calls
+    // that stand out of the shifted run rather than every call.
+    let e2e_ref = base.map_or(g.sorted(Figure::E2e), |b| b.sorted(Figure::E2e));
+    let floor = min_cost_ms(stats::quantile(e2e_ref, 0.5));
+    let robust = |xs: &[f32]| {
+        let (med, mad) = stats::median_mad(xs);
+        let sigma = (1.4826 * mad).max(1e-3 * med.abs()).max(1e-3);
+        (med, med + (opts.outlier_k * sigma).max(floor))
+    };
+    let mut thresholds = BTreeMap::new();
+    let mut shifted = BTreeMap::new();
+    for m in analysed() {
+        let run = g.sorted(m);
+        let reference = base.map_or(run, |b| b.sorted(m));
+        if reference.len() < MIN_N || run.is_empty() {
+            continue;
+        }
+        let (med, mut thr) = robust(reference);
+        if base.is_some() {
+            thr = thr.max(stats::quantile(reference, 0.99));
+            // Moved as a whole: its median shifted by what matters (the
+            // shape test, per kind), or past the threshold (pooled kinds).
+            let shift = match vs.get(m.name()) {
+                Some(v) => (v.shape == "median_shift" && v.shift.estimate >= floor)
+                    .then_some(v.shift.estimate),
+                None => {
+                    let run_med = stats::quantile(run, 0.5);
+                    (run.len() >= MIN_N && run_med > thr).then_some(run_med - med)
+                }
+            };
+            if let Some(d) = shift {
+                if m.is_call_time() {
+                    shifted.insert(m.name(), d);
+                }
+                thr = robust(run).1;
+            }
+        }
+        g.spike_thresholds[m.index()] = Some(thr);
+        g.thresholds[m.index()] = Some(thr);
+        thresholds.insert(m.name(), thr);
+    }
+    let rule = if base.is_some() {
+        format!(
+            "value > baseline median + max({k}·1.4826·MAD, {floor}) and > baseline p99; a figure that got slower as a whole is measured against the run's own median + max({k}·1.4826·MAD, {floor})",
+            k = opts.outlier_k,
+            floor = fmt_ms(floor)
+        )
+    } else {
+        format!(
+            "value > run median + max({}·1.4826·MAD, {}) (no baseline given)",
+            opts.outlier_k,
+            fmt_ms(floor)
+        )
+    };
+    let outliers = outliers(ds, g, rule, thresholds, shifted, opts);
+
     let periodicity = if pooled {
         Vec::new()
     } else {
@@ -197,7 +230,21 @@ fn analyze_group(
         verdicts: Vec::new(),
     };
     if !pooled {
-        report.verdicts = verdicts(&report, base.is_some());
+        // The split's error on a change: the run's and the baseline's (each
+        // side's median split_err_ms); absent when the records carry none.
+        let err = |xs: &[f32]| (!xs.is_empty()).then(|| stats::quantile(xs, 0.5));
+        let run_err = err(g.sorted(Figure::SplitErr));
+        let base_err = base.and_then(|b| err(b.sorted(Figure::SplitErr)));
+        let cx = Context {
+            has_baseline: base.is_some(),
+            split_err_ms: match (run_err, base_err) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+            },
+            floor_ms: floor,
+        };
+        let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
+        report.verdicts = verdicts(&report, &cx, baseline_n);
     }
     report
 }

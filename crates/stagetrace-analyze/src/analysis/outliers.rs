@@ -18,6 +18,7 @@ pub(super) fn outliers(
     g: &GroupData,
     rule: String,
     thresholds: BTreeMap<&'static str, f64>,
+    shifted: BTreeMap<&'static str, f64>,
     opts: &AnalyzeOptions,
 ) -> Outliers {
     let mut count = 0u64;
@@ -61,6 +62,7 @@ pub(super) fn outliers(
     Outliers {
         rule,
         thresholds,
+        shifted,
         count,
         rounds,
     }

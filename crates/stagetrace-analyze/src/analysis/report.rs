@@ -171,10 +171,27 @@ pub struct Outliers {
     pub rule: String,
     /// Per-stage threshold (ms) above which a value stands out.
     pub thresholds: BTreeMap<&'static str, f64>,
+    /// Figures whose whole run moved past the baseline's threshold (its
+    /// median is above it), with the shift of the median (ms): the run
+    /// shifted as a whole, and its rounds are measured against its own
+    /// median instead. Empty without a baseline.
+    pub shifted: BTreeMap<&'static str, f64>,
     /// Rounds with at least one stage above its threshold.
     pub count: u64,
     /// The first rounds, in time order (at most the configured number).
     pub rounds: Vec<OutlierRound>,
+}
+
+impl Outliers {
+    /// How far the whole run shifted (ms): the e2e median's shift when e2e
+    /// moved as a whole, else the largest shift of a figure that did.
+    /// `None` when no figure moved as a whole (or without a baseline).
+    pub fn whole_run_shift(&self) -> Option<f64> {
+        self.shifted
+            .get("e2e")
+            .copied()
+            .or_else(|| self.shifted.values().copied().reduce(f64::max))
+    }
 }
 
 /// One round that stands out.

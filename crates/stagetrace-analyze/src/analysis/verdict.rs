@@ -4,22 +4,26 @@
 use serde_json::json;
 use stagetrace_schema::Figure;
 
+use super::moves::{dedupe, e2e_moved, moves, Context};
 use super::report::{GroupReport, Verdict};
 use crate::figures;
 use crate::format::fmt_ms;
 
-/// Order of verdicts: the most important first.
-pub(super) fn verdict_rank(code: &str) -> u8 {
-    match code {
-        "median_shift" => 0,
-        "tail_only" => 1,
-        "periodic" => 2,
-        "unexplained_gap" => 3,
-        "deadline_misses" => 4,
-        "faster" => 5,
-        "no_steady_calls" => 6,
-        _ => 7,
-    }
+/// Order of verdicts: what slowed the call, by what it costs the call
+/// (`cost_ms`, ms added to e2e), largest first; then deadline misses, what
+/// got faster, and the verdicts that say nothing moved.
+pub(super) fn verdict_order(a: &Verdict, b: &Verdict) -> std::cmp::Ordering {
+    let class = |v: &Verdict| match v.code {
+        "deadline_misses" => 1,
+        "faster" => 2,
+        "no_steady_calls" => 3,
+        "steady" => 4,
+        _ => 0,
+    };
+    let cost = |v: &Verdict| v.evidence["cost_ms"].as_f64().unwrap_or(0.0);
+    class(a)
+        .cmp(&class(b))
+        .then_with(|| cost(b).total_cmp(&cost(a)))
 }
 
 /// What to look at when `f` moved. Exhaustive: a figure added to the table
@@ -47,26 +51,8 @@ fn advice(f: Figure) -> &'static str {
     }
 }
 
-/// Keeps a derived figure's verdict only when none of its parts carries the same code.
-fn dedupe(flagged: &[Figure]) -> Vec<Figure> {
-    flagged
-        .iter()
-        .copied()
-        .filter(|m| !m.parts().iter().any(|p| flagged.contains(p)))
-        .collect()
-}
-
-fn fmt_p(p: f64) -> String {
-    if p < 1e-300 {
-        "<1e-300".to_string()
-    } else if p < 1e-3 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.3}")
-    }
-}
-
-pub(super) fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
+pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Verdict> {
+    let has_baseline = cx.has_baseline;
     let mut out = Vec::new();
     let kind = r.kind.clone();
     if r.steady == 0 {
@@ -83,64 +69,7 @@ pub(super) fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
         }];
     }
     let figure = |name: &str| Figure::from_name(name);
-    for code in ["median_shift", "tail_only", "faster"] {
-        let mut flagged: Vec<(f64, Figure)> = r
-            .baseline
-            .iter()
-            .filter(|(_, s)| s.shape == code)
-            .filter_map(|(n, s)| {
-                let strength = if code == "tail_only" {
-                    s.exceed_p
-                } else {
-                    s.mann_whitney.p
-                };
-                figure(n).map(|m| (strength, m))
-            })
-            .collect();
-        // Strongest evidence first.
-        flagged.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let flagged: Vec<Figure> = flagged.into_iter().map(|(_, m)| m).collect();
-        for m in dedupe(&flagged) {
-            let Some(s) = r.baseline.get(m.name()) else {
-                continue;
-            };
-            let text = match code {
-                "median_shift" => format!(
-                    "{m} got slower as a whole: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}, shift {} [{}, {}]); p99 ×{:.2}. The whole stage is slower — {}.",
-                    fmt_ms(s.p50.before), fmt_ms(s.p50.after), s.p50.ratio, s.p50.lo, s.p50.hi,
-                    fmt_p(s.mann_whitney.p), fmt_ms(s.shift.estimate), fmt_ms(s.shift.lo), fmt_ms(s.shift.hi),
-                    s.p99.ratio, advice(m)
-                ),
-                "tail_only" => format!(
-                    "{m} has a longer tail with a flat median: p99 {} → {} (×{:.2}, 95% CI {:.2}–{:.2}), {:.1}% of calls above the baseline p99 (baseline {:.1}%, p={}), median ×{:.2} (shift {} within noise). A few requests are held up: queueing or contention — {}.",
-                    fmt_ms(s.p99.before), fmt_ms(s.p99.after), s.p99.ratio, s.p99.lo, s.p99.hi,
-                    100.0 * s.exceed, 100.0 * s.baseline_exceed, fmt_p(s.exceed_p), s.p50.ratio,
-                    fmt_ms(s.shift.estimate), advice(m)
-                ),
-                _ => format!(
-                    "{m} got faster: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}).",
-                    fmt_ms(s.p50.before), fmt_ms(s.p50.after), s.p50.ratio, s.p50.lo, s.p50.hi,
-                    fmt_p(s.mann_whitney.p)
-                ),
-            };
-            out.push(Verdict {
-                code,
-                kind: kind.clone(),
-                stage: Some(m.name()),
-                group: Some(m.side().as_str()),
-                text,
-                evidence: json!({
-                    "p50_before_ms": s.p50.before, "p50_after_ms": s.p50.after,
-                    "p50_ratio": s.p50.ratio, "p50_ci": [s.p50.lo, s.p50.hi],
-                    "p99_before_ms": s.p99.before, "p99_after_ms": s.p99.after,
-                    "p99_ratio": s.p99.ratio, "p99_ci": [s.p99.lo, s.p99.hi],
-                    "mann_whitney_p": s.mann_whitney.p, "shift_ms": s.shift.estimate,
-                    "shift_ci_ms": [s.shift.lo, s.shift.hi],
-                    "exceed": s.exceed, "baseline_exceed": s.baseline_exceed, "exceed_p": s.exceed_p,
-                }),
-            });
-        }
-    }
+    out.extend(moves(r, cx, advice));
     let periodic: Vec<Figure> = r
         .periodicity
         .iter()
@@ -152,6 +81,11 @@ pub(super) fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
             continue;
         };
         let period = p.period_s.unwrap_or(p.acf_lag_s);
+        // What a spike adds to its call, roughly: the stage's p99 over its median.
+        let cost = r
+            .stages
+            .get(m.name())
+            .map_or(0.0, |s| (s.p99 - s.p50).max(0.0));
         out.push(Verdict {
             code: "periodic",
             kind: kind.clone(),
@@ -162,7 +96,7 @@ pub(super) fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
                 p.spikes, p.acf, p.acf_lag_s, 100.0 * p.isi_on_period
             ),
             evidence: json!({
-                "period_s": period, "spikes": p.spikes, "acf": p.acf,
+                "cost_ms": cost, "period_s": period, "spikes": p.spikes, "acf": p.acf,
                 "acf_threshold": p.acf_threshold, "isi_median_s": p.isi_median_s,
                 "isi_on_period": p.isi_on_period,
             }),
@@ -217,11 +151,21 @@ pub(super) fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
                     100.0 * gp.gap_share, 100.0 * gp.observer_share
                 ),
                 evidence: json!({
+                    "cost_ms": gp.e2e_stddev_ms * gp.gap_share,
                     "e2e_stddev_ms": gp.e2e_stddev_ms, "gap_share": gp.gap_share,
                     "observer_share": gp.observer_share, "shares": gp.shares,
                 }),
             });
         }
+    }
+    let moved = out.iter().any(|v| {
+        matches!(
+            v.code,
+            "median_shift" | "tail_only" | "network_moved" | "unexplained_gap"
+        )
+    });
+    if has_baseline && !moved {
+        out.extend(e2e_moved(r, cx, baseline_n));
     }
     if let Some(d) = &r.rate.deadline {
         if d.misses > 0 {
@@ -255,6 +199,6 @@ pub(super) fn verdicts(r: &GroupReport, has_baseline: bool) -> Vec<Verdict> {
             evidence: json!({}),
         });
     }
-    out.sort_by_key(|v| verdict_rank(v.code));
+    out.sort_by(verdict_order);
     out
 }

@@ -33,6 +33,25 @@ pub(crate) struct Scenario {
     pub(crate) fail_every: Option<usize>,
     /// Target rate fields (`late_ms`, `deadline_miss`).
     pub(crate) deadline: bool,
+    /// Median and spread of infer (ms), before `infer_factor`.
+    pub(crate) infer_ms: (f64, f64),
+    /// Median and spread of queue (ms).
+    pub(crate) queue_ms: (f64, f64),
+    /// Median and spread of dispatch (ms).
+    pub(crate) dispatch_ms: (f64, f64),
+    /// Median of the observer's own cost (µs).
+    pub(crate) observer_us: f64,
+    /// Fraction of calls whose infer is replaced by a spike, and its value (ms).
+    pub(crate) infer_spikes: Option<(f64, f64)>,
+    /// Fraction of calls whose dispatch is replaced by this value (ms).
+    pub(crate) dispatch_bumps: Option<(f64, f64)>,
+    /// Fraction of calls paused inside the call outside every stage (the
+    /// gap), and by how much (ms).
+    pub(crate) gap_pauses: Option<(f64, f64)>,
+    /// Added to every uplink and downlink (ms), as a split would read it.
+    pub(crate) link_shift_ms: (f64, f64),
+    /// The records' `split_err_ms`.
+    pub(crate) split_err_ms: f64,
 }
 
 impl Default for Scenario {
@@ -52,6 +71,15 @@ impl Default for Scenario {
             flip_digests: Vec::new(),
             fail_every: None,
             deadline: false,
+            infer_ms: (30.0, 1.5),
+            queue_ms: (0.2, 0.03),
+            dispatch_ms: (1.0, 0.08),
+            observer_us: 3.0,
+            infer_spikes: None,
+            dispatch_bumps: None,
+            gap_pauses: None,
+            link_shift_ms: (0.0, 0.0),
+            split_err_ms: 0.05,
         }
     }
 }
@@ -73,12 +101,12 @@ pub(crate) fn lines(s: &Scenario) -> String {
         let warm = i < s.warmup;
         let pos = |v: f64| v.max(0.01);
         let capture = pos(2.0 + 0.1 * rng.normal());
-        let mut uplink = pos(1.5 + 0.15 * rng.normal());
-        let queue = pos(0.2 + 0.03 * rng.normal());
-        let mut infer = pos(30.0 + 1.5 * rng.normal()) * s.infer_factor;
-        let mut downlink = pos(1.2 + 0.1 * rng.normal());
-        let mut dispatch = pos(1.0 + 0.08 * rng.normal());
-        let observer_us = pos(3.0 + 0.5 * rng.normal());
+        let mut uplink = pos(1.5 + 0.15 * rng.normal()) + s.link_shift_ms.0;
+        let queue = pos(s.queue_ms.0 + s.queue_ms.1 * rng.normal());
+        let mut infer = pos(s.infer_ms.0 + s.infer_ms.1 * rng.normal()) * s.infer_factor;
+        let mut downlink = pos(1.2 + 0.1 * rng.normal()) + s.link_shift_ms.1;
+        let mut dispatch = pos(s.dispatch_ms.0 + s.dispatch_ms.1 * rng.normal());
+        let observer_us = pos(s.observer_us + 0.5 * rng.normal());
         let mut gap = pos(0.3 + 0.03 * rng.normal());
         if warm {
             infer *= 3.0;
@@ -95,6 +123,22 @@ pub(crate) fn lines(s: &Scenario) -> String {
             if rel >= *next {
                 dispatch += extra;
                 *next += p * 1000.0;
+            }
+        }
+        // Each knob draws only when set: the other scenarios' draws stay as they were.
+        if let Some((frac, v)) = s.infer_spikes {
+            if rng.next_f64() < frac {
+                infer = v;
+            }
+        }
+        if let Some((frac, v)) = s.dispatch_bumps {
+            if rng.next_f64() < frac {
+                dispatch = v;
+            }
+        }
+        if let Some((frac, extra)) = s.gap_pauses {
+            if rng.next_f64() < frac {
+                gap += extra;
             }
         }
         if s.gap_jitter_ms > 0.0 {
@@ -114,10 +158,11 @@ pub(crate) fn lines(s: &Scenario) -> String {
         let net = r3(roundtrip - server);
         let e2e = r3(capture + roundtrip + dispatch + gap);
         let mut l = format!(
-            "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"uplink_ms\":{uplink},\"queue_ms\":{queue},\"infer_ms\":{infer},\"downlink_ms\":{downlink},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"server_ms\":{server},\"net_ms\":{net},\"e2e_ms\":{e2e},\"gap_ms\":{gap},\"offset_ms\":0.5,\"split_err_ms\":0.05,\"clock\":\"estimate\",\"observer_us\":{:.3}",
+            "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"uplink_ms\":{uplink},\"queue_ms\":{queue},\"infer_ms\":{infer},\"downlink_ms\":{downlink},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"server_ms\":{server},\"net_ms\":{net},\"e2e_ms\":{e2e},\"gap_ms\":{gap},\"offset_ms\":0.5,\"split_err_ms\":{},\"clock\":\"estimate\",\"observer_us\":{:.3}",
             ts,
             s.kind,
             u128::from(seq) + 1,
+            s.split_err_ms,
             observer_us
         );
         if s.deadline {

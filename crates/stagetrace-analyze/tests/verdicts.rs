@@ -1,0 +1,218 @@
+//! Verdicts that ignore what does not matter and name only what the data
+//! can tell (issue 16, items 3–6), on generated runs with a known truth.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/gen.rs"]
+mod gen;
+
+use std::path::Path;
+
+use gen::Scenario;
+use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
+use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::render;
+
+fn dataset(s: &Scenario) -> Dataset {
+    let text = gen::lines(s);
+    Dataset::load_reader(
+        text.as_bytes(),
+        Path::new("generated"),
+        LoadOptions::default(),
+    )
+    .unwrap()
+}
+
+fn run(s: &Scenario, base: Option<&Scenario>) -> (Report, String) {
+    let ds = dataset(s);
+    let b = base.map(dataset);
+    let a = analyze(&ds, b.as_ref(), &AnalyzeOptions::default());
+    let text = render::text(&a.report);
+    eprintln!("{text}");
+    (a.report, text)
+}
+
+fn codes(r: &Report) -> Vec<(&'static str, Option<&'static str>)> {
+    r.verdicts.iter().map(|v| (v.code, v.stage)).collect()
+}
+
+/// Item 4: queue 18 → 47 µs and the observer's 3.0 → 4.7 µs next to an
+/// infer change of +4 ms: both stay in the table, only infer is a verdict.
+#[test]
+fn a_trivial_change_stays_out_of_the_verdict() {
+    let base = Scenario {
+        seed: 101,
+        queue_ms: (0.018, 0.002),
+        ..Scenario::default()
+    };
+    let s = Scenario {
+        seed: 102,
+        queue_ms: (0.047, 0.002),
+        observer_us: 4.7,
+        infer_ms: (34.0, 1.5),
+        ..Scenario::default()
+    };
+    let (r, text) = run(&s, Some(&base));
+    assert_eq!(codes(&r), [("median_shift", Some("infer"))]);
+    // In the table, as measured.
+    let g = &r.groups[0];
+    assert_eq!(g.baseline["queue"].shape, "median_shift");
+    assert_eq!(g.baseline["observer"].shape, "median_shift");
+    assert!(!text.contains("queue got slower"), "{text}");
+    assert!(!text.contains("observer got slower"), "{text}");
+}
+
+/// Item 4: the verdict is ordered by what the change costs the call: a
+/// transport tail adding ~20 ms to the p99 before an infer median +4 ms.
+#[test]
+fn the_verdict_is_ordered_by_cost() {
+    let base = Scenario {
+        seed: 103,
+        ..Scenario::default()
+    };
+    let s = Scenario {
+        seed: 104,
+        infer_ms: (34.0, 1.5),
+        transport_tail: Some((0.04, 15.0)),
+        ..Scenario::default()
+    };
+    let (r, _) = run(&s, Some(&base));
+    assert_eq!(
+        codes(&r),
+        [
+            ("tail_only", Some("uplink")),
+            ("tail_only", Some("downlink")),
+            ("median_shift", Some("infer"))
+        ]
+    );
+    let cost: Vec<f64> = r
+        .verdicts
+        .iter()
+        .map(|v| v.evidence["cost_ms"].as_f64().unwrap())
+        .collect();
+    assert!(cost.windows(2).all(|w| w[0] >= w[1]), "{cost:?}");
+}
+
+/// Item 5: infer spikes to 36 ms on 2 % of calls are found without a
+/// baseline (they set the p99 that used to be the threshold); dispatch at
+/// 1.10 ms on 0.5 % of calls next to 1.01 ms is not an outlier.
+#[test]
+fn frequent_spikes_are_found_without_a_baseline() {
+    let s = Scenario {
+        seed: 111,
+        infer_ms: (20.0, 0.2),
+        infer_spikes: Some((0.02, 36.0)),
+        dispatch_ms: (1.01, 0.002),
+        dispatch_bumps: Some((0.005, 1.10)),
+        ..Scenario::default()
+    };
+    let steady = |needle: &str| {
+        gen::lines(&s)
+            .lines()
+            .filter(|l| !l.contains("\"warmup\":true") && l.contains(needle))
+            .count() as u64
+    };
+    let spikes = steady("\"infer_ms\":36,");
+    let bumps = steady("\"dispatch_ms\":1.1,");
+    assert_eq!((spikes, bumps), (57, 16));
+    let (r, _) = run(&s, None);
+    let o = &r.groups[0].outliers;
+    let with = |stage: &str| {
+        o.rounds
+            .iter()
+            .filter(|x| x.stages.iter().any(|y| y.stage == stage))
+            .count() as u64
+    };
+    assert_eq!(o.count, spikes);
+    assert_eq!(with("infer"), spikes);
+    assert_eq!(with("dispatch"), 0);
+}
+
+/// Item 5: a run slower as a whole (+20 ms infer) is a shift, not 3000
+/// outlier rounds.
+#[test]
+fn a_shifted_run_is_described_as_a_shift() {
+    let base = Scenario {
+        seed: 121,
+        ..Scenario::default()
+    };
+    let s = Scenario {
+        seed: 122,
+        infer_ms: (50.0, 1.5),
+        ..Scenario::default()
+    };
+    let (r, text) = run(&s, Some(&base));
+    let o = &r.groups[0].outliers;
+    assert_eq!(o.count, 0);
+    let shifted: Vec<&str> = o.shifted.keys().copied().collect();
+    assert_eq!(shifted, ["e2e", "infer", "roundtrip", "server"]);
+    assert!(
+        text.contains("the whole run shifted (+19.97 ms): medians against the baseline e2e +19.97 ms, infer +19.97 ms, roundtrip +19.97 ms, server +19.97 ms"),
+        "{text}"
+    );
+    assert_eq!(codes(&r), [("median_shift", Some("infer"))]);
+}
+
+/// Item 6: a short run (90 calls) where 3 % of calls spike in infer: e2e
+/// p99 moved, no stage's test can tell — said so, never "steady".
+#[test]
+fn e2e_moving_with_flat_stages_is_not_steady() {
+    let base = Scenario {
+        seed: 131,
+        calls: 90,
+        ..Scenario::default()
+    };
+    let s = Scenario {
+        seed: 132,
+        calls: 90,
+        infer_spikes: Some((0.03, 80.0)),
+        ..Scenario::default()
+    };
+    let (r, _) = run(&s, Some(&base));
+    assert_eq!(codes(&r), [("e2e_moved", Some("e2e"))]);
+    assert_eq!(
+        r.verdicts[0].text,
+        "e2e p99 went 39.76 ms → 86.19 ms (+46.43 ms) but no stage moved beyond noise: the sample (90 calls, baseline 90) is too small to tell which stage — run more calls."
+    );
+}
+
+/// Item 3: uplink and downlink both rise by 3 ms in estimate mode with a
+/// split error of 3.5 ms a side: the network moved, direction undetermined.
+/// With a split error of 0.05 ms the same rises are each a verdict.
+#[test]
+fn links_moving_within_split_err_blame_no_direction() {
+    let pair = |split_err_ms: f64| {
+        let base = Scenario {
+            seed: 141,
+            split_err_ms,
+            ..Scenario::default()
+        };
+        let s = Scenario {
+            seed: 142,
+            split_err_ms,
+            link_shift_ms: (3.0, 3.0),
+            ..Scenario::default()
+        };
+        run(&s, Some(&base))
+    };
+    let (r, text) = pair(3.5);
+    assert_eq!(codes(&r), [("network_moved", Some("net"))]);
+    assert!(
+        r.verdicts[0].text.starts_with(
+            "the network moved: net median 2.70 ms → 8.70 ms (+6.00 ms); which direction is undetermined: uplink +3.00 ms, downlink +3.00 ms — within the ±7.00 ms the clock split allows"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("downlink got slower"), "{text}");
+    assert!(!text.contains("uplink got slower"), "{text}");
+    let (r, _) = pair(0.05);
+    let mut c = codes(&r);
+    c.sort();
+    assert_eq!(
+        c,
+        [
+            ("median_shift", Some("downlink")),
+            ("median_shift", Some("uplink"))
+        ]
+    );
+}
