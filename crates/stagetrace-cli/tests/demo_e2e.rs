@@ -743,3 +743,36 @@ fn ctrl_c_ends_the_run_reports_it_and_exits_130() {
     let calls = json["calls"].as_u64().unwrap();
     assert!((10..100_000).contains(&calls), "{calls} calls");
 }
+
+/// One definition of a deadline miss (issue 16 item 7): with a model slower
+/// than the control period every steady call misses — the demo's counter,
+/// the report inside its JSON and the records all say 25 of 25, and the
+/// ticks the loop fell behind by are not added (it said 354 for 300 calls).
+#[test]
+fn deadline_misses_are_calls_not_ticks() {
+    let _serial = serial();
+    let run = demo(&[
+        "--calls",
+        "30",
+        "--warmup",
+        "5",
+        "--hz",
+        "50",
+        "--model-ms",
+        "30",
+        "--payload-kb",
+        "8",
+    ]);
+    let late = run
+        .records
+        .iter()
+        .filter(|r| r.get("warmup").is_none() && r["deadline_miss"] == true)
+        .count();
+    assert_eq!(late, 25);
+    assert_eq!(run.json["counters"]["deadline_misses"], 25);
+    let d = &run.json["report"]["groups"][0]["rate"]["deadline"];
+    assert_eq!(
+        (d["misses"].as_u64(), d["calls"].as_u64()),
+        (Some(25), Some(25))
+    );
+}

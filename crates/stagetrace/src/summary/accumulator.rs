@@ -121,9 +121,14 @@ impl Accum {
         self.completions += 1;
         self.first_start = Some(self.first_start.map_or(start, |s| s.min(start)));
         self.last_end = Some(self.last_end.map_or(end, |e| e.max(end)));
+        // One definition of a deadline miss (docs/stages.md, "Deadlines"): a
+        // steady call that ended after its tick's deadline — the calls
+        // `report` counts from the records' `deadline_miss`. Skipped ticks
+        // are no calls: counted apart, never added.
+        let mut missed = false;
         if let (Some(d), Some(period)) = (deadline, self.period_ns) {
             self.skipped += d.skipped;
-            self.misses += d.skipped + u64::from(d.late_ns > 0);
+            missed = d.late_ns > 0;
             let since_tick_ns = d.late_ns.saturating_add(period as i64).max(0) as u64;
             self.since_tick_us.record((since_tick_ns + 500) / 1000);
             if let Some(j) = d.jitter_ns {
@@ -135,6 +140,7 @@ impl Accum {
             return;
         }
         self.calls += 1;
+        self.misses += u64::from(missed);
         self.all.add(rec);
         self.clock.add(rec);
         if let Some(obs) = rec.get(Figure::Observer) {

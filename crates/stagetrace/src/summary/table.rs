@@ -56,9 +56,10 @@ impl WindowSummary {
         if let Some(d) = self.deadline {
             let _ = writeln!(
                 out,
-                "deadline @ {} Hz: {} missed ({} skipped ticks), effective {:.2} Hz, late p50 {:.3} / p99 {:.3} ms, jitter p50 {:.3} / p99 {:.3} ms",
+                "deadline @ {} Hz: {} of {} calls missed (ended after their tick's deadline), {} ticks skipped (no call started in them), effective {:.2} Hz, late p50 {:.3} / p99 {:.3} ms, jitter p50 {:.3} / p99 {:.3} ms",
                 d.target_hz,
                 d.misses,
+                self.calls,
                 d.skipped_ticks,
                 d.effective_hz,
                 d.late_ms.p50,

@@ -58,9 +58,12 @@ pub struct Quantiles {
 pub struct DeadlineSummary {
     /// The configured control rate.
     pub target_hz: f64,
-    /// Calls that ended after their tick's deadline, plus ticks no call served.
+    /// Deadline misses: calls (neither warm-up nor failed, so out of
+    /// `calls`) that ended after their tick's deadline — the calls whose
+    /// records say `deadline_miss: true`, as `stagetrace report` counts them.
     pub misses: u64,
-    /// Ticks no call started in (the loop fell behind and skipped them); part of `misses`.
+    /// Ticks no call started in (the loop fell behind and skipped them).
+    /// Not calls, so not in `misses`: counted apart.
     pub skipped_ticks: u64,
     /// Completed calls per second.
     pub effective_hz: f64,
