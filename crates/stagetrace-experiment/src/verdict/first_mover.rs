@@ -5,9 +5,10 @@
 use stagetrace::Figure;
 use stagetrace_analyze::stats;
 
+use super::direction;
 use super::obs::{column, Obs, PhaseSpan};
 use super::resources::{resource_note, ResourceSummary};
-use super::result::{ComponentResult, LevelResult, Verdict};
+use super::result::{ComponentResult, LevelResult, Thresholds, Verdict};
 use super::text;
 
 /// The figures of a level with their results, in the order of the
@@ -26,6 +27,7 @@ pub(crate) fn decide(
     obs: &[Obs],
     candidates: &[Figure],
     base_res: Option<&ResourceSummary>,
+    th: &Thresholds,
 ) -> Verdict {
     let candidate = |f: Figure| candidates.contains(&f);
     let e2e_moved = levels.iter().any(|l| {
@@ -70,15 +72,31 @@ pub(crate) fn decide(
         break;
     }
     let Some((fl, first_fig, fc)) = first else {
-        let mut v = Verdict::nothing(if e2e_moved {
-            "e2e moved but no stage and not the gap beyond the thresholds: raise the levels or the calls per level"
-        } else {
-            "no stage moved at any level: the pipeline absorbs this factor over the range tried"
-        });
-        v.e2e_moved = e2e_moved;
+        // e2e's point estimates moved though no test passed (a short level):
+        // never "absorbed".
+        let point = direction::e2e_point_move(levels, th);
+        let mut v = match point {
+            Some((l, stat, before, after)) => {
+                let mut v = Verdict::nothing(&direction::e2e_without_stage(l, stat, before, after));
+                v.next_step =
+                    "raise the calls per level (or hold each level longer) to tell which stage moved"
+                        .into();
+                v
+            }
+            None => {
+                let mut v = Verdict::nothing(if e2e_moved {
+                    "e2e moved but no stage and not the gap beyond the thresholds: raise the levels or the calls per level"
+                } else {
+                    "no stage moved at any level: the pipeline absorbs this factor over the range tried"
+                });
+                v.next_step =
+                    "raise the factor further (or hold each level longer) to find where it bites"
+                        .into();
+                v
+            }
+        };
+        v.e2e_moved = e2e_moved || point.is_some();
         v.flat = candidates.iter().map(|f| f.name()).collect();
-        v.next_step =
-            "raise the factor further (or hold each level longer) to find where it bites".into();
         return v;
     };
     let mut dragged: Vec<(Figure, usize)> = Vec::new();
@@ -99,6 +117,43 @@ pub(crate) fn decide(
         })
         .collect();
 
+    // A link stage whose move the clock split cannot tell from its error is
+    // not named: the network moved, its direction undetermined.
+    let told = |f: Figure, level: usize| {
+        !direction::is_link(f) || direction::told(obs, phases, levels, f, level)
+    };
+    let (mut first_fig, mut fc) = (first_fig, fc);
+    let mut undetermined: Option<String> = None;
+    if !told(first_fig, fl.level) {
+        let net = fl.components.get(Figure::Net.name());
+        let other = dragged
+            .iter()
+            .find(|(f, lv)| *lv == fl.level && direction::is_link(*f) && told(*f, *lv))
+            .and_then(|(f, _)| fl.components.get(f.name()).map(|c| (*f, c)));
+        if let Some((f, c)) = other {
+            first_fig = f;
+            fc = c;
+        } else if let Some(c) = net {
+            first_fig = Figure::Net;
+            fc = c;
+            undetermined = Some(direction::detail(obs, phases, fl));
+        }
+    }
+    let untold: Vec<usize> = dragged
+        .iter()
+        .filter(|(f, lv)| !told(*f, *lv))
+        .map(|(_, lv)| *lv)
+        .collect();
+    dragged.retain(|(f, lv)| *f != first_fig && told(*f, *lv));
+    if let Some(&lv) = untold.iter().min() {
+        if first_fig != Figure::Net {
+            dragged.push((Figure::Net, lv));
+            if let Some(l) = levels.iter().find(|l| l.level == lv) {
+                undetermined = Some(direction::detail(obs, phases, l));
+            }
+        }
+    }
+
     let shape = fc.shape;
     let res = &fl.resources;
     let res_state = (res.samples > 0).then_some(res.state);
@@ -114,6 +169,7 @@ pub(crate) fn decide(
         dragged: &dragged,
         flat: &flat,
         resource_note: resource_note.as_deref(),
+        undetermined: undetermined.as_deref(),
     });
     Verdict {
         first_stage: Some(first_fig.name()),

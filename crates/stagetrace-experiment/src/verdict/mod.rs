@@ -7,6 +7,7 @@
 //! The figures compared come from the schema table ([`crate::figures`]).
 
 mod compare;
+mod direction;
 mod first_mover;
 mod obs;
 mod resources;
@@ -105,7 +106,7 @@ pub(crate) fn analyze(
         });
     }
 
-    let verdict = first_mover::decide(&levels, phases, obs, &candidates, base_res.as_ref());
+    let verdict = first_mover::decide(&levels, phases, obs, &candidates, base_res.as_ref(), &th);
     (th, base_res, levels, verdict)
 }
 
@@ -224,5 +225,88 @@ mod tests {
         let period = v.spike_period_s.unwrap();
         assert!((period - 0.5).abs() < 0.05, "{period}");
         assert!(v.summary.starts_with("all stages flat"));
+    }
+
+    /// Issue 16 item 3: in estimate mode uplink and downlink both rise by
+    /// 3 ms at level 1 with a split error of 3.5 ms a side: the network
+    /// moved, which direction is undetermined; no link stage is named.
+    #[test]
+    fn links_within_the_split_error_name_no_direction() {
+        let phases = vec![
+            phase("baseline", 0, 0.0, 3000.0),
+            phase("level", 1, 3000.0, 6000.0),
+        ];
+        let mut obs = Vec::new();
+        let mut x = 7u32;
+        for i in 0..180 {
+            let ts = i as f64 * 1000.0 / 30.0 + 0.5;
+            let p = (i / 90) as usize;
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (x >> 16) as f32 / 65536.0 * 0.3;
+            let mut o = call(ts, p, |f| {
+                let base = base_ms(f) + noise;
+                match (f, p) {
+                    (Figure::Uplink | Figure::Downlink, 1) => base + 3.0,
+                    (Figure::Net | Figure::E2e, 1) => base + 6.0,
+                    _ => base,
+                }
+            });
+            o.vals[Figure::SplitErr.index()] = 3.5;
+            obs.push(o);
+        }
+        let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(v.first_stage, Some("net"), "{v:?}");
+        assert_eq!(v.dragged, vec![]);
+        assert!(
+            v.summary
+                .starts_with("the network moved first, at level 1 (level 1): net p50 "),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.summary.contains("which direction is undetermined: uplink +3.01 ms, downlink +3.01 ms lie within the ±7.00 ms the clock split allows"),
+            "{}",
+            v.summary
+        );
+        assert!(!v.summary.contains("Dragged along"), "{}", v.summary);
+        // Trusted clocks (no split error): the same rises name the link stages.
+        for o in obs.iter_mut() {
+            o.vals[Figure::SplitErr.index()] = f32::NAN;
+        }
+        let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(v.first_stage, Some("downlink"), "{v:?}");
+        assert_eq!(v.dragged, vec![("uplink", 1)]);
+    }
+
+    /// Issue 16 item 6: a short level (30 calls) where one call's infer
+    /// spikes: e2e's p99 moved, no test can name a stage — said so, never
+    /// "absorbs this factor".
+    #[test]
+    fn a_short_level_moving_e2e_is_not_absorbed() {
+        let phases = vec![
+            phase("baseline", 0, 0.0, 1000.0),
+            phase("level", 1, 1000.0, 2000.0),
+        ];
+        let mut obs = Vec::new();
+        for i in 0..60 {
+            let ts = i as f64 * 1000.0 / 30.0 + 0.5;
+            let p = (i / 30) as usize;
+            let spike = i == 45;
+            obs.push(call(ts, p, |f| {
+                let j = (i % 7) as f32 * 0.03;
+                match f {
+                    Figure::Infer if spike => 62.0 + j,
+                    Figure::E2e if spike => 67.0 + j,
+                    _ => base_ms(f) + j,
+                }
+            }));
+        }
+        let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(v.first_stage, None, "{v:?}");
+        assert!(v.e2e_moved);
+        assert_eq!(
+            v.summary,
+            "e2e moved (p99 17.18 → 67.09 ms at level 1 (level 1)) but no stage moved beyond noise: with 30 calls at that level the sample is too small to tell which stage — raise the calls per level."
+        );
     }
 }

@@ -22,6 +22,9 @@ pub(crate) struct Findings<'a> {
     pub(crate) flat: &'a [Figure],
     /// What the resources say.
     pub(crate) resource_note: Option<&'a str>,
+    /// The link stages' moves the clock split cannot tell apart, in words
+    /// (the network moved; which direction is undetermined).
+    pub(crate) undetermined: Option<&'a str>,
 }
 
 /// Where to look when `f` moved first. Exhaustive on purpose: a figure
@@ -93,7 +96,12 @@ pub(crate) fn summary(x: &Findings<'_>) -> String {
             )
         })
         .unwrap_or_default();
-    let mut summary = if x.first == Figure::Gap {
+    let mut summary = if let (Figure::Net, Some(why)) = (x.first, x.undetermined) {
+        format!(
+            "the network moved first, at level {} ({}): net {ratio}; which direction is undetermined: {why}.",
+            l.level, l.label
+        )
+    } else if x.first == Figure::Gap {
         format!(
             "all stages flat; the gap (time no stage explains) moved first, at level {} ({}): {ratio}.",
             l.level, l.label
@@ -114,6 +122,11 @@ pub(crate) fn summary(x: &Findings<'_>) -> String {
             .map(|(f, l)| format!("{f} (level {l})"))
             .collect();
         summary.push_str(&format!(" Dragged along: {}.", d.join(", ")));
+    }
+    if let (false, Some(why)) = (x.first == Figure::Net, x.undetermined) {
+        summary.push_str(&format!(
+            " The network moved; which direction is undetermined: {why}."
+        ));
     }
     // Only the figures that make up the call: a flat sum (net) says nothing more.
     let flat_named: Vec<&str> = x
