@@ -55,12 +55,16 @@ pub(crate) fn told(
         .is_none_or(|c| c.abs_shift() > err)
 }
 
-/// The links' shifts at `level` and the split's error, in words:
-/// "uplink +3.00 ms, downlink +3.00 ms within the ±7.00 ms …".
-pub(crate) fn detail(obs: &[Obs], phases: &[PhaseSpan], l: &LevelResult) -> String {
+/// The shifts of `links` at level `l` and the split's error, in words:
+/// "uplink +3.00 ms, downlink +3.00 ms lie within the ±7.00 ms …".
+pub(crate) fn detail(
+    obs: &[Obs],
+    phases: &[PhaseSpan],
+    l: &LevelResult,
+    links: &[Figure],
+) -> String {
     let err = split_err(obs, phases, l.level).unwrap_or(0.0);
-    let each: Vec<String> = Figure::Net
-        .parts()
+    let each: Vec<String> = links
         .iter()
         .map(|p| {
             let d = l.components.get(p.name()).map_or(0.0, |c| {
@@ -74,8 +78,10 @@ pub(crate) fn detail(obs: &[Obs], phases: &[PhaseSpan], l: &LevelResult) -> Stri
         })
         .collect();
     format!(
-        "{} lie within the ±{err:.2} ms the clock split allows (split_err_ms at the level plus the baseline; the split rests on an estimated clock offset, docs/clocks.md)",
-        each.join(", ")
+        "{} {} within the ±{err:.2} ms the clock split allows at level {} (split_err_ms at the level plus the baseline; the split rests on an estimated clock offset, docs/clocks.md)",
+        each.join(", "),
+        if each.len() == 1 { "lies" } else { "lie" },
+        l.level
     )
 }
 

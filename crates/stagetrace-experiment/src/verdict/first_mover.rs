@@ -118,38 +118,50 @@ pub(crate) fn decide(
         .collect();
 
     // A link stage whose move the clock split cannot tell from its error is
-    // not named: the network moved, its direction undetermined.
+    // not named: when no link stage's move can be told, the network moved
+    // and its direction is undetermined.
     let told = |f: Figure, level: usize| {
         !direction::is_link(f) || direction::told(obs, phases, levels, f, level)
     };
+    let links = Figure::Net.parts();
     let (mut first_fig, mut fc) = (first_fig, fc);
     let mut undetermined: Option<String> = None;
+    let mut unnamed: Option<String> = None;
     if !told(first_fig, fl.level) {
-        let net = fl.components.get(Figure::Net.name());
         let other = dragged
             .iter()
             .find(|(f, lv)| *lv == fl.level && direction::is_link(*f) && told(*f, *lv))
             .and_then(|(f, _)| fl.components.get(f.name()).map(|c| (*f, c)));
         if let Some((f, c)) = other {
+            unnamed = Some(direction::detail(obs, phases, fl, &[first_fig]));
             first_fig = f;
             fc = c;
-        } else if let Some(c) = net {
+        } else if let Some(c) = fl.components.get(Figure::Net.name()) {
             first_fig = Figure::Net;
             fc = c;
-            undetermined = Some(direction::detail(obs, phases, fl));
+            undetermined = Some(direction::detail(obs, phases, fl, links));
         }
     }
-    let untold: Vec<usize> = dragged
+    let untold: Vec<(Figure, usize)> = dragged
         .iter()
+        .copied()
         .filter(|(f, lv)| !told(*f, *lv))
-        .map(|(_, lv)| *lv)
         .collect();
     dragged.retain(|(f, lv)| *f != first_fig && told(*f, *lv));
-    if let Some(&lv) = untold.iter().min() {
-        if first_fig != Figure::Net {
+    if let Some(&(f, lv)) = untold.first() {
+        let direction_known = first_fig == Figure::Net
+            || direction::is_link(first_fig)
+            || dragged.iter().any(|(d, _)| direction::is_link(*d));
+        let at = |lv: usize| levels.iter().find(|l| l.level == lv);
+        if direction_known {
+            // The direction is named already: an unclear link is only left out.
+            if let Some(l) = at(lv) {
+                unnamed = Some(direction::detail(obs, phases, l, &[f]));
+            }
+        } else {
             dragged.push((Figure::Net, lv));
-            if let Some(l) = levels.iter().find(|l| l.level == lv) {
-                undetermined = Some(direction::detail(obs, phases, l));
+            if let Some(l) = at(lv) {
+                undetermined = Some(direction::detail(obs, phases, l, links));
             }
         }
     }
@@ -170,6 +182,7 @@ pub(crate) fn decide(
         flat: &flat,
         resource_note: resource_note.as_deref(),
         undetermined: undetermined.as_deref(),
+        unnamed: unnamed.as_deref(),
     });
     Verdict {
         first_stage: Some(first_fig.name()),

@@ -276,6 +276,26 @@ mod tests {
         let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
         assert_eq!(v.first_stage, Some("downlink"), "{v:?}");
         assert_eq!(v.dragged, vec![("uplink", 1)]);
+        // Big uplink frames: uplink +8 ms is told; downlink +0.9 ms within the
+        // ±1 ms the split allows is not dragged along.
+        for (i, o) in obs.iter_mut().enumerate() {
+            let level = i >= 90;
+            o.vals[Figure::SplitErr.index()] = 0.5;
+            let (up, down) = if level { (5.0, -2.1) } else { (0.0, 0.0) };
+            o.vals[Figure::Uplink.index()] += up;
+            o.vals[Figure::Downlink.index()] += down;
+            o.vals[Figure::Net.index()] += up + down;
+            o.vals[Figure::E2e.index()] += up + down;
+        }
+        let (_, _, _, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(v.first_stage, Some("uplink"), "{v:?}");
+        assert_eq!(v.dragged, vec![]);
+        assert!(
+            v.summary
+                .contains("Not named: downlink +0.91 ms lies within the ±1.00 ms the clock split allows at level 1"),
+            "{}",
+            v.summary
+        );
     }
 
     /// Issue 16 item 6: a short level (30 calls) where one call's infer

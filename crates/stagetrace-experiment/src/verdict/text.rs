@@ -25,6 +25,9 @@ pub(crate) struct Findings<'a> {
     /// The link stages' moves the clock split cannot tell apart, in words
     /// (the network moved; which direction is undetermined).
     pub(crate) undetermined: Option<&'a str>,
+    /// A link stage's move the split cannot tell from its error, left out
+    /// while another link stage's is named.
+    pub(crate) unnamed: Option<&'a str>,
 }
 
 /// Where to look when `f` moved first. Exhaustive on purpose: a figure
@@ -127,6 +130,9 @@ pub(crate) fn summary(x: &Findings<'_>) -> String {
         summary.push_str(&format!(
             " The network moved; which direction is undetermined: {why}."
         ));
+    }
+    if let Some(why) = x.unnamed {
+        summary.push_str(&format!(" Not named: {why}."));
     }
     // Only the figures that make up the call: a flat sum (net) says nothing more.
     let flat_named: Vec<&str> = x
