@@ -126,6 +126,28 @@ fn frequent_spikes_are_found_without_a_baseline() {
     assert_eq!(o.count, spikes);
     assert_eq!(with("infer"), spikes);
     assert_eq!(with("dispatch"), 0);
+    assert_eq!(o.by_stage["infer"].rounds, spikes);
+    assert!(!o.by_stage.contains_key("dispatch"));
+    // Found is not enough: the verdict names them, and only them.
+    assert_eq!(codes(&r), [("spikes", Some("infer"))]);
+    let v = &r.verdicts[0];
+    assert_eq!(v.evidence["rounds"].as_u64(), Some(spikes));
+    assert_eq!(v.evidence["mean_ms"].as_f64(), Some(36.0));
+}
+
+/// Spikes on fewer than 1 % of the calls are the tail the table shows, not
+/// a verdict of their own.
+#[test]
+fn rare_spikes_stay_in_the_table() {
+    let s = Scenario {
+        seed: 112,
+        infer_ms: (20.0, 0.2),
+        infer_spikes: Some((0.004, 36.0)),
+        ..Scenario::default()
+    };
+    let (r, _) = run(&s, None);
+    assert!(r.groups[0].outliers.by_stage["infer"].rounds > 0);
+    assert_eq!(codes(&r), [("steady", None)]);
 }
 
 /// Item 5: a run slower as a whole (+20 ms infer) is a shift, not 3000

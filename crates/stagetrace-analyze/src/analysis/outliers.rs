@@ -7,7 +7,7 @@ use stagetrace_schema::Figure;
 
 use super::group::GroupData;
 use super::options::AnalyzeOptions;
-use super::report::{OutlierRound, OutlierStage, Outliers};
+use super::report::{OutlierRound, OutlierStage, Outliers, StageSpikes};
 use crate::format::iso_time;
 use crate::load::Dataset;
 
@@ -23,6 +23,8 @@ pub(super) fn outliers(
 ) -> Outliers {
     let mut count = 0u64;
     let mut rounds = Vec::new();
+    // (rounds, sum of values) per figure, by index.
+    let mut per_figure = [(0u64, 0.0f64); stagetrace_schema::FIGURE_COUNT];
     let call_time: Vec<Figure> = Figure::ALL
         .into_iter()
         .filter(|f| f.is_call_time())
@@ -38,6 +40,9 @@ pub(super) fn outliers(
                 continue;
             };
             if v > thr {
+                let slot = &mut per_figure[f.index()];
+                slot.0 += 1;
+                slot.1 += v;
                 hit.push(OutlierStage {
                     stage: f.name(),
                     value_ms: v,
@@ -59,11 +64,27 @@ pub(super) fn outliers(
             });
         }
     }
+    let by_stage = Figure::ALL
+        .into_iter()
+        .filter_map(|f| {
+            let (n, sum) = per_figure[f.index()];
+            (n > 0).then(|| {
+                (
+                    f.name(),
+                    StageSpikes {
+                        rounds: n,
+                        mean_ms: sum / n as f64,
+                    },
+                )
+            })
+        })
+        .collect();
     Outliers {
         rule,
         thresholds,
         shifted,
         count,
+        by_stage,
         rounds,
     }
 }

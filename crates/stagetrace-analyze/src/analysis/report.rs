@@ -178,6 +178,9 @@ pub struct Outliers {
     pub shifted: BTreeMap<&'static str, f64>,
     /// Rounds with at least one stage above its threshold.
     pub count: u64,
+    /// Per figure: the rounds where it was above its threshold, and their
+    /// mean value (ms). Every round counts, not only the listed ones.
+    pub by_stage: BTreeMap<&'static str, StageSpikes>,
     /// The first rounds, in time order (at most the configured number).
     pub rounds: Vec<OutlierRound>,
 }
@@ -192,6 +195,15 @@ impl Outliers {
             .copied()
             .or_else(|| self.shifted.values().copied().reduce(f64::max))
     }
+}
+
+/// How often one figure stood out, and by how much.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StageSpikes {
+    /// Rounds with this figure above its threshold.
+    pub rounds: u64,
+    /// Mean of those values (ms).
+    pub mean_ms: f64,
 }
 
 /// One round that stands out.

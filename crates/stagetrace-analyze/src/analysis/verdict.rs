@@ -51,6 +51,60 @@ fn advice(f: Figure) -> &'static str {
     }
 }
 
+/// Share of the steady calls a figure must spike on to be a verdict of its
+/// own. Rarer spikes sit beyond the figure's p99, which the table shows as
+/// its tail; from 1 % on they set the p99 themselves, so the table cannot
+/// show them as spikes and the verdict must.
+const SPIKE_SHARE: f64 = 0.01;
+
+/// Without a baseline: figures above their outlier threshold on at least
+/// [`SPIKE_SHARE`] of the calls, when no other verdict already names them
+/// (periodic spikes), and each spike costs its call at least the practical
+/// floor.
+fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
+    let o = &r.outliers;
+    let flagged: Vec<Figure> = o
+        .by_stage
+        .iter()
+        .filter(|(_, s)| s.rounds as f64 >= SPIKE_SHARE * r.steady as f64)
+        .filter_map(|(name, _)| Figure::from_name(name))
+        .filter(|f| !periodic.contains(f))
+        .collect();
+    let mut out = Vec::new();
+    for f in dedupe(&flagged) {
+        let (Some(s), Some(median)) = (o.by_stage.get(f.name()), r.stages.get(f.name())) else {
+            continue;
+        };
+        // What a spike adds to its call (the analysis holds every figure in ms).
+        let cost_ms = s.mean_ms - median.p50;
+        if cost_ms < cx.floor_ms {
+            continue;
+        }
+        let threshold = o.thresholds.get(f.name()).copied().unwrap_or(f64::NAN);
+        out.push(Verdict {
+            code: "spikes",
+            kind: r.kind.clone(),
+            stage: Some(f.name()),
+            group: Some(f.side().as_str()),
+            text: format!(
+                "{f} spikes on {} of {} calls ({:.1}%): {} on average against a median of {} (threshold {}), not periodic; {}.",
+                s.rounds,
+                r.steady,
+                100.0 * s.rounds as f64 / r.steady as f64,
+                fmt_ms(s.mean_ms),
+                fmt_ms(median.p50),
+                fmt_ms(threshold),
+                advice(f)
+            ),
+            evidence: json!({
+                "cost_ms": cost_ms, "rounds": s.rounds, "calls": r.steady,
+                "mean_ms": s.mean_ms, "median_ms": median.p50, "threshold_ms": threshold,
+            }),
+        });
+    }
+    out
+}
+
 pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Verdict> {
     let has_baseline = cx.has_baseline;
     let mut out = Vec::new();
@@ -101,6 +155,11 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
                 "isi_on_period": p.isi_on_period,
             }),
         });
+    }
+    // With a baseline the median and tail tests judge each stage (and
+    // `e2e_moved` says when the sample is too small for them).
+    if !has_baseline {
+        out.extend(spikes(r, cx, &periodic));
     }
     let stage_moved = out.iter().any(|v| {
         matches!(v.code, "median_shift" | "tail_only")
