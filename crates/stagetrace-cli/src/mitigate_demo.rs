@@ -1,5 +1,5 @@
 //! `stagetrace demo` with mitigation knobs (`--clients`, `--batch`,
-//! `--batch-wait-ms`, `--cache`, `--concurrency`, `--model-per-item-ms`):
+//! `--batch-wait-ms`, `--batch-fixed-window`, `--cache`, `--concurrency`, `--model-per-item-ms`):
 //! N closed-loop robot clients against a loopback policy server whose model
 //! costs a + b·batch on one simulated GPU, with the mitigations of
 //! `stagetrace-mitigate` turned on one at a time. Every call carries an
@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 use stagetrace::StageLayer;
 use stagetrace_analyze::render;
-use stagetrace_mitigate::{AdmissionConfig, BatchConfig, KeySpec};
+use stagetrace_mitigate::{AdmissionConfig, BatchConfig, BatchPolicy, KeySpec};
 use stagetrace_sim::{ms, Fleet, ServerConfig, SimModel, SimServer, Spin};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -46,6 +46,10 @@ struct BatchJson<'a> {
     batches: u64,
     mean_size: f64,
     by_size: &'a [u64],
+    /// Why batches stopped collecting: full, every client in, window.
+    ran_full: u64,
+    ran_all_in: u64,
+    ran_at_window: u64,
     expired: u64,
     refused: u64,
 }
@@ -91,7 +95,12 @@ pub(crate) fn run(
         config = config.batch(
             BatchConfig::default()
                 .max_batch(k.batch)
-                .max_wait(Duration::from_millis(k.batch_wait_ms)),
+                .max_wait(Duration::from_millis(k.batch_wait_ms))
+                .policy(if k.batch_fixed_window {
+                    BatchPolicy::FixedWindow
+                } else {
+                    BatchPolicy::AllIn
+                }),
         );
     }
     if k.cache > 0 {
@@ -134,10 +143,13 @@ pub(crate) fn run(
     )];
     if let Some(s) = &server.batch {
         lines.push(format!(
-            "batcher: {} batches, mean size {:.2}, by size {:?}, {} expired, {} refused",
+            "batcher: {} batches, mean size {:.2}, by size {:?}; ran {} full, {} with every client in, {} at the window; {} expired, {} refused",
             s.batches,
             s.mean_batch(),
             s.by_size,
+            s.ran_full,
+            s.ran_all_in,
+            s.ran_at_window,
             s.expired,
             s.queue_full
         ));
@@ -175,6 +187,9 @@ pub(crate) fn run(
                 batches: s.batches,
                 mean_size: s.mean_batch(),
                 by_size: &s.by_size,
+                ran_full: s.ran_full,
+                ran_all_in: s.ran_all_in,
+                ran_at_window: s.ran_at_window,
                 expired: s.expired,
                 refused: s.queue_full,
             }),

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{Handler, HandlerError, InferTimer, MsgMap};
+use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::limit::ConcurrencyLimit;
 use tower::load_shed::error::Overloaded;
@@ -327,6 +327,11 @@ impl<H: Handler> Handler for AdmittedHandler<H> {
             drop(slot);
             out
         })
+    }
+
+    // A batcher inside still counts the connections it may hear from.
+    fn connect(&self) -> ConnectionGuard {
+        self.inner.connect()
     }
 }
 

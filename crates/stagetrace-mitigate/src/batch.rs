@@ -1,8 +1,10 @@
 //! A dynamic batcher for async inference.
 //!
 //! Requests are queued (bounded); one worker task takes the first waiting
-//! request, keeps collecting until it has `max_batch` or `max_wait` has passed
-//! since that first request arrived, drops the requests whose deadline has
+//! request, keeps collecting until it has `max_batch`, or every registered
+//! caller has a request in the batch ([`BatchPolicy::AllIn`]: nobody else can
+//! join it), or `max_wait` has passed since that first request arrived,
+//! drops the requests whose deadline has
 //! passed (each is answered with [`BatchError::Expired`], never run), and runs
 //! the model once on the rest. Every answer says how long the request waited
 //! (`queue_wait`) and how big its batch was, and — when the request came with
@@ -19,6 +21,24 @@ use std::time::{Duration, Instant};
 use stagetrace_net::InferTimer;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::callers::{BatchCaller, Callers};
+
+/// When a batch that is not full runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BatchPolicy {
+    /// As soon as every registered caller ([`Batcher::caller`], one per open
+    /// connection through [`BatchedHandler`](crate::BatchedHandler)) has a
+    /// request in it — no one else can arrive — or when `max_wait` has
+    /// passed, whichever is first (default). With no caller registered the
+    /// batcher cannot know who may still come and keeps the window.
+    #[default]
+    AllIn,
+    /// Only when `max_wait` has passed: three robots and `max_batch` 6 wait
+    /// the whole window on every batch. The policy before issue 14, kept to
+    /// measure against.
+    FixedWindow,
+}
+
 /// Settings of a [`Batcher`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchConfig {
@@ -26,6 +46,9 @@ pub struct BatchConfig {
     pub max_batch: usize,
     /// Longest time the first request of a batch waits for company (default 5 ms).
     pub max_wait: Duration,
+    /// Whether a batch that cannot fill runs before `max_wait` (default
+    /// [`BatchPolicy::AllIn`]).
+    pub policy: BatchPolicy,
     /// Requests that may wait in the queue; more are refused with
     /// [`BatchError::QueueFull`] (default 1024; 0 is taken as 1).
     pub queue_capacity: usize,
@@ -40,6 +63,7 @@ impl Default for BatchConfig {
         BatchConfig {
             max_batch: 8,
             max_wait: Duration::from_millis(5),
+            policy: BatchPolicy::AllIn,
             queue_capacity: 1024,
             deadline: None,
         }
@@ -56,6 +80,12 @@ impl BatchConfig {
     /// Set [`BatchConfig::max_wait`].
     pub fn max_wait(mut self, d: Duration) -> Self {
         self.max_wait = d;
+        self
+    }
+
+    /// Set [`BatchConfig::policy`].
+    pub fn policy(mut self, p: BatchPolicy) -> Self {
+        self.policy = p;
         self
     }
 
@@ -161,6 +191,14 @@ pub struct BatchStats {
     pub failed: u64,
     /// `by_size[k]` = batches of size `k + 1` (up to `max_batch`).
     pub by_size: Vec<u64>,
+    /// Batches that stopped collecting because they held `max_batch` requests.
+    pub ran_full: u64,
+    /// Batches that stopped collecting because every registered caller had a
+    /// request in them ([`BatchPolicy::AllIn`]).
+    pub ran_all_in: u64,
+    /// Batches that stopped collecting because `max_wait` had passed (or the
+    /// batcher was closing).
+    pub ran_at_window: u64,
 }
 
 impl BatchStats {
@@ -184,6 +222,9 @@ struct Counters {
     cancelled: AtomicU64,
     failed: AtomicU64,
     by_size: Vec<AtomicU64>,
+    ran_full: AtomicU64,
+    ran_all_in: AtomicU64,
+    ran_at_window: AtomicU64,
 }
 
 impl Counters {
@@ -197,6 +238,9 @@ impl Counters {
             cancelled: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             by_size: (0..max_batch).map(|_| AtomicU64::new(0)).collect(),
+            ran_full: AtomicU64::new(0),
+            ran_all_in: AtomicU64::new(0),
+            ran_at_window: AtomicU64::new(0),
         }
     }
 
@@ -211,6 +255,9 @@ impl Counters {
             cancelled: ld(&self.cancelled),
             failed: ld(&self.failed),
             by_size: self.by_size.iter().map(ld).collect(),
+            ran_full: ld(&self.ran_full),
+            ran_all_in: ld(&self.ran_all_in),
+            ran_at_window: ld(&self.ran_at_window),
         }
     }
 }
@@ -247,6 +294,7 @@ pub struct Batcher<I, O> {
     tx: mpsc::Sender<Job<I, O>>,
     config: BatchConfig,
     counters: Arc<Counters>,
+    callers: Arc<Callers>,
 }
 
 impl<I, O> Clone for Batcher<I, O> {
@@ -255,6 +303,7 @@ impl<I, O> Clone for Batcher<I, O> {
             tx: self.tx.clone(),
             config: self.config,
             counters: Arc::clone(&self.counters),
+            callers: Arc::clone(&self.callers),
         }
     }
 }
@@ -264,6 +313,7 @@ impl<I, O> fmt::Debug for Batcher<I, O> {
         f.debug_struct("Batcher")
             .field("config", &self.config)
             .field("stats", &self.counters.snapshot())
+            .field("callers", &self.callers.count())
             .finish()
     }
 }
@@ -292,12 +342,35 @@ where
         };
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let counters = Arc::new(Counters::new(config.max_batch));
-        rt.spawn(worker(config, rx, model, Arc::clone(&counters)));
+        let callers = Arc::new(Callers::default());
+        let shared = Shared {
+            config,
+            counters: Arc::clone(&counters),
+            callers: Arc::clone(&callers),
+        };
+        rt.spawn(worker(shared, rx, model));
         Ok(Batcher {
             tx,
             config,
             counters,
+            callers,
         })
+    }
+
+    /// Register one caller — something that sends at most one request at a
+    /// time, such as one robot's control loop — for as long as the returned
+    /// guard is held. Under [`BatchPolicy::AllIn`] a batch runs as soon as
+    /// every registered caller has a request in it. Register every caller or
+    /// none: one that is not registered may find the batch already gone.
+    /// [`BatchedHandler`](crate::BatchedHandler) registers each open
+    /// connection by itself.
+    pub fn caller(&self) -> BatchCaller {
+        self.callers.join()
+    }
+
+    /// Callers registered now ([`Batcher::caller`]).
+    pub fn callers(&self) -> usize {
+        self.callers.count()
     }
 
     /// Queue `input` with the configured deadline and wait for its output.
@@ -351,39 +424,90 @@ where
     }
 }
 
-async fn worker<I, O, M, Fut, E>(
+/// What the worker shares with the batcher's handles.
+struct Shared {
     config: BatchConfig,
-    mut rx: mpsc::Receiver<Job<I, O>>,
-    mut model: M,
     counters: Arc<Counters>,
-) where
+    callers: Arc<Callers>,
+}
+
+impl Shared {
+    /// Every registered caller has a live request in `jobs`: nobody else can
+    /// arrive. A request whose caller gave up does not count (its caller
+    /// may already have left, or may send again).
+    fn all_in<I, O>(&self, jobs: &[Job<I, O>]) -> bool {
+        if self.config.policy != BatchPolicy::AllIn {
+            return false;
+        }
+        let callers = self.callers.count();
+        callers > 0 && jobs.iter().filter(|j| !j.reply.is_closed()).count() >= callers
+    }
+}
+
+/// Why a batch stopped collecting.
+enum Ran {
+    Full,
+    AllIn,
+    Window,
+}
+
+/// Collect the batch that `first` opens into `jobs`; never past the window.
+async fn collect<I, O>(
+    shared: &Shared,
+    rx: &mut mpsc::Receiver<Job<I, O>>,
+    first: Job<I, O>,
+    jobs: &mut Vec<Job<I, O>>,
+) -> Ran {
+    let config = &shared.config;
+    // The window opens when the first request arrived, not when the
+    // worker got to it: a request that already waited does not wait again.
+    let window_end = tokio::time::Instant::from_std(first.enqueued + config.max_wait);
+    jobs.push(first);
+    loop {
+        if jobs.len() >= config.max_batch {
+            return Ran::Full;
+        }
+        match rx.try_recv() {
+            Ok(j) => {
+                jobs.push(j);
+                continue;
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return Ran::Window,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        if shared.all_in(jobs) {
+            return Ran::AllIn;
+        }
+        tokio::select! {
+            got = rx.recv() => match got {
+                Some(j) => jobs.push(j),
+                None => return Ran::Window,
+            },
+            // A caller left: the batch may now hold everyone still there.
+            () = shared.callers.left(), if config.policy == BatchPolicy::AllIn => {}
+            () = tokio::time::sleep_until(window_end) => return Ran::Window,
+        }
+    }
+}
+
+async fn worker<I, O, M, Fut, E>(shared: Shared, mut rx: mpsc::Receiver<Job<I, O>>, mut model: M)
+where
     I: Send + 'static,
     O: Send + 'static,
     M: FnMut(Vec<I>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
     E: fmt::Display + Send + 'static,
 {
+    let config = shared.config;
+    let counters = Arc::clone(&shared.counters);
     let mut jobs: Vec<Job<I, O>> = Vec::with_capacity(config.max_batch);
     let mut timers: Vec<InferTimer> = Vec::with_capacity(config.max_batch);
     while let Some(first) = rx.recv().await {
-        // The window opens when the first request arrived, not when the
-        // worker got to it: a request that already waited does not wait again.
-        let window_end = first.enqueued + config.max_wait;
-        jobs.push(first);
-        while jobs.len() < config.max_batch {
-            match rx.try_recv() {
-                Ok(j) => {
-                    jobs.push(j);
-                    continue;
-                }
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) => {}
-            }
-            match tokio::time::timeout_at(window_end.into(), rx.recv()).await {
-                Ok(Some(j)) => jobs.push(j),
-                Ok(None) | Err(_) => break,
-            }
-        }
+        let why = match collect(&shared, &mut rx, first, &mut jobs).await {
+            Ran::Full => &counters.ran_full,
+            Ran::AllIn => &counters.ran_all_in,
+            Ran::Window => &counters.ran_at_window,
+        };
 
         let start = Instant::now();
         let mut inputs = Vec::with_capacity(jobs.len());
@@ -414,6 +538,7 @@ async fn worker<I, O, M, Fut, E>(
             continue;
         }
         counters.batches.fetch_add(1, Ordering::Relaxed);
+        why.fetch_add(1, Ordering::Relaxed);
         counters.batched.fetch_add(n as u64, Ordering::Relaxed);
         if let Some(c) = counters.by_size.get(n - 1) {
             c.fetch_add(1, Ordering::Relaxed);
@@ -481,6 +606,29 @@ mod tests {
         let s = b.stats();
         assert_eq!((s.batches, s.batched), (1, 4));
         assert_eq!(s.by_size, vec![0, 0, 0, 1]);
+    }
+
+    #[tokio::test]
+    async fn registered_callers_all_in_run_without_the_window() {
+        // A 10 s window: a batch held for it would time the test out.
+        let cfg = BatchConfig::default()
+            .max_batch(8)
+            .max_wait(Duration::from_secs(10));
+        let b = Batcher::spawn(cfg, |xs: Vec<u32>| async move { Ok::<_, Infallible>(xs) }).unwrap();
+        let limit = Duration::from_secs(5);
+        let (one, two, three) = (b.caller(), b.caller(), b.caller());
+        assert_eq!(b.callers(), 3);
+        let (x, y) = (b.clone(), b.clone());
+        let both = tokio::spawn(async move { tokio::join!(x.submit(1), y.submit(2)) });
+        // Two of three are in; the third leaves instead of sending.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(three);
+        let (x, y) = tokio::time::timeout(limit, both).await.unwrap().unwrap();
+        assert_eq!((x.unwrap().batch_size, y.unwrap().batch_size), (2, 2));
+        drop((one, two));
+        assert_eq!(b.callers(), 0);
+        let s = b.stats();
+        assert_eq!((s.ran_full, s.ran_all_in, s.ran_at_window), (0, 1, 0));
     }
 
     #[tokio::test]

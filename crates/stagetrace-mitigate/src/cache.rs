@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use moka::notification::RemovalCause;
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{Handler, InferTimer, MsgMap};
+use stagetrace_net::{ConnectionGuard, Handler, InferTimer, MsgMap};
 
 use crate::digest::{CacheKey, KeySpec};
 
@@ -246,6 +246,11 @@ impl<H: Handler> Handler for CachedHandler<H> {
             cache.insert(key, Arc::new(answer.clone()));
             Ok(answer)
         })
+    }
+
+    // A batcher inside still counts the connections it may hear from.
+    fn connect(&self) -> ConnectionGuard {
+        self.inner.connect()
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{Handler, HandlerError, InferTimer, MsgMap};
+use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};
 
 use crate::batch::Batcher;
 
@@ -14,7 +14,11 @@ use crate::batch::Batcher;
 /// The request's wait is reported as `queue`, the batch run as `infer` and
 /// the batch size as `batch_size` (the batcher marks the request's
 /// [`InferTimer`]); all three travel back in the response's server timing,
-/// not in the answer, so output digests see only the action. The server
+/// not in the answer, so output digests see only the action. Each open
+/// connection is registered with the batcher as one caller
+/// ([`Batcher::caller`]) until it closes, so a batch that holds a request
+/// from every connection runs at once ([`BatchPolicy::AllIn`](crate::BatchPolicy)).
+/// The server
 /// should allow as many concurrent requests as may wait together
 /// (`PolicyServerBuilder::max_concurrency`), or they queue before reaching
 /// the batcher and never share a batch.
@@ -52,5 +56,9 @@ impl Handler for BatchedHandler {
                 .map_err(HandlerError::new)?;
             Ok(answer.output)
         })
+    }
+
+    fn connect(&self) -> ConnectionGuard {
+        ConnectionGuard::new(self.batcher.caller())
     }
 }

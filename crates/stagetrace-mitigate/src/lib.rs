@@ -6,7 +6,9 @@
 //!
 //! - **Server side**, wrapping a `stagetrace-net` policy server handler:
 //!   - [`Batcher`]: a dynamic batcher (`max_batch`, `max_wait`, bounded queue,
-//!     per-request deadlines). Each request's wait is reported as the
+//!     per-request deadlines) that runs a batch at once when every caller it
+//!     can hear from (each open connection) is already in it
+//!     ([`BatchPolicy::AllIn`]). Each request's wait is reported as the
 //!     `queue` stage (its [`InferTimer`](stagetrace_net::InferTimer) is marked
 //!     when its batch starts) and its batch size lands on the call's record
 //!     (`batch_size`).
@@ -61,6 +63,7 @@
 mod admission;
 mod batch;
 mod cache;
+mod callers;
 mod digest;
 mod executor;
 mod handler;
@@ -69,10 +72,11 @@ pub use admission::{
     Admission, AdmissionConfig, AdmissionLayer, AdmissionService, AdmissionStats, Admitted,
     AdmittedHandler, Shed,
 };
-pub use batch::{BatchConfig, BatchError, BatchStats, Batched, Batcher};
+pub use batch::{BatchConfig, BatchError, BatchPolicy, BatchStats, Batched, Batcher};
 pub use cache::{
     action_cache, ActionCache, CacheStats, CachedHandler, ResultCache, ENTRY_OVERHEAD_BYTES,
 };
+pub use callers::BatchCaller;
 pub use digest::{digest_bytes, digest_hex, digest_map, record_action_digest, CacheKey, KeySpec};
 pub use executor::{CommandMerger, Stale, StaleFilter, STALE_REASON};
 pub use handler::BatchedHandler;

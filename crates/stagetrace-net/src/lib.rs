@@ -64,6 +64,6 @@ pub use msg::{DecodeError, MsgMap, NdArray};
 pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
 pub use timing_map::TimingMsgpackExt;
 pub use ws::{
-    BlockingPolicyClient, ClientError, ClientOptions, Handler, HandlerError, PolicyClient,
-    PolicyServer, PolicyServerBuilder, Reply, ServeError, ServerHandle,
+    BlockingPolicyClient, ClientError, ClientOptions, ConnectionGuard, Handler, HandlerError,
+    PolicyClient, PolicyServer, PolicyServerBuilder, Reply, ServeError, ServerHandle,
 };

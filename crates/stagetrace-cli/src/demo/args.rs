@@ -157,6 +157,11 @@ pub(crate) struct MitigateArgs {
     /// Longest wait for a batch to fill, ms.
     #[arg(long, default_value_t = 5)]
     pub(crate) batch_wait_ms: u64,
+    /// Always wait --batch-wait-ms for a batch that is not full, even when
+    /// every client is already in it (the policy before issue 14, to
+    /// measure against).
+    #[arg(long)]
+    pub(crate) batch_fixed_window: bool,
     /// Cache answers, bounded to this many MiB (0: no cache).
     #[arg(long, default_value_t = 0)]
     pub(crate) cache: u64,
@@ -229,6 +234,7 @@ const SINGLE_CLIENT_ONLY: &[&str] = &[
 /// switch to it).
 const MITIGATION_ONLY: &[&str] = &[
     "batch_wait_ms",
+    "batch_fixed_window",
     "cache_prompt_only",
     "scenes",
     "queue",

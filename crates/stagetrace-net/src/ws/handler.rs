@@ -45,6 +45,39 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<MsgMap, HandlerError
 pub trait Handler: Send + Sync + 'static {
     /// Handle one request.
     fn call(&self, request: MsgMap, timer: InferTimer) -> HandlerFuture;
+
+    /// Called once when a client has connected (after the handshake, before
+    /// its first request); the server holds what it returns until that
+    /// connection closes. A connection sends one request at a time, so a
+    /// batcher counts the open connections this way to know how many
+    /// requests can still arrive. Default: nothing to hold.
+    fn connect(&self) -> ConnectionGuard {
+        ConnectionGuard::none()
+    }
+}
+
+/// What a [`Handler`] keeps alive for one open connection
+/// ([`Handler::connect`]); dropped when the connection closes.
+pub struct ConnectionGuard(Option<Box<dyn Send>>);
+
+impl ConnectionGuard {
+    /// Nothing to hold.
+    pub fn none() -> Self {
+        ConnectionGuard(None)
+    }
+
+    /// Hold `value` (its `Drop` runs when the connection closes).
+    pub fn new(value: impl Send + 'static) -> Self {
+        ConnectionGuard(Some(Box::new(value)))
+    }
+}
+
+impl fmt::Debug for ConnectionGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ConnectionGuard")
+            .field(&self.0.is_some())
+            .finish()
+    }
 }
 
 impl<F, Fut> Handler for F

@@ -51,6 +51,6 @@ mod server;
 
 pub use blocking::BlockingPolicyClient;
 pub use client::{ClientError, ClientOptions, PolicyClient, Reply};
-pub use handler::{Handler, HandlerError, HandlerFuture};
+pub use handler::{ConnectionGuard, Handler, HandlerError, HandlerFuture};
 pub use limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use server::{PolicyServer, PolicyServerBuilder, ServeError, ServerHandle};

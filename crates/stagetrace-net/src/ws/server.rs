@@ -271,6 +271,10 @@ impl Shared {
             return;
         };
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
+        // Held until this function returns, however the connection ends
+        // (close, error, failed request, server stop): the handler's count
+        // of open connections never keeps one that left.
+        let _connection = self.handler.connect();
         if ws
             .send(Message::Binary(self.metadata.clone().into()))
             .await

@@ -8,7 +8,7 @@ use stagetrace_mitigate::{
     BatchStats, BatchedHandler, Batcher, CacheStats, CachedHandler,
 };
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{Handler, HandlerError, InferTimer, MsgMap};
+use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};
 
 use super::config::ServerConfig;
 use crate::{SimError, Transport};
@@ -20,6 +20,10 @@ pub(crate) struct DynHandler(pub(crate) Arc<dyn Handler>);
 impl Handler for DynHandler {
     fn call(&self, request: MsgMap, timer: InferTimer) -> HandlerFuture {
         self.0.call(request, timer)
+    }
+
+    fn connect(&self) -> ConnectionGuard {
+        self.0.connect()
     }
 }
 
