@@ -446,7 +446,10 @@ mod tests {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let mhz_lines = cpuinfo.lines().filter(|l| l.starts_with("cpu MHz")).count();
         let clock_offered = (0..n_cpus).all(|i| {
-            Path::new(&format!("/sys/devices/system/cpu/cpu{i}/cpufreq/scaling_cur_freq")).exists()
+            Path::new(&format!(
+                "/sys/devices/system/cpu/cpu{i}/cpufreq/scaling_cur_freq"
+            ))
+            .exists()
         }) || mhz_lines == n_cpus;
         let throttle_offered = has("thermal_throttle/core_throttle_count");
         let net_offered = Path::new("/proc/net/dev").exists();
@@ -462,8 +465,15 @@ mod tests {
         assert!(samples.len() >= 3, "{} samples", samples.len());
         for s in &samples {
             let json = serde_json::to_string(s).unwrap();
-            assert_eq!(s.cpu_mhz.len(), if clock_offered { n_cpus } else { 0 }, "{json}");
-            assert!(s.cpu_mhz.iter().all(|m| *m > 100.0 && *m < 10_000.0), "{json}");
+            assert_eq!(
+                s.cpu_mhz.len(),
+                if clock_offered { n_cpus } else { 0 },
+                "{json}"
+            );
+            assert!(
+                s.cpu_mhz.iter().all(|m| *m > 100.0 && *m < 10_000.0),
+                "{json}"
+            );
             assert_eq!(json.contains("\"cpu_mhz\""), clock_offered, "{json}");
             assert_eq!(s.cpu_core_throttles.is_some(), throttle_offered, "{json}");
             assert_eq!(json.contains("throttles"), throttle_offered, "{json}");

@@ -113,7 +113,10 @@ mod tests {
         assert_eq!(name, "here");
         let c = super::super::netloss::NetCounters::read(&dir);
         if std::path::Path::new("/proc/net/snmp").exists() {
-            assert!(c.udp_in_errors.is_some() && c.tcp_retrans.is_some(), "{c:?}");
+            assert!(
+                c.udp_in_errors.is_some() && c.tcp_retrans.is_some(),
+                "{c:?}"
+            );
         }
         p.stop(&watch);
         assert!(watch.lock().unwrap().is_empty());

@@ -224,7 +224,10 @@ pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>)
         (l.if_errors, "interface errors"),
         (l.udp_in_errors, "UDP receive errors"),
         (l.udp_rcvbuf_errors, "of them receive buffer full"),
-        (l.udp_sndbuf_errors, "UDP sends refused (buffer or qdisc full)"),
+        (
+            l.udp_sndbuf_errors,
+            "UDP sends refused (buffer or qdisc full)",
+        ),
     ] {
         if let Some(n) = v.filter(|n| *n > 0) {
             s.push_str(&format!("; {n} {what}"));
@@ -292,19 +295,24 @@ mod tests {
             cpu(5, 30.0, 2288.0, Some(0)),
         ];
         let base = resources(&samples, 0, None).unwrap();
-        assert_eq!((base.state, base.cpu_mhz, base.cpu_throttles), ("idle", Some(2600.0), Some(0)));
+        assert_eq!(
+            (base.state, base.cpu_mhz, base.cpu_throttles),
+            ("idle", Some(2600.0), Some(0))
+        );
         let at = |p| resources(&samples, p, Some(&base)).unwrap();
         let states: Vec<&str> = (1..=5).map(|p| at(p).state).collect();
-        assert_eq!(states, ["saturated", "throttled", "throttled", "idle", "throttled"]);
+        assert_eq!(
+            states,
+            ["saturated", "throttled", "throttled", "idle", "throttled"]
+        );
         assert_eq!(
             resource_note(&at(2), Some(&base)),
             "Resources throttled: CPU 97 % (busiest core 97 %), CPU pressure – %, target run-queue wait – ms/s \
              (baseline: CPU 21 %, pressure – %, wait – ms/s); CPU clock 1950 MHz, 25 % below the baseline's \
              2600 MHz (throttled: more than 10 % down)."
         );
-        assert!(resource_note(&at(3), Some(&base)).ends_with(
-            "; CPU clock 2600 MHz (baseline 2600 MHz); 1 thermal-throttle events."
-        ));
+        assert!(resource_note(&at(3), Some(&base))
+            .ends_with("; CPU clock 2600 MHz (baseline 2600 MHz); 1 thermal-throttle events."));
         assert!(resource_note(&at(1), Some(&base)).starts_with("Resources saturated: CPU 97 %"));
         // Without a baseline clock a slow clock cannot be told: not throttled.
         assert_eq!(resources(&samples, 5, None).unwrap().state, "idle");
@@ -317,7 +325,10 @@ mod tests {
         // No clock and no throttle files: nothing of either in the summary.
         let r = resources(&[(0, ResourceSample::default())], 0, Some(&base)).unwrap();
         let json = serde_json::to_string(&r).unwrap();
-        assert!(!json.contains("mhz") && !json.contains("throttles") && !json.contains("udp"), "{json}");
+        assert!(
+            !json.contains("mhz") && !json.contains("throttles") && !json.contains("udp"),
+            "{json}"
+        );
         assert_eq!(r.state, "idle");
     }
 
