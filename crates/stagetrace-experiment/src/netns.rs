@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::ExperimentError;
 use crate::plan::Direction;
+use crate::sampler::{NetnsProbe, NetnsWatch};
 
 /// Prefix of every namespace this crate creates.
 const PREFIX: &str = "stagetrace-";
@@ -357,6 +358,9 @@ pub(crate) struct KernelPath {
     cross: Vec<CrossSender>,
     shaped: [bool; 2],
     created: bool,
+    /// One parked thread per namespace, for the sampler's loss counters.
+    probes: Vec<NetnsProbe>,
+    watch: NetnsWatch,
     /// Cross-traffic bytes sent, over all levels.
     pub(crate) cross_bytes: Arc<AtomicU64>,
 }
@@ -382,6 +386,8 @@ impl KernelPath {
             cross: Vec::new(),
             shaped: [false; 2],
             created: false,
+            probes: Vec::new(),
+            watch: NetnsWatch::default(),
             cross_bytes: Arc::new(AtomicU64::new(0)),
         };
         // On an error, Drop removes whatever was created.
@@ -406,6 +412,9 @@ impl KernelPath {
             run("ip", &["-n", ns, "addr", "add", &cidr, "dev", dev])?;
             run("ip", &["-n", ns, "link", "set", dev, "up"])?;
             run("ip", &["-n", ns, "link", "set", "lo", "up"])?;
+            let name = ns.clone();
+            self.probes
+                .push(NetnsProbe::start(ns, move || enter(&name), &self.watch)?);
         }
         // Server side: a listener inside b, relaying to the server from the
         // root namespace.
@@ -420,6 +429,11 @@ impl KernelPath {
         self.forwarders
             .push(Forwarder::start(entry, Some(a), exit_addr)?);
         Ok(())
+    }
+
+    /// The namespaces the sampler reads (listed while the path is up).
+    pub(crate) fn watch(&self) -> NetnsWatch {
+        std::sync::Arc::clone(&self.watch)
     }
 
     /// Where the proxy forwards to.
@@ -530,6 +544,11 @@ impl KernelPath {
             f.stop();
         }
         self.forwarders.clear();
+        // A probe would keep its namespace (and the veth pair) alive.
+        for p in &mut self.probes {
+            p.stop(&self.watch);
+        }
+        self.probes.clear();
         if std::mem::take(&mut self.created) {
             for ns in &self.ns {
                 let _ = run("ip", &["netns", "del", ns]);

@@ -77,6 +77,30 @@ pub fn text(r: &ExperimentReport) -> String {
                 .map_or("–".into(), |v| format!("{v:.1}")),
             res.state
         );
+        if let Some(m) = res.cpu_mhz {
+            let base = r.baseline_resources.as_ref().and_then(|b| b.cpu_mhz);
+            let _ = writeln!(
+                o,
+                "     CPU clock {m:.0} MHz{}{}",
+                base.map_or(String::new(), |b| format!(" (baseline {b:.0} MHz)")),
+                res.cpu_throttles
+                    .filter(|n| *n > 0)
+                    .map_or(String::new(), |n| format!(", {n} thermal-throttle events"))
+            );
+        }
+        let l = &res.loss;
+        let loss: Vec<String> = [
+            (l.if_drops, "interface drops"),
+            (l.if_errors, "interface errors"),
+            (l.udp_in_errors, "UDP receive errors"),
+            (l.udp_sndbuf_errors, "UDP sends refused"),
+        ]
+        .iter()
+        .filter_map(|(v, what)| v.filter(|n| *n > 0).map(|n| format!("{n} {what}")))
+        .collect();
+        if !loss.is_empty() {
+            let _ = writeln!(o, "     loss: {}", loss.join(", "));
+        }
         if let Some(g) = res.gpu_util_pct {
             let _ = writeln!(o, "     GPU {g:.0} % (busiest GPU)");
         }

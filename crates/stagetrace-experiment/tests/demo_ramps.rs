@@ -207,3 +207,81 @@ fn client_pause_with_flat_stages_names_the_gap() {
         );
     }
 }
+
+/// A cpu ramp on this host: the clock track is there on every sample where
+/// the kernel gives a clock, and the verdict's resource state follows what
+/// the clock did: "throttled" exactly when it fell more than 10 % below the
+/// baseline's (or throttle events were counted), otherwise busy burners make
+/// the level "saturated". On a VM whose `/proc/cpuinfo` reports a fixed
+/// clock (no cpufreq), the clock stays put and the level is saturated.
+#[test]
+fn cpu_ramp_carries_the_clock_and_tells_saturated_from_throttled() {
+    let cpufreq =
+        std::path::Path::new("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq").exists();
+    let throttle_files =
+        std::path::Path::new("/sys/devices/system/cpu/cpu0/thermal_throttle").exists();
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let clock = cpufreq || cpuinfo.contains("cpu MHz");
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let plan = Plan::from_toml(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 20
+        model_ms = 5
+        payload_kb = 8
+        warmup_s = 0.5
+        [baseline]
+        hold_s = 2
+        [factor]
+        kind = "cpu"
+        hold_s = 3
+        levels = [{ threads = 4 }]
+        "#,
+    )
+    .unwrap();
+    let support::Finished { json, dir, .. } = support::run_to_end(&plan);
+    let res = std::fs::read_to_string(dir.path().join("resources.jsonl")).unwrap();
+    let samples: Vec<Value> = res
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(samples.len() >= 20, "{} samples", samples.len());
+    for s in &samples {
+        assert_eq!(s.get("cpu_mhz").is_some(), clock, "{s}");
+        assert_eq!(s.get("cpu_core_throttles").is_some(), throttle_files, "{s}");
+    }
+    let base = &json["baseline_resources"];
+    let level = &json["levels"][0]["resources"];
+    eprintln!(
+        "cpu ramp: baseline CPU {} % at {} MHz, level CPU {} % at {} MHz, state {}",
+        base["cpu_total_pct"],
+        base["cpu_mhz"],
+        level["cpu_total_pct"],
+        level["cpu_mhz"],
+        level["state"]
+    );
+    assert!(level["cpu_total_pct"].as_f64().unwrap() >= 85.0, "{level}");
+    if !clock {
+        assert_eq!(level["state"], "saturated");
+        return;
+    }
+    let (b, l) = (
+        base["cpu_mhz"].as_f64().unwrap(),
+        level["cpu_mhz"].as_f64().unwrap(),
+    );
+    let throttled = l < 0.9 * b || level["cpu_throttles"].as_u64().unwrap_or(0) > 0;
+    assert_eq!(
+        level["state"],
+        if throttled { "throttled" } else { "saturated" },
+        "{level}"
+    );
+    if !cpufreq {
+        // cpuinfo of a VM without cpufreq: the host's fixed clock (equal but
+        // for the rounding of a mean, cpuinfo gives 0.001 MHz).
+        assert!(
+            (l - b).abs() < 0.001,
+            "the clock moved without cpufreq: {b} → {l} MHz"
+        );
+    }
+}

@@ -179,6 +179,7 @@ fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender
     for gone in [
         "st-cross-udp",
         "st-netns-fwd",
+        "st-netns-probe",
         "stagetrace-proxy",
         "experiment-robot",
         "st-sampler",
@@ -238,4 +239,98 @@ fn namespaces_of_a_dead_process_are_removed() {
     // that it is gone.)
     assert!(namespaces_of(dead).is_empty(), "{removed:?}");
     assert!(still_live, "a live run's namespace was removed");
+}
+
+/// Loss on the same timeline: with `tbf` at 2 Mbit/s and 20 Mbit/s of UDP
+/// cross traffic, the qdisc refuses most datagrams on the client side
+/// (`udp_sndbuf_errors` in namespace `-a`: a tbf drop is a qdisc drop, not
+/// an interface drop) and the never-reading sink in `-b` overflows its
+/// receive buffer with what gets through (`udp_rcvbuf_errors`). The host's
+/// own `/proc/net` sees none of it; the namespaces' probes do.
+#[test]
+fn udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline() {
+    if !netns_or_skip("udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline") {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan::from_toml(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 10
+        model_ms = 5
+        payload_kb = 4
+        warmup_s = 0.5
+        [baseline]
+        hold_s = 2
+        [factor]
+        kind = "net"
+        kernel = true
+        direction = "uplink"
+        hold_s = 3
+        levels = [{ rate_mbit = 2, cross_mbit = 20 }]
+        "#,
+    )
+    .unwrap();
+    let report = run(
+        &plan,
+        &RunOptions {
+            out: dir.path().to_path_buf(),
+            progress: false,
+            stop: Arc::new(AtomicBool::new(false)),
+        },
+    )
+    .unwrap();
+    eprintln!("{}", stagetrace_experiment::text(&report));
+    let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("resources.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Per phase and namespace side: the sum of a counter over the samples.
+    let sum = |phase: &str, side: &str, field: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|l| l["phase"] == phase)
+            .flat_map(|l| l["netns"].as_array().cloned().unwrap_or_default())
+            .filter(|n| n["name"].as_str().unwrap().ends_with(side))
+            .map(|n| n[field].as_u64().unwrap())
+            .sum()
+    };
+    let with_ns = lines
+        .iter()
+        .filter(|l| l["phase"] == "level")
+        .filter(|l| l["netns"].as_array().is_some_and(|n| n.len() == 2))
+        .count();
+    assert!(
+        with_ns >= 20,
+        "level samples with both namespaces: {with_ns}"
+    );
+    let (snd, rcv) = (
+        sum("level", "-a", "udp_sndbuf_errors"),
+        sum("level", "-b", "udp_rcvbuf_errors"),
+    );
+    eprintln!(
+        "level: sends refused in a {snd}, receive buffer full in b {rcv}, \
+         interface drops a {} b {}; baseline: {} / {}",
+        sum("level", "-a", "if_drops"),
+        sum("level", "-b", "if_drops"),
+        sum("baseline", "-a", "udp_sndbuf_errors"),
+        sum("baseline", "-b", "udp_rcvbuf_errors"),
+    );
+    // 18 of the 20 Mbit/s are refused for 3 s: about 4800 datagrams of 1400 B.
+    assert!(snd > 1500, "sends refused by tbf: {snd}");
+    // About 2 Mbit/s gets through (≈ 530 datagrams in 3 s), of which the
+    // sink's receive buffer holds under a hundred.
+    assert!(rcv > 200, "receive buffer full: {rcv}");
+    // No cross traffic in the baseline: nothing refused, nothing overflowed.
+    assert_eq!(sum("baseline", "-a", "udp_sndbuf_errors"), 0);
+    assert_eq!(sum("baseline", "-b", "udp_rcvbuf_errors"), 0);
+    // The level's summary (its samples after settling) counts them, and
+    // the report says so.
+    let loss = &report.levels[0].resources.loss;
+    assert!(loss.udp_rcvbuf_errors.unwrap() > 200, "{loss:?}");
+    assert!(loss.udp_sndbuf_errors.unwrap() > 1500, "{loss:?}");
+    assert!(stagetrace_experiment::text(&report).contains("UDP receive errors"));
 }

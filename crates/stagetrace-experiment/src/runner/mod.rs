@@ -56,7 +56,12 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         addresses.insert("proxy", p.local_addr().to_string());
     }
     addresses.insert("server", pipeline.server_addr.to_string());
-    let sampler = Sampler::follow(Arc::clone(&pipeline.pid), plan.sampler.hz)
+    let netns = pipeline
+        .kernel
+        .as_ref()
+        .and_then(|k| k.lock().ok().map(|k| k.watch()))
+        .unwrap_or_default();
+    let sampler = Sampler::follow_in(Arc::clone(&pipeline.pid), plan.sampler.hz, netns)
         .map_err(|e| ExperimentError::Start(format!("the resource sampler: {e}")))?;
     let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
     if !stale.is_empty() {

@@ -62,7 +62,7 @@ pub(crate) fn analyze(
         min_p50_ms: spec.min_p50_ms.unwrap_or((0.05 * e2e_p50).max(0.5)),
         min_p99_ms: spec.min_p99_ms.unwrap_or((0.10 * e2e_p50).max(2.0)),
     };
-    let base_res = resources::resources(samples, base_idx);
+    let base_res = resources::resources(samples, base_idx, None);
     // The first mover is never the whole call (that is the question), nor a
     // sum whose parts were measured: `net` competes only where the clocks
     // gave no uplink/downlink split.
@@ -102,7 +102,7 @@ pub(crate) fn analyze(
             level: p.level,
             label: p.label.clone(),
             components,
-            resources: resources::resources(samples, pi).unwrap_or_default(),
+            resources: resources::resources(samples, pi, base_res.as_ref()).unwrap_or_default(),
         });
     }
 

@@ -1,9 +1,14 @@
 //! What the host's resources did in a phase: means over the resource
-//! samples, whether it was saturated, and the sentence the verdict adds.
+//! samples, whether it was saturated, throttled or idle, and the sentence the
+//! verdict adds.
 
 use serde::Serialize;
 
-use crate::sampler::ResourceSample;
+use crate::sampler::{NetLoss, ResourceSample};
+
+/// A level whose mean CPU clock is this share below the baseline's is
+/// throttled (a governor or a thermal / power limit slowed the same work).
+pub(crate) const CLOCK_DROP: f64 = 0.10;
 
 /// Resource figures of one phase (means over its samples).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -34,6 +39,16 @@ pub struct ResourceSummary {
     /// TCP retransmits during the phase.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tcp_retrans: Option<u64>,
+    /// Mean CPU clock over the cores and samples, MHz.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_mhz: Option<f64>,
+    /// Thermal-throttle events (cores + packages) during the phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_throttles: Option<u64>,
+    /// Interface drops and errors, UDP receive and send errors during the
+    /// phase: the sampler's namespace plus the kernel bottleneck's.
+    #[serde(flatten)]
+    pub loss: NetLoss,
     /// The busiest GPU's mean utilisation, percent (feature `nvml`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_util_pct: Option<f64>,
@@ -41,7 +56,9 @@ pub struct ResourceSummary {
     /// (power, thermal, hardware slowdown, sync boost; not idling).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_throttle: Vec<&'static str>,
-    /// `"saturated"` or `"idle"`.
+    /// `"throttled"` (the clock fell more than [`CLOCK_DROP`] below the
+    /// baseline's, or throttle events), `"saturated"` (CPU, CPU pressure or
+    /// GPU busy) or `"idle"` (none of those: whatever slowed it waited).
     pub state: &'static str,
 }
 
@@ -55,10 +72,17 @@ fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
     (n > 0).then(|| sum / n as f64)
 }
 
-/// The summary of phase `phase`'s samples, `None` without a sample.
+/// Sum of the counters present, `None` when none is.
+fn total(v: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    v.flatten().reduce(u64::saturating_add)
+}
+
+/// The summary of phase `phase`'s samples, `None` without a sample; `base`
+/// (the baseline's summary) is what a clock drop is measured against.
 pub(crate) fn resources(
     samples: &[(usize, ResourceSample)],
     phase: usize,
+    base: Option<&ResourceSummary>,
 ) -> Option<ResourceSummary> {
     let s: Vec<&ResourceSample> = samples
         .iter()
@@ -84,6 +108,29 @@ pub(crate) fn resources(
         tcp_retrans: {
             let v: Vec<u64> = s.iter().filter_map(|x| x.tcp_retrans).collect();
             (!v.is_empty()).then(|| v.iter().sum())
+        },
+        cpu_mhz: mean(
+            s.iter()
+                .filter(|x| !x.cpu_mhz.is_empty())
+                .map(|x| x.cpu_mhz.iter().sum::<f64>() / x.cpu_mhz.len() as f64),
+        ),
+        cpu_throttles: total(
+            s.iter()
+                .flat_map(|x| [x.cpu_core_throttles, x.cpu_package_throttles]),
+        ),
+        loss: {
+            // Every namespace's counters, the sampler's own first.
+            let all = || {
+                s.iter()
+                    .flat_map(|x| std::iter::once(&x.loss).chain(x.netns.iter().map(|n| &n.loss)))
+            };
+            NetLoss {
+                if_drops: total(all().map(|l| l.if_drops)),
+                if_errors: total(all().map(|l| l.if_errors)),
+                udp_in_errors: total(all().map(|l| l.udp_in_errors)),
+                udp_rcvbuf_errors: total(all().map(|l| l.udp_rcvbuf_errors)),
+                udp_sndbuf_errors: total(all().map(|l| l.udp_sndbuf_errors)),
+            }
         },
         gpu_util_pct: {
             let gpus = s.iter().map(|x| x.gpus.len()).max().unwrap_or(0);
@@ -113,8 +160,22 @@ pub(crate) fn resources(
         || r.cpu_total_pct.is_some_and(|v| v >= 85.0)
         || r.cpu_max_core_pct.is_some_and(|v| v >= 95.0)
         || r.psi_cpu_some_pct.is_some_and(|v| v >= 40.0);
-    r.state = if saturated { "saturated" } else { "idle" };
+    let throttled = r.cpu_throttles.is_some_and(|n| n > 0) || clock_drop(&r, base).is_some();
+    r.state = if throttled {
+        "throttled"
+    } else if saturated {
+        "saturated"
+    } else {
+        "idle"
+    };
     Some(r)
+}
+
+/// How far (share) the clock fell below the baseline's, when beyond [`CLOCK_DROP`].
+fn clock_drop(r: &ResourceSummary, base: Option<&ResourceSummary>) -> Option<f64> {
+    let (m, b) = (r.cpu_mhz?, base?.cpu_mhz?);
+    let drop = 1.0 - m / b;
+    (b > 0.0 && drop > CLOCK_DROP).then_some(drop)
 }
 
 /// What the resources of a level say, against the baseline's when there is one.
@@ -140,8 +201,37 @@ pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>)
             s.push_str("; the host was already busy in the baseline — contention from outside the experiment");
         }
     }
+    if let Some(m) = r.cpu_mhz {
+        match (clock_drop(r, base), base.and_then(|b| b.cpu_mhz)) {
+            (Some(d), Some(b)) => s.push_str(&format!(
+                "; CPU clock {m:.0} MHz, {:.0} % below the baseline's {b:.0} MHz (throttled: more than {:.0} % down)",
+                d * 100.0,
+                CLOCK_DROP * 100.0
+            )),
+            (_, Some(b)) => s.push_str(&format!("; CPU clock {m:.0} MHz (baseline {b:.0} MHz)")),
+            _ => s.push_str(&format!("; CPU clock {m:.0} MHz")),
+        }
+    }
+    if let Some(n) = r.cpu_throttles.filter(|n| *n > 0) {
+        s.push_str(&format!("; {n} thermal-throttle events"));
+    }
     if let Some(n) = r.tcp_retrans.filter(|n| *n > 0) {
         s.push_str(&format!("; {n} TCP retransmits"));
+    }
+    let l = &r.loss;
+    for (v, what) in [
+        (l.if_drops, "interface drops"),
+        (l.if_errors, "interface errors"),
+        (l.udp_in_errors, "UDP receive errors"),
+        (l.udp_rcvbuf_errors, "of them receive buffer full"),
+        (
+            l.udp_sndbuf_errors,
+            "UDP sends refused (buffer or qdisc full)",
+        ),
+    ] {
+        if let Some(n) = v.filter(|n| *n > 0) {
+            s.push_str(&format!("; {n} {what}"));
+        }
     }
     if let Some(g) = r.gpu_util_pct {
         s.push_str(&format!("; GPU {g:.0} %"));
@@ -166,6 +256,125 @@ pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>)
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// One phase's sample: CPU busy, each core's clock, throttle events.
+    fn cpu(phase: usize, busy: f64, mhz: f64, throttles: Option<u64>) -> (usize, ResourceSample) {
+        (
+            phase,
+            ResourceSample {
+                cpu_total_pct: Some(busy),
+                cpu_pct: vec![busy, busy],
+                cpu_mhz: vec![mhz, mhz],
+                cpu_core_throttles: throttles,
+                ..ResourceSample::default()
+            },
+        )
+    }
+
+    /// Saturated (busy at the baseline's clock), throttled (the clock fell
+    /// more than 10 %, or throttle events, busy or not), idle (neither).
+    #[test]
+    fn saturated_throttled_and_idle_are_told_apart() {
+        use crate::verdict::text::next_step;
+        use stagetrace::Figure;
+        let samples = vec![
+            cpu(0, 20.0, 2600.0, Some(0)),
+            cpu(0, 22.0, 2600.0, Some(0)),
+            // 1: busy, same clock.
+            cpu(1, 97.0, 2600.0, Some(0)),
+            cpu(1, 97.0, 2590.0, Some(0)),
+            // 2: busy and the clock 25 % down.
+            cpu(2, 97.0, 1950.0, Some(0)),
+            cpu(2, 97.0, 1950.0, Some(0)),
+            // 3: quiet, but the hardware throttled once.
+            cpu(3, 30.0, 2600.0, Some(0)),
+            cpu(3, 30.0, 2600.0, Some(1)),
+            // 4: quiet, clock 5 % down (within the margin).
+            cpu(4, 30.0, 2470.0, Some(0)),
+            // 5: quiet, clock 12 % down.
+            cpu(5, 30.0, 2288.0, Some(0)),
+        ];
+        let base = resources(&samples, 0, None).unwrap();
+        assert_eq!(
+            (base.state, base.cpu_mhz, base.cpu_throttles),
+            ("idle", Some(2600.0), Some(0))
+        );
+        let at = |p| resources(&samples, p, Some(&base)).unwrap();
+        let states: Vec<&str> = (1..=5).map(|p| at(p).state).collect();
+        assert_eq!(
+            states,
+            ["saturated", "throttled", "throttled", "idle", "throttled"]
+        );
+        assert_eq!(
+            resource_note(&at(2), Some(&base)),
+            "Resources throttled: CPU 97 % (busiest core 97 %), CPU pressure – %, target run-queue wait – ms/s \
+             (baseline: CPU 21 %, pressure – %, wait – ms/s); CPU clock 1950 MHz, 25 % below the baseline's \
+             2600 MHz (throttled: more than 10 % down)."
+        );
+        assert!(resource_note(&at(3), Some(&base))
+            .ends_with("; CPU clock 2600 MHz (baseline 2600 MHz); 1 thermal-throttle events."));
+        assert!(resource_note(&at(1), Some(&base)).starts_with("Resources saturated: CPU 97 %"));
+        // Without a baseline clock a slow clock cannot be told: not throttled.
+        assert_eq!(resources(&samples, 5, None).unwrap().state, "idle");
+        let step = |s| next_step(Figure::Infer, None, Some(s));
+        assert!(step("throttled").ends_with(
+            "; CPU clock throttled: the same work runs slower — cooling, power limits or the frequency governor, not load"
+        ));
+        assert!(step("saturated").ends_with("; resources saturated: capacity"));
+        assert!(step("idle").ends_with("; resources idle while slower: locks, queues, scheduling"));
+        // No clock and no throttle files: nothing of either in the summary.
+        let r = resources(&[(0, ResourceSample::default())], 0, Some(&base)).unwrap();
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            !json.contains("mhz") && !json.contains("throttles") && !json.contains("udp"),
+            "{json}"
+        );
+        assert_eq!(r.state, "idle");
+    }
+
+    /// Loss: the sampler's namespace and the bottleneck's, summed per phase
+    /// and named in the note; absent counters stay absent.
+    #[test]
+    fn loss_counters_add_up_over_namespaces_and_are_named() {
+        use crate::sampler::NetnsSample;
+        let loss = |drops, rcvbuf, snd| NetLoss {
+            if_drops: Some(drops),
+            if_errors: Some(0),
+            udp_in_errors: Some(rcvbuf),
+            udp_rcvbuf_errors: Some(rcvbuf),
+            udp_sndbuf_errors: Some(snd),
+        };
+        let s = |host: NetLoss, b: NetLoss| ResourceSample {
+            loss: host,
+            netns: vec![
+                NetnsSample {
+                    name: "stagetrace-1-0-a".into(),
+                    loss: loss(0, 0, 40),
+                    tcp_retrans: Some(0),
+                },
+                NetnsSample {
+                    name: "stagetrace-1-0-b".into(),
+                    loss: b,
+                    tcp_retrans: Some(0),
+                },
+            ],
+            ..ResourceSample::default()
+        };
+        let samples = vec![
+            (0, s(loss(1, 0, 0), loss(0, 100, 0))),
+            (0, s(loss(0, 0, 0), loss(0, 150, 0))),
+        ];
+        let r = resources(&samples, 0, None).unwrap();
+        assert_eq!(r.loss, loss(1, 250, 80));
+        assert!(
+            resource_note(&r, None).ends_with(
+                "; 1 interface drops; 250 UDP receive errors; 250 of them receive buffer full; \
+                 80 UDP sends refused (buffer or qdisc full)."
+            ),
+            "{}",
+            resource_note(&r, None)
+        );
+    }
 
     /// GPU samples: a busy GPU marks the phase saturated; limiting throttle
     /// reasons are named, idling is not throttling.
@@ -200,11 +409,11 @@ mod tests {
             sample(2, [60.0, 5.0], 0x0),
             sample(2, [70.0, 5.0], 0x0),
         ];
-        let base = resources(&samples, 0).unwrap();
+        let base = resources(&samples, 0, None).unwrap();
         assert_eq!(base.state, "idle");
         assert_eq!(base.gpu_util_pct, Some(35.0));
         assert!(base.gpu_throttle.is_empty(), "gpu_idle is not throttling");
-        let busy = resources(&samples, 1).unwrap();
+        let busy = resources(&samples, 1, None).unwrap();
         assert_eq!(busy.gpu_util_pct, Some(92.0));
         assert_eq!(busy.state, "saturated");
         assert_eq!(busy.gpu_throttle, ["hw_thermal_slowdown", "sw_power_cap"]);
@@ -217,11 +426,11 @@ mod tests {
             note.contains("GPU clocks throttled: hw_thermal_slowdown, sw_power_cap"),
             "{note}"
         );
-        let mid = resources(&samples, 2).unwrap();
+        let mid = resources(&samples, 2, None).unwrap();
         assert_eq!((mid.state, mid.gpu_util_pct), ("idle", Some(65.0)));
         // No GPU tracks: nothing GPU in the summary or its JSON.
         let plain = vec![(0, ResourceSample::default())];
-        let r = resources(&plain, 0).unwrap();
+        let r = resources(&plain, 0, None).unwrap();
         assert!(r.gpu_util_pct.is_none() && r.gpu_throttle.is_empty());
         let json = serde_json::to_string(&r).unwrap();
         assert!(!json.contains("gpu"), "{json}");

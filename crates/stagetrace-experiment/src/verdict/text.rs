@@ -69,6 +69,7 @@ pub(crate) fn next_step(f: Figure, shape: Option<&str>, res_state: Option<&str>)
     };
     let res_step = match res_state {
         Some("saturated") => "resources saturated: capacity",
+        Some("throttled") => "CPU clock throttled: the same work runs slower — cooling, power limits or the frequency governor, not load",
         Some(_) => "resources idle while slower: locks, queues, scheduling",
         None => "",
     };

@@ -1,14 +1,22 @@
 //! Resources sampled at a fixed rate onto the experiment's timeline
 //! (procfs): CPU per core, pressure stall information, the target process's
-//! threads, memory, context switches and run-queue delay, TCP retransmits;
-//! with the `nvml` feature, each GPU's utilisation, clocks, temperature,
+//! threads, memory, context switches and run-queue delay, each core's clock
+//! and thermal-throttle events ([`cpufreq`]), TCP retransmits, interface
+//! drops and UDP errors ([`netloss`]), also inside the kernel bottleneck's
+//! network namespaces ([`netns_probe`]); with the `nvml` feature, each GPU's utilisation, clocks, temperature,
 //! power and throttle reasons ([`crate::gpu`]).
 //!
 //! Anything the kernel does not offer (no `/proc/pressure`, a process that
 //! went away) is left out of the sample, never fatal. The sampler measures
 //! its own CPU time from its thread's `schedstat`.
 
+mod cpufreq;
+mod netloss;
+mod netns_probe;
+mod sample;
+
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -17,64 +25,27 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use procfs::prelude::*;
 
-use crate::gpu::{GpuSample, GpuSource};
+use crate::gpu::GpuSource;
 use serde::Serialize;
+
+use cpufreq::{CpuFreqReader, ThrottleCounts};
+use netloss::NetCounters;
+pub use netloss::NetLoss;
+pub(crate) use netns_probe::NetnsProbe;
+pub use netns_probe::NetnsWatch;
+pub use sample::{NetnsSample, ResourceSample};
 
 /// Samples waiting for the runner; beyond this they are dropped and counted.
 const SAMPLE_QUEUE: usize = 16_384;
 
 /// Thread names (as `comm`, at most 15 bytes) that are load or
 /// instrumentation, not the target: kept out of the target's figures.
-pub(crate) const NOT_TARGET: [&str; 3] = ["st-burner", "st-sampler", "st-infer-load"];
-
-/// One resource sample. Fields the host does not offer are absent.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ResourceSample {
-    /// Wall time of the sample, ms since the Unix epoch.
-    pub ts_unix_ms: f64,
-    /// Busy share of each core since the previous sample, percent.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cpu_pct: Vec<f64>,
-    /// Busy share of all cores together, percent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_total_pct: Option<f64>,
-    /// Share of time some task waited for a CPU (`/proc/pressure/cpu`), percent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub psi_cpu_some_pct: Option<f64>,
-    /// Share of time some task waited for memory, percent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub psi_memory_some_pct: Option<f64>,
-    /// Share of time some task waited for I/O, percent.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub psi_io_some_pct: Option<f64>,
-    /// CPU used by the target's threads, percent of one core.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target_cpu_pct: Option<f64>,
-    /// Time the target's threads waited on a run queue, ms per second (all threads).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_delay_ms_per_s: Option<f64>,
-    /// The largest run-queue wait of one target thread, ms per second.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_delay_max_thread_ms_per_s: Option<f64>,
-    /// Voluntary context switches of the target per second (waits: locks, I/O, sleeps).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ctx_voluntary_per_s: Option<f64>,
-    /// Involuntary context switches per second (preemption: CPU contention).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ctx_involuntary_per_s: Option<f64>,
-    /// Threads of the target process.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threads: Option<u64>,
-    /// Resident memory of the target process, MiB.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rss_mib: Option<f64>,
-    /// TCP segments retransmitted (host-wide) since the previous sample.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tcp_retrans: Option<u64>,
-    /// Every GPU NVML sees (feature `nvml`); absent without GPUs.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub gpus: Vec<GpuSample>,
-}
+pub(crate) const NOT_TARGET: [&str; 4] = [
+    "st-burner",
+    "st-sampler",
+    "st-infer-load",
+    netns_probe::PROBE_THREAD,
+];
 
 /// The sampler's own cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -112,6 +83,12 @@ impl Sampler {
     /// Like [`Sampler::start`], following whichever process `pid` names
     /// (a target that is restarted).
     pub fn follow(pid: Arc<AtomicI32>, hz: f64) -> std::io::Result<Sampler> {
+        Sampler::follow_in(pid, hz, NetnsWatch::default())
+    }
+
+    /// Like [`Sampler::follow`], also reading the loss counters of the
+    /// network namespaces `netns` lists while they are listed.
+    pub fn follow_in(pid: Arc<AtomicI32>, hz: f64, netns: NetnsWatch) -> std::io::Result<Sampler> {
         let stop = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let (tx, rx) = std::sync::mpsc::sync_channel(SAMPLE_QUEUE);
@@ -122,7 +99,14 @@ impl Sampler {
             let dropped = Arc::clone(&dropped);
             std::thread::Builder::new()
                 .name("st-sampler".into())
-                .spawn(move || sample_loop(pid, gpu.as_ref(), period, &stop, &tx, &dropped))?
+                .spawn(move || {
+                    let src = Sources {
+                        gpu: gpu.as_ref(),
+                        cpufreq: CpuFreqReader::new(Path::new("/")),
+                        netns,
+                    };
+                    sample_loop(pid, &src, period, &stop, &tx, &dropped)
+                })?
         };
         Ok(Sampler {
             stop,
@@ -191,7 +175,17 @@ struct Snapshot {
     /// read once, when the thread is first seen).
     excluded: HashMap<i32, bool>,
     ctx: Option<(u64, u64)>,
-    retrans: Option<u64>,
+    throttle: ThrottleCounts,
+    /// The sampler's namespace, then each watched one by name.
+    net: NetCounters,
+    netns: HashMap<String, NetCounters>,
+}
+
+/// What the sampler reads besides procfs' own figures.
+struct Sources<'a> {
+    gpu: Option<&'a GpuSource>,
+    cpufreq: CpuFreqReader,
+    netns: NetnsWatch,
 }
 
 fn busy_total(t: &procfs::CpuTime) -> (u64, u64) {
@@ -213,7 +207,7 @@ fn pct(busy: u64, total: u64, prev: (u64, u64)) -> Option<f64> {
 
 fn sample_loop(
     pid: Arc<AtomicI32>,
-    gpu: Option<&GpuSource>,
+    src: &Sources<'_>,
     period: Duration,
     stop: &AtomicBool,
     tx: &SyncSender<ResourceSample>,
@@ -227,8 +221,8 @@ fn sample_loop(
     // The first pass only primes the counters.
     let mut primed = false;
     while !stop.load(Ordering::Relaxed) {
-        let (mut sample, snap) = take(pid.load(Ordering::Relaxed), &prev);
-        if let Some(g) = gpu {
+        let (mut sample, snap) = take(pid.load(Ordering::Relaxed), src, &prev);
+        if let Some(g) = src.gpu {
             sample.gpus = g.sample();
         }
         prev = snap;
@@ -276,16 +270,7 @@ fn sample_loop(
     }
 }
 
-/// `Tcp: RetransSegs` of `/proc/net/snmp` (header line, then values).
-fn tcp_retrans_segs() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/net/snmp").ok()?;
-    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (names, values) = (tcp.next()?, tcp.next()?);
-    let i = names.split_whitespace().position(|n| n == "RetransSegs")?;
-    values.split_whitespace().nth(i)?.parse().ok()
-}
-
-fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
+fn take(pid: i32, src: &Sources<'_>, prev: &Snapshot) -> (ResourceSample, Snapshot) {
     let now = Instant::now();
     let dt = prev.at.map(|p| now.duration_since(p).as_secs_f64());
     let per_s = |d: u64| dt.filter(|t| *t > 0.0).map(|t| d as f64 / t);
@@ -381,11 +366,31 @@ fn take(pid: i32, prev: &Snapshot) -> (ResourceSample, Snapshot) {
         }
     }
 
-    if let Some(retrans) = tcp_retrans_segs() {
-        snap.retrans = Some(retrans);
-        if let Some(p) = prev.retrans {
-            s.tcp_retrans = Some(retrans.saturating_sub(p));
+    s.cpu_mhz = src.cpufreq.mhz();
+    snap.throttle = src.cpufreq.throttle();
+    let d = |now: Option<u64>, then: Option<u64>| Some(now?.saturating_sub(then?));
+    s.cpu_core_throttles = d(snap.throttle.core, prev.throttle.core);
+    s.cpu_package_throttles = d(snap.throttle.package, prev.throttle.package);
+
+    snap.net = NetCounters::read(Path::new("/proc/net"));
+    (s.loss, s.tcp_retrans) = snap.net.since(&prev.net);
+    // A copy of the (short) list, so the path never waits on our reads.
+    let watched = src.netns.lock().map(|w| w.clone()).unwrap_or_default();
+    for (name, dir) in watched {
+        let now = NetCounters::read(&dir);
+        if now == NetCounters::default() {
+            // The probe ended (the path is going away): nothing to say.
+            continue;
         }
+        if let Some(p) = prev.netns.get(&name) {
+            let (loss, tcp_retrans) = now.since(p);
+            s.netns.push(NetnsSample {
+                name: name.clone(),
+                loss,
+                tcp_retrans,
+            });
+        }
+        snap.netns.insert(name, now);
     }
     (s, snap)
 }
@@ -423,6 +428,76 @@ mod tests {
             assert!(samples[0].cpu_total_pct.is_some());
         } else {
             assert!(samples.iter().all(|s| !s.gpus.is_empty()), "{note}");
+        }
+    }
+
+    /// What this host offers, read from the files themselves first: the
+    /// sample carries a clock per core exactly where the kernel gives one
+    /// (cpufreq or `/proc/cpuinfo`), throttle counts where
+    /// `thermal_throttle` exists, loss counters where `/proc/net` has them —
+    /// and leaves the field out (not 0) where it does not.
+    #[test]
+    fn new_fields_are_present_exactly_where_this_host_offers_them() {
+        let cpus = CpuFreqReader::new(Path::new("/"));
+        let n_cpus = cpus.cpus_listed();
+        let has = |f: &str| {
+            (0..n_cpus).any(|i| Path::new(&format!("/sys/devices/system/cpu/cpu{i}/{f}")).exists())
+        };
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let mhz_lines = cpuinfo.lines().filter(|l| l.starts_with("cpu MHz")).count();
+        let clock_offered = (0..n_cpus).all(|i| {
+            Path::new(&format!(
+                "/sys/devices/system/cpu/cpu{i}/cpufreq/scaling_cur_freq"
+            ))
+            .exists()
+        }) || mhz_lines == n_cpus;
+        let throttle_offered = has("thermal_throttle/core_throttle_count");
+        let net_offered = Path::new("/proc/net/dev").exists();
+        eprintln!(
+            "this host: {n_cpus} CPUs, clock {clock_offered} (cpufreq {}, cpuinfo MHz lines {mhz_lines}), \
+             throttle counters {throttle_offered}, /proc/net/dev {net_offered}",
+            has("cpufreq/scaling_cur_freq")
+        );
+
+        let sampler = Sampler::start(std::process::id() as i32, 20.0).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let (_, samples) = sampler.stop();
+        assert!(samples.len() >= 3, "{} samples", samples.len());
+        for s in &samples {
+            let json = serde_json::to_string(s).unwrap();
+            assert_eq!(
+                s.cpu_mhz.len(),
+                if clock_offered { n_cpus } else { 0 },
+                "{json}"
+            );
+            assert!(
+                s.cpu_mhz.iter().all(|m| *m > 100.0 && *m < 10_000.0),
+                "{json}"
+            );
+            assert_eq!(json.contains("\"cpu_mhz\""), clock_offered, "{json}");
+            assert_eq!(s.cpu_core_throttles.is_some(), throttle_offered, "{json}");
+            assert_eq!(json.contains("throttles"), throttle_offered, "{json}");
+            for (v, name) in [
+                (s.loss.if_drops, "if_drops"),
+                (s.loss.if_errors, "if_errors"),
+                (s.loss.udp_in_errors, "udp_in_errors"),
+                (s.loss.udp_rcvbuf_errors, "udp_rcvbuf_errors"),
+            ] {
+                assert_eq!(v.is_some(), net_offered, "{name}: {json}");
+                assert_eq!(json.contains(name), net_offered, "{name}: {json}");
+            }
+            // No kernel bottleneck here: no namespace entries.
+            assert!(s.netns.is_empty() && !json.contains("netns"), "{json}");
+        }
+        if clock_offered && !has("cpufreq/scaling_cur_freq") {
+            // The fallback: the same figures /proc/cpuinfo lists.
+            let listed: Vec<f64> = cpuinfo
+                .lines()
+                .filter(|l| l.starts_with("cpu MHz"))
+                .filter_map(|l| l.split(':').nth(1)?.trim().parse().ok())
+                .collect();
+            eprintln!("cpuinfo MHz {listed:?}, sampled {:?}", samples[0].cpu_mhz);
+            assert_eq!(samples[0].cpu_mhz.len(), listed.len());
         }
     }
 
