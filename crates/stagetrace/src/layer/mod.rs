@@ -178,6 +178,7 @@ where
                     observer_ticks: stamp::now().ticks_since(t0),
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
+                    first_byte: None,
                 });
             }
             Role::Stage(stage) => {
@@ -252,6 +253,7 @@ where
                                 span_id: t.span_id,
                                 timing: t.timing,
                                 peer: t.peer,
+                                first_byte: t.first_byte,
                             });
                         }
                     }
