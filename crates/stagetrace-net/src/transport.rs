@@ -32,6 +32,14 @@ pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
     }
 }
 
+/// Tell the span when the response's first byte arrived (`None`: the
+/// transport did not see it).
+pub(crate) fn first_byte(span: &Span, at: Option<std::time::Instant>) {
+    if let Some(at) = at {
+        span.record_response_first_byte(at);
+    }
+}
+
 /// Flag the call as failed with a short reason.
 pub(crate) fn fail(span: &Span, reason: &'static str) {
     span.mark_failed(reason);
