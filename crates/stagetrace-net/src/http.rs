@@ -487,7 +487,7 @@ impl TracedHttpClient {
                 .map_err(|e| HttpCallError::Transport(e.to_string()))?;
             // The response's head has arrived: its first byte, as near as
             // reqwest tells (the body follows).
-            transport::first_byte(&Span::current(), Some(Instant::now()));
+            transport::first_bytes(&Span::current(), None, Some(Instant::now()));
             let status = resp.status();
             let headers = resp.headers().clone();
             let body = resp

@@ -51,7 +51,7 @@
 //! ```
 
 mod budget;
-mod first_read;
+mod first_bytes;
 pub mod http;
 pub mod msg;
 pub mod proxy;

@@ -32,10 +32,17 @@ pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
     }
 }
 
-/// Tell the span when the response's first byte arrived (`None`: the
-/// transport did not see it).
-pub(crate) fn first_byte(span: &Span, at: Option<std::time::Instant>) {
-    if let Some(at) = at {
+/// Tell the span when the request's first byte left and the response's
+/// first byte arrived (`None`: the transport did not see it).
+pub(crate) fn first_bytes(
+    span: &Span,
+    written: Option<std::time::Instant>,
+    read: Option<std::time::Instant>,
+) {
+    if let Some(at) = written {
+        span.record_request_first_byte(at);
+    }
+    if let Some(at) = read {
         span.record_response_first_byte(at);
     }
 }

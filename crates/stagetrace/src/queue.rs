@@ -80,6 +80,8 @@ pub(crate) struct TransportAcc {
     pub(crate) peer: InlineStr<PEER_LEN>,
     /// The response's first byte arrived, when the transport stamped it.
     pub(crate) first_byte: Option<Instant>,
+    /// The request's first byte left, when the transport stamped it.
+    pub(crate) request_first_byte: Option<Instant>,
 }
 
 /// Per-call state, in the call span's extensions; sent whole to the worker.

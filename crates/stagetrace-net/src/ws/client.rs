@@ -17,7 +17,7 @@ use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
 
 use super::limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
-use crate::first_read::FirstRead;
+use crate::first_bytes::FirstBytes;
 use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
 use crate::timing_map::TimingMsgpackExt;
 use crate::transport;
@@ -106,7 +106,7 @@ impl Default for ClientOptions {
     }
 }
 
-type Ws = WebSocketStream<FirstRead<TcpStream>>;
+type Ws = WebSocketStream<FirstBytes<TcpStream>>;
 
 /// An openpi / LingBot-VA policy client that traces each call: a
 /// `transport` span around send → response, `traceparent` in the request,
@@ -178,7 +178,7 @@ impl PolicyClient {
             // Our own TCP stream, wrapped to stamp each response's first byte.
             let (mut ws, _) = tokio_tungstenite::client_async_with_config(
                 request,
-                FirstRead::new(tcp),
+                FirstBytes::new(tcp),
                 Some(config),
             )
             .await
@@ -253,8 +253,9 @@ impl PolicyClient {
 
         let timeout = self.options.call_timeout;
         let exchange = async {
-            // Bytes read before the request went out are not the response's.
+            // Bytes read or written before are not this exchange's.
             let _ = ws.get_mut().take_first();
+            let _ = ws.get_mut().take_first_write();
             ws.send(Message::Binary(out))
                 .await
                 .map_err(|e| ClientError::Disconnected(e.to_string()))?;
@@ -262,7 +263,10 @@ impl PolicyClient {
                 match ws.next().await {
                     // The first read since the request (or since a control
                     // frame) carried the response's frame header.
-                    Some(Ok(Message::Binary(b))) => return Ok((b, ws.get_mut().take_first())),
+                    Some(Ok(Message::Binary(b))) => {
+                        let s = ws.get_mut();
+                        return Ok((b, s.take_first_write(), s.take_first()));
+                    }
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
                         let _ = ws.get_mut().take_first();
                         continue;
@@ -286,8 +290,8 @@ impl PolicyClient {
             Err(_) => Err(ClientError::Timeout(timeout)),
         };
         let bytes = match result {
-            Ok((b, first_byte)) => {
-                transport::first_byte(&span, first_byte);
+            Ok((b, written, first_byte)) => {
+                transport::first_bytes(&span, written, first_byte);
                 b
             }
             Err(e) => {

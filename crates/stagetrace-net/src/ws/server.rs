@@ -22,7 +22,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::handler::{Handler, HandlerError};
 use super::limits::DEFAULT_MAX_MESSAGE_BYTES;
-use crate::first_read::FirstRead;
+use crate::first_bytes::FirstBytes;
 use crate::msg::{MapWriter, MsgMap};
 use crate::server::{
     server_record, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
@@ -268,7 +268,8 @@ impl Shared {
             .max_message_size(Some(self.max_message_bytes))
             .max_frame_size(Some(self.max_message_bytes));
         let Ok(mut ws) =
-            tokio_tungstenite::accept_async_with_config(FirstRead::new(stream), Some(config)).await
+            tokio_tungstenite::accept_async_with_config(FirstBytes::new(stream), Some(config))
+                .await
         else {
             return;
         };
@@ -382,7 +383,7 @@ impl Shared {
 
     async fn fail(
         &self,
-        ws: &mut WebSocketStream<FirstRead<TcpStream>>,
+        ws: &mut WebSocketStream<FirstBytes<TcpStream>>,
         stamps: &RequestStamps,
         trace_parent: Option<TraceParent>,
         kind: Option<&str>,

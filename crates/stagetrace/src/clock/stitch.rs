@@ -31,6 +31,10 @@ pub struct ClientTimes {
     /// (`docs/clocks.md`: it keeps the response's transfer out of the
     /// offset estimate).
     pub first_byte_unix_ns: Option<u64>,
+    /// The request's first byte left (a stamp taken before the write), when
+    /// the transport stamped it: the client's work before it (encoding,
+    /// masking) stays out of the offset estimate.
+    pub request_first_byte_unix_ns: Option<u64>,
 }
 
 impl NtpSample {
@@ -48,12 +52,14 @@ impl NtpSample {
     }
 
     /// The sample the offset is estimated from: [`from_call`](Self::from_call)
-    /// with `t1` moved back to the request's first byte (by the server's
-    /// `transfer_ns`) and `t3` to the response's first byte (the client's
-    /// stamp), where known. The transfers, measured each on one clock, then
-    /// stay out of the delay δ, so a big frame neither widens the bound nor
-    /// moves the offset. Both stamps keep the bound true as long as
-    /// `t0 ≤ t1' ≤ t1` and `t2 ≤ t3' ≤ t3` in true time.
+    /// with `t0` moved to the request's first byte out and `t3` to the
+    /// response's first byte in (the client's stamps), and `t1` back to the
+    /// request's first byte in (by the server's `transfer_ns`), where known.
+    /// What happens between first and last byte (transfer, the client's
+    /// encoding), measured each on one clock, then stays out of the delay δ,
+    /// so a big frame neither widens the bound nor moves the offset. The
+    /// bound stays true as long as the first byte out was stamped no later
+    /// than it left (`t0' ≤ t1'` in true time) and `t2 ≤ t3'`.
     ///
     /// The second value is true when a first-byte input contradicted the
     /// call (a client stamp outside the roundtrip, or transfers longer than
@@ -75,17 +81,24 @@ impl NtpSample {
                 rejected = true;
             }
         }
-        if let Some(x) = server.transfer_ns {
-            // Request transfer ≤ uplink and response transfer ≤ downlink, so
-            // both fit in the network time; more is a broken stamp.
-            let resp = diff(full.t3, s.t3);
-            match full.t1.checked_sub(x) {
-                Some(t1) if x as f64 + resp <= full.delay_ns() => s.t1 = t1,
-                _ => {
-                    rejected = true;
-                    s.t3 = full.t3;
-                }
+        if let Some(out) = client.request_first_byte_unix_ns {
+            if (full.t0..=s.t3).contains(&out) {
+                s.t0 = out;
+            } else {
+                rejected = true;
             }
+        }
+        if let Some(x) = server.transfer_ns {
+            match full.t1.checked_sub(x) {
+                Some(t1) => s.t1 = t1,
+                None => rejected = true,
+            }
+        }
+        // What was taken out (request transfer and the client's work before
+        // the first byte left, the response's transfer) fits in the network
+        // time; more is a broken stamp: fall back to the whole sample.
+        if s.delay_ns() < 0.0 {
+            return (Some(full), true);
         }
         (Some(s), rejected)
     }
@@ -334,6 +347,7 @@ mod tests {
                 send_unix_ns: BASE + t,
                 recv_unix_ns: BASE + t + up + server + down,
                 first_byte_unix_ns: None,
+                request_first_byte_unix_ns: None,
             };
             let timing = ServerTiming {
                 recv_unix_ns: Some(self.server_clock(t + up)),
@@ -482,6 +496,47 @@ mod tests {
             (half.offset_ns, half.uplink_ns, half.split_err_ns),
             (Some(249_900_000), Some(10_100_000), Some(2_100_000))
         );
+    }
+
+    #[test]
+    fn client_work_before_the_first_byte_left_stays_out_of_the_offset() {
+        // 3 ms of the client's own work inside the transport span before the
+        // request's first byte leaves (encoding, masking a big frame), then
+        // 2 ms + 8 ms of transfer; 2 ms + 0.2 ms back.
+        let w = World {
+            skew_ns: 250 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let (mut c, s) = w.call_fb(0, (5 * MS, 8 * MS), 10 * MS, (2 * MS, MS / 5));
+        let without = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        // Half of the 3 ms lands in the offset.
+        assert_eq!(
+            (without.offset_ns, without.uplink_ns, without.split_err_ns),
+            (Some(251_500_000), Some(11_500_000), Some(3_500_000))
+        );
+        c.request_first_byte_unix_ns = Some(c.send_unix_ns + 3 * MS);
+        let with = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        assert!(!with.rejected_first_byte);
+        assert_eq!(
+            (
+                with.offset_ns,
+                with.uplink_ns,
+                with.downlink_ns,
+                with.split_err_ns
+            ),
+            (
+                Some(250 * MS as i64),
+                Some(13 * MS as i64),
+                Some(2_200_000),
+                Some(2 * MS as i64)
+            )
+        );
+        // A first byte out after the response's first byte in is ignored.
+        c.request_first_byte_unix_ns = c.first_byte_unix_ns.map(|f| f + 1);
+        let bad = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        assert!(bad.rejected_first_byte);
+        assert_eq!(bad.offset_ns, without.offset_ns);
     }
 
     #[test]
@@ -751,6 +806,7 @@ mod tests {
             send_unix_ns: BASE,
             recv_unix_ns: BASE + 10 * MS,
             first_byte_unix_ns: None,
+            request_first_byte_unix_ns: None,
         };
         let s = ServerTiming {
             recv_unix_ns: Some(BASE + 30 * MS),
@@ -768,6 +824,7 @@ mod tests {
             send_unix_ns: BASE + MS,
             recv_unix_ns: BASE,
             first_byte_unix_ns: None,
+            request_first_byte_unix_ns: None,
         };
         let out = st.stitch("", back, &ServerTiming::default());
         assert!(out.clamped && ms(out.roundtrip_ns) == Some(0.0));

@@ -179,6 +179,7 @@ where
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
                     first_byte: None,
+                    request_first_byte: None,
                 });
             }
             Role::Stage(stage) => {
@@ -254,6 +255,7 @@ where
                                 timing: t.timing,
                                 peer: t.peer,
                                 first_byte: t.first_byte,
+                                request_first_byte: t.request_first_byte,
                             });
                         }
                     }

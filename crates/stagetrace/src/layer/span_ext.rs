@@ -56,6 +56,14 @@ pub trait StageSpanExt: sealed::Sealed {
     /// a transport span.
     fn record_response_first_byte(&self, at: Instant);
 
+    /// Tell the enclosing transport span when the request's first byte left
+    /// (a stamp taken just before the write that took it: never after the
+    /// byte left). The clock estimate then leaves the client's own work
+    /// before that write (encoding, WebSocket masking of a big frame) out of
+    /// the offset; the uplink still counts it. Ignored and counted when
+    /// outside the transport span or after the response's first byte.
+    fn record_request_first_byte(&self, at: Instant);
+
     /// The W3C trace context to send with the request made inside this span:
     /// trace id = the call's trace id (the record's `trace_id`), parent id =
     /// the enclosing transport span's own id (or the call's when there is no
@@ -86,6 +94,10 @@ impl StageSpanExt for tracing::Span {
 
     fn record_response_first_byte(&self, at: Instant) {
         with_transport(self, |t| t.first_byte = Some(at));
+    }
+
+    fn record_request_first_byte(&self, at: Instant) {
+        with_transport(self, |t| t.request_first_byte = Some(at));
     }
 
     fn trace_parent(&self) -> Option<TraceParent> {

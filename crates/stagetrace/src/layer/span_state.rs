@@ -32,4 +32,6 @@ pub(crate) struct TransportState {
     pub(crate) peer: InlineStr<PEER_LEN>,
     /// The response's first byte arrived (the transport's stamp).
     pub(crate) first_byte: Option<Instant>,
+    /// The request's first byte left (the transport's stamp).
+    pub(crate) request_first_byte: Option<Instant>,
 }

@@ -136,6 +136,9 @@ impl Converter {
                     send_unix_ns: anchor.to_unix_ns(t_start_at),
                     recv_unix_ns: anchor.to_unix_ns(t_end_at),
                     first_byte_unix_ns: t.first_byte.map(|fb| anchor.to_unix_ns(fb)),
+                    request_first_byte_unix_ns: t
+                        .request_first_byte
+                        .map(|at| anchor.to_unix_ns(at)),
                 };
                 let st = self.stitcher.stitch(t.peer.as_str(), client, &timing);
                 if st.clamped {

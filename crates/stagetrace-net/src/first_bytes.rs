@@ -1,8 +1,11 @@
-//! [`FirstRead`]: a byte stream that remembers when the first byte of the
-//! next message arrived: the first read that returned data since the last
-//! [`FirstRead::take_first`]. The WebSocket server stamps a request's first byte
-//! with it and the client a response's (`docs/clocks.md`: the transfers,
-//! each measured on one clock, stay out of the offset estimate).
+//! [`FirstBytes`]: a byte stream that remembers when the first byte of the
+//! next message arrived (the first read that returned data since the last
+//! [`FirstBytes::take_first`]) and when the first byte of the next message
+//! left (the first write, stamped just before the call that took it). The
+//! WebSocket server stamps a request's first byte with it, the client a
+//! request's first byte out and a response's first byte in
+//! (`docs/clocks.md`: what happens before the first byte leaves and after it
+//! arrives, each measured on one clock, stays out of the offset estimate).
 
 use std::io;
 use std::pin::Pin;
@@ -13,14 +16,19 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Wraps a stream; every read and write goes straight through.
 #[derive(Debug)]
-pub(crate) struct FirstRead<S> {
+pub(crate) struct FirstBytes<S> {
     inner: S,
     first: Option<Instant>,
+    first_write: Option<Instant>,
 }
 
-impl<S> FirstRead<S> {
+impl<S> FirstBytes<S> {
     pub(crate) fn new(inner: S) -> Self {
-        FirstRead { inner, first: None }
+        FirstBytes {
+            inner,
+            first: None,
+            first_write: None,
+        }
     }
 
     /// When the first byte since the last call arrived (`None`: no byte
@@ -28,9 +36,15 @@ impl<S> FirstRead<S> {
     pub(crate) fn take_first(&mut self) -> Option<Instant> {
         self.first.take()
     }
+
+    /// When the first byte written since the last call left: a stamp taken
+    /// just before the write that took it, so never after the byte left.
+    pub(crate) fn take_first_write(&mut self) -> Option<Instant> {
+        self.first_write.take()
+    }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for FirstRead<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -46,13 +60,25 @@ impl<S: AsyncRead + Unpin> AsyncRead for FirstRead<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for FirstRead<S> {
+impl<S> FirstBytes<S> {
+    fn note_write(&mut self, before: Instant, r: &Poll<io::Result<usize>>) {
+        if self.first_write.is_none() && matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
+            self.first_write = Some(before);
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let before = Instant::now();
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.note_write(before, &r);
+        r
     }
 
     fn poll_write_vectored(
@@ -60,7 +86,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstRead<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let before = Instant::now();
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.note_write(before, &r);
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -85,7 +115,7 @@ mod tests {
     #[tokio::test]
     async fn stamps_the_first_read_with_data_until_taken() {
         let (a, mut b) = tokio::io::duplex(64);
-        let mut r = FirstRead::new(a);
+        let mut r = FirstBytes::new(a);
         assert_eq!(r.take_first(), None);
         let before = Instant::now();
         b.write_all(b"ab").await.unwrap();
@@ -100,5 +130,12 @@ mod tests {
         b.write_all(b"c").await.unwrap();
         r.read_exact(&mut buf).await.unwrap();
         assert!(r.take_first().unwrap() > first);
+        // Writes: the stamp precedes the first write that took bytes.
+        let before = Instant::now();
+        r.write_all(b"xy").await.unwrap();
+        let after = Instant::now();
+        let w = r.take_first_write().unwrap();
+        assert!(w >= before && w <= after);
+        assert_eq!(r.take_first_write(), None);
     }
 }
