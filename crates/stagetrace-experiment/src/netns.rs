@@ -348,9 +348,10 @@ fn pace(sock: &UdpSocket, dest: SocketAddr, mbit: f64, stop: &AtomicBool, sent: 
     }
 }
 
-/// The namespaces, veth pair, forwarders and cross traffic of one run.
+/// The namespaces, veth pair, forwarders and cross traffic of one run (and
+/// of the clock-split ground truth test, `tests/split_ground_truth.rs`).
 #[derive(Debug)]
-pub(crate) struct KernelPath {
+pub struct KernelPath {
     ns: [String; 2],
     dev: [String; 2],
     entry: SocketAddr,
@@ -368,7 +369,7 @@ pub(crate) struct KernelPath {
 impl KernelPath {
     /// Build the path to `server` (an address of the root namespace); the
     /// proxy then forwards to [`KernelPath::entry`].
-    pub(crate) fn start(server: SocketAddr) -> Result<KernelPath, ExperimentError> {
+    pub fn start(server: SocketAddr) -> Result<KernelPath, ExperimentError> {
         if !kernel_bottleneck_available() {
             return Err(need_root());
         }
@@ -437,13 +438,13 @@ impl KernelPath {
     }
 
     /// Where the proxy forwards to.
-    pub(crate) fn entry(&self) -> SocketAddr {
+    pub fn entry(&self) -> SocketAddr {
         self.entry
     }
 
     /// Set one level: `tbf` at `rate_mbit` on the shaped direction(s) (none:
     /// removed), cross traffic at `cross_mbit` (none: stopped).
-    pub(crate) fn set(
+    pub fn set(
         &mut self,
         direction: Direction,
         rate_mbit: Option<f64>,
@@ -519,7 +520,7 @@ impl KernelPath {
 
     /// Remove the shaping and stop the cross traffic; the path stays up.
     /// Returns what was undone.
-    pub(crate) fn clear(&mut self) -> Vec<String> {
+    pub fn clear(&mut self) -> Vec<String> {
         let mut undone = Vec::new();
         if !self.cross.is_empty() {
             for s in &mut self.cross {
@@ -538,7 +539,7 @@ impl KernelPath {
 
     /// Stop everything and delete the namespaces (and with them the veth
     /// pair). Idempotent; returns what was undone.
-    pub(crate) fn shutdown(&mut self) -> Vec<String> {
+    pub fn shutdown(&mut self) -> Vec<String> {
         let mut undone = self.clear();
         for f in &mut self.forwarders {
             f.stop();

@@ -245,10 +245,13 @@ impl LayerShared {
         ResB: http_body::Body<Data = Bytes> + Send + 'static,
         ResB::Error: Into<BoxError>,
     {
+        // The service is called once the request's head has arrived: the
+        // request's first byte, as near as a tower layer sees it.
+        let head = Instant::now();
         let (mut parts, body) = req.into_parts();
         let collected = Limited::new(body, self.max_body_bytes).collect().await;
         // The whole request has arrived (or failed to): the receive time.
-        let mut stamps = RequestStamps::received(&self.clock);
+        let mut stamps = RequestStamps::received(&self.clock).first_byte(Some(head));
         let trace_parent = match parts.headers.get(TRACEPARENT) {
             None => None,
             Some(v) => {
@@ -482,6 +485,9 @@ impl TracedHttpClient {
                 .execute(request)
                 .await
                 .map_err(|e| HttpCallError::Transport(e.to_string()))?;
+            // The response's head has arrived: its first byte, as near as
+            // reqwest tells (the body follows).
+            transport::first_bytes(&Span::current(), None, Some(Instant::now()));
             let status = resp.status();
             let headers = resp.headers().clone();
             let body = resp

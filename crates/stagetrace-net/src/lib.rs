@@ -51,6 +51,7 @@
 //! ```
 
 mod budget;
+mod first_bytes;
 pub mod http;
 pub mod msg;
 pub mod proxy;

@@ -204,6 +204,8 @@ fn ns_between(a: Instant, b: Instant) -> u64 {
 pub(crate) struct RequestStamps {
     pub(crate) recv: Instant,
     pub(crate) recv_unix_ns: u64,
+    /// The request's first byte arrived, when the transport saw it.
+    first_byte: Option<Instant>,
     handler: Option<(Instant, Instant, InferTimer)>,
 }
 
@@ -214,8 +216,18 @@ impl RequestStamps {
         RequestStamps {
             recv,
             recv_unix_ns: clock.now_unix_ns(),
+            first_byte: None,
             handler: None,
         }
+    }
+
+    /// The request's first byte arrived at `at` (before the receive time):
+    /// sent as `transfer_ns`, so the client's clock estimate can leave the
+    /// request's transfer out. `None` (or a stamp after the receive time)
+    /// sends no `transfer_ns`.
+    pub(crate) fn first_byte(mut self, at: Option<Instant>) -> Self {
+        self.first_byte = at.filter(|a| *a <= self.recv);
+        self
     }
 
     /// A timer for a handler that starts now (its marks are relative to `recv`).
@@ -237,6 +249,7 @@ impl RequestStamps {
         let mut t = ServerTiming {
             recv_unix_ns: Some(self.recv_unix_ns),
             total_ns: Some(ns_between(self.recv, send)),
+            transfer_ns: self.first_byte.map(|f| ns_between(f, self.recv)),
             ..ServerTiming::default()
         };
         if let Some((start, end, timer)) = &self.handler {
@@ -354,6 +367,19 @@ mod tests {
         assert_eq!(t.pre_ns, Some(2_000_000));
         assert_eq!(t.post_ns, Some(2_000_000));
         assert_eq!((t.batch_size, t.cache_hit), (None, None));
+        assert_eq!(t.transfer_ns, None);
+    }
+
+    #[test]
+    fn the_first_byte_gives_the_request_transfer() {
+        let clock = ServerClock::system();
+        let s = RequestStamps::received(&clock);
+        let at = s.recv - Duration::from_micros(8_250);
+        let s = s.first_byte(Some(at));
+        assert_eq!(s.timing_at(s.recv).transfer_ns, Some(8_250_000));
+        // A stamp after the receive time is no transfer.
+        let s = s.first_byte(Some(Instant::now() + Duration::from_secs(1)));
+        assert_eq!(s.timing_at(s.recv).transfer_ns, None);
     }
 
     #[test]

@@ -32,6 +32,21 @@ pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
     }
 }
 
+/// Tell the span when the request's first byte left and the response's
+/// first byte arrived (`None`: the transport did not see it).
+pub(crate) fn first_bytes(
+    span: &Span,
+    written: Option<std::time::Instant>,
+    read: Option<std::time::Instant>,
+) {
+    if let Some(at) = written {
+        span.record_request_first_byte(at);
+    }
+    if let Some(at) = read {
+        span.record_response_first_byte(at);
+    }
+}
+
 /// Flag the call as failed with a short reason.
 pub(crate) fn fail(span: &Span, reason: &'static str) {
     span.mark_failed(reason);

@@ -309,6 +309,8 @@ fn stitched_calls(s: &mut TcpStream, st: &mut stagetrace::clock::Stitcher, n: us
             let client = ClientTimes {
                 send_unix_ns: anchor.to_unix_ns(t0),
                 recv_unix_ns: anchor.to_unix_ns(t3),
+                first_byte_unix_ns: None,
+                request_first_byte_unix_ns: None,
             };
             let true_recv = word(2);
             Call {

@@ -22,17 +22,19 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
         proptest::option::of(1..=MAX_BATCH_SIZE),
         proptest::option::of(any::<bool>()),
     )
         .prop_map(
-            |(recv, total, queue, infer, pre, post, batch, cache)| ServerTiming {
+            |(recv, total, queue, infer, pre, post, transfer, batch, cache)| ServerTiming {
                 recv_unix_ns: recv,
                 total_ns: total,
                 queue_ns: queue,
                 infer_ns: infer,
                 pre_ns: pre,
                 post_ns: post,
+                transfer_ns: transfer,
                 batch_size: batch,
                 cache_hit: cache,
             },
@@ -80,6 +82,7 @@ fn any_value() -> impl Strategy<Value = rmpv::Value> {
         Just("infer_ns"),
         Just("pre_ns"),
         Just("post_ns"),
+        Just("transfer_ns"),
         Just("batch_size"),
         Just("cache"),
         Just("other"),

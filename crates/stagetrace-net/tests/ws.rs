@@ -83,6 +83,10 @@ fn round_trip_attaches_server_timing_and_trace_context() {
             );
             let t = reply.server_timing.expect("server timing");
             assert!(t.recv_unix_ns.is_some() && t.total_ns.is_some());
+            // The server stamped the request's first byte: a 48 KiB frame
+            // on loopback arrives whole well within 100 ms.
+            let transfer = t.transfer_ns.expect("transfer_ns (issue 16)");
+            assert!(transfer < 100_000_000, "transfer {transfer}");
             let (queue, infer) = (t.queue_ns.unwrap(), t.infer_ns.unwrap());
             assert!(queue >= 2_000_000, "queue {queue}");
             assert!((8_000_000..200_000_000).contains(&infer), "infer {infer}");
@@ -109,6 +113,15 @@ fn round_trip_attaches_server_timing_and_trace_context() {
         assert!(rec.ms(Figure::Infer).unwrap() >= 8.0, "{rec:?}");
         assert!(rec.ms(Figure::Queue).unwrap() >= 2.0, "{rec:?}");
         assert!(rec.ms(Figure::Server).unwrap() <= rec.ms(Figure::Roundtrip).unwrap());
+        // The client stamped the response's first byte inside the transport
+        // span, after the server's time in it.
+        let tr = rec.timeline.transport.unwrap();
+        let fb = rec.timeline.response_first_byte_ns.expect("first byte");
+        let server_ns = rec.get(Figure::Server).unwrap() as u64;
+        assert!(
+            fb >= tr.start_ns + server_ns && fb <= tr.start_ns + tr.dur_ns,
+            "{fb} vs {tr:?}"
+        );
         // The server saw the trace id this record carries.
         let tp = srv.trace_parent.expect("traceparent reached the server");
         assert_eq!(Some(tp.trace_id_hex()), rec.trace_id);

@@ -73,6 +73,7 @@ fn record() -> CallRecord {
             transport_span_id: Some(TRANSPORT_ID),
             call_span_id: Some(CALL_ID),
             shared_context: false,
+            response_first_byte_ns: None,
         },
         ..CallRecord::default()
     }

@@ -8,6 +8,7 @@
 //! the other.
 
 use std::fmt;
+use std::time::Instant;
 
 use crate::stage::Stage;
 use crate::stamp::Stamp;
@@ -77,6 +78,10 @@ pub(crate) struct TransportAcc {
     pub(crate) span_id: u64,
     pub(crate) timing: Option<ServerTiming>,
     pub(crate) peer: InlineStr<PEER_LEN>,
+    /// The response's first byte arrived, when the transport stamped it.
+    pub(crate) first_byte: Option<Instant>,
+    /// The request's first byte left, when the transport stamped it.
+    pub(crate) request_first_byte: Option<Instant>,
 }
 
 /// Per-call state, in the call span's extensions; sent whole to the worker.

@@ -99,6 +99,9 @@ pub struct Timeline {
     pub infer: Option<SpanTime>,
     /// Synthesized downlink: server send → transport end (clock-corrected).
     pub downlink: Option<SpanTime>,
+    /// The response's first byte, ns after the call's start, when the
+    /// transport stamped it (inside the transport span).
+    pub response_first_byte_ns: Option<u64>,
     /// The `dispatch` span.
     pub dispatch: Option<SpanTime>,
     /// Id of the client `transport` span: the parent id sent in `traceparent`.

@@ -23,17 +23,19 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
         proptest::option::of(1..=MAX_BATCH_SIZE),
         proptest::option::of(any::<bool>()),
     )
         .prop_map(
-            |(recv, total, queue, infer, pre, post, batch, cache)| ServerTiming {
+            |(recv, total, queue, infer, pre, post, transfer, batch, cache)| ServerTiming {
                 recv_unix_ns: recv,
                 total_ns: total,
                 queue_ns: queue,
                 infer_ns: infer,
                 pre_ns: pre,
                 post_ns: post,
+                transfer_ns: transfer,
                 batch_size: batch,
                 cache_hit: cache,
             },
@@ -49,7 +51,8 @@ fn to_us(t: ServerTiming) -> ServerTiming {
         infer_ns: r(t.infer_ns),
         pre_ns: r(t.pre_ns),
         post_ns: r(t.post_ns),
-        // `Server-Timing` carries durations only.
+        // `Server-Timing` carries the stage durations only.
+        transfer_ns: None,
         batch_size: None,
         cache_hit: None,
     }
@@ -74,7 +77,7 @@ const TRACEPARENT_NEAR_MISS: &str =
     "[0-9a-f]{2}-[0-9a-f]{31}[0-9a-fA-F]{0,2}-[0-9a-f]{16}[0-9A-F]?-0[0-3](-[0-9a-z]{0,3})?";
 /// `stagetrace-timing` values: known and unknown keys, numbers and non-numbers.
 const TIMING_NEAR_MISS: &str =
-    "(v=1;)?((recv|total|queue|infer|pre|post|[a-z]{1,3})=[0-9]{0,12}-?;?){0,6}";
+    "(v=1;)?((recv|total|queue|infer|pre|post|transfer|[a-z]{1,3})=[0-9]{0,12}-?;?){0,6}";
 /// `Server-Timing` lists: known and unknown metrics, quoted or bare `dur`.
 const SERVER_TIMING_NEAR_MISS: &str =
     "((total|queue|infer|pre|post|[a-z]{1,4})(;(dur|DUR|desc)=(\"[0-9.]{0,5}\"?|[0-9.e-]{0,8}))*, ?){0,5}";

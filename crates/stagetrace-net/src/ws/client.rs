@@ -10,12 +10,14 @@ use rmpv::Value;
 use stagetrace::wire::{TimingMap, SERVER_TIMING_KEY, TRACEPARENT};
 use stagetrace::ServerTiming;
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
 
 use super::limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
+use crate::first_bytes::FirstBytes;
 use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
 use crate::timing_map::TimingMsgpackExt;
 use crate::transport;
@@ -104,7 +106,7 @@ impl Default for ClientOptions {
     }
 }
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+type Ws = WebSocketStream<FirstBytes<TcpStream>>;
 
 /// An openpi / LingBot-VA policy client that traces each call: a
 /// `transport` span around send → response, `traceparent` in the request,
@@ -151,10 +153,36 @@ impl PolicyClient {
             .max_message_size(Some(self.options.max_message_bytes))
             .max_frame_size(Some(self.options.max_message_bytes));
         let connect = async {
-            let (mut ws, _) =
-                tokio_tungstenite::connect_async_with_config(self.url.as_str(), Some(config), true)
-                    .await
-                    .map_err(|e| ClientError::Connect(e.to_string()))?;
+            let request = self
+                .url
+                .as_str()
+                .into_client_request()
+                .map_err(|e| ClientError::Connect(e.to_string()))?;
+            let uri = request.uri();
+            if uri.scheme_str() != Some("ws") {
+                return Err(ClientError::Connect(format!(
+                    "{}: only ws:// URLs are supported",
+                    self.url
+                )));
+            }
+            let host = uri.host().unwrap_or_default();
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            let port = uri.port_u16().unwrap_or(80);
+            let tcp = TcpStream::connect((host.as_str(), port))
+                .await
+                .map_err(|e| ClientError::Connect(e.to_string()))?;
+            let _ = tcp.set_nodelay(true);
+            // Our own TCP stream, wrapped to stamp each response's first byte.
+            let (mut ws, _) = tokio_tungstenite::client_async_with_config(
+                request,
+                FirstBytes::new(tcp),
+                Some(config),
+            )
+            .await
+            .map_err(|e| ClientError::Connect(e.to_string()))?;
             let metadata = loop {
                 match ws.next().await {
                     Some(Ok(Message::Binary(b))) => {
@@ -225,13 +253,24 @@ impl PolicyClient {
 
         let timeout = self.options.call_timeout;
         let exchange = async {
+            // Bytes read or written before are not this exchange's.
+            let _ = ws.get_mut().take_first();
+            let _ = ws.get_mut().take_first_write();
             ws.send(Message::Binary(out))
                 .await
                 .map_err(|e| ClientError::Disconnected(e.to_string()))?;
             loop {
                 match ws.next().await {
-                    Some(Ok(Message::Binary(b))) => return Ok(b),
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                    // The first read since the request (or since a control
+                    // frame) carried the response's frame header.
+                    Some(Ok(Message::Binary(b))) => {
+                        let s = ws.get_mut();
+                        return Ok((b, s.take_first_write(), s.take_first()));
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
+                        let _ = ws.get_mut().take_first();
+                        continue;
+                    }
                     Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
                     Some(Ok(Message::Close(frame))) => {
                         return Err(ClientError::Disconnected(match frame {
@@ -251,7 +290,10 @@ impl PolicyClient {
             Err(_) => Err(ClientError::Timeout(timeout)),
         };
         let bytes = match result {
-            Ok(b) => b,
+            Ok((b, written, first_byte)) => {
+                transport::first_bytes(&span, written, first_byte);
+                b
+            }
             Err(e) => {
                 self.ws = None;
                 transport::fail(&span, failure_reason(&e));

@@ -22,6 +22,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::handler::{Handler, HandlerError};
 use super::limits::DEFAULT_MAX_MESSAGE_BYTES;
+use crate::first_bytes::FirstBytes;
 use crate::msg::{MapWriter, MsgMap};
 use crate::server::{
     server_record, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
@@ -266,10 +267,14 @@ impl Shared {
         let config = WebSocketConfig::default()
             .max_message_size(Some(self.max_message_bytes))
             .max_frame_size(Some(self.max_message_bytes));
-        let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await
+        let Ok(mut ws) =
+            tokio_tungstenite::accept_async_with_config(FirstBytes::new(stream), Some(config))
+                .await
         else {
             return;
         };
+        // The handshake's bytes are not a request's.
+        let _ = ws.get_mut().take_first();
         self.counters.connections.fetch_add(1, Ordering::Relaxed);
         // Held until this function returns, however the connection ends
         // (close, error, failed request, server stop): the handler's count
@@ -288,8 +293,11 @@ impl Shared {
                 _ = stop.changed() => break,
                 msg = ws.next() => msg,
             };
-            // The whole message has arrived: this is the server's receive time.
-            let mut stamps = RequestStamps::received(&self.clock);
+            // The whole message has arrived: this is the server's receive
+            // time; its first byte came with the first read since the last
+            // message (a control frame in between restarts that stamp).
+            let mut stamps =
+                RequestStamps::received(&self.clock).first_byte(ws.get_mut().take_first());
             let bytes = match msg {
                 Some(Ok(Message::Binary(b))) => b,
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
@@ -379,7 +387,7 @@ impl Shared {
 
     async fn fail(
         &self,
-        ws: &mut WebSocketStream<TcpStream>,
+        ws: &mut WebSocketStream<FirstBytes<TcpStream>>,
         stamps: &RequestStamps,
         trace_parent: Option<TraceParent>,
         kind: Option<&str>,

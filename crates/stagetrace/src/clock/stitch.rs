@@ -19,18 +19,27 @@ pub enum ClockMode {
     None,
 }
 
-/// derived from the monotonic clock through the process anchor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The client's times of one call, ns since the Unix epoch on the client
+/// clock, derived from the monotonic clock through the process anchor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientTimes {
     /// Request handed to the send API (`t0`).
     pub send_unix_ns: u64,
     /// Whole response received (`t3`).
     pub recv_unix_ns: u64,
+    /// The response's first byte arrived, when the transport stamped it
+    /// (`docs/clocks.md`: it keeps the response's transfer out of the
+    /// offset estimate).
+    pub first_byte_unix_ns: Option<u64>,
+    /// The request's first byte left (a stamp taken before the write), when
+    /// the transport stamped it: the client's work before it (encoding,
+    /// masking) stays out of the offset estimate.
+    pub request_first_byte_unix_ns: Option<u64>,
 }
 
 impl NtpSample {
     /// The sample of one call, when the server gave its receive time and
-    /// total.
+    /// total: the whole request (`t1`) and the whole response (`t3`).
     pub fn from_call(client: ClientTimes, server: &ServerTiming) -> Option<Self> {
         let t1 = server.recv_unix_ns?;
         let t2 = t1.checked_add(server.total_ns?)?;
@@ -40,6 +49,58 @@ impl NtpSample {
             t2,
             t3: client.recv_unix_ns,
         })
+    }
+
+    /// The sample the offset is estimated from: [`from_call`](Self::from_call)
+    /// with `t0` moved to the request's first byte out and `t3` to the
+    /// response's first byte in (the client's stamps), and `t1` back to the
+    /// request's first byte in (by the server's `transfer_ns`), where known.
+    /// What happens between first and last byte (transfer, the client's
+    /// encoding), measured each on one clock, then stays out of the delay δ,
+    /// so a big frame neither widens the bound nor moves the offset. The
+    /// bound stays true as long as the first byte out was stamped no later
+    /// than it left (`t0' ≤ t1'` in true time) and `t2 ≤ t3'`.
+    ///
+    /// The second value is true when a first-byte input contradicted the
+    /// call (a client stamp outside the roundtrip, or transfers longer than
+    /// the network time): it is then ignored, and the caller counts it.
+    pub fn first_byte(client: ClientTimes, server: &ServerTiming) -> (Option<Self>, bool) {
+        let Some(full) = NtpSample::from_call(client, server) else {
+            return (None, false);
+        };
+        if full.delay_ns() < 0.0 {
+            // The filter rejects (and counts) this sample as it is.
+            return (Some(full), false);
+        }
+        let mut s = full;
+        let mut rejected = false;
+        if let Some(fb) = client.first_byte_unix_ns {
+            if (full.t0..=full.t3).contains(&fb) {
+                s.t3 = fb;
+            } else {
+                rejected = true;
+            }
+        }
+        if let Some(out) = client.request_first_byte_unix_ns {
+            if (full.t0..=s.t3).contains(&out) {
+                s.t0 = out;
+            } else {
+                rejected = true;
+            }
+        }
+        if let Some(x) = server.transfer_ns {
+            match full.t1.checked_sub(x) {
+                Some(t1) => s.t1 = t1,
+                None => rejected = true,
+            }
+        }
+        // What was taken out (request transfer and the client's work before
+        // the first byte left, the response's transfer) fits in the network
+        // time; more is a broken stamp: fall back to the whole sample.
+        if s.delay_ns() < 0.0 {
+            return (Some(full), true);
+        }
+        (Some(s), rejected)
     }
 }
 
@@ -70,6 +131,9 @@ pub struct Stitched {
     pub basis: Option<ClockBasis>,
     /// True when a negative figure had to be clamped to 0.
     pub clamped: bool,
+    /// True when a first-byte input (the server's `transfer_ns`, the
+    /// client's first-byte stamp) contradicted the call and was ignored.
+    pub rejected_first_byte: bool,
     /// Frequency error of the peer's clock against ours, ppm, once estimated.
     pub drift_ppm: Option<f64>,
     /// ± bound on `drift_ppm`.
@@ -204,6 +268,8 @@ impl Stitcher {
         out.net_ns = net_ns.map(whole_ns);
 
         let sample = NtpSample::from_call(client, server);
+        let (estimate_from, rejected) = NtpSample::first_byte(client, server);
+        out.rejected_first_byte = rejected;
         out.basis = Some(match (self.mode, sample, net_ns) {
             (ClockMode::None, _, _) => ClockBasis::None,
             (_, None, _) | (_, _, None) => ClockBasis::Degraded,
@@ -214,21 +280,25 @@ impl Stitcher {
                 out.offset_ns = Some(0);
                 ClockBasis::Trusted
             }
-            (ClockMode::Estimate, Some(s), Some(net)) => match self.filter_mut(peer).add(s) {
-                Some(est) => {
-                    let up = clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
-                    out.uplink_ns = Some(whole_ns(up));
-                    out.downlink_ns = Some(whole_ns(net - up));
-                    out.offset_ns = Some(whole_ns(est.offset_ns));
-                    out.split_err_ns = Some(whole_ns(est.err_ns));
-                    out.drift_ppm = est.drift_ppm;
-                    out.drift_err_ppm = est.drift_err_ppm;
-                    out.clock_step = est.step;
-                    ClockBasis::Estimate
+            (ClockMode::Estimate, Some(s), Some(net)) => {
+                match estimate_from.and_then(|e| self.filter_mut(peer).add(e)) {
+                    Some(est) => {
+                        // Uplink ends at the whole request (`t1`), whichever
+                        // sample the offset came from.
+                        let up = clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
+                        out.uplink_ns = Some(whole_ns(up));
+                        out.downlink_ns = Some(whole_ns(net - up));
+                        out.offset_ns = Some(whole_ns(est.offset_ns));
+                        out.split_err_ns = Some(whole_ns(est.err_ns));
+                        out.drift_ppm = est.drift_ppm;
+                        out.drift_err_ppm = est.drift_err_ppm;
+                        out.clock_step = est.step;
+                        ClockBasis::Estimate
+                    }
+                    // A sample the filter rejects, with nothing to fall back on.
+                    None => ClockBasis::Degraded,
                 }
-                // A sample the filter rejects, with nothing to fall back on.
-                None => ClockBasis::Degraded,
-            },
+            }
         });
         if clamped {
             self.clamped += 1;
@@ -276,6 +346,8 @@ mod tests {
             let client = ClientTimes {
                 send_unix_ns: BASE + t,
                 recv_unix_ns: BASE + t + up + server + down,
+                first_byte_unix_ns: None,
+                request_first_byte_unix_ns: None,
             };
             let timing = ServerTiming {
                 recv_unix_ns: Some(self.server_clock(t + up)),
@@ -285,6 +357,23 @@ mod tests {
                 ..Default::default()
             };
             (client, timing)
+        }
+
+        /// One call whose one-way times are a latency before the first byte
+        /// plus a transfer (first → last byte), stamped as the project's
+        /// servers and clients do: the server's `transfer_ns`, the client's
+        /// first-byte stamp.
+        fn call_fb(
+            &self,
+            t: u64,
+            up: (u64, u64),
+            server: u64,
+            down: (u64, u64),
+        ) -> (ClientTimes, ServerTiming) {
+            let (mut c, mut s) = self.call(t, up.0 + up.1, server, down.0 + down.1);
+            c.first_byte_unix_ns = Some(BASE + t + up.0 + up.1 + server + down.0);
+            s.transfer_ns = Some(up.1);
+            (c, s)
         }
     }
 
@@ -342,6 +431,215 @@ mod tests {
             assert!(ms(out.split_err_ns).unwrap() < 12.8);
         }
         assert_eq!(st.clamped(), 0);
+    }
+
+    #[test]
+    fn a_big_request_stays_out_of_the_offset() {
+        // Server clock +250 ms; 2 ms before the first byte each way, then a
+        // request that takes 8 ms to arrive whole and a response of 0.2 ms.
+        let w = World {
+            skew_ns: 250 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let (up, down) = ((2 * MS, 8 * MS), (2 * MS, MS / 5));
+        let (c, s) = w.call_fb(0, up, 10 * MS, down);
+        let new = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        assert_eq!(new.basis, Some(ClockBasis::Estimate));
+        assert!(!new.rejected_first_byte && !new.clamped);
+        // Exactly: θ = 250 ms, uplink 2 + 8, downlink 2 + 0.2, and the bound
+        // is the first-byte delay (2 + 2) / 2.
+        assert_eq!(
+            (
+                new.offset_ns,
+                new.uplink_ns,
+                new.downlink_ns,
+                new.split_err_ns
+            ),
+            (
+                Some(250 * MS as i64),
+                Some(10 * MS as i64),
+                Some(2_200_000),
+                Some(2 * MS as i64)
+            )
+        );
+        assert_eq!(new.net_ns, Some(12_200_000));
+        // Today's arithmetic on the same call (an old server, an old client):
+        // half the 7.8 ms asymmetry of the transfers lands in the offset.
+        let old_c = ClientTimes {
+            first_byte_unix_ns: None,
+            ..c
+        };
+        let old_s = ServerTiming {
+            transfer_ns: None,
+            ..s
+        };
+        let old = Stitcher::new(ClockMode::Estimate).stitch("", old_c, &old_s);
+        assert_eq!(
+            (
+                old.offset_ns,
+                old.uplink_ns,
+                old.downlink_ns,
+                old.split_err_ns
+            ),
+            (
+                Some(253_900_000),
+                Some(6_100_000),
+                Some(6_100_000),
+                Some(6_100_000)
+            )
+        );
+        // One side alone: the server's transfer only (client without the
+        // stamp): θ = 250 + (2 − 2.2)/2, bound (2 + 2.2)/2.
+        let half = Stitcher::new(ClockMode::Estimate).stitch("", old_c, &s);
+        assert_eq!(
+            (half.offset_ns, half.uplink_ns, half.split_err_ns),
+            (Some(249_900_000), Some(10_100_000), Some(2_100_000))
+        );
+    }
+
+    #[test]
+    fn client_work_before_the_first_byte_left_stays_out_of_the_offset() {
+        // 3 ms of the client's own work inside the transport span before the
+        // request's first byte leaves (encoding, masking a big frame), then
+        // 2 ms + 8 ms of transfer; 2 ms + 0.2 ms back.
+        let w = World {
+            skew_ns: 250 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let (mut c, s) = w.call_fb(0, (5 * MS, 8 * MS), 10 * MS, (2 * MS, MS / 5));
+        let without = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        // Half of the 3 ms lands in the offset.
+        assert_eq!(
+            (without.offset_ns, without.uplink_ns, without.split_err_ns),
+            (Some(251_500_000), Some(11_500_000), Some(3_500_000))
+        );
+        c.request_first_byte_unix_ns = Some(c.send_unix_ns + 3 * MS);
+        let with = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        assert!(!with.rejected_first_byte);
+        assert_eq!(
+            (
+                with.offset_ns,
+                with.uplink_ns,
+                with.downlink_ns,
+                with.split_err_ns
+            ),
+            (
+                Some(250 * MS as i64),
+                Some(13 * MS as i64),
+                Some(2_200_000),
+                Some(2 * MS as i64)
+            )
+        );
+        // A first byte out after the response's first byte in is ignored.
+        c.request_first_byte_unix_ns = c.first_byte_unix_ns.map(|f| f + 1);
+        let bad = Stitcher::new(ClockMode::Estimate).stitch("", c, &s);
+        assert!(bad.rejected_first_byte);
+        assert_eq!(bad.offset_ns, without.offset_ns);
+    }
+
+    #[test]
+    fn contradicting_first_byte_inputs_are_ignored_and_flagged() {
+        let w = World {
+            skew_ns: -30 * MS as i64,
+            drift_ppm: 0.0,
+            step: None,
+        };
+        let (c, s) = w.call_fb(0, (MS, 4 * MS), 5 * MS, (MS, MS));
+        let old = |c: ClientTimes, s: ServerTiming| {
+            let c = ClientTimes {
+                first_byte_unix_ns: None,
+                ..c
+            };
+            let s = ServerTiming {
+                transfer_ns: None,
+                ..s
+            };
+            Stitcher::new(ClockMode::Estimate).stitch("", c, &s)
+        };
+        let today = old(c, s);
+        // A transfer longer than the network time (7 ms here).
+        let long = ServerTiming {
+            transfer_ns: Some(7 * MS),
+            ..s
+        };
+        // A first byte before the request was sent, and one after the end.
+        let early = ClientTimes {
+            first_byte_unix_ns: Some(c.send_unix_ns - 1),
+            ..c
+        };
+        let late = ClientTimes {
+            first_byte_unix_ns: Some(c.recv_unix_ns + 1),
+            ..c
+        };
+        for (c2, s2) in [
+            (c, long),
+            (
+                early,
+                ServerTiming {
+                    transfer_ns: None,
+                    ..s
+                },
+            ),
+            (
+                late,
+                ServerTiming {
+                    transfer_ns: None,
+                    ..s
+                },
+            ),
+        ] {
+            let out = Stitcher::new(ClockMode::Estimate).stitch("", c2, &s2);
+            assert!(out.rejected_first_byte, "{c2:?} {s2:?}");
+            // Falls back to today's figures, exactly.
+            assert_eq!(
+                (out.offset_ns, out.uplink_ns, out.split_err_ns),
+                (today.offset_ns, today.uplink_ns, today.split_err_ns)
+            );
+        }
+        // A transfer that just fits (all of the uplink) is taken: what is
+        // left of δ is the 1 ms before the response's first byte.
+        let whole = ServerTiming {
+            transfer_ns: Some(5 * MS),
+            ..s
+        };
+        let out = Stitcher::new(ClockMode::Estimate).stitch("", c, &whole);
+        assert!(!out.rejected_first_byte);
+        assert_eq!(out.split_err_ns, Some(500_000));
+    }
+
+    #[test]
+    fn first_byte_bound_holds_under_asymmetric_latency_and_is_never_wider() {
+        // Latency 6 ms up / 1 ms down (invisible to two clocks), transfers
+        // of 0–40 ms up: the truth stays inside the bound, which is never
+        // wider than today's.
+        let w = World {
+            skew_ns: 80 * MS as i64,
+            drift_ppm: 10.0,
+            step: None,
+        };
+        let mut new = Stitcher::new(ClockMode::Estimate);
+        let mut old = Stitcher::new(ClockMode::Estimate);
+        let mut rng = Lcg(5);
+        for i in 0..600u64 {
+            let up = (6 * MS + rng.next(MS / 2), rng.next(40 * MS));
+            let down = (MS + rng.next(MS / 2), rng.next(MS / 4));
+            let (c, s) = w.call_fb(i * 50 * MS, up, 7 * MS, down);
+            let a = new.stitch("", c, &s);
+            check_bounds(&a, up.0 + up.1, down.0 + down.1);
+            let c0 = ClientTimes {
+                first_byte_unix_ns: None,
+                ..c
+            };
+            let s0 = ServerTiming {
+                transfer_ns: None,
+                ..s
+            };
+            let b = old.stitch("", c0, &s0);
+            check_bounds(&b, up.0 + up.1, down.0 + down.1);
+            assert!(a.split_err_ns <= b.split_err_ns, "call {i}: {a:?} vs {b:?}");
+        }
     }
 
     #[test]
@@ -507,6 +805,8 @@ mod tests {
         let c = ClientTimes {
             send_unix_ns: BASE,
             recv_unix_ns: BASE + 10 * MS,
+            first_byte_unix_ns: None,
+            request_first_byte_unix_ns: None,
         };
         let s = ServerTiming {
             recv_unix_ns: Some(BASE + 30 * MS),
@@ -523,6 +823,8 @@ mod tests {
         let back = ClientTimes {
             send_unix_ns: BASE + MS,
             recv_unix_ns: BASE,
+            first_byte_unix_ns: None,
+            request_first_byte_unix_ns: None,
         };
         let out = st.stitch("", back, &ServerTiming::default());
         assert!(out.clamped && ms(out.roundtrip_ns) == Some(0.0));

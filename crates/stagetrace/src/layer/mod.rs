@@ -178,6 +178,8 @@ where
                     observer_ticks: stamp::now().ticks_since(t0),
                     timing: None,
                     peer: fields.peer.unwrap_or(InlineStr::new()),
+                    first_byte: None,
+                    request_first_byte: None,
                 });
             }
             Role::Stage(stage) => {
@@ -252,6 +254,8 @@ where
                                 span_id: t.span_id,
                                 timing: t.timing,
                                 peer: t.peer,
+                                first_byte: t.first_byte,
+                                request_first_byte: t.request_first_byte,
                             });
                         }
                     }

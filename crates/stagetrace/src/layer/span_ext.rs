@@ -3,6 +3,8 @@
 //! stale actions), as `tracing-opentelemetry`'s `OpenTelemetrySpanExt` does
 //! for OpenTelemetry.
 
+use std::time::Instant;
+
 use crate::queue::CallState;
 use crate::wire::{ServerTiming, TraceParent};
 
@@ -44,6 +46,24 @@ pub trait StageSpanExt: sealed::Sealed {
     /// span or no [`StageLayer`](crate::StageLayer) is installed.
     fn record_server_timing(&self, timing: ServerTiming);
 
+    /// Tell the enclosing transport span when the response's first byte
+    /// arrived (the transport's first read after sending the request: a
+    /// WebSocket frame header, an HTTP response head). The clock estimate
+    /// then leaves the response's transfer (first byte → whole response,
+    /// measured on this clock) out of the offset, as the server's
+    /// `transfer_ns` does for the request (`docs/clocks.md`). A stamp
+    /// outside the transport span is ignored and counted. No effect outside
+    /// a transport span.
+    fn record_response_first_byte(&self, at: Instant);
+
+    /// Tell the enclosing transport span when the request's first byte left
+    /// (a stamp taken just before the write that took it: never after the
+    /// byte left). The clock estimate then leaves the client's own work
+    /// before that write (encoding, WebSocket masking of a big frame) out of
+    /// the offset; the uplink still counts it. Ignored and counted when
+    /// outside the transport span or after the response's first byte.
+    fn record_request_first_byte(&self, at: Instant);
+
     /// The W3C trace context to send with the request made inside this span:
     /// trace id = the call's trace id (the record's `trace_id`), parent id =
     /// the enclosing transport span's own id (or the call's when there is no
@@ -69,13 +89,15 @@ pub trait StageSpanExt: sealed::Sealed {
 
 impl StageSpanExt for tracing::Span {
     fn record_server_timing(&self, timing: ServerTiming) {
-        walk(self, &mut |ext| {
-            if let Some(t) = ext.get_mut::<TransportState>() {
-                t.timing = Some(timing);
-                return true;
-            }
-            ext.get_mut::<CallState>().is_some()
-        });
+        with_transport(self, |t| t.timing = Some(timing));
+    }
+
+    fn record_response_first_byte(&self, at: Instant) {
+        with_transport(self, |t| t.first_byte = Some(at));
+    }
+
+    fn record_request_first_byte(&self, at: Instant) {
+        with_transport(self, |t| t.request_first_byte = Some(at));
     }
 
     fn trace_parent(&self) -> Option<TraceParent> {
@@ -121,6 +143,18 @@ impl StageSpanExt for tracing::Span {
             call.stale_dropped = call.stale_dropped.saturating_add(n);
         });
     }
+}
+
+/// Runs `f` on the state of the transport span enclosing `span` (or `span`
+/// itself), stopping at the call.
+fn with_transport(span: &tracing::Span, mut f: impl FnMut(&mut TransportState)) {
+    walk(span, &mut |ext| {
+        if let Some(t) = ext.get_mut::<TransportState>() {
+            f(t);
+            return true;
+        }
+        ext.get_mut::<CallState>().is_some()
+    });
 }
 
 /// Runs `f` on the state of the call enclosing `span` (or `span` itself).

@@ -2,6 +2,8 @@
 //! span keeps a [`CallState`](crate::queue::CallState), which is also what
 //! the worker receives when the call closes.
 
+use std::time::Instant;
+
 use crate::queue::{InlineStr, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
@@ -28,4 +30,8 @@ pub(crate) struct TransportState {
     pub(crate) observer_ticks: u64,
     pub(crate) timing: Option<ServerTiming>,
     pub(crate) peer: InlineStr<PEER_LEN>,
+    /// The response's first byte arrived (the transport's stamp).
+    pub(crate) first_byte: Option<Instant>,
+    /// The request's first byte left (the transport's stamp).
+    pub(crate) request_first_byte: Option<Instant>,
 }

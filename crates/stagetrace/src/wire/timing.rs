@@ -33,6 +33,13 @@ pub struct ServerTiming {
     pub pre_ns: Option<u64>,
     /// Post-processing part of `infer_ns`, when known.
     pub post_ns: Option<u64>,
+    /// Request transfer on the server's monotonic clock: the request's first
+    /// byte arrived → the whole request had arrived (`recv_unix_ns`). With
+    /// it the client takes the request's arrival time out of the clock
+    /// estimate, so a big uplink frame does not widen the split
+    /// (`docs/clocks.md`). Absent from older servers: the estimate then rests
+    /// on the whole request, as before.
+    pub transfer_ns: Option<u64>,
     /// How many requests the batch that ran this one held (1 ..=
     /// [`MAX_BATCH_SIZE`]), when the server batches.
     pub batch_size: Option<u32>,
@@ -42,13 +49,14 @@ pub struct ServerTiming {
 }
 
 /// Field order shared by every encoding: (map key, `stagetrace-timing` key).
-pub(super) const FIELDS: [(&str, &str); 6] = [
+pub(super) const FIELDS: [(&str, &str); 7] = [
     ("recv_unix_ns", "recv"),
     ("total_ns", "total"),
     ("queue_ns", "queue"),
     ("infer_ns", "infer"),
     ("pre_ns", "pre"),
     ("post_ns", "post"),
+    ("transfer_ns", "transfer"),
 ];
 
 impl ServerTiming {
@@ -60,6 +68,7 @@ impl ServerTiming {
             3 => self.infer_ns,
             4 => self.pre_ns,
             5 => self.post_ns,
+            6 => self.transfer_ns,
             _ => None,
         }
     }
@@ -72,6 +81,7 @@ impl ServerTiming {
             3 => Some(&mut self.infer_ns),
             4 => Some(&mut self.pre_ns),
             5 => Some(&mut self.post_ns),
+            6 => Some(&mut self.transfer_ns),
             _ => None,
         }
     }
@@ -82,7 +92,7 @@ impl ServerTiming {
     }
 
     /// True when at least one time field (`recv_unix_ns`, `total_ns`,
-    /// `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`) is known: what the
+    /// `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`, `transfer_ns`) is known: what the
     /// client's timeline can be stitched from.
     pub fn has_times(&self) -> bool {
         (0..FIELDS.len()).any(|i| self.get(i).is_some())
@@ -119,7 +129,7 @@ impl ServerTiming {
     }
 
     /// The `stagetrace-timing` header value:
-    /// `v=1;recv=<unix ns>;total=<ns>;queue=<ns>;infer=<ns>;pre=<ns>;post=<ns>;batch=<n>;cache=hit|miss`,
+    /// `v=1;recv=<unix ns>;total=<ns>;queue=<ns>;infer=<ns>;pre=<ns>;post=<ns>;transfer=<ns>;batch=<n>;cache=hit|miss`,
     /// known fields only.
     pub fn to_timing_header(&self) -> String {
         let mut out = String::from("v=1");
@@ -413,13 +423,14 @@ mod tests {
             infer_ns: Some(12_300_000),
             pre_ns: Some(1_000_000),
             post_ns: Some(500_000),
+            transfer_ns: Some(4_200_000),
             batch_size: None,
             cache_hit: None,
         };
         let h = t.to_timing_header();
         assert_eq!(
             h,
-            "v=1;recv=1700000000123456789;total=13000000;queue=120000;infer=12300000;pre=1000000;post=500000"
+            "v=1;recv=1700000000123456789;total=13000000;queue=120000;infer=12300000;pre=1000000;post=500000;transfer=4200000"
         );
         assert_eq!(ServerTiming::parse_timing_header(&h).unwrap(), t);
         let partial = ServerTiming::parse_timing_header(" v=1 ; infer=5 ;future=abc;").unwrap();
@@ -477,6 +488,9 @@ mod tests {
             "v=1;total=NaN",
             "v=1;total=99999999999999999999999",
             "v=1;total=3600000000001",
+            "v=1;transfer=3600000000001",
+            "v=1;transfer=-1",
+            "v=1;transfer=1;transfer=1",
             "v=1;total=1;total=2",
             "v=1;v=1",
             "v=1;total",

@@ -17,7 +17,8 @@ pub const MAX_TIMING_MAP_ENTRIES: usize = 64;
 /// loop iteration, kept for openpi clients).
 ///
 /// Keys: `infer_ms` and `prev_total_ms` (float ms, openpi's),
-/// `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`
+/// `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`,
+/// `transfer_ns`
 /// (integer ns), `batch_size` (positive integer) and `cache` (`"hit"` or
 /// `"miss"`). When both `infer_ns` and `infer_ms` are present
 /// `infer_ns` wins; a map with only `infer_ms` gives a degraded
@@ -276,6 +277,7 @@ mod tests {
             infer_ns: Some(12_345_678),
             pre_ns: None,
             post_ns: Some(0),
+            transfer_ns: Some(8_000_000),
             batch_size: Some(3),
             cache_hit: Some(true),
         };
@@ -296,6 +298,7 @@ mod tests {
             serde_json::json!({"batch_size": 0}),
             serde_json::json!({"cache": "HIT"}),
             serde_json::json!({"queue_ns": -3}),
+            serde_json::json!({"transfer_ns": 3_600_000_000_001u64}),
             serde_json::json!({"infer_ms": 1e300}),
             serde_json::json!([1, 2]),
         ];

@@ -116,18 +116,36 @@ impl Converter {
             });
             tl.transport_span_id = Some(t.span_id.to_be_bytes());
             rec.set(Figure::Roundtrip, ns(t_dur));
+            let t_start_at = cal.instant(t.start);
+            let t_end_at = cal.instant(t.end);
+            // The first byte on the call's timeline; a stamp outside the
+            // transport span is kept off it (the stitch counts it).
+            let first_byte = t
+                .first_byte
+                .filter(|fb| (t_start_at..=t_end_at).contains(fb));
+            tl.response_first_byte_ns = first_byte.map(|fb| {
+                let d = fb.saturating_duration_since(start);
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+            });
             if let Some(timing) = t.timing {
                 rec.batch_size = timing.batch_size;
                 rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
             }
             if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
                 let client = ClientTimes {
-                    send_unix_ns: anchor.to_unix_ns(cal.instant(t.start)),
-                    recv_unix_ns: anchor.to_unix_ns(cal.instant(t.end)),
+                    send_unix_ns: anchor.to_unix_ns(t_start_at),
+                    recv_unix_ns: anchor.to_unix_ns(t_end_at),
+                    first_byte_unix_ns: t.first_byte.map(|fb| anchor.to_unix_ns(fb)),
+                    request_first_byte_unix_ns: t
+                        .request_first_byte
+                        .map(|at| anchor.to_unix_ns(at)),
                 };
                 let st = self.stitcher.stitch(t.peer.as_str(), client, &timing);
                 if st.clamped {
                     Health::bump(&self.health.clamped);
+                }
+                if st.rejected_first_byte {
+                    Health::bump(&self.health.rejected_headers);
                 }
                 let f = &mut rec.figures;
                 f.set(
