@@ -193,6 +193,7 @@ fn timing_map_seeds() -> Vec<Vec<u8>> {
         timing: ServerTiming {
             recv_unix_ns: Some(1_700_000_000_000_000_001),
             total_ns: Some(13_000_001),
+            transfer_ns: Some(2_000_001),
             queue_ns: Some(1),
             infer_ns: Some(12_345_678),
             pre_ns: None,

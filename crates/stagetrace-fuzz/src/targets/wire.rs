@@ -192,6 +192,7 @@ fn timings() -> Vec<ServerTiming> {
         ServerTiming {
             recv_unix_ns: Some(1_700_000_000_123_456_789),
             total_ns: Some(13_000_000),
+            transfer_ns: Some(2_000_001),
             queue_ns: Some(120_000),
             infer_ns: Some(12_300_000),
             pre_ns: Some(1_000_000),
@@ -353,6 +354,7 @@ pub(super) const SERVER_TIMING: Target = Target {
         b"\"",
         b"\\",
         b"total",
+        b"transfer",
         b"queue",
         b"infer",
         b"pre",
