@@ -151,14 +151,35 @@ fn payload_ramp_moves_uplink_first() {
         first(&json),
         json["verdict"]["summary"]
     );
-    // Bigger requests only: an asymmetric change, which the clock estimate
-    // may later split partly into downlink; uplink moves most.
+    // Bigger requests only: the request's transfer is measured on the
+    // server's clock (first byte -> whole request) and the offset rests on
+    // first-byte stamps, so none of it is split into downlink (issue 16).
     let ratio = |s: &str| {
         json["levels"][0]["components"][s]["p50_ratio"]["ratio"]
             .as_f64()
             .unwrap()
     };
     assert!(ratio("uplink") > 2.0 * ratio("downlink"));
+    let dragged: Vec<&str> = json["verdict"]["dragged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d[0].as_str().unwrap())
+        .collect();
+    assert!(
+        !dragged.contains(&"downlink"),
+        "downlink dragged along: {}",
+        json["verdict"]["summary"]
+    );
+    for level in json["levels"].as_array().unwrap() {
+        assert_eq!(
+            level["components"]["downlink"]["moved"].as_bool(),
+            Some(false),
+            "level {}: {}",
+            level["label"],
+            json["verdict"]["summary"]
+        );
+    }
 }
 
 #[test]
