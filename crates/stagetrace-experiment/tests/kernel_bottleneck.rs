@@ -8,13 +8,12 @@
 
 use std::net::TcpStream;
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use stagetrace_experiment::netns::{kernel_bottleneck_available, namespaces_of, remove_stale};
-use stagetrace_experiment::{run, thread_names, Plan, RunOptions};
+use stagetrace_experiment::{thread_names, Plan};
 
 mod support;
 
@@ -50,7 +49,6 @@ fn a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it() {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
     // 256 KiB frames: 52 ms at 40 Mbit/s; with 30 Mbit/s of UDP competing
     // for the same 40, several times that.
     let plan = Plan::from_toml(
@@ -72,19 +70,7 @@ fn a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it() {
         "#,
     )
     .unwrap();
-    let report = run(
-        &plan,
-        &RunOptions {
-            out: dir.path().to_path_buf(),
-            progress: false,
-            stop: Arc::new(AtomicBool::new(false)),
-        },
-    )
-    .unwrap();
-    eprintln!("{}", stagetrace_experiment::text(&report));
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("experiment.json")).unwrap())
-            .unwrap();
+    let support::Finished { report, json, .. } = support::run_to_end(&plan);
     assert_eq!(
         json["verdict"]["first_stage"], "uplink",
         "{}",
@@ -253,7 +239,6 @@ fn udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline() {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().unwrap();
     let plan = Plan::from_toml(
         r#"
         [target]
@@ -273,16 +258,7 @@ fn udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline() {
         "#,
     )
     .unwrap();
-    let report = run(
-        &plan,
-        &RunOptions {
-            out: dir.path().to_path_buf(),
-            progress: false,
-            stop: Arc::new(AtomicBool::new(false)),
-        },
-    )
-    .unwrap();
-    eprintln!("{}", stagetrace_experiment::text(&report));
+    let support::Finished { report, dir, .. } = support::run_to_end(&plan);
     let lines: Vec<Value> = std::fs::read_to_string(dir.path().join("resources.jsonl"))
         .unwrap()
         .lines()
