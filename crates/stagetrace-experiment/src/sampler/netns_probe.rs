@@ -120,6 +120,14 @@ mod tests {
         }
         p.stop(&watch);
         assert!(watch.lock().unwrap().is_empty());
+        // The kernel drops /proc/self/task/<tid> as the exited thread is
+        // reaped, a moment after join returns: wait for it, bounded (1 s).
+        for _ in 0..100 {
+            if !dir.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         assert!(!dir.exists(), "the thread ended");
         let err = NetnsProbe::start("nope", || Err("no such namespace".into()), &watch);
         assert_eq!(err.unwrap_err(), "no such namespace");
