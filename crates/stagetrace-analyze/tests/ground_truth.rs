@@ -13,16 +13,6 @@ use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_analyze::render;
 
-fn dataset(s: &Scenario) -> Dataset {
-    let text = gen::lines(s);
-    Dataset::load_reader(
-        text.as_bytes(),
-        Path::new("generated"),
-        LoadOptions::default(),
-    )
-    .unwrap()
-}
-
 fn codes(r: &Report) -> Vec<(String, Option<String>)> {
     r.verdicts
         .iter()
@@ -31,8 +21,8 @@ fn codes(r: &Report) -> Vec<(String, Option<String>)> {
 }
 
 fn run(s: &Scenario, base: Option<&Scenario>) -> Report {
-    let ds = dataset(s);
-    let b = base.map(dataset);
+    let ds = gen::dataset(s);
+    let b = base.map(gen::dataset);
     let a = analyze(&ds, b.as_ref(), &AnalyzeOptions::default());
     eprintln!("{}", render::text(&a.report));
     a.report

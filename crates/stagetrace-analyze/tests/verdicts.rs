@@ -6,26 +6,13 @@
 #[path = "support/gen.rs"]
 mod gen;
 
-use std::path::Path;
-
 use gen::Scenario;
 use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
-use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_analyze::render;
 
-fn dataset(s: &Scenario) -> Dataset {
-    let text = gen::lines(s);
-    Dataset::load_reader(
-        text.as_bytes(),
-        Path::new("generated"),
-        LoadOptions::default(),
-    )
-    .unwrap()
-}
-
 fn run(s: &Scenario, base: Option<&Scenario>) -> (Report, String) {
-    let ds = dataset(s);
-    let b = base.map(dataset);
+    let ds = gen::dataset(s);
+    let b = base.map(gen::dataset);
     let a = analyze(&ds, b.as_ref(), &AnalyzeOptions::default());
     let text = render::text(&a.report);
     eprintln!("{text}");

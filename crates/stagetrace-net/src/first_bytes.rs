@@ -61,9 +61,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for FirstBytes<S> {
 }
 
 impl<S> FirstBytes<S> {
-    fn note_write(&mut self, before: Instant, r: &Poll<io::Result<usize>>) {
+    /// The clock read before a write, only while the message's first write
+    /// is still to come (a large frame takes many writes: one read each
+    /// would be wasted).
+    fn before_write(&self) -> Option<Instant> {
+        self.first_write.is_none().then(Instant::now)
+    }
+
+    fn note_write(&mut self, before: Option<Instant>, r: &Poll<io::Result<usize>>) {
         if self.first_write.is_none() && matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
-            self.first_write = Some(before);
+            self.first_write = before;
         }
     }
 }
@@ -74,7 +81,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let before = Instant::now();
+        let before = self.before_write();
         let this = &mut *self;
         let r = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.note_write(before, &r);
@@ -86,7 +93,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstBytes<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let before = Instant::now();
+        let before = self.before_write();
         let this = &mut *self;
         let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.note_write(before, &r);

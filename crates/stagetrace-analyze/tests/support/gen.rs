@@ -197,3 +197,13 @@ pub(crate) fn lines(s: &Scenario) -> String {
 pub(crate) fn write(path: &Path, s: &Scenario) {
     std::fs::write(path, lines(s)).unwrap();
 }
+
+/// A scenario loaded as `report` loads a file.
+pub(crate) fn dataset(s: &Scenario) -> stagetrace_analyze::load::Dataset {
+    stagetrace_analyze::load::Dataset::load_reader(
+        lines(s).as_bytes(),
+        Path::new("generated"),
+        stagetrace_analyze::load::LoadOptions::default(),
+    )
+    .unwrap()
+}
