@@ -18,6 +18,7 @@ use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Bat
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle};
 use stagetrace_test_support::{quantile, rt, Observed};
 use support::{cost, digests, observation, policy};
+use tokio::sync::Barrier;
 use tracing::Instrument;
 
 const CLIENTS: u64 = 4;
@@ -25,14 +26,16 @@ const CALLS: u64 = 15;
 const A_MS: u64 = 20;
 const B_MS: u64 = 2;
 
-/// Run 4 closed-loop clients against `url`; returns the wall time.
+/// Run 4 closed-loop clients against `url`, all connected before the first
+/// call (a fleet that starts together); returns the wall time of the calls.
 async fn drive(url: &str) -> Duration {
-    let start = Instant::now();
+    let connected = Arc::new(Barrier::new(CLIENTS as usize + 1));
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
-        let url = url.to_owned();
+        let (url, connected) = (url.to_owned(), Arc::clone(&connected));
         tasks.push(tokio::spawn(async move {
             let mut client = PolicyClient::connect(&url).await.unwrap();
+            connected.wait().await;
             for i in 0..CALLS {
                 let seq = c * 1000 + i;
                 let call = tracing::info_span!("call", seq = seq);
@@ -49,6 +52,8 @@ async fn drive(url: &str) -> Duration {
             }
         }));
     }
+    connected.wait().await;
+    let start = Instant::now();
     for t in tasks {
         t.await.unwrap();
     }
@@ -104,7 +109,9 @@ fn batching_batches_every_call_and_records_show_queue_vs_infer() {
         let batcher = Batcher::spawn(
             BatchConfig::default()
                 .max_batch(CLIENTS as usize)
-                .max_wait(Duration::from_millis(5)),
+                // Far longer than any step of the run: the four clients
+                // decide the batches, not how busy the machine is.
+                .max_wait(Duration::from_millis(2000)),
             move |xs: Vec<MsgMap>| {
                 let mut m = ran_in2.lock().unwrap();
                 for x in &xs {
@@ -134,7 +141,9 @@ fn batching_batches_every_call_and_records_show_queue_vs_infer() {
     // The throughput ratio above is printed, not asserted: a speed goal
     // is a benchmark's, not a test's (docs/mitigations.md has the figures).
     assert_eq!(stats.batched, CLIENTS * CALLS);
-    assert!(stats.mean_batch() >= 2.5, "{stats:?}");
+    // Every answer of a batch goes out at once, so every batch holds one
+    // call of each client.
+    assert_eq!((stats.batches, stats.ran_full), (CALLS, CALLS), "{stats:?}");
 
     // Every call has a record with the server's queue and infer split.
     for recs in [&serial_recs, &batched_recs] {

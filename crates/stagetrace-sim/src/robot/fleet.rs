@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use stagetrace_mitigate::record_action_digest;
 use stagetrace_net::{ClientError, PolicyClient};
+use tokio::sync::Barrier;
 use tracing::Instrument;
 
 use super::scene;
@@ -50,16 +51,24 @@ impl Fleet {
     /// tokio runtime; each call is a `call` span numbered
     /// `client × 1 000 000 + call` with the answer's digest on it, and a
     /// given (client, call) sends the same observation in every run, so
-    /// `stagetrace compare` can join two runs by seq.
+    /// `stagetrace compare` can join two runs by seq. Every client connects
+    /// before any calls: a fleet that starts together, so a batching server
+    /// sees every robot from the first call on (one that connected late
+    /// would run out of step with the others for the whole run).
     pub async fn run(&self, addr: SocketAddr, stop: Arc<AtomicBool>) -> FleetStats {
-        let start = Instant::now();
         let url = format!("ws://{addr}");
         let (calls, scenes) = (self.calls, self.scenes.max(1));
+        let clients = self.clients.max(1);
+        // Every client and this task; a client whose connect failed still
+        // arrives, so the others never wait for it.
+        let connected = Arc::new(Barrier::new(clients as usize + 1));
         let mut tasks = Vec::new();
-        for c in 0..self.clients.max(1) {
-            let (url, stop) = (url.clone(), Arc::clone(&stop));
+        for c in 0..clients {
+            let (url, stop, connected) = (url.clone(), Arc::clone(&stop), Arc::clone(&connected));
             tasks.push(tokio::spawn(async move {
-                let mut client = PolicyClient::connect(&url).await?;
+                let client = PolicyClient::connect(&url).await;
+                connected.wait().await;
+                let mut client = client?;
                 let (mut ok, mut failed) = (0u64, 0u64);
                 for i in 0..calls {
                     if stop.load(Ordering::Relaxed) {
@@ -88,6 +97,8 @@ impl Fleet {
                 Ok::<_, ClientError>((ok, failed))
             }));
         }
+        connected.wait().await;
+        let start = Instant::now();
         let mut stats = FleetStats::default();
         for t in tasks {
             match t.await {
