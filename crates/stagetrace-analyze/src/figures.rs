@@ -71,6 +71,18 @@ fn is_in_roundtrip(stage: Figure) -> bool {
     Figure::Roundtrip.parts().contains(&stage)
 }
 
+/// The part of a silent server's black box (`ttfb`, `rx`) that stands in
+/// for a stage between send and response, when the run has both: the
+/// response's transfer for the downlink, the wait for its first byte for
+/// everything before it. `None` without them (then `roundtrip` stands in).
+fn black_box_part(stage: Figure, has: &impl Fn(Figure) -> bool) -> Option<Figure> {
+    (has(Figure::Ttfb) && has(Figure::Rx)).then_some(if stage == Figure::Downlink {
+        Figure::Rx
+    } else {
+        Figure::Ttfb
+    })
+}
+
 /// Keeps the figures the run has, each once, in the order given.
 fn present(figures: impl Iterator<Item = Figure>, has: impl Fn(Figure) -> bool) -> Vec<Figure> {
     let mut out: Vec<Figure> = Vec::new();
@@ -84,8 +96,9 @@ fn present(figures: impl Iterator<Item = Figure>, has: impl Fn(Figure) -> bool) 
 
 /// The figures stacked per call on the HTML timeline, in display order: the
 /// stages and the gap. Without the link split `net` stands in for the link
-/// stages, and without `net`, `roundtrip` for everything between send and
-/// response; figures the run lacks are left out.
+/// stages, and without `net` the black box of a server that reports no
+/// timing (`ttfb`, `rx`), or else `roundtrip`, for everything between send
+/// and response; figures the run lacks are left out.
 pub(crate) fn stacked(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
     let link_split = Figure::Net.parts().iter().any(|p| has(*p));
     let stand_in = |stage: Figure| {
@@ -98,7 +111,7 @@ pub(crate) fn stacked(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
                 stage
             }
         } else {
-            Figure::Roundtrip
+            black_box_part(stage, &has).unwrap_or(Figure::Roundtrip)
         }
     };
     let figures = Figure::STAGES
@@ -109,7 +122,8 @@ pub(crate) fn stacked(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
 }
 
 /// The figures that make up e2e without overlap, for its variance shares:
-/// the client stages, the link stages (or `net`, or `roundtrip`), the server
+/// the client stages, the link stages (or `net`, or the black box `ttfb` +
+/// `rx`, or `roundtrip`), the server
 /// total (or its stages), and the gap. Figures the run lacks are left out.
 pub(crate) fn e2e_parts(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
     let link_split = Figure::Net.parts().iter().all(|p| has(*p));
@@ -127,6 +141,8 @@ pub(crate) fn e2e_parts(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
             })
         } else if has(Figure::Net) && has(Figure::Server) {
             Some(if link { Figure::Net } else { Figure::Server })
+        } else if let Some(part) = black_box_part(stage, &has) {
+            Some(part)
         } else if has(Figure::Roundtrip) {
             Some(Figure::Roundtrip)
         } else {
@@ -208,6 +224,11 @@ mod tests {
         let degraded = [F::Infer, F::Roundtrip, F::E2e, F::Gap];
         assert_eq!(stacked(with(&degraded)), [F::Roundtrip, F::Gap]);
         assert_eq!(e2e_parts(with(&degraded)), [F::Roundtrip, F::Gap]);
+        // A server that reports no timing, with first-byte stamps: the
+        // black box's two parts stand in for the transport, never infer.
+        let silent = [F::Roundtrip, F::Ttfb, F::Rx, F::E2e, F::Gap];
+        assert_eq!(stacked(with(&silent)), [F::Ttfb, F::Rx, F::Gap]);
+        assert_eq!(e2e_parts(with(&silent)), [F::Ttfb, F::Rx, F::Gap]);
         // No transport figure at all: the server stages.
         let server_only = [F::Queue, F::Infer, F::E2e];
         assert_eq!(e2e_parts(with(&server_only)), [F::Queue, F::Infer]);
@@ -223,8 +244,10 @@ mod tests {
             .filter(|f| is_gap_related(*f))
             .collect();
         assert_eq!(related, [Figure::E2e, Figure::Gap, Figure::Observer]);
+        // The stages, the silent server's black box, the observer.
         let mut e2e = Figure::STAGES.to_vec();
-        e2e.push(Figure::Observer);
+        e2e.extend([Figure::Ttfb, Figure::Rx, Figure::Observer]);
+        e2e.sort_unstable();
         assert_eq!(finest_parts(Figure::E2e), e2e);
         assert_eq!(finest_parts(Figure::Infer), []);
     }

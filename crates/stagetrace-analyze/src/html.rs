@@ -35,6 +35,9 @@ fn color(f: Figure) -> &'static str {
         Figure::Downlink => "#17becf",
         Figure::Dispatch => "#9467bd",
         Figure::Roundtrip => "#7f7f7f",
+        // Grey like the roundtrip it cuts: a black box, not a stage's colour.
+        Figure::Ttfb => "#a5a5a5",
+        Figure::Rx => "#6b9ac4",
         Figure::Server => "#98df8a",
         Figure::Net => "#aec7e8",
         Figure::E2e => "#d62728",

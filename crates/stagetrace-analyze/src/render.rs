@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use stagetrace_schema::Figure;
+use stagetrace_schema::{Figure, BLACK_BOX_NOTE};
 
 use crate::analysis::{GroupReport, Report};
 use crate::figures;
@@ -178,6 +178,9 @@ fn group(s: &mut String, g: &GroupReport) {
                 cell(st.mean)
             );
         }
+    }
+    if g.stages.contains_key(Figure::Ttfb.name()) {
+        let _ = writeln!(s, "  {BLACK_BOX_NOTE}");
     }
     if !g.baseline.is_empty() {
         let _ = writeln!(

@@ -84,3 +84,4 @@ pub use config::{
 pub use deadline::ShutdownDeadline;
 pub use export::{ExportStats, OtlpExporter};
 pub use shared::tracing_opentelemetry_context;
+pub use spans::BLACK_BOX_SPAN;

@@ -538,3 +538,74 @@ fn every_figure_of_the_table_reaches_the_call_span() {
         assert_eq!(attr(call, &key), Some(&Value::F64(want)), "{key}");
     }
 }
+
+/// A server that reports no timing: capture 0–3 ms, transport 3–15 with the
+/// response's first byte at 11 ms (ttfb 8, rx 4), dispatch 15–19.
+fn silent_record() -> CallRecord {
+    let mut rec = record();
+    rec.figures = [
+        (Figure::Capture, 3.0),
+        (Figure::Dispatch, 4.0),
+        (Figure::Roundtrip, 12.0),
+        (Figure::Ttfb, 8.0),
+        (Figure::Rx, 4.0),
+        (Figure::E2e, 20.0),
+        (Figure::Gap, 1.0),
+    ]
+    .into_iter()
+    .map(|(f, v)| (f, ms(v) as i64))
+    .collect();
+    rec.clock = None;
+    let tl = &mut rec.timeline;
+    (tl.uplink, tl.queue, tl.infer, tl.downlink) = (None, None, None, None);
+    tl.response_first_byte_ns = Some(ms(11.0));
+    rec
+}
+
+#[test]
+fn a_silent_servers_roundtrip_is_a_labelled_black_box_never_inference() {
+    let rec = silent_record();
+    let spans = export(
+        OtlpExporter::builder().synthesized_server_spans(true),
+        |e| assert!(e.export_call(&rec)),
+    );
+    let mut names: Vec<&str> = spans.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "call",
+            "capture",
+            "dispatch",
+            "rx",
+            "transport",
+            stagetrace_otlp::BLACK_BOX_SPAN,
+        ]
+    );
+    let transport = spans["transport"].span_context.span_id();
+    let b = &spans[stagetrace_otlp::BLACK_BOX_SPAN];
+    let rx = &spans["rx"];
+    for s in [b, rx] {
+        assert_eq!(s.parent_span_id, transport);
+        assert_eq!(attr(s, "stagetrace.synthesized"), Some(&Value::Bool(true)));
+    }
+    assert_eq!(
+        (b.start_time, b.end_time),
+        (time(T0 + ms(3.0)), time(T0 + ms(11.0)))
+    );
+    assert_eq!(
+        (rx.start_time, rx.end_time),
+        (time(T0 + ms(11.0)), time(T0 + ms(15.0)))
+    );
+    assert_eq!(attr(b, "stagetrace.ttfb_ms"), Some(&Value::F64(8.0)));
+    assert_eq!(attr(rx, "stagetrace.rx_ms"), Some(&Value::F64(4.0)));
+    assert_eq!(
+        attr(b, "stagetrace.black_box"),
+        Some(&Value::from(stagetrace::schema::BLACK_BOX_NOTE))
+    );
+    // The call span carries both figures with the rest of the record.
+    assert_eq!(
+        attr(&spans["call"], "stagetrace.ttfb_ms"),
+        Some(&Value::F64(8.0))
+    );
+}

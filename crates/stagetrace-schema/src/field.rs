@@ -104,7 +104,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 29;
+pub const FIELD_COUNT: usize = 31;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -119,6 +119,8 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Downlink),
     figure_field(F::Dispatch),
     figure_field(F::Roundtrip),
+    figure_field(F::Ttfb),
+    figure_field(F::Rx),
     figure_field(F::Server),
     figure_field(F::Net),
     figure_field(F::E2e),

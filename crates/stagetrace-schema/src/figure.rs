@@ -23,6 +23,11 @@ pub enum Figure {
     Dispatch,
     /// Client transport span, send → response.
     Roundtrip,
+    /// Send → the response's first byte, for a server that reports no
+    /// timing: server and network together, a black box still to be split.
+    Ttfb,
+    /// The response's first byte → the whole response, on the client's clock.
+    Rx,
     /// Server receive → server send, on the server's monotonic clock.
     Server,
     /// `roundtrip − server`: uplink + downlink, exact without clock sync.
@@ -42,7 +47,11 @@ pub enum Figure {
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 15;
+pub const FIGURE_COUNT: usize = 17;
+
+/// Printed under every table that shows `ttfb`: what the black box is, so
+/// nobody reads the wait for the first byte as inference.
+pub const BLACK_BOX_NOTE: &str = "ttfb = send → the response's first byte: server AND network together, a black box (the server reports no timing; this is not inference); rx = the response's transfer. Add server timing to split it (docs/protocol.md).";
 
 /// One row of the figure table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,8 +127,12 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
     row("dispatch", "dispatch_ms", Unit::Millis, Group::ClientStage, Side::Client, &[],
         "response decoded → executor starts the action"),
     row("roundtrip", "roundtrip_ms", Unit::Millis, Group::Derived, Side::Transport,
-        &[F::Uplink, F::Downlink, F::Server, F::Queue, F::Infer, F::Net],
+        &[F::Uplink, F::Downlink, F::Server, F::Queue, F::Infer, F::Net, F::Ttfb, F::Rx],
         "client transport span, send → response"),
+    row("ttfb", "ttfb_ms", Unit::Millis, Group::Derived, Side::Transport, &[],
+        "send → the response's first byte, when the server reports no timing: server and network unsplit (a black box, not inference)"),
+    row("rx", "rx_ms", Unit::Millis, Group::Derived, Side::Transport, &[],
+        "the response's first byte → the whole response, on the client's clock, when the server reports no timing"),
     row("server", "server_ms", Unit::Millis, Group::Derived, Side::Server,
         &[F::Queue, F::Infer],
         "server receive → server send, on the server's monotonic clock"),
@@ -152,6 +165,8 @@ impl Figure {
         F::Downlink,
         F::Dispatch,
         F::Roundtrip,
+        F::Ttfb,
+        F::Rx,
         F::Server,
         F::Net,
         F::E2e,

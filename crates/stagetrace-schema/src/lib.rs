@@ -45,7 +45,7 @@ mod kind;
 
 pub use convert::{ms_to_ns, ns_to_ms};
 pub use field::{Field, FieldInfo, FieldType, CACHE_VALUES, CLOCK_VALUES, FIELDS, FIELD_COUNT};
-pub use figure::{Figure, FigureInfo, FIGURE_COUNT};
+pub use figure::{Figure, FigureInfo, BLACK_BOX_NOTE, FIGURE_COUNT};
 pub use kind::{Group, Side, Unit};
 
 #[cfg(test)]

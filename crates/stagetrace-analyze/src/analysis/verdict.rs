@@ -36,6 +36,13 @@ fn advice(f: Figure) -> &'static str {
         Figure::Uplink | Figure::Downlink | Figure::Roundtrip | Figure::Net => {
             "look at bandwidth, frame size and retransmits (compress or lower the frame rate; retries only hide jitter)"
         }
+        // The server reports no timing: its wait and the network's are one.
+        Figure::Ttfb => {
+            "the wait for the first byte is server and network together (a black box: the server reports no timing); add server timing (docs/protocol.md) to split it into queue, infer and the links"
+        }
+        Figure::Rx => {
+            "the response's transfer moved: look at downlink bandwidth and the response's size"
+        }
         Figure::Dispatch => {
             "look at the executor queue, the bus, a control period blocked by the last action (merge commands, drop stale actions)"
         }

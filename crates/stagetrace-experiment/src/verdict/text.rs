@@ -40,6 +40,12 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => {
             "transport moved first: look at bandwidth, frame size and retransmits — compress or lower the frame rate; retries only hide jitter"
         }
+        Figure::Ttfb => {
+            "the wait for the response's first byte moved first: server and network together, a black box (the server reports no timing) — add server timing (docs/protocol.md) to tell inference from the links"
+        }
+        Figure::Rx => {
+            "the response's transfer moved first: downlink bandwidth or the response's size"
+        }
         Figure::Dispatch => {
             "dispatch moved first: the executor queue, the bus, or a control period blocked by the last action — merge commands, drop stale actions"
         }

@@ -1,5 +1,7 @@
 //! A client call as spans: `call`, its stages, and under `transport` the
-//! synthesized `uplink` / `downlink` (and, on request, `queue` / `infer`).
+//! synthesized `uplink` / `downlink` (and, on request, `queue` / `infer`),
+//! or, for a server that reports no timing, the black box cut at the
+//! response's first byte: `ttfb (black box)` and `rx`.
 
 use std::time::SystemTime;
 
@@ -7,6 +9,7 @@ use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{IdGenerator, SpanData};
 use stagetrace::record::{SpanTime, Timeline};
+use stagetrace::schema::BLACK_BOX_NOTE;
 use stagetrace::{CallRecord, ClockBasis, Figure};
 
 use super::attributes::{clock_name, key, record_attributes, seq_value, stage_attributes};
@@ -43,6 +46,7 @@ impl<G: IdGenerator> SpanMaker<G> {
                 let mut record = Vec::new();
                 record_attributes(rec, &mut record);
                 self.link_spans(rec, trace_id, transport_id, &at, &record, out);
+                self.black_box_spans(rec, trace_id, transport_id, &at, out);
                 self.queue_infer_spans(rec, trace_id, None, transport_id, &at, out);
             }
             return out.len() - before;
@@ -111,6 +115,7 @@ impl<G: IdGenerator> SpanMaker<G> {
                     status,
                 ));
                 self.link_spans(rec, trace_id, transport_id, &at, &[], out);
+                self.black_box_spans(rec, trace_id, transport_id, &at, out);
             }
         }
 
@@ -204,7 +209,57 @@ impl<G: IdGenerator> SpanMaker<G> {
             ));
         }
     }
+    /// A silent server's roundtrip cut at the response's first byte, as
+    /// two children of the transport span `transport_id`: `ttfb (black
+    /// box)`, labelled as server and network together (never `infer`), and
+    /// `rx`, the response's transfer. Only when the record has `ttfb`.
+    fn black_box_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        transport_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        out: &mut Vec<SpanData>,
+    ) {
+        let tl = &rec.timeline;
+        let (Some(tr), Some(fb), Some(_)) = (
+            tl.transport,
+            tl.response_first_byte_ns,
+            rec.get(Figure::Ttfb),
+        ) else {
+            return;
+        };
+        let end = tr.start_ns.saturating_add(tr.dur_ns);
+        let fb = fb.clamp(tr.start_ns, end);
+        let parts = [
+            (Figure::Ttfb, BLACK_BOX_SPAN, tr.start_ns, fb),
+            (Figure::Rx, Figure::Rx.name(), fb, end),
+        ];
+        for (figure, name, from, to) in parts {
+            let mut attrs = stage_attributes(rec, figure.name(), &[figure]);
+            attrs.push(KeyValue::new(key::SYNTHESIZED, true));
+            if figure == Figure::Ttfb {
+                attrs.push(KeyValue::new(key::BLACK_BOX, BLACK_BOX_NOTE));
+            }
+            let time = SpanTime {
+                start_ns: from,
+                dur_ns: to - from,
+            };
+            out.push(self.child(
+                trace_id,
+                transport_id,
+                name,
+                SpanKind::Internal,
+                at(time),
+                attrs,
+            ));
+        }
+    }
 }
+
+/// Name of the span of a silent server's wait for the first byte: labelled
+/// in the trace view itself, where a bare `ttfb` could pass for a stage.
+pub const BLACK_BOX_SPAN: &str = "ttfb (black box)";
 
 /// Start (Unix ns) and duration of the call span: from the timeline, or from
 /// the record's own fields when the timeline was not filled in.

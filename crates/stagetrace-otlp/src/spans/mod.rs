@@ -8,7 +8,9 @@
 //! ├── transport             id = the parent id sent in traceparent
 //! │   ├── uplink            synthesized, placed with the clock offset
 //! │   ├── (queue, infer)    from the server's own exporter (or synthesized on request)
-//! │   └── downlink          synthesized
+//! │   ├── downlink          synthesized
+//! │   ├── ttfb (black box)  a server that reports no timing: send → the response's first byte
+//! │   └── rx                … → the whole response
 //! └── dispatch
 //! ```
 //!
@@ -21,6 +23,7 @@
 
 mod attributes;
 mod call;
+pub use call::BLACK_BOX_SPAN;
 mod server;
 
 use std::borrow::Cow;

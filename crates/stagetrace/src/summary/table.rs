@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::record::Figure;
+use stagetrace_schema::BLACK_BOX_NOTE;
 
 use super::window::{figures, WindowSummary};
 
@@ -24,6 +25,9 @@ impl WindowSummary {
                     name, s.count, s.min, s.p50, s.p90, s.p99, s.p99_9, s.max, s.mean
                 );
             }
+        }
+        if self.stages.contains_key(Figure::Ttfb.name()) {
+            let _ = writeln!(out, "{BLACK_BOX_NOTE}");
         }
         let _ = write!(
             out,

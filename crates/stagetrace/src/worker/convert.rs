@@ -199,6 +199,17 @@ impl Converter {
                 }
             }
             let all = acc(Stage::Transport);
+            if !t.timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
+                // No server timing: the first byte cuts the black box in two,
+                // the wait for it (server and network unsplit) and the
+                // response's transfer, both on this clock (ttfb + rx =
+                // roundtrip). Never drawn as queue or infer.
+                if let Some(fb_ns) = tl.response_first_byte_ns {
+                    let end_ns = t_start.saturating_add(t_dur);
+                    rec.set(Figure::Ttfb, ns(fb_ns.saturating_sub(t_start)));
+                    rec.set(Figure::Rx, ns(end_ns.saturating_sub(fb_ns)));
+                }
+            }
             if all.count > 1 {
                 // Retries: the roundtrip is every attempt; the split is the stitched one.
                 rec.set(Figure::Roundtrip, ns(cal.ns(all.sum_ticks)));
