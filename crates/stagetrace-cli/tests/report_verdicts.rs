@@ -157,3 +157,66 @@ fn each_ground_truth_is_named_in_text_and_json() {
         }
     }
 }
+
+/// A server that reports no timing, whose model spikes on 3 % of the calls:
+/// the table shows the black box (`ttfb`, `rx`) with its note, and the
+/// verdict names `ttfb` as server and network together — never `infer`,
+/// which nothing measured.
+#[test]
+fn a_silent_servers_spikes_are_named_as_the_black_box_never_as_inference() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("silent.jsonl");
+    gen::write(
+        &run,
+        &gen::Scenario {
+            seed: 211,
+            silent_server: true,
+            infer_spikes: Some((0.03, 80.0)),
+            ..gen::Scenario::default()
+        },
+    );
+    let out = stagetrace(&["report", p(&run)]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}\n{text}", stderr(&out));
+    let row = |name: &str| {
+        text.lines()
+            .any(|l| l.trim_start().starts_with(&format!("{name} ")))
+    };
+    assert!(row("ttfb") && row("rx") && row("roundtrip"), "{text}");
+    for absent in ["infer", "queue", "server", "uplink", "downlink", "net"] {
+        assert!(!row(absent), "{absent} row in\n{text}");
+    }
+    assert!(text.contains(stagetrace::schema::BLACK_BOX_NOTE), "{text}");
+    let verdict = text.split("verdict:").nth(1).unwrap();
+    let spikes: Vec<&str> = verdict.lines().filter(|l| l.contains("(spikes)")).collect();
+    assert_eq!(spikes.len(), 1, "{verdict}");
+    assert!(
+        spikes[0]
+            .trim_start_matches([' ', '*'])
+            .starts_with("ttfb spikes"),
+        "{verdict}"
+    );
+    assert!(spikes[0].contains("black box"), "{verdict}");
+    assert!(
+        !verdict
+            .lines()
+            .any(|l| l.trim_start_matches([' ', '*']).starts_with("infer")),
+        "{verdict}"
+    );
+
+    let out = stagetrace(&["report", p(&run), "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = &json["verdicts"][0];
+    assert_eq!(
+        (v["code"].as_str(), v["stage"].as_str()),
+        (Some("spikes"), Some("ttfb"))
+    );
+    assert_eq!(v["group"], "transport");
+    let named: Vec<&str> = json["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["stage"].as_str())
+        .collect();
+    assert_eq!(named, ["ttfb"], "{json:#}");
+}

@@ -103,7 +103,7 @@ fn ns(r: &CallRecord, f: Figure) -> Option<i64> {
 fn the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx() {
     let (wait, rx) = (Duration::from_millis(4), Duration::from_millis(2));
     let mut stamps = None;
-    let (_, recs) = run_collecting(StageLayer::builder(), || {
+    let (summary, recs) = run_collecting(StageLayer::builder(), || {
         stamps = call(0, Reply::Silent { wait, rx });
     });
     let st = stamps.unwrap();

@@ -52,6 +52,10 @@ pub(crate) struct Scenario {
     pub(crate) link_shift_ms: (f64, f64),
     /// The records' `split_err_ms`.
     pub(crate) split_err_ms: f64,
+    /// A server that reports no timing: the records carry `roundtrip` cut
+    /// at the response's first byte (`ttfb`, `rx`, half of the downlink
+    /// after it), no split, no server figures, no clock.
+    pub(crate) silent_server: bool,
 }
 
 impl Default for Scenario {
@@ -80,6 +84,7 @@ impl Default for Scenario {
             gap_pauses: None,
             link_shift_ms: (0.0, 0.0),
             split_err_ms: 0.05,
+            silent_server: false,
         }
     }
 }
@@ -157,14 +162,26 @@ pub(crate) fn lines(s: &Scenario) -> String {
         let roundtrip = r3(uplink + server + downlink);
         let net = r3(roundtrip - server);
         let e2e = r3(capture + roundtrip + dispatch + gap);
-        let mut l = format!(
+        let mut l = if s.silent_server {
+            let ttfb = r3(uplink + server + downlink / 2.0);
+            let rx = r3(roundtrip - ttfb);
+            format!(
+                "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"ttfb_ms\":{ttfb},\"rx_ms\":{rx},\"e2e_ms\":{e2e},\"gap_ms\":{gap},\"observer_us\":{:.3}",
+                ts,
+                s.kind,
+                u128::from(seq) + 1,
+                observer_us
+            )
+        } else {
+            format!(
             "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"uplink_ms\":{uplink},\"queue_ms\":{queue},\"infer_ms\":{infer},\"downlink_ms\":{downlink},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"server_ms\":{server},\"net_ms\":{net},\"e2e_ms\":{e2e},\"gap_ms\":{gap},\"offset_ms\":0.5,\"split_err_ms\":{},\"clock\":\"estimate\",\"observer_us\":{:.3}",
             ts,
             s.kind,
             u128::from(seq) + 1,
             s.split_err_ms,
             observer_us
-        );
+        )
+        };
         if s.deadline {
             let late = e2e - period;
             let _ = write!(
