@@ -149,6 +149,14 @@ fn the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx() {
         line.contains("\"ttfb_ms\":") && line.contains("\"rx_ms\":"),
         "{line}"
     );
+    // The summary's table: both rows, and the note that says what they are.
+    let table = summary.table();
+    let row = |name: &str| table.lines().any(|l| l.starts_with(&format!("{name} ")));
+    assert!(row("ttfb") && row("rx") && !row("infer"), "{table}");
+    assert!(
+        table.contains(stagetrace::schema::BLACK_BOX_NOTE),
+        "{table}"
+    );
 }
 
 #[test]
