@@ -618,3 +618,101 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
     provider.shutdown().unwrap();
     rt.block_on(server.shutdown());
 }
+
+/// A server of the user's own that reports no timing, over a plain TCP
+/// socket, with the robot's own transport span stamping the response's
+/// first byte (what `docs/stages.md` tells such a user to do): Jaeger shows
+/// the transport cut into `ttfb (black box)`, labelled, and `rx` — and no
+/// `infer`, which nothing measured.
+#[test]
+fn a_silent_servers_black_box_is_labelled_in_jaeger() {
+    use stagetrace::StageSpanExt;
+    use std::io::{Read, Write};
+    let Some(jaeger) = Jaeger::start_or_skip("a_silent_servers_black_box_is_labelled_in_jaeger")
+    else {
+        return;
+    };
+    // Answers every 8-byte request after 6 ms with 256 KiB, the first 4 KiB
+    // at once and the rest 4 ms later: a wait, then a transfer.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = [0u8; 8];
+        while s.read_exact(&mut req).is_ok() {
+            std::thread::sleep(Duration::from_millis(6));
+            let body = vec![3u8; 256 * 1024];
+            if s.write_all(&body[..4096]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(4));
+            if s.write_all(&body[4096..]).is_err() {
+                return;
+            }
+        }
+    });
+    let exp = exporter(&jaeger, CLIENT_SERVICE);
+    let (default, guard, kept) = install_client_layer(&exp);
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_nodelay(true).unwrap();
+    for seq in 0..3u64 {
+        let _call = tracing::info_span!("call", kind = "infer", seq = seq).entered();
+        tracing::info_span!("capture").in_scope(|| spin(Duration::from_millis(1)));
+        let transport = tracing::info_span!("transport", peer = "silent");
+        transport.in_scope(|| {
+            sock.write_all(&seq.to_le_bytes()).unwrap();
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut got = sock.read(&mut buf).unwrap();
+            transport.record_response_first_byte(Instant::now());
+            while got < buf.len() {
+                got += sock.read(&mut buf[got..]).unwrap();
+            }
+        });
+        tracing::info_span!("dispatch").in_scope(|| spin(Duration::from_millis(1)));
+    }
+    drop(default);
+    guard.finish();
+    assert!(exp.flush(Duration::from_secs(20)));
+    let records = kept.records();
+    assert_eq!(records.len(), 3);
+    for rec in &records {
+        let trace_id = rec.trace_id.clone().unwrap();
+        let spans = jaeger.wait_trace(&trace_id, Duration::from_secs(30), |s| s.len() == 6);
+        let named = by_name(&spans);
+        let mut names: Vec<&str> = named.keys().copied().collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "call",
+                "capture",
+                "dispatch",
+                "rx",
+                "transport",
+                stagetrace_otlp::BLACK_BOX_SPAN
+            ]
+        );
+        let (transport, b, rx) = (
+            named["transport"],
+            named[stagetrace_otlp::BLACK_BOX_SPAN],
+            named["rx"],
+        );
+        for s in [b, rx] {
+            assert_eq!(s.parent_span_id, transport.span_id);
+        }
+        // The cut: the black box from the transport's start, rx to its end,
+        // meeting at the first byte — as the record has them.
+        assert_eq!(b.start_unix_ns, transport.start_unix_ns);
+        assert_eq!(rx.end_unix_ns, transport.end_unix_ns);
+        assert_eq!(b.end_unix_ns, rx.start_unix_ns);
+        // The record's figures are rounded to the µs, the spans are not.
+        let us = |a: f64, b: Option<f64>| (a - b.unwrap()).abs() <= 0.0005;
+        assert!(us(b.dur_ms(), rec.ms(Figure::Ttfb)), "{rec:?}");
+        assert!(us(rx.dur_ms(), rec.ms(Figure::Rx)), "{rec:?}");
+        assert!(rec.ms(Figure::Ttfb).unwrap() >= 6.0, "{rec:?}");
+        assert_eq!(
+            b.attr_str("stagetrace.black_box").as_deref(),
+            Some(stagetrace::schema::BLACK_BOX_NOTE)
+        );
+    }
+}
