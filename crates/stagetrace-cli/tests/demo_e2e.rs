@@ -776,3 +776,65 @@ fn deadline_misses_are_calls_not_ticks() {
         (Some(25), Some(25))
     );
 }
+
+/// `--no-server-timing` plays an unmodified server, over WebSocket and HTTP:
+/// every call is cut at the response's first byte, the wait holds the
+/// injected delays and the model, and nothing is called inference.
+#[test]
+fn a_server_without_timing_shows_the_black_box() {
+    let _serial = serial();
+    for transport in ["ws", "http"] {
+        let run = demo(&[
+            "--no-server-timing",
+            "--transport",
+            transport,
+            "--uplink-delay-ms",
+            "6",
+            "--downlink-delay-ms",
+            "3",
+            "--model-ms",
+            "12",
+            "--payload-kb",
+            "16",
+            "--calls",
+            "40",
+            "--hz",
+            "20",
+            "--warmup",
+            "5",
+        ]);
+        let recs = measured(&run.records);
+        assert_eq!(recs.len(), 35, "{transport}: every call completes");
+        for r in &recs {
+            let (ttfb, rx, rt) = (
+                f(r, "ttfb_ms").unwrap(),
+                f(r, "rx_ms").unwrap(),
+                f(r, "roundtrip_ms").unwrap(),
+            );
+            assert!((ttfb + rx - rt).abs() <= 0.002, "{transport}: {r}");
+            // The injected delays and the model's cost all lie before the
+            // first byte.
+            assert!(ttfb >= 6.0 + 12.0 + 3.0, "{transport}: {r}");
+            for absent in [
+                "infer_ms",
+                "queue_ms",
+                "server_ms",
+                "uplink_ms",
+                "net_ms",
+                "clock",
+            ] {
+                assert!(r.get(absent).is_none(), "{transport}: {absent} in {r}");
+            }
+        }
+        // Loopback, framing and the codecs add a little; a ttfb counted from
+        // the call's start would add the 2 ms capture and more.
+        let ttfb = low_decile_of(&recs, "ttfb_ms");
+        assert!(
+            ttfb - 21.0 <= 2.0,
+            "{transport}: ttfb low decile {ttfb:.3} vs injected 6 + 12 + 3 ms"
+        );
+        let truth = &run.json["truth"]["ttfb"];
+        assert_eq!(truth["injected_ms"], 21.0, "{}", run.json["truth"]);
+        assert!(run.json["stages"].get("infer_ms").is_none());
+    }
+}

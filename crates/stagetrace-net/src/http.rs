@@ -89,6 +89,7 @@ struct LayerShared {
     max_body_bytes: usize,
     permits: Option<Semaphore>,
     counters: ServerCounters,
+    report_timing: bool,
 }
 
 impl fmt::Debug for TimingLayer {
@@ -125,6 +126,7 @@ impl TimingLayer {
                 max_body_bytes: DEFAULT_MAX_BODY_BYTES,
                 permits: None,
                 counters: ServerCounters::default(),
+                report_timing: true,
             }),
         }
     }
@@ -145,6 +147,7 @@ impl TimingLayer {
                         .as_ref()
                         .map(|p| Semaphore::new(p.available_permits())),
                     counters: ServerCounters::default(),
+                    report_timing: self.shared.report_timing,
                 };
                 f(&mut shared);
                 self.shared = Arc::new(shared);
@@ -171,6 +174,14 @@ impl TimingLayer {
     /// Run at most `n` requests at once; waiting for a slot is `queue`.
     pub fn max_concurrency(self, n: usize) -> Self {
         self.edit(|s| s.permits = Some(Semaphore::new(n.clamp(1, Semaphore::MAX_PERMITS))))
+    }
+
+    /// Whether responses carry the timing headers (default `true`). `false`
+    /// answers as an unmodified server does — the request is still stamped
+    /// and reported to the hook — so a client shows what it can tell
+    /// without them: the black box cut at the first byte (`ttfb`, `rx`).
+    pub fn report_timing(self, on: bool) -> Self {
+        self.edit(|s| s.report_timing = on)
     }
 
     /// Requests, failures and rejected headers so far.
@@ -309,7 +320,9 @@ impl LayerShared {
 
         let (mut parts, body) = resp.into_parts();
         let timing = stamps.timing_now();
-        insert_timing_headers(&mut parts.headers, &timing);
+        if self.report_timing {
+            insert_timing_headers(&mut parts.headers, &timing);
+        }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let error = if parts.status.is_server_error() {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -334,7 +347,9 @@ impl LayerShared {
         self.counters.failed.fetch_add(1, Ordering::Relaxed);
         let mut resp = Response::new(axum::body::Body::from(msg.clone()));
         *resp.status_mut() = status;
-        insert_timing_headers(resp.headers_mut(), &timing);
+        if self.report_timing {
+            insert_timing_headers(resp.headers_mut(), &timing);
+        }
         self.emit(server_record(trace_parent, kind, timing, Some(msg)));
         resp
     }

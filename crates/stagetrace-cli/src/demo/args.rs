@@ -75,6 +75,11 @@ pub(crate) struct DemoArgs {
     /// Transport between client and server.
     #[arg(long, value_enum, default_value_t = TransportArg::Ws)]
     pub(crate) transport: TransportArg,
+    /// Play an unmodified server that sends no timing: the client can only
+    /// cut each call at the response's first byte (`ttfb`, a black box of
+    /// server and network, and `rx`, the response's transfer).
+    #[arg(long)]
+    pub(crate) no_server_timing: bool,
     /// Cost of one simulated camera capture, ms.
     #[arg(long, default_value_t = 2.0)]
     pub(crate) capture_ms: f64,
@@ -221,6 +226,7 @@ const SINGLE_CLIENT_ONLY: &[&str] = &[
     "downlink_delay_ms",
     "clock",
     "transport",
+    "no_server_timing",
     "capture_ms",
     "dispatch_ms",
     "warmup",

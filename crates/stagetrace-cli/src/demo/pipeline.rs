@@ -72,6 +72,7 @@ pub(super) fn run(
                 .with("action_horizon", ACTION_CHUNK[0]),
         )
         .clock_skew_ns(ms_to_ns(args.server_skew_ms))
+        .report_timing(!args.no_server_timing)
         .thread_name("demo-server");
     if args.server_step_ms != 0.0 {
         config = config.clock_step(ClockStep {

@@ -66,6 +66,9 @@ pub(super) struct Truth {
     downlink: Option<Against>,
     offset: Option<Against>,
     infer: Option<Against>,
+    /// With `--no-server-timing`: the wait for the first byte against the
+    /// delays and the model's cost it holds.
+    ttfb: Option<Against>,
     step: Option<Step>,
     dominant: Option<Dominant>,
     /// Set when `--clock trusted` was given but the clocks disagree.
@@ -157,6 +160,13 @@ impl Truth {
             bound_ms: None,
             inside: None,
         });
+        t.ttfb = p50(stages, Figure::Ttfb).map(|m| Against {
+            field: Figure::Ttfb.field(),
+            measured_ms: m,
+            injected_ms: a.uplink_delay_ms + a.model_ms + a.downlink_delay_ms,
+            bound_ms: None,
+            inside: None,
+        });
         // The stages of a call, the two link stages counted as the network
         // (exact, while its split carries an error bar).
         let candidates = Figure::STAGES
@@ -201,6 +211,9 @@ impl Truth {
         let mut out: Vec<String> = self.warning(a).into_iter().collect();
         if let Some(d) = &self.dominant {
             let label = match Figure::from_name(d.stage) {
+                Some(Figure::Ttfb) => {
+                    "the wait for the first byte (ttfb: server and network, a black box)".to_owned()
+                }
                 Some(f) if !f.parts().is_empty() => format!(
                     "the network ({})",
                     f.parts()
@@ -297,6 +310,17 @@ impl Truth {
                 x,
                 false,
                 "the model's cost; pre/post-processing included".to_owned(),
+            );
+        }
+        if let Some(x) = &self.ttfb {
+            row(
+                &mut s,
+                x,
+                false,
+                format!(
+                    "uplink + model + downlink delays, unsplit: the server sent no timing (a black box); {:+.3} ms of loopback, framing and copies",
+                    x.measured_ms - x.injected_ms
+                ),
             );
         }
         for line in self

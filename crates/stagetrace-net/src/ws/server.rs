@@ -82,6 +82,7 @@ impl PolicyServer {
             clock: ServerClock::system(),
             max_concurrency: 1,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            report_timing: true,
         }
     }
 }
@@ -93,6 +94,7 @@ pub struct PolicyServerBuilder {
     clock: ServerClock,
     max_concurrency: usize,
     max_message_bytes: usize,
+    report_timing: bool,
 }
 
 impl fmt::Debug for PolicyServerBuilder {
@@ -103,6 +105,7 @@ impl fmt::Debug for PolicyServerBuilder {
             .field("clock", &self.clock)
             .field("max_concurrency", &self.max_concurrency)
             .field("max_message_bytes", &self.max_message_bytes)
+            .field("report_timing", &self.report_timing)
             .finish()
     }
 }
@@ -137,6 +140,16 @@ impl PolicyServerBuilder {
     /// Largest request accepted, in bytes (default [`DEFAULT_MAX_MESSAGE_BYTES`]).
     pub fn max_message_bytes(mut self, n: usize) -> Self {
         self.max_message_bytes = n.max(1024);
+        self
+    }
+
+    /// Whether responses carry the `server_timing` map (default `true`).
+    /// `false` answers as an unmodified openpi server without it does — the
+    /// request is still stamped and reported to the hook — so a client
+    /// shows what it can tell without: the black box cut at the first byte
+    /// (`ttfb`, `rx`).
+    pub fn report_timing(mut self, on: bool) -> Self {
+        self.report_timing = on;
         self
     }
 
@@ -183,6 +196,7 @@ impl PolicyServerBuilder {
             max_message_bytes: self.max_message_bytes,
             handler: Box::new(handler),
             counters: Arc::new(ServerCounters::default()),
+            report_timing: self.report_timing,
         })
     }
 }
@@ -232,6 +246,8 @@ struct Shared {
     max_message_bytes: usize,
     handler: Box<dyn Handler>,
     counters: Arc<ServerCounters>,
+    /// [`PolicyServerBuilder::report_timing`].
+    report_timing: bool,
 }
 
 impl Shared {
@@ -354,7 +370,9 @@ impl Shared {
                 timing,
                 prev_total_ms,
             };
-            out.entry(SERVER_TIMING_KEY, &map.to_msgpack());
+            if self.report_timing {
+                out.entry(SERVER_TIMING_KEY, &map.to_msgpack());
+            }
             let sent = ws.send(Message::Binary(out.finish())).await;
             prev_total_ms = Some(stamps.recv.elapsed().as_secs_f64() * 1e3);
             self.counters.requests.fetch_add(1, Ordering::Relaxed);

@@ -37,6 +37,7 @@ pub struct ServerConfig {
     pub(super) cache: Option<CacheConfig>,
     pub(super) admission: Option<AdmissionConfig>,
     pub(super) thread_name: String,
+    pub(super) report_timing: bool,
 }
 
 impl fmt::Debug for ServerConfig {
@@ -52,6 +53,7 @@ impl fmt::Debug for ServerConfig {
             .field("batch", &self.batch)
             .field("cache", &self.cache)
             .field("admission", &self.admission)
+            .field("report_timing", &self.report_timing)
             .finish_non_exhaustive()
     }
 }
@@ -73,7 +75,17 @@ impl ServerConfig {
             cache: None,
             admission: None,
             thread_name: "sim-server".into(),
+            report_timing: true,
         }
+    }
+
+    /// Whether responses carry server timing (default `true`); `false`
+    /// plays an unmodified server, whose calls the client can only cut at
+    /// the response's first byte (`ttfb`, `rx`).
+    #[must_use]
+    pub fn report_timing(mut self, on: bool) -> Self {
+        self.report_timing = on;
+        self
     }
 
     /// WebSocket + msgpack (`ws://ADDR`) or HTTP (`POST http://ADDR/infer`).

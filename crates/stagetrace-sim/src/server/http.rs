@@ -37,6 +37,8 @@ pub(crate) struct HttpSetup<'a> {
     /// Concurrency limit of the timing layer (`None`: none).
     pub(crate) concurrency: Option<usize>,
     pub(crate) max_body_bytes: Option<usize>,
+    /// Send the timing headers (`false`: an unmodified server).
+    pub(crate) report_timing: bool,
 }
 
 /// Bind and serve on the current runtime.
@@ -72,6 +74,7 @@ pub(crate) async fn spawn(setup: HttpSetup<'_>) -> Result<HttpServer, SimError> 
     let hook = setup.hook;
     let mut timing = TimingLayer::new()
         .clock(setup.clock)
+        .report_timing(setup.report_timing)
         .on_request(move |rec| hook(rec));
     if let Some(n) = setup.concurrency {
         timing = timing.max_concurrency(n);

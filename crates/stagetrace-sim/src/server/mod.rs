@@ -251,6 +251,7 @@ async fn serve(
                 .metadata(cfg.metadata)
                 .clock(clock)
                 .on_request(move |rec| hook(rec))
+                .report_timing(cfg.report_timing)
                 .max_concurrency(concurrency);
             if let Some(n) = cfg.max_message_bytes {
                 builder = builder.max_message_bytes(n);
@@ -280,6 +281,7 @@ async fn serve(
                 hook,
                 concurrency: (!cfg.mitigated()).then_some(concurrency),
                 max_body_bytes: cfg.max_message_bytes,
+                report_timing: cfg.report_timing,
             })
             .await?;
             let addr = server.addr;
