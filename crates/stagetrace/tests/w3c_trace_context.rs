@@ -197,7 +197,10 @@ fn continuing_keeps_the_trace_id_and_the_random_and_sampled_flags_with_a_new_par
         assert_eq!(out.trace_id, incoming.trace_id);
         assert_eq!(out.parent_id, [0xab; 8]);
         assert_eq!(out.flags, incoming.flags, "flags {flags}");
-        assert_eq!(out.to_header(), format!("00-{TID}-abababababababab-{flags}"));
+        assert_eq!(
+            out.to_header(),
+            format!("00-{TID}-abababababababab-{flags}")
+        );
     }
     // The parent id must be a real (non-zero) span id.
     assert_eq!(tp(&valid("01")).unwrap().continued([0; 8]), None);
@@ -268,7 +271,13 @@ fn tracestate_value_is_printable_ascii_except_comma_and_equals_not_ending_in_spa
     let vendor = format!("{key}@a-z0-9_-*/");
     let ts = TraceState::parse(&format!("{vendor}={value}")).unwrap();
     assert_eq!(ts.get(&vendor), Some(value.as_str()));
-    for bad in ["foo=bar=baz", "foo=", "foo=,bar=3", "foo=a\tb", "foo=\u{7f}"] {
+    for bad in [
+        "foo=bar=baz",
+        "foo=",
+        "foo=,bar=3",
+        "foo=a\tb",
+        "foo=\u{7f}",
+    ] {
         assert!(TraceState::parse(bad).is_err(), "accepted {bad:?}");
     }
     assert!(TraceState::parse(&format!("k={}", "v".repeat(256))).is_ok());
@@ -288,7 +297,10 @@ fn tracestate_optional_whitespace_around_members_is_ignored() {
         "foo=1\t \t,\t \tbar=2,\t \tbaz=3",
     ] {
         let ts = TraceState::parse(s).unwrap();
-        assert_eq!(members(&ts), kv(&[("foo", "1"), ("bar", "2"), ("baz", "3")]));
+        assert_eq!(
+            members(&ts),
+            kv(&[("foo", "1"), ("bar", "2"), ("baz", "3")])
+        );
     }
 }
 
@@ -310,7 +322,10 @@ fn tracestate_holds_at_most_32_members() {
     };
     assert_eq!(TraceState::parse(&list(32)).unwrap().len(), 32);
     // Empty members do not count.
-    assert_eq!(TraceState::parse(&format!(",{},", list(32))).unwrap().len(), 32);
+    assert_eq!(
+        TraceState::parse(&format!(",{},", list(32))).unwrap().len(),
+        32
+    );
     assert!(TraceState::parse(&list(33)).is_err());
 }
 
@@ -407,10 +422,7 @@ fn a_tracestate_without_a_traceparent_is_discarded() {
 
 #[test]
 fn several_tracestate_headers_are_combined_in_order() {
-    let x = extract(
-        &[&valid("00")],
-        &["foo=1,bar=2", "rojo=1,congo=2", "baz=3"],
-    );
+    let x = extract(&[&valid("00")], &["foo=1,bar=2", "rojo=1,congo=2", "baz=3"]);
     assert_eq!(
         x.context.clone().unwrap().state.to_header(),
         "foo=1,bar=2,rojo=1,congo=2,baz=3"
@@ -475,10 +487,17 @@ fn duplicate_tracestate_keys_keep_the_left_most_member_and_are_counted() {
         (vec!["foo=1,foo=1"], vec![("foo", "1")]),
         (vec!["foo=1,foo=2"], vec![("foo", "1")]),
         (vec!["foo=1", "foo=1"], vec![("foo", "1")]),
-        (vec!["foo=1", "bar=2,foo=2"], vec![("foo", "1"), ("bar", "2")]),
+        (
+            vec!["foo=1", "bar=2,foo=2"],
+            vec![("foo", "1"), ("bar", "2")],
+        ),
     ] {
         let x = extract(&[&valid("00")], &lines);
-        assert_eq!(members(&x.context.clone().unwrap().state), kv(&want), "{lines:?}");
+        assert_eq!(
+            members(&x.context.clone().unwrap().state),
+            kv(&want),
+            "{lines:?}"
+        );
         assert_eq!(x.tracestate_error.unwrap().codec(), Codec::TraceState);
         assert_eq!(x.rejected(), 1);
     }
@@ -514,17 +533,24 @@ fn a_request_made_under_a_remote_parent_continues_its_trace() {
     let sent = Arc::new(Mutex::new(None));
     let sent2 = Arc::clone(&sent);
     let (_, records) = run_collecting(StageLayer::builder(), move || {
-        let _h = remote_parent_span(context("02", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"))
-            .entered();
+        let _h =
+            remote_parent_span(context("02", "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")).entered();
         let transport = tracing::info_span!("transport", peer = "downstream");
         *sent2.lock().unwrap() = Some((transport.trace_parent(), transport.trace_state()));
     });
     let (tp, ts) = sent.lock().unwrap().take().unwrap();
     let tp = tp.unwrap();
     assert_eq!(hex(&tp.trace_id), TID, "same trace id");
-    assert_ne!(hex(&tp.parent_id), PID, "a new parent id: the transport span's");
+    assert_ne!(
+        hex(&tp.parent_id),
+        PID,
+        "a new parent id: the transport span's"
+    );
     assert_ne!(tp.parent_id, [0; 8]);
-    assert_eq!(tp.flags, 0x02, "the caller's flags, random kept, not sampled");
+    assert_eq!(
+        tp.flags, 0x02,
+        "the caller's flags, random kept, not sampled"
+    );
     assert_eq!(
         ts.unwrap().to_header(),
         "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
@@ -548,7 +574,11 @@ fn a_call_opened_under_a_remote_parent_takes_its_trace_id_and_flags() {
     let tp = tp.unwrap();
     assert_eq!(records.len(), 1);
     let rec = &records[0];
-    assert_eq!(rec.trace_id.as_deref(), Some(TID), "the record joins the caller's trace");
+    assert_eq!(
+        rec.trace_id.as_deref(),
+        Some(TID),
+        "the record joins the caller's trace"
+    );
     assert_eq!(hex(&tp.trace_id), TID);
     assert_eq!(Some(tp.parent_id), rec.timeline.transport_span_id);
     assert_eq!(tp.flags, 0x01);
