@@ -217,61 +217,169 @@ fn middle_records(records: &[CallRecord]) -> Vec<&CallRecord> {
     records.iter().filter(|r| r.kind == "middle").collect()
 }
 
-// ---------------------------------------------------------------------------
-// HTTP
-// ---------------------------------------------------------------------------
+/// What one run through a middle service gave: the downstream wire, the
+/// middle server's hook records, its counters and every call record.
+struct Outcome {
+    seen: Vec<Wire>,
+    hooked: Vec<ServerRecord>,
+    rejected_headers: u64,
+    records: Vec<CallRecord>,
+}
 
-#[test]
-fn http_middle_service_continues_the_trace_with_the_callers_flags_and_tracestate() {
+impl Outcome {
+    /// The record of the middle service's own `call` (there is one).
+    #[track_caller]
+    fn middle_call(&self) -> &CallRecord {
+        let m = middle_records(&self.records);
+        assert_eq!(m.len(), 1, "{:?}", self.records);
+        m[0]
+    }
+}
+
+/// Sends each request (route, headers as sent) to an HTTP middle service.
+fn through_http(requests: &[(&str, &[(&str, &str)])]) -> Outcome {
     let mut obs = Observed::new();
     let seen: Seen = Arc::default();
     let hooked: Hooked = Arc::default();
     let (seen2, hooked2) = (Arc::clone(&seen), Arc::clone(&hooked));
-    rt().block_on(async move {
+    let stats = rt().block_on(async move {
         let down = http_downstream(seen2).await;
-        let (middle, _layer) = http_middle(down, hooked2).await;
+        let (middle, layer) = http_middle(down, hooked2).await;
         let raw = TracedHttpClient::new().unwrap();
-        // Random bit set, sampled not: both must come out as they went in.
-        // Two tracestate lines: combined, in order.
-        for route in ["bare", "call"] {
-            let resp = raw
-                .inner()
-                .post(format!("{middle}/{route}"))
-                .header("traceparent", format!("00-{TID}-{PID}-02"))
-                .header("tracestate", "congo=t61rcWkgMzE")
-                .header("tracestate", "rojo=00f067aa0ba902b7")
-                .send()
-                .await
-                .unwrap();
-            assert!(resp.status().is_success());
+        for (route, headers) in requests {
+            let mut req = raw.inner().post(format!("{middle}/{route}"));
+            for (k, v) in *headers {
+                req = req.header(*k, *v);
+            }
+            assert!(req.send().await.unwrap().status().is_success());
         }
+        layer.stats()
     });
     let records = obs.finish();
     let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 2);
-    for wire in &seen {
-        let tp = wire.parent();
-        assert_eq!(hex(&tp.trace_id), TID, "same trace id: {wire:?}");
-        assert_ne!(hex(&tp.parent_id), PID, "a new parent id: {wire:?}");
-        assert_ne!(tp.parent_id, [0; 8]);
-        assert_eq!(tp.flags, 0x02, "the caller's flags: {wire:?}");
-        assert_eq!(
-            wire.tracestates,
-            ["congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"],
-            "the caller's tracestate, combined, unchanged"
-        );
+    let hooked = hooked.lock().unwrap().clone();
+    Outcome {
+        seen,
+        hooked,
+        rejected_headers: stats.rejected_headers,
+        records,
     }
-    // The middle service's own call joins the trace, and its transport span
-    // is the parent the downstream server saw.
-    let middle = middle_records(&records);
-    assert_eq!(middle.len(), 1, "{records:?}");
-    assert_eq!(middle[0].trace_id.as_deref(), Some(TID));
+}
+
+/// Sends each request map (entries as sent, repeated keys kept) to a
+/// WebSocket middle service.
+fn through_ws(requests: &[&[(&str, &str)]]) -> Outcome {
+    let mut obs = Observed::new();
+    let seen: Seen = Arc::default();
+    let hooked: Hooked = Arc::default();
+    let (seen2, hooked2) = (Arc::clone(&seen), Arc::clone(&hooked));
+    let stats = rt().block_on(async move {
+        let down = ws_downstream(seen2).await;
+        let middle = ws_middle(down, hooked2).await;
+        for entries in requests {
+            ws_send_raw(&middle.url(), raw_map(entries)).await;
+        }
+        let stats = middle.stats();
+        middle.shutdown().await;
+        stats
+    });
+    let records = obs.finish();
+    let seen = seen.lock().unwrap().clone();
+    let hooked = hooked.lock().unwrap().clone();
+    Outcome {
+        seen,
+        hooked,
+        rejected_headers: stats.rejected_headers,
+        records,
+    }
+}
+
+fn tp_random() -> String {
+    format!("00-{TID}-{PID}-02")
+}
+
+fn tp_two() -> String {
+    format!("00-{}-{PID}-01", "1".repeat(32))
+}
+
+/// Two lines (HTTP headers, or repeated map keys): passed on combined.
+const STATE_LINES: [&str; 2] = ["congo=t61rcWkgMzE", "rojo=00f067aa0ba902b7"];
+const STATE_COMBINED: &str = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7";
+
+/// The HTTP middle service's two routes, each with the caller's context:
+/// random bit set, sampled not (both must come out as they went in), and
+/// two `tracestate` lines.
+fn http_continuing() -> Outcome {
+    let tp = tp_random();
+    let headers: &[(&str, &str)] = &[
+        ("traceparent", &tp),
+        ("tracestate", STATE_LINES[0]),
+        ("tracestate", STATE_LINES[1]),
+    ];
+    through_http(&[("bare", headers), ("call", headers)])
+}
+
+fn ws_continuing() -> Outcome {
+    let tp = tp_random();
+    let entries = |mode| {
+        [
+            ("mode", mode),
+            ("traceparent", tp.as_str()),
+            ("tracestate", STATE_LINES[0]),
+            ("tracestate", STATE_LINES[1]),
+        ]
+    };
+    through_ws(&[&entries("bare"), &entries("call")])
+}
+
+fn http_two_traceparents() -> Outcome {
+    let (one, two) = (tp_random(), tp_two());
+    through_http(&[(
+        "call",
+        &[
+            ("traceparent", &one),
+            ("traceparent", &two),
+            ("tracestate", STATE_LINES[0]),
+        ],
+    )])
+}
+
+fn ws_two_traceparents() -> Outcome {
+    let (one, two) = (tp_random(), tp_two());
+    through_ws(&[&[
+        ("mode", "call"),
+        ("traceparent", &one),
+        ("traceparent", &two),
+        ("tracestate", STATE_LINES[0]),
+    ]])
+}
+
+#[track_caller]
+fn same_trace_id(o: &Outcome) {
+    assert_eq!(o.seen.len(), 2);
+    // The call made inside the middle's own `call` span, then the bare one.
+    for wire in [&o.seen[1], &o.seen[0]] {
+        assert_eq!(hex(&wire.parent().trace_id), TID, "{wire:?}");
+    }
+    // The middle service's own record joins the trace.
+    assert_eq!(o.middle_call().trace_id.as_deref(), Some(TID));
+}
+
+#[track_caller]
+fn new_parent_id_of_its_own_span(o: &Outcome) {
+    for wire in &o.seen {
+        let tp = wire.parent();
+        assert_ne!(hex(&tp.parent_id), PID, "{wire:?}");
+        assert_ne!(tp.parent_id, [0; 8]);
+    }
+    // Under a call: its transport span, the one its record names.
     assert_eq!(
-        middle[0].timeline.transport_span_id,
-        Some(seen[1].parent().parent_id)
+        o.middle_call().timeline.transport_span_id,
+        Some(o.seen[1].parent().parent_id)
     );
-    // The middle server saw the caller's context.
-    for r in hooked.lock().unwrap().iter() {
+    // The middle server itself saw the caller's span as the parent.
+    assert_eq!(o.hooked.len(), 2);
+    for r in &o.hooked {
         let tp = r.trace_parent.unwrap();
         assert_eq!(
             (hex(&tp.trace_id), hex(&tp.parent_id)),
@@ -280,39 +388,68 @@ fn http_middle_service_continues_the_trace_with_the_callers_flags_and_tracestate
     }
 }
 
-#[test]
-fn http_middle_service_given_two_traceparents_starts_a_new_trace() {
-    let _obs = Observed::new();
-    let seen: Seen = Arc::default();
-    let hooked: Hooked = Arc::default();
-    let (seen2, hooked2) = (Arc::clone(&seen), Arc::clone(&hooked));
-    let stats = rt().block_on(async move {
-        let down = http_downstream(seen2).await;
-        let (middle, layer) = http_middle(down, hooked2).await;
-        let raw = TracedHttpClient::new().unwrap();
-        let resp = raw
-            .inner()
-            .post(format!("{middle}/call"))
-            .header("traceparent", format!("00-{TID}-{PID}-01"))
-            .header("traceparent", format!("00-{}-{PID}-01", "1".repeat(32)))
-            .header("tracestate", "congo=t61rcWkgMzE")
-            .send()
-            .await
-            .unwrap();
-        assert!(resp.status().is_success());
-        layer.stats()
-    });
-    let seen = seen.lock().unwrap().clone();
-    let tp = seen[0].parent();
+#[track_caller]
+fn callers_flags(o: &Outcome) {
+    for wire in &o.seen {
+        assert_eq!(wire.parent().flags, 0x02, "{wire:?}");
+    }
+}
+
+#[track_caller]
+fn callers_tracestate(o: &Outcome) {
+    for wire in &o.seen {
+        assert_eq!(wire.tracestates, [STATE_COMBINED], "{wire:?}");
+    }
+    assert_eq!(o.rejected_headers, 0);
+}
+
+#[track_caller]
+fn two_traceparents_start_a_new_trace(o: &Outcome) {
+    // Neither header is taken as the parent, and the request is counted.
+    assert_eq!(o.hooked.len(), 1);
+    assert_eq!(o.hooked[0].trace_parent, None);
+    assert_eq!(o.rejected_headers, 1);
+    let tp = o.seen[0].parent();
     assert_ne!(hex(&tp.trace_id), TID, "not the first traceparent");
     assert_ne!(hex(&tp.trace_id), "1".repeat(32), "nor the second");
     assert_eq!(tp.flags, 0x03, "a trace of our own: sampled, random id");
     assert!(
-        seen[0].tracestates.is_empty(),
+        o.seen[0].tracestates.is_empty(),
         "the tracestate went with it"
     );
-    assert_eq!(hooked.lock().unwrap()[0].trace_parent, None);
-    assert_eq!(stats.rejected_headers, 1, "{stats:?}");
+    assert_eq!(
+        o.middle_call().trace_id.as_deref(),
+        Some(&*hex(&tp.trace_id))
+    );
+}
+
+// ---------------------------------------------------------------------------
+// HTTP
+// ---------------------------------------------------------------------------
+
+#[test]
+fn http_middle_service_calls_carry_the_callers_trace_id() {
+    same_trace_id(&http_continuing());
+}
+
+#[test]
+fn http_middle_service_calls_carry_a_new_parent_id_of_their_own_span() {
+    new_parent_id_of_its_own_span(&http_continuing());
+}
+
+#[test]
+fn http_middle_service_calls_carry_the_callers_flags() {
+    callers_flags(&http_continuing());
+}
+
+#[test]
+fn http_middle_service_calls_carry_the_callers_tracestate_lines_combined() {
+    callers_tracestate(&http_continuing());
+}
+
+#[test]
+fn http_middle_service_given_two_traceparents_starts_a_new_trace() {
+    two_traceparents_start_a_new_trace(&http_two_traceparents());
 }
 
 // ---------------------------------------------------------------------------
@@ -320,91 +457,42 @@ fn http_middle_service_given_two_traceparents_starts_a_new_trace() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn ws_middle_service_continues_the_trace_with_the_callers_flags_and_tracestate() {
-    let mut obs = Observed::new();
-    let seen: Seen = Arc::default();
-    let hooked: Hooked = Arc::default();
-    let (seen2, hooked2) = (Arc::clone(&seen), Arc::clone(&hooked));
-    rt().block_on(async move {
-        let down = ws_downstream(seen2).await;
-        let middle = ws_middle(down, hooked2).await;
-        for mode in ["bare", "call"] {
-            let map = raw_map(&[
-                ("mode", mode),
-                ("traceparent", &format!("00-{TID}-{PID}-03")),
-                ("tracestate", "congo=t61rcWkgMzE"),
-                ("tracestate", "rojo=00f067aa0ba902b7"),
-            ]);
-            ws_send_raw(&middle.url(), map).await;
-        }
-        // Sampled, random id not promised: passed on as such.
-        let map = raw_map(&[
-            ("traceparent", &format!("00-{TID}-{PID}-01")),
-            ("tracestate", "a@b=1"),
-        ]);
-        ws_send_raw(&middle.url(), map).await;
-        middle.shutdown().await;
-    });
-    let records = obs.finish();
-    let seen = seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 3);
-    for (wire, (flags, state)) in seen.iter().zip([
-        (0x03, "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"),
-        (0x03, "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"),
-        (0x01, "a@b=1"),
-    ]) {
-        let tp = wire.parent();
-        assert_eq!(hex(&tp.trace_id), TID, "same trace id: {wire:?}");
-        assert_ne!(hex(&tp.parent_id), PID, "a new parent id: {wire:?}");
-        assert_ne!(tp.parent_id, [0; 8]);
-        assert_eq!(tp.flags, flags, "the caller's flags: {wire:?}");
-        assert_eq!(wire.tracestates, [state], "the caller's tracestate");
-    }
-    let middle = middle_records(&records);
-    assert_eq!(middle.len(), 1, "{records:?}");
-    assert_eq!(middle[0].trace_id.as_deref(), Some(TID));
-    assert_eq!(
-        middle[0].timeline.transport_span_id,
-        Some(seen[1].parent().parent_id)
-    );
-    assert!(hooked
-        .lock()
-        .unwrap()
-        .iter()
-        .all(|r| r.trace_parent.is_some_and(|tp| hex(&tp.parent_id) == PID)));
+fn ws_middle_service_calls_carry_the_callers_trace_id() {
+    same_trace_id(&ws_continuing());
+}
+
+#[test]
+fn ws_middle_service_calls_carry_a_new_parent_id_of_their_own_span() {
+    new_parent_id_of_its_own_span(&ws_continuing());
+}
+
+#[test]
+fn ws_middle_service_calls_carry_the_callers_flags() {
+    callers_flags(&ws_continuing());
+}
+
+#[test]
+fn ws_middle_service_calls_carry_the_callers_tracestate_entries_combined() {
+    callers_tracestate(&ws_continuing());
 }
 
 #[test]
 fn ws_middle_service_given_two_traceparents_starts_a_new_trace() {
-    let _obs = Observed::new();
-    let seen: Seen = Arc::default();
-    let hooked: Hooked = Arc::default();
-    let (seen2, hooked2) = (Arc::clone(&seen), Arc::clone(&hooked));
-    let stats = rt().block_on(async move {
-        let down = ws_downstream(seen2).await;
-        let middle = ws_middle(down, hooked2).await;
-        let map = raw_map(&[
-            ("mode", "call"),
-            ("traceparent", &format!("00-{TID}-{PID}-01")),
-            ("traceparent", &format!("00-{}-{PID}-01", "1".repeat(32))),
-            ("tracestate", "congo=t61rcWkgMzE"),
-        ]);
-        ws_send_raw(&middle.url(), map).await;
-        let stats = middle.stats();
-        middle.shutdown().await;
-        stats
-    });
-    let seen = seen.lock().unwrap().clone();
-    let tp = seen[0].parent();
-    assert_ne!(hex(&tp.trace_id), TID, "not the first traceparent");
-    assert_ne!(hex(&tp.trace_id), "1".repeat(32), "nor the second");
-    assert_eq!(tp.flags, 0x03, "a trace of our own: sampled, random id");
-    assert!(
-        seen[0].tracestates.is_empty(),
-        "the tracestate went with it"
-    );
-    assert_eq!(hooked.lock().unwrap()[0].trace_parent, None);
-    assert_eq!(stats.rejected_headers, 1, "{stats:?}");
+    two_traceparents_start_a_new_trace(&ws_two_traceparents());
+}
+
+#[test]
+fn ws_middle_service_passes_on_a_sampled_flag_and_a_tenant_key() {
+    let tp = format!("00-{TID}-{PID}-01");
+    let o = through_ws(&[&[
+        ("mode", "call"),
+        ("traceparent", &tp),
+        ("tracestate", "a@b=1"),
+    ]]);
+    let wire = &o.seen[0];
+    assert_eq!(hex(&wire.parent().trace_id), TID);
+    assert_eq!(wire.parent().flags, 0x01, "{wire:?}");
+    assert_eq!(wire.tracestates, ["a@b=1"]);
 }
 
 // ---------------------------------------------------------------------------
