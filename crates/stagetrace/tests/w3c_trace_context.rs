@@ -245,7 +245,7 @@ fn tracestate_key_is_at_most_256_characters() {
         format!("{}@{}", "t".repeat(241), "v".repeat(14)),
         format!("{}@v", "t".repeat(242)),
     ] {
-        assert_eq!(key.len() <= 256, true);
+        assert!(key.len() <= 256);
         let ts = TraceState::parse(&format!("foo=1,{key}=1")).unwrap();
         assert_eq!(ts.get(&key), Some("1"));
     }
