@@ -26,7 +26,7 @@ fn seeds() -> Vec<Vec<u8>> {
         format!("{P}\nsfoo=1,foo=2\nsfoo=3,1a@b@c=x"),
         format!("{P}\ns\ns  ,\nsfoo=1"),
         format!("{P}\n{P}\nsfoo=1"),
-        format!("pcc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff-x\nsa=1"),
+        "pcc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-ff-x\nsa=1".to_owned(),
         "sfoo=1".to_owned(),
         full,
     ]
