@@ -21,7 +21,7 @@ pub(crate) enum Role {
 
 /// Name of the span a server runs a request's handler in when the request
 /// carried a valid trace context (see
-/// [`remote_parent_span`](crate::StageSpanExt::set_remote_parent)): calls
+/// [`remote_parent_span`](crate::remote_parent_span)): calls
 /// and transport spans inside it continue the caller's trace.
 pub const REMOTE_PARENT_SPAN: &str = "remote_parent";
 
