@@ -28,7 +28,8 @@ mod sealed {
 /// Each method acts on the span itself or the nearest enclosing transport or
 /// call span. Outside a call, or when no [`StageLayer`](crate::StageLayer)
 /// sees the span, they do nothing (and [`trace_parent`](Self::trace_parent)
-/// is `None`). None of them allocates or blocks.
+/// is `None`). None of them blocks, and only
+/// [`set_remote_parent`](Self::set_remote_parent) allocates (once).
 ///
 /// ```
 /// use stagetrace::{ServerTiming, StageSpanExt};
