@@ -2,7 +2,7 @@
 //! on stable Rust (`docs/architecture.md` §8).
 //!
 //! One [`Target`](targets::Target) per parser: `traceparent`, `tracestate`,
-//! the `stagetrace-timing` and `Server-Timing` headers, the msgpack
+//! a request's trace context (`trace-context`: several of both), the `stagetrace-timing` and `Server-Timing` headers, the msgpack
 //! `server_timing` map, a whole msgpack message (`MsgMap`), the record
 //! loader and the `--fail-if` gate expression. Each is fed mutants of valid
 //! inputs made by the project's own encoders and of hand-picked edge cases

@@ -46,13 +46,14 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use stagetrace::wire::{TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT};
+use stagetrace::wire::{TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT, TRACESTATE};
 use stagetrace::{ServerRecord, ServerTiming};
 use tokio::sync::Semaphore;
 use tracing::{Instrument, Span};
 
 use crate::server::{
-    server_record, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
+    handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
+    ServerCounters, ServerStats,
 };
 use crate::transport;
 
@@ -72,9 +73,15 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// stamps server timing on every request.
 ///
 /// Per request it buffers the body (receive time = whole body arrived),
-/// parses `traceparent` (a malformed one is ignored and counted), puts the
-/// [`TraceParent`] and an [`InferTimer`](crate::InferTimer) into the request
-/// extensions (a handler may mark its pre / infer / post split), and adds
+/// takes the trace context from the `traceparent` and `tracestate` headers
+/// (W3C Trace Context Level 2: a malformed or repeated `traceparent` is
+/// ignored and counted, `tracestate` lines are combined; see
+/// [`TraceContext::extract`](stagetrace::wire::TraceContext::extract)), runs the inner service under that remote
+/// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`] or
+/// [`PolicyClient`](crate::PolicyClient) call made by the handler continues
+/// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace::wire::TraceContext) and an
+/// [`InferTimer`](crate::InferTimer) into the request extensions (a handler
+/// may mark its pre / infer / post split), and adds
 /// `stagetrace-timing` and `Server-Timing` to the response. The inner service's
 /// time is `infer` unless the handler marks otherwise; waiting for a
 /// concurrency slot ([`TimingLayer::max_concurrency`]) is `queue`.
@@ -263,16 +270,17 @@ impl LayerShared {
         let collected = Limited::new(body, self.max_body_bytes).collect().await;
         // The whole request has arrived (or failed to): the receive time.
         let mut stamps = RequestStamps::received(&self.clock).first_byte(Some(head));
-        let trace_parent = match parts.headers.get(TRACEPARENT) {
-            None => None,
-            Some(v) => {
-                let parsed = TraceParent::parse_bytes(v.as_bytes()).ok();
-                if parsed.is_none() {
-                    self.counters.reject_header();
-                }
-                parsed
-            }
+        let context = {
+            let h = &parts.headers;
+            let parents: Vec<&[u8]> = h
+                .get_all(TRACEPARENT)
+                .iter()
+                .map(|v| v.as_bytes())
+                .collect();
+            let states: Vec<&[u8]> = h.get_all(TRACESTATE).iter().map(|v| v.as_bytes()).collect();
+            take_context(&self.counters, &parents, &states)
         };
+        let trace_parent = context.as_ref().map(|c| c.parent);
         let kind = parts
             .headers
             .get(KIND_HEADER)
@@ -301,8 +309,9 @@ impl LayerShared {
                 return self.finish_error(&stamps, trace_parent, kind.as_deref(), status, msg);
             }
         };
-        if let Some(tp) = trace_parent {
-            parts.extensions.insert(tp);
+        if let Some(c) = &context {
+            parts.extensions.insert(c.parent);
+            parts.extensions.insert(c.clone());
         }
         let timer = stamps.timer();
         parts.extensions.insert(timer.clone());
@@ -312,8 +321,9 @@ impl LayerShared {
             Some(p) => p.acquire().await.ok(),
             None => None,
         };
+        let span = handler_span(context);
         let start = Instant::now();
-        let Ok(resp) = inner.call(req).await;
+        let Ok(resp) = span.in_scope(|| inner.call(req)).instrument(span).await;
         let end = Instant::now();
         drop(permit);
         stamps.handled(start, end, timer);
@@ -431,8 +441,9 @@ pub struct HttpReply {
 }
 
 /// A reqwest client whose calls are traced: each runs in a `transport`
-/// span, sends `traceparent`, reads the whole body inside the span and
-/// attaches the server's timing headers.
+/// span, sends `traceparent` (and the `tracestate` of the trace it continues,
+/// when made by a handler run under a remote parent), reads the whole body
+/// inside the span and attaches the server's timing headers.
 #[derive(Clone, Debug)]
 pub struct TracedHttpClient {
     client: reqwest::Client,
@@ -488,10 +499,16 @@ impl TracedHttpClient {
         };
         let span = transport::transport_span(&peer);
         if let Some(tp) = transport::traceparent(&span) {
+            let headers = request.headers_mut();
             if let Ok(v) = HeaderValue::from_bytes(&tp) {
-                request
-                    .headers_mut()
-                    .insert(HeaderName::from_static(TRACEPARENT), v);
+                headers.insert(HeaderName::from_static(TRACEPARENT), v);
+            }
+            // Ours replaces any the app set: a tracestate goes with its parent.
+            headers.remove(TRACESTATE);
+            if let Some(v) =
+                transport::tracestate(&span).and_then(|ts| HeaderValue::from_str(&ts).ok())
+            {
+                headers.insert(HeaderName::from_static(TRACESTATE), v);
             }
         }
         let client = &self.client;

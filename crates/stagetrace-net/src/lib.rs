@@ -13,6 +13,12 @@
 //!   times the handler (`infer`, optionally split with an [`InferTimer`]),
 //!   stamps `total` just before sending, and reports each request to an
 //!   optional hook as a [`stagetrace::ServerRecord`] (for an exporter).
+//! - A server that receives a valid W3C trace context runs its handler under
+//!   that remote parent ([`stagetrace::remote_parent_span`]): the calls the
+//!   handler makes with [`TracedHttpClient`] or [`PolicyClient`] continue the
+//!   caller's trace (same trace id, the caller's flags and `tracestate`, the
+//!   calling span as parent), so a gateway or relay in the middle keeps one
+//!   trace end to end (`docs/protocol.md`, "Trace continuation").
 //! - Anything a peer sends is untrusted: malformed `traceparent` or timing
 //!   maps are ignored and counted, never a panic; a peer that disconnects
 //!   mid-call gives an error and a call record flagged as failed, never a hang.

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use stagetrace::wire::TraceContext;
 use stagetrace::{ServerRecord, ServerTiming};
 
 /// Called once per request, after the response was sent (or the request
@@ -307,8 +308,33 @@ pub struct ServerStats {
     pub requests: u64,
     /// Requests whose handler failed or whose message was malformed.
     pub failed: u64,
-    /// `traceparent` values rejected as malformed (ignored, counted).
+    /// Trace context headers rejected (ignored, counted): a malformed or
+    /// repeated `traceparent`, a malformed `tracestate` or one sent without a
+    /// `traceparent`, a `tracestate` with a repeated key (its later members
+    /// dropped).
     pub rejected_headers: u64,
+}
+
+/// The trace context of one request, from all its `traceparent` values and
+/// `tracestate` lines in the order received (W3C Trace Context Level 2: see
+/// [`TraceContext::extract`]); each rejected header is counted.
+pub(crate) fn take_context(
+    counters: &ServerCounters,
+    traceparents: &[&[u8]],
+    tracestates: &[&[u8]],
+) -> Option<TraceContext> {
+    let found = TraceContext::extract(traceparents, tracestates);
+    for _ in 0..found.rejected() {
+        counters.reject_header();
+    }
+    found.context
+}
+
+/// The span a request's handler runs in: under the caller's context, so the
+/// calls it makes continue the trace; no span (the current one stays) when
+/// the request carried none.
+pub(crate) fn handler_span(context: Option<TraceContext>) -> tracing::Span {
+    context.map_or_else(tracing::Span::none, stagetrace::remote_parent_span)
 }
 
 /// Build the record handed to the hook.

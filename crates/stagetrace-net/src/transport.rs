@@ -25,6 +25,14 @@ pub(crate) fn traceparent(span: &Span) -> Option<[u8; stagetrace::wire::TRACEPAR
     span.trace_parent().map(|tp| tp.to_bytes())
 }
 
+/// The `tracestate` to send with [`traceparent`]: the one of the trace this
+/// request continues, when not empty (the spec: avoid sending an empty one).
+pub(crate) fn tracestate(span: &Span) -> Option<String> {
+    span.trace_state()
+        .map(|ts| ts.to_header())
+        .filter(|h| !h.is_empty())
+}
+
 /// Attach the server's timing (parsed from the response) to the span.
 pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
     if !timing.is_empty() {

@@ -82,7 +82,8 @@ mod worker;
 
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use health::{count_clamped, count_rejected_header};
-pub use layer::span_ext::StageSpanExt;
+pub use layer::callsite::REMOTE_PARENT_SPAN;
+pub use layer::span_ext::{remote_parent_span, StageSpanExt};
 pub use layer::{FilteredStageLayer, StageFilter, StageLayer};
 pub use sink::RecordSink;
 pub use summary::{Summary, WindowSummary};

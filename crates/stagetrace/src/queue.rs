@@ -91,6 +91,10 @@ pub(crate) struct CallState {
     pub(crate) ordinal: u64,
     pub(crate) seq: Option<u64>,
     pub(crate) trace_id: u128,
+    /// The W3C trace flags sent with the call's requests: the caller's when
+    /// the call continues a remote trace, else sampled (and random, for ids
+    /// of our own).
+    pub(crate) flags: u8,
     pub(crate) span_id: u64,
     pub(crate) kind: InlineStr<KIND_LEN>,
     pub(crate) stages: [StageAcc; Stage::ALL.len()],

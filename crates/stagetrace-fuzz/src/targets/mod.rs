@@ -3,6 +3,7 @@
 
 mod analyze;
 mod msgpack;
+mod trace_context;
 mod wire;
 
 /// What one input did, when nothing was violated.
@@ -42,6 +43,7 @@ pub fn all() -> Vec<Target> {
     vec![
         wire::TRACEPARENT,
         wire::TRACESTATE,
+        trace_context::TRACE_CONTEXT,
         wire::TIMING_HEADER,
         wire::SERVER_TIMING,
         msgpack::TIMING_MAP,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::wire::{TimingMap, SERVER_TIMING_KEY, TRACEPARENT};
+use stagetrace::wire::{TimingMap, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
 use stagetrace::ServerTiming;
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -230,10 +230,11 @@ impl PolicyClient {
         // Encode the payload first: the transport span (and with it the
         // roundtrip) starts only when the request is handed to the socket.
         let mut out = MapWriter::with_capacity(observation.encoded_len_hint());
-        if observation.get(TRACEPARENT).is_some() {
-            // The app put its own context in: ours replaces it.
+        if observation.get(TRACEPARENT).is_some() || observation.get(TRACESTATE).is_some() {
+            // The app put its own context in: ours replaces it (a tracestate
+            // goes with its traceparent).
             for entry in observation.entries() {
-                if !key_is(&entry.0, TRACEPARENT) {
+                if !key_is(&entry.0, TRACEPARENT) && !key_is(&entry.0, TRACESTATE) {
                     out.entries(std::slice::from_ref(entry));
                 }
             }
@@ -248,6 +249,9 @@ impl PolicyClient {
         if let Some(tp) = transport::traceparent(&span) {
             let s = std::str::from_utf8(&tp).unwrap_or_default();
             out.entry(TRACEPARENT, &Value::from(s));
+            if let Some(ts) = transport::tracestate(&span) {
+                out.entry(TRACESTATE, &Value::from(ts));
+            }
         }
         let out = out.finish();
 

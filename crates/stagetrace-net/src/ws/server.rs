@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::wire::{TimingMap, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
+use stagetrace::wire::{
+    TimingMap, TraceContext, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE,
+};
 use stagetrace::ServerRecord;
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{watch, Semaphore};
@@ -19,13 +21,15 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
+use tracing::Instrument;
 
 use super::handler::{Handler, HandlerError};
 use super::limits::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::first_bytes::FirstBytes;
 use crate::msg::{MapWriter, MsgMap};
 use crate::server::{
-    server_record, RequestHook, RequestStamps, ServerClock, ServerCounters, ServerStats,
+    handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
+    ServerCounters, ServerStats,
 };
 use crate::timing_map::TimingMsgpackExt;
 
@@ -333,17 +337,22 @@ impl Shared {
                 }
             };
             drop(bytes);
-            let trace_parent = self.take_trace_parent(&mut request);
+            let context = self.take_context(&mut request);
+            let trace_parent = context.as_ref().map(|c| c.parent);
             let kind = request.get_str("kind").map(str::to_owned);
 
             let timer = stamps.timer();
             let Ok(permit) = self.permits.acquire().await else {
                 break;
             };
+            // Under the caller's context: the calls the handler makes
+            // continue its trace.
+            let span = handler_span(context);
             let start = Instant::now();
             // A panicking handler fails its request (openpi answers an
             // exception the same way) instead of silently dropping the link.
-            let result = AssertUnwindSafe(self.handler.call(request, timer.clone()))
+            let call = span.in_scope(|| self.handler.call(request, timer.clone()));
+            let result = AssertUnwindSafe(call.instrument(span))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err(HandlerError::new("the policy handler panicked")));
@@ -387,20 +396,19 @@ impl Shared {
         }
     }
 
-    /// Remove `traceparent` / `tracestate` from the request; parse the former
-    /// (a malformed one is ignored and counted).
-    fn take_trace_parent(&self, request: &mut MsgMap) -> Option<TraceParent> {
-        let _ = request.remove(TRACESTATE);
-        let raw = request.remove(TRACEPARENT)?;
-        let parsed = match &raw {
-            Value::String(s) => TraceParent::parse_bytes(s.as_bytes()).ok(),
-            Value::Binary(b) => TraceParent::parse_bytes(b).ok(),
-            _ => None,
-        };
-        if parsed.is_none() {
-            self.counters.reject_header();
+    /// Remove every `traceparent` / `tracestate` entry from the request and
+    /// take the trace context from them, as from HTTP header lines (a
+    /// repeated key is a repeated header; a value that is neither a string
+    /// nor bytes is malformed). Rejections are counted.
+    fn take_context(&self, request: &mut MsgMap) -> Option<TraceContext> {
+        let parents = remove_all(request, TRACEPARENT);
+        let states = remove_all(request, TRACESTATE);
+        if parents.is_empty() && states.is_empty() {
+            return None;
         }
-        parsed
+        let parents: Vec<&[u8]> = parents.iter().map(value_bytes).collect();
+        let states: Vec<&[u8]> = states.iter().map(value_bytes).collect();
+        take_context(&self.counters, &parents, &states)
     }
 
     async fn fail(
@@ -429,6 +437,26 @@ impl Shared {
             hook(&record);
         }
     }
+}
+
+/// A trace context entry's bytes: a string or bytes; anything else reads as
+/// empty, which no valid header is (rejected like a malformed one).
+fn value_bytes(v: &Value) -> &[u8] {
+    match v {
+        Value::String(s) => s.as_bytes(),
+        Value::Binary(b) => b,
+        _ => &[],
+    }
+}
+
+/// Every value of `key`, in wire order, removed from `map` (at most the
+/// map's own length).
+fn remove_all(map: &mut MsgMap, key: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    while let Some(v) = map.remove(key) {
+        out.push(v);
+    }
+    out
 }
 
 fn is_transient(e: &std::io::Error) -> bool {

@@ -14,7 +14,16 @@ use crate::stage::Stage;
 pub(crate) enum Role {
     Call,
     Stage(Stage),
+    /// A server's request handler, run under a remote parent (the caller's
+    /// trace context): calls made inside continue that trace.
+    Remote,
 }
+
+/// Name of the span a server runs a request's handler in when the request
+/// carried a valid trace context (see
+/// [`remote_parent_span`](crate::remote_parent_span)): calls
+/// and transport spans inside it continue the caller's trace.
+pub const REMOTE_PARENT_SPAN: &str = "remote_parent";
 
 /// Span names → roles, fixed at build time.
 #[derive(Debug)]
@@ -39,6 +48,9 @@ impl Names {
     fn role(&self, name: &str) -> Option<Role> {
         if name == self.call {
             return Some(Role::Call);
+        }
+        if name == REMOTE_PARENT_SPAN {
+            return Some(Role::Remote);
         }
         self.stages
             .iter()
@@ -90,14 +102,16 @@ pub(crate) struct Class(u8);
 impl Class {
     const PRESENT: u8 = 0x80;
     const STAGE_FIELD: u8 = 0x40;
-    const ROLE: u8 = 0x07;
+    /// 0: none, 1: call, 2: remote parent, 3 + i: stage `i`.
+    const ROLE: u8 = 0x0f;
     const IGNORED: Class = Class(Self::PRESENT);
 
     fn new(role: Option<Role>, stage_field: bool) -> Self {
         let r = match role {
             None => 0,
             Some(Role::Call) => 1,
-            Some(Role::Stage(s)) => 2 + s.index() as u8,
+            Some(Role::Remote) => 2,
+            Some(Role::Stage(s)) => 3 + s.index() as u8,
         };
         Class(Self::PRESENT | if stage_field { Self::STAGE_FIELD } else { 0 } | r)
     }
@@ -107,7 +121,8 @@ impl Class {
         match self.0 & Self::ROLE {
             0 => None,
             1 => Some(Role::Call),
-            r => Stage::ALL.get(usize::from(r - 2)).copied().map(Role::Stage),
+            2 => Some(Role::Remote),
+            r => Stage::ALL.get(usize::from(r - 3)).copied().map(Role::Stage),
         }
     }
 

@@ -40,11 +40,12 @@ use crate::ids;
 use crate::queue::{CallState, InlineStr, Msg, RawCall, StageAcc, TransportAcc};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
+use crate::wire::TraceParent;
 
 use callsite::{Names, Role};
 use fields::Fields;
 pub(crate) use scope::WithScope;
-use span_state::{StageState, TransportState};
+use span_state::{RemoteState, StageState, TransportState};
 
 /// The stage layer. Built by [`StageLayer::builder`]; what the builder returns
 /// is this layer wrapped in its per-layer filter ([`FilteredStageLayer`]), so
@@ -147,15 +148,43 @@ where
         // Before any extensions lock: the hook reads the other layer's.
         let shared_ids = self.shared_ids(id, role);
         let Some(span) = ctx.span(id) else { return };
+        // A call inside a server's handler continues the caller's trace,
+        // unless another layer owns the trace context.
+        let remote = match (role, shared_ids) {
+            (Role::Call, None) => span_ext::remote_parent_of(span.parent()),
+            _ => None,
+        };
         let mut ext = span.extensions_mut();
         match role {
+            Role::Remote => {
+                ext.replace(RemoteState {
+                    span_id: ids::span_id(),
+                    parent: None,
+                    state: None,
+                });
+            }
             Role::Call => {
                 let ordinal = self.next_ordinal.fetch_add(1, Ordering::Relaxed);
+                // Our own trace ids are random (at least the right-most 7
+                // bytes, as the Level 2 random flag promises); another layer's
+                // may not be.
+                let (trace_id, flags) = match (remote, shared_ids) {
+                    (Some(tp), _) => (
+                        u128::from_be_bytes(tp.trace_id),
+                        tp.flags & TraceParent::KNOWN_FLAGS,
+                    ),
+                    (None, Some(s)) => (s.trace_id, TraceParent::FLAG_SAMPLED),
+                    (None, None) => (
+                        ids::trace_id(),
+                        TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
+                    ),
+                };
                 let mut state = CallState {
                     start: t0,
                     ordinal,
                     seq: fields.seq,
-                    trace_id: shared_ids.map_or_else(ids::trace_id, |s| s.trace_id),
+                    trace_id,
+                    flags,
                     span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
                     kind: fields.kind.unwrap_or(InlineStr::new()),
                     stages: [StageAcc::default(); Stage::ALL.len()],
@@ -296,11 +325,12 @@ impl StageLayer {
     /// The ids the trace-context hook finds for span `id`, if one is set.
     fn shared_ids(&self, id: &span::Id, role: Role) -> Option<SharedIds> {
         let hook = self.context_hook?;
-        let dispatch = self.dispatch.get()?.upgrade()?;
         let stage = match role {
             Role::Call => "call",
             Role::Stage(stage) => stage.name(),
+            Role::Remote => return None,
         };
+        let dispatch = self.dispatch.get()?.upgrade()?;
         // The hook is other code on the app thread: a panic in it must not
         // reach the host (it counts as a miss).
         let found =

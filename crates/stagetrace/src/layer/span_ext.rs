@@ -3,13 +3,17 @@
 //! stale actions), as `tracing-opentelemetry`'s `OpenTelemetrySpanExt` does
 //! for OpenTelemetry.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use crate::queue::CallState;
-use crate::wire::{ServerTiming, TraceParent};
+use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
+use crate::queue::CallState;
+use crate::wire::{ServerTiming, TraceContext, TraceParent, TraceState};
+
+use super::callsite::REMOTE_PARENT_SPAN;
 use super::scope::walk;
-use super::span_state::TransportState;
+use super::span_state::{RemoteState, TransportState};
 
 /// Keeps [`StageSpanExt`] implemented for `tracing::Span` only, so methods
 /// can be added to it without breaking anyone.
@@ -24,7 +28,8 @@ mod sealed {
 /// Each method acts on the span itself or the nearest enclosing transport or
 /// call span. Outside a call, or when no [`StageLayer`](crate::StageLayer)
 /// sees the span, they do nothing (and [`trace_parent`](Self::trace_parent)
-/// is `None`). None of them allocates or blocks.
+/// is `None`). None of them blocks, and only
+/// [`set_remote_parent`](Self::set_remote_parent) allocates (once).
 ///
 /// ```
 /// use stagetrace::{ServerTiming, StageSpanExt};
@@ -67,9 +72,37 @@ pub trait StageSpanExt: sealed::Sealed {
     /// The W3C trace context to send with the request made inside this span:
     /// trace id = the call's trace id (the record's `trace_id`), parent id =
     /// the enclosing transport span's own id (or the call's when there is no
-    /// transport span). `None` outside a call or without a
+    /// transport span), flags = the call's (see below). Outside a call but
+    /// inside a server's handler run under a remote parent
+    /// ([`remote_parent_span`](crate::remote_parent_span)): the caller's
+    /// trace id and flags, parent id = the transport span's id (or the
+    /// handler span's own). `None` otherwise, or without a
     /// [`StageLayer`](crate::StageLayer).
+    ///
+    /// Flags: a call opened under a remote parent keeps the caller's sampled
+    /// and random flags (W3C Trace Context Level 2; undefined flags sent as
+    /// 0) and its trace id; any other call starts a trace of its own, sampled
+    /// and, since its trace id is random, with the random flag (`03`), or only
+    /// sampled (`01`) when the ids come from another layer
+    /// ([`crate::context`]).
     fn trace_parent(&self) -> Option<TraceParent>;
+
+    /// The W3C `tracestate` to send along with
+    /// [`trace_parent`](Self::trace_parent): the one the enclosing remote
+    /// parent came with, unchanged (stagetrace adds no key of its own), when
+    /// the request continues that trace and the list is not empty. `None`
+    /// otherwise. Shares the list; does not copy it.
+    fn trace_state(&self) -> Option<Arc<TraceState>>;
+
+    /// Run everything inside this span under the remote parent `context`:
+    /// calls opened inside continue its trace (same trace id, the caller's
+    /// flags, its `tracestate` passed on). Acts on this span when it is a
+    /// [`REMOTE_PARENT_SPAN`](crate::REMOTE_PARENT_SPAN) span, else on the
+    /// nearest enclosing one (not past a call); no effect without one. Servers
+    /// normally use [`remote_parent_span`](crate::remote_parent_span), which
+    /// makes the span and sets this. Allocates once for a non-empty
+    /// `tracestate`.
+    fn set_remote_parent(&self, context: TraceContext);
 
     /// Mark the call enclosing this span (or the span itself, if it is the
     /// call span) as failed: its record gets `failed: true, error: reason`,
@@ -101,33 +134,25 @@ impl StageSpanExt for tracing::Span {
     }
 
     fn trace_parent(&self) -> Option<TraceParent> {
-        let mut transport: Option<(u64, bool)> = None;
-        let mut out = None;
+        outgoing(self, false).map(|(tp, _)| tp)
+    }
+
+    fn trace_state(&self) -> Option<Arc<TraceState>> {
+        outgoing(self, true).and_then(|(_, st)| st)
+    }
+
+    fn set_remote_parent(&self, context: TraceContext) {
+        let mut context = Some(context);
         walk(self, &mut |ext| {
-            if let Some(t) = ext.get_mut::<TransportState>() {
-                if transport.is_none() && t.span_id != 0 {
-                    transport = Some((t.span_id, t.shared));
+            if let Some(r) = ext.get_mut::<RemoteState>() {
+                if let Some(c) = context.take() {
+                    r.parent = Some(c.parent);
+                    r.state = (!c.state.is_empty()).then(|| Arc::new(c.state));
                 }
-                return false;
-            }
-            if let Some(call) = ext.get_mut::<CallState>() {
-                // A transport id from another layer's trace only makes sense in
-                // that trace: if the call kept ids of its own, so does the parent.
-                let parent_id = match transport {
-                    Some((id, shared)) if shared == call.shared_context => id,
-                    _ => call.span_id,
-                };
-                out = Some(TraceParent {
-                    version: 0,
-                    trace_id: call.trace_id.to_be_bytes(),
-                    parent_id: parent_id.to_be_bytes(),
-                    flags: 1,
-                });
                 return true;
             }
-            false
+            ext.get_mut::<CallState>().is_some()
         });
-        out
     }
 
     fn mark_failed(&self, reason: &'static str) {
@@ -166,4 +191,117 @@ fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
         }
         None => false,
     });
+}
+
+/// A span to run one request's handler in, under the remote parent
+/// `context` (the caller's trace context, from
+/// [`TraceContext::extract`](crate::wire::TraceContext::extract)): calls and
+/// transport spans opened inside continue the caller's trace. Named
+/// [`REMOTE_PARENT_SPAN`](crate::REMOTE_PARENT_SPAN); disabled (and
+/// harmless) without a [`StageLayer`](crate::StageLayer).
+///
+/// ```
+/// use stagetrace::wire::TraceContext;
+/// use stagetrace::StageSpanExt;
+///
+/// let tp: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03";
+/// let found = TraceContext::extract(&[tp], &[b"congo=t61rcWkgMzE"]);
+/// if let Some(context) = found.context {
+///     let _handler = stagetrace::remote_parent_span(context).entered();
+///     // … calls made here send trace id 4bf9…4736, flags 03,
+///     // tracestate congo=t61rcWkgMzE
+/// }
+/// ```
+pub fn remote_parent_span(context: TraceContext) -> tracing::Span {
+    let span = tracing::info_span!(REMOTE_PARENT_SPAN);
+    span.set_remote_parent(context);
+    span
+}
+
+/// What a request made inside `span` sends: the `traceparent` and, when
+/// `with_state`, the `tracestate` of the remote parent it continues. One walk
+/// up the scope, innermost first.
+fn outgoing(
+    span: &tracing::Span,
+    with_state: bool,
+) -> Option<(TraceParent, Option<Arc<TraceState>>)> {
+    let mut transport: Option<(u64, bool)> = None;
+    let mut out: Option<(TraceParent, Option<Arc<TraceState>>)> = None;
+    walk(span, &mut |ext| {
+        if out.is_none() {
+            if let Some(t) = ext.get_mut::<TransportState>() {
+                if transport.is_none() && t.span_id != 0 {
+                    transport = Some((t.span_id, t.shared));
+                }
+                return false;
+            }
+            if let Some(call) = ext.get_mut::<CallState>() {
+                // A transport id from another layer's trace only makes sense in
+                // that trace: if the call kept ids of its own, so does the parent.
+                let parent_id = match transport {
+                    Some((id, shared)) if shared == call.shared_context => id,
+                    _ => call.span_id,
+                };
+                out = Some((
+                    TraceParent {
+                        version: 0,
+                        trace_id: call.trace_id.to_be_bytes(),
+                        parent_id: parent_id.to_be_bytes(),
+                        flags: call.flags,
+                    },
+                    None,
+                ));
+                // The tracestate, if any, is the remote parent's further up.
+                return !with_state;
+            }
+        }
+        let Some(r) = ext.get_mut::<RemoteState>() else {
+            return false;
+        };
+        // A remote parent span the server never set is transparent.
+        let Some(remote) = r.parent else {
+            return false;
+        };
+        match &mut out {
+            // The call continued this trace (not one of another layer's).
+            Some((tp, state)) => {
+                if tp.trace_id == remote.trace_id {
+                    *state = r.state.clone();
+                }
+            }
+            None => {
+                let parent_id = match transport {
+                    Some((id, false)) => id,
+                    _ => r.span_id,
+                };
+                out = remote
+                    .continued(parent_id.to_be_bytes())
+                    .map(|tp| (tp, r.state.clone()));
+            }
+        }
+        true
+    });
+    out
+}
+
+/// The remote parent a call opened under `parent` continues: the nearest
+/// enclosing remote parent span's context, not past another call.
+pub(crate) fn remote_parent_of<S>(mut next: Option<SpanRef<'_, S>>) -> Option<TraceParent>
+where
+    S: for<'a> LookupSpan<'a>,
+{
+    while let Some(span) = next {
+        {
+            let ext = span.extensions();
+            if let Some(r) = ext.get::<RemoteState>() {
+                if r.parent.is_some() {
+                    return r.parent;
+                }
+            } else if ext.get::<CallState>().is_some() {
+                return None;
+            }
+        }
+        next = span.parent();
+    }
+    None
 }

@@ -2,12 +2,13 @@
 //! span keeps a [`CallState`](crate::queue::CallState), which is also what
 //! the worker receives when the call closes.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::queue::{InlineStr, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
-use crate::wire::ServerTiming;
+use crate::wire::{ServerTiming, TraceParent, TraceState};
 
 /// Per-stage-span state (stages other than transport). Kept small: the
 /// registry boxes one per span.
@@ -34,4 +35,18 @@ pub(crate) struct TransportState {
     pub(crate) first_byte: Option<Instant>,
     /// The request's first byte left (the transport's stamp).
     pub(crate) request_first_byte: Option<Instant>,
+}
+
+/// Per-remote-parent-span state: the trace context a server's request came
+/// with, continued by the calls its handler makes. Not `Copy` (the
+/// `tracestate` is shared, not copied, with each outgoing call).
+#[derive(Clone, Debug)]
+pub(crate) struct RemoteState {
+    /// This span's own id: the parent id sent by a call made directly in it
+    /// (no transport span of its own).
+    pub(crate) span_id: u64,
+    /// The caller's context, once the server has set it.
+    pub(crate) parent: Option<TraceParent>,
+    /// The `tracestate` that came with it, when not empty.
+    pub(crate) state: Option<Arc<TraceState>>,
 }

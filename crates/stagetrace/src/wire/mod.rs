@@ -4,10 +4,14 @@
 //! rejected input returns a [`WireError`] the caller counts and otherwise
 //! ignores.
 //!
-//! - [`TraceParent`]: the W3C `traceparent` header (Trace Context level 1,
+//! - [`TraceParent`]: the W3C `traceparent` header (Trace Context Level 2,
 //!   version `00`; higher versions parsed by the spec's forward-compatibility
-//!   rules, always re-emitted as `00`).
-//! - [`TraceState`]: the W3C `tracestate` header (≤ 32 members, spec grammar).
+//!   rules, always re-emitted as `00`; sampled and random flags).
+//! - [`TraceState`]: the W3C `tracestate` header (≤ 32 members, Level 2
+//!   grammar).
+//! - [`TraceContext`]: both, taken from one request's headers as the spec's
+//!   processing model says (several `traceparent`s, several `tracestate`
+//!   lines, repeated keys), for a service that continues the trace.
 //! - [`ServerTiming`]: the server's timing of one request, with three
 //!   encodings: the `stagetrace-timing` header
 //!   ([`ServerTiming::to_timing_header`]), the standard `Server-Timing` header
@@ -19,14 +23,15 @@
 //! `docs/protocol.md` describes the fields for server authors in other
 //! languages.
 //!
-//! One file per format (`traceparent`, `tracestate`, `timing` with its two
-//! headers, `timing_map`); `error` and `lex` hold what they share. This file
+//! One file per format (`traceparent`, `tracestate`, `trace_context`,
+//! `timing` with its two headers, `timing_map`); `error` and `lex` hold what they share. This file
 //! only names things: no file below imports it.
 
 mod error;
 mod lex;
 mod timing;
 mod timing_map;
+mod trace_context;
 mod traceparent;
 mod tracestate;
 
@@ -36,6 +41,7 @@ pub use timing::{
     ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN, MAX_UNIX_NS,
 };
 pub use timing_map::{MapValue, TimingMap, MAX_TIMING_MAP_ENTRIES};
+pub use trace_context::{Extracted, TraceContext};
 pub use traceparent::{TraceParent, MAX_TRACEPARENT_LEN, TRACEPARENT_LEN};
 pub use tracestate::{
     TraceState, MAX_TRACESTATE_INPUT, MAX_TRACESTATE_LEN, MAX_TRACESTATE_MEMBERS,

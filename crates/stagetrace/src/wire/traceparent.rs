@@ -1,5 +1,5 @@
-//! The W3C `traceparent` header (Trace Context level 1): which trace a
-//! request belongs to and which span sent it.
+//! The W3C `traceparent` header (Trace Context Level 2): which trace a
+//! request belongs to, which span sent it, and the caller's flags.
 
 use std::fmt;
 
@@ -19,7 +19,9 @@ pub struct TraceParent {
     pub trace_id: [u8; 16],
     /// 8-byte id of the parent span, never all zero.
     pub parent_id: [u8; 8],
-    /// Trace flags (`01` = sampled).
+    /// Trace flags as received (`01` = sampled, `02` = random trace id);
+    /// bits the spec does not define yet are zeroed only when the context is
+    /// sent on ([`TraceParent::continued`]).
     pub flags: u8,
 }
 
@@ -27,8 +29,13 @@ pub struct TraceParent {
 pub const TRACEPARENT_LEN: usize = 55;
 
 impl TraceParent {
-    /// The `sampled` flag bit.
+    /// The `sampled` flag bit: the caller may have recorded trace data.
     pub const FLAG_SAMPLED: u8 = 0x01;
+    /// The `random-trace-id` flag bit (Level 2): at least the right-most 7
+    /// bytes of the trace id are random.
+    pub const FLAG_RANDOM: u8 = 0x02;
+    /// The flags this version of the spec defines; the others are sent as 0.
+    pub const KNOWN_FLAGS: u8 = Self::FLAG_SAMPLED | Self::FLAG_RANDOM;
 
     /// A version-`00` trace parent; `None` when either id is all zero (the
     /// spec makes those invalid).
@@ -47,6 +54,28 @@ impl TraceParent {
     /// Whether the caller sampled this trace.
     pub fn sampled(&self) -> bool {
         self.flags & Self::FLAG_SAMPLED != 0
+    }
+
+    /// Whether the caller says the trace id is random (Level 2 flag).
+    pub fn random(&self) -> bool {
+        self.flags & Self::FLAG_RANDOM != 0
+    }
+
+    /// The context a service sends on when it continues this trace: the same
+    /// trace id, `parent_id` (the sending span's own id) as the parent,
+    /// version `00`, and the sampled and random flags as received; flags the
+    /// spec does not define are sent as 0, as it requires. `None` when
+    /// `parent_id` is all zero.
+    pub fn continued(&self, parent_id: [u8; 8]) -> Option<Self> {
+        if parent_id == [0; 8] {
+            return None;
+        }
+        Some(TraceParent {
+            version: 0,
+            trace_id: self.trace_id,
+            parent_id,
+            flags: self.flags & Self::KNOWN_FLAGS,
+        })
     }
 
     /// The trace id as 32 lowercase hex digits (the record's `trace_id`).
@@ -68,8 +97,9 @@ impl TraceParent {
     ///
     /// Version `00` must be exactly 55 characters. A higher version (not
     /// `ff`) is parsed by the spec's forward-compatibility rules: at least 55
-    /// characters, the first 55 read as version `00`, and anything after them
-    /// must start with `-`. Leading/trailing spaces and tabs are ignored.
+    /// characters, the first 55 read as version `00` (trace id, parent id,
+    /// flags), and anything after them must start with `-`; what follows is
+    /// not read. Leading/trailing spaces and tabs are ignored.
     pub fn parse_bytes(input: &[u8]) -> Result<Self, WireError> {
         const C: Codec = Codec::TraceParent;
         check_len(C, input.len(), MAX_TRACEPARENT_LEN)?;

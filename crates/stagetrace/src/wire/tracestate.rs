@@ -22,31 +22,17 @@ pub struct TraceState {
 }
 
 fn is_key_char(c: u8) -> bool {
-    matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/')
+    matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/' | b'@')
 }
 
-/// `key = simple-key / multi-tenant-key` (W3C Trace Context level 1).
+/// `key = ( lcalpha / DIGIT ) 0*255 ( keychar )` (W3C Trace Context Level 2,
+/// where `@` is a key character like any other: `tenant@system` keys, and
+/// keys starting with a digit, are simple keys of up to 256 characters).
 fn valid_key(k: &[u8]) -> bool {
-    match k.iter().position(|&c| c == b'@') {
-        None => {
-            k.len() <= 256
-                && k.first().is_some_and(|c| c.is_ascii_lowercase())
-                && k.iter().all(|&c| is_key_char(c))
-        }
-        Some(at) => {
-            let (tenant, system) = (&k[..at], &k[at + 1..]);
-            !tenant.is_empty()
-                && tenant.len() <= 241
-                && tenant
-                    .first()
-                    .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-                && tenant.iter().all(|&c| is_key_char(c))
-                && !system.is_empty()
-                && system.len() <= 14
-                && system.first().is_some_and(|c| c.is_ascii_lowercase())
-                && system.iter().all(|&c| is_key_char(c))
-        }
-    }
+    k.len() <= 256
+        && k.first()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && k.iter().all(|&c| is_key_char(c))
 }
 
 /// `value = 0*255(chr) nblk-chr`: printable ASCII except `,` and `=`,
@@ -59,6 +45,77 @@ fn valid_value(v: &[u8]) -> bool {
         && v.iter().all(|&c| c == b' ' || nblk(c))
 }
 
+/// What [`parse_lines`] does with a key that appears again further right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OnDuplicate {
+    /// The list is invalid.
+    Reject,
+    /// Keep the left-most member (the most recent position) and drop the
+    /// others (the spec: vendors MAY discard duplicate keys).
+    KeepFirst,
+}
+
+/// Parse the `tracestate` header lines of one request, combined in order as
+/// RFC 9110 §5.3 combines field lines (joined with `,`), without building the
+/// joined string. Returns the list and how many repeated members were
+/// dropped (always 0 with [`OnDuplicate::Reject`]).
+///
+/// The combined value is at most [`MAX_TRACESTATE_INPUT`] bytes and at most
+/// [`MAX_TRACESTATE_MEMBERS`] non-empty members as sent, or the whole list is
+/// rejected. Empty and whitespace-only members are allowed (the spec asks it,
+/// so that an empty header line does not spoil the others) and do not count
+/// towards the 32.
+pub(super) fn parse_lines(
+    lines: &[&[u8]],
+    on_duplicate: OnDuplicate,
+) -> Result<(TraceState, u32), WireError> {
+    const C: Codec = Codec::TraceState;
+    let combined = lines
+        .iter()
+        .map(|l| l.len())
+        .fold(0usize, |n, l| n.saturating_add(l))
+        .saturating_add(lines.len().saturating_sub(1));
+    check_len(C, combined, MAX_TRACESTATE_INPUT)?;
+    let mut members: Vec<(String, String)> = Vec::new();
+    let mut sent = 0usize;
+    let mut dropped = 0u32;
+    for raw in lines.iter().flat_map(|l| l.split(|&c| c == b',')) {
+        let m = trim_ows(raw);
+        if m.is_empty() {
+            continue; // empty list members are allowed
+        }
+        let eq = m
+            .iter()
+            .position(|&c| c == b'=')
+            .ok_or_else(|| syntax(C, "a list member has no `=`"))?;
+        let (k, v) = (&m[..eq], &m[eq + 1..]);
+        if !valid_key(k) {
+            return Err(value_err(C, "key", "breaks the W3C key grammar"));
+        }
+        if !valid_value(v) {
+            return Err(value_err(C, "value", "breaks the W3C value grammar"));
+        }
+        sent += 1;
+        if sent > MAX_TRACESTATE_MEMBERS {
+            return Err(syntax(C, "more than 32 list members"));
+        }
+        if members.iter().any(|(mk, _)| mk.as_bytes() == k) {
+            match on_duplicate {
+                OnDuplicate::Reject => return Err(syntax(C, "a key appears twice")),
+                OnDuplicate::KeepFirst => {
+                    dropped += 1;
+                    continue;
+                }
+            }
+        }
+        // Validated as ASCII above.
+        let k = String::from_utf8_lossy(k).into_owned();
+        let v = String::from_utf8_lossy(v).into_owned();
+        members.push((k, v));
+    }
+    Ok((TraceState { members }, dropped))
+}
+
 impl TraceState {
     /// An empty `tracestate`.
     pub fn new() -> Self {
@@ -67,44 +124,17 @@ impl TraceState {
 
     /// Parse a `tracestate` header value (several header lines joined with
     /// `,`). Any invalid member, a duplicate key or more than 32 members
-    /// rejects the whole header, as the spec requires.
+    /// rejects the whole header. A service receiving a request uses
+    /// [`TraceContext::extract`](super::TraceContext::extract) instead, which
+    /// takes several header lines and drops repeated keys rather than the
+    /// whole header (`docs/protocol.md`, "Trace continuation").
     pub fn parse(s: &str) -> Result<Self, WireError> {
         Self::parse_bytes(s.as_bytes())
     }
 
     /// Parse a `tracestate` header value from raw bytes.
     pub fn parse_bytes(input: &[u8]) -> Result<Self, WireError> {
-        const C: Codec = Codec::TraceState;
-        check_len(C, input.len(), MAX_TRACESTATE_INPUT)?;
-        let mut members: Vec<(String, String)> = Vec::new();
-        for raw in input.split(|&c| c == b',') {
-            let m = trim_ows(raw);
-            if m.is_empty() {
-                continue; // empty list members are allowed
-            }
-            let eq = m
-                .iter()
-                .position(|&c| c == b'=')
-                .ok_or_else(|| syntax(C, "a list member has no `=`"))?;
-            let (k, v) = (&m[..eq], &m[eq + 1..]);
-            if !valid_key(k) {
-                return Err(value_err(C, "key", "breaks the W3C key grammar"));
-            }
-            if !valid_value(v) {
-                return Err(value_err(C, "value", "breaks the W3C value grammar"));
-            }
-            if members.len() == MAX_TRACESTATE_MEMBERS {
-                return Err(syntax(C, "more than 32 list members"));
-            }
-            // Validated as ASCII above.
-            let k = String::from_utf8_lossy(k).into_owned();
-            let v = String::from_utf8_lossy(v).into_owned();
-            if members.iter().any(|(mk, _)| *mk == k) {
-                return Err(syntax(C, "a key appears twice"));
-            }
-            members.push((k, v));
-        }
-        Ok(TraceState { members })
+        parse_lines(&[input], OnDuplicate::Reject).map(|(ts, _)| ts)
     }
 
     /// Number of members.
@@ -229,10 +259,8 @@ mod tests {
             "rojo=a,rojo=b",
             "rojo=a\tb",
             "rojo=a=b",
-            "1abc=x",
             "@sys=x",
             "t@Sys=x",
-            "t@sysnametoolong1=x",
             "ro jo=1",
             "rojo=\u{7f}",
         ];
@@ -243,6 +271,11 @@ mod tests {
         assert!(TraceState::parse(&k256).is_ok());
         let k257 = format!("{}=v", "a".repeat(257));
         assert!(TraceState::parse(&k257).is_err());
+        // Level 2 keys: a leading digit, `@` anywhere after the first
+        // character, no separate tenant / system limits.
+        for ok in ["1abc=x", "t@sysnametoolong1=x", "a@b@c=x", "a@=x"] {
+            assert!(TraceState::parse(ok).is_ok(), "rejected {ok:?}");
+        }
         let v256 = format!("k={}", "v".repeat(256));
         assert!(TraceState::parse(&v256).is_ok());
         let v257 = format!("k={}", "v".repeat(257));
