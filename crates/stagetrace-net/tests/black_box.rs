@@ -208,13 +208,16 @@ fn silent_ws_server() -> SocketAddr {
     })
 }
 
+/// seq, ttfb, its truth, rx, its truth (ms).
+type Row = (u64, f64, f64, f64, f64);
+
 /// The record's black box against the tap's truth, call by call.
 fn check(label: &str, records: &[CallRecord], exchanges: &[(Instant, Instant, Instant)]) {
     assert_eq!(records.len(), CALLS, "{label}");
     // The WebSocket handshake is an exchange of its own, before the calls.
     let truth = &exchanges[exchanges.len() - CALLS..];
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for (r, &(up, first, last)) in records.iter().zip(truth) {
         let (true_ttfb, true_rx) = (ms(first - up), ms(last - first));
         let (ttfb, rx) = (r.ms(Figure::Ttfb).unwrap(), r.ms(Figure::Rx).unwrap());
@@ -248,7 +251,7 @@ fn check(label: &str, records: &[CallRecord], exchanges: &[(Instant, Instant, In
     // The client's stamps are its own thread's, the tap's another's; on a
     // loaded machine one of them is sometimes scheduled late, which no
     // userspace stamp can rule out for every call.
-    let errors = |f: &dyn Fn(&(u64, f64, f64, f64, f64)) -> f64| {
+    let errors = |f: &dyn Fn(&Row) -> f64| {
         let mut e: Vec<f64> = rows.iter().map(|r| f(r).abs()).collect();
         e.sort_by(f64::total_cmp);
         e
