@@ -52,6 +52,39 @@ const MIN_DRIFT_POINTS: usize = 5;
 /// Time span the drift buckets must cover before drift is estimated, s.
 const MIN_DRIFT_SPAN_S: f64 = 5.0;
 
+/// Standard errors a ± bound spans for the coverage of ± 3σ (99.73 %,
+/// two-sided) when σ itself is estimated from a fit with `df` degrees of
+/// freedom: Student's t quantile. With few drift buckets 3 standard errors
+/// cover far less (about 94 % with 5 buckets); between tabulated values the
+/// smaller `df`'s (larger) factor is used, so the bound never covers less.
+fn coverage_factor(df: usize) -> f64 {
+    // (df, t_{0.99865}(df))
+    const TABLE: [(usize, f64); 13] = [
+        (1, 235.8),
+        (2, 19.21),
+        (3, 9.22),
+        (4, 6.62),
+        (5, 5.51),
+        (6, 4.90),
+        (7, 4.53),
+        (8, 4.28),
+        (10, 3.96),
+        (12, 3.76),
+        (16, 3.54),
+        (20, 3.42),
+        (30, 3.27),
+    ];
+    if df >= 60 {
+        // Down to 3.0 as df grows: 3.13 never covers less.
+        return 3.13;
+    }
+    TABLE
+        .iter()
+        .rev()
+        .find(|(d, _)| *d <= df)
+        .map_or(TABLE[0].1, |(_, t)| *t)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Sample {
     /// Client time of the sample (t3), ns since the epoch.
@@ -72,8 +105,9 @@ pub struct OffsetEstimate {
     /// Frequency error (server clock rate − client clock rate), ppm, once
     /// enough samples span enough time.
     pub drift_ppm: Option<f64>,
-    /// ± bound on `drift_ppm` (3 standard errors of the regression, at
-    /// least 2 ppm).
+    /// ± bound on `drift_ppm`: the regression's standard error times the
+    /// Student-t factor that gives ± 3σ's coverage with that few buckets
+    /// (9.2 with 5, 4.3 with 10, 3.0 with many), at least 2 ppm.
     pub drift_err_ppm: Option<f64>,
     /// True when the estimate rests on the current sample alone because it
     /// disagrees with the window (a suspected clock step not yet confirmed).
@@ -256,7 +290,8 @@ impl OffsetFilter {
     }
 
     /// Frequency error by least squares of θ over time on the buckets' low-δ
-    /// samples: (slope as a fraction, its standard error).
+    /// samples: (slope as a fraction, its ± bound: the standard error times
+    /// [`coverage_factor`] of the fit's degrees of freedom).
     fn drift(&self) -> Option<(f64, f64)> {
         let min_delta = self
             .buckets
@@ -295,7 +330,8 @@ impl OffsetFilter {
             acc + r * r
         });
         let stderr = (rss / (nf - 2.0) / sxx).sqrt();
-        (slope.is_finite() && slope.abs() <= MAX_DRIFT_PPM * 1e-6).then_some((slope, stderr))
+        let bound = coverage_factor(n - 2) * stderr;
+        (slope.is_finite() && slope.abs() <= MAX_DRIFT_PPM * 1e-6).then_some((slope, bound))
     }
 
     /// The offset at client time `at` (ns since the epoch): the window's
@@ -314,7 +350,7 @@ impl OffsetFilter {
         let age = diff(at, best.at);
         let drift = self.drift();
         let (slope, rate) = match drift {
-            Some((slope, stderr)) => (slope, (3.0 * stderr).max(MIN_DRIFT_ERR_PPM * 1e-6)),
+            Some((slope, bound)) => (slope, bound.max(MIN_DRIFT_ERR_PPM * 1e-6)),
             None => (0.0, self.cfg.default_drift_ppm * 1e-6),
         };
         Some(OffsetEstimate {

@@ -549,3 +549,37 @@ fn peers_are_separate_and_bounded() {
     assert_eq!(st.peers.len(), MAX_PEERS);
     assert_eq!(st.filter("a").map(|f| f.steps()), None);
 }
+
+/// The drift's stated bound holds from the first estimate on, when only a
+/// few buckets stand behind it: across 400 independent robots (seeded), 7 s
+/// at 20 Hz each with 1–3 ms one-way delays and a 20 ppm drift, the truth
+/// lies inside `drift ± drift_err` on at least 99 % — what "± 3 standard
+/// errors" promises with many points, and what a Student-t factor keeps
+/// with few.
+#[test]
+fn the_drift_bound_covers_the_truth_with_few_buckets() {
+    let w = World {
+        skew_ns: 70 * MS as i64,
+        drift_ppm: 20.0,
+        step: None,
+    };
+    let (mut estimated, mut inside) = (0, 0);
+    for robot in 0..400u64 {
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let mut rng = Lcg(1000 + robot);
+        let mut last = Stitched::default();
+        for i in 0..140u64 {
+            let (up, down) = (MS + rng.next(2 * MS), MS + rng.next(2 * MS));
+            let (c, s) = w.call(i * 50 * MS, up, 5 * MS, down);
+            last = st.stitch("", c, &s);
+        }
+        if let (Some(ppm), Some(err)) = (last.drift_ppm, last.drift_err_ppm) {
+            estimated += 1;
+            if (ppm - 20.0).abs() <= err {
+                inside += 1;
+            }
+        }
+    }
+    assert_eq!(estimated, 400, "drift estimated after 7 s");
+    assert!(inside >= 396, "truth inside the drift bound on {inside} of 400");
+}
