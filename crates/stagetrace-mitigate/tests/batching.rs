@@ -185,13 +185,15 @@ fn batching_batches_every_call_and_records_show_queue_vs_infer() {
     for r in &batched_recs {
         assert_eq!(r.batch_size, Some(ran_in[&r.seq]), "seq {}", r.seq);
         // Its infer time is that batch's cost, a + b·n: not less, and not
-        // its wait in the queue either (that would add a whole batch).
+        // that batch and the one before it (a wait for the running batch
+        // counted as infer). A sleep on a loaded machine may overshoot by
+        // more than a few ms on one call; the median below holds it to 5.
         let n = r.batch_size.unwrap() as usize;
         let want = cost(A_MS, B_MS, n).as_secs_f64() * 1e3;
         let infer = r.ms(Figure::Infer).unwrap();
         assert!(infer >= want * 0.95, "{r:?}");
         assert!(
-            infer <= want + 10.0,
+            infer < 2.0 * want,
             "infer {infer} vs batch cost {want}: {r:?}"
         );
         excess.push(infer - want);
