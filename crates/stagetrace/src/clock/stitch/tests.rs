@@ -581,5 +581,8 @@ fn the_drift_bound_covers_the_truth_with_few_buckets() {
         }
     }
     assert_eq!(estimated, 400, "drift estimated after 7 s");
-    assert!(inside >= 396, "truth inside the drift bound on {inside} of 400");
+    assert!(
+        inside >= 396,
+        "truth inside the drift bound on {inside} of 400"
+    );
 }
