@@ -826,13 +826,8 @@ fn a_server_without_timing_shows_the_black_box() {
                 assert!(r.get(absent).is_none(), "{transport}: {absent} in {r}");
             }
         }
-        // Loopback, framing and the codecs add a little; a ttfb counted from
-        // the call's start would add the 2 ms capture and more.
-        let ttfb = low_decile_of(&recs, "ttfb_ms");
-        assert!(
-            ttfb - 21.0 <= 2.0,
-            "{transport}: ttfb low decile {ttfb:.3} vs injected 6 + 12 + 3 ms"
-        );
+        // How close to the truth the cut lies is stagetrace-net's
+        // black_box test (a tap's stamps); here: what the demo injected.
         let truth = &run.json["truth"]["ttfb"];
         assert_eq!(truth["injected_ms"], 21.0, "{}", run.json["truth"]);
         assert!(run.json["stages"].get("infer_ms").is_none());
