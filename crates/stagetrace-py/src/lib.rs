@@ -13,6 +13,7 @@
 use pyo3::prelude::*;
 
 mod recorder;
+mod scope;
 mod span;
 mod timing;
 
@@ -21,6 +22,7 @@ mod timing;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<recorder::Recorder>()?;
     m.add_class::<span::Span>()?;
+    scope::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",

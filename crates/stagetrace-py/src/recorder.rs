@@ -24,6 +24,16 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
+    /// Run `f` with this recorder's dispatcher as the default: spans are
+    /// created under it, and the registry releases a closed child's hold on
+    /// its parent through the *current* default dispatcher.
+    #[inline]
+    pub(crate) fn within<T>(&self, f: impl FnOnce() -> T) -> T {
+        // Never the global default: a host app or another library may want
+        // that one, and a scoped default costs no more (measured).
+        tracing::dispatcher::with_default(&self.dispatch, f)
+    }
+
     /// The canonical stage `name` stands for, or a Python error that says
     /// how to map it.
     pub(crate) fn stage(&self, name: &str) -> PyResult<Stage> {
@@ -56,6 +66,19 @@ fn clock_mode(clock: &str) -> PyResult<ClockMode> {
         other => Err(PyValueError::new_err(format!(
             "clock {other:?}: use \"estimate\" (default), \"trusted\" (clocks synced by PTP/NTP) or \"none\""
         ))),
+    }
+}
+
+impl Recorder {
+    pub(crate) fn open_call(&self, kind: Option<&str>, seq: Option<u64>) -> Span {
+        let span = self
+            .scope
+            .within(|| tracing::info_span!(parent: None, "call", kind = kind, seq = seq));
+        Span::new(span, Arc::clone(&self.scope), crate::span::Role::Call)
+    }
+
+    pub(crate) fn open_stage(&self, name: &str) -> PyResult<Span> {
+        Span::open_stage(&self.scope, None, name)
     }
 }
 
@@ -136,16 +159,12 @@ impl Recorder {
     /// land on its record.
     #[pyo3(signature = (kind=None, seq=None))]
     fn call(&self, kind: Option<&str>, seq: Option<u64>) -> Span {
-        let span = tracing::dispatcher::with_default(
-            &self.scope.dispatch,
-            || tracing::info_span!(parent: None, "call", kind = kind, seq = seq),
-        );
-        Span::new(span, Arc::clone(&self.scope), crate::span::Role::Call)
+        self.open_call(kind, seq)
     }
 
     /// A stage span outside any call (the layer counts it as ignored).
     fn stage(&self, name: &str) -> PyResult<Span> {
-        Span::open_stage(&self.scope, None, name)
+        self.open_stage(name)
     }
 
     /// The canonical stage `name` is recorded as (mapped names included).

@@ -64,7 +64,7 @@ impl Span {
     ) -> PyResult<Span> {
         let stage = scope.stage(name)?;
         let s = stage.name();
-        let span = tracing::dispatcher::with_default(&scope.dispatch, || match parent {
+        let span = scope.within(|| match parent {
             Some(p) => tracing::info_span!(parent: p, "stage", stage = s),
             None => tracing::info_span!(parent: None, "stage", stage = s),
         });
@@ -87,7 +87,23 @@ impl Span {
     /// dispatcher, so a span dropped outside it would keep its call open
     /// for ever (and the call would never be recorded).
     fn end(&self, span: tracing::Span) {
-        tracing::dispatcher::with_default(&self.scope.dispatch, move || drop(span));
+        self.scope.within(move || drop(span));
+    }
+
+    pub(crate) fn child_stage(&self, name: &str) -> PyResult<Span> {
+        let guard = self.lock();
+        Span::open_stage(&self.scope, guard.as_ref(), name)
+    }
+
+    /// `close`: end the span now, marking its call failed first if asked.
+    pub(crate) fn end_now(&self, failed: bool) {
+        let span = self.lock().take();
+        if let Some(span) = span {
+            if failed {
+                span.mark_failed("exception");
+            }
+            self.end(span);
+        }
     }
 
     fn with_open<T>(&self, f: impl FnOnce(&tracing::Span) -> T) -> Option<T> {
@@ -115,8 +131,7 @@ impl Span {
     /// A stage inside this span, started now: `capture`, `infer`,
     /// `dispatch`, ... or a name mapped onto one.
     fn stage(&self, name: &str) -> PyResult<Span> {
-        let guard = self.lock();
-        Span::open_stage(&self.scope, guard.as_ref(), name)
+        self.child_stage(name)
     }
 
     /// The transport stage inside this span, started now: request handed to
@@ -125,11 +140,10 @@ impl Span {
     #[pyo3(signature = (peer=None))]
     fn transport(&self, peer: Option<&str>) -> Span {
         let guard = self.lock();
-        let span =
-            tracing::dispatcher::with_default(&self.scope.dispatch, || match guard.as_ref() {
-                Some(p) => tracing::info_span!(parent: p, "transport", peer = peer),
-                None => tracing::info_span!(parent: None, "transport", peer = peer),
-            });
+        let span = self.scope.within(|| match guard.as_ref() {
+            Some(p) => tracing::info_span!(parent: p, "transport", peer = peer),
+            None => tracing::info_span!(parent: None, "transport", peer = peer),
+        });
         Span::new(span, Arc::clone(&self.scope), Role::Transport)
     }
 
@@ -157,9 +171,7 @@ impl Span {
             }
             Some(_) => false,
             None => {
-                tracing::dispatcher::with_default(&self.scope.dispatch, || {
-                    stagetrace::count_rejected_header()
-                });
+                self.scope.within(stagetrace::count_rejected_header);
                 false
             }
         }
@@ -181,13 +193,7 @@ impl Span {
     /// enclosing call failed with reason "exception" first.
     #[pyo3(signature = (failed=false))]
     fn close(&self, failed: bool) {
-        let span = self.lock().take();
-        if let Some(span) = span {
-            if failed {
-                span.mark_failed("exception");
-            }
-            self.end(span);
-        }
+        self.end_now(failed);
     }
 
     /// Whether `close` has run.

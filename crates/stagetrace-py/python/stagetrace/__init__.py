@@ -42,7 +42,10 @@ import logging
 import os
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
+from . import _native
 from ._native import FIELDS, STAGES, Recorder, Span
+from ._native import call as call
+from ._native import stage as stage
 
 __all__ = [
     "FIELDS",
@@ -61,7 +64,9 @@ __all__ = [
 
 logger = logging.getLogger("stagetrace")
 
-_current: contextvars.ContextVar[Optional[Span]] = contextvars.ContextVar("stagetrace_span", default=None)
+# The current call / stage span of this thread or asyncio task; the context
+# managers (`call`, `stage`, in Rust: `src/scope.rs`) set and reset it.
+_current: contextvars.ContextVar[Optional[Span]] = _native.current
 _default: Optional[Recorder] = None
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -103,6 +108,7 @@ def init(
         otlp_endpoint=otlp_endpoint,
         service_name=service_name,
     )
+    _native.set_default(_default)
     return _default
 
 
@@ -113,6 +119,7 @@ def recorder() -> Recorder:
     if _default is None:
         logger.warning("stagetrace.init() was not called: recording summaries only, no record files")
         _default = Recorder()
+        _native.set_default(_default)
     return _default
 
 
@@ -121,22 +128,15 @@ def finish() -> dict[str, Any]:
     cumulative summary (the last line of ``summary.*.jsonl``) as a dict."""
     global _default
     rec, _default = _default, None
+    _native.set_default(None)
     if rec is None:
         raise RuntimeError("stagetrace is not initialised: nothing to finish")
     return json.loads(rec.finish())
 
 
-def _first_failure(exc: Optional[BaseException]) -> bool:
-    """Whether a scope ending with ``exc`` should mark its call failed
-    ("exception"): not when an inner scope or the client already gave the
-    call its reason (the first reason is the one the record keeps)."""
-    if exc is None or getattr(exc, "_stagetrace_reason", None) is not None:
-        return False
-    _mark(exc, "exception")
-    return True
-
-
 def _mark(exc: BaseException, reason: str) -> None:
+    """Give ``exc`` the call's failure reason, so the scopes it passes
+    through on its way out keep it (the first reason is the record's)."""
     try:
         exc._stagetrace_reason = reason  # type: ignore[attr-defined]
     except (AttributeError, TypeError):  # an exception type without __dict__
@@ -146,65 +146,6 @@ def _mark(exc: BaseException, reason: str) -> None:
 def current_span() -> Optional[Span]:
     """The innermost open call / stage span of this thread or asyncio task."""
     return _current.get()
-
-
-class call:  # noqa: N801 - a context manager used like a function
-    """``with st.call(kind="infer"):`` one control cycle (a record line)."""
-
-    __slots__ = ("_kind", "_seq", "_rec", "_span", "_token")
-
-    def __init__(self, kind: Optional[str] = None, seq: Optional[int] = None, *, recorder: Optional[Recorder] = None):
-        self._kind = kind
-        self._seq = seq
-        self._rec = recorder
-
-    def __enter__(self) -> Span:
-        rec = self._rec if self._rec is not None else (_default or recorder())
-        self._span = rec.call(self._kind, self._seq)
-        self._token = _current.set(self._span)
-        return self._span
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        _current.reset(self._token)
-        self._span.close(_first_failure(exc))
-        return False
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        return self.__exit__(exc_type, exc, tb)
-
-
-class stage:  # noqa: N801
-    """``with st.stage("capture"):`` a stage of the current call."""
-
-    __slots__ = ("_name", "_rec", "_span", "_token")
-
-    def __init__(self, name: str, *, recorder: Optional[Recorder] = None):
-        self._name = name
-        self._rec = recorder
-
-    def __enter__(self) -> Span:
-        parent = _current.get()
-        if parent is not None:
-            self._span = parent.stage(self._name)
-        else:
-            rec = self._rec if self._rec is not None else (_default or recorder())
-            self._span = rec.stage(self._name)
-        self._token = _current.set(self._span)
-        return self._span
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        _current.reset(self._token)
-        self._span.close(_first_failure(exc))
-        return False
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        return self.__exit__(exc_type, exc, tb)
 
 
 def timed(name: str) -> Callable[[F], F]:
