@@ -170,3 +170,27 @@ def test_two_recorders_in_one_process_never_mix(tmp_path: Path) -> None:
     assert [r["kind"] for r in records(tmp_path / "2")] == ["two", "two"]
     with pytest.raises(RuntimeError, match="already finished"):
         r1.finish()
+
+
+def test_the_otlp_exporter_is_the_rust_sink(tmp_path: Path) -> None:
+    # A collector that is down: every call is handed to the exporter and
+    # counted by it (summary sink counters), the loop never waits for it.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rec = stagetrace.Recorder(
+        str(tmp_path), otlp_endpoint=f"http://127.0.0.1:{port}", service_name="robot-py"
+    )
+    for _ in range(3):
+        with stagetrace.call(recorder=rec):
+            with stagetrace.stage("capture"):
+                pass
+    summary = json.loads(rec.finish())
+    counters = summary["sink_counters"]
+    # The exporter's own identity: every record handed over is exported,
+    # dropped, failed or abandoned; nothing reaches a closed port.
+    handed = sum(counters[f"otlp.{k}"] for k in ("exported", "dropped", "failed", "abandoned"))
+    assert (handed, counters["otlp.exported"]) == (3, 0), counters
+    assert len(records(tmp_path)) == 3
