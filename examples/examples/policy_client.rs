@@ -8,7 +8,8 @@
 //!     --calls 20 --out target/policy-run [--clock estimate|trusted|none] [--image 96x96]
 //! ```
 //!
-//! Any server speaking the protocol works: `examples/python/stagetrace_server.py`
+//! Any server speaking the protocol works: the Python `stagetrace.server`,
+//! the Rust `policy_server` example
 //! (full split: uplink / infer / downlink) or an unmodified openpi server
 //! (degraded: `infer` and `net` only). At the end it prints the per-stage
 //! table on stderr and one JSON line on stdout:

@@ -17,10 +17,13 @@ pub const MAX_ELEMENTS: usize = 1 << 20;
 pub(crate) enum Budget {
     /// More than the budget of elements.
     TooManyElements,
+    /// The marker 0xc1, which msgpack never uses, at this offset (rmpv
+    /// would decode it as `nil`).
+    Reserved(usize),
 }
 
 /// Counts the elements of the first msgpack value in `bytes`, refusing as
-/// soon as the count passes `max`. Malformed or truncated input ends the
+/// soon as the count passes `max` or a reserved marker comes. Malformed or truncated input ends the
 /// walk early (the decoder that runs next reports it precisely); only the
 /// element count is judged here.
 pub(crate) fn count_elements(bytes: &[u8], max: usize) -> Result<usize, Budget> {
@@ -37,6 +40,9 @@ pub(crate) fn count_elements(bytes: &[u8], max: usize) -> Result<usize, Budget> 
         count += 1;
         if count > max {
             return Err(Budget::TooManyElements);
+        }
+        if marker == 0xc1 {
+            return Err(Budget::Reserved(pos - 1));
         }
         let Some((children, skip)) = shape(marker, &bytes[pos..]) else {
             break;

@@ -57,6 +57,7 @@
 //! ```
 
 mod budget;
+mod dtype;
 mod first_bytes;
 pub mod http;
 pub mod msg;

@@ -10,8 +10,9 @@ use std::fmt;
 
 use rmpv::Value;
 
-use crate::budget::count_elements;
 pub use crate::budget::MAX_ELEMENTS;
+use crate::budget::{count_elements, Budget};
+use crate::dtype;
 
 /// Deepest nesting accepted when decoding a message from a peer.
 pub const MAX_DEPTH: usize = 64;
@@ -122,17 +123,43 @@ impl MsgMap {
 
     /// Decode msgpack bytes from a peer (bounded nesting, at most
     /// [`MAX_ELEMENTS`] values, no panics).
+    ///
+    /// Every `__ndarray__` map inside (at any depth) must be possible: a
+    /// numpy type the protocol carries, at most [`MAX_DIMS`] non-negative
+    /// sizes, and exactly item size × Π shape bytes of `data`, as the Python
+    /// server checks. A handler never sees an array it cannot read.
     pub fn from_msgpack(bytes: &[u8]) -> Result<Self, DecodeError> {
+        if bytes.is_empty() {
+            return Err(DecodeError::Empty);
+        }
         // Counted before decoding: one-byte elements would otherwise decode
         // to 40 times their size in memory.
-        count_elements(bytes, MAX_ELEMENTS).map_err(|_| DecodeError::TooManyElements)?;
+        count_elements(bytes, MAX_ELEMENTS).map_err(|b| match b {
+            Budget::TooManyElements => DecodeError::TooManyElements,
+            Budget::Reserved(at) => DecodeError::Reserved(at),
+        })?;
         let mut rd = bytes;
-        let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
-            .map_err(|e| DecodeError::Msgpack(e.to_string()))?;
+        let v =
+            rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH).map_err(|e| match e {
+                rmpv::decode::Error::DepthLimitExceeded => DecodeError::TooDeep,
+                rmpv::decode::Error::InvalidMarkerRead(io)
+                | rmpv::decode::Error::InvalidDataRead(io)
+                    if io.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    DecodeError::Truncated
+                }
+                e => DecodeError::Msgpack(e.to_string()),
+            })?;
+        // What the frame is comes first: trailing bytes after a value that
+        // is not a map say nothing useful about it.
+        let Value::Map(entries) = v else {
+            return Err(DecodeError::NotAMap(kind_of(&v)));
+        };
         if !rd.is_empty() {
             return Err(DecodeError::Trailing(rd.len()));
         }
-        MsgMap::from_value(v).ok_or(DecodeError::NotAMap)
+        entries.iter().try_for_each(|(_, v)| check_arrays(v))?;
+        Ok(MsgMap { entries })
     }
 
     fn position(&self, key: &str) -> Option<usize> {
@@ -240,31 +267,51 @@ pub(crate) fn key_is(k: &Value, key: &str) -> bool {
 /// Why bytes from a peer are not a message of the protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DecodeError {
-    /// Not valid msgpack, or nested deeper than [`MAX_DEPTH`].
+    /// A frame with no bytes at all.
+    Empty,
+    /// The frame ends inside a msgpack value.
+    Truncated,
+    /// The byte 0xc1, which msgpack never uses, as a marker at this offset.
+    Reserved(usize),
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// Not valid msgpack for another reason.
     Msgpack(String),
-    /// Bytes left after the first value.
+    /// Valid msgpack, but not a map: the kind of value it is.
+    NotAMap(&'static str),
+    /// A map followed by this many more bytes.
     Trailing(usize),
-    /// Valid msgpack, but not a map.
-    NotAMap,
-    /// An `__ndarray__` map that is malformed.
-    Array(&'static str),
+    /// An `__ndarray__` map that is malformed or impossible: what is wrong.
+    Array(String),
     /// More than [`MAX_ELEMENTS`] msgpack values in one message.
     TooManyElements,
 }
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const ONE_MAP: &str = "the peer must send one msgpack map per binary frame";
         match self {
-            DecodeError::Msgpack(e) => write!(
+            DecodeError::Empty => write!(f, "message is empty; {ONE_MAP}"),
+            DecodeError::Truncated => write!(
                 f,
-                "message is not valid msgpack ({e}); the peer must send one msgpack map per binary frame"
+                "message ends inside a msgpack value (truncated frame); {ONE_MAP}"
+            ),
+            DecodeError::Reserved(at) => write!(
+                f,
+                "message is not msgpack: byte 0xc1 at offset {at} is a marker msgpack never uses; {ONE_MAP}"
+            ),
+            DecodeError::TooDeep => write!(
+                f,
+                "message nests deeper than {MAX_DEPTH} levels; {ONE_MAP} of plain values and arrays"
+            ),
+            DecodeError::Msgpack(e) => write!(f, "message is not valid msgpack ({e}); {ONE_MAP}"),
+            DecodeError::NotAMap(kind) => write!(
+                f,
+                "message is a msgpack {kind}, not a map; the openpi protocol sends one map per frame"
             ),
             DecodeError::Trailing(n) => write!(
                 f,
                 "message has {n} bytes after its msgpack map; the peer must send exactly one map per frame"
-            ),
-            DecodeError::NotAMap => f.write_str(
-                "message is msgpack but not a map; the openpi protocol sends one map per frame",
             ),
             DecodeError::TooManyElements => write!(
                 f,
@@ -278,6 +325,116 @@ impl fmt::Display for DecodeError {
         }
     }
 }
+
+/// The msgpack kind of a value, for an error message.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Nil => "nil",
+        Value::Boolean(_) => "boolean",
+        Value::Integer(_) => "integer",
+        Value::F32(_) | Value::F64(_) => "float",
+        Value::String(_) => "string",
+        Value::Binary(_) => "binary",
+        Value::Array(_) => "array",
+        Value::Map(_) => "map",
+        Value::Ext(..) => "extension value",
+    }
+}
+
+/// Check every `__ndarray__` map inside `v` (see [`MsgMap::from_msgpack`]).
+/// Depth is bounded by the decoder's [`MAX_DEPTH`].
+fn check_arrays(v: &Value) -> Result<(), DecodeError> {
+    match v {
+        Value::Map(entries) if is_array_map(entries) => array_parts(entries).map(|_| ()),
+        Value::Map(entries) => entries.iter().try_for_each(|(_, v)| check_arrays(v)),
+        Value::Array(items) => items.iter().try_for_each(check_arrays),
+        _ => Ok(()),
+    }
+}
+
+/// A map that says it is an array (`__ndarray__: true`), as openpi's
+/// `msgpack_numpy` decides.
+fn is_array_map(entries: &[(Value, Value)]) -> bool {
+    entries
+        .iter()
+        .any(|(k, v)| key_is(k, "__ndarray__") && v.as_bool() == Some(true))
+}
+
+/// The checked parts of an `__ndarray__` map, borrowed: numpy type string,
+/// shape, data.
+fn array_parts(entries: &[(Value, Value)]) -> Result<(&str, Vec<u64>, &[u8]), DecodeError> {
+    let get = |key: &str| entries.iter().find(|(k, _)| key_is(k, key)).map(|(_, v)| v);
+    let bad = |why: &str| DecodeError::Array(why.to_owned());
+    let data = match get("data") {
+        Some(Value::Binary(b)) => b.as_slice(),
+        _ => return Err(bad("has no binary `data`")),
+    };
+    let dtype = match get("dtype") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(Value::Binary(b)) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+    .filter(|d| d.len() <= 16)
+    .ok_or_else(|| bad("has no short string `dtype` (numpy's dtype.str, e.g. \"<f4\")"))?;
+    let item = dtype::item_size(dtype)
+        .map_err(|why| DecodeError::Array(format!("has dtype {dtype:?} that {why}")))?;
+    let dims = match get("shape") {
+        Some(Value::Array(dims)) if dims.len() <= MAX_DIMS => dims,
+        Some(Value::Array(dims)) => {
+            return Err(DecodeError::Array(format!(
+                "has a `shape` of {} dimensions (at most {MAX_DIMS})",
+                dims.len()
+            )))
+        }
+        _ => return Err(bad("has no `shape` list")),
+    };
+    let shape = dims
+        .iter()
+        .map(|d| match d {
+            Value::Integer(i) => match (i.as_u64(), i.as_i64()) {
+                (Some(u), _) if u <= MAX_BYTES => Ok(u),
+                (Some(u), _) => Err(DecodeError::Array(format!(
+                    "has a size {u} in `shape`, more than any array can hold"
+                ))),
+                (None, Some(n)) => Err(DecodeError::Array(format!(
+                    "has a negative size {n} in `shape`"
+                ))),
+                (None, None) => Err(bad("has a size in `shape` out of range")),
+            },
+            other => Err(DecodeError::Array(format!(
+                "has a {} in `shape` where a size goes",
+                kind_of(other)
+            ))),
+        })
+        .collect::<Result<Vec<u64>, _>>()?;
+    // numpy refuses an array whose non-zero sizes multiply past isize::MAX
+    // bytes, even when another size is 0; so does the protocol.
+    let bytes_if_nonempty = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(item, |acc, &d| acc.checked_mul(d))
+        .filter(|&b| b <= MAX_BYTES);
+    let Some(nonempty_bytes) = bytes_if_nonempty else {
+        return Err(DecodeError::Array(format!(
+            "has shape {shape:?} of {dtype}: more than 2^63 bytes, larger than any array"
+        )));
+    };
+    let need = if shape.contains(&0) {
+        0
+    } else {
+        nonempty_bytes
+    };
+    if need != data.len() as u64 {
+        return Err(DecodeError::Array(format!(
+            "has `data` of {} bytes, but shape {shape:?} of {dtype} needs {need}",
+            data.len()
+        )));
+    }
+    Ok((dtype, shape, data))
+}
+
+/// Largest array in bytes (and largest size in a shape): numpy's `isize::MAX`.
+const MAX_BYTES: u64 = i64::MAX as u64;
 
 impl std::error::Error for DecodeError {}
 
@@ -327,8 +484,12 @@ impl NdArray {
     }
 
     /// Item size in bytes, from the dtype string.
+    /// `None` for a type the protocol does not carry (see
+    /// [`MsgMap::from_msgpack`]); `"<U10"` is 40 bytes.
     pub fn item_size(&self) -> Option<usize> {
-        self.dtype.get(2..).and_then(|s| s.parse().ok())
+        dtype::item_size(&self.dtype)
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
     }
 
     /// Number of elements (`Π shape`), `None` on overflow.
@@ -373,47 +534,22 @@ impl NdArray {
         ])
     }
 
-    /// Read an `__ndarray__` map (text or binary keys). Checks that the data
-    /// length matches dtype × shape.
+    /// Read an `__ndarray__` map (text or binary keys). Checks what
+    /// [`MsgMap::from_msgpack`] checks: a known dtype, sane sizes, and data
+    /// of exactly item size × Π shape bytes.
     pub fn from_value(v: &Value) -> Result<Self, DecodeError> {
         let Value::Map(entries) = v else {
-            return Err(DecodeError::Array("is not a map"));
+            return Err(DecodeError::Array("is not a map".to_owned()));
         };
-        let get = |key: &str| entries.iter().find(|(k, _)| key_is(k, key)).map(|(_, v)| v);
-        if get("__ndarray__").and_then(Value::as_bool) != Some(true) {
-            return Err(DecodeError::Array("lacks `__ndarray__: true`"));
+        if !is_array_map(entries) {
+            return Err(DecodeError::Array("lacks `__ndarray__: true`".to_owned()));
         }
-        let data = match get("data") {
-            Some(Value::Binary(b)) => b.clone(),
-            _ => return Err(DecodeError::Array("has no binary `data`")),
-        };
-        let dtype = match get("dtype") {
-            Some(Value::String(s)) => s.as_str().map(str::to_owned),
-            Some(Value::Binary(b)) => std::str::from_utf8(b).ok().map(str::to_owned),
-            _ => None,
-        }
-        .filter(|d| d.len() <= 16)
-        .ok_or(DecodeError::Array("has no string `dtype`"))?;
-        let shape = match get("shape") {
-            Some(Value::Array(dims)) if dims.len() <= MAX_DIMS => dims
-                .iter()
-                .map(Value::as_u64)
-                .collect::<Option<Vec<u64>>>()
-                .ok_or(DecodeError::Array(
-                    "has a `shape` that is not non-negative integers",
-                ))?,
-            _ => return Err(DecodeError::Array("has no `shape` list")),
-        };
-        let arr = NdArray { dtype, shape, data };
-        let expected = arr
-            .item_size()
-            .and_then(|s| arr.elements()?.checked_mul(s as u64));
-        if expected != Some(arr.data.len() as u64) {
-            return Err(DecodeError::Array(
-                "has `data` whose length is not dtype × shape",
-            ));
-        }
-        Ok(arr)
+        let (dtype, shape, data) = array_parts(entries)?;
+        Ok(NdArray {
+            dtype: dtype.to_owned(),
+            shape,
+            data: data.to_vec(),
+        })
     }
 }
 
@@ -425,129 +561,4 @@ impl From<NdArray> for Value {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn array_round_trip_and_checks() {
-        let a = NdArray::from_f32(&[1.0, 2.5, -3.0, 4.0], &[2, 2]);
-        let back = NdArray::from_value(&a.to_value()).unwrap();
-        assert_eq!(back, a);
-        assert_eq!(back.to_f32().unwrap(), vec![1.0, 2.5, -3.0, 4.0]);
-        let mut bad = a.clone();
-        bad.shape = vec![3, 2];
-        assert!(NdArray::from_value(&bad.to_value()).is_err());
-        bad.shape = vec![u64::MAX, u64::MAX];
-        assert!(NdArray::from_value(&bad.to_value()).is_err());
-    }
-
-    #[test]
-    fn map_round_trip_with_text_keys() {
-        let m = MsgMap::new()
-            .with("prompt", "hi")
-            .with("img", NdArray::from_u8(vec![1, 2, 3, 4, 5, 6], &[1, 2, 3]))
-            .with("prompt", "replaced");
-        let bytes = m.to_msgpack();
-        let back = MsgMap::from_msgpack(&bytes).unwrap();
-        assert_eq!(back, m);
-        assert_eq!(back.get_str("prompt"), Some("replaced"));
-        assert_eq!(back.array("img").unwrap().shape, vec![1, 2, 3]);
-    }
-
-    #[test]
-    fn hostile_bytes_are_errors() {
-        assert!(MsgMap::from_msgpack(&[0xc1]).is_err());
-        assert!(MsgMap::from_msgpack(&[0x01]).is_err());
-        // A map claiming 2^32-1 entries with nothing after it.
-        assert!(MsgMap::from_msgpack(&[0xdf, 0xff, 0xff, 0xff, 0xff]).is_err());
-        // Deep nesting.
-        let deep = vec![0x91u8; 10_000];
-        assert!(MsgMap::from_msgpack(&deep).is_err());
-        assert!(MsgMap::from_msgpack(&[0x80, 0x00]).is_err());
-    }
-
-    #[test]
-    fn map_writer_headers_for_every_size() {
-        for n in [0usize, 1, 15, 16, 17, 65535, 65536] {
-            let mut w = MapWriter::with_capacity(16);
-            let entries: Vec<(Value, Value)> = (0..n)
-                .map(|i| (Value::from(i.to_string()), Value::from(i)))
-                .collect();
-            w.entries(&entries);
-            w.entry("last", &Value::Nil);
-            let back = MsgMap::from_msgpack(&w.finish()).unwrap();
-            assert_eq!(back.len(), n + 1);
-            assert_eq!(back.get("last"), Some(&Value::Nil));
-        }
-    }
-
-    mod props {
-        use super::*;
-        use proptest::prelude::*;
-
-        fn value() -> impl Strategy<Value = Value> {
-            let leaf = prop_oneof![
-                Just(Value::Nil),
-                any::<bool>().prop_map(Value::Boolean),
-                any::<i64>().prop_map(Value::from),
-                any::<u64>().prop_map(Value::from),
-                any::<f64>()
-                    .prop_filter("NaN != NaN", |f| !f.is_nan())
-                    .prop_map(Value::F64),
-                ".{0,24}".prop_map(Value::from),
-                proptest::collection::vec(any::<u8>(), 0..64).prop_map(Value::Binary),
-            ];
-            leaf.prop_recursive(3, 32, 6, |inner| {
-                prop_oneof![
-                    proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                    proptest::collection::vec((".{0,8}".prop_map(Value::from), inner), 0..6)
-                        .prop_map(Value::Map),
-                ]
-            })
-        }
-
-        proptest! {
-            #[test]
-            fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-                let _ = MsgMap::from_msgpack(&bytes);
-            }
-
-            #[test]
-            fn maps_round_trip(entries in proptest::collection::vec((".{0,16}", value()), 0..20)) {
-                let mut m = MsgMap::new();
-                for (k, v) in entries {
-                    m.insert(&k, v);
-                }
-                prop_assert_eq!(MsgMap::from_msgpack(&m.to_msgpack()).unwrap(), m);
-            }
-
-            #[test]
-            fn corrupted_messages_never_panic(
-                seed in proptest::collection::vec(any::<f32>(), 0..32),
-                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
-            ) {
-                let n = seed.len() as u64;
-                let mut bytes = MsgMap::new()
-                    .with("state", NdArray::from_f32(&seed, &[n]))
-                    .with("prompt", "go")
-                    .to_msgpack();
-                for (at, b) in flips {
-                    let i = at.index(bytes.len());
-                    bytes[i] = b;
-                }
-                if let Ok(m) = MsgMap::from_msgpack(&bytes) {
-                    let _ = m.array("state").map(|a| a.to_f32());
-                }
-            }
-
-            #[test]
-            fn arrays_round_trip(data in proptest::collection::vec(any::<u8>(), 0..256), dims in 1usize..4) {
-                let len = data.len() as u64;
-                let mut shape = vec![1u64; dims];
-                shape[0] = len;
-                let a = NdArray::from_u8(data, &shape);
-                prop_assert_eq!(NdArray::from_value(&a.to_value()).unwrap(), a);
-            }
-        }
-    }
-}
+mod tests;

@@ -381,6 +381,96 @@ fn hostile_requests_do_not_take_the_server_down() {
     });
 }
 
+/// Sends `frame` on a fresh connection; returns the text frame and the close
+/// frame's code and reason the server answered with.
+async fn refused(url: &str, frame: Vec<u8>) -> (String, u16, String) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let _metadata = ws.next().await.unwrap().unwrap();
+    ws.send(Message::Binary(frame.into())).await.unwrap();
+    let text = match ws.next().await {
+        Some(Ok(Message::Text(t))) => t.to_string(),
+        other => panic!("expected an error text frame, got {other:?}"),
+    };
+    match ws.next().await {
+        Some(Ok(Message::Close(Some(c)))) => (text, u16::from(c.code), c.reason.to_string()),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+}
+
+#[test]
+fn impossible_arrays_and_non_maps_are_refused_before_the_handler_with_1007() {
+    let rt = rt();
+    rt.block_on(async {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let calls2 = Arc::clone(&calls);
+        let server = serve(move |_req: MsgMap, _timer: InferTimer| {
+            calls2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok(action()) }
+        })
+        .await;
+        let array = |dtype: &str, shape: Vec<Value>, data_len: usize| {
+            Value::Map(vec![
+                (Value::Binary(b"__ndarray__".to_vec()), Value::Boolean(true)),
+                (Value::Binary(b"data".to_vec()), Value::Binary(vec![7; data_len])),
+                (Value::Binary(b"dtype".to_vec()), Value::from(dtype)),
+                (Value::Binary(b"shape".to_vec()), Value::Array(shape)),
+            ])
+        };
+        let request = |arr: Value| {
+            MsgMap::new()
+                .with("prompt", "pick")
+                .with("observation/image", arr)
+                .to_msgpack()
+        };
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                // A 224x224x3 image header over a 224x224 frame's bytes.
+                request(array(
+                    "|u1",
+                    vec![224.into(), 224.into(), 3.into()],
+                    224 * 224,
+                )),
+                "`__ndarray__` map has `data` of 50176 bytes, but shape [224, 224, 3] of |u1 needs 150528",
+            ),
+            (
+                request(array("<q9", vec![2.into()], 18)),
+                "`__ndarray__` map has dtype \"<q9\" that is not a numpy type",
+            ),
+            (
+                request(array("<f4", vec![Value::from(-3), 2.into()], 0)),
+                "`__ndarray__` map has a negative size -3 in `shape`",
+            ),
+            (
+                request(array(
+                    "<f4",
+                    vec![Value::from(1u64 << 62), Value::from(1u64 << 62)],
+                    0,
+                )),
+                "`__ndarray__` map has shape [4611686018427387904, 4611686018427387904] of <f4: more than 2^63 bytes",
+            ),
+            (
+                vec![0x01, 0x02],
+                "message is a msgpack integer, not a map",
+            ),
+        ];
+        for (frame, want) in cases {
+            let (text, code, reason) = refused(&server.url(), frame).await;
+            assert!(text.starts_with(want), "{text}");
+            assert_eq!(code, 1007, "{text}");
+            // The reason is the message, cut to fit a close frame.
+            assert_eq!(reason, text[..text.len().min(120)]);
+        }
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(server.stats().failed, 5, "{:?}", server.stats());
+        // A possible array reaches the handler.
+        let mut client = PolicyClient::connect(&server.url()).await.unwrap();
+        let ok = MsgMap::new().with("image", NdArray::from_u8(vec![1; 12], &[2, 2, 3]));
+        assert!(client.infer(&ok).await.is_ok());
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        server.shutdown().await;
+    });
+}
+
 #[test]
 fn a_failing_handler_answers_like_openpi() {
     let rt = rt();

@@ -2,8 +2,9 @@
 //! it builds Jaeger from the Go module proxy into `target/tools/` (once; later
 //! runs reuse it) and hands its path to the tests, which start and stop their
 //! own Jaeger instances on free loopback ports; it installs Chromium for the
-//! HTML report test and the Python test dependencies, then runs every Rust
-//! test (all targets, doctests, the OTLP gRPC feature) and the Python tests.
+//! HTML report test, then runs every Rust test (all targets, doctests, the
+//! OTLP gRPC feature); last it builds the Python package into a venv under
+//! `target/py-venv` (`maturin develop`, debug) and runs its pytest suite.
 //! `cargo xtask fuzz` runs the parsers' fuzz targets (`crates/stagetrace-fuzz`)
 //! for ten million inputs each in a release build.
 
@@ -122,17 +123,23 @@ fn chromium() -> Option<PathBuf> {
     bin.exists().then_some(bin)
 }
 
-fn python_deps() -> Result<(), String> {
-    let ok = Command::new("python3")
-        .args(["-c", "import msgpack, websockets, pytest, numpy"])
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if ok {
-        return Ok(());
+/// The Python package's test environment: a venv under `target/py-venv`
+/// with `crates/stagetrace-py/requirements-test.txt` installed (maturin,
+/// pytest, the real openpi-client), rebuilt only when that file changes.
+/// Returns the venv's directory.
+fn python_env(root: &Path) -> Result<PathBuf, String> {
+    let venv = root.join("target/py-venv");
+    let reqs = root.join("crates/stagetrace-py/requirements-test.txt");
+    let stamp = venv.join("requirements.stamp");
+    let wanted =
+        std::fs::read(&reqs).map_err(|e| format!("cannot read {}: {e}", reqs.display()))?;
+    if std::fs::read(&stamp).ok().as_deref() == Some(&wanted[..]) {
+        return Ok(venv);
     }
     run(Command::new("python3")
+        .args(["-m", "venv", "--clear"])
+        .arg(&venv))?;
+    run(Command::new(venv.join("bin/python"))
         .args([
             "-m",
             "pip",
@@ -141,7 +148,42 @@ fn python_deps() -> Result<(), String> {
             "--disable-pip-version-check",
             "-r",
         ])
-        .arg(root().join("examples/python/requirements-test.txt")))
+        .arg(&reqs))?;
+    std::fs::write(&stamp, &wanted)
+        .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
+    Ok(venv)
+}
+
+/// Builds the `stagetrace` Python package in debug (`maturin develop`, an
+/// editable install into the venv, reusing the workspace's target folder)
+/// and runs its tests: the moved server tests, the bindings, and the real
+/// openpi-client against the Rust and Python servers.
+fn python_tests(root: &Path, ci: &Prereqs) -> Result<(), String> {
+    let venv = match python_env(root) {
+        Ok(v) => v,
+        Err(e) => {
+            return ci.missing(
+                "python",
+                &format!("the Python test environment could not be set up ({e})"),
+                "the Python package's tests (pytest)",
+            )
+        }
+    };
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        env::var("PATH").unwrap_or_default()
+    );
+    let pkg = root.join("crates/stagetrace-py");
+    run(Command::new(venv.join("bin/maturin"))
+        .current_dir(&pkg)
+        .args(["develop", "--quiet"])
+        .env("VIRTUAL_ENV", &venv)
+        .env("PATH", &path))?;
+    run(Command::new(venv.join("bin/python"))
+        .current_dir(&pkg)
+        .args(["-m", "pytest", "-q"])
+        .env("PATH", &path))
 }
 
 /// Free space (GiB) on the file system holding `dir`, from POSIX `df -Pk`.
@@ -271,12 +313,12 @@ fn test(extra: &[String]) -> Result<(), String> {
             .args(["test", "--workspace", "--doc"]),
     )?;
 
-    if root.join("examples/python").exists() {
-        python_deps()?;
-        run(Command::new("python3")
-            .current_dir(root.join("examples/python"))
-            .args(["-m", "pytest", "-q"]))?;
-    }
+    let py_started = Instant::now();
+    python_tests(&root, &ci)?;
+    eprintln!(
+        "xtask: Python package built and tested in {:.0} s",
+        py_started.elapsed().as_secs_f64()
+    );
     let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default();
     let skipped: Vec<&str> = skipped.lines().filter(|l| !l.is_empty()).collect();
     if !skipped.is_empty() {

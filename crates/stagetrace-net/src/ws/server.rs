@@ -324,15 +324,18 @@ impl Shared {
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(Message::Text(_))) => {
                     let err = "the openpi protocol expects binary msgpack frames, got a text frame";
-                    self.fail(&mut ws, &stamps, None, None, err.to_owned())
+                    self.fail(&mut ws, &stamps, None, None, err.to_owned(), Bad::Request)
                         .await;
                     break;
                 }
             };
+            // Arrays are checked here, before the handler runs (1007 as the
+            // Python server answers): a handler never reads an impossible one.
             let mut request = match MsgMap::from_msgpack(&bytes) {
                 Ok(m) => m,
                 Err(e) => {
-                    self.fail(&mut ws, &stamps, None, None, e.to_string()).await;
+                    self.fail(&mut ws, &stamps, None, None, e.to_string(), Bad::Request)
+                        .await;
                     break;
                 }
             };
@@ -363,8 +366,15 @@ impl Shared {
             let mut action = match result {
                 Ok(a) => a,
                 Err(e) => {
-                    self.fail(&mut ws, &stamps, trace_parent, kind.as_deref(), e.0)
-                        .await;
+                    self.fail(
+                        &mut ws,
+                        &stamps,
+                        trace_parent,
+                        kind.as_deref(),
+                        e.0,
+                        Bad::Handler,
+                    )
+                    .await;
                     break;
                 }
             };
@@ -418,17 +428,25 @@ impl Shared {
         trace_parent: Option<TraceParent>,
         kind: Option<&str>,
         error: String,
+        bad: Bad,
     ) {
         let timing = stamps.timing_now();
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        // The text frame carries the whole message (openpi's client raises
+        // it); the close code says whose fault it was.
         let _ = ws.send(Message::text(error.clone())).await;
-        let _ = ws
-            .close(Some(CloseFrame {
+        let close = match bad {
+            Bad::Request => CloseFrame {
+                code: CloseCode::Invalid,
+                reason: close_reason(&error).into(),
+            },
+            Bad::Handler => CloseFrame {
                 code: CloseCode::Error,
                 reason: "request failed".into(),
-            }))
-            .await;
+            },
+        };
+        let _ = ws.close(Some(close)).await;
         self.emit(server_record(trace_parent, kind, timing, Some(error)));
     }
 
@@ -457,6 +475,24 @@ fn remove_all(map: &mut MsgMap, key: &str) -> Vec<Value> {
         out.push(v);
     }
     out
+}
+
+/// Whose fault a failed request was.
+#[derive(Clone, Copy, Debug)]
+enum Bad {
+    /// The peer sent something that is not a request (WebSocket 1007).
+    Request,
+    /// The handler failed or panicked (1011, as openpi).
+    Handler,
+}
+
+/// `error` cut to fit a close frame's reason (123 bytes of UTF-8).
+fn close_reason(error: &str) -> String {
+    let mut end = error.len().min(120);
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    error[..end].to_owned()
 }
 
 fn is_transient(e: &std::io::Error) -> bool {

@@ -11,7 +11,7 @@ from conftest import MODEL_MS, EchoPolicy, assert_model_cost, stagetrace_loop
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-import stagetrace_server as st
+from stagetrace import server as st
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 VALID = f"00-{TID}-00f067aa0ba902b7-01"
@@ -194,14 +194,13 @@ def test_oversized_request_closes_with_1009(start_server) -> None:
 
 
 def test_command_line_server() -> None:
-    """`python3 stagetrace_server.py --port 0 --model-ms 5`, as the README says."""
+    """`python3 -m stagetrace.server --port 0 --model-ms 5`, as the README says."""
     import subprocess
     import sys
     from pathlib import Path
 
-    script = Path(st.__file__).resolve()
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--port", "0", "--model-ms", "5"],
+        [sys.executable, "-m", "stagetrace.server", "--port", "0", "--model-ms", "5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -210,7 +209,7 @@ def test_command_line_server() -> None:
         line = proc.stdout.readline()  # the server prints it once listening
         assert line.startswith("listening on ws://127.0.0.1:"), line
         with connect(line.split()[-1], open_timeout=10) as ws:
-            assert st.unpackb(ws.recv(timeout=10)) == {"server": "stagetrace_server demo"}
+            assert st.unpackb(ws.recv(timeout=10)) == {"server": "stagetrace.server demo"}
             resp, w0, w3, *_ = call(ws, {"traceparent": VALID, "state": np.zeros(7, np.float32)})
         assert resp["actions"].shape == (10, 7)
         assert resp["server_timing"]["infer_ms"] >= 5
@@ -245,3 +244,44 @@ def test_client_gone_mid_call_leaves_server_healthy(start_server, caplog) -> Non
     # The vanished client is a normal event, not a handler failure.
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
+
+
+def test_openpi_method_names_serve_forever_blocks_run_is_the_coroutine() -> None:
+    """As openpi's WebsocketPolicyServer: a drop-in `serve_forever()` call
+    serves (it used to return a coroutine that never ran)."""
+    import inspect
+    import socket
+    import threading
+
+    from openpi_client.websocket_client_policy import WebsocketClientPolicy
+
+    assert inspect.iscoroutinefunction(st.PolicyServer.run)
+    assert not inspect.iscoroutinefunction(st.PolicyServer.serve_forever)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = st.PolicyServer(EchoPolicy(model_ms=1), "127.0.0.1", port, {"m": 1})
+    done = threading.Event()
+
+    def serve() -> None:
+        try:
+            server.serve_forever()  # blocks until the server is closed
+        except BaseException:
+            pass
+        done.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    client = None
+    while client is None and time.monotonic() < deadline:
+        try:
+            client = WebsocketClientPolicy("127.0.0.1", port)
+        except OSError:
+            time.sleep(0.05)
+    assert client is not None and client.get_server_metadata() == {"m": 1}
+    assert client.infer({"x": np.zeros(3, np.float32)})["keys"] == ["x"]
+    assert not done.is_set()  # still serving: it blocks
+    ws_server = server._server
+    ws_server.loop.call_soon_threadsafe(ws_server.close)
+    assert done.wait(10)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import EchoPolicy, assert_model_cost, stagetrace_loop
 
-import stagetrace_server as st
+from stagetrace import server as st
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL_MS = 20.0

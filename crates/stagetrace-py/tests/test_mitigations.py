@@ -8,7 +8,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import stagetrace_server as st
+from stagetrace import server as st
 
 TIME_KEYS = {"recv_unix_ns", "total_ns"}
 
@@ -154,7 +154,8 @@ def test_first_rejection_is_logged_once() -> None:
     from pathlib import Path
 
     script = """
-import logging, stagetrace_server as st
+import logging
+from stagetrace import server as st
 logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
 for _ in range(3):
     st.received().stamp({"server_timing": {"cache": "HIT"}})
@@ -171,5 +172,5 @@ print(st.stats()["rejected_timing"])
     assert proc.stdout.strip() == "3"
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("stagetrace_server WARNING dropped server_timing['cache'] = 'HIT'"), lines
+    assert lines[0].startswith("stagetrace.server WARNING dropped server_timing['cache'] = 'HIT'"), lines
     assert 'send "hit" or "miss"' in lines[0] and "rejected_timing" in lines[0]

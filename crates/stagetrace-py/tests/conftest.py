@@ -1,20 +1,17 @@
-"""Shared fixtures: the module under test on sys.path, servers on loopback."""
+"""Shared fixtures: servers on loopback, for the installed `stagetrace` package
+(`cargo xtask test` builds it into target/py-venv with `maturin develop`)."""
 
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import stagetrace_server as st  # noqa: E402
+from stagetrace import server as st
 
 MODEL_MS = 20.0
 
@@ -166,7 +163,7 @@ Respond = Callable[[Any, st.RequestTimer, dict[str, Any], Any], Optional[bytes]]
 
 async def stagetrace_loop(websocket: Any, respond: Respond, metadata: dict[str, Any] | None = None) -> None:
     """An existing openpi-style server loop with this module's lines added
-    (the README's recipe): a :class:`~stagetrace_server.Session` per
+    (the README's recipe): a :class:`~stagetrace.server.Session` per
     connection, the receive stamp as soon as ``recv`` returns, the trace
     context taken out of the observation, ``sent()`` after each send.
     What happens in between is ``respond``'s."""
@@ -191,3 +188,45 @@ async def stagetrace_loop(websocket: Any, respond: Respond, metadata: dict[str, 
         except websockets.exceptions.ConnectionClosed:
             return
         t.sent()
+
+
+def _cargo() -> "str | None":
+    import os
+    import shutil
+
+    return os.environ.get("CARGO") or shutil.which("cargo")
+
+
+def cargo_artifact(*args: str, name: str) -> "Any":
+    """Build a workspace binary with cargo (honouring ``CARGO_TARGET_DIR``) and
+    return its path. A missing cargo fails under CI and skips, loudly,
+    elsewhere (docs/architecture.md §8)."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    cargo = _cargo()
+    if cargo is None:
+        why = (
+            f"tests needing the Rust {name} NOT RUN: cargo is not on PATH (nor $CARGO); "
+            "install a Rust toolchain (https://rustup.rs) and re-run pytest"
+        )
+        if os.environ.get("CI", "").strip() in ("true", "1"):
+            pytest.fail(why)
+        pytest.skip(why)
+    root = Path(__file__).resolve().parents[3]
+    build = subprocess.run(
+        [cargo, "build", *args, "--message-format=json-render-diagnostics"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if build.returncode != 0:
+        pytest.fail(f"building {name} failed:\n{build.stderr[-6000:]}")
+    for line in build.stdout.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg["target"]["name"] == name and msg.get("executable"):
+            return Path(msg["executable"])
+    pytest.fail(f"cargo built no {name} executable:\n{build.stdout[-3000:]}")

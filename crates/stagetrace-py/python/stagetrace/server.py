@@ -2,8 +2,8 @@
 
 What it is
 ----------
-One file, dependencies ``msgpack`` and ``numpy`` (``websockets`` only for
-:func:`serve`), that lets a policy server tell a `stagetrace` client where a
+``stagetrace.server``: dependencies ``msgpack`` and ``numpy`` (``websockets``
+only for :func:`serve` and :class:`PolicyServer`); it lets a policy server tell a `stagetrace` client where a
 call's time went on the server side:
 
 * it honours the W3C ``traceparent`` / ``tracestate`` the client puts in the
@@ -22,7 +22,7 @@ call's time went on the server side:
 
 Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
 
-    import stagetrace_server as st
+    from stagetrace import server as st
 
     session = st.Session()                      # one per connection
     while True:
@@ -92,7 +92,7 @@ __all__ = [
     "unpackb",
 ]
 
-logger = logging.getLogger("stagetrace_server")
+logger = logging.getLogger("stagetrace.server")
 
 TRACEPARENT_KEY = "traceparent"
 TRACESTATE_KEY = "tracestate"
@@ -815,8 +815,9 @@ class PolicyServer:
             self._server.close()
             await self._server.wait_closed()
 
-    async def serve_forever(self) -> None:
-        """Start (if needed) and serve until cancelled."""
+    async def run(self) -> None:
+        """The coroutine: start (if needed) and serve until cancelled
+        (openpi's ``WebsocketPolicyServer.run``)."""
         if self._server is None:
             await self.start()
         try:
@@ -824,9 +825,10 @@ class PolicyServer:
         finally:
             await self.close()
 
-    def run(self) -> None:
-        """Blocking: serve forever on a new event loop."""
-        asyncio.run(self.serve_forever())
+    def serve_forever(self) -> None:
+        """Blocking: serve forever on a new event loop (openpi's
+        ``WebsocketPolicyServer.serve_forever``)."""
+        asyncio.run(self.run())
 
     async def _handler(self, websocket: Any) -> None:
         import websockets.exceptions
@@ -899,11 +901,11 @@ async def serve(
 ) -> None:
     """Serve ``policy`` until cancelled: ``asyncio.run(serve(policy, port=8000))``.
     ``options`` are :class:`PolicyServer`'s (``in_thread``, ``on_request``)."""
-    await PolicyServer(policy, host, port, metadata, **options).serve_forever()
+    await PolicyServer(policy, host, port, metadata, **options).run()
 
 
 # --------------------------------------------------------------------------
-# `python3 stagetrace_server.py --port 8000 --model-ms 20`: a stand-in policy.
+# `python3 -m stagetrace.server --port 8000 --model-ms 20`: a stand-in policy.
 
 
 class _SleepPolicy:
@@ -938,11 +940,11 @@ def _main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO)
 
     async def main() -> None:
-        server = PolicyServer(_SleepPolicy(args.model_ms), args.host, args.port, {"server": "stagetrace_server demo"})
+        server = PolicyServer(_SleepPolicy(args.model_ms), args.host, args.port, {"server": "stagetrace.server demo"})
         port = await server.start()
         # One parseable line for scripts that start us with --port 0.
         print(f"listening on ws://{args.host}:{port}", flush=True)
-        await server.serve_forever()
+        await server.run()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

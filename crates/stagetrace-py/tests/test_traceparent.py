@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import stagetrace_server as st
+from stagetrace import server as st
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 SID = "00f067aa0ba902b7"

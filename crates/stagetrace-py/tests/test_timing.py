@@ -9,7 +9,7 @@ import msgpack
 import numpy as np
 import pytest
 
-import stagetrace_server as st
+from stagetrace import server as st
 
 VALID = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -1,0 +1,181 @@
+"""stagetrace for Python: where does a robot control loop's latency go?
+
+The same engine as the Rust crate (a PyO3 extension, ``stagetrace._native``):
+a call timed here is measured, clock-stitched, summarised and written by the
+Rust core, so its record line is the one a Rust client writes for the same
+call, and ``stagetrace report`` reads both.
+
+Client side::
+
+    import stagetrace as st
+
+    st.init("stagetrace-out", target_hz=10)      # records-*.jsonl, summary.*.jsonl
+    policy = st.TracedClientPolicy(host="10.0.0.5", port=8000)  # openpi's client, traced
+    while running:
+        with st.call(kind="infer"):
+            with st.stage("capture"):
+                obs = camera.read()
+            action = policy.infer(obs)           # the transport stage, traceparent out,
+                                                 # server_timing in
+            with st.stage("dispatch"):
+                robot.execute(action)
+    print(st.finish())                           # cumulative summary (a dict)
+
+Sub-stages: ``@st.timed("post")`` / ``with st.stage("post")`` after
+``st.init(stages={"post": "dispatch"})``: a name is mapped onto one of the
+canonical stages (``capture``, ``transport``, ``queue``, ``infer``,
+``dispatch``), so it lands in the schema's figures. A stage inside another
+stage is counted once in the call's gap figure, as in Rust.
+
+The current span is kept in a :class:`contextvars.ContextVar`, so asyncio
+tasks on one thread keep their calls apart (``async with st.call():`` works
+too). Server side: :mod:`stagetrace.server`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import os
+from typing import Any, Callable, Mapping, Optional, TypeVar
+
+from . import _native
+from ._native import FIELDS, STAGES, Recorder, Span
+from ._native import call as call
+from ._native import stage as stage
+
+__all__ = [
+    "FIELDS",
+    "STAGES",
+    "Recorder",
+    "Span",
+    "TracedClientPolicy",
+    "call",
+    "current_span",
+    "finish",
+    "init",
+    "recorder",
+    "stage",
+    "timed",
+]
+
+logger = logging.getLogger("stagetrace")
+
+# The current call / stage span of this thread or asyncio task; the context
+# managers (`call`, `stage`, in Rust: `src/scope.rs`) set and reset it.
+_current: contextvars.ContextVar[Optional[Span]] = _native.current
+_default: Optional[Recorder] = None
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def init(
+    output_dir: Optional[os.PathLike[str] | str] = None,
+    *,
+    window: float = 10.0,
+    target_hz: Optional[float] = None,
+    clock: str = "estimate",
+    warmup_calls: Optional[int] = None,
+    queue_capacity: Optional[int] = None,
+    stages: Optional[Mapping[str, str]] = None,
+    otlp_endpoint: Optional[str] = None,
+    service_name: Optional[str] = None,
+) -> Recorder:
+    """Start the process's recorder (the Rust builder's settings).
+
+    ``output_dir``: where ``records-*.jsonl`` and ``summary.*.jsonl`` go (none:
+    summaries only). ``window``: rolling summary window, s. ``target_hz``:
+    the loop's rate, for deadline misses and lateness. ``clock``:
+    ``"estimate"`` (default), ``"trusted"`` (clocks synced) or ``"none"``.
+    ``stages``: sub-stage names mapped onto canonical stages. ``otlp_endpoint``
+    / ``service_name``: export every call as a trace (the ``OTEL_*``
+    variables apply when only one is given).
+    """
+    global _default
+    if _default is not None:
+        raise RuntimeError("stagetrace is already initialised in this process; call stagetrace.finish() first")
+    _default = Recorder(
+        None if output_dir is None else os.fspath(output_dir),
+        window=window,
+        target_hz=target_hz,
+        clock=clock,
+        warmup_calls=warmup_calls,
+        queue_capacity=queue_capacity,
+        stages=dict(stages) if stages else None,
+        otlp_endpoint=otlp_endpoint,
+        service_name=service_name,
+    )
+    _native.set_default(_default)
+    return _default
+
+
+def recorder() -> Recorder:
+    """The process's recorder; one with default settings (no files) when
+    :func:`init` was not called, with a warning."""
+    global _default
+    if _default is None:
+        logger.warning("stagetrace.init() was not called: recording summaries only, no record files")
+        _default = Recorder()
+        _native.set_default(_default)
+    return _default
+
+
+def finish() -> dict[str, Any]:
+    """Drain the recorder, flush its files and exporter, return the
+    cumulative summary (the last line of ``summary.*.jsonl``) as a dict."""
+    global _default
+    rec, _default = _default, None
+    _native.set_default(None)
+    if rec is None:
+        raise RuntimeError("stagetrace is not initialised: nothing to finish")
+    return json.loads(rec.finish())
+
+
+def _mark(exc: BaseException, reason: str) -> None:
+    """Give ``exc`` the call's failure reason, so the scopes it passes
+    through on its way out keep it (the first reason is the record's)."""
+    try:
+        exc._stagetrace_reason = reason  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception type without __dict__
+        pass
+
+
+def current_span() -> Optional[Span]:
+    """The innermost open call / stage span of this thread or asyncio task."""
+    return _current.get()
+
+
+def timed(name: str) -> Callable[[F], F]:
+    """Decorator: every run of the function is stage ``name`` of the current
+    call (coroutine functions too)."""
+
+    def wrap(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                with stage(name):
+                    return await fn(*args, **kwargs)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with stage(name):
+                return fn(*args, **kwargs)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def __getattr__(name: str) -> Any:
+    # openpi_client is optional: imported only when the wrapper is used.
+    if name == "TracedClientPolicy":
+        from .client import TracedClientPolicy
+
+        return TracedClientPolicy
+    raise AttributeError(f"module 'stagetrace' has no attribute {name!r}")

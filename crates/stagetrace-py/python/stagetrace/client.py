@@ -1,0 +1,106 @@
+"""``TracedClientPolicy``: openpi's ``WebsocketClientPolicy``, traced.
+
+A drop-in: same ``infer(obs)``, ``get_server_metadata()`` and ``reset()``.
+Each ``infer`` runs in a ``transport`` stage of the current call (or of a
+call of its own when none is open): it sends the stage's W3C
+``traceparent`` in the observation map, reads the response's
+``server_timing`` (stagetrace's full map, or openpi's ``infer_ms`` alone:
+degraded, no uplink/downlink split) and ends the stage once the response
+is decoded. The action is returned as openpi returns it, ``server_timing``
+included.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from . import _current, _mark, recorder as _recorder
+from ._native import Recorder
+
+TRACEPARENT_KEY = "traceparent"
+SERVER_TIMING_KEY = "server_timing"
+
+
+def _failure(e: BaseException) -> str:
+    """The record's ``error`` for an exception, in the Rust client's words."""
+    name = type(e).__name__
+    if name.startswith("ConnectionClosed") or isinstance(e, ConnectionError):
+        return "disconnected"
+    if isinstance(e, TimeoutError):
+        return "timeout"
+    if isinstance(e, RuntimeError) and str(e).startswith("Error in inference server"):
+        return "server error"  # openpi's client raises this for a text frame
+    return "exception"
+
+
+class TracedClientPolicy:
+    """openpi's ``WebsocketClientPolicy`` with stagetrace's transport stage.
+
+    ``TracedClientPolicy(host, port, api_key)`` connects as openpi's client
+    does; ``TracedClientPolicy(policy=existing_client)`` wraps one already
+    connected. ``kind`` names the calls it opens itself (when ``infer`` runs
+    outside ``with st.call()``); ``recorder`` defaults to the process's.
+    """
+
+    def __init__(
+        self,
+        host: str = "0.0.0.0",
+        port: Optional[int] = None,
+        api_key: Optional[str] = None,
+        *,
+        policy: Any = None,
+        kind: Optional[str] = "infer",
+        recorder: Optional[Recorder] = None,
+    ) -> None:
+        if policy is None:
+            try:
+                from openpi_client.websocket_client_policy import WebsocketClientPolicy
+            except ImportError as e:  # pragma: no cover - depends on the install
+                raise ImportError(
+                    "TracedClientPolicy wraps openpi's client: pip install openpi-client "
+                    "(or pass policy=<an object with infer(obs)>)"
+                ) from e
+            policy = WebsocketClientPolicy(host, port, api_key)
+        self._inner = policy
+        self._kind = kind
+        self._rec = recorder
+        uri = getattr(policy, "_uri", None)
+        self._peer = uri if isinstance(uri, str) else f"ws://{host}:{port}"
+
+    @property
+    def inner(self) -> Any:
+        """The wrapped openpi client."""
+        return self._inner
+
+    def get_server_metadata(self) -> Dict:
+        return self._inner.get_server_metadata()
+
+    def reset(self) -> None:
+        self._inner.reset()
+
+    def infer(self, obs: Dict) -> Dict:
+        parent = _current.get()
+        own = None
+        if parent is None:
+            rec = self._rec if self._rec is not None else _recorder()
+            own = parent = rec.call(self._kind)
+        transport = parent.transport(self._peer)
+        try:
+            request = dict(obs)
+            tp = transport.traceparent()
+            if tp is not None:
+                request[TRACEPARENT_KEY] = tp
+            action = self._inner.infer(request)
+            timing = action.get(SERVER_TIMING_KEY) if isinstance(action, dict) else None
+            if timing is not None:
+                transport.server_timing(timing)
+            return action
+        except BaseException as e:
+            reason = _failure(e)
+            transport.fail(reason)
+            _mark(e, reason)
+            raise
+        finally:
+            transport.close()
+            if own is not None:
+                own.close()

@@ -1,0 +1,187 @@
+//! The recorder: the core's `StageLayer` behind a `tracing` dispatcher of its
+//! own, built from the same settings as the Rust builder.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use stagetrace::{ClockMode, FlushGuard, Stage, StageLayer};
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+use crate::span::Span;
+
+/// What spans of one recorder need: its dispatcher (spans are created under
+/// it whatever the thread's default is, so two recorders in one process
+/// never mix) and the sub-stage names mapped onto canonical stages.
+#[derive(Debug)]
+pub(crate) struct Scope {
+    pub(crate) dispatch: Dispatch,
+    pub(crate) stages: HashMap<String, Stage>,
+}
+
+impl Scope {
+    /// Run `f` with this recorder's dispatcher as the default: spans are
+    /// created under it, and the registry releases a closed child's hold on
+    /// its parent through the *current* default dispatcher.
+    #[inline]
+    pub(crate) fn within<T>(&self, f: impl FnOnce() -> T) -> T {
+        // Never the global default: a host app or another library may want
+        // that one, and a scoped default costs no more (measured).
+        tracing::dispatcher::with_default(&self.dispatch, f)
+    }
+
+    /// The canonical stage `name` stands for, or a Python error that says
+    /// how to map it.
+    pub(crate) fn stage(&self, name: &str) -> PyResult<Stage> {
+        if let Some(s) = self.stages.get(name) {
+            return Ok(*s);
+        }
+        name.parse().map_err(|_| {
+            PyValueError::new_err(format!(
+                "unknown stage {name:?}: use capture, transport, queue, infer or dispatch, \
+                 or map it onto one: stagetrace.init(stages={{{name:?}: \"dispatch\"}})"
+            ))
+        })
+    }
+}
+
+/// The Rust core's stage recorder: `StageLayer::builder()` with the given
+/// settings, installed in a dispatcher of its own. `finish()` drains the
+/// worker and returns the cumulative summary.
+#[pyclass(module = "stagetrace._native", frozen)]
+pub(crate) struct Recorder {
+    scope: Arc<Scope>,
+    guard: Mutex<Option<FlushGuard>>,
+}
+
+fn clock_mode(clock: &str) -> PyResult<ClockMode> {
+    match clock {
+        "estimate" => Ok(ClockMode::Estimate),
+        "trusted" => Ok(ClockMode::Trusted),
+        "none" => Ok(ClockMode::None),
+        other => Err(PyValueError::new_err(format!(
+            "clock {other:?}: use \"estimate\" (default), \"trusted\" (clocks synced by PTP/NTP) or \"none\""
+        ))),
+    }
+}
+
+impl Recorder {
+    pub(crate) fn open_call(&self, kind: Option<&str>, seq: Option<u64>) -> Span {
+        let span = self
+            .scope
+            .within(|| tracing::info_span!(parent: None, "call", kind = kind, seq = seq));
+        Span::new(span, Arc::clone(&self.scope), crate::span::Role::Call)
+    }
+
+    pub(crate) fn open_stage(&self, name: &str) -> PyResult<Span> {
+        Span::open_stage(&self.scope, None, name)
+    }
+}
+
+#[pymethods]
+impl Recorder {
+    #[new]
+    #[pyo3(signature = (
+        output_dir=None, *, window=10.0, target_hz=None, clock="estimate",
+        warmup_calls=None, queue_capacity=None, stages=None,
+        otlp_endpoint=None, service_name=None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        output_dir: Option<PathBuf>,
+        window: f64,
+        target_hz: Option<f64>,
+        clock: &str,
+        warmup_calls: Option<u64>,
+        queue_capacity: Option<usize>,
+        stages: Option<HashMap<String, String>>,
+        otlp_endpoint: Option<String>,
+        service_name: Option<String>,
+    ) -> PyResult<Self> {
+        if !(window.is_finite() && window > 0.0 && window < 1e9) {
+            return Err(PyValueError::new_err(format!(
+                "window {window} s: give the rolling summary window in seconds, e.g. 10.0"
+            )));
+        }
+        let mut b = StageLayer::builder()
+            .window(Duration::from_secs_f64(window))
+            .clock_mode(clock_mode(clock)?);
+        if let Some(dir) = output_dir {
+            b = b.output_dir(dir);
+        }
+        if let Some(hz) = target_hz {
+            b = b.target_hz(hz);
+        }
+        if let Some(n) = warmup_calls {
+            b = b.warmup_calls(n);
+        }
+        if let Some(n) = queue_capacity {
+            b = b.queue_capacity(n);
+        }
+        let mut map = HashMap::new();
+        for (name, stage) in stages.unwrap_or_default() {
+            let s: Stage = stage
+                .parse()
+                .map_err(|e| PyValueError::new_err(format!("{e}")))?;
+            map.insert(name, s);
+        }
+        if otlp_endpoint.is_some() || service_name.is_some() {
+            let mut o = stagetrace_otlp::OtlpExporter::builder();
+            if let Some(e) = otlp_endpoint {
+                o = o.endpoint(e);
+            }
+            if let Some(s) = service_name {
+                o = o.service_name(s);
+            }
+            let exporter = o
+                .build()
+                .map_err(|e| PyValueError::new_err(format!("OTLP exporter: {e}")))?;
+            b = b.sink(Box::new(exporter));
+        }
+        let (layer, guard) = b
+            .build()
+            .map_err(|e| PyValueError::new_err(format!("{e}")))?;
+        let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+        Ok(Recorder {
+            scope: Arc::new(Scope {
+                dispatch,
+                stages: map,
+            }),
+            guard: Mutex::new(Some(guard)),
+        })
+    }
+
+    /// Open a call span (one control cycle), started now. `kind` and `seq`
+    /// land on its record.
+    #[pyo3(signature = (kind=None, seq=None))]
+    fn call(&self, kind: Option<&str>, seq: Option<u64>) -> Span {
+        self.open_call(kind, seq)
+    }
+
+    /// A stage span outside any call (the layer counts it as ignored).
+    fn stage(&self, name: &str) -> PyResult<Span> {
+        self.open_stage(name)
+    }
+
+    /// The canonical stage `name` is recorded as (mapped names included).
+    fn resolve(&self, name: &str) -> PyResult<&'static str> {
+        self.scope.stage(name).map(Stage::name)
+    }
+
+    /// Drain the worker, flush every sink (record files, OTLP) and return
+    /// the cumulative summary as a JSON line (`summary.*.jsonl`'s shape).
+    /// Calls closed after this are dropped. Releases the GIL while waiting.
+    fn finish(&self, py: Python<'_>) -> PyResult<String> {
+        let guard = self
+            .guard
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("recorder lock poisoned"))?
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("this recorder was already finished"))?;
+        Ok(py.allow_threads(move || guard.finish().to_json_line()))
+    }
+}
