@@ -74,6 +74,7 @@
 mod config;
 mod deadline;
 mod export;
+mod sampling;
 mod shared;
 mod spans;
 
@@ -83,5 +84,6 @@ pub use config::{
 };
 pub use deadline::ShutdownDeadline;
 pub use export::{ExportStats, OtlpExporter};
+pub use sampling::{KeepReason, SampleStats, TailSampling};
 pub use shared::tracing_opentelemetry_context;
 pub use spans::BLACK_BOX_SPAN;

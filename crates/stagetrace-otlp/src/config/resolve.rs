@@ -12,6 +12,7 @@ use super::error::{BuildError, Origin};
 use super::headers::resolve_headers;
 use super::protocol::Protocol;
 use crate::deadline::ShutdownDeadline;
+use crate::sampling::TailSampling;
 
 /// Every setting, resolved.
 #[derive(Clone, Debug)]
@@ -30,6 +31,8 @@ pub(crate) struct Settings {
     pub(crate) shutdown_deadline: ShutdownDeadline,
     pub(crate) ca_pem: Option<Vec<u8>>,
     pub(crate) synthesize_server_spans: bool,
+    /// `None`: every call is exported.
+    pub(crate) tail_sampling: Option<TailSampling>,
 }
 
 impl OtlpBuilder {
@@ -110,6 +113,7 @@ impl OtlpBuilder {
             shutdown_deadline: self.shutdown_deadline.unwrap_or_default(),
             ca_pem: self.ca_pem,
             synthesize_server_spans: self.synthesize_server_spans,
+            tail_sampling: self.tail_sampling,
         })
     }
 }
