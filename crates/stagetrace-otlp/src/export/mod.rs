@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
-use opentelemetry_sdk::Resource;
 use stagetrace::{CallRecord, ServerRecord};
 
 use self::queue::{Control, Item};
@@ -75,6 +74,8 @@ struct Inner {
     /// Tail sampling at the source, when set: decided before the queue.
     sampler: Option<Mutex<Sampler>>,
     sampled: SampleCounters,
+    /// `OTEL_TRACES_EXPORTER=none`: every record is ignored, uncounted.
+    disabled: bool,
 }
 
 impl fmt::Debug for OtlpExporter {
@@ -115,7 +116,7 @@ impl OtlpBuilder {
 /// The OTLP transport of the resolved protocol.
 fn otlp_transport(settings: &Settings) -> Result<Box<dyn Transport>, BuildError> {
     match settings.protocol {
-        Protocol::HttpProtobuf => self::http::transport(settings),
+        Protocol::HttpProtobuf | Protocol::HttpJson => self::http::transport(settings),
         #[cfg(feature = "grpc")]
         Protocol::Grpc => self::grpc::transport(settings),
         #[cfg(not(feature = "grpc"))]
@@ -135,8 +136,12 @@ impl OtlpExporter {
     /// Queues one client call for export as a trace. Never blocks: returns
     /// `false` when the queue is full (the drop is counted) or, with
     /// [`tail_sampling`](OtlpBuilder::tail_sampling), when the sampler did
-    /// not keep the call (counted in [`sample_stats`](Self::sample_stats)).
+    /// not keep the call (counted in [`sample_stats`](Self::sample_stats)),
+    /// or when `OTEL_TRACES_EXPORTER=none` turned export off.
     pub fn export_call(&self, record: &CallRecord) -> bool {
+        if self.inner.disabled {
+            return false;
+        }
         if let Some(sampler) = &self.inner.sampler {
             // Never wait on another thread's decision: a call that finds the
             // sampler busy is kept, and counted as unjudged.
@@ -159,8 +164,12 @@ impl OtlpExporter {
 
     /// Queues one server request for export (its `queue` / `infer` spans join
     /// the client's trace through the request's `traceparent`). Never blocks:
-    /// returns `false` (and counts the drop) when the queue is full.
+    /// returns `false` (and counts the drop) when the queue is full; `false`
+    /// too when `OTEL_TRACES_EXPORTER=none` turned export off.
     pub fn export_server(&self, record: &ServerRecord) -> bool {
+        if self.inner.disabled {
+            return false;
+        }
         if self.inner.data.is_full() {
             return self.drop_one();
         }
@@ -256,9 +265,7 @@ impl OtlpExporter {
         let (ready_tx, ready_rx) = bounded(1);
         let stats = Arc::new(Counters::default());
         let worker_stats = Arc::clone(&stats);
-        let resource = Resource::builder()
-            .with_service_name(settings.service_name.clone())
-            .build();
+        let resource = crate::resource::resource(Some(&settings.service_name), &[]);
         let batch_spans = settings.batch_spans;
         let interval = settings.export_interval;
         let synthesize = settings.synthesize_server_spans;
@@ -312,6 +319,7 @@ impl OtlpExporter {
                 worker: Mutex::new(Some(handle)),
                 sampler,
                 sampled: SampleCounters::default(),
+                disabled: settings.disabled,
             }),
         })
     }
