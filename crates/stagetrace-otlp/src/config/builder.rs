@@ -47,6 +47,7 @@ pub struct OtlpBuilder {
     pub(super) ca_pem: Option<Vec<u8>>,
     pub(super) synthesize_server_spans: bool,
     pub(super) tail_sampling: Option<TailSampling>,
+    pub(super) resource_attributes: Vec<(String, String)>,
 }
 
 impl Default for OtlpBuilder {
@@ -65,6 +66,7 @@ impl Default for OtlpBuilder {
             ca_pem: None,
             synthesize_server_spans: false,
             tail_sampling: None,
+            resource_attributes: Vec::new(),
         }
     }
 }
@@ -191,6 +193,14 @@ impl OtlpBuilder {
     /// [`tail_sampling`](Self::tail_sampling).
     pub fn export_all(mut self) -> Self {
         self.tail_sampling = None;
+        self
+    }
+
+    /// A resource attribute naming this process (`service.instance.id`,
+    /// `robot.site`, …); beats the same key in `OTEL_RESOURCE_ATTRIBUTES`.
+    /// Without one, `service.instance.id` is `<host.name>-<pid>`.
+    pub fn resource_attribute(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.resource_attributes.push((key.into(), value.into()));
         self
     }
 }

@@ -39,6 +39,7 @@ pub(crate) struct Settings {
     pub(crate) tail_sampling: Option<TailSampling>,
     /// `OTEL_TRACES_EXPORTER=none`: nothing is exported.
     pub(crate) disabled: bool,
+    pub(crate) resource_attributes: Vec<(String, String)>,
 }
 
 impl OtlpBuilder {
@@ -162,6 +163,7 @@ impl OtlpBuilder {
             synthesize_server_spans: self.synthesize_server_spans,
             tail_sampling: self.tail_sampling,
             disabled,
+            resource_attributes: self.resource_attributes,
         })
     }
 }

@@ -265,7 +265,8 @@ impl OtlpExporter {
         let (ready_tx, ready_rx) = bounded(1);
         let stats = Arc::new(Counters::default());
         let worker_stats = Arc::clone(&stats);
-        let resource = crate::resource::resource(Some(&settings.service_name), &[]);
+        let resource =
+            crate::resource::resource(Some(&settings.service_name), &settings.resource_attributes);
         let batch_spans = settings.batch_spans;
         let interval = settings.export_interval;
         let synthesize = settings.synthesize_server_spans;
