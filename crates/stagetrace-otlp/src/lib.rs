@@ -27,13 +27,23 @@
 //!   counted as abandoned, so `exported + dropped + failed + abandoned` is
 //!   every record handed over.
 //!
+//! - With [`TailSampling`] the exporter sends as traces only the calls worth
+//!   a look (failed, deadline missed, slow for their kind, over a threshold)
+//!   plus a rate-limited random sample, and counts the rest.
+//! - [`OtlpMetrics`] exports every stage figure as an OTLP histogram
+//!   (exponential by default) with counters, through the OpenTelemetry
+//!   SDK's metrics pipeline: for Prometheus and fleets (`docs/fleet.md`).
+//!
 //! # Usage
 //!
-//! Settings resolve as: the builder call, else the standard
-//! `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
-//! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT` and
-//! `OTEL_SERVICE_NAME` variables, else the defaults (OTLP/HTTP with protobuf
-//! to `http://localhost:4318`, service `stagetrace`).
+//! Settings resolve as: the builder call, else the standard variables — the
+//! traces-specific `OTEL_EXPORTER_OTLP_TRACES_{ENDPOINT,PROTOCOL,HEADERS,TIMEOUT}`
+//! before `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
+//! `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_EXPORTER_OTLP_TIMEOUT`;
+//! `OTEL_TRACES_EXPORTER` (`otlp`, `none`); `OTEL_SERVICE_NAME`, then a
+//! `service.name` in `OTEL_RESOURCE_ATTRIBUTES` — else the defaults
+//! (OTLP/HTTP with protobuf to `http://localhost:4318`, service
+//! `stagetrace`). `http/json` is supported.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -74,14 +84,23 @@
 mod config;
 mod deadline;
 mod export;
+mod metrics;
+mod resource;
+mod sampling;
 mod shared;
 mod spans;
 
 pub use config::{
     BuildError, Origin, OtlpBuilder, Protocol, DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT,
-    DEFAULT_SERVICE_NAME, ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_TIMEOUT,
+    DEFAULT_SERVICE_NAME, ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_RESOURCE_ATTRIBUTES,
+    ENV_SERVICE_NAME, ENV_TIMEOUT, ENV_TRACES_ENDPOINT, ENV_TRACES_EXPORTER, ENV_TRACES_HEADERS,
+    ENV_TRACES_PROTOCOL, ENV_TRACES_TIMEOUT,
 };
 pub use deadline::ShutdownDeadline;
 pub use export::{ExportStats, OtlpExporter};
+pub use metrics::{Histograms, MetricsBuilder, MetricsStats, OtlpMetrics, ENV_METRICS_EXPORTER};
+/// Metric temporality (cumulative: what Prometheus takes; delta).
+pub use opentelemetry_sdk::metrics::Temporality;
+pub use sampling::{KeepReason, SampleStats, TailSampling};
 pub use shared::tracing_opentelemetry_context;
 pub use spans::BLACK_BOX_SPAN;

@@ -89,7 +89,7 @@ fn explicit_settings_beat_the_environment_which_beats_defaults() {
     );
     assert_eq!(explicit.stats().exported_records, 1);
 
-    std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
+    std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/xml");
     let err = OtlpExporter::builder().build().unwrap_err();
     assert!(
         err.to_string().contains("OTEL_EXPORTER_OTLP_PROTOCOL"),

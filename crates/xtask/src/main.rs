@@ -1,10 +1,11 @@
 //! Project tasks. `cargo xtask test` runs the whole test suite with its set-up:
-//! it builds Jaeger from the Go module proxy into `target/tools/` (once; later
-//! runs reuse it) and hands its path to the tests, which start and stop their
-//! own Jaeger instances on free loopback ports; it installs Chromium for the
-//! HTML report test, then runs every Rust test (all targets, doctests, the
-//! OTLP gRPC feature); last it builds the Python package into a venv under
-//! `target/py-venv` (`maturin develop`, debug) and runs its pytest suite.
+//! it builds Jaeger and Prometheus from the Go module proxy into
+//! `target/tools/` (once; later runs reuse them) and hands their paths to the
+//! tests, which start and stop their own instances on free loopback ports; it
+//! installs Chromium for the HTML report test, then runs every Rust test (all
+//! targets, doctests, the OTLP gRPC feature); last it builds the Python
+//! package into a venv under `target/py-venv` (`maturin develop`, debug) and
+//! runs its pytest suite.
 //! `cargo xtask fuzz` runs the parsers' fuzz targets (`crates/stagetrace-fuzz`)
 //! for ten million inputs each in a release build.
 
@@ -14,17 +15,20 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 const JAEGER_MODULE: &str = "github.com/jaegertracing/jaeger/cmd/jaeger";
+const PROMETHEUS_MODULE: &str = "github.com/prometheus/prometheus/cmd/prometheus";
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("jaeger") => build_jaeger().map(|bin| println!("{}", bin.display())),
+        Some("prometheus") => build_prometheus().map(|bin| println!("{}", bin.display())),
         Some("fuzz") => fuzz(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       \
                  cargo xtask jaeger                      build Jaeger into target/tools/\n       \
+                 cargo xtask prometheus                  build Prometheus into target/tools/\n       \
                  cargo xtask fuzz [--target NAME] [--inputs N] [--seed S] [--replay FILE]   \
                  fuzz the parsers (release build, 10 M inputs per target)"
             );
@@ -77,23 +81,36 @@ fn have(program: &str) -> bool {
 
 /// Builds Jaeger from the pinned Go tool module, once; later runs reuse it.
 fn build_jaeger() -> Result<PathBuf, String> {
+    build_go_tool("Jaeger", "jaeger", JAEGER_MODULE)
+}
+
+/// Builds Prometheus from the pinned Go tool module
+/// (`crates/stagetrace-otlp/tests/prometheus-tool`), once; later runs reuse it.
+fn build_prometheus() -> Result<PathBuf, String> {
+    build_go_tool("Prometheus", "prometheus", PROMETHEUS_MODULE)
+}
+
+/// Builds `module` from the Go tool module `crates/stagetrace-otlp/tests/<name>-tool`
+/// into `target/tools/<name>`; the binary is rebuilt only when the module's
+/// `go.sum` changed (its copy next to the binary is the stamp).
+fn build_go_tool(what: &str, name: &str, module: &str) -> Result<PathBuf, String> {
     let root = root();
-    let tool_dir = root.join("crates/stagetrace-otlp/tests/jaeger-tool");
-    let bin = root.join("target/tools/jaeger");
-    let stamp = root.join("target/tools/jaeger.go.sum");
+    let tool_dir = root.join(format!("crates/stagetrace-otlp/tests/{name}-tool"));
+    let bin = root.join(format!("target/tools/{name}"));
+    let stamp = root.join(format!("target/tools/{name}.go.sum"));
     let go_sum = std::fs::read(tool_dir.join("go.sum")).unwrap_or_default();
     if bin.exists() && std::fs::read(&stamp).ok().as_deref() == Some(&go_sum[..]) {
         return Ok(bin);
     }
     if !have("go") {
-        return Err("Go is not installed: cannot build Jaeger".into());
+        return Err(format!("Go is not installed: cannot build {what}"));
     }
-    eprintln!("xtask: building Jaeger from the Go module proxy (first run only; a few minutes)");
+    eprintln!("xtask: building {what} from the Go module proxy (first run only; a few minutes)");
     run(Command::new("go")
         .current_dir(&tool_dir)
         .args(["build", "-o"])
         .arg(&bin)
-        .arg(JAEGER_MODULE))?;
+        .arg(module))?;
     std::fs::write(&stamp, &go_sum)
         .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
     Ok(bin)
@@ -228,6 +245,13 @@ fn test(extra: &[String]) -> Result<(), String> {
             None
         }
     };
+    let prometheus_bin = match build_prometheus() {
+        Ok(bin) => Some(bin),
+        Err(e) => {
+            ci.missing("prometheus", &e, "the Prometheus (OTLP metrics) tests")?;
+            None
+        }
+    };
     // Tests append a line here for every prerequisite they skipped for.
     let skip_log = root.join("target/xtask-skipped.log");
     let _ = std::fs::create_dir_all(root.join("target"));
@@ -270,6 +294,11 @@ fn test(extra: &[String]) -> Result<(), String> {
         cargo
             .env("STAGETRACE_REQUIRE_JAEGER", "1")
             .env("STAGETRACE_JAEGER_BIN", bin);
+    }
+    if let Some(bin) = &prometheus_bin {
+        cargo
+            .env("STAGETRACE_REQUIRE_PROMETHEUS", "1")
+            .env("STAGETRACE_PROMETHEUS_BIN", bin);
     }
     cargo.args(extra);
     let cargo_env: Vec<(String, String)> = cargo

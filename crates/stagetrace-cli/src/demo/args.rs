@@ -115,6 +115,23 @@ pub(crate) struct DemoArgs {
     /// ms; what is not sent by then is counted as abandoned.
     #[arg(long, value_name = "MS", default_value_t = 3000)]
     pub(crate) otlp_shutdown_ms: u64,
+    /// With --otlp: export as traces only the calls worth a look (failed,
+    /// deadline missed, slower than the rolling p99 of their kind) and a
+    /// random 1 % of the rest, at most 1 a second; the summaries count what
+    /// was kept and dropped (`otlp.sample.*`). See docs/jaeger.md.
+    #[arg(long)]
+    pub(crate) tail_sample: bool,
+    /// Export the stage histograms and counters as OTLP metrics to ENDPOINT
+    /// (default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+    /// else http://localhost:4318; Prometheus's own receiver:
+    /// http://HOST:9090/api/v1/otlp). See docs/fleet.md.
+    #[arg(long, value_name = "ENDPOINT", num_args = 0..=1, default_missing_value = "")]
+    pub(crate) metrics: Option<String>,
+    /// This robot's name in a fleet: the `service.instance.id` of its OTLP
+    /// traces and metrics (Prometheus's `instance` label). Default:
+    /// `<host>-<pid>`.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) robot: Option<String>,
     /// Mitigation knobs (docs/mitigations.md).
     #[command(flatten)]
     pub(crate) mitigate: MitigateArgs,
@@ -234,6 +251,9 @@ const SINGLE_CLIENT_ONLY: &[&str] = &[
     "server_step_at",
     "otlp",
     "otlp_shutdown_ms",
+    "tail_sample",
+    "metrics",
+    "robot",
 ];
 
 /// Knobs only the multi-client mitigation demo uses (besides the four that
@@ -328,6 +348,24 @@ pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
         return Err(err(
             "--otlp-shutdown-ms: only used with --otlp (the bound on sending what is queued at the end)",
         ));
+    }
+    if a.tail_sample && a.otlp.is_none() {
+        return Err(err(
+            "--tail-sample: only used with --otlp (it chooses which calls are exported as traces)",
+        ));
+    }
+    if let Some(robot) = &a.robot {
+        let ok = !robot.is_empty()
+            && robot.len() <= 64
+            && robot
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !ok {
+            return Err(err(format!(
+                "--robot {robot:?}: give a name of letters, digits, '-', '_' or '.' (at most 64), \
+                 e.g. --robot arm-3"
+            )));
+        }
     }
     if a.otlp_shutdown_ms > 60_000 {
         return Err(err(format!(

@@ -60,10 +60,11 @@ fn demo(args: &DemoArgs) -> Result<Ending, DemoError> {
     let stop = interrupt::watch();
     let rt = stagetrace_sim::client_runtime()
         .map_err(|e| err(format!("cannot start the client runtime: {e}")))?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| stagetrace_sim::default_out_dir("demo"));
+    let out = args.out.clone().unwrap_or_else(|| match &args.robot {
+        // Robots of one fleet started in the same second get their own directories.
+        Some(robot) => stagetrace_sim::default_out_dir(&format!("demo-{robot}")),
+        None => stagetrace_sim::default_out_dir("demo"),
+    });
     std::fs::create_dir_all(&out).map_err(|e| {
         err(format!(
             "cannot create the output directory {} ({e}); pass a writable --out DIR",

@@ -5,9 +5,34 @@ use std::time::Duration;
 
 use stagetrace::ServerRecord;
 use stagetrace_net::RequestHook;
-use stagetrace_otlp::{OtlpExporter, ShutdownDeadline};
+use stagetrace_otlp::{OtlpExporter, OtlpMetrics, ShutdownDeadline, TailSampling};
 
 use super::args::{err, DemoError};
+
+/// The robot client's service name, for traces and metrics.
+const CLIENT_SERVICE: &str = "stagetrace-demo-client";
+
+/// `--metrics`: the robot's stage histograms and counters. An empty
+/// `endpoint` leaves it to the OTEL_* variables or the default.
+pub(super) fn start_metrics(endpoint: &str, robot: Option<&str>) -> Result<OtlpMetrics, DemoError> {
+    let mut b = OtlpMetrics::builder().service_name(CLIENT_SERVICE);
+    if !endpoint.trim().is_empty() {
+        b = b.endpoint(endpoint);
+    }
+    if let Some(robot) = robot {
+        b = b.resource_attribute("service.instance.id", robot);
+    }
+    b.build().map_err(|e| err(format!("--metrics: {e}")))
+}
+
+/// Sends what the metrics pipeline holds and says on stderr how it went.
+pub(super) fn finish_metrics(metrics: &OtlpMetrics) {
+    let stats = metrics.shutdown();
+    eprintln!(
+        "{CLIENT_SERVICE} metrics -> {}: {stats}",
+        metrics.endpoint()
+    );
+}
 
 /// `--otlp`: one exporter for the robot client, one for the policy server.
 pub(super) struct DemoOtlp {
@@ -20,20 +45,32 @@ impl DemoOtlp {
     /// default. Flushing at the end waits at most `shutdown` for both
     /// exporters together: they share one deadline, fixed when the layer
     /// flushes the client's exporter.
-    pub(super) fn start(endpoint: &str, shutdown: Duration) -> Result<DemoOtlp, DemoError> {
+    /// `robot` names the process (`service.instance.id`); `tail_sample`
+    /// exports only the client calls worth a look.
+    pub(super) fn start(
+        endpoint: &str,
+        shutdown: Duration,
+        robot: Option<&str>,
+        tail_sample: bool,
+    ) -> Result<DemoOtlp, DemoError> {
         let deadline = ShutdownDeadline::new();
-        let build = |service: &str| {
-            OtlpExporter::builder()
+        let build = |service: &str, sample: bool| {
+            let mut b = OtlpExporter::builder()
                 .endpoint(endpoint)
                 .service_name(service)
                 .shutdown_timeout(shutdown)
-                .shutdown_deadline(&deadline)
-                .build()
-                .map_err(|e| err(format!("--otlp: {e}")))
+                .shutdown_deadline(&deadline);
+            if let Some(robot) = robot {
+                b = b.resource_attribute("service.instance.id", robot);
+            }
+            if sample {
+                b = b.tail_sampling(TailSampling::new());
+            }
+            b.build().map_err(|e| err(format!("--otlp: {e}")))
         };
         Ok(DemoOtlp {
-            client: build("stagetrace-demo-client")?,
-            server: build("stagetrace-demo-server")?,
+            client: build(CLIENT_SERVICE, tail_sample)?,
+            server: build("stagetrace-demo-server", false)?,
         })
     }
 
@@ -55,6 +92,9 @@ impl DemoOtlp {
                 exporter.service_name(),
                 exporter.endpoint(),
             );
+            if let Some(sampled) = exporter.sample_stats() {
+                eprintln!("{}: {sampled}", exporter.service_name());
+            }
         }
     }
 }

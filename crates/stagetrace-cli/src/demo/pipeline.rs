@@ -55,7 +55,20 @@ pub(super) fn run(
     let otlp = args
         .otlp
         .as_deref()
-        .map(|endpoint| DemoOtlp::start(endpoint, Duration::from_millis(args.otlp_shutdown_ms)))
+        .map(|endpoint| {
+            DemoOtlp::start(
+                endpoint,
+                Duration::from_millis(args.otlp_shutdown_ms),
+                args.robot.as_deref(),
+                args.tail_sample,
+            )
+        })
+        .transpose()?;
+    // `--metrics`: the stage histograms as OTLP metrics.
+    let metrics = args
+        .metrics
+        .as_deref()
+        .map(|endpoint| super::otlp::start_metrics(endpoint, args.robot.as_deref()))
         .transpose()?;
 
     // The server: its own runtime, a skewed clock that may step once; hot
@@ -116,6 +129,9 @@ pub(super) fn run(
     if let Some(otlp) = &otlp {
         layer = layer.sink(Box::new(otlp.client.clone()));
     }
+    if let Some(metrics) = &metrics {
+        layer = layer.sink(Box::new(metrics.clone()));
+    }
     let (layer, guard) = layer.build().map_err(|e| err(e.to_string()))?;
     tracing_subscriber::registry()
         .with(layer)
@@ -160,6 +176,9 @@ pub(super) fn run(
     let server = server.stop();
     if let Some(otlp) = &otlp {
         otlp.finish();
+    }
+    if let Some(metrics) = &metrics {
+        super::otlp::finish_metrics(metrics);
     }
     let robot = robot.map_err(|e| err(e.to_string()))?;
     let records = match records.lock() {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::protocol::Protocol;
 use crate::deadline::ShutdownDeadline;
+use crate::sampling::TailSampling;
 
 /// Service name used when neither the builder nor `OTEL_SERVICE_NAME` gives one.
 pub const DEFAULT_SERVICE_NAME: &str = "stagetrace";
@@ -45,6 +46,8 @@ pub struct OtlpBuilder {
     pub(super) shutdown_deadline: Option<ShutdownDeadline>,
     pub(super) ca_pem: Option<Vec<u8>>,
     pub(super) synthesize_server_spans: bool,
+    pub(super) tail_sampling: Option<TailSampling>,
+    pub(super) resource_attributes: Vec<(String, String)>,
 }
 
 impl Default for OtlpBuilder {
@@ -62,6 +65,8 @@ impl Default for OtlpBuilder {
             shutdown_deadline: None,
             ca_pem: None,
             synthesize_server_spans: false,
+            tail_sampling: None,
+            resource_attributes: Vec::new(),
         }
     }
 }
@@ -169,6 +174,33 @@ impl OtlpBuilder {
     /// otherwise show them twice.
     pub fn synthesized_server_spans(mut self, on: bool) -> Self {
         self.synthesize_server_spans = on;
+        self
+    }
+
+    /// Sample at the source: export as traces only the calls
+    /// [`TailSampling`] keeps (failed, deadline missed, slow, a rate-limited
+    /// random sample); the others are dropped before the queue and counted
+    /// (`otlp.sample.*` in every summary window, [`OtlpExporter::sample_stats`](crate::OtlpExporter::sample_stats)).
+    /// Applies to client calls ([`export_call`](crate::OtlpExporter::export_call), the
+    /// layer's sink); a server's [`export_server`](crate::OtlpExporter::export_server)
+    /// exports every request. Off by default: every call is exported.
+    pub fn tail_sampling(mut self, sampling: TailSampling) -> Self {
+        self.tail_sampling = Some(sampling);
+        self
+    }
+
+    /// Export every call as a trace (the default): undoes
+    /// [`tail_sampling`](Self::tail_sampling).
+    pub fn export_all(mut self) -> Self {
+        self.tail_sampling = None;
+        self
+    }
+
+    /// A resource attribute naming this process (`service.instance.id`,
+    /// `robot.site`, …); beats the same key in `OTEL_RESOURCE_ATTRIBUTES`.
+    /// Without one, `service.instance.id` is `<host.name>-<pid>`.
+    pub fn resource_attribute(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.resource_attributes.push((key.into(), value.into()));
         self
     }
 }

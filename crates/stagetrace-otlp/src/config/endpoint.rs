@@ -14,7 +14,7 @@ const HTTP_TRACES_PATH: &str = "/v1/traces";
 /// The default endpoint of `protocol`.
 pub(super) fn default_endpoint(protocol: Protocol) -> &'static str {
     match protocol {
-        Protocol::HttpProtobuf => DEFAULT_HTTP_ENDPOINT,
+        Protocol::HttpProtobuf | Protocol::HttpJson => DEFAULT_HTTP_ENDPOINT,
         Protocol::Grpc => DEFAULT_GRPC_ENDPOINT,
     }
 }
@@ -47,7 +47,7 @@ pub(super) fn endpoint_url(
         return Err(invalid("no host".into()));
     }
     Ok(match protocol {
-        Protocol::HttpProtobuf => {
+        Protocol::HttpProtobuf | Protocol::HttpJson => {
             let trimmed = base.trim_end_matches('/');
             if trimmed.ends_with(HTTP_TRACES_PATH) {
                 trimmed.to_owned()

@@ -49,6 +49,14 @@ pub enum BuildError {
         /// Where it came from.
         origin: Origin,
     },
+    /// `OTEL_METRICS_EXPORTER` / `OTEL_TRACES_EXPORTER` names an exporter
+    /// other than `otlp` or `none`.
+    UnsupportedExporter {
+        /// The rejected value.
+        value: String,
+        /// Where it came from.
+        origin: Origin,
+    },
     /// `OTEL_EXPORTER_OTLP_TIMEOUT` is not a number of milliseconds.
     InvalidTimeout {
         /// The rejected value.
@@ -90,10 +98,15 @@ impl fmt::Display for BuildError {
                     write!(
                         f,
                         "OTLP protocol {value:?} from {origin} is not supported: use \"http/protobuf\" \
-                         (default) or \"grpc\""
+                         (default), \"http/json\" or \"grpc\""
                     )
                 }
             }
+            BuildError::UnsupportedExporter { value, origin } => write!(
+                f,
+                "exporter {value:?} from {origin} is not supported: use \"otlp\" (default) or \
+                 \"none\" (export nothing)"
+            ),
             BuildError::InvalidHeader { header, origin } => write!(
                 f,
                 "OTLP header {header:?} from {origin} cannot be sent: write headers as \

@@ -3,21 +3,22 @@
 
 use http::{HeaderName, HeaderValue};
 
-use super::env::ENV_HEADERS;
 use super::error::{BuildError, Origin};
 
-/// The headers of `env_value` (`k=v,k2=v2`, URL-encoded values), then
-/// `explicit`: an explicit header replaces one of the same name.
+/// The headers of each `(variable, value)` of `env` in turn (`k=v,k2=v2`,
+/// URL-encoded values; a later variable's header replaces an earlier one of
+/// the same name), then `explicit`, which replace them all.
 pub(super) fn resolve_headers(
-    env_value: Option<&str>,
+    env: &[(&'static str, Option<String>)],
     explicit: &[(String, String)],
 ) -> Result<Vec<(HeaderName, HeaderValue)>, BuildError> {
     let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
-    if let Some(raw) = env_value {
+    for (var, raw) in env {
+        let Some(raw) = raw else { continue };
         for pair in raw.split(',').filter(|p| !p.trim().is_empty()) {
             let bad = || BuildError::InvalidHeader {
                 header: pair.trim().to_owned(),
-                origin: Origin::Env(ENV_HEADERS),
+                origin: Origin::Env(var),
             };
             let (k, v) = pair.split_once('=').ok_or_else(bad)?;
             let value = percent_decode(v.trim()).ok_or_else(bad)?;

@@ -16,7 +16,11 @@ mod resolve;
 
 pub use builder::{OtlpBuilder, DEFAULT_SERVICE_NAME};
 pub use endpoint::{DEFAULT_GRPC_ENDPOINT, DEFAULT_HTTP_ENDPOINT};
-pub use env::{ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_TIMEOUT};
+pub use env::{
+    ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_RESOURCE_ATTRIBUTES, ENV_SERVICE_NAME,
+    ENV_TIMEOUT, ENV_TRACES_ENDPOINT, ENV_TRACES_EXPORTER, ENV_TRACES_HEADERS, ENV_TRACES_PROTOCOL,
+    ENV_TRACES_TIMEOUT,
+};
 pub use error::{BuildError, Origin};
 pub use protocol::Protocol;
 pub(crate) use resolve::Settings;

@@ -8,6 +8,8 @@ pub enum Protocol {
     /// OTLP/HTTP with protobuf bodies (`http/protobuf`), port 4318. Needs no async runtime.
     #[default]
     HttpProtobuf,
+    /// OTLP/HTTP with JSON bodies (`http/json`), port 4318.
+    HttpJson,
     /// OTLP/gRPC (`grpc`), port 4317. Needs the crate feature `grpc`.
     Grpc,
 }
@@ -17,13 +19,15 @@ impl Protocol {
     pub const fn name(self) -> &'static str {
         match self {
             Protocol::HttpProtobuf => "http/protobuf",
+            Protocol::HttpJson => "http/json",
             Protocol::Grpc => "grpc",
         }
     }
 
-    pub(super) fn parse(value: &str) -> Option<Protocol> {
+    pub(crate) fn parse(value: &str) -> Option<Protocol> {
         match value.trim() {
             "http/protobuf" => Some(Protocol::HttpProtobuf),
+            "http/json" => Some(Protocol::HttpJson),
             "grpc" => Some(Protocol::Grpc),
             _ => None,
         }

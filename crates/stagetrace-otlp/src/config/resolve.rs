@@ -7,11 +7,16 @@ use http::{HeaderName, HeaderValue};
 
 use super::builder::{OtlpBuilder, DEFAULT_SERVICE_NAME, DEFAULT_TIMEOUT};
 use super::endpoint::{default_endpoint, endpoint_url};
-use super::env::{ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_SERVICE_NAME, ENV_TIMEOUT};
+use super::env::{
+    ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_RESOURCE_ATTRIBUTES, ENV_SERVICE_NAME,
+    ENV_TIMEOUT, ENV_TRACES_ENDPOINT, ENV_TRACES_EXPORTER, ENV_TRACES_HEADERS, ENV_TRACES_PROTOCOL,
+    ENV_TRACES_TIMEOUT,
+};
 use super::error::{BuildError, Origin};
 use super::headers::resolve_headers;
 use super::protocol::Protocol;
 use crate::deadline::ShutdownDeadline;
+use crate::sampling::TailSampling;
 
 /// Every setting, resolved.
 #[derive(Clone, Debug)]
@@ -30,6 +35,11 @@ pub(crate) struct Settings {
     pub(crate) shutdown_deadline: ShutdownDeadline,
     pub(crate) ca_pem: Option<Vec<u8>>,
     pub(crate) synthesize_server_spans: bool,
+    /// `None`: every call is exported.
+    pub(crate) tail_sampling: Option<TailSampling>,
+    /// `OTEL_TRACES_EXPORTER=none`: nothing is exported.
+    pub(crate) disabled: bool,
+    pub(crate) resource_attributes: Vec<(String, String)>,
 }
 
 impl OtlpBuilder {
@@ -46,12 +56,30 @@ impl OtlpBuilder {
         // A variable set to blanks counts as unset.
         let env = |var: &str| env(var).filter(|v| !v.trim().is_empty());
 
+        let disabled = match env(ENV_TRACES_EXPORTER).as_deref().map(str::trim) {
+            None | Some("otlp") => false,
+            Some("none") => true,
+            Some(other) => {
+                return Err(BuildError::UnsupportedExporter {
+                    value: other.to_owned(),
+                    origin: Origin::Env(ENV_TRACES_EXPORTER),
+                })
+            }
+        };
+
+        // The traces-specific variable beats the generic one (OTLP spec).
+        let either = |specific: &'static str, generic: &'static str| {
+            env(specific)
+                .map(|v| (specific, v))
+                .or_else(|| env(generic).map(|v| (generic, v)))
+        };
+
         let protocol = match self.protocol {
             Some(p) => p,
-            None => match env(ENV_PROTOCOL) {
-                Some(v) => Protocol::parse(&v).ok_or(BuildError::UnsupportedProtocol {
+            None => match either(ENV_TRACES_PROTOCOL, ENV_PROTOCOL) {
+                Some((var, v)) => Protocol::parse(&v).ok_or(BuildError::UnsupportedProtocol {
                     value: v.trim().to_owned(),
-                    origin: Origin::Env(ENV_PROTOCOL),
+                    origin: Origin::Env(var),
                 })?,
                 None => Protocol::HttpProtobuf,
             },
@@ -60,7 +88,9 @@ impl OtlpBuilder {
             let origin = if self.protocol.is_some() {
                 Origin::Builder
             } else {
-                Origin::Env(ENV_PROTOCOL)
+                Origin::Env(
+                    either(ENV_TRACES_PROTOCOL, ENV_PROTOCOL).map_or(ENV_PROTOCOL, |(v, _)| v),
+                )
             };
             return Err(BuildError::UnsupportedProtocol {
                 value: Protocol::Grpc.name().into(),
@@ -68,31 +98,52 @@ impl OtlpBuilder {
             });
         }
 
-        let (base, origin) = match self.endpoint.filter(|e| !e.trim().is_empty()) {
-            Some(e) => (e, Origin::Builder),
-            None => match env(ENV_ENDPOINT) {
-                Some(e) => (e, Origin::Env(ENV_ENDPOINT)),
-                None => (default_endpoint(protocol).to_owned(), Origin::Builder),
+        let endpoint = match self.endpoint.filter(|e| !e.trim().is_empty()) {
+            Some(e) => endpoint_url(e.trim(), protocol, Origin::Builder)?,
+            None => match (env(ENV_TRACES_ENDPOINT), env(ENV_ENDPOINT)) {
+                // The signal-specific URL is used as is: no path is added.
+                (Some(e), _) => {
+                    endpoint_url(e.trim(), Protocol::Grpc, Origin::Env(ENV_TRACES_ENDPOINT))?
+                }
+                (None, Some(e)) => endpoint_url(e.trim(), protocol, Origin::Env(ENV_ENDPOINT))?,
+                (None, None) => {
+                    endpoint_url(default_endpoint(protocol), protocol, Origin::Builder)?
+                }
             },
         };
-        let endpoint = endpoint_url(base.trim(), protocol, origin)?;
 
-        let headers = resolve_headers(env(ENV_HEADERS).as_deref(), &self.headers)?;
+        let headers = resolve_headers(
+            &[
+                (ENV_HEADERS, env(ENV_HEADERS)),
+                (ENV_TRACES_HEADERS, env(ENV_TRACES_HEADERS)),
+            ],
+            &self.headers,
+        )?;
 
         let service_name = self
             .service_name
             .filter(|s| !s.trim().is_empty())
             .or_else(|| env(ENV_SERVICE_NAME).map(|s| s.trim().to_owned()))
+            .or_else(|| {
+                env(ENV_RESOURCE_ATTRIBUTES).and_then(|attrs| resource_service_name(&attrs))
+            })
             .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
 
         let timeout = match self.timeout {
             Some(t) => t,
-            None => match env(ENV_TIMEOUT) {
-                Some(v) => v
-                    .trim()
-                    .parse::<u64>()
-                    .map(Duration::from_millis)
-                    .map_err(|_| BuildError::InvalidTimeout { value: v })?,
+            None => match either(ENV_TRACES_TIMEOUT, ENV_TIMEOUT) {
+                Some((var, v)) => {
+                    v.trim()
+                        .parse::<u64>()
+                        .map(Duration::from_millis)
+                        .map_err(|_| BuildError::InvalidTimeout {
+                            value: if var == ENV_TIMEOUT {
+                                v
+                            } else {
+                                format!("{v} (from {var})")
+                            },
+                        })?
+                }
                 None => DEFAULT_TIMEOUT,
             },
         };
@@ -110,8 +161,22 @@ impl OtlpBuilder {
             shutdown_deadline: self.shutdown_deadline.unwrap_or_default(),
             ca_pem: self.ca_pem,
             synthesize_server_spans: self.synthesize_server_spans,
+            tail_sampling: self.tail_sampling,
+            disabled,
+            resource_attributes: self.resource_attributes,
         })
     }
+}
+
+/// The `service.name` of an `OTEL_RESOURCE_ATTRIBUTES` value
+/// (`key=value,…`, values percent-encoded).
+fn resource_service_name(attrs: &str) -> Option<String> {
+    attrs.split(',').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        (k.trim() == "service.name")
+            .then(|| v.trim().replace("%20", " "))
+            .filter(|v| !v.is_empty())
+    })
 }
 
 #[cfg(test)]
@@ -202,12 +267,12 @@ mod tests {
     #[test]
     fn bad_values_name_their_origin_and_fix() {
         let e = OtlpBuilder::new()
-            .resolve(&env_of(&[(ENV_PROTOCOL, "http/json")]))
+            .resolve(&env_of(&[(ENV_PROTOCOL, "http/xml")]))
             .unwrap_err();
         assert_eq!(
             e,
             BuildError::UnsupportedProtocol {
-                value: "http/json".into(),
+                value: "http/xml".into(),
                 origin: Origin::Env(ENV_PROTOCOL)
             }
         );
@@ -238,6 +303,86 @@ mod tests {
             e,
             BuildError::InvalidTimeout {
                 value: "soon".into()
+            }
+        );
+    }
+
+    #[test]
+    fn traces_specific_variables_beat_the_generic_ones() {
+        let env = env_of(&[
+            (ENV_ENDPOINT, "http://generic:4318"),
+            (ENV_TRACES_ENDPOINT, "http://traces:4318/custom/path"),
+            (ENV_PROTOCOL, "http/protobuf"),
+            (ENV_TRACES_PROTOCOL, "http/json"),
+            (ENV_HEADERS, "authorization=generic,x-tenant=robots"),
+            (ENV_TRACES_HEADERS, "authorization=traces"),
+            (ENV_TIMEOUT, "2500"),
+            (ENV_TRACES_TIMEOUT, "700"),
+        ]);
+        let s = OtlpBuilder::new().resolve(&env).unwrap();
+        // The signal-specific URL is used as is (OTLP spec): no /v1/traces added.
+        assert_eq!(s.endpoint, "http://traces:4318/custom/path");
+        assert_eq!(s.protocol, Protocol::HttpJson);
+        assert_eq!(s.timeout, Duration::from_millis(700));
+        let h: Vec<(String, String)> = s
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(
+            h,
+            vec![
+                ("x-tenant".into(), "robots".into()),
+                ("authorization".into(), "traces".into()),
+            ]
+        );
+        let e = OtlpBuilder::new()
+            .resolve(&env_of(&[(ENV_TRACES_TIMEOUT, "soon")]))
+            .unwrap_err();
+        assert!(e.to_string().contains(ENV_TRACES_TIMEOUT), "{e}");
+        // The builder still beats both.
+        let s = OtlpBuilder::new()
+            .endpoint("http://explicit:4318")
+            .resolve(&env)
+            .unwrap();
+        assert_eq!(s.endpoint, "http://explicit:4318/v1/traces");
+    }
+
+    #[test]
+    fn service_name_in_resource_attributes_is_honoured() {
+        let attrs = (
+            ENV_RESOURCE_ATTRIBUTES,
+            "deployment=lab,service.name=arm-3,x=y",
+        );
+        let s = OtlpBuilder::new().resolve(&env_of(&[attrs])).unwrap();
+        assert_eq!(s.service_name, "arm-3");
+        let s = OtlpBuilder::new()
+            .resolve(&env_of(&[attrs, (ENV_SERVICE_NAME, "arm-4")]))
+            .unwrap();
+        assert_eq!(s.service_name, "arm-4");
+        let s = OtlpBuilder::new()
+            .service_name("explicit")
+            .resolve(&env_of(&[attrs, (ENV_SERVICE_NAME, "arm-4")]))
+            .unwrap();
+        assert_eq!(s.service_name, "explicit");
+    }
+
+    #[test]
+    fn traces_exporter_none_disables_and_others_are_refused() {
+        let s = OtlpBuilder::new().resolve(&env_of(&[])).unwrap();
+        assert!(!s.disabled);
+        let s = OtlpBuilder::new()
+            .resolve(&env_of(&[(ENV_TRACES_EXPORTER, "none")]))
+            .unwrap();
+        assert!(s.disabled);
+        let e = OtlpBuilder::new()
+            .resolve(&env_of(&[(ENV_TRACES_EXPORTER, "zipkin")]))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            BuildError::UnsupportedExporter {
+                value: "zipkin".into(),
+                origin: Origin::Env(ENV_TRACES_EXPORTER)
             }
         );
     }

@@ -8,7 +8,7 @@ use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 
 use super::transport::{export_error, Sdk, Transport};
-use crate::config::{BuildError, Settings};
+use crate::config::{BuildError, Protocol, Settings};
 
 /// The OTLP/HTTP transport `settings` describe.
 pub(super) fn transport(settings: &Settings) -> Result<Box<dyn Transport>, BuildError> {
@@ -30,7 +30,10 @@ pub(super) fn transport(settings: &Settings) -> Result<Box<dyn Transport>, Build
             headers: settings.headers.clone(),
         })
         .with_endpoint(settings.endpoint.clone())
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_protocol(match settings.protocol {
+            Protocol::HttpJson => opentelemetry_otlp::Protocol::HttpJson,
+            _ => opentelemetry_otlp::Protocol::HttpBinary,
+        })
         .with_timeout(settings.timeout)
         .build()
         .map_err(|e| BuildError::Client {

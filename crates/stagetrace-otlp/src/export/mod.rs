@@ -19,13 +19,12 @@ mod thread;
 mod transport;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
-use opentelemetry_sdk::Resource;
 use stagetrace::{CallRecord, ServerRecord};
 
 use self::queue::{Control, Item};
@@ -35,6 +34,7 @@ use self::thread::Worker;
 use self::transport::{Sdk, Transport};
 use crate::config::{BuildError, OtlpBuilder, Protocol, Settings};
 use crate::deadline::{later_by, ShutdownDeadline};
+use crate::sampling::{KeepReason, SampleCounters, SampleStats, Sampler};
 use crate::spans::SpanMaker;
 
 /// Exports stagetrace records as OTLP traces from a thread of its own.
@@ -71,6 +71,11 @@ struct Inner {
     shutdown_timeout: Duration,
     shutdown_deadline: ShutdownDeadline,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Tail sampling at the source, when set: decided before the queue.
+    sampler: Option<Mutex<Sampler>>,
+    sampled: SampleCounters,
+    /// `OTEL_TRACES_EXPORTER=none`: every record is ignored, uncounted.
+    disabled: bool,
 }
 
 impl fmt::Debug for OtlpExporter {
@@ -111,7 +116,7 @@ impl OtlpBuilder {
 /// The OTLP transport of the resolved protocol.
 fn otlp_transport(settings: &Settings) -> Result<Box<dyn Transport>, BuildError> {
     match settings.protocol {
-        Protocol::HttpProtobuf => self::http::transport(settings),
+        Protocol::HttpProtobuf | Protocol::HttpJson => self::http::transport(settings),
         #[cfg(feature = "grpc")]
         Protocol::Grpc => self::grpc::transport(settings),
         #[cfg(not(feature = "grpc"))]
@@ -129,8 +134,27 @@ impl OtlpExporter {
     }
 
     /// Queues one client call for export as a trace. Never blocks: returns
-    /// `false` (and counts the drop) when the queue is full.
+    /// `false` when the queue is full (the drop is counted) or, with
+    /// [`tail_sampling`](OtlpBuilder::tail_sampling), when the sampler did
+    /// not keep the call (counted in [`sample_stats`](Self::sample_stats)),
+    /// or when `OTEL_TRACES_EXPORTER=none` turned export off.
     pub fn export_call(&self, record: &CallRecord) -> bool {
+        if self.inner.disabled {
+            return false;
+        }
+        if let Some(sampler) = &self.inner.sampler {
+            // Never wait on another thread's decision: a call that finds the
+            // sampler busy is kept, and counted as unjudged.
+            let decision = match sampler.try_lock() {
+                Ok(mut s) => s.decide(record),
+                Err(TryLockError::Poisoned(p)) => p.into_inner().decide(record),
+                Err(TryLockError::WouldBlock) => Some(KeepReason::Unjudged),
+            };
+            self.inner.sampled.count(decision);
+            if decision.is_none() {
+                return false;
+            }
+        }
         // A full queue (collector down or slow) costs no copy of the record.
         if self.inner.data.is_full() {
             return self.drop_one();
@@ -140,8 +164,12 @@ impl OtlpExporter {
 
     /// Queues one server request for export (its `queue` / `infer` spans join
     /// the client's trace through the request's `traceparent`). Never blocks:
-    /// returns `false` (and counts the drop) when the queue is full.
+    /// returns `false` (and counts the drop) when the queue is full; `false`
+    /// too when `OTEL_TRACES_EXPORTER=none` turned export off.
     pub fn export_server(&self, record: &ServerRecord) -> bool {
+        if self.inner.disabled {
+            return false;
+        }
         if self.inner.data.is_full() {
             return self.drop_one();
         }
@@ -197,6 +225,14 @@ impl OtlpExporter {
         self.inner.stats.snapshot()
     }
 
+    /// What tail sampling decided so far; `None` when every call is exported.
+    pub fn sample_stats(&self) -> Option<SampleStats> {
+        self.inner
+            .sampler
+            .as_ref()
+            .map(|_| self.inner.sampled.snapshot())
+    }
+
     /// The URL export requests go to.
     pub fn endpoint(&self) -> &str {
         &self.inner.endpoint
@@ -229,12 +265,15 @@ impl OtlpExporter {
         let (ready_tx, ready_rx) = bounded(1);
         let stats = Arc::new(Counters::default());
         let worker_stats = Arc::clone(&stats);
-        let resource = Resource::builder()
-            .with_service_name(settings.service_name.clone())
-            .build();
+        let resource =
+            crate::resource::resource(Some(&settings.service_name), &settings.resource_attributes);
         let batch_spans = settings.batch_spans;
         let interval = settings.export_interval;
         let synthesize = settings.synthesize_server_spans;
+        let sampler = settings
+            .tail_sampling
+            .clone()
+            .map(|cfg| Mutex::new(Sampler::new(cfg)));
         let handle = std::thread::Builder::new()
             .name("stagetrace-otlp".into())
             .spawn(move || {
@@ -279,6 +318,9 @@ impl OtlpExporter {
                 shutdown_timeout: settings.shutdown_timeout,
                 shutdown_deadline: settings.shutdown_deadline,
                 worker: Mutex::new(Some(handle)),
+                sampler,
+                sampled: SampleCounters::default(),
+                disabled: settings.disabled,
             }),
         })
     }
@@ -347,6 +389,10 @@ impl stagetrace::RecordSink for OtlpExporter {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        self.stats().counters().to_vec()
+        let mut counters = self.stats().counters().to_vec();
+        if self.inner.sampler.is_some() {
+            counters.extend(self.inner.sampled.counters());
+        }
+        counters
     }
 }

@@ -203,6 +203,43 @@ exporters:
         JSpan::from_response(&body)
     }
 
+    /// The ids of the traces Jaeger holds with a span of `service` starting
+    /// in `[start_unix_ns, end_unix_ns]` (its search API, at most `limit`).
+    pub fn trace_ids(
+        &self,
+        service: &str,
+        start_unix_ns: u64,
+        end_unix_ns: u64,
+        limit: usize,
+    ) -> Vec<String> {
+        let url = format!(
+            "http://127.0.0.1:{}/api/traces?service={service}&start={}&end={}&limit={limit}",
+            self.query_http,
+            start_unix_ns / 1000,
+            end_unix_ns / 1000 + 1,
+        );
+        let resp = match self.http.get(&url).send() {
+            Ok(r) => r,
+            Err(_) => return Vec::new(),
+        };
+        if !resp.status().is_success() {
+            return Vec::new();
+        }
+        let body: Value = resp.json().unwrap();
+        let mut ids: Vec<String> = body["data"]
+            .as_array()
+            .map(|traces| {
+                traces
+                    .iter()
+                    .filter_map(|t| t["traceID"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
     /// Polls the trace until `done` accepts its spans or `timeout` passes;
     /// returns the last spans seen.
     pub fn wait_trace(

@@ -1,2 +1,3 @@
 pub mod collector;
 pub mod jaeger;
+pub mod prometheus;

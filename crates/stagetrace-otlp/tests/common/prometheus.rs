@@ -1,0 +1,231 @@
+//! A real Prometheus (3.x, from the pinned Go tool module in
+//! `tests/prometheus-tool`) for end-to-end metrics tests: each test starts
+//! its own on a free loopback port with the OTLP receiver on, its own data
+//! directory, and may stop and restart it.
+//!
+//! The binary comes from `STAGETRACE_PROMETHEUS_BIN` (`cargo xtask test`
+//! builds it and sets the variable; by hand: `cargo xtask prometheus`).
+//! Without it the test says loudly that it was SKIPPED; with
+//! `STAGETRACE_REQUIRE_PROMETHEUS=1` (set by xtask) or under CI it fails.
+//!
+//! Native histograms: Prometheus 3 stores an OTLP exponential histogram as a
+//! native histogram without a feature flag (`--enable-feature=native-histograms`
+//! is a no-op there); the OTLP receiver is `--web.enable-otlp-receiver`.
+
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::jaeger::{free_ports, port_open};
+
+/// One running (or stopped) Prometheus.
+pub struct Prometheus {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// Web port: the query API and the OTLP receiver (`/api/v1/otlp`).
+    pub port: u16,
+    http: reqwest::blocking::Client,
+}
+
+impl Prometheus {
+    /// Starts a Prometheus for `test`, or returns `None` after a loud SKIPPED
+    /// message when no binary is configured (a failure under CI or with
+    /// `STAGETRACE_REQUIRE_PROMETHEUS=1`).
+    pub fn start_or_skip(test: &str) -> Option<Prometheus> {
+        let bin = match std::env::var_os("STAGETRACE_PROMETHEUS_BIN") {
+            Some(b) if !b.is_empty() => PathBuf::from(b),
+            _ => {
+                stagetrace_test_support::prereq::missing(
+                    test,
+                    "prometheus",
+                    "STAGETRACE_PROMETHEUS_BIN is not set: run `cargo xtask test` (it builds \
+                     Prometheus), or `cargo xtask prometheus` and set STAGETRACE_PROMETHEUS_BIN \
+                     to the path it prints",
+                );
+                return None;
+            }
+        };
+        assert!(
+            bin.exists(),
+            "STAGETRACE_PROMETHEUS_BIN={} does not exist: run `cargo xtask prometheus`",
+            bin.display()
+        );
+        let mut p = Prometheus {
+            bin,
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            port: free_ports(1)[0],
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        };
+        // No scrape jobs: everything arrives over OTLP. The robot's identity
+        // attributes become labels (service.name → job, service.instance.id
+        // → instance by default).
+        std::fs::write(
+            p.dir.path().join("prometheus.yml"),
+            "global:\n  evaluation_interval: 1s\notlp:\n  promote_resource_attributes: [host.name]\n",
+        )
+        .unwrap();
+        p.spawn();
+        Some(p)
+    }
+
+    /// The OTLP/HTTP base URL to point a metrics exporter at (the exporter
+    /// appends `/v1/metrics`).
+    pub fn otlp_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}/api/v1/otlp", self.port)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("prometheus.log")
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let child = Command::new(&self.bin)
+            .arg(format!(
+                "--config.file={}",
+                self.dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
+            .arg("--web.enable-otlp-receiver")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("Prometheus exited with {status}:\n{}", self.log());
+            }
+            if port_open(self.port) && self.ready() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus was not ready within 60 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn ready(&self) -> bool {
+        let url = format!("http://127.0.0.1:{}/-/ready", self.port);
+        self.http
+            .get(&url)
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Stops Prometheus (its data directory stays).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while port_open(self.port) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts Prometheus again on the same port and data.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Prometheus's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// An instant PromQL query: each series' labels and value (NaN values
+    /// are kept as NaN).
+    pub fn query(&self, promql: &str) -> Vec<(Value, f64)> {
+        let url = format!(
+            "http://127.0.0.1:{}/api/v1/query?query={}",
+            self.port,
+            percent_encode(promql)
+        );
+        let resp = match self.http.get(&url).send() {
+            Ok(r) => r,
+            Err(_) => return Vec::new(),
+        };
+        let body: Value = resp.json().unwrap();
+        assert_eq!(body["status"], "success", "{promql}: {body}");
+        let empty = Vec::new();
+        body["data"]["result"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .map(|r| {
+                let v = r["value"][1]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(f64::NAN);
+                (r["metric"].clone(), v)
+            })
+            .collect()
+    }
+
+    /// The single value of `promql`, polled until `done` accepts it or
+    /// `timeout` passes; the last value seen (`None`: no series).
+    pub fn wait_value(
+        &self,
+        promql: &str,
+        timeout: Duration,
+        done: impl Fn(f64) -> bool,
+    ) -> Option<f64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.query(promql).first().map(|(_, v)| *v);
+            if v.is_some_and(&done) || Instant::now() >= deadline {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
