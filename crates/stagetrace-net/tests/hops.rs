@@ -253,8 +253,7 @@ fn truth(s: &Setup, c: &Call) -> Truth {
         ],
         net_err: (c.rec.ms(Figure::Net).unwrap() - ms((s_recv - t0) + (t3 - s_sent))).abs(),
         relay_err: (ms(h[0].relay_ns.unwrap()) - ms(true_relay)).abs(),
-        infer_err: (c.rec.ms(Figure::Infer).unwrap() - ms(c.server.infer_ns.unwrap() as i64))
-            .abs(),
+        infer_err: (c.rec.ms(Figure::Infer).unwrap() - ms(c.server.infer_ns.unwrap() as i64)).abs(),
         path: Link {
             true_up: ms(s_recv - t0),
             true_down: ms(t3 - s_sent),
@@ -313,15 +312,30 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
     let t: Vec<Truth> = calls.iter().map(|c| truth(&s, c)).collect();
     print("skews +300 / −80 ms, links 6/1 and 2/5 ms", &t);
     // The links really had their delays (the proxies added them).
-    let up0 = quantile(&t.iter().map(|x| x.links[0].true_up).collect::<Vec<_>>(), 0.5);
-    let down1 = quantile(&t.iter().map(|x| x.links[1].true_down).collect::<Vec<_>>(), 0.5);
-    assert!((6.0..8.0).contains(&up0) && (5.0..7.0).contains(&down1), "{up0} {down1}");
+    let up0 = quantile(
+        &t.iter().map(|x| x.links[0].true_up).collect::<Vec<_>>(),
+        0.5,
+    );
+    let down1 = quantile(
+        &t.iter().map(|x| x.links[1].true_down).collect::<Vec<_>>(),
+        0.5,
+    );
+    assert!(
+        (6.0..8.0).contains(&up0) && (5.0..7.0).contains(&down1),
+        "{up0} {down1}"
+    );
     for i in 0..2 {
         let inside = share(&t, |x| x.links[i].inside());
-        assert!(inside >= 0.99, "link {i}: truth inside the bound on {inside}");
+        assert!(
+            inside >= 0.99,
+            "link {i}: truth inside the bound on {inside}"
+        );
     }
     let path = share(&t, |x| x.path.inside());
-    assert!(path >= 0.99, "path uplink/downlink inside ± split_err on {path}");
+    assert!(
+        path >= 0.99,
+        "path uplink/downlink inside ± split_err on {path}"
+    );
     for x in &t {
         assert!(x.net_err <= 1.0, "net off by {} ms", x.net_err);
         assert!(x.relay_err <= 1.0, "gateway time off by {} ms", x.relay_err);
@@ -331,8 +345,16 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
     // server − gateway; they compose into the record's offset.
     let last = &calls.last().unwrap().rec;
     let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
-    assert!((off(last.hops[0].offset_ns) - 300.0).abs() < 5.0, "{:?}", last.hops);
-    assert!((off(last.hops[1].offset_ns) + 380.0).abs() < 5.0, "{:?}", last.hops);
+    assert!(
+        (off(last.hops[0].offset_ns) - 300.0).abs() < 5.0,
+        "{:?}",
+        last.hops
+    );
+    assert!(
+        (off(last.hops[1].offset_ns) + 380.0).abs() < 5.0,
+        "{:?}",
+        last.hops
+    );
     assert_eq!(
         last.get(Figure::Offset),
         Some(last.hops[0].offset_ns.unwrap() + last.hops[1].offset_ns.unwrap())
@@ -361,10 +383,16 @@ fn drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm() {
         .expect("drift estimated on every link");
     eprintln!("drift estimated on both links from call {settled}");
 
-    print("drifting +200 / −150 ppm, after the estimate settled", &t[settled..]);
+    print(
+        "drifting +200 / −150 ppm, after the estimate settled",
+        &t[settled..],
+    );
     for i in 0..2 {
         let inside = share(&t[settled..], |x| x.links[i].inside());
-        assert!(inside >= 0.99, "link {i}: truth inside the bound on {inside}");
+        assert!(
+            inside >= 0.99,
+            "link {i}: truth inside the bound on {inside}"
+        );
     }
     let path = share(&t[settled..], |x| x.path.inside());
     assert!(path >= 0.99, "path inside ± split_err on {path}");

@@ -93,7 +93,9 @@ impl Stitcher {
             let net = inside.map(|s| clamp(span - s as f64, f64::INFINITY, &mut clamped));
             let mut h = HopFigures {
                 net_ns: net.map(whole),
-                relay_ns: link.relay.map(|r| i64::try_from(r.own_ns()).unwrap_or(i64::MAX)),
+                relay_ns: link
+                    .relay
+                    .map(|r| i64::try_from(r.own_ns()).unwrap_or(i64::MAX)),
                 ..HopFigures::default()
             };
             let sample = NtpSample::from_call(link.from, &link.to);
@@ -126,11 +128,7 @@ impl Stitcher {
         {
             if self.mode() == ClockMode::Estimate {
                 let net = net as f64;
-                let up = clamp(
-                    diff(t1, client.send_unix_ns) - offset,
-                    net,
-                    &mut clamped,
-                );
+                let up = clamp(diff(t1, client.send_unix_ns) - offset, net, &mut clamped);
                 out.uplink_ns = Some(whole(up));
                 out.downlink_ns = Some(whole(net - up));
                 out.offset_ns = Some(whole(offset));

@@ -76,8 +76,7 @@ impl RelayTiming {
         if self.recv_unix_ns > MAX_UNIX_NS {
             return Err(value_err(C, "recv_unix_ns", "is out of range"));
         }
-        if self.total_ns > MAX_DURATION_NS
-            || self.transfer_ns.is_some_and(|t| t > MAX_DURATION_NS)
+        if self.total_ns > MAX_DURATION_NS || self.transfer_ns.is_some_and(|t| t > MAX_DURATION_NS)
         {
             return Err(value_err(C, "total_ns", "is out of range"));
         }
@@ -208,12 +207,16 @@ impl TimingChain {
             }
             let t = map.timing;
             let relay = RelayTiming {
-                recv_unix_ns: t
-                    .recv_unix_ns
-                    .ok_or(value_err(C, "recv_unix_ns", "is missing in a relay's map"))?,
-                total_ns: t
-                    .total_ns
-                    .ok_or(value_err(C, "total_ns", "is missing in a relay's map"))?,
+                recv_unix_ns: t.recv_unix_ns.ok_or(value_err(
+                    C,
+                    "recv_unix_ns",
+                    "is missing in a relay's map",
+                ))?,
+                total_ns: t.total_ns.ok_or(value_err(
+                    C,
+                    "total_ns",
+                    "is missing in a relay's map",
+                ))?,
                 transfer_ns: t.transfer_ns,
                 forward_ns: forward.ok_or(value_err(C, "forward_ns", "is missing"))?,
                 reply_ns: reply.ok_or(value_err(C, "reply_ns", "is missing"))?,

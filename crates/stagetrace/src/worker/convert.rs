@@ -144,7 +144,10 @@ impl Converter {
                     self.stitcher
                         .stitch_hops(t.peer.as_str(), client, &t.hops, &timing);
                 // The relays' own time, each on its own clock.
-                let relay: Option<i64> = hops.iter().filter_map(|h| h.relay_ns).reduce(i64::saturating_add);
+                let relay: Option<i64> = hops
+                    .iter()
+                    .filter_map(|h| h.relay_ns)
+                    .reduce(i64::saturating_add);
                 rec.figures.set(Figure::Relay, relay);
                 rec.hops = hops;
                 if st.clamped {
