@@ -407,3 +407,55 @@ fn drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm() {
     assert!((d0 - 200.0).abs() <= 5.0, "link 0 drift {d0}");
     assert!((d1 + 350.0).abs() <= 5.0, "link 1 drift {d1}");
 }
+
+#[test]
+fn a_failing_downstream_fails_the_call_counted_and_the_relay_recovers() {
+    let mut obs = Observed::new();
+    rt().block_on(async {
+        // A server that fails every other request (openpi closes the
+        // connection after a failure).
+        let n = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let server = PolicyServer::builder()
+            .max_concurrency(4)
+            .spawn("127.0.0.1:0", move |_req: MsgMap, _timer| {
+                let k = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                async move {
+                    if k % 2 == 1 {
+                        return Err(stagetrace_net::HandlerError::new("model crashed"));
+                    }
+                    Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.5; 7], &[7])))
+                }
+            })
+            .await
+            .unwrap();
+        let relay = Relay::builder()
+            .spawn("127.0.0.1:0", &server.url())
+            .await
+            .unwrap();
+        let mut outcomes = Vec::new();
+        for seq in 0..4u64 {
+            let mut client = PolicyClient::connect(&relay.url()).await.unwrap();
+            let r = client
+                .infer(&MsgMap::new().with("state", 1.0))
+                .instrument(tracing::info_span!("call", seq = seq))
+                .await;
+            outcomes.push(r.map(|reply| reply.hops.len()).map_err(|e| e.to_string()));
+        }
+        assert_eq!(outcomes[0], Ok(1));
+        assert_eq!(outcomes[2], Ok(1));
+        for failed in [&outcomes[1], &outcomes[3]] {
+            let e = failed.as_ref().unwrap_err();
+            assert!(e.contains("model crashed"), "{e}");
+        }
+        let stats = relay.stats();
+        assert_eq!((stats.requests, stats.failed), (4, 2));
+        relay.shutdown().await;
+        server.shutdown().await;
+    });
+    let records = obs.finish();
+    let failed: Vec<bool> = records.iter().map(|r| r.failed == Some(true)).collect();
+    assert_eq!(failed, [false, true, false, true]);
+    // The calls that went through carry the gateway's link and time.
+    assert_eq!(records[2].hops.len(), 2);
+    assert!(records[2].get(Figure::Relay).is_some());
+}
