@@ -40,6 +40,7 @@ fn color(f: Figure) -> &'static str {
         Figure::Rx => "#6b9ac4",
         Figure::Server => "#98df8a",
         Figure::Net => "#aec7e8",
+        Figure::Relay => "#c5b0d5",
         Figure::E2e => "#d62728",
         Figure::Gap => "#ff7f0e",
         Figure::Observer => "#e377c2",

@@ -29,6 +29,9 @@
 //!   [`PolicyServer`], [`PolicyClient`], [`BlockingPolicyClient`].
 //!   The client also works, degraded (`infer` and `net`, no split), against an
 //!   unmodified openpi server that only returns `server_timing.infer_ms`.
+//! - [`relay`]: a [`Relay`] (gateway) between robots and a policy server
+//!   that continues the trace and nests the downstream's timing in its own,
+//!   so the client's record carries per-hop figures.
 //! - [`http`]: a tower [`TimingLayer`] for axum servers and a reqwest
 //!   [`TracedHttpClient`].
 //! - [`TimingMsgpackExt`]: the `server_timing` map in msgpack, for servers
@@ -62,6 +65,7 @@ mod first_bytes;
 pub mod http;
 pub mod msg;
 pub mod proxy;
+pub mod relay;
 mod server;
 mod timing_map;
 mod transport;
@@ -69,6 +73,7 @@ pub mod ws;
 
 pub use http::{HttpCallError, HttpReply, TimingLayer, TimingService, TracedHttpClient};
 pub use msg::{DecodeError, MsgMap, NdArray};
+pub use relay::{Relay, RelayBuilder, RelayError};
 pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
 pub use timing_map::TimingMsgpackExt;
 pub use ws::{

@@ -4,10 +4,10 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use stagetrace::wire::TraceContext;
+use stagetrace::wire::{RelayTiming, TimingChain, TraceContext};
 use stagetrace::{ServerRecord, ServerTiming};
 
 /// Called once per request, after the response was sent (or the request
@@ -24,18 +24,29 @@ pub type RequestHook = Arc<dyn Fn(&ServerRecord) + Send + Sync>;
 /// adds a fixed offset, as a machine whose clock is off would report, and
 /// [`ServerClock::step_ns`] makes it jump at runtime (an NTP step): the demo
 /// and the tests use both to check the client's clock estimation against a
-/// known truth. Clones share the offset.
+/// known truth. [`ServerClock::drifting`] also runs the clock at a rate of
+/// its own (a real oscillator is 5–30 ppm off; tests use far more so a
+/// short run covers hours). Clones share the offset.
 #[derive(Clone)]
 pub struct ServerClock {
     offset_ns: Arc<AtomicI64>,
+    /// (host wall time the drift counts from, ns since the epoch; rate ppm).
+    drift: Option<(u64, f64)>,
 }
 
 impl fmt::Debug for ServerClock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerClock")
             .field("offset_ns", &self.offset_ns())
+            .field("drift_ppm", &self.drift.map(|(_, ppm)| ppm))
             .finish()
     }
+}
+
+fn host_unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 impl Default for ServerClock {
@@ -54,7 +65,34 @@ impl ServerClock {
     pub fn skewed_ns(offset_ns: i64) -> Self {
         ServerClock {
             offset_ns: Arc::new(AtomicI64::new(offset_ns)),
+            drift: None,
         }
+    }
+
+    /// The host's wall clock plus `offset_ns` now, running `ppm` parts per
+    /// million fast (negative: slow) from now on: after `t` seconds of host
+    /// time it is `offset_ns + ppm · t` µs ahead. A non-finite `ppm` is taken
+    /// as 0; it is capped at ± 10⁴ ppm.
+    pub fn drifting(offset_ns: i64, ppm: f64) -> Self {
+        let ppm = if ppm.is_finite() {
+            ppm.clamp(-1e4, 1e4)
+        } else {
+            0.0
+        };
+        ServerClock {
+            drift: Some((host_unix_ns(), ppm)),
+            ..ServerClock::skewed_ns(offset_ns)
+        }
+    }
+
+    /// This clock's offset from the host clock at host wall time `host_ns`
+    /// (ns since the epoch): the fixed offset plus the drift so far. What a
+    /// test subtracts from a stamp for the truth.
+    pub fn offset_at(&self, host_ns: u64) -> i64 {
+        let drift = self.drift.map_or(0.0, |(base, ppm)| {
+            (i128::from(host_ns) - i128::from(base)) as f64 * ppm * 1e-6
+        });
+        self.offset_ns().saturating_add(drift.round() as i64)
     }
 
     /// Make the clock jump by `delta_ns` from now on (every clone sees it).
@@ -69,10 +107,8 @@ impl ServerClock {
 
     /// Wall time now, ns since the Unix epoch (0 if the host clock is before 1970).
     pub fn now_unix_ns(&self) -> u64 {
-        let host = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        host.saturating_add_signed(self.offset_ns())
+        let host = host_unix_ns();
+        host.saturating_add_signed(self.offset_at(host))
     }
 }
 
@@ -103,6 +139,20 @@ struct TimerMarks {
     batch_size: AtomicU32,
     /// 0 = unset, 1 = miss, 2 = hit.
     cache: AtomicU8,
+    /// A relay's handler forwarded the request (set once): see
+    /// [`InferTimer::set_downstream`].
+    downstream: OnceLock<Downstream>,
+}
+
+/// What a relay's handler saw of the downstream call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Downstream {
+    /// The request was handed to the downstream client's send API.
+    pub(crate) forward: Instant,
+    /// The downstream's whole reply had arrived.
+    pub(crate) reply: Instant,
+    /// The downstream's `server_timing`, with its own relays.
+    pub(crate) chain: TimingChain,
 }
 
 impl fmt::Debug for InferTimer {
@@ -127,6 +177,7 @@ impl InferTimer {
                 post_start: AtomicU64::new(0),
                 batch_size: AtomicU32::new(0),
                 cache: AtomicU8::new(0),
+                downstream: OnceLock::new(),
             }),
         }
     }
@@ -176,6 +227,14 @@ impl InferTimer {
         self.inner
             .cache
             .store(if hit { 2 } else { 1 }, Ordering::Relaxed);
+    }
+
+    /// A relay forwarded the request at `forward` and had the downstream's
+    /// whole reply at `reply`, with its timing `chain`: the response then
+    /// carries the relay's own timing with `chain` nested in it
+    /// (`docs/protocol.md`, "Relays"). The first call wins.
+    pub(crate) fn set_downstream(&self, d: Downstream) {
+        let _ = self.inner.downstream.set(d);
     }
 
     /// The batch size set so far, if any.
@@ -271,6 +330,34 @@ impl RequestStamps {
             t.cache_hit = timer.cache_hit();
         }
         t
+    }
+}
+
+impl RequestStamps {
+    /// For a relay whose handler forwarded the request: the timing chain to
+    /// answer with, its own stamps in front of the downstream's chain
+    /// (`timing` is [`timing_now`](Self::timing_now)'s). `None` for a plain
+    /// server, or when the downstream's chain already holds
+    /// [`MAX_HOPS`](stagetrace::wire::MAX_HOPS) relays (the relay then
+    /// answers with its own timing alone).
+    pub(crate) fn relayed(&self, timing: &ServerTiming) -> Option<TimingChain> {
+        let (_, _, timer) = self.handler.as_ref()?;
+        let d = timer.inner.downstream.get()?;
+        let relay = RelayTiming {
+            recv_unix_ns: timing.recv_unix_ns?,
+            total_ns: timing.total_ns?,
+            transfer_ns: timing.transfer_ns,
+            forward_ns: ns_between(self.recv, d.forward),
+            reply_ns: ns_between(self.recv, d.reply),
+        };
+        // Stamps taken in order on one monotonic clock; a total read before
+        // the reply (it cannot be) would only shorten the relay's own time.
+        let relay = RelayTiming {
+            reply_ns: relay.reply_ns.min(relay.total_ns),
+            forward_ns: relay.forward_ns.min(relay.reply_ns.min(relay.total_ns)),
+            ..relay
+        };
+        d.chain.behind(relay)
     }
 }
 

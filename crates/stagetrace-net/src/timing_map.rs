@@ -7,7 +7,9 @@
 //! [`MapValue`], so the core's API carries no msgpack type.
 
 use rmpv::Value;
-use stagetrace::wire::{Codec, MapValue, TimingMap, WireError};
+use stagetrace::wire::{
+    Codec, EncodedMap, MapValue, TimingChain, TimingMap, WireError, DOWNSTREAM_KEY,
+};
 use stagetrace::ServerTiming;
 
 /// The msgpack form of the `server_timing` map, on
@@ -55,20 +57,66 @@ impl TimingMsgpackExt for TimingMap {
                 reason: "is not a map",
             });
         };
-        TimingMap::from_entries(entries.iter().map(|(k, v)| {
-            let value = match v {
-                Value::Integer(i) => match (i.as_u64(), i.as_i64()) {
-                    (Some(u), _) => MapValue::Unsigned(u),
-                    (None, Some(i)) => MapValue::Negative(i),
-                    (None, None) => MapValue::Other,
-                },
-                Value::F32(f) => MapValue::Float(f64::from(*f)),
-                Value::F64(f) => MapValue::Float(*f),
-                Value::String(s) => s.as_str().map_or(MapValue::Other, MapValue::Str),
-                _ => MapValue::Other,
-            };
-            (k.as_str(), value)
-        }))
+        TimingMap::from_entries(entries.iter().map(|(k, v)| (k.as_str(), map_value(v))))
+    }
+}
+
+/// A msgpack value as the core's neutral [`MapValue`].
+fn map_value(v: &Value) -> MapValue<'_> {
+    match v {
+        Value::Integer(i) => match (i.as_u64(), i.as_i64()) {
+            (Some(u), _) => MapValue::Unsigned(u),
+            (None, Some(i)) => MapValue::Negative(i),
+            (None, None) => MapValue::Other,
+        },
+        Value::F32(f) => MapValue::Float(f64::from(*f)),
+        Value::F64(f) => MapValue::Float(*f),
+        Value::String(s) => s.as_str().map_or(MapValue::Other, MapValue::Str),
+        _ => MapValue::Other,
+    }
+}
+
+/// A msgpack value as the core's [`EncodedMap`], for [`TimingChain::read`].
+struct MsgpackMap<'a>(&'a Value);
+
+impl EncodedMap for MsgpackMap<'_> {
+    fn entries(&self) -> Option<impl ExactSizeIterator<Item = (Option<&str>, MapValue<'_>)>> {
+        let Value::Map(entries) = self.0 else {
+            return None;
+        };
+        Some(entries.iter().map(|(k, v)| (k.as_str(), map_value(v))))
+    }
+
+    fn get(&self, key: &str) -> Option<Self> {
+        let Value::Map(entries) = self.0 else {
+            return None;
+        };
+        entries
+            .iter()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| MsgpackMap(v))
+    }
+}
+
+/// A response's `server_timing` with the relays it came through: one
+/// `downstream` level per relay (`docs/protocol.md`, "Relays").
+impl TimingMsgpackExt for TimingChain {
+    fn to_msgpack(&self) -> Value {
+        let mut inner = self.map.to_msgpack();
+        for relay in self.hops.as_slice().iter().rev() {
+            let mut m: Vec<(Value, Value)> = Vec::with_capacity(6);
+            m.extend(relay.entries().filter_map(|(k, v)| match v {
+                MapValue::Unsigned(u) => Some((Value::from(k), Value::from(u))),
+                _ => None,
+            }));
+            m.push((Value::from(DOWNSTREAM_KEY), inner));
+            inner = Value::Map(m);
+        }
+        inner
+    }
+
+    fn from_msgpack(v: &Value) -> Result<Self, WireError> {
+        TimingChain::read(&MsgpackMap(v))
     }
 }
 
@@ -89,6 +137,46 @@ mod tests {
     use stagetrace::wire::MAX_TIMING_MAP_ENTRIES;
 
     // The JSON halves of these two tests are in `stagetrace` (`wire/timing_map.rs`).
+
+    #[test]
+    fn a_relay_chain_round_trips_and_a_deep_one_is_rejected() {
+        use stagetrace::wire::{RelayTiming, MAX_HOPS};
+        let relay = RelayTiming {
+            recv_unix_ns: 1_700_000_000_000_000_000,
+            total_ns: 9_000_000,
+            transfer_ns: None,
+            forward_ns: 100_000,
+            reply_ns: 8_000_000,
+        };
+        let mut chain = TimingChain::from(TimingMap::from(ServerTiming {
+            infer_ns: Some(5_000_000),
+            ..ServerTiming::default()
+        }));
+        for _ in 0..MAX_HOPS {
+            chain = chain.behind(relay).unwrap();
+        }
+        let v = chain.to_msgpack();
+        assert_eq!(TimingChain::from_msgpack(&v).unwrap(), chain);
+        // The JSON form reads the same.
+        assert_eq!(TimingChain::from_json(&chain.to_json()).unwrap(), chain);
+        let deeper = Value::Map(vec![
+            (Value::from("recv_unix_ns"), Value::from(1)),
+            (Value::from("total_ns"), Value::from(3)),
+            (Value::from("forward_ns"), Value::from(1)),
+            (Value::from("reply_ns"), Value::from(2)),
+            (Value::from("downstream"), v),
+        ]);
+        assert!(TimingChain::from_msgpack(&deeper).is_err());
+        // A downstream that is no map is rejected, not ignored.
+        let bad = Value::Map(vec![
+            (Value::from("recv_unix_ns"), Value::from(1)),
+            (Value::from("total_ns"), Value::from(3)),
+            (Value::from("forward_ns"), Value::from(1)),
+            (Value::from("reply_ns"), Value::from(2)),
+            (Value::from("downstream"), Value::from("x")),
+        ]);
+        assert!(TimingChain::from_msgpack(&bad).is_err());
+    }
 
     #[test]
     fn openpi_map_degrades() {

@@ -24,6 +24,9 @@ pub enum FieldType {
     Bool,
     /// Present (and `true`) or absent.
     Flag,
+    /// The `hops` array: one object per link of a call that went through
+    /// relays (at most `MAX_HOP_LINKS`), absent without a relay.
+    Hops,
 }
 
 /// One key of the JSON record.
@@ -59,6 +62,8 @@ pub enum Field {
     Cache,
     /// `stale_dropped`: action chunks of this call dropped as too old.
     StaleDropped,
+    /// `hops`: per-link figures of a call that went through relays.
+    Hops,
 }
 
 /// One row of the record's field table.
@@ -76,6 +81,20 @@ pub struct FieldInfo {
 
 /// `clock` values.
 pub const CLOCK_VALUES: &[&str] = &["estimate", "trusted", "none", "degraded"];
+/// Most entries of the `hops` array: one link per relay (at most 4) plus
+/// the last one to the policy server.
+pub const MAX_HOP_LINKS: usize = 5;
+/// The keys of one `hops` entry: ms figures (only `offset_ms` may be
+/// negative), then `drift_ppm`.
+pub const HOP_KEYS: [&str; 7] = [
+    "up_ms",
+    "down_ms",
+    "net_ms",
+    "relay_ms",
+    "offset_ms",
+    "err_ms",
+    "drift_ppm",
+];
 /// `cache` values.
 pub const CACHE_VALUES: &[&str] = &["hit", "miss"];
 
@@ -104,7 +123,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 31;
+pub const FIELD_COUNT: usize = 33;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -123,6 +142,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Rx),
     figure_field(F::Server),
     figure_field(F::Net),
+    figure_field(F::Relay),
     figure_field(F::E2e),
     figure_field(F::Gap),
     figure_field(F::Offset),
@@ -139,6 +159,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     plain(Field::BatchSize, "batch_size", FieldType::Count),
     plain(Field::Cache, "cache", FieldType::Enum(CACHE_VALUES)),
     plain(Field::StaleDropped, "stale_dropped", FieldType::Count),
+    plain(Field::Hops, "hops", FieldType::Hops),
 ];
 
 impl Field {

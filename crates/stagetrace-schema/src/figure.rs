@@ -32,6 +32,9 @@ pub enum Figure {
     Server,
     /// `roundtrip − server`: uplink + downlink, exact without clock sync.
     Net,
+    /// Time inside the relays (gateways) between client and policy server,
+    /// each on its own monotonic clock; part of uplink + downlink.
+    Relay,
     /// The whole call span.
     E2e,
     /// `e2e − Σ stages`: time inside the call that no stage explains.
@@ -47,7 +50,7 @@ pub enum Figure {
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 17;
+pub const FIGURE_COUNT: usize = 18;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -139,6 +142,8 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
     row("net", "net_ms", Unit::Millis, Group::Derived, Side::Transport,
         &[F::Uplink, F::Downlink],
         "roundtrip − server: uplink + downlink, exact without clock sync"),
+    row("relay", "relay_ms", Unit::Millis, Group::Derived, Side::Transport, &[],
+        "time inside the relays (gateways) on the way, each on its own clock: received → forwarded plus reply received → reply sent; part of uplink + downlink"),
     required(row("e2e", "e2e_ms", Unit::Millis, Group::Derived, Side::Call,
         &[F::Capture, F::Uplink, F::Queue, F::Infer, F::Downlink, F::Dispatch,
           F::Roundtrip, F::Server, F::Net, F::Gap],
@@ -169,6 +174,7 @@ impl Figure {
         F::Rx,
         F::Server,
         F::Net,
+        F::Relay,
         F::E2e,
         F::Gap,
         F::Observer,

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
+use stagetrace::wire::{Hops, RelayTiming};
 use stagetrace::{CallRecord, ClockBasis, Figure, ServerTiming, StageLayer, StageSpanExt};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_otlp::OtlpExporter;
@@ -55,6 +56,16 @@ fn call(seq: u64) {
             infer_ns: Some(1_500_000 + seq * 1000),
             ..ServerTiming::default()
         });
+        // Through a gateway: 50 µs in, 50 µs out (`relay`, the `hops` array).
+        let mut hops = Hops::new();
+        hops.push(RelayTiming {
+            recv_unix_ns: recv - 100_000,
+            total_ns: 2_200_000,
+            transfer_ns: None,
+            forward_ns: 50_000,
+            reply_ns: 2_150_000,
+        });
+        transport.record_hops(hops);
     });
     info_span!("dispatch").in_scope(|| spin_for(Duration::from_micros(500)));
     // Time inside the call that no stage explains: the gap.
@@ -144,6 +155,12 @@ fn every_figure_of_the_table_reaches_every_consumer() {
         }
     }
 
+    // The per-link `hops` array: on every call through the gateway, in the
+    // file as in memory (the comparison above), two links each.
+    for r in &records {
+        assert_eq!(r.hops.len(), if silent(r.seq) { 0 } else { 2 }, "{r:?}");
+    }
+
     // 2. The summary window: call-time figures as distributions whose exact
     //    extremes are the records' own; the others in their sections.
     let windows = read_summaries(dir.path());
@@ -220,5 +237,12 @@ fn every_figure_of_the_table_reaches_every_consumer() {
             let want = r.get(f).map(|ns| Value::F64(f.to_unit(ns)));
             assert_eq!(got, want, "{key}");
         }
+        let hops = call
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "stagetrace.hops")
+            .map(|kv| kv.value.to_string());
+        let want = (!r.hops.is_empty()).then(|| stagetrace::HopFigures::list_to_json(&r.hops));
+        assert_eq!(hops, want, "stagetrace.hops");
     }
 }

@@ -69,6 +69,7 @@ mod builder;
 pub mod clock;
 pub mod context;
 pub mod health;
+pub mod hop_record;
 mod ids;
 mod layer;
 mod queue;
@@ -82,6 +83,7 @@ mod worker;
 
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use health::{count_clamped, count_rejected_header};
+pub use hop_record::HopFigures;
 pub use layer::callsite::REMOTE_PARENT_SPAN;
 pub use layer::span_ext::{remote_parent_span, StageSpanExt};
 pub use layer::{FilteredStageLayer, StageFilter, StageLayer};

@@ -82,6 +82,8 @@ pub(crate) struct TransportAcc {
     pub(crate) first_byte: Option<Instant>,
     /// The request's first byte left, when the transport stamped it.
     pub(crate) request_first_byte: Option<Instant>,
+    /// The relays the response came through (none: a direct call).
+    pub(crate) hops: crate::wire::Hops,
 }
 
 /// Per-call state, in the call span's extensions; sent whole to the worker.

@@ -197,6 +197,11 @@ pub struct CallRecord {
     /// Action chunks of this call dropped as too old to execute (at least 1;
     /// absent when none was).
     pub stale_dropped: Option<u32>,
+    /// Per-link figures when the call went through relays (client → first
+    /// relay, …, last relay → policy server; at most
+    /// [`MAX_HOP_LINKS`](crate::hop_record::MAX_HOP_LINKS)); empty, and
+    /// absent from the JSON, without a relay.
+    pub hops: Vec<crate::hop_record::HopFigures>,
     /// Where each span sat; for exporters, not written to the JSON record.
     pub timeline: Timeline,
 }
@@ -271,6 +276,8 @@ impl Serialize for CallRecord {
                 Field::BatchSize => entry(&mut map, name, &self.batch_size)?,
                 Field::Cache => entry(&mut map, name, &self.cache)?,
                 Field::StaleDropped => entry(&mut map, name, &self.stale_dropped)?,
+                Field::Hops if self.hops.is_empty() => {}
+                Field::Hops => map.serialize_entry(name, &self.hops)?,
             }
         }
         map.end()
@@ -351,6 +358,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
                 Field::BatchSize => rec.batch_size = map.next_value()?,
                 Field::Cache => rec.cache = map.next_value()?,
                 Field::StaleDropped => rec.stale_dropped = map.next_value()?,
+                Field::Hops => rec.hops = map.next_value_seed(crate::hop_record::HopsSeed)?,
             }
         }
         for (seen, name) in [

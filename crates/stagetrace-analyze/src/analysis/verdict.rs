@@ -36,6 +36,10 @@ fn advice(f: Figure) -> &'static str {
         Figure::Uplink | Figure::Downlink | Figure::Roundtrip | Figure::Net => {
             "look at bandwidth, frame size and retransmits (compress or lower the frame rate; retries only hide jitter)"
         }
+        // A gateway on the way: its own time, apart from the links.
+        Figure::Relay => {
+            "a relay (gateway) between robot and policy server takes longer: look at its load, its queue and its own links (the record's hops show which)"
+        }
         // The server reports no timing: its wait and the network's are one.
         Figure::Ttfb => {
             "the wait for the first byte is server and network together (a black box: the server reports no timing); add server timing (docs/protocol.md) to split it into queue, infer and the links"

@@ -237,7 +237,7 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
     let layout = layout();
     let mut c = Cursor { b: line, i: 0 };
     // Bits of the required fields seen, and of every known field read.
-    let (mut seen, mut given) = (0u32, 0u32);
+    let (mut seen, mut given) = (0u64, 0u64);
     c.ws();
     c.eat(b'{')?;
     c.ws();

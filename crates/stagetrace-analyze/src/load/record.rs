@@ -142,6 +142,8 @@ impl Slot {
             Field::BatchSize => Slot::BatchSize,
             Field::Cache => Slot::Cache,
             Field::StaleDropped => Slot::StaleDropped,
+            // Per-link figures of calls through relays: not tabled yet.
+            Field::Hops => Slot::Ignored,
         }
     }
 }
@@ -156,9 +158,9 @@ pub(crate) struct Key {
     /// What to do with its value.
     pub(crate) slot: Slot,
     /// Its bit among the required fields (0 when optional).
-    pub(crate) required_bit: u32,
+    pub(crate) required_bit: u64,
     /// Its own bit (every field has one): a key given twice is found by it.
-    pub(crate) bit: u32,
+    pub(crate) bit: u64,
 }
 
 /// Longest name a [`fingerprint`] covers whole.
@@ -193,7 +195,7 @@ pub(crate) struct Layout {
     /// only the few names of the same length.
     by_len: Vec<Vec<Key>>,
     /// Every required field's bit.
-    pub(crate) required: u32,
+    pub(crate) required: u64,
     /// Per figure (by [`Figure::index`]): whether the analysis reads it.
     pub(crate) reads: [bool; FIGURE_COUNT],
 }
@@ -201,9 +203,9 @@ pub(crate) struct Layout {
 impl Layout {
     fn new() -> Layout {
         let mut by_len: Vec<Vec<Key>> = Vec::new();
-        let mut required = 0u32;
+        let mut required = 0u64;
         for (i, info) in FIELDS.iter().enumerate() {
-            let bit = 1u32 << i;
+            let bit = 1u64 << i;
             let required_bit = if info.required { bit } else { 0 };
             required |= required_bit;
             let len = info.name.len();
@@ -242,17 +244,17 @@ impl Layout {
 
     /// The required fields a record lacks, given the bits of those it
     /// has, in the order of the field table.
-    pub(crate) fn missing(seen: u32) -> impl Iterator<Item = &'static str> {
+    pub(crate) fn missing(seen: u64) -> impl Iterator<Item = &'static str> {
         FIELDS
             .iter()
             .enumerate()
-            .filter(move |(i, info)| info.required && seen & (1u32 << i) == 0)
+            .filter(move |(i, info)| info.required && seen & (1u64 << i) == 0)
             .map(|(_, info)| info.name)
     }
 }
 
 // Every field's bit must fit the mask.
-const _: () = assert!(FIELDS.len() <= u32::BITS as usize);
+const _: () = assert!(FIELDS.len() <= u64::BITS as usize);
 
 /// The record layout, built on first use.
 pub(crate) fn layout() -> &'static Layout {

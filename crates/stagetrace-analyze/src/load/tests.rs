@@ -143,6 +143,7 @@ fn every_field_line(base: f64, kind: &str) -> String {
                 FieldType::Figure(f) => format!("{}", base + f.index() as f64),
                 FieldType::Enum(values) => format!("\"{}\"", values[0]),
                 FieldType::Bool | FieldType::Flag => "true".to_string(),
+                FieldType::Hops => r#"[{"up_ms":1.5,"down_ms":0.5,"net_ms":2.0}]"#.to_string(),
             };
             format!("\"{}\":{value}", info.name)
         })

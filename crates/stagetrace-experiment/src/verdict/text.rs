@@ -40,6 +40,9 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => {
             "transport moved first: look at bandwidth, frame size and retransmits — compress or lower the frame rate; retries only hide jitter"
         }
+        Figure::Relay => {
+            "the relay (gateway) on the way moved first: its load, its queue and its own links — the record's hops show which link or relay"
+        }
         Figure::Ttfb => {
             "the wait for the response's first byte moved first: server and network together, a black box (the server reports no timing) — add server timing (docs/protocol.md) to tell inference from the links"
         }

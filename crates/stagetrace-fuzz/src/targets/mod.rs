@@ -3,6 +3,7 @@
 
 mod analyze;
 mod msgpack;
+mod timing_chain;
 mod trace_context;
 mod wire;
 
@@ -47,6 +48,7 @@ pub fn all() -> Vec<Target> {
         wire::TIMING_HEADER,
         wire::SERVER_TIMING,
         msgpack::TIMING_MAP,
+        timing_chain::TIMING_CHAIN,
         msgpack::MSG_MAP,
         analyze::RECORD,
         analyze::GATE,

@@ -74,7 +74,7 @@ fn encode(v: &Value) -> Vec<u8> {
 /// preallocated up to rmpv's `PREALLOC_MAX` (64 KiB) before it fails; 4 KiB
 /// for the error text. The element budget (`MAX_ELEMENTS`) caps the first
 /// term for messages of any size.
-fn msgpack_bound(len: usize) -> usize {
+pub(super) fn msgpack_bound(len: usize) -> usize {
     128 * len + 64 * 1024 + 4096
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::wire::{TimingMap, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
-use stagetrace::ServerTiming;
+use stagetrace::wire::{Hops, TimingChain, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
+use stagetrace::{ServerTiming, StageSpanExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
@@ -83,6 +83,9 @@ pub struct Reply {
     pub server_timing: Option<ServerTiming>,
     /// openpi's `prev_total_ms`, when sent.
     pub prev_total_ms: Option<f64>,
+    /// The relays the response came through, outermost first (empty for a
+    /// direct call); `server_timing` is then the policy server's.
+    pub hops: Hops,
 }
 
 /// Options of a [`PolicyClient`].
@@ -312,23 +315,31 @@ impl PolicyClient {
                 return Err(ClientError::Decode(e));
             }
         };
-        let (server_timing, prev_total_ms) = match action.remove(SERVER_TIMING_KEY) {
-            None => (None, None),
-            Some(v) => match TimingMap::from_msgpack(&v) {
-                Ok(m) => (Some(m.timing).filter(|t| !t.is_empty()), m.prev_total_ms),
+        let (server_timing, prev_total_ms, hops) = match action.remove(SERVER_TIMING_KEY) {
+            None => (None, None, Hops::new()),
+            Some(v) => match TimingChain::from_msgpack(&v) {
+                Ok(c) => (
+                    Some(c.map.timing).filter(|t| !t.is_empty()),
+                    c.map.prev_total_ms,
+                    c.hops,
+                ),
                 Err(_) => {
                     transport::reject();
-                    (None, None)
+                    (None, None, Hops::new())
                 }
             },
         };
         if let Some(t) = server_timing {
             transport::attach(&span, t);
         }
+        if !hops.is_empty() {
+            span.record_hops(hops);
+        }
         Ok(Reply {
             action,
             server_timing,
             prev_total_ms,
+            hops,
         })
     }
 

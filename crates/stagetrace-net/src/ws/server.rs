@@ -390,7 +390,11 @@ impl Shared {
                 prev_total_ms,
             };
             if self.report_timing {
-                out.entry(SERVER_TIMING_KEY, &map.to_msgpack());
+                // A relay nests the downstream's timing in its own.
+                match stamps.relayed(&timing) {
+                    Some(chain) => out.entry(SERVER_TIMING_KEY, &chain.to_msgpack()),
+                    None => out.entry(SERVER_TIMING_KEY, &map.to_msgpack()),
+                }
             }
             let sent = ws.send(Message::Binary(out.finish())).await;
             prev_total_ms = Some(stamps.recv.elapsed().as_secs_f64() * 1e3);

@@ -110,6 +110,9 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
                 Some(n) => Value::I64(i64::from(n)),
                 None => continue,
             },
+            // The per-link figures as the record writes them (a JSON array).
+            Field::Hops if rec.hops.is_empty() => continue,
+            Field::Hops => Value::String(stagetrace::HopFigures::list_to_json(&rec.hops).into()),
         };
         out.push(KeyValue::new(record_key(info.name), value));
     }

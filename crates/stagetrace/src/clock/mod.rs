@@ -10,6 +10,8 @@
 //!   NTP clock filter over those samples: minimum delay over a sliding
 //!   window, drift followed by regression, clock steps detected and the
 //!   window reset.
+//! - [`Stitcher::stitch_hops`] (`hops.rs`): a call through relays, one
+//!   estimate per link, offsets and bounds composed along the path.
 //! - [`Stitcher`] (`stitch.rs`): per-peer filters plus the [`ClockMode`];
 //!   turns a call's [`ClientTimes`] and [`ServerTiming`](crate::ServerTiming)
 //!   into [`Stitched`] stage times, in integer nanoseconds.
@@ -19,6 +21,7 @@
 
 mod anchor;
 mod filter;
+mod hops;
 mod sample;
 mod stitch;
 

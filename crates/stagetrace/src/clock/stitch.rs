@@ -217,7 +217,7 @@ impl Stitcher {
             .map(|p| &p.filter)
     }
 
-    fn filter_mut(&mut self, peer: &str) -> &mut OffsetFilter {
+    pub(super) fn filter_mut(&mut self, peer: &str) -> &mut OffsetFilter {
         self.tick += 1;
         let tick = self.tick;
         let i = match self.peers.iter().position(|p| p.name == peer) {

@@ -209,6 +209,7 @@ where
                     peer: fields.peer.unwrap_or(InlineStr::new()),
                     first_byte: None,
                     request_first_byte: None,
+                    hops: crate::wire::Hops::new(),
                 });
             }
             Role::Stage(stage) => {
@@ -285,6 +286,7 @@ where
                                 peer: t.peer,
                                 first_byte: t.first_byte,
                                 request_first_byte: t.request_first_byte,
+                                hops: t.hops,
                             });
                         }
                     }

@@ -9,7 +9,7 @@ use std::time::Instant;
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use crate::queue::CallState;
-use crate::wire::{ServerTiming, TraceContext, TraceParent, TraceState};
+use crate::wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
 use super::callsite::REMOTE_PARENT_SPAN;
 use super::scope::walk;
@@ -50,6 +50,16 @@ pub trait StageSpanExt: sealed::Sealed {
     /// `roundtrip_ms` only. No effect when the span is not inside a transport
     /// span or no [`StageLayer`](crate::StageLayer) is installed.
     fn record_server_timing(&self, timing: ServerTiming);
+
+    /// Attach the relays a response came through (outermost first, as
+    /// [`TimingChain`](crate::wire::TimingChain) reads them from its
+    /// `server_timing`) to this transport span, or to the nearest transport
+    /// span enclosing it; the [`ServerTiming`] given to
+    /// [`record_server_timing`](Self::record_server_timing) is then the
+    /// policy server's (the innermost level). The worker adds the record's
+    /// per-link `hops` figures and composes the clock offset along the path
+    /// (`docs/stages.md`, "Hops"). Copies a fixed-size value; no allocation.
+    fn record_hops(&self, hops: Hops);
 
     /// Tell the enclosing transport span when the response's first byte
     /// arrived (the transport's first read after sending the request: a
@@ -123,6 +133,10 @@ pub trait StageSpanExt: sealed::Sealed {
 impl StageSpanExt for tracing::Span {
     fn record_server_timing(&self, timing: ServerTiming) {
         with_transport(self, |t| t.timing = Some(timing));
+    }
+
+    fn record_hops(&self, hops: Hops) {
+        with_transport(self, |t| t.hops = hops);
     }
 
     fn record_response_first_byte(&self, at: Instant) {

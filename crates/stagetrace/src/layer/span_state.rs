@@ -8,7 +8,7 @@ use std::time::Instant;
 use crate::queue::{InlineStr, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
-use crate::wire::{ServerTiming, TraceParent, TraceState};
+use crate::wire::{Hops, ServerTiming, TraceParent, TraceState};
 
 /// Per-stage-span state (stages other than transport). Kept small: the
 /// registry boxes one per span.
@@ -35,6 +35,8 @@ pub(crate) struct TransportState {
     pub(crate) first_byte: Option<Instant>,
     /// The request's first byte left (the transport's stamp).
     pub(crate) request_first_byte: Option<Instant>,
+    /// The relays the response came through (none: a direct call).
+    pub(crate) hops: Hops,
 }
 
 /// Per-remote-parent-span state: the trace context a server's request came

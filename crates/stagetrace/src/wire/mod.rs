@@ -19,15 +19,19 @@
 //!   the openpi / LingBot-VA protocol ([`TimingMap`]): its keys and checks
 //!   live here, with the JSON form; the msgpack form is in `stagetrace-net`,
 //!   which speaks msgpack, so this crate's API carries no msgpack type.
+//! - [`TimingChain`]: the `server_timing` map of a response that came
+//!   through relays, one nested `downstream` level per relay
+//!   ([`RelayTiming`], at most [`MAX_HOPS`]), read through [`EncodedMap`].
 //!
 //! `docs/protocol.md` describes the fields for server authors in other
 //! languages.
 //!
 //! One file per format (`traceparent`, `tracestate`, `trace_context`,
-//! `timing` with its two headers, `timing_map`); `error` and `lex` hold what they share. This file
+//! `timing` with its two headers, `timing_map`, `hops`); `error` and `lex` hold what they share. This file
 //! only names things: no file below imports it.
 
 mod error;
+mod hops;
 mod lex;
 mod timing;
 mod timing_map;
@@ -36,6 +40,7 @@ mod traceparent;
 mod tracestate;
 
 pub use error::{Codec, WireError};
+pub use hops::{EncodedMap, Hops, RelayTiming, TimingChain, DOWNSTREAM_KEY, MAX_HOPS};
 pub use lex::to_lc_hex;
 pub use timing::{
     ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN, MAX_UNIX_NS,

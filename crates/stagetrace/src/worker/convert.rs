@@ -140,7 +140,16 @@ impl Converter {
                         .request_first_byte
                         .map(|at| anchor.to_unix_ns(at)),
                 };
-                let st = self.stitcher.stitch(t.peer.as_str(), client, &timing);
+                let (st, hops) =
+                    self.stitcher
+                        .stitch_hops(t.peer.as_str(), client, &t.hops, &timing);
+                // The relays' own time, each on its own clock.
+                let relay: Option<i64> = hops
+                    .iter()
+                    .filter_map(|h| h.relay_ns)
+                    .reduce(i64::saturating_add);
+                rec.figures.set(Figure::Relay, relay);
+                rec.hops = hops;
                 if st.clamped {
                     Health::bump(&self.health.clamped);
                 }

@@ -1,0 +1,122 @@
+//! The `server_timing` map of a response that came through relays
+//! (`TimingChain`, issue 11 item 2): one nested `downstream` level per
+//! relay, read as the WebSocket client reads a response.
+
+use rmpv::Value;
+use stagetrace::wire::{
+    RelayTiming, TimingChain, TimingMap, MAX_DURATION_NS, MAX_HOPS, MAX_UNIX_NS, SERVER_TIMING_KEY,
+};
+use stagetrace::ServerTiming;
+use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
+
+use super::msgpack::msgpack_bound;
+use super::{ensure, Outcome, Target};
+use crate::alloc::peak_during;
+
+/// msgpack markers (maps with small and lying lengths, NaN, negative and
+/// huge integers) and the relay's keys.
+const DICT: &[&[u8]] = &[
+    b"\x80",
+    b"\x81",
+    b"\x85",
+    b"\xde\xff\xff",
+    b"\xc0",
+    b"\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00",
+    b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff",
+    b"\xd0\xff",
+    b"\xaadownstream",
+    b"\xaaforward_ns",
+    b"\xa8reply_ns",
+    b"\xa8total_ns",
+    b"\xacrecv_unix_ns",
+    b"\xabtransfer_ns",
+    b"\xa8infer_ns",
+];
+
+fn response(timing: &Value) -> Vec<u8> {
+    MsgMap::new()
+        .with("actions", NdArray::from_f32(&[0.5; 4], &[2, 2]))
+        .with(SERVER_TIMING_KEY, timing.clone())
+        .to_msgpack()
+}
+
+fn seeds() -> Vec<Vec<u8>> {
+    let server = TimingChain::from(TimingMap::from(ServerTiming {
+        recv_unix_ns: Some(1_700_000_000_000_000_001),
+        total_ns: Some(13_000_001),
+        infer_ns: Some(12_000_000),
+        queue_ns: Some(1),
+        ..ServerTiming::default()
+    }));
+    let relay = RelayTiming {
+        recv_unix_ns: 1_700_000_000_300_000_000,
+        total_ns: 20_000_000,
+        transfer_ns: Some(10_000),
+        forward_ns: 100_000,
+        reply_ns: 19_000_000,
+    };
+    let mut out = vec![response(&server.to_msgpack())];
+    let mut chain = server;
+    for _ in 0..MAX_HOPS {
+        let Some(next) = chain.behind(relay) else {
+            break;
+        };
+        chain = next;
+        out.push(response(&chain.to_msgpack()));
+    }
+    out
+}
+
+fn check(input: &[u8]) -> Result<Outcome, String> {
+    let (r, peak) = peak_during(|| {
+        let mut m = MsgMap::from_msgpack(input).ok()?;
+        let v = m.remove(SERVER_TIMING_KEY)?;
+        Some(TimingChain::from_msgpack(&v))
+    });
+    let Some(Ok(chain)) = r else {
+        return Ok(Outcome {
+            accepted: false,
+            peak_bytes: peak,
+        });
+    };
+    ensure(chain.hops.len() <= MAX_HOPS, || {
+        format!("accepted {} relays", chain.hops.len())
+    })?;
+    for h in chain.hops.as_slice() {
+        ensure(
+            h.forward_ns <= h.reply_ns
+                && h.reply_ns <= h.total_ns
+                && h.total_ns <= MAX_DURATION_NS
+                && h.transfer_ns.is_none_or(|t| t <= MAX_DURATION_NS)
+                && h.recv_unix_ns <= MAX_UNIX_NS,
+            || format!("accepted a relay out of order or range: {h:?}"),
+        )?;
+    }
+    let back = MsgMap::from_msgpack(&response(&chain.to_msgpack()))
+        .ok()
+        .and_then(|mut m| m.remove(SERVER_TIMING_KEY))
+        .map(|v| TimingChain::from_msgpack(&v));
+    ensure(back == Some(Ok(chain)), || {
+        format!("msgpack round trip of {chain:?} gave {back:?}")
+    })?;
+    let json = TimingChain::from_json(&chain.to_json());
+    ensure(json == Ok(chain), || {
+        format!("JSON round trip of {chain:?} gave {json:?}")
+    })?;
+    Ok(Outcome {
+        accepted: true,
+        peak_bytes: peak,
+    })
+}
+
+/// A relayed response's `server_timing` (`TimingChain::from_msgpack`); the
+/// memory bound is the msgpack one (the message is decoded whole first).
+pub(super) const TIMING_CHAIN: Target = Target {
+    name: "timing-chain",
+    max_len: 4096,
+    seeds,
+    dict: DICT,
+    check,
+    mem_bound: msgpack_bound,
+    min_accept_share: 0.05,
+};
