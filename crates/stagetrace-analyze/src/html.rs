@@ -34,6 +34,10 @@ fn color(f: Figure) -> &'static str {
         Figure::Infer => "#2ca02c",
         Figure::Downlink => "#17becf",
         Figure::Dispatch => "#9467bd",
+        // Shades of dispatch's purple: its two parts.
+        Figure::ExecTx => "#c5b0d5",
+        Figure::ExecWait => "#6a3d9a",
+        Figure::ExecAck => "#dcd0e8",
         Figure::Roundtrip => "#7f7f7f",
         // Grey like the roundtrip it cuts: a black box, not a stage's colour.
         Figure::Ttfb => "#a5a5a5",
@@ -48,6 +52,8 @@ fn color(f: Figure) -> &'static str {
         // Not drawn today (the analysis does not read the clock figures).
         Figure::Offset => "#dbdb8d",
         Figure::SplitErr => "#c7c7c7",
+        Figure::ExecOffset => "#e7e7a0",
+        Figure::ExecErr => "#d9d9d9",
     }
 }
 

@@ -34,6 +34,10 @@
 //!   so the client's record carries per-hop figures.
 //! - [`http`]: a tower [`TimingLayer`] for axum servers and a reqwest
 //!   [`TracedHttpClient`].
+//! - [`executor`]: an actuator controller receiving action chunks over the
+//!   network ([`executor::ExecutorServer`]) acknowledges each when it starts
+//!   it; [`executor::ExecutorClient`] sends them in the robot's `dispatch`
+//!   span, which then ends at the executor's start (`exec_tx`, `exec_wait`).
 //! - [`TimingMsgpackExt`]: the `server_timing` map in msgpack, for servers
 //!   and clients that build their own frames.
 //!
@@ -61,6 +65,7 @@
 
 mod budget;
 mod dtype;
+pub mod executor;
 mod first_bytes;
 pub mod http;
 pub mod msg;

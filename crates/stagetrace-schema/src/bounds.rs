@@ -22,7 +22,7 @@ pub const MAX_OFFSET_MS: f64 = MAX_UNIX_MS;
 impl Figure {
     /// Largest |value| of this figure, in ms.
     pub fn max_abs_ms(self) -> f64 {
-        if self == Figure::Offset {
+        if matches!(self, Figure::Offset | Figure::ExecOffset) {
             MAX_OFFSET_MS
         } else {
             MAX_LATENCY_MS

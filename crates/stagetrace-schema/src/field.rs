@@ -123,7 +123,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 33;
+pub const FIELD_COUNT: usize = 38;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -137,6 +137,8 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Infer),
     figure_field(F::Downlink),
     figure_field(F::Dispatch),
+    figure_field(F::ExecTx),
+    figure_field(F::ExecWait),
     figure_field(F::Roundtrip),
     figure_field(F::Ttfb),
     figure_field(F::Rx),
@@ -145,8 +147,11 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Relay),
     figure_field(F::E2e),
     figure_field(F::Gap),
+    figure_field(F::ExecAck),
     figure_field(F::Offset),
     figure_field(F::SplitErr),
+    figure_field(F::ExecOffset),
+    figure_field(F::ExecErr),
     plain(Field::Clock, "clock", FieldType::Enum(CLOCK_VALUES)),
     plain(Field::ClockStep, "clock_step", FieldType::Flag),
     figure_field(F::Late),

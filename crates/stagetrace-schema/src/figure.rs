@@ -21,6 +21,12 @@ pub enum Figure {
     Downlink,
     /// Response decoded → executor starts the action.
     Dispatch,
+    /// Dispatch start → a remote executor has the whole chunk (the transfer
+    /// to the executor, clock-corrected): `dispatch = exec_tx + exec_wait`.
+    ExecTx,
+    /// A remote executor has the whole chunk → it starts the action: blocked
+    /// by the previous action (the executor's own clock).
+    ExecWait,
     /// Client transport span, send → response.
     Roundtrip,
     /// Send → the response's first byte, for a server that reports no
@@ -41,16 +47,24 @@ pub enum Figure {
     Gap,
     /// The observer's own time spent on the call.
     Observer,
+    /// A remote executor started → the dispatch span ended (the ack's way
+    /// back): inside `gap`, no longer in `dispatch`.
+    ExecAck,
     /// Lateness against the scheduled tick (negative: early), with a target rate.
     Late,
     /// Server − client clock offset used for the call.
     Offset,
     /// ± bound on the uplink/downlink split.
     SplitErr,
+    /// Executor − client clock offset used for the call.
+    ExecOffset,
+    /// ± bound on where the executor's start falls on the client's clock
+    /// (`exec_tx`, and with it the end of `dispatch`).
+    ExecErr,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 18;
+pub const FIGURE_COUNT: usize = 23;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -127,8 +141,13 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "inference start → usable output"),
     row("downlink", "downlink_ms", Unit::Millis, Group::LinkStage, Side::Transport, &[],
         "server send → client has the whole response (needs the clock offset)"),
-    row("dispatch", "dispatch_ms", Unit::Millis, Group::ClientStage, Side::Client, &[],
+    row("dispatch", "dispatch_ms", Unit::Millis, Group::ClientStage, Side::Client,
+        &[F::ExecTx, F::ExecWait],
         "response decoded → executor starts the action"),
+    row("exec_tx", "exec_tx_ms", Unit::Millis, Group::Derived, Side::Transport, &[],
+        "dispatch start → a remote executor has the whole chunk (transfer to the executor; needs the executor's clock offset)"),
+    row("exec_wait", "exec_wait_ms", Unit::Millis, Group::Derived, Side::Client, &[],
+        "a remote executor has the whole chunk → it starts the action: blocked by the previous action (executor's clock)"),
     row("roundtrip", "roundtrip_ms", Unit::Millis, Group::Derived, Side::Transport,
         &[F::Uplink, F::Downlink, F::Server, F::Queue, F::Infer, F::Net, F::Ttfb, F::Rx],
         "client transport span, send → response"),
@@ -148,16 +167,22 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         &[F::Capture, F::Uplink, F::Queue, F::Infer, F::Downlink, F::Dispatch,
           F::Roundtrip, F::Server, F::Net, F::Gap],
         "the whole call span")),
-    row("gap", "gap_ms", Unit::Millis, Group::Derived, Side::Call, &[F::Observer],
+    row("gap", "gap_ms", Unit::Millis, Group::Derived, Side::Call, &[F::Observer, F::ExecAck],
         "e2e − Σ stages: time inside the call that no stage explains"),
     row("observer", "observer_us", Unit::Micros, Group::Bookkeeping, Side::Call, &[],
         "the layer's own time spent on the call"),
+    row("exec_ack", "exec_ack_ms", Unit::Millis, Group::Derived, Side::Call, &[],
+        "a remote executor started → the dispatch span ended (the ack's way back; inside gap, not dispatch)"),
     signed(row("late", "late_ms", Unit::Millis, Group::Bookkeeping, Side::Call, &[],
         "lateness against the scheduled tick, when a target rate is set")),
     signed(row("offset", "offset_ms", Unit::Millis, Group::Clock, Side::Call, &[],
         "server − client clock offset used for the call")),
     row("split_err", "split_err_ms", Unit::Millis, Group::Clock, Side::Call, &[],
         "± bound on the uplink/downlink split"),
+    signed(row("exec_offset", "exec_offset_ms", Unit::Millis, Group::Clock, Side::Call, &[],
+        "executor − client clock offset used for the call")),
+    row("exec_err", "exec_err_ms", Unit::Millis, Group::Clock, Side::Call, &[],
+        "± bound on the executor's start on the client's clock (exec_tx and the end of dispatch)"),
 ];
 
 impl Figure {
@@ -169,6 +194,8 @@ impl Figure {
         F::Infer,
         F::Downlink,
         F::Dispatch,
+        F::ExecTx,
+        F::ExecWait,
         F::Roundtrip,
         F::Ttfb,
         F::Rx,
@@ -178,9 +205,12 @@ impl Figure {
         F::E2e,
         F::Gap,
         F::Observer,
+        F::ExecAck,
         F::Late,
         F::Offset,
         F::SplitErr,
+        F::ExecOffset,
+        F::ExecErr,
     ];
 
     /// The six canonical stages of a call, in call order.

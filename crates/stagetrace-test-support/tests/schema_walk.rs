@@ -6,7 +6,9 @@
 //! left out of any of them fails here. Calls alternate between a server
 //! with full timing and one that reports none (its black box, `ttfb` and
 //! `rx`, replaces the split): together they carry every figure, and each
-//! consumer must show exactly the figures each record has.
+//! consumer must show exactly the figures each record has. Every call's
+//! action chunk goes to a remote executor whose ack (its own timing) splits
+//! `dispatch` into `exec_tx` and `exec_wait`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,7 +17,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
 use stagetrace::wire::{Hops, RelayTiming};
-use stagetrace::{CallRecord, ClockBasis, Figure, ServerTiming, StageLayer, StageSpanExt};
+use stagetrace::{
+    CallRecord, ClockBasis, ExecutorAck, Figure, ServerTiming, StageLayer, StageSpanExt,
+};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_otlp::OtlpExporter;
 use stagetrace_test_support::{read_records, read_summaries, spin_for, Collect};
@@ -67,7 +71,27 @@ fn call(seq: u64) {
         });
         transport.record_hops(hops);
     });
-    info_span!("dispatch").in_scope(|| spin_for(Duration::from_micros(500)));
+    let dispatch = info_span!("dispatch");
+    dispatch.in_scope(|| {
+        spin_for(Duration::from_micros(100)); // encoding
+        let sent = std::time::Instant::now();
+        spin_for(Duration::from_micros(300)); // to the executor
+        let recv = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        let wait = 400_000 + seq * 1000; // behind the previous action
+        spin_for(Duration::from_nanos(wait + 100_000));
+        spin_for(Duration::from_micros(200)); // the ack's way back
+        let timing = ServerTiming {
+            recv_unix_ns: Some(recv),
+            total_ns: Some(wait + 100_000),
+            queue_ns: Some(wait),
+            ..ServerTiming::default()
+        };
+        let ack = ExecutorAck::new("ws://127.0.0.1:9100", timing, sent, std::time::Instant::now());
+        dispatch.record_executor_ack(ack);
+    });
     // Time inside the call that no stage explains: the gap.
     spin_for(Duration::from_micros(200));
 }
@@ -134,12 +158,18 @@ fn every_figure_of_the_table_reaches_every_consumer() {
         let json: serde_json::Value = serde_json::from_str(&r.to_json_line()).unwrap();
         for f in Figure::ALL {
             // Full timing: every figure but the black box; none: the
-            // black box and what needs no server (never queue or infer).
+            // black box and what needs no policy server (never queue or
+            // infer; the executor has its own clock).
             let expected = black_box.contains(&f) == silent(r.seq)
                 || matches!(
                     f,
                     Figure::Capture
                         | Figure::Dispatch
+                        | Figure::ExecTx
+                        | Figure::ExecWait
+                        | Figure::ExecAck
+                        | Figure::ExecOffset
+                        | Figure::ExecErr
                         | Figure::Roundtrip
                         | Figure::E2e
                         | Figure::Gap

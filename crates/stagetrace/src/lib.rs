@@ -68,6 +68,7 @@
 mod builder;
 pub mod clock;
 pub mod context;
+mod executor;
 pub mod health;
 pub mod hop_record;
 mod ids;
@@ -81,6 +82,7 @@ pub mod summary;
 pub mod wire;
 mod worker;
 
+pub use executor::ExecutorAck;
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use health::{count_clamped, count_rejected_header};
 pub use hop_record::HopFigures;

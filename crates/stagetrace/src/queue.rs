@@ -10,6 +10,7 @@
 use std::fmt;
 use std::time::Instant;
 
+use crate::executor::ExecAcc;
 use crate::stage::Stage;
 use crate::stamp::Stamp;
 use crate::wire::ServerTiming;
@@ -103,6 +104,8 @@ pub(crate) struct CallState {
     /// Sum of the durations of stage spans not nested in another stage span.
     pub(crate) covered_ticks: u64,
     pub(crate) transport: Option<TransportAcc>,
+    /// A remote executor's acknowledgement of the call's action chunk.
+    pub(crate) executor: Option<ExecAcc>,
     pub(crate) failed: Option<&'static str>,
     pub(crate) digest: Option<u64>,
     /// Action chunks dropped as stale in this call (0: none).

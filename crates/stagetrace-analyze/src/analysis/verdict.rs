@@ -50,13 +50,24 @@ fn advice(f: Figure) -> &'static str {
         Figure::Dispatch => {
             "look at the executor queue, the bus, a control period blocked by the last action (merge commands, drop stale actions)"
         }
+        // The executor's own clock: it held the chunk before starting it.
+        Figure::ExecWait => {
+            "the executor waited before starting the chunk: look at its task queue, bus occupancy and a control cycle blocked by the previous action (merge commands, drop stale actions)"
+        }
+        Figure::ExecTx => {
+            "the chunk's way to the executor moved: look at the link to the executor (bandwidth, chunk size, a gateway on the way) and the client's encoding"
+        }
+        // Inside the gap: the robot waits for the ack after the executor started.
+        Figure::ExecAck => {
+            "the ack from the executor came back later: look at the link from the executor; the action had already started (dispatch does not include it)"
+        }
         Figure::Capture => "look at the camera driver, frame buffering and exposure settings",
         Figure::Gap | Figure::Observer | Figure::E2e | Figure::Late => {
             "look at client scheduling, memory reclamation, logging, or the observer"
         }
         // Not analysed (see `figures::is_read`); should they be, a moved
         // offset is the clocks, not the call.
-        Figure::Offset | Figure::SplitErr => {
+        Figure::Offset | Figure::SplitErr | Figure::ExecOffset | Figure::ExecErr => {
             "look at the clock offset between the machines (docs/clocks.md)"
         }
     }

@@ -3,7 +3,7 @@
 //! timing from the reply to that span.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
@@ -110,6 +110,23 @@ impl Default for ClientOptions {
 }
 
 type Ws = WebSocketStream<FirstBytes<TcpStream>>;
+
+/// What one [`PolicyClient::exchange`] gave: the reply without its
+/// `server_timing` map, that map when valid, and the client's stamps.
+#[derive(Debug)]
+pub(crate) struct Exchanged {
+    pub(crate) reply: MsgMap,
+    /// The innermost server's timing and the relays' hops on the way.
+    pub(crate) timing: Option<TimingChain>,
+    /// Just before the request was handed to the socket.
+    pub(crate) sent: Instant,
+    /// Just after the whole reply had arrived.
+    pub(crate) received: Instant,
+    /// The request's first byte left (the transport's stamp).
+    pub(crate) sent_first_byte: Option<Instant>,
+    /// The reply's first byte arrived (the transport's stamp).
+    pub(crate) first_byte: Option<Instant>,
+}
 
 /// An openpi / LingBot-VA policy client that traces each call: a
 /// `transport` span around send → response, `traceparent` in the request,
@@ -230,21 +247,59 @@ impl PolicyClient {
     /// (call [`reconnect`](Self::reconnect)); it never waits longer than the
     /// call timeout.
     pub async fn infer(&mut self, observation: &MsgMap) -> Result<Reply, ClientError> {
-        // Encode the payload first: the transport span (and with it the
-        // roundtrip) starts only when the request is handed to the socket.
-        let mut out = MapWriter::with_capacity(observation.encoded_len_hint());
-        if observation.get(TRACEPARENT).is_some() || observation.get(TRACESTATE).is_some() {
+        let url = self.url.clone();
+        let (span, x) = self
+            .exchange(observation, || transport::transport_span(&url))
+            .await?;
+        transport::first_bytes(&span, x.sent_first_byte, x.first_byte);
+        let (server_timing, prev_total_ms, hops) = match x.timing {
+            Some(c) => (
+                Some(c.map.timing).filter(|t| !t.is_empty()),
+                c.map.prev_total_ms,
+                c.hops,
+            ),
+            None => (None, None, Hops::new()),
+        };
+        if let Some(t) = server_timing {
+            transport::attach(&span, t);
+        }
+        if !hops.is_empty() {
+            span.record_hops(hops);
+        }
+        Ok(Reply {
+            action: x.reply,
+            server_timing,
+            prev_total_ms,
+            hops,
+        })
+    }
+
+    /// One request → one reply, in the span `make_span` opens once the
+    /// payload is encoded (so the span starts when the request is handed to
+    /// the socket): the span's `traceparent` goes with the request, a
+    /// failure flags the call and drops the connection, the reply's
+    /// `server_timing` map is parsed (a malformed one counted, ignored).
+    /// Shared by [`infer`](Self::infer) and the executor client.
+    pub(crate) async fn exchange(
+        &mut self,
+        message: &MsgMap,
+        make_span: impl FnOnce() -> tracing::Span,
+    ) -> Result<(tracing::Span, Exchanged), ClientError> {
+        // Encode the payload first: the span (and with it the roundtrip)
+        // starts only when the request is handed to the socket.
+        let mut out = MapWriter::with_capacity(message.encoded_len_hint());
+        if message.get(TRACEPARENT).is_some() || message.get(TRACESTATE).is_some() {
             // The app put its own context in: ours replaces it (a tracestate
             // goes with its traceparent).
-            for entry in observation.entries() {
+            for entry in message.entries() {
                 if !key_is(&entry.0, TRACEPARENT) && !key_is(&entry.0, TRACESTATE) {
                     out.entries(std::slice::from_ref(entry));
                 }
             }
         } else {
-            out.entries(observation.entries());
+            out.entries(message.entries());
         }
-        let span = transport::transport_span(&self.url);
+        let span = make_span();
         let Some(ws) = self.ws.as_mut() else {
             transport::fail(&span, "not connected");
             return Err(ClientError::NotConnected);
@@ -263,6 +318,7 @@ impl PolicyClient {
             // Bytes read or written before are not this exchange's.
             let _ = ws.get_mut().take_first();
             let _ = ws.get_mut().take_first_write();
+            let sent = Instant::now();
             ws.send(Message::Binary(out))
                 .await
                 .map_err(|e| ClientError::Disconnected(e.to_string()))?;
@@ -271,8 +327,9 @@ impl PolicyClient {
                     // The first read since the request (or since a control
                     // frame) carried the response's frame header.
                     Some(Ok(Message::Binary(b))) => {
+                        let received = Instant::now();
                         let s = ws.get_mut();
-                        return Ok((b, s.take_first_write(), s.take_first()));
+                        return Ok((b, sent, received, s.take_first_write(), s.take_first()));
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
                         let _ = ws.get_mut().take_first();
@@ -296,18 +353,15 @@ impl PolicyClient {
             Ok(r) => r,
             Err(_) => Err(ClientError::Timeout(timeout)),
         };
-        let bytes = match result {
-            Ok((b, written, first_byte)) => {
-                transport::first_bytes(&span, written, first_byte);
-                b
-            }
+        let (bytes, sent, received, sent_first_byte, first_byte) = match result {
+            Ok(r) => r,
             Err(e) => {
                 self.ws = None;
                 transport::fail(&span, failure_reason(&e));
                 return Err(e);
             }
         };
-        let mut action = match MsgMap::from_msgpack(&bytes) {
+        let mut reply = match MsgMap::from_msgpack(&bytes) {
             Ok(m) => m,
             Err(e) => {
                 self.ws = None;
@@ -315,32 +369,32 @@ impl PolicyClient {
                 return Err(ClientError::Decode(e));
             }
         };
-        let (server_timing, prev_total_ms, hops) = match action.remove(SERVER_TIMING_KEY) {
-            None => (None, None, Hops::new()),
+        let timing = match reply.remove(SERVER_TIMING_KEY) {
+            None => None,
             Some(v) => match TimingChain::from_msgpack(&v) {
-                Ok(c) => (
-                    Some(c.map.timing).filter(|t| !t.is_empty()),
-                    c.map.prev_total_ms,
-                    c.hops,
-                ),
+                Ok(c) => Some(c),
                 Err(_) => {
                     transport::reject();
-                    (None, None, Hops::new())
+                    None
                 }
             },
         };
-        if let Some(t) = server_timing {
-            transport::attach(&span, t);
-        }
-        if !hops.is_empty() {
-            span.record_hops(hops);
-        }
-        Ok(Reply {
-            action,
-            server_timing,
-            prev_total_ms,
-            hops,
-        })
+        Ok((
+            span,
+            Exchanged {
+                reply,
+                timing,
+                sent,
+                received,
+                sent_first_byte,
+                first_byte,
+            },
+        ))
+    }
+
+    /// The URL this client connects to.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
     }
 
     /// Close the connection politely.

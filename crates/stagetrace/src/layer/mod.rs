@@ -190,6 +190,7 @@ where
                     stages: [StageAcc::default(); Stage::ALL.len()],
                     covered_ticks: 0,
                     transport: None,
+                    executor: None,
                     failed: None,
                     digest: None,
                     stale_dropped: 0,

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
+use crate::executor::ExecutorAck;
 use crate::queue::CallState;
 use crate::wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
@@ -114,6 +115,18 @@ pub trait StageSpanExt: sealed::Sealed {
     /// `tracestate`.
     fn set_remote_parent(&self, context: TraceContext);
 
+    /// Attach a remote executor's acknowledgement of the call's action chunk
+    /// (its timing and the client's stamps of the exchange, see
+    /// [`ExecutorAck`]) to the enclosing call; the latest one counts. Call it
+    /// inside the `dispatch` span: `dispatch_ms` then ends when the executor
+    /// **started** the action (placed with that executor's clock-offset
+    /// estimate, ± `exec_err_ms`) and is split into `exec_tx_ms` (transfer
+    /// to the executor) and `exec_wait_ms` (its wait behind the previous
+    /// action); the rest of the span, the ack's way back, is `exec_ack_ms`,
+    /// inside `gap_ms`. An ack whose stamps fall outside the `dispatch` span
+    /// is ignored and counted as a rejected header. No effect outside a call.
+    fn record_executor_ack(&self, ack: ExecutorAck<'_>);
+
     /// Mark the call enclosing this span (or the span itself, if it is the
     /// call span) as failed: its record gets `failed: true, error: reason`,
     /// and it is kept out of the stage figures (counted as `failed_calls`).
@@ -167,6 +180,11 @@ impl StageSpanExt for tracing::Span {
             }
             ext.get_mut::<CallState>().is_some()
         });
+    }
+
+    fn record_executor_ack(&self, ack: ExecutorAck<'_>) {
+        let acc = ack.into();
+        with_call(self, |call| call.executor = Some(acc));
     }
 
     fn mark_failed(&self, reason: &'static str) {

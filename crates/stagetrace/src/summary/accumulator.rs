@@ -9,6 +9,7 @@ use crate::record::{round_us, CallRecord, Figure};
 
 use super::deadline::DeadlineObs;
 use super::dist::{FigureSet, Plain};
+use super::exec_clock::ExecClockAcc;
 use super::window::{
     ClockSummary, DeadlineSummary, Drift, KindSummary, OffsetRange, WindowSummary,
 };
@@ -37,6 +38,7 @@ pub(crate) struct Accum {
     since_tick_us: Plain,
     jitter_us: Plain,
     clock: ClockAcc,
+    exec_clock: ExecClockAcc,
     first_start: Option<Instant>,
     last_end: Option<Instant>,
 }
@@ -101,6 +103,7 @@ impl Accum {
             since_tick_us: Plain::new(),
             jitter_us: Plain::new(),
             clock: ClockAcc::new(),
+            exec_clock: ExecClockAcc::new(),
             first_start: None,
             last_end: None,
         }
@@ -143,6 +146,7 @@ impl Accum {
         self.misses += u64::from(missed);
         self.all.add(rec);
         self.clock.add(rec);
+        self.exec_clock.add(rec);
         if let Some(obs) = rec.get(Figure::Observer) {
             self.observer_ns.record(obs.max(0) as u64);
         }
@@ -232,6 +236,7 @@ impl Accum {
             empty_calls: counters.empty_calls,
             deadline,
             clock: self.clock.summary(),
+            executor_clock: self.exec_clock.summary(),
             sink_counters: BTreeMap::new(),
         }
     }
@@ -260,6 +265,7 @@ impl Accum {
         self.since_tick_us.reset();
         self.jitter_us.reset();
         self.clock.reset();
+        self.exec_clock.reset();
         self.first_start = None;
         self.last_end = None;
     }

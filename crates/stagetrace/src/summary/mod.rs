@@ -10,11 +10,13 @@
 mod accumulator;
 mod deadline;
 mod dist;
+mod exec_clock;
 mod table;
 mod window;
 
 pub use accumulator::{MAX_KINDS, OTHER_KINDS};
 pub use dist::SIGFIG;
+pub use exec_clock::ExecutorClockSummary;
 pub use window::{
     figures, ClockSummary, DeadlineSummary, Drift, KindSummary, OffsetRange, Quantiles, StageStats,
     Summary, WindowSummary,

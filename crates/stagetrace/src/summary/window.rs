@@ -169,6 +169,10 @@ pub struct WindowSummary {
     /// Clock figures, when calls were split across two clocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockSummary>,
+    /// A remote executor's clock figures, when dispatches were placed with
+    /// its offset (`docs/stages.md`, "dispatch").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_clock: Option<super::ExecutorClockSummary>,
     /// Counters the record sinks report about themselves, cumulative
     /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -106,6 +106,27 @@ impl Converter {
         };
         rec.figures.set(Figure::Capture, total(Stage::Capture));
         rec.figures.set(Figure::Dispatch, total(Stage::Dispatch));
+        // The ack's way back: covered by the dispatch span, no longer dispatch.
+        let mut exec_ack_ns = 0;
+        if let Some(ack) = &s.executor {
+            let x = super::dispatch::split(&mut self.stitcher, ack, tl.dispatch, start, anchor);
+            if x.clamped {
+                Health::bump(&self.health.clamped);
+            }
+            if x.rejected {
+                Health::bump(&self.health.rejected_headers);
+            }
+            let f = &mut rec.figures;
+            if x.dispatch_ns.is_some() {
+                f.set(Figure::Dispatch, x.dispatch_ns);
+            }
+            f.set(Figure::ExecTx, x.exec_tx_ns);
+            f.set(Figure::ExecWait, x.exec_wait_ns);
+            f.set(Figure::ExecAck, x.exec_ack_ns);
+            f.set(Figure::ExecOffset, x.offset_ns);
+            f.set(Figure::ExecErr, x.err_ns);
+            exec_ack_ns = x.exec_ack_ns.map_or(0, |v| v.max(0) as u64);
+        }
 
         if let Some(t) = s.transport {
             let t_start = cal.ns(t.start.ticks_since(s.start));
@@ -243,7 +264,10 @@ impl Converter {
             Health::bump(&self.health.clamped);
             rec.set(Figure::Gap, 0);
         } else {
-            rec.set(Figure::Gap, ns(e2e_ns - covered_ns));
+            rec.set(
+                Figure::Gap,
+                ns((e2e_ns - covered_ns).saturating_add(exec_ack_ns).min(e2e_ns)),
+            );
         }
         rec.set(Figure::Observer, ns(cal.ns(s.observer_ticks)));
         if let Some(reason) = s.failed {

@@ -4,6 +4,7 @@
 //! it to every [`RecordSink`] — the JSONL files ([`files`]) among them.
 
 pub(crate) mod convert;
+mod dispatch;
 pub(crate) mod files;
 mod run_id;
 
