@@ -238,15 +238,31 @@ mod tests {
     fn nesting_and_the_gaps_relatives() {
         assert!(sums_finest(Figure::Server) && sums_finest(Figure::Net));
         assert!(sums_finest(Figure::Gap));
+        assert!(sums_finest(Figure::Dispatch));
         assert!(!sums_finest(Figure::Roundtrip) && !sums_finest(Figure::Infer));
         let related: Vec<Figure> = Figure::ALL
             .into_iter()
             .filter(|f| is_gap_related(*f))
             .collect();
-        assert_eq!(related, [Figure::E2e, Figure::Gap, Figure::Observer]);
-        // The stages, the silent server's black box, the observer.
-        let mut e2e = Figure::STAGES.to_vec();
-        e2e.extend([Figure::Ttfb, Figure::Rx, Figure::Observer]);
+        // The gap holds the observer and a remote executor's ack.
+        assert_eq!(
+            related,
+            [Figure::E2e, Figure::Gap, Figure::Observer, Figure::ExecAck]
+        );
+        // The stages (dispatch as a remote executor's transfer and wait),
+        // the silent server's black box, the observer, the executor's ack.
+        let mut e2e: Vec<Figure> = Figure::STAGES
+            .into_iter()
+            .filter(|f| *f != Figure::Dispatch)
+            .collect();
+        e2e.extend([
+            Figure::ExecTx,
+            Figure::ExecWait,
+            Figure::Ttfb,
+            Figure::Rx,
+            Figure::Observer,
+            Figure::ExecAck,
+        ]);
         e2e.sort_unstable();
         assert_eq!(finest_parts(Figure::E2e), e2e);
         assert_eq!(finest_parts(Figure::Infer), []);

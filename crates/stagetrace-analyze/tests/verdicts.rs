@@ -225,3 +225,34 @@ fn links_moving_within_split_err_blame_no_direction() {
         ]
     );
 }
+
+/// Issue 11 item 3: a remote executor still busy with the previous action
+/// on every 4th chunk. The verdict names the executor's wait, not dispatch
+/// as a whole, with the seed's next steps.
+#[test]
+fn a_busy_executor_is_named_by_its_wait() {
+    let base = Scenario {
+        seed: 111,
+        remote_executor: Some((4, 0.05)),
+        ..Scenario::default()
+    };
+    let s = Scenario {
+        seed: 112,
+        remote_executor: Some((4, 8.0)),
+        ..Scenario::default()
+    };
+    let (r, text) = run(&s, Some(&base));
+    let named: Vec<Option<&str>> = r.verdicts.iter().map(|v| v.stage).collect();
+    assert!(named.contains(&Some("exec_wait")), "{text}");
+    assert!(!named.contains(&Some("dispatch")), "{text}");
+    assert!(!named.contains(&Some("exec_tx")), "{text}");
+    let v = r
+        .verdicts
+        .iter()
+        .find(|v| v.stage == Some("exec_wait"))
+        .unwrap();
+    for step in ["task queue", "bus occupancy", "blocked by the previous action"] {
+        assert!(v.text.contains(step), "{}", v.text);
+    }
+    assert!(v.text.contains("drop stale actions"), "{}", v.text);
+}

@@ -56,6 +56,11 @@ pub(crate) struct Scenario {
     /// at the response's first byte (`ttfb`, `rx`, half of the downlink
     /// after it), no split, no server figures, no clock.
     pub(crate) silent_server: bool,
+    /// A remote executor acknowledging each chunk: dispatch is its transfer
+    /// (`exec_tx`) plus its wait (`exec_wait`), and on every `n`-th call
+    /// (`Some((n, busy_ms))`) the executor is still busy with the previous
+    /// action for `busy_ms`.
+    pub(crate) remote_executor: Option<(usize, f64)>,
 }
 
 impl Default for Scenario {
@@ -85,6 +90,7 @@ impl Default for Scenario {
             link_shift_ms: (0.0, 0.0),
             split_err_ms: 0.05,
             silent_server: false,
+            remote_executor: None,
         }
     }
 }
@@ -182,6 +188,22 @@ pub(crate) fn lines(s: &Scenario) -> String {
             observer_us
         )
         };
+        if let Some((n, busy_ms)) = s.remote_executor {
+            // The dispatch drawn above is the executor's transfer; its wait
+            // is short unless it is busy.
+            let wait = if i % n == n - 1 { busy_ms } else { 0.05 };
+            let (tx, wait) = (dispatch, r3(wait));
+            let d = r3(tx + wait);
+            l = l.replace(
+                &format!("\"dispatch_ms\":{dispatch},"),
+                &format!("\"dispatch_ms\":{d},\"exec_tx_ms\":{tx},\"exec_wait_ms\":{wait},"),
+            );
+            l = l.replace(
+                &format!("\"e2e_ms\":{e2e},"),
+                &format!("\"e2e_ms\":{},", r3(e2e + wait)),
+            );
+            let _ = write!(l, ",\"exec_offset_ms\":-3.2,\"exec_err_ms\":0.08");
+        }
         if s.deadline {
             let late = e2e - period;
             let _ = write!(

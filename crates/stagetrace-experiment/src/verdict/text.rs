@@ -52,6 +52,15 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::Dispatch => {
             "dispatch moved first: the executor queue, the bus, or a control period blocked by the last action — merge commands, drop stale actions"
         }
+        Figure::ExecWait => {
+            "the executor's wait moved first: its task queue, bus occupancy, or a control cycle blocked by the previous action — merge commands, drop stale actions"
+        }
+        Figure::ExecTx => {
+            "the chunk's way to the executor moved first: the link to the executor (bandwidth, chunk size, a gateway on the way)"
+        }
+        Figure::ExecAck => {
+            "the executor's ack came back later first: the link from the executor (the action had already started)"
+        }
         Figure::Capture => {
             "capture moved first: the camera path (driver, exposure, copies) competes for the same resource"
         }
@@ -60,7 +69,9 @@ fn figure_step(f: Figure) -> &'static str {
         | Figure::Observer
         | Figure::Late
         | Figure::Offset
-        | Figure::SplitErr => {
+        | Figure::SplitErr
+        | Figure::ExecOffset
+        | Figure::ExecErr => {
             "all stages flat but the calls took longer: client scheduling, memory reclamation (GC), logging, or the observer — the gap and the observer's own figures show it"
         }
     }
