@@ -251,7 +251,11 @@ fn a_busy_executor_is_named_by_its_wait() {
         .iter()
         .find(|v| v.stage == Some("exec_wait"))
         .unwrap();
-    for step in ["task queue", "bus occupancy", "blocked by the previous action"] {
+    for step in [
+        "task queue",
+        "bus occupancy",
+        "blocked by the previous action",
+    ] {
         assert!(v.text.contains(step), "{}", v.text);
     }
     assert!(v.text.contains("drop stale actions"), "{}", v.text);

@@ -135,7 +135,9 @@ fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Ru
 /// split at the executor's start and ending there within the bound.
 fn check(runs: &[Run]) {
     let dur_ms = |d: Duration| d.as_nanos() as f64 / MS;
-    println!("seq  exec_wait  (truth)  exec_tx  dispatch  (truth)  exec_err  exec_ack  exec_offset");
+    println!(
+        "seq  exec_wait  (truth)  exec_tx  dispatch  (truth)  exec_err  exec_ack  exec_offset"
+    );
     for Run {
         rec: r,
         dispatch,
@@ -262,7 +264,11 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
         // The bound covers the link's asymmetry: half the network time.
         assert!(err >= (up_ms + down_ms) / 2.0 - 0.5, "{r:?}");
         let tx = ms(r, Figure::ExecTx);
-        assert!((tx - up_ms).abs() <= err + 1.0, "seq {}: exec_tx {tx}", r.seq);
+        assert!(
+            (tx - up_ms).abs() <= err + 1.0,
+            "seq {}: exec_tx {tx}",
+            r.seq
+        );
         let off = ms(r, Figure::ExecOffset);
         assert!(
             (off - SKEW_MS).abs() <= err + 1.0,

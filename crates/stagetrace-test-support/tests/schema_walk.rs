@@ -89,7 +89,12 @@ fn call(seq: u64) {
             queue_ns: Some(wait),
             ..ServerTiming::default()
         };
-        let ack = ExecutorAck::new("ws://127.0.0.1:9100", timing, sent, std::time::Instant::now());
+        let ack = ExecutorAck::new(
+            "ws://127.0.0.1:9100",
+            timing,
+            sent,
+            std::time::Instant::now(),
+        );
         dispatch.record_executor_ack(ack);
     });
     // Time inside the call that no stage explains: the gap.

@@ -82,8 +82,8 @@ pub mod summary;
 pub mod wire;
 mod worker;
 
-pub use executor::ExecutorAck;
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
+pub use executor::ExecutorAck;
 pub use health::{count_clamped, count_rejected_header};
 pub use hop_record::HopFigures;
 pub use layer::callsite::REMOTE_PARENT_SPAN;

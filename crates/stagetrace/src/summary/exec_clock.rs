@@ -49,7 +49,8 @@ impl ExecClockAcc {
         self.max_ns = self.max_ns.max(offset);
         self.last_ns = offset;
         if let Some(err) = rec.get(Figure::ExecErr) {
-            self.err_us.record((err.max(0) as u64).saturating_add(500) / 1000);
+            self.err_us
+                .record((err.max(0) as u64).saturating_add(500) / 1000);
         }
     }
 

@@ -266,7 +266,9 @@ impl Converter {
         } else {
             rec.set(
                 Figure::Gap,
-                ns((e2e_ns - covered_ns).saturating_add(exec_ack_ns).min(e2e_ns)),
+                ns((e2e_ns - covered_ns)
+                    .saturating_add(exec_ack_ns)
+                    .min(e2e_ns)),
             );
         }
         rec.set(Figure::Observer, ns(cal.ns(s.observer_ticks)));
