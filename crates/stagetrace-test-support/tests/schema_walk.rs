@@ -279,5 +279,19 @@ fn every_figure_of_the_table_reaches_every_consumer() {
             .map(|kv| kv.value.to_string());
         let want = (!r.hops.is_empty()).then(|| stagetrace::HopFigures::list_to_json(&r.hops));
         assert_eq!(hops, want, "stagetrace.hops");
+        // The dispatch span carries the executor's split of it.
+        let dispatch = finished
+            .iter()
+            .find(|s| s.name == "dispatch" && s.span_context.trace_id().to_string() == trace)
+            .unwrap_or_else(|| panic!("no dispatch span for trace {trace}"));
+        for f in [Figure::Dispatch, Figure::ExecTx, Figure::ExecWait] {
+            let key = format!("stagetrace.{}", f.field());
+            let got = dispatch
+                .attributes
+                .iter()
+                .find(|kv| kv.key.as_str() == key)
+                .map(|kv| kv.value.clone());
+            assert_eq!(got, r.get(f).map(|ns| Value::F64(f.to_unit(ns))), "{key}");
+        }
     }
 }

@@ -173,7 +173,11 @@ impl Truth {
             .into_iter()
             .filter(|f| f.group() != Group::LinkStage)
             .chain(Figure::ALL.into_iter().filter(|f| {
+                // What stands in for the link stages inside the roundtrip
+                // (`net`, a silent server's `ttfb` / `rx`), not the parts
+                // of dispatch or the gap.
                 f.group() == Group::Derived
+                    && Figure::Roundtrip.parts().contains(f)
                     && f.parts().iter().all(|p| p.group() == Group::LinkStage)
             }));
         let top = candidates
@@ -214,14 +218,21 @@ impl Truth {
                 Some(Figure::Ttfb) => {
                     "the wait for the first byte (ttfb: server and network, a black box)".to_owned()
                 }
-                Some(f) if !f.parts().is_empty() => format!(
-                    "the network ({})",
-                    f.parts()
-                        .iter()
-                        .map(|p| p.name())
-                        .collect::<Vec<_>>()
-                        .join(" + ")
-                ),
+                // `net`: the link stages together (dispatch has parts too,
+                // a remote executor's, but is named as itself).
+                Some(f)
+                    if !f.parts().is_empty()
+                        && f.parts().iter().all(|p| p.group() == Group::LinkStage) =>
+                {
+                    format!(
+                        "the network ({})",
+                        f.parts()
+                            .iter()
+                            .map(|p| p.name())
+                            .collect::<Vec<_>>()
+                            .join(" + ")
+                    )
+                }
                 _ => d.stage.to_owned(),
             };
             out.push(format!(

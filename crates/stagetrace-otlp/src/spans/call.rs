@@ -123,7 +123,8 @@ impl<G: IdGenerator> SpanMaker<G> {
 
         if let Some(t) = tl.dispatch {
             let f = Figure::Dispatch;
-            let attrs = stage_attributes(rec, f.name(), &[f]);
+            // A remote executor's split of it, where the record has one.
+            let attrs = stage_attributes(rec, f.name(), &[f, Figure::ExecTx, Figure::ExecWait]);
             out.push(self.child(
                 trace_id,
                 call_id,
