@@ -182,6 +182,11 @@ impl InferTimer {
         }
     }
 
+    /// The instant the marks are relative to: the request's receive stamp.
+    pub(crate) fn received(&self) -> Instant {
+        self.inner.base
+    }
+
     fn set(&self, slot: &AtomicU64) {
         let ns = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
         slot.store(ns + 1, Ordering::Relaxed);

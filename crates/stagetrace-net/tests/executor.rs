@@ -1,7 +1,7 @@
 //! Must show (issue 11, item 3): an executor busy for a known time on every
 //! n-th chunk shows exactly those calls' wait. A robot dispatches action
-//! chunks to a remote executor ([`ExecutorServer`]) whose controller, a
-//! thread of its own, is still busy with the previous action for `BUSY`
+//! chunks to a remote executor ([`ExecutorServer`]) whose controller is
+//! still busy with the previous action for `BUSY`
 //! after every n-th chunk arrives and starts the others at once. The record
 //! of each call must show `exec_wait_ms` within 1 ms of the controller's own
 //! wait (its start stamp − the chunk's arrival, the same monotonic clock
@@ -20,7 +20,6 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use stagetrace::{CallRecord, Figure};
@@ -54,7 +53,9 @@ struct Run {
     rec: CallRecord,
     /// Dispatch span's start → the controller's start.
     dispatch: Duration,
-    /// The chunk's arrival at the controller's ticket → its start.
+    /// Dispatch span's start → the executor had the whole chunk.
+    tx: Duration,
+    /// The executor had the whole chunk → the controller started it.
     wait: Duration,
 }
 
@@ -74,9 +75,12 @@ fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Ru
             .unwrap();
         let url = through(server.local_addr());
         let s = Arc::clone(&starts);
-        // The controller: a loop of its own, as on a robot.
-        let controller = thread::spawn(move || {
-            while let Some(chunk) = chunks.blocking_recv() {
+        // The controller: a loop of its own, as on a robot. A task on the
+        // test's one runtime thread rather than a thread of its own: a loaded
+        // two-core machine may wake a parked thread many ms late, which would
+        // be real executor wait but not the known busy time under test.
+        let controller = tokio::spawn(async move {
+            while let Some(chunk) = chunks.recv().await {
                 let seq = chunk.action.get("seq").and_then(|v| v.as_u64()).unwrap();
                 let received = chunk.ticket.received();
                 if busy(seq) {
@@ -113,7 +117,7 @@ fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Ru
         }
         client.close().await;
         server.shutdown().await;
-        controller.join().unwrap();
+        controller.await.unwrap();
     });
     let records = obs.finish();
     assert_eq!(records.len() as u64, CALLS);
@@ -122,8 +126,10 @@ fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Ru
         .into_iter()
         .map(|rec| {
             let (_, received, started) = *starts.iter().find(|(s, ..)| *s == rec.seq).unwrap();
+            let dispatch_start = dispatch_starts[rec.seq as usize];
             Run {
-                dispatch: started - dispatch_starts[rec.seq as usize],
+                dispatch: started - dispatch_start,
+                tx: received - dispatch_start,
                 wait: started - received,
                 rec,
             }
@@ -133,23 +139,27 @@ fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Ru
 
 /// What every run must show: the wait exactly on the busy calls, dispatch
 /// split at the executor's start and ending there within the bound.
+/// Truths are the executor's own stamps (its receive stamp, the
+/// controller's start) on the test's monotonic clock.
 fn check(runs: &[Run]) {
     let dur_ms = |d: Duration| d.as_nanos() as f64 / MS;
     println!(
-        "seq  exec_wait  (truth)  exec_tx  dispatch  (truth)  exec_err  exec_ack  exec_offset"
+        "seq  exec_wait  (truth)  exec_tx  (truth)  dispatch  (truth)  exec_err  exec_ack  exec_offset"
     );
     for Run {
         rec: r,
         dispatch,
+        tx,
         wait,
     } in runs
     {
         println!(
-            "{:>3}  {:>9.3}  {:>7.3}  {:>7.3}  {:>8.3}  {:>7.3}  {:>8.3}  {:>8.3}  {:>11.3}",
+            "{:>3}  {:>9.3}  {:>7.3}  {:>7.3}  {:>7.3}  {:>8.3}  {:>7.3}  {:>8.3}  {:>8.3}  {:>11.3}",
             r.seq,
             ms(r, Figure::ExecWait),
             dur_ms(*wait),
             ms(r, Figure::ExecTx),
+            dur_ms(*tx),
             ms(r, Figure::Dispatch),
             dur_ms(*dispatch),
             ms(r, Figure::ExecErr),
@@ -158,23 +168,14 @@ fn check(runs: &[Run]) {
         );
     }
     let busy_ms = dur_ms(BUSY);
-    // The known busy time itself, on the busy calls' median (a loaded
-    // machine may wake the controller late on one: then it waited longer,
-    // and the record says so, as checked below).
-    let mut busy_waits: Vec<f64> = runs
-        .iter()
-        .filter(|r| busy(r.rec.seq))
-        .map(|r| ms(&r.rec, Figure::ExecWait))
-        .collect();
-    busy_waits.sort_by(f64::total_cmp);
-    let median = busy_waits[busy_waits.len() / 2];
-    assert!(
-        (median - busy_ms).abs() <= 1.0,
-        "median exec_wait of the busy calls {median} ms, busy {busy_ms} ms"
-    );
+    // The truth is the controller's own wait, not BUSY itself: on a loaded
+    // machine the spinning controller is sometimes preempted past BUSY (the
+    // chunk then really waited longer), which is the scheduler, not what is
+    // under test.
     for Run {
         rec: r,
         dispatch: truth,
+        tx: true_tx,
         wait: true_wait,
     } in runs
     {
@@ -214,6 +215,13 @@ fn check(runs: &[Run]) {
         assert!(
             (dispatch - truth).abs() <= err + 1.0,
             "seq {}: dispatch {dispatch} ms, the executor started {truth} ms in (± {err})",
+            r.seq
+        );
+        // The transfer: dispatch start → the executor's receive stamp.
+        let (tx, true_tx) = (ms(r, Figure::ExecTx), dur_ms(*true_tx));
+        assert!(
+            (tx - true_tx).abs() <= err + 1.0,
+            "seq {}: exec_tx {tx} ms, the chunk arrived {true_tx} ms in (± {err})",
             r.seq
         );
         // The ack's way back is in the gap, not in dispatch.
@@ -263,12 +271,9 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
         let err = ms(r, Figure::ExecErr);
         // The bound covers the link's asymmetry: half the network time.
         assert!(err >= (up_ms + down_ms) / 2.0 - 0.5, "{r:?}");
+        // Never less than the injected delay (more when the machine is loaded).
         let tx = ms(r, Figure::ExecTx);
-        assert!(
-            (tx - up_ms).abs() <= err + 1.0,
-            "seq {}: exec_tx {tx}",
-            r.seq
-        );
+        assert!(tx >= up_ms - err, "seq {}: exec_tx {tx}", r.seq);
         let off = ms(r, Figure::ExecOffset);
         assert!(
             (off - SKEW_MS).abs() <= err + 1.0,
@@ -279,4 +284,52 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
         assert!(ms(r, Figure::ExecAck) >= down_ms - err - 1.0, "{r:?}");
     }
     drop(proxy);
+}
+
+/// A chunk the controller drops (stale) is acknowledged as not started:
+/// the call counts it in `stale_dropped`, keeps its own dispatch span as
+/// `dispatch_ms` and has no executor split.
+#[test]
+fn a_dropped_chunk_is_counted_not_split() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut obs = Observed::new();
+    let rt = rt();
+    rt.block_on(async {
+        let (server, mut chunks) = ExecutorServer::builder()
+            .spawn("127.0.0.1:0")
+            .await
+            .unwrap();
+        let controller = tokio::spawn(async move {
+            let chunk = chunks.recv().await.unwrap();
+            chunk.ticket.dropped("stale: older than the robot's state");
+        });
+        let mut client = ExecutorClient::connect(&server.url()).await.unwrap();
+        let ack = client
+            .dispatch(&MsgMap::new().with("seq", 0u64))
+            .instrument(tracing::info_span!("call", seq = 0u64))
+            .await
+            .unwrap();
+        assert!(!ack.started);
+        assert_eq!(
+            ack.reason.as_deref(),
+            Some("stale: older than the robot's state")
+        );
+        controller.await.unwrap();
+        client.close().await;
+        server.shutdown().await;
+    });
+    let records = obs.finish();
+    let r = &records[0];
+    assert_eq!(r.stale_dropped, Some(1));
+    assert!(r.get(Figure::Dispatch).is_some());
+    for f in [
+        Figure::ExecTx,
+        Figure::ExecWait,
+        Figure::ExecAck,
+        Figure::ExecOffset,
+        Figure::ExecErr,
+    ] {
+        assert_eq!(r.get(f), None, "{f}");
+    }
+    assert_eq!(r.failed, None);
 }

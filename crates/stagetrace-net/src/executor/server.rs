@@ -85,7 +85,7 @@ impl ExecutorServerBuilder {
                 let chunk = Chunk {
                     action,
                     ticket: Ticket {
-                        received: Instant::now(),
+                        received: timer.received(),
                         timer,
                         ack: Some(ack),
                     },
@@ -166,8 +166,8 @@ impl fmt::Debug for Ticket {
 }
 
 impl Ticket {
-    /// When the whole chunk had been handed to the executor's handler (just
-    /// after it arrived): what the controller's wait is measured from.
+    /// When the whole chunk had arrived (the executor's receive stamp,
+    /// `recv_unix_ns` on the monotonic clock): what the wait is measured from.
     pub fn received(&self) -> Instant {
         self.received
     }

@@ -97,3 +97,85 @@ pub(super) fn split(
     out.err_ns = st.split_err_ns;
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ClockMode;
+    use crate::executor::ExecutorAck;
+    use crate::wire::ServerTiming;
+
+    const MS: u64 = 1_000_000;
+
+    /// A dispatch span from 1 ms to 31 ms after the call's start; the chunk
+    /// leaves at 2 ms, reaches an executor whose clock is 250 ms ahead 3 ms
+    /// later, waits `wait_ms` there, and the ack is back 2 ms after the start.
+    fn ack(call: Instant, wait_ms: u64) -> (ExecAcc, Anchor) {
+        let anchor = Anchor::from_parts(1_700_000_000_000_000_000, call);
+        let sent = call + Duration::from_millis(2);
+        let recv = anchor.to_unix_ns(sent) + 3 * MS + 250 * MS;
+        let timing = ServerTiming {
+            recv_unix_ns: Some(recv),
+            queue_ns: Some(wait_ms * MS),
+            total_ns: Some(wait_ms * MS + MS / 10),
+            ..ServerTiming::default()
+        };
+        // Symmetric 3 ms links: the offset estimate is exact.
+        let acked = sent + Duration::from_nanos(3 * MS + wait_ms * MS + MS / 10 + 3 * MS);
+        (
+            ExecutorAck::new("ws://e", timing, sent, acked).into(),
+            anchor,
+        )
+    }
+
+    const SPAN: SpanTime = SpanTime {
+        start_ns: MS,
+        dur_ns: 30 * MS,
+    };
+
+    #[test]
+    fn dispatch_ends_at_the_executors_start() {
+        let call = Instant::now();
+        let (a, anchor) = ack(call, 12);
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let x = split(&mut st, &a, Some(SPAN), call, &anchor);
+        // span start 1 ms → sent 2 ms → whole chunk 5 ms → start 17 ms.
+        assert_eq!(x.exec_wait_ns, Some((12 * MS) as i64));
+        assert_eq!(x.exec_tx_ns, Some((4 * MS) as i64));
+        assert_eq!(x.dispatch_ns, Some((16 * MS) as i64));
+        assert_eq!(x.exec_ack_ns, Some((14 * MS) as i64));
+        assert_eq!(x.offset_ns, Some((250 * MS) as i64));
+        assert_eq!(x.err_ns, Some((3 * MS) as i64));
+        assert!(!x.clamped && !x.rejected);
+    }
+
+    #[test]
+    fn stamps_outside_the_span_and_waits_beyond_the_total_are_caught() {
+        let call = Instant::now();
+        let (mut a, anchor) = ack(call, 12);
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        // The ack arrived after the dispatch span closed: no split, the wait stays.
+        a.acked = call + Duration::from_millis(40);
+        let x = split(&mut st, &a, Some(SPAN), call, &anchor);
+        assert!(x.rejected);
+        assert_eq!(x.exec_wait_ns, Some((12 * MS) as i64));
+        assert_eq!(
+            (x.dispatch_ns, x.exec_tx_ns, x.exec_ack_ns),
+            (None, None, None)
+        );
+        // A wait longer than the executor's own total is clamped to it.
+        let (mut a, _) = ack(call, 12);
+        a.timing.queue_ns = Some(99 * MS);
+        let x = split(&mut st, &a, None, call, &anchor);
+        assert!(x.clamped);
+        assert_eq!(x.exec_wait_ns, Some((12 * MS + MS / 10) as i64));
+        // No start reported: nothing at all.
+        a.timing.queue_ns = None;
+        assert_eq!(
+            split(&mut st, &a, Some(SPAN), call, &anchor),
+            ExecSplit::default()
+        );
+    }
+}
