@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::{CallRecord, Figure};
-use stagetrace_net::executor::{ExecutorClient, ExecutorServer};
+use stagetrace_net::executor::{BlockingExecutorClient, ExecutorClient, ExecutorServer};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{MsgMap, NdArray, ServerClock};
 use stagetrace_test_support::{rt, Observed};
@@ -332,4 +332,45 @@ fn a_dropped_chunk_is_counted_not_split() {
         assert_eq!(r.get(f), None, "{f}");
     }
     assert_eq!(r.failed, None);
+}
+
+/// A synchronous robot loop: the blocking client dispatches from a plain
+/// thread (its own small runtime), and the wait still reaches the record.
+#[test]
+fn a_blocking_client_for_sync_loops() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (server, mut chunks) = server_rt
+        .block_on(ExecutorServer::builder().spawn("127.0.0.1:0"))
+        .unwrap();
+    let truth: Arc<Mutex<Option<Duration>>> = Arc::default();
+    let t = Arc::clone(&truth);
+    server_rt.spawn(async move {
+        let chunk = chunks.recv().await.unwrap();
+        let received = chunk.ticket.received();
+        while Instant::now() < received + BUSY {
+            std::hint::spin_loop();
+        }
+        *t.lock().unwrap() = Some(received.elapsed());
+        chunk.ticket.started();
+    });
+    let mut obs = Observed::new();
+    let mut client = BlockingExecutorClient::connect(&server.url()).unwrap();
+    let ack = tracing::info_span!("call", seq = 0u64)
+        .in_scope(|| client.dispatch(&MsgMap::new().with("seq", 0u64)))
+        .unwrap();
+    assert!(ack.started);
+    let records = obs.finish();
+    let wait = ms(&records[0], Figure::ExecWait);
+    let true_wait = truth.lock().unwrap().unwrap().as_nanos() as f64 / MS;
+    assert!(
+        (wait - true_wait).abs() <= 1.0 && wait >= BUSY.as_secs_f64() * 1e3 - 0.05,
+        "exec_wait {wait} ms, the controller waited {true_wait} ms"
+    );
+    drop(client);
+    server_rt.block_on(server.shutdown());
 }

@@ -219,6 +219,10 @@ fn every_figure_of_the_table_reaches_every_consumer() {
             );
         }
     }
+    // The executor's clock apart from the policy server's, in the table too.
+    let exec_clock = cumulative.executor_clock.unwrap();
+    assert_eq!(exec_clock.calls, CALLS);
+    assert!(cumulative.table().contains("executor clock: offset"));
     let clock = cumulative.clock.unwrap();
     assert_eq!(clock.calls, CALLS / 2);
     let last_rec = records

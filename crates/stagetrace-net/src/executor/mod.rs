@@ -49,11 +49,14 @@
 //! ```
 //!
 //! One file per side: [`ExecutorServer`] (`server`), [`ExecutorClient`]
-//! (`client`). This file only names things.
+//! (`client`) and its blocking wrapper [`BlockingExecutorClient`]
+//! (`blocking`, for synchronous robot loops). This file only names things.
 
+mod blocking;
 mod client;
 mod server;
 
+pub use blocking::BlockingExecutorClient;
 pub use client::{Ack, ExecutorClient};
 pub use server::{Chunk, Chunks, ExecutorServer, ExecutorServerBuilder, Ticket, DEFAULT_QUEUE};
 

@@ -90,6 +90,18 @@ impl WindowSummary {
                 let _ = writeln!(out, "clock: drift {:+.1} ± {:.1} ppm", d.value, d.err);
             }
         }
+        if let Some(c) = self.executor_clock {
+            let _ = writeln!(
+                out,
+                "executor clock: offset {:+.3} ms (window {:+.3} … {:+.3}) over {} dispatch(es), start ± {:.3} ms p50 / {:.3} ms p99",
+                c.exec_offset_ms.last,
+                c.exec_offset_ms.min,
+                c.exec_offset_ms.max,
+                c.calls,
+                c.exec_err_ms.p50,
+                c.exec_err_ms.p99
+            );
+        }
         out
     }
 }
