@@ -27,8 +27,8 @@
 //! std::thread::spawn(move || {
 //!     while let Some(chunk) = chunks.blocking_recv() {
 //!         // … wait until the previous action is done, then:
-//!         let actions = chunk.ticket.started(); // acks; the robot's dispatch ends here
-//!         let _ = (actions, &chunk.action);     // … execute
+//!         chunk.ticket.started(); // acks: the robot's dispatch ends here
+//!         let _actions = chunk.action.array("actions"); // … execute them
 //!     }
 //! });
 //! # drop(server); Ok(()) }
