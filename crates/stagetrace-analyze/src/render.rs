@@ -1,6 +1,8 @@
 //! The report as text: the terminal's tables ([`text`]) and the `--json`
 //! document ([`json`]). Rows come in the figure table's display order.
 
+mod robots;
+
 use std::fmt::Write as _;
 
 use stagetrace_schema::{Figure, BLACK_BOX_NOTE};
@@ -81,8 +83,9 @@ pub fn text(report: &Report) -> String {
             .collect();
         let _ = writeln!(s, "failed calls: {}", list.join(", "));
     }
+    let order: Vec<String> = report.robots.iter().map(|r| r.name.clone()).collect();
     for g in &report.groups {
-        group(&mut s, g);
+        group(&mut s, g, &order);
     }
     let _ = writeln!(s, "\nverdict:");
     for v in &report.verdicts {
@@ -96,7 +99,7 @@ pub fn text(report: &Report) -> String {
     s
 }
 
-fn group(s: &mut String, g: &GroupReport) {
+fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
     let _ = writeln!(
         s,
         "\nkind \"{}\": {} steady call(s) ({} warm-up excluded, {} failed), {} → {}",
@@ -182,6 +185,7 @@ fn group(s: &mut String, g: &GroupReport) {
     if g.stages.contains_key(Figure::Ttfb.name()) {
         let _ = writeln!(s, "  {BLACK_BOX_NOTE}");
     }
+    robots::table(s, g, robots);
     if !g.baseline.is_empty() {
         let _ = writeln!(
             s,

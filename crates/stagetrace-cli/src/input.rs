@@ -12,7 +12,7 @@ const STDIN_ARG: &str = "-";
 /// How standard input is named in messages and in `inputs.files`.
 const STDIN_NAME: &str = "<stdin>";
 
-fn is_stdin(p: &Path) -> bool {
+pub(crate) fn is_stdin(p: &Path) -> bool {
     p.as_os_str() == STDIN_ARG
 }
 
@@ -32,7 +32,7 @@ pub(crate) fn stdin_at_most_once<'a>(
 }
 
 /// A directory stands for the `records*.jsonl` files in it.
-fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {

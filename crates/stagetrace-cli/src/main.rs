@@ -17,6 +17,7 @@ mod input;
 mod interrupt;
 mod mitigate_demo;
 mod report;
+mod robots;
 mod stdout;
 mod tail;
 

@@ -9,7 +9,7 @@ use stagetrace_analyze::gate::Gate;
 use stagetrace_analyze::load::LoadOptions;
 use stagetrace_analyze::{figures, hgrm, html, Format};
 
-use crate::{exit, input, stdout};
+use crate::{exit, input, robots, stdout};
 
 /// Arguments of `stagetrace report`.
 #[derive(Debug, clap::Args)]
@@ -47,6 +47,12 @@ pub(crate) struct ReportArgs {
     /// Seed of the bootstrap (reports are reproducible; change it to check stability).
     #[arg(long, value_name = "SEED")]
     seed: Option<u64>,
+    /// A fleet: each of FILES is one robot (named after its directory).
+    /// The tables merge them; each stage gets every robot's p50 / p99, and
+    /// a robot slower than the others pooled is named in the verdict
+    /// (robot_differs; see docs/fleet.md).
+    #[arg(long)]
+    per_robot: bool,
 }
 
 fn sanitize(name: &str) -> String {
@@ -108,6 +114,11 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         ));
     }
     input::stdin_at_most_once(args.files.iter().chain(&args.baseline))?;
+    let robots = if args.per_robot {
+        robots::robots(&args.files)?
+    } else {
+        Vec::new()
+    };
     let load_opts = LoadOptions {
         skip_bad: args.skip_bad,
         keep_digests: false,
@@ -126,6 +137,7 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         opts.seed = seed;
     }
     let mut a = analysis::analyze(&run, baseline.as_ref(), &opts);
+    analysis::per_robot(&mut a, &robots, &opts);
     // Runs that share a directory are said to be pooled, in the report itself.
     for (what, paths) in [("run", &args.files), ("baseline", &args.baseline)] {
         let runs = input::pooled_runs(paths);
@@ -135,6 +147,12 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
                 .warnings
                 .push(input::pooled_warning(what, &runs));
         }
+    }
+    let dirs = args.files.iter().filter(|p| p.is_dir()).count();
+    if !args.per_robot && dirs > 1 {
+        eprintln!(
+            "hint: {dirs} directories are pooled into one run; if each is a robot, add --per-robot to see each robot's column and which one differs"
+        );
     }
     for w in a
         .report

@@ -7,6 +7,7 @@
 //! `verdict.rs` (the sentences), and `report.rs` (what `--json` prints).
 
 mod baseline;
+mod fleet;
 mod gap;
 mod group;
 mod moves;
@@ -25,11 +26,13 @@ use crate::format::fmt_ms;
 use crate::load::Dataset;
 use crate::stats::{self, Summary};
 
+pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
 pub use options::AnalyzeOptions;
 pub use report::{
     Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
-    Outliers, Periodicity, Rate, Report, StageVsBaseline, Verdict, ALL_KINDS, REPORT_SCHEMA,
+    Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, StageVsBaseline,
+    Verdict, ALL_KINDS, REPORT_SCHEMA,
 };
 
 pub(crate) use group::inputs_of;
@@ -79,6 +82,7 @@ pub fn analyze<'a>(
         baseline: baseline.map(inputs_of),
         groups: reports,
         verdicts,
+        robots: Vec::new(),
     };
     Analysis {
         report,
@@ -228,6 +232,7 @@ fn analyze_group(
         gap,
         mitigations: mitigations(ds, kind_idx, pooled),
         verdicts: Vec::new(),
+        robots: BTreeMap::new(),
     };
     if !pooled {
         // The split's error on a change: the run's and the baseline's (each

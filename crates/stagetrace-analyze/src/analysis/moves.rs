@@ -7,6 +7,8 @@
 //! of [`super::options::min_cost_ms`]; smaller ones stay in the tables
 //! (`docs/report.md`, "What counts").
 
+use std::collections::BTreeMap;
+
 use serde_json::json;
 use stagetrace_schema::Figure;
 
@@ -48,7 +50,7 @@ pub(super) fn dedupe(flagged: &[Figure]) -> Vec<Figure> {
         .collect()
 }
 
-fn fmt_p(p: f64) -> String {
+pub(super) fn fmt_p(p: f64) -> String {
     if p < 1e-300 {
         "<1e-300".to_string()
     } else if p < 1e-3 {
@@ -60,12 +62,22 @@ fn fmt_p(p: f64) -> String {
 
 /// The shape verdicts of a group against its baseline, each with its cost.
 pub(super) fn moves(r: &GroupReport, cx: &Context, advice: Advice) -> Vec<Verdict> {
+    moves_of(&r.kind, &r.baseline, cx, advice)
+}
+
+/// The shape verdicts of `kind`'s figures against a reference (`vs`: the
+/// baseline, or the other robots of a fleet), each with its cost.
+pub(super) fn moves_of(
+    kind: &str,
+    vs: &BTreeMap<&'static str, StageVsBaseline>,
+    cx: &Context,
+    advice: Advice,
+) -> Vec<Verdict> {
     let figure = |name: &str| Figure::from_name(name);
     // (code, figure, cost) of every move worth a verdict, parts before sums.
     let mut kept: Vec<(&'static str, Figure, f64)> = Vec::new();
     for code in ["median_shift", "tail_only", "faster"] {
-        let mut flagged: Vec<(f64, Figure)> = r
-            .baseline
+        let mut flagged: Vec<(f64, Figure)> = vs
             .iter()
             .filter(|(_, s)| s.shape == code && cost(code, s) >= cx.floor_ms)
             .filter_map(|(n, s)| {
@@ -81,26 +93,26 @@ pub(super) fn moves(r: &GroupReport, cx: &Context, advice: Advice) -> Vec<Verdic
         flagged.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let flagged: Vec<Figure> = flagged.into_iter().map(|(_, m)| m).collect();
         for m in dedupe(&flagged) {
-            if let Some(s) = r.baseline.get(m.name()) {
+            if let Some(s) = vs.get(m.name()) {
                 kept.push((code, m, cost(code, s)));
             }
         }
     }
     let mut out = Vec::new();
-    if let Some(v) = network(r, cx, &mut kept, advice) {
+    if let Some(v) = network(kind, vs, cx, &mut kept, advice) {
         out.push(v);
     }
     for (code, m, cost) in kept {
-        let Some(s) = r.baseline.get(m.name()) else {
+        let Some(s) = vs.get(m.name()) else {
             continue;
         };
-        out.push(shape_verdict(r, code, m, s, cost, advice));
+        out.push(shape_verdict(kind, code, m, s, cost, advice));
     }
     out
 }
 
 fn shape_verdict(
-    r: &GroupReport,
+    kind: &str,
     code: &'static str,
     m: Figure,
     s: &StageVsBaseline,
@@ -128,7 +140,7 @@ fn shape_verdict(
     };
     Verdict {
         code,
-        kind: r.kind.clone(),
+        kind: kind.to_string(),
         stage: Some(m.name()),
         group: Some(m.side().as_str()),
         text,
@@ -152,7 +164,8 @@ fn shape_verdict(
 /// theirs (and is returned). A link stage that rose by more keeps its
 /// verdict; the others lose theirs.
 fn network(
-    r: &GroupReport,
+    kind: &str,
+    vs: &BTreeMap<&'static str, StageVsBaseline>,
     cx: &Context,
     kept: &mut Vec<(&'static str, Figure, f64)>,
     advice: Advice,
@@ -173,7 +186,7 @@ fn network(
     if told {
         return None;
     }
-    let n = r.baseline.get(Figure::Net.name());
+    let n = vs.get(Figure::Net.name());
     let net_shift = n.map_or_else(|| links.iter().map(|(_, c)| c).sum(), |s| s.shift.estimate);
     let each: Vec<String> = Figure::Net
         .parts()
@@ -196,7 +209,7 @@ fn network(
     });
     Some(Verdict {
         code: "network_moved",
-        kind: r.kind.clone(),
+        kind: kind.to_string(),
         stage: Some(Figure::Net.name()),
         group: Some(Figure::Net.side().as_str()),
         text: format!(

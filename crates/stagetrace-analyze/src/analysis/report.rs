@@ -27,6 +27,42 @@ pub struct Report {
     pub groups: Vec<GroupReport>,
     /// Every group's verdicts, most important first.
     pub verdicts: Vec<Verdict>,
+    /// The robots of a fleet report (`--per-robot`), in the order given;
+    /// absent otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub robots: Vec<RobotInput>,
+}
+
+/// One robot of a fleet report: one input directory or file.
+#[derive(Clone, Debug, Serialize)]
+pub struct RobotInput {
+    /// The robot's name: its directory's name (a file's: its name without
+    /// `records-` and `.jsonl`).
+    pub name: String,
+    /// Its record files.
+    pub files: Vec<String>,
+    /// Records read from them (all kinds, warm-up and failed included).
+    pub records: u64,
+}
+
+/// One robot's share of a group: its steady calls and per-stage p50 / p99.
+#[derive(Clone, Debug, Serialize)]
+pub struct RobotStages {
+    /// The robot's steady calls of this group.
+    pub steady: u64,
+    /// Per stage (same names as the group's `stages`).
+    pub stages: BTreeMap<&'static str, RobotStage>,
+}
+
+/// One stage on one robot (ms).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RobotStage {
+    /// Values.
+    pub n: u64,
+    /// Median (ms).
+    pub p50: f64,
+    /// 99th percentile (ms).
+    pub p99: f64,
 }
 
 /// Files read and what the reader met.
@@ -92,6 +128,10 @@ pub struct GroupReport {
     pub mitigations: Option<Mitigations>,
     /// This group's verdicts.
     pub verdicts: Vec<Verdict>,
+    /// Per robot (`--per-robot`), by name: its p50 / p99 per stage. Absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub robots: BTreeMap<String, RobotStages>,
 }
 
 /// The records' `batch_size`, `cache` and `stale_dropped`, over the group's
@@ -280,7 +320,8 @@ pub struct GapReport {
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
     /// `median_shift`, `faster`, `tail_only`, `periodic`, `unexplained_gap`,
-    /// `deadline_misses`, `no_steady_calls` or `steady`.
+    /// `deadline_misses`, `no_steady_calls`, `steady`, or (fleet reports)
+    /// `robot_differs`.
     pub code: &'static str,
     /// The request kind it is about.
     pub kind: String,

@@ -28,7 +28,7 @@ pub(super) fn verdict_order(a: &Verdict, b: &Verdict) -> std::cmp::Ordering {
 
 /// What to look at when `f` moved. Exhaustive: a figure added to the table
 /// needs its advice here.
-fn advice(f: Figure) -> &'static str {
+pub(super) fn advice(f: Figure) -> &'static str {
     match f {
         Figure::Infer | Figure::Queue | Figure::Server => {
             "inference is the bottleneck: limit concurrency, queue with timeouts, then batch"

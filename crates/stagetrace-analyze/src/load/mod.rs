@@ -67,6 +67,10 @@ pub(crate) const F_HAS_DEADLINE: u8 = 8;
 pub struct Dataset {
     /// The files read, in order.
     pub files: Vec<PathBuf>,
+    /// Index of the first call of each file (`files[j]`'s calls are
+    /// `file_starts[j]..file_starts[j + 1]`): a fleet report tells its
+    /// robots apart by the files they wrote.
+    pub(crate) file_starts: Vec<usize>,
     pub(crate) seq: Vec<u64>,
     pub(crate) ts: Vec<f64>,
     pub(crate) kind: Vec<u16>,
@@ -146,6 +150,7 @@ impl Dataset {
         errors: &mut HashMap<String, u64>,
     ) -> Result<(), LoadError> {
         self.files.push(path.to_path_buf());
+        self.file_starts.push(self.len());
         let before = self.len();
         let mut reader = BufReader::with_capacity(1 << 20, reader);
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
@@ -278,6 +283,17 @@ impl Dataset {
     /// Number of calls read (warm-up and failed ones included).
     pub fn len(&self) -> usize {
         self.seq.len()
+    }
+
+    /// The calls (indices) read from `files[file]`; empty past the last file.
+    pub fn file_calls(&self, file: usize) -> std::ops::Range<usize> {
+        let start = self.file_starts.get(file).copied().unwrap_or(self.len());
+        let end = self
+            .file_starts
+            .get(file + 1)
+            .copied()
+            .unwrap_or(self.len());
+        start..end
     }
 
     /// True when no call was read.

@@ -1,0 +1,165 @@
+//! A fleet report (issue 12 item 4): three robots' records merged, each
+//! robot's p50 / p99 per stage, and a verdict naming the robot that differs
+//! and the stage, on generated runs with a known truth.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/gen.rs"]
+mod gen;
+
+use gen::Scenario;
+use stagetrace_analyze::analysis::{analyze, per_robot, AnalyzeOptions, Report, Robot};
+use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::render;
+
+/// Writes one record file per robot, loads them merged, adds the fleet view.
+fn fleet(robots: &[(&str, Scenario)]) -> (Report, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut list = Vec::new();
+    for (name, s) in robots {
+        let path = dir.path().join(format!("records-{name}.jsonl"));
+        gen::write(&path, s);
+        files.push(path.clone());
+        list.push(Robot {
+            name: (*name).to_string(),
+            files: vec![path],
+        });
+    }
+    let ds = Dataset::load(&files, LoadOptions::default()).unwrap();
+    let opts = AnalyzeOptions::default();
+    let mut a = analyze(&ds, None, &opts);
+    per_robot(&mut a, &list, &opts);
+    let text = render::text(&a.report);
+    eprintln!("{text}");
+    (a.report, text)
+}
+
+fn robot(seed: u64, infer_factor: f64) -> Scenario {
+    Scenario {
+        seed,
+        calls: 1500,
+        infer_factor,
+        ..Scenario::default()
+    }
+}
+
+#[test]
+fn the_robot_with_a_slower_infer_is_named_with_its_stage() {
+    let (r, text) = fleet(&[
+        ("arm-1", robot(31, 1.0)),
+        ("arm-2", robot(32, 1.2)),
+        ("arm-3", robot(33, 1.0)),
+    ]);
+    let robot_verdicts: Vec<(&str, Option<&str>, &str)> = r
+        .verdicts
+        .iter()
+        .filter(|v| v.code == "robot_differs")
+        .map(|v| {
+            (
+                v.evidence["robot"].as_str().unwrap(),
+                v.stage,
+                v.evidence["shape"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        robot_verdicts,
+        vec![("arm-2", Some("infer"), "median_shift")],
+        "{text}"
+    );
+    // Largest cost first: the robot verdict leads, ahead of anything else.
+    assert_eq!(r.verdicts[0].code, "robot_differs", "{text}");
+    let v = &r.verdicts[0];
+    // infer 30 ms × 1.2: the robot's median 36 ms against the others' 30 ms.
+    let cost = v.evidence["cost_ms"].as_f64().unwrap();
+    assert!((cost - 6.0).abs() < 0.2, "cost {cost}: {text}");
+    assert!((v.evidence["robot_p50_ms"].as_f64().unwrap() - 36.0).abs() < 0.2);
+    assert!((v.evidence["others_p50_ms"].as_f64().unwrap() - 30.0).abs() < 0.2);
+    assert!(
+        v.text
+            .starts_with("robot arm-2 is slower than the other 2 robot(s) in infer"),
+        "{}",
+        v.text
+    );
+    // The merged tables stay; the per-robot column holds each robot's own
+    // median, equal to its records' exact p50.
+    assert_eq!(r.groups[0].steady, 4500);
+    assert_eq!(r.robots.len(), 3);
+    assert_eq!(r.robots[1].name, "arm-2");
+    assert_eq!(r.robots[1].records, 1520);
+    let g = &r.groups[0];
+    for (name, s) in [("arm-1", robot(31, 1.0)), ("arm-2", robot(32, 1.2))] {
+        let one = analyze(&gen::dataset(&s), None, &AnalyzeOptions::default()).report;
+        let own = &one.groups[0].stages["infer"];
+        let col = &g.robots[name].stages["infer"];
+        assert_eq!(
+            (col.n, col.p50, col.p99),
+            (own.n, own.p50, own.p99),
+            "{name}"
+        );
+        assert_eq!(g.robots[name].steady, 1500);
+    }
+    assert!(text.contains("per robot (p50 / p99, ms"), "{text}");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["robots"][1]["name"], "arm-2");
+    assert!(json["groups"][0]["robots"]["arm-3"]["stages"]["infer"]["p99"].is_f64());
+    // The merged run's "steady" verdict would contradict the robot's.
+    assert!(!r.verdicts.iter().any(|v| v.code == "steady"), "{text}");
+}
+
+#[test]
+fn identical_robots_get_no_robot_verdict() {
+    let (r, text) = fleet(&[
+        ("arm-1", robot(41, 1.0)),
+        ("arm-2", robot(42, 1.0)),
+        ("arm-3", robot(43, 1.0)),
+    ]);
+    assert!(
+        !r.verdicts.iter().any(|v| v.code == "robot_differs"),
+        "{text}"
+    );
+    let codes: Vec<&str> = r.verdicts.iter().map(|v| v.code).collect();
+    assert_eq!(codes, vec!["steady"], "{text}");
+    assert_eq!(r.groups[0].robots.len(), 3);
+}
+
+#[test]
+fn without_robots_the_report_has_no_fleet_fields() {
+    let ds = gen::dataset(&robot(51, 1.0));
+    let mut a = analyze(&ds, None, &AnalyzeOptions::default());
+    // One robot is no fleet.
+    per_robot(
+        &mut a,
+        &[Robot {
+            name: "solo".into(),
+            files: ds.files.clone(),
+        }],
+        &AnalyzeOptions::default(),
+    );
+    let json = serde_json::to_value(&a.report).unwrap();
+    assert!(json.get("robots").is_none());
+    assert!(json["groups"][0].get("robots").is_none());
+}
+
+/// A tight infer (12 ms ± 0.1) on two robots and 20 ms on the third: in the
+/// merged timeline the third robot's calls stand out as infer spikes, at its
+/// call rate. They are that robot, said once, by the robot verdict.
+#[test]
+fn a_slower_robot_is_not_also_spikes_of_the_merged_run() {
+    let tight = |seed: u64, ms: f64| Scenario {
+        seed,
+        calls: 1500,
+        infer_ms: (ms, 0.1),
+        ..Scenario::default()
+    };
+    let (r, text) = fleet(&[
+        ("arm-1", tight(91, 12.0)),
+        ("arm-2", tight(92, 12.0)),
+        ("arm-3", tight(93, 20.0)),
+    ]);
+    let codes: Vec<(&str, Option<&str>)> = r.verdicts.iter().map(|v| (v.code, v.stage)).collect();
+    assert_eq!(codes, vec![("robot_differs", Some("infer"))], "{text}");
+    assert_eq!(r.verdicts[0].evidence["robot"], "arm-3");
+    assert_eq!(r.groups[0].verdicts.len(), 1, "{text}");
+}
