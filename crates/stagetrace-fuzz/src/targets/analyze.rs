@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use stagetrace::schema::Unit;
+use stagetrace::schema::{Group, Unit};
 use stagetrace::{CallRecord, Figure};
 use stagetrace_analyze::gate::{Gate, Op, Target as GateTarget};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
@@ -14,8 +14,9 @@ use crate::alloc::peak_during;
 
 // ---------------------------------------------------------------- record loader
 
-/// The loader's documented bounds (`load/range.rs`): a latency is at most a
-/// day, a clock offset and a timestamp at most the last Unix nanosecond
+/// The loader's documented bounds (`load/range.rs`), kept here as the
+/// oracle's own: a latency is at most a day, a clock offset and a timestamp
+/// at most the last Unix nanosecond
 /// an `i64` holds.
 const MAX_LATENCY_MS: f64 = 86_400_000.0;
 const MAX_UNIX_MS: f64 = 9_223_372_036_854.775;
@@ -112,7 +113,9 @@ fn record_check(input: &[u8]) -> Result<Outcome, String> {
         })?;
         for f in Figure::ALL {
             let Some(v) = ds.value(f, i) else { continue };
-            let max = if f == Figure::Offset {
+            // A clock offset (signed, of the clock group: `offset`,
+            // `exec_offset`) may be as wide as two clocks apart.
+            let max = if f.is_signed() && f.group() == Group::Clock {
                 MAX_UNIX_MS
             } else {
                 MAX_LATENCY_MS
