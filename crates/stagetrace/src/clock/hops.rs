@@ -117,7 +117,11 @@ impl Stitcher {
                     h.offset_ns = Some(whole(offset));
                     h.err_ns = Some(whole(err));
                     h.drift_ppm = drift;
-                    composed = composed.map(|(o, e)| (o + offset, e + err));
+                    // The path's offset and bound are the sums of the
+                    // links' as the record shows them (whole ns), so the
+                    // numbers a user adds up agree to the nanosecond.
+                    let (o_ns, e_ns) = (whole(offset) as f64, whole(err) as f64);
+                    composed = composed.map(|(o, e)| (o + o_ns, e + e_ns));
                 }
                 _ => composed = None,
             }
