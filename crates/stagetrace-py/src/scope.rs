@@ -95,6 +95,28 @@ pub(crate) struct Ready {
     value: Option<PyObject>,
 }
 
+impl Ready {
+    /// An awaitable that is already done, with `value`.
+    fn with(value: PyObject) -> Self {
+        Ready { value: Some(value) }
+    }
+}
+
+/// Ends the scope's open span (a call's or a stage's), failed when an
+/// exception is leaving the `with`, and restores the context variable; the
+/// exception is never swallowed.
+fn close(
+    py: Python<'_>,
+    open: &mut Option<(Py<Span>, PyObject)>,
+    exc: Option<&Bound<'_, PyAny>>,
+) -> PyResult<bool> {
+    if let Some((span, token)) = open.take() {
+        current(py)?.reset.call1(py, (token,))?;
+        span.get().end_now(first_failure(exc));
+    }
+    Ok(false)
+}
+
 #[pymethods]
 impl Ready {
     fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -149,18 +171,11 @@ impl CallScope {
         exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if let Some((span, token)) = self.open.take() {
-            current(py)?.reset.call1(py, (token,))?;
-            span.get().end_now(first_failure(exc));
-        }
-        Ok(false)
+        close(py, &mut self.open, exc)
     }
 
     fn __aenter__(&mut self, py: Python<'_>) -> PyResult<Ready> {
-        let span = self.__enter__(py)?;
-        Ok(Ready {
-            value: Some(span.into_any()),
-        })
+        Ok(Ready::with(self.__enter__(py)?.into_any()))
     }
 
     #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
@@ -172,9 +187,9 @@ impl CallScope {
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ready> {
         let r = self.__exit__(py, exc_type, exc, tb)?;
-        Ok(Ready {
-            value: Some(r.into_pyobject(py)?.to_owned().into_any().unbind()),
-        })
+        Ok(Ready::with(
+            r.into_pyobject(py)?.to_owned().into_any().unbind(),
+        ))
     }
 }
 
@@ -226,18 +241,11 @@ impl StageScope {
         exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        if let Some((span, token)) = self.open.take() {
-            current(py)?.reset.call1(py, (token,))?;
-            span.get().end_now(first_failure(exc));
-        }
-        Ok(false)
+        close(py, &mut self.open, exc)
     }
 
     fn __aenter__(&mut self, py: Python<'_>) -> PyResult<Ready> {
-        let span = self.__enter__(py)?;
-        Ok(Ready {
-            value: Some(span.into_any()),
-        })
+        Ok(Ready::with(self.__enter__(py)?.into_any()))
     }
 
     #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
@@ -249,8 +257,8 @@ impl StageScope {
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ready> {
         let r = self.__exit__(py, exc_type, exc, tb)?;
-        Ok(Ready {
-            value: Some(r.into_pyobject(py)?.to_owned().into_any().unbind()),
-        })
+        Ok(Ready::with(
+            r.into_pyobject(py)?.to_owned().into_any().unbind(),
+        ))
     }
 }
