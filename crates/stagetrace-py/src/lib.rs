@@ -12,6 +12,7 @@
 
 use pyo3::prelude::*;
 
+mod dispatcher;
 mod recorder;
 mod scope;
 mod span;

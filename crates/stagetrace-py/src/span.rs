@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pyo3::prelude::*;
 use stagetrace::StageSpanExt;
 
-use crate::recorder::Scope;
+use crate::dispatcher::Scope;
 use crate::timing;
 
 /// What a span is, for `repr` and for what it may do.

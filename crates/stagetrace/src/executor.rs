@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use crate::queue::{InlineStr, PEER_LEN};
+use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::wire::ServerTiming;
 
 /// One acknowledged action chunk: the executor's timing and the client's

@@ -72,6 +72,7 @@ mod executor;
 pub mod health;
 pub mod hop_record;
 mod ids;
+mod inline_str;
 mod layer;
 mod queue;
 pub mod record;

@@ -7,58 +7,13 @@
 //! thread. Both the layer and the worker import this module; neither imports
 //! the other.
 
-use std::fmt;
 use std::time::Instant;
 
 use crate::executor::ExecAcc;
+use crate::inline_str::{InlineStr, KIND_LEN, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
 use crate::wire::ServerTiming;
-
-/// A short string kept inline (no allocation); longer values are truncated
-/// at a character boundary.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct InlineStr<const N: usize> {
-    len: u8,
-    buf: [u8; N],
-}
-
-impl<const N: usize> InlineStr<N> {
-    pub(crate) const fn new() -> Self {
-        InlineStr {
-            len: 0,
-            buf: [0; N],
-        }
-    }
-
-    pub(crate) fn set(&mut self, s: &str) {
-        let mut n = s.len().min(N).min(u8::MAX as usize);
-        while !s.is_char_boundary(n) {
-            n -= 1;
-        }
-        self.buf[..n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len = n as u8;
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl<const N: usize> fmt::Debug for InlineStr<N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-/// Longest `kind` kept (bytes).
-pub(crate) const KIND_LEN: usize = 32;
-/// Longest transport `peer` kept (bytes).
-pub(crate) const PEER_LEN: usize = 64;
 
 /// Accumulated time of one stage inside one call, in stamp ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::fmt;
 use tracing_core::field::{Field, Visit};
 
 use super::callsite::{Names, Role};
-use crate::queue::{InlineStr, KIND_LEN, PEER_LEN};
+use crate::inline_str::{InlineStr, KIND_LEN, PEER_LEN};
 
 /// Reads the few fields the layer cares about.
 pub(crate) struct Fields<'a> {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::queue::{InlineStr, PEER_LEN};
+use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
 use crate::wire::{Hops, ServerTiming, TraceParent, TraceState};
