@@ -26,8 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use stagetrace::wire::{TimingChain, TimingMap};
-use stagetrace::ServerRecord;
+use stagetrace::{ServerRecord, ServiceRole, StageSpanExt};
 use tokio::net::ToSocketAddrs;
+use tracing::Instrument;
 
 use crate::msg::MsgMap;
 use crate::server::{Downstream, InferTimer, ServerClock};
@@ -120,7 +121,8 @@ impl RelayBuilder {
         let mut server = PolicyServer::builder()
             .metadata(metadata)
             .clock(self.clock)
-            .max_concurrency(self.max_concurrency);
+            .max_concurrency(self.max_concurrency)
+            .role(ServiceRole::Relay);
         if let Some(hook) = self.hook {
             server = server.on_request(move |r| hook(r));
         }
@@ -185,8 +187,13 @@ impl Forward {
         // Handed to the downstream client: the link's send stamp. The
         // client's own encoding (µs for a control-loop frame) falls in the
         // link, on the safe side of its bound.
+        // The transport span the client would open, opened here to learn
+        // its id: the parent id sent downstream, which the relay's record
+        // carries so its exported forward span is the downstream's parent.
+        let span = tracing::info_span!("transport", peer = self.url.as_str());
+        let span_id = span.trace_parent().map(|tp| tp.parent_id);
         let forward = Instant::now();
-        let reply = client.infer(&request).await;
+        let reply = client.infer(&request).instrument(span).await;
         let reply_at = Instant::now();
         let reply = reply.map_err(|e| HandlerError::new(format!("relay: {e}")))?;
         let chain = TimingChain {
@@ -200,6 +207,7 @@ impl Forward {
             forward,
             reply: reply_at,
             chain,
+            span_id,
         });
         self.put_back(client);
         Ok(reply.action)

@@ -153,6 +153,8 @@ pub(crate) struct Downstream {
     pub(crate) reply: Instant,
     /// The downstream's `server_timing`, with its own relays.
     pub(crate) chain: TimingChain,
+    /// The parent id sent downstream in `traceparent`, when one was sent.
+    pub(crate) span_id: Option<[u8; 8]>,
 }
 
 impl fmt::Debug for InferTimer {
@@ -366,6 +368,20 @@ impl RequestStamps {
     }
 }
 
+impl RequestStamps {
+    /// For a relay whose handler forwarded the request: its downstream call
+    /// as the relay's record tells it (`None` for a plain server).
+    pub(crate) fn forwarded(&self) -> Option<stagetrace::Forwarded> {
+        let (_, _, timer) = self.handler.as_ref()?;
+        let d = timer.inner.downstream.get()?;
+        Some(stagetrace::Forwarded {
+            span_id: d.span_id,
+            forward_ns: ns_between(self.recv, d.forward),
+            reply_ns: ns_between(self.recv, d.reply),
+        })
+    }
+}
+
 /// Process-wide counters of a server, readable from its handle.
 #[derive(Debug, Default)]
 pub(crate) struct ServerCounters {
@@ -444,6 +460,7 @@ pub(crate) fn server_record(
             .to_owned(),
         timing,
         error,
+        ..ServerRecord::default()
     }
 }
 

@@ -14,6 +14,14 @@
 //!   the client's trace, children of the client's `transport` span through
 //!   the request's `traceparent`: the ids in `traceparent` are the exported
 //!   ids. Client and server appear as two services.
+//! - Through a gateway and to a remote executor, each service exports its
+//!   own record the same way ([`OtlpExporter::server_hook`] for the
+//!   `on_request` of `stagetrace-net`'s servers): the gateway's `relay` span
+//!   under the client's `transport`, its `forward` span (the id it sent on)
+//!   above the policy server's spans, the executor's `exec_wait` under the
+//!   client's `dispatch`; the client adds one synthesized network span per
+//!   link (`uplink client → gateway`, `uplink gateway → server`, …), each
+//!   placed with that link's clock offset. Four services, one trace.
 //! - Start and end times come from the records (the call's timeline), never
 //!   from when the exporter ran.
 //! - Export runs on a thread of its own behind a bounded queue: handing a

@@ -74,6 +74,7 @@ fn record() -> CallRecord {
             call_span_id: Some(CALL_ID),
             shared_context: false,
             response_first_byte_ns: None,
+            ..Timeline::default()
         },
         ..CallRecord::default()
     }
@@ -278,6 +279,7 @@ fn server_spans_join_the_clients_transport_span() {
             ..ServerTiming::default()
         },
         error: None,
+        ..ServerRecord::default()
     };
     let spans = export(OtlpExporter::builder(), |e| {
         assert!(e.export_server(&server))
@@ -325,6 +327,7 @@ fn a_server_request_without_context_gets_a_trace_of_its_own() {
             ..ServerTiming::default()
         },
         error: Some("model not loaded".into()),
+        ..ServerRecord::default()
     };
     let spans = export(OtlpExporter::builder(), |e| {
         assert!(e.export_server(&server))
@@ -607,5 +610,193 @@ fn a_silent_servers_roundtrip_is_a_labelled_black_box_never_inference() {
     assert_eq!(
         attr(&spans["call"], "stagetrace.ttfb_ms"),
         Some(&Value::F64(8.0))
+    );
+}
+
+const DISPATCH_ID: [u8; 8] = [0xd1; 8];
+const FORWARD_ID: [u8; 8] = [0xf0, 1, 2, 3, 4, 5, 6, 7];
+
+/// `record()` through one gateway: transport 3–15 ms, links client →
+/// gateway 3–4, gateway → server 4.5–5, server → gateway 13–13.5, gateway
+/// → client 14–15; dispatch 15–19 to a remote executor: the chunk 15–16,
+/// its wait 16–17.5, the ack 17.5–19.
+fn relayed_record() -> CallRecord {
+    let mut rec = record();
+    let hop = |up: f64, down: f64| stagetrace::HopFigures {
+        up_ns: Some(ms(up) as i64),
+        down_ns: Some(ms(down) as i64),
+        net_ns: Some(ms(up + down) as i64),
+        offset_ns: Some(ms(300.0) as i64),
+        err_ns: Some(ms(0.1) as i64),
+        ..stagetrace::HopFigures::default()
+    };
+    rec.hops = vec![hop(1.0, 1.0), hop(0.5, 0.5)];
+    let tl = &mut rec.timeline;
+    tl.hops[0] = stagetrace::record::HopTime {
+        up: at(3.0, 1.0),
+        down: at(14.0, 1.0),
+    };
+    tl.hops[1] = stagetrace::record::HopTime {
+        up: at(4.5, 0.5),
+        down: at(13.0, 0.5),
+    };
+    tl.dispatch_span_id = Some(DISPATCH_ID);
+    for (f, v) in [
+        (Figure::Dispatch, 2.5),
+        (Figure::ExecTx, 1.0),
+        (Figure::ExecWait, 1.5),
+        (Figure::ExecAck, 1.5),
+    ] {
+        rec.set(f, ms(v) as i64);
+    }
+    rec
+}
+
+#[test]
+fn relayed_links_and_the_executors_links_are_spans_of_their_own_where_the_record_puts_them() {
+    let rec = relayed_record();
+    let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
+    let id = |name: &str| spans[name].span_context.span_id();
+    let dispatch = SpanId::from_bytes(DISPATCH_ID);
+    assert_eq!(
+        id("dispatch"),
+        dispatch,
+        "the dispatch span has the id sent to the executor"
+    );
+    for (name, parent, start, dur, hop) in [
+        ("uplink client → gateway", id("uplink"), 3.0, 1.0, Some(0)),
+        ("uplink gateway → server", id("uplink"), 4.5, 0.5, Some(1)),
+        (
+            "downlink server → gateway",
+            id("downlink"),
+            13.0,
+            0.5,
+            Some(1),
+        ),
+        (
+            "downlink gateway → client",
+            id("downlink"),
+            14.0,
+            1.0,
+            Some(0),
+        ),
+        ("uplink client → executor", dispatch, 15.0, 1.0, None),
+        ("ack executor → client", dispatch, 17.5, 1.5, None),
+    ] {
+        let s = &spans[name];
+        assert_eq!(s.parent_span_id, parent, "{name}");
+        assert_eq!(s.start_time, time(T0 + ms(start)), "{name} start");
+        assert_eq!(s.end_time, time(T0 + ms(start) + ms(dur)), "{name} end");
+        assert_eq!(
+            attr(s, "stagetrace.synthesized"),
+            Some(&Value::Bool(true)),
+            "{name}"
+        );
+        assert_eq!(
+            attr(s, "stagetrace.hop").cloned(),
+            hop.map(Value::I64),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        attr(&spans["uplink gateway → server"], "stagetrace.hop.up_ms"),
+        Some(&Value::F64(0.5))
+    );
+    assert_eq!(
+        attr(&spans["uplink client → executor"], "stagetrace.exec_tx_ms"),
+        Some(&Value::F64(1.0))
+    );
+    assert_eq!(spans.len(), 12);
+}
+
+#[test]
+fn a_gateways_record_is_its_relay_span_under_the_callers_transport_and_its_forward_span() {
+    let recv = T0 + ms(4.0);
+    let gateway = ServerRecord {
+        trace_parent: TraceParent::new(TRACE, TRANSPORT_ID, true),
+        kind: "infer".into(),
+        timing: ServerTiming {
+            recv_unix_ns: Some(recv),
+            total_ns: Some(ms(10.0)),
+            infer_ns: Some(ms(10.0)),
+            ..ServerTiming::default()
+        },
+        role: stagetrace::ServiceRole::Relay,
+        forward: Some(stagetrace::Forwarded {
+            span_id: Some(FORWARD_ID),
+            forward_ns: ms(0.5),
+            reply_ns: ms(9.5),
+        }),
+        ..ServerRecord::default()
+    };
+    let spans = export(OtlpExporter::builder(), |e| {
+        let hook = e.server_hook();
+        hook(&gateway);
+    });
+    let mut names: Vec<&str> = spans.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["forward", "relay"]);
+    let (relay, forward) = (&spans["relay"], &spans["forward"]);
+    assert_eq!(relay.span_context.trace_id(), TraceId::from_bytes(TRACE));
+    assert_eq!(relay.parent_span_id, SpanId::from_bytes(TRANSPORT_ID));
+    assert!(relay.parent_span_is_remote);
+    assert_eq!(relay.span_kind, SpanKind::Server);
+    assert_eq!(
+        (relay.start_time, relay.end_time),
+        (time(recv), time(recv + ms(10.0)))
+    );
+    assert_eq!(
+        forward.span_context.span_id(),
+        SpanId::from_bytes(FORWARD_ID),
+        "the forward span has the id the gateway sent downstream"
+    );
+    assert_eq!(forward.parent_span_id, relay.span_context.span_id());
+    assert!(!forward.parent_span_is_remote);
+    assert_eq!(forward.span_kind, SpanKind::Client);
+    assert_eq!(
+        (forward.start_time, forward.end_time),
+        (time(recv + ms(0.5)), time(recv + ms(9.5)))
+    );
+    // Its own time: 0.5 ms in, 0.5 ms out.
+    assert_eq!(attr(relay, "stagetrace.relay_ms"), Some(&Value::F64(1.0)));
+    assert_eq!(attr(relay, "stagetrace.role"), Some(&Value::from("relay")));
+}
+
+#[test]
+fn an_executors_record_is_its_wait_under_the_robots_dispatch_span() {
+    let recv = T0 + ms(16.0);
+    let executor = ServerRecord {
+        trace_parent: TraceParent::new(TRACE, DISPATCH_ID, true),
+        kind: "call".into(),
+        timing: ServerTiming {
+            recv_unix_ns: Some(recv),
+            total_ns: Some(ms(1.6)),
+            queue_ns: Some(ms(1.5)),
+            infer_ns: Some(ms(0.1)),
+            ..ServerTiming::default()
+        },
+        role: stagetrace::ServiceRole::Executor,
+        ..ServerRecord::default()
+    };
+    let spans = export(OtlpExporter::builder(), |e| {
+        assert!(e.export_server(&executor))
+    });
+    let names: Vec<&str> = spans.keys().map(String::as_str).collect();
+    assert_eq!(names, ["exec_wait"]);
+    let wait = &spans["exec_wait"];
+    assert_eq!(wait.span_context.trace_id(), TraceId::from_bytes(TRACE));
+    assert_eq!(wait.parent_span_id, SpanId::from_bytes(DISPATCH_ID));
+    assert!(wait.parent_span_is_remote);
+    assert_eq!(
+        (wait.start_time, wait.end_time),
+        (time(recv), time(recv + ms(1.5)))
+    );
+    assert_eq!(
+        attr(wait, "stagetrace.exec_wait_ms"),
+        Some(&Value::F64(1.5))
+    );
+    assert_eq!(
+        attr(wait, "stagetrace.role"),
+        Some(&Value::from("executor"))
     );
 }

@@ -96,7 +96,9 @@ pub use wire::TraceParent;
 
 pub use clock::ClockMode;
 pub use context::{SharedIds, TraceContextHook};
-pub use record::{CacheOutcome, CallRecord, ClockBasis, Figures, ServerRecord};
+pub use record::{
+    CacheOutcome, CallRecord, ClockBasis, Figures, Forwarded, ServerRecord, ServiceRole,
+};
 pub use stage::Stage;
 pub use stagetrace_schema::{self as schema, Figure};
 pub use wire::ServerTiming;

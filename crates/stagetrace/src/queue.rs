@@ -61,6 +61,9 @@ pub(crate) struct CallState {
     pub(crate) transport: Option<TransportAcc>,
     /// A remote executor's acknowledgement of the call's action chunk.
     pub(crate) executor: Option<ExecAcc>,
+    /// Id of the call's first `dispatch` span (0: none): the parent id sent
+    /// to a remote executor.
+    pub(crate) dispatch_span_id: u64,
     pub(crate) failed: Option<&'static str>,
     pub(crate) digest: Option<u64>,
     /// Action chunks dropped as stale in this call (0: none).

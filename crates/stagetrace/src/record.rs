@@ -80,6 +80,17 @@ pub struct SpanTime {
     pub dur_ns: u64,
 }
 
+/// One link of a relayed call on the call's timeline: its request's way
+/// (the node before sends → this link's node has the whole request) and its
+/// reply's way back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HopTime {
+    /// The request on this link (the record's `hops[i].up_ms`).
+    pub up: Option<SpanTime>,
+    /// The reply on this link (`hops[i].down_ms`).
+    pub down: Option<SpanTime>,
+}
+
 /// Positions of every stage on the call's timeline (client monotonic clock).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timeline {
@@ -110,6 +121,15 @@ pub struct Timeline {
     pub transport_span_id: Option<[u8; 8]>,
     /// Id of the `call` span, when the layer assigned one (exporters make one up otherwise).
     pub call_span_id: Option<[u8; 8]>,
+    /// Id of the (first) `dispatch` span: the parent id sent to a remote
+    /// executor. Exporters give the exported `dispatch` span this id, so the
+    /// executor's spans join under it.
+    pub dispatch_span_id: Option<[u8; 8]>,
+    /// Through relays: where each link's request and reply were on the
+    /// wire, index `i` as the record's `hops[i]` (link `i` ends at relay
+    /// `i`, the last one at the policy server), each placed with that
+    /// link's own clock offset. Empty (all `None`) for a direct call.
+    pub hops: [HopTime; crate::hop_record::MAX_HOP_LINKS],
     /// The call's trace id and the `call` / `transport` span ids were taken
     /// from another tracing layer (e.g. `tracing-opentelemetry`, see
     /// [`crate::context`]), which exports the call and its stage spans itself:
@@ -375,9 +395,12 @@ impl<'de> Visitor<'de> for RecordVisitor {
     }
 }
 
-/// One request as a policy server saw it: what a server-side exporter needs
-/// to place the server's own spans (`queue`, `infer`) under the client's
-/// transport span in the same trace.
+/// One request as a service on the call's path saw it — a policy server, a
+/// relay (gateway) or a remote executor: what that service's exporter needs
+/// to place its own spans in the caller's trace (the policy server's
+/// `queue` / `infer` under the client's transport span, a relay's span under
+/// its caller's and its forward span above the downstream's, an executor's
+/// wait under the robot's `dispatch` span).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerRecord {
     /// The context the request carried (`None` when it carried none or a rejected one).
@@ -385,9 +408,44 @@ pub struct ServerRecord {
     /// Request kind, `"call"` when the request names none.
     pub kind: String,
     /// The server's timing for this request (`recv_unix_ns` anchors it in wall time).
+    /// A relay's `infer_ns` is its whole handler (the forward included); an
+    /// executor's `queue_ns` is its wait until the chunk started.
     pub timing: crate::wire::ServerTiming,
     /// `Some(reason)` when the request failed on the server.
     pub error: Option<String>,
+    /// What kind of service answered (default: a policy server).
+    pub role: ServiceRole,
+    /// A relay's call to its downstream for this request, when it made one.
+    pub forward: Option<Forwarded>,
+}
+
+/// Which service on a call's path made a [`ServerRecord`]: its exporter
+/// names and places the spans by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServiceRole {
+    /// A policy server: `queue` and `infer`.
+    #[default]
+    PolicyServer,
+    /// A relay (gateway) between the client and the policy server.
+    Relay,
+    /// A remote executor acknowledging action chunks: `exec_wait`.
+    Executor,
+}
+
+/// A relay's downstream call for one request: when it forwarded and had the
+/// reply (its monotonic clock, after the request was received) and the
+/// parent id it sent downstream in `traceparent`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Forwarded {
+    /// The parent id sent downstream (the relay's transport span's id):
+    /// the downstream's spans hang under it. `None` when the relay sent no
+    /// `traceparent` (no stage layer installed in its process).
+    pub span_id: Option<[u8; 8]>,
+    /// Received → the request handed to the downstream client.
+    pub forward_ns: u64,
+    /// Received → the downstream's whole reply in.
+    pub reply_ns: u64,
 }
 
 #[cfg(test)]

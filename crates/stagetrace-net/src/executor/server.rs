@@ -28,7 +28,9 @@ impl ExecutorServer {
         ExecutorServerBuilder {
             // Every connection's chunk goes straight to the controller's
             // queue: the order of execution is the controller's, not a permit's.
-            inner: PolicyServer::builder().max_concurrency(1024),
+            inner: PolicyServer::builder()
+                .max_concurrency(1024)
+                .role(stagetrace::ServiceRole::Executor),
             queue: DEFAULT_QUEUE,
         }
     }

@@ -14,7 +14,7 @@ use rmpv::Value;
 use stagetrace::wire::{
     TimingMap, TraceContext, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE,
 };
-use stagetrace::ServerRecord;
+use stagetrace::{ServerRecord, ServiceRole};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -87,6 +87,7 @@ impl PolicyServer {
             max_concurrency: 1,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             report_timing: true,
+            role: ServiceRole::PolicyServer,
         }
     }
 }
@@ -99,6 +100,7 @@ pub struct PolicyServerBuilder {
     max_concurrency: usize,
     max_message_bytes: usize,
     report_timing: bool,
+    role: ServiceRole,
 }
 
 impl fmt::Debug for PolicyServerBuilder {
@@ -110,11 +112,19 @@ impl fmt::Debug for PolicyServerBuilder {
             .field("max_concurrency", &self.max_concurrency)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("report_timing", &self.report_timing)
+            .field("role", &self.role)
             .finish()
     }
 }
 
 impl PolicyServerBuilder {
+    /// What the records handed to the hook say this service is (a relay
+    /// or an executor built on this server).
+    pub(crate) fn role(mut self, role: ServiceRole) -> Self {
+        self.role = role;
+        self
+    }
+
     /// The map sent to each client on connect (openpi's policy metadata).
     pub fn metadata(mut self, metadata: MsgMap) -> Self {
         self.metadata = metadata;
@@ -201,6 +211,7 @@ impl PolicyServerBuilder {
             handler: Box::new(handler),
             counters: Arc::new(ServerCounters::default()),
             report_timing: self.report_timing,
+            role: self.role,
         })
     }
 }
@@ -252,6 +263,8 @@ struct Shared {
     counters: Arc<ServerCounters>,
     /// [`PolicyServerBuilder::report_timing`].
     report_timing: bool,
+    /// What this service's records say it is.
+    role: ServiceRole,
 }
 
 impl Shared {
@@ -403,7 +416,9 @@ impl Shared {
             if error.is_some() {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
             }
-            self.emit(server_record(trace_parent, kind.as_deref(), timing, error));
+            let mut record = server_record(trace_parent, kind.as_deref(), timing, error);
+            record.forward = stamps.forwarded();
+            self.emit(record);
             if sent.is_err() {
                 break;
             }
@@ -451,10 +466,13 @@ impl Shared {
             },
         };
         let _ = ws.close(Some(close)).await;
-        self.emit(server_record(trace_parent, kind, timing, Some(error)));
+        let mut record = server_record(trace_parent, kind, timing, Some(error));
+        record.forward = stamps.forwarded();
+        self.emit(record);
     }
 
-    fn emit(&self, record: ServerRecord) {
+    fn emit(&self, mut record: ServerRecord) {
+        record.role = self.role;
         if let Some(hook) = &self.hook {
             hook(&record);
         }

@@ -176,6 +176,31 @@ impl OtlpExporter {
         self.offer(Item::Server(Box::new(record.clone())))
     }
 
+    /// A per-request hook that exports each record with
+    /// [`export_server`](Self::export_server): hand it to the `on_request`
+    /// of any `stagetrace-net` service — a policy server
+    /// (`PolicyServerBuilder`), a gateway (`RelayBuilder`, whose records
+    /// become its `relay` / `forward` spans) or a remote executor
+    /// (`ExecutorServerBuilder`, its `exec_wait` span). Build this exporter
+    /// with that service's own `service_name`. Never blocks; drops are
+    /// counted.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let otlp = stagetrace_otlp::OtlpExporter::builder().service_name("gateway").build()?;
+    /// let gateway = stagetrace_net::Relay::builder()
+    ///     .on_request(otlp.server_hook())
+    ///     .spawn("0.0.0.0:8001", "ws://policy-server:8000")
+    ///     .await?;
+    /// # drop(gateway); Ok(()) }
+    /// ```
+    pub fn server_hook(&self) -> impl Fn(&ServerRecord) + Send + Sync + 'static {
+        let exporter = self.clone();
+        move |record| {
+            exporter.export_server(record);
+        }
+    }
+
     fn drop_one(&self) -> bool {
         self.inner.stats.dropped();
         false

@@ -19,6 +19,12 @@ pub(crate) mod key {
     pub(crate) const PRE_MS: &str = "stagetrace.pre_ms";
     /// Post-processing part of the server's `infer`.
     pub(crate) const POST_MS: &str = "stagetrace.post_ms";
+    /// On a link's network span: the link's index in the record's `hops`;
+    /// `stagetrace.hop.<key>` its figures there (`up_ms`, `offset_ms`, …).
+    pub(crate) const HOP: &str = "stagetrace.hop";
+    /// On a service's own spans: which service on the path made them
+    /// (`policy_server`, `relay`, `executor`).
+    pub(crate) const ROLE: &str = "stagetrace.role";
 }
 
 /// `stagetrace.<record field name>` (`stagetrace.infer_ms`) = `ns` in the

@@ -49,6 +49,9 @@ impl<G: IdGenerator> SpanMaker<G> {
                 self.black_box_spans(rec, trace_id, transport_id, &at, out);
                 self.queue_infer_spans(rec, trace_id, None, transport_id, &at, out);
             }
+            if let Some(dispatch_id) = valid_span_id(tl.dispatch_span_id) {
+                self.executor_link_spans(rec, trace_id, dispatch_id, &at, out);
+            }
             return out.len() - before;
         }
 
@@ -125,14 +128,21 @@ impl<G: IdGenerator> SpanMaker<G> {
             let f = Figure::Dispatch;
             // A remote executor's split of it, where the record has one.
             let attrs = stage_attributes(rec, f.name(), &[f, Figure::ExecTx, Figure::ExecWait]);
-            out.push(self.child(
+            // The id sent to a remote executor, so its spans join here.
+            let dispatch_id =
+                valid_span_id(tl.dispatch_span_id).unwrap_or_else(|| self.ids.new_span_id());
+            out.push(self.span(
                 trace_id,
+                dispatch_id,
                 call_id,
+                false,
                 f.name(),
                 SpanKind::Internal,
                 at(t),
                 attrs,
+                Status::Unset,
             ));
+            self.executor_link_spans(rec, trace_id, dispatch_id, &at, out);
         }
         out.len() - before
     }
@@ -208,8 +218,19 @@ impl<G: IdGenerator> SpanMaker<G> {
                 at(time),
                 attrs,
             ));
+            // Through relays: each link of the path under it.
+            let path = out.last().map(|s| s.span_context.span_id());
+            self.hop_spans(rec, trace_id, path.unwrap_or(transport_id), figure, at, out);
+        }
+        if rec.timeline.uplink.is_none() && rec.timeline.downlink.is_none() {
+            // Links the clocks split though the whole path's split is
+            // missing: under the transport.
+            for figure in [Figure::Uplink, Figure::Downlink] {
+                self.hop_spans(rec, trace_id, transport_id, figure, at, out);
+            }
         }
     }
+
     /// A silent server's roundtrip cut at the response's first byte, as
     /// two children of the transport span `transport_id`: `ttfb (black
     /// box)`, labelled as server and network together (never `infer`), and

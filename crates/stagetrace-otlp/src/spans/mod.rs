@@ -7,23 +7,33 @@
 //! ├── capture
 //! ├── transport             id = the parent id sent in traceparent
 //! │   ├── uplink            synthesized, placed with the clock offset
+//! │   │   └── uplink client → gateway, …   through gateways: one per link (`links`)
 //! │   ├── (queue, infer)    from the server's own exporter (or synthesized on request)
 //! │   ├── downlink          synthesized
+//! │   │   └── downlink server → gateway, …
 //! │   ├── ttfb (black box)  a server that reports no timing: send → the response's first byte
 //! │   └── rx                … → the whole response
-//! └── dispatch
+//! └── dispatch              id = the parent id sent to a remote executor
+//!     ├── uplink client → executor          exec_tx (`links`)
+//!     └── ack executor → client             exec_ack
 //! ```
 //!
 //! Server side (a [`ServerRecord`]): `queue` and `infer`, children of the
-//! client's `transport` span through the request's `traceparent`.
+//! client's `transport` span through the request's `traceparent`; a
+//! gateway's record is its `relay` and `forward` spans, an executor's its
+//! `exec_wait` (`relay`).
 
 //!
-//! `call` makes the client's spans, `server` the server's, `attributes` what
-//! they carry; every span is made by [`SpanMaker`] here.
+//! `call` makes the client's spans (`links` those of its gateways' and
+//! executor's links), `server` the policy server's, `relay` a gateway's and
+//! an executor's, `attributes` what they carry; every span is made by
+//! [`SpanMaker`] here.
 
 mod attributes;
 mod call;
 pub use call::BLACK_BOX_SPAN;
+mod links;
+mod relay;
 mod server;
 
 use std::borrow::Cow;
@@ -60,7 +70,7 @@ impl<G: IdGenerator> SpanMaker<G> {
         &self,
         trace_id: TraceId,
         parent: SpanId,
-        name: &'static str,
+        name: impl Into<Cow<'static, str>>,
         kind: SpanKind,
         times: (SystemTime, SystemTime),
         attrs: Vec<KeyValue>,
@@ -85,7 +95,7 @@ impl<G: IdGenerator> SpanMaker<G> {
         span_id: SpanId,
         parent: SpanId,
         parent_is_remote: bool,
-        name: &'static str,
+        name: impl Into<Cow<'static, str>>,
         kind: SpanKind,
         (start_time, end_time): (SystemTime, SystemTime),
         attributes: Vec<KeyValue>,
@@ -102,7 +112,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             parent_span_id: parent,
             parent_span_is_remote: parent_is_remote,
             span_kind: kind,
-            name: Cow::Borrowed(name),
+            name: name.into(),
             start_time,
             end_time,
             attributes,

@@ -1,13 +1,14 @@
 //! A server request as spans: `queue` and `infer` under the client's
 //! `transport` span (through the request's `traceparent`), or under a
-//! `request` span of their own when it carried none.
+//! `request` span of their own when it carried none. A relay's or an
+//! executor's record goes to `relay.rs`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{IdGenerator, SpanData};
-use stagetrace::{Figure, ServerRecord};
+use stagetrace::{Figure, ServerRecord, ServiceRole};
 
 use super::attributes::{duration_attribute, key};
 use super::{unix, SpanMaker};
@@ -19,6 +20,11 @@ impl<G: IdGenerator> SpanMaker<G> {
     /// client's transport span in the client's trace. Without one they hang
     /// under a root `request` span of a trace of their own.
     pub(crate) fn server_spans(&self, rec: &ServerRecord, out: &mut Vec<SpanData>) -> usize {
+        match rec.role {
+            ServiceRole::Relay => return self.relay_spans(rec, out),
+            ServiceRole::Executor => return self.executor_spans(rec, out),
+            _ => {}
+        }
         let before = out.len();
         let timing = &rec.timing;
         let total_ns = timing.total_ns.unwrap_or(0);

@@ -192,6 +192,7 @@ where
                     covered_ticks: 0,
                     transport: None,
                     executor: None,
+                    dispatch_span_id: 0,
                     failed: None,
                     digest: None,
                     stale_dropped: 0,
@@ -215,10 +216,18 @@ where
                 });
             }
             Role::Stage(stage) => {
+                // Only a dispatch span sends a request of its own (to a
+                // remote executor): only it needs an id.
+                let span_id = match stage {
+                    Stage::Dispatch => shared_ids.map_or_else(ids::span_id, |s| s.span_id),
+                    _ => 0,
+                };
                 ext.replace(StageState {
                     stage,
                     start: t0,
                     observer_ticks: stamp::now().ticks_since(t0),
+                    span_id,
+                    shared: shared_ids.is_some(),
                 });
             }
         }
@@ -251,7 +260,9 @@ where
         let Some(span) = ctx.span(&id) else { return };
         let ext = span.extensions();
         // (stage, start, observer ticks, transport part)
+        let mut dispatch_id = 0;
         let (stage, start, observer_ticks, transport) = if let Some(st) = ext.get::<StageState>() {
+            dispatch_id = st.span_id;
             (st.stage, st.start, st.observer_ticks, None)
         } else if let Some(t) = ext.get::<TransportState>() {
             (Stage::Transport, t.start, t.observer_ticks, Some(*t))
@@ -272,6 +283,10 @@ where
                     let acc = &mut call.stages[stage.index()];
                     if acc.count == 0 {
                         acc.first_start_ticks = start.ticks_since(call.start);
+                    }
+                    // The first dispatch span is the one exporters draw.
+                    if call.dispatch_span_id == 0 {
+                        call.dispatch_span_id = dispatch_id;
                     }
                     acc.count = acc.count.saturating_add(1);
                     acc.sum_ticks = acc.sum_ticks.saturating_add(dur);

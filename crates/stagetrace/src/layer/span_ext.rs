@@ -14,7 +14,7 @@ use crate::wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
 use super::callsite::REMOTE_PARENT_SPAN;
 use super::scope::walk;
-use super::span_state::{RemoteState, TransportState};
+use super::span_state::{RemoteState, StageState, TransportState};
 
 /// Keeps [`StageSpanExt`] implemented for `tracing::Span` only, so methods
 /// can be added to it without breaking anyone.
@@ -264,6 +264,14 @@ fn outgoing(
             if let Some(t) = ext.get_mut::<TransportState>() {
                 if transport.is_none() && t.span_id != 0 {
                     transport = Some((t.span_id, t.shared));
+                }
+                return false;
+            }
+            // A dispatch span (to a remote executor) is the parent of what
+            // it sends, as a transport span is.
+            if let Some(st) = ext.get_mut::<StageState>() {
+                if transport.is_none() && st.span_id != 0 {
+                    transport = Some((st.span_id, st.shared));
                 }
                 return false;
             }

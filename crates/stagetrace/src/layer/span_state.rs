@@ -17,6 +17,11 @@ pub(crate) struct StageState {
     pub(crate) stage: Stage,
     pub(crate) start: Stamp,
     pub(crate) observer_ticks: u64,
+    /// A `dispatch` span's id (0 for other stages): the parent id sent to a
+    /// remote executor, so the executor's spans join under the dispatch span.
+    pub(crate) span_id: u64,
+    /// `span_id` came from another layer (see [`crate::context`]).
+    pub(crate) shared: bool,
 }
 
 /// Per-transport-span state: also the span id sent in `traceparent`, the

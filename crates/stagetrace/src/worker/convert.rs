@@ -101,6 +101,7 @@ impl Converter {
             capture: placed(Stage::Capture),
             dispatch: placed(Stage::Dispatch),
             call_span_id: Some(s.span_id.to_be_bytes()),
+            dispatch_span_id: (s.dispatch_span_id != 0).then(|| s.dispatch_span_id.to_be_bytes()),
             shared_context: s.shared_context,
             ..Timeline::default()
         };
@@ -170,6 +171,11 @@ impl Converter {
                     .filter_map(|h| h.relay_ns)
                     .reduce(i64::saturating_add);
                 rec.figures.set(Figure::Relay, relay);
+                let transport = SpanTime {
+                    start_ns: t_start,
+                    dur_ns: t_dur,
+                };
+                super::links::place(transport, &hops, t.hops.as_slice(), &mut tl.hops);
                 rec.hops = hops;
                 if st.clamped {
                     Health::bump(&self.health.clamped);

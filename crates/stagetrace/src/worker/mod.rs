@@ -6,6 +6,7 @@
 pub(crate) mod convert;
 mod dispatch;
 pub(crate) mod files;
+mod links;
 mod run_id;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -1,0 +1,115 @@
+//! A relayed call's links on the call's timeline, for exporters that draw
+//! one network span per link (`Timeline::hops`).
+//!
+//! Link 0's request leaves when the transport span starts and its reply
+//! ends when the transport span ends. Link `i` ends at relay `i`, whose
+//! receive is where that link's request ends (`up` already holds the link's
+//! own clock offset); the relay forwards `forward_ns` after it and has the
+//! reply back `reply_ns` after it (its monotonic clock): there the next
+//! link's request leaves and its reply ends.
+
+use crate::hop_record::HopFigures;
+use crate::record::{HopTime, SpanTime};
+use crate::wire::RelayTiming;
+
+/// Places the links of `figures` (the record's `hops`, with `relays` the
+/// relays' stamps, outermost first) inside `transport` into `out`; stops at
+/// the first link the clocks could not split. Every span stays inside the
+/// transport span.
+pub(super) fn place(
+    transport: SpanTime,
+    figures: &[HopFigures],
+    relays: &[RelayTiming],
+    out: &mut [HopTime],
+) {
+    let first = transport.start_ns;
+    let last = first.saturating_add(transport.dur_ns);
+    let clip = |t: u64| t.clamp(first, last);
+    let ns = |v: i64| u64::try_from(v).unwrap_or(0);
+    // Where this link's request leaves and where its reply ends.
+    let (mut send, mut back) = (first, last);
+    for (i, (h, slot)) in figures.iter().zip(out.iter_mut()).enumerate() {
+        let (Some(up), Some(down)) = (h.up_ns, h.down_ns) else {
+            return;
+        };
+        let arrive = clip(send.saturating_add(ns(up)));
+        let down_from = clip(back.saturating_sub(ns(down))).max(arrive);
+        *slot = HopTime {
+            up: Some(SpanTime {
+                start_ns: send,
+                dur_ns: arrive - send,
+            }),
+            down: Some(SpanTime {
+                start_ns: down_from,
+                dur_ns: back.saturating_sub(down_from),
+            }),
+        };
+        let Some(relay) = relays.get(i) else {
+            return;
+        };
+        send = clip(arrive.saturating_add(relay.forward_ns));
+        back = clip(arrive.saturating_add(relay.reply_ns)).clamp(send, back);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn hop(up: u64, down: u64) -> HopFigures {
+        HopFigures {
+            up_ns: Some((up * MS) as i64),
+            down_ns: Some((down * MS) as i64),
+            ..HopFigures::default()
+        }
+    }
+
+    fn at(start: u64, dur: u64) -> Option<SpanTime> {
+        Some(SpanTime {
+            start_ns: start * MS,
+            dur_ns: dur * MS,
+        })
+    }
+
+    #[test]
+    fn each_link_sits_where_its_sender_sent_and_its_receiver_received() {
+        // Transport 10 → 40 ms. Client → relay 3 ms, relay forwards 1 ms
+        // after, relay → server 5 ms, server 10 ms, back 2 ms, relay
+        // answers 2 ms after the reply, back to the client 7 ms.
+        let transport = SpanTime {
+            start_ns: 10 * MS,
+            dur_ns: 30 * MS,
+        };
+        let relay = RelayTiming {
+            recv_unix_ns: 0,
+            total_ns: 20 * MS,
+            transfer_ns: None,
+            forward_ns: MS,
+            reply_ns: 18 * MS,
+        };
+        let mut out = [HopTime::default(); 3];
+        place(transport, &[hop(3, 7), hop(5, 2)], &[relay], &mut out);
+        assert_eq!(out[0].up, at(10, 3));
+        assert_eq!(out[0].down, at(33, 7));
+        assert_eq!(out[1].up, at(14, 5));
+        assert_eq!(out[1].down, at(29, 2));
+        assert_eq!(out[2], HopTime::default());
+    }
+
+    #[test]
+    fn a_link_without_a_split_ends_the_placement() {
+        let transport = SpanTime {
+            start_ns: 0,
+            dur_ns: 30 * MS,
+        };
+        let mut out = [HopTime::default(); 2];
+        let unsplit = HopFigures {
+            net_ns: Some(4 * MS as i64),
+            ..HopFigures::default()
+        };
+        place(transport, &[unsplit, hop(1, 1)], &[], &mut out);
+        assert_eq!(out, [HopTime::default(); 2]);
+    }
+}
