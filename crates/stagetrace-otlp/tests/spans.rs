@@ -800,3 +800,32 @@ fn an_executors_record_is_its_wait_under_the_robots_dispatch_span() {
         Some(&Value::from("executor"))
     );
 }
+
+#[test]
+fn a_gateway_that_failed_before_forwarding_is_one_relay_span_with_the_error() {
+    let gateway = ServerRecord {
+        trace_parent: TraceParent::new(TRACE, TRANSPORT_ID, true),
+        kind: "infer".into(),
+        timing: ServerTiming {
+            recv_unix_ns: Some(T0),
+            total_ns: Some(ms(2.0)),
+            ..ServerTiming::default()
+        },
+        error: Some("relay: policy server refused the connection".into()),
+        role: stagetrace::ServiceRole::Relay,
+        forward: None,
+    };
+    let spans = export(OtlpExporter::builder(), |e| {
+        assert!(e.export_server(&gateway))
+    });
+    let names: Vec<&str> = spans.keys().map(String::as_str).collect();
+    assert_eq!(names, ["relay"]);
+    let relay = &spans["relay"];
+    assert_eq!(relay.parent_span_id, SpanId::from_bytes(TRANSPORT_ID));
+    assert_eq!(
+        relay.status,
+        Status::error("relay: policy server refused the connection")
+    );
+    // Never forwarded: all of it was its own time.
+    assert_eq!(attr(relay, "stagetrace.relay_ms"), Some(&Value::F64(2.0)));
+}

@@ -48,7 +48,11 @@ pub(super) fn place(
             return;
         };
         send = clip(arrive.saturating_add(relay.forward_ns));
-        back = clip(arrive.saturating_add(relay.reply_ns)).clamp(send, back);
+        // Not `clamp`: stamps that contradict each other (clamped splits)
+        // must not panic; the next link then gets no length.
+        back = clip(arrive.saturating_add(relay.reply_ns))
+            .min(back)
+            .max(send);
     }
 }
 
@@ -96,6 +100,37 @@ mod tests {
         assert_eq!(out[1].up, at(14, 5));
         assert_eq!(out[1].down, at(29, 2));
         assert_eq!(out[2], HopTime::default());
+    }
+
+    #[test]
+    fn contradicting_stamps_stay_inside_the_transport_and_never_panic() {
+        // Relay 1 has the reply 2 ms after it received the request, but
+        // its link's request alone took 5 ms: the second relay then
+        // forwards after the first one had the reply.
+        let transport = SpanTime {
+            start_ns: 0,
+            dur_ns: 10 * MS,
+        };
+        let relay = |forward_ns, reply_ns| RelayTiming {
+            recv_unix_ns: 0,
+            total_ns: 3 * MS,
+            transfer_ns: None,
+            forward_ns,
+            reply_ns,
+        };
+        let mut out = [HopTime::default(); 3];
+        let links = [hop(1, 1), hop(5, 1), hop(1, 1)];
+        place(
+            transport,
+            &links,
+            &[relay(0, 2 * MS), relay(MS, MS)],
+            &mut out,
+        );
+        for t in out.iter().flat_map(|h| [h.up, h.down]).flatten() {
+            assert!(t.start_ns + t.dur_ns <= 10 * MS, "{out:?}");
+        }
+        assert_eq!(out[0].up, at(0, 1));
+        assert_eq!(out[2].up, at(7, 1));
     }
 
     #[test]
