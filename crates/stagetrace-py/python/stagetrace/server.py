@@ -30,8 +30,8 @@ Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
         t = session.received()                  # stamp first, before unpacking
         obs = msgpack_numpy.unpackb(raw)
         t.read_trace(obs)                       # takes traceparent out of obs
-        with t.stage("infer"):
-            action = policy.infer(obs)
+        with t.stage("infer"), continuing(t.trace, t.tracestate):
+            action = policy.infer(obs)          # its traced calls continue the trace
         t.stamp(action)                         # action["server_timing"] = {...}
         await websocket.send(packer.pack(action))
         t.sent()                                # feeds the next prev_total_ms
@@ -43,7 +43,14 @@ when it missed. A policy served by :class:`PolicyServer` may instead return
 ``batch_size`` / ``cache`` in its own ``server_timing`` map; a bad value there
 is dropped and counted (``stats()["rejected_timing"]``), never sent.
 
+(``continuing`` is ``stagetrace.trace.continuing``: inside it a
+``TracedClientPolicy`` call, or ``stagetrace.trace.outgoing()`` for a call of
+your own, continues the caller's trace; :class:`PolicyServer` does it for
+you.)
+
 Or, starting fresh, ``asyncio.run(st.serve(policy, "0.0.0.0", 8000, metadata))``.
+A gateway in front of a policy server is :mod:`stagetrace.relay`; an
+actuator controller acknowledging action chunks is :mod:`stagetrace.executor`.
 
 Time sources: ``time.perf_counter_ns()`` for every duration (never a
 difference of wall times); ``recv_unix_ns`` is the receive reading of that
@@ -69,6 +76,8 @@ from typing import Any
 
 import msgpack
 import numpy as np
+
+from .trace import continuing
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
@@ -857,7 +866,9 @@ class PolicyServer:
                 return
             timer.read_trace(obs)
             try:
-                with timer.stage("infer"):
+                # A traced call the policy makes continues the caller's trace
+                # (to_thread copies the context, so in_thread does too).
+                with continuing(timer.trace, timer.tracestate), timer.stage("infer"):
                     if self._in_thread:
                         action = await asyncio.to_thread(self._policy.infer, obs)
                     else:
