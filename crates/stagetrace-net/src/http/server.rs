@@ -1,0 +1,340 @@
+//! The server side: [`TimingLayer`], a tower layer that stamps every
+//! request's timing and answers with the timing headers (a relay's with its
+//! downstream's chain nested: `docs/protocol.md`, "Relays").
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use stagetrace::wire::{TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT, TRACESTATE};
+use stagetrace::{ServerRecord, ServerTiming};
+use tokio::sync::Semaphore;
+use tracing::Instrument;
+
+use super::{DEFAULT_MAX_BODY_BYTES, KIND_HEADER};
+use crate::server::{
+    handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
+    ServerCounters, ServerStats,
+};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A tower [`Layer`](tower::Layer) for axum (or any tower HTTP) servers that
+/// stamps server timing on every request.
+///
+/// Per request it buffers the body (receive time = whole body arrived),
+/// takes the trace context from the `traceparent` and `tracestate` headers
+/// (W3C Trace Context Level 2: a malformed or repeated `traceparent` is
+/// ignored and counted, `tracestate` lines are combined; see
+/// [`TraceContext::extract`](stagetrace::wire::TraceContext::extract)), runs the inner service under that remote
+/// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`] or
+/// [`PolicyClient`](crate::PolicyClient) call made by the handler continues
+/// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace::wire::TraceContext) and an
+/// [`InferTimer`](crate::InferTimer) into the request extensions (a handler
+/// may mark its pre / infer / post split), and adds
+/// `stagetrace-timing` and `Server-Timing` to the response. The inner service's
+/// time is `infer` unless the handler marks otherwise; waiting for a
+/// concurrency slot ([`TimingLayer::max_concurrency`]) is `queue`.
+#[derive(Clone)]
+pub struct TimingLayer {
+    shared: Arc<LayerShared>,
+}
+
+struct LayerShared {
+    clock: ServerClock,
+    hook: Option<RequestHook>,
+    max_body_bytes: usize,
+    permits: Option<Semaphore>,
+    counters: ServerCounters,
+    report_timing: bool,
+}
+
+impl fmt::Debug for TimingLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimingLayer")
+            .field("clock", &self.shared.clock)
+            .field("hook", &self.shared.hook.is_some())
+            .field("max_body_bytes", &self.shared.max_body_bytes)
+            .field(
+                "max_concurrency",
+                &self
+                    .shared
+                    .permits
+                    .as_ref()
+                    .map(Semaphore::available_permits),
+            )
+            .finish()
+    }
+}
+
+impl Default for TimingLayer {
+    fn default() -> Self {
+        TimingLayer::new()
+    }
+}
+
+impl TimingLayer {
+    /// A layer with the host clock, no hook, no concurrency limit.
+    pub fn new() -> Self {
+        TimingLayer {
+            shared: Arc::new(LayerShared {
+                clock: ServerClock::system(),
+                hook: None,
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                permits: None,
+                counters: ServerCounters::default(),
+                report_timing: true,
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut LayerShared)) -> Self {
+        // Settings are made before the layer is cloned into a router; a
+        // clone made earlier keeps its own settings.
+        match Arc::get_mut(&mut self.shared) {
+            Some(shared) => f(shared),
+            None => {
+                let mut shared = LayerShared {
+                    clock: self.shared.clock.clone(),
+                    hook: self.shared.hook.clone(),
+                    max_body_bytes: self.shared.max_body_bytes,
+                    permits: self
+                        .shared
+                        .permits
+                        .as_ref()
+                        .map(|p| Semaphore::new(p.available_permits())),
+                    counters: ServerCounters::default(),
+                    report_timing: self.shared.report_timing,
+                };
+                f(&mut shared);
+                self.shared = Arc::new(shared);
+            }
+        }
+        self
+    }
+
+    /// Called once per request with what the server saw (see [`RequestHook`]).
+    pub fn on_request(self, hook: impl Fn(&ServerRecord) + Send + Sync + 'static) -> Self {
+        self.edit(|s| s.hook = Some(Arc::new(hook)))
+    }
+
+    /// The clock that stamps `recv_unix_ns` (default: the host clock).
+    pub fn clock(self, clock: ServerClock) -> Self {
+        self.edit(|s| s.clock = clock)
+    }
+
+    /// Largest request body buffered; larger requests get `413`.
+    pub fn max_body_bytes(self, n: usize) -> Self {
+        self.edit(|s| s.max_body_bytes = n)
+    }
+
+    /// Run at most `n` requests at once; waiting for a slot is `queue`.
+    pub fn max_concurrency(self, n: usize) -> Self {
+        self.edit(|s| s.permits = Some(Semaphore::new(n.clamp(1, Semaphore::MAX_PERMITS))))
+    }
+
+    /// Whether responses carry the timing headers (default `true`). `false`
+    /// answers as an unmodified server does — the request is still stamped
+    /// and reported to the hook — so a client shows what it can tell
+    /// without them: the black box cut at the first byte (`ttfb`, `rx`).
+    pub fn report_timing(self, on: bool) -> Self {
+        self.edit(|s| s.report_timing = on)
+    }
+
+    /// Requests, failures and rejected headers so far.
+    pub fn stats(&self) -> ServerStats {
+        self.shared.counters.snapshot()
+    }
+}
+
+impl<S> tower::Layer<S> for TimingLayer {
+    type Service = TimingService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        TimingService {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// The service [`TimingLayer`] wraps around an inner HTTP service.
+#[derive(Clone)]
+pub struct TimingService<S> {
+    inner: S,
+    shared: Arc<LayerShared>,
+}
+
+impl<S> fmt::Debug for TimingService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TimingService").finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqB, ResB> tower::Service<Request<ReqB>> for TimingService<S>
+where
+    S: tower::Service<Request<axum::body::Body>, Response = Response<ResB>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    ReqB: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<axum::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // The clone is ready only after poll_ready; keep the ready one.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move { Ok(shared.handle(inner, req).await) })
+    }
+}
+
+impl LayerShared {
+    async fn handle<S, ReqB, ResB>(
+        &self,
+        mut inner: S,
+        req: Request<ReqB>,
+    ) -> Response<axum::body::Body>
+    where
+        S: tower::Service<Request<axum::body::Body>, Response = Response<ResB>, Error = Infallible>,
+        ReqB: http_body::Body<Data = Bytes>,
+        ReqB::Error: Into<BoxError>,
+        ResB: http_body::Body<Data = Bytes> + Send + 'static,
+        ResB::Error: Into<BoxError>,
+    {
+        // The service is called once the request's head has arrived: the
+        // request's first byte, as near as a tower layer sees it.
+        let head = Instant::now();
+        let (mut parts, body) = req.into_parts();
+        let collected = Limited::new(body, self.max_body_bytes).collect().await;
+        // The whole request has arrived (or failed to): the receive time.
+        let mut stamps = RequestStamps::received(&self.clock).first_byte(Some(head));
+        let context = {
+            let h = &parts.headers;
+            let parents: Vec<&[u8]> = h
+                .get_all(TRACEPARENT)
+                .iter()
+                .map(|v| v.as_bytes())
+                .collect();
+            let states: Vec<&[u8]> = h.get_all(TRACESTATE).iter().map(|v| v.as_bytes()).collect();
+            take_context(&self.counters, &parents, &states)
+        };
+        let trace_parent = context.as_ref().map(|c| c.parent);
+        let kind = parts
+            .headers
+            .get(KIND_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = match collected {
+            Ok(c) => c.to_bytes(),
+            Err(e) => {
+                let too_large = e
+                    .downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some();
+                let (status, msg) = if too_large {
+                    (
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!(
+                            "request body larger than {} bytes; raise TimingLayer::max_body_bytes",
+                            self.max_body_bytes
+                        ),
+                    )
+                } else {
+                    (
+                        StatusCode::BAD_REQUEST,
+                        format!("request body could not be read: {e}"),
+                    )
+                };
+                return self.finish_error(&stamps, trace_parent, kind.as_deref(), status, msg);
+            }
+        };
+        if let Some(c) = &context {
+            parts.extensions.insert(c.parent);
+            parts.extensions.insert(c.clone());
+        }
+        let timer = stamps.timer();
+        parts.extensions.insert(timer.clone());
+        let req = Request::from_parts(parts, axum::body::Body::from(body));
+
+        let permit = match &self.permits {
+            Some(p) => p.acquire().await.ok(),
+            None => None,
+        };
+        let span = handler_span(context);
+        let start = Instant::now();
+        let Ok(resp) = span.in_scope(|| inner.call(req)).instrument(span).await;
+        let end = Instant::now();
+        drop(permit);
+        stamps.handled(start, end, timer);
+
+        let (mut parts, body) = resp.into_parts();
+        let timing = stamps.timing_now();
+        if self.report_timing {
+            insert_timing_headers(&mut parts.headers, &timing);
+        }
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let error = if parts.status.is_server_error() {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+            Some(format!("handler answered {}", parts.status))
+        } else {
+            None
+        };
+        self.emit(server_record(trace_parent, kind.as_deref(), timing, error));
+        Response::from_parts(parts, axum::body::Body::new(body))
+    }
+
+    fn finish_error(
+        &self,
+        stamps: &RequestStamps,
+        trace_parent: Option<TraceParent>,
+        kind: Option<&str>,
+        status: StatusCode,
+        msg: String,
+    ) -> Response<axum::body::Body> {
+        let timing = stamps.timing_now();
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        let mut resp = Response::new(axum::body::Body::from(msg.clone()));
+        *resp.status_mut() = status;
+        if self.report_timing {
+            insert_timing_headers(resp.headers_mut(), &timing);
+        }
+        self.emit(server_record(trace_parent, kind, timing, Some(msg)));
+        resp
+    }
+
+    fn emit(&self, record: ServerRecord) {
+        if let Some(hook) = &self.hook {
+            hook(&record);
+        }
+    }
+}
+
+fn insert_timing_headers(headers: &mut HeaderMap, timing: &ServerTiming) {
+    if let Ok(v) = HeaderValue::from_str(&timing.to_timing_header()) {
+        headers.insert(HeaderName::from_static(TIMING_HEADER), v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&timing.to_server_timing_header()) {
+        headers.append(HeaderName::from_static(SERVER_TIMING_HEADER), v);
+    }
+}
