@@ -24,8 +24,7 @@ use stagetrace_net::executor::BlockingExecutorClient;
 use stagetrace_net::{MsgMap, NdArray};
 use tracing_subscriber::prelude::*;
 
-const USAGE: &str =
-    "usage: executor_client WS_URL [--calls N] [--out DIR] [--period-ms MS]";
+const USAGE: &str = "usage: executor_client WS_URL [--calls N] [--out DIR] [--period-ms MS]";
 
 struct Args {
     url: String,
@@ -83,7 +82,8 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
             .with("seq", seq)
             .with("actions", NdArray::from_f32(&[0.25; 14], &[2, 7]));
         let call = tracing::info_span!("call", seq = seq);
-        let ack = call.in_scope(|| tracing::info_span!("dispatch").in_scope(|| executor.dispatch(&chunk)));
+        let ack = call
+            .in_scope(|| tracing::info_span!("dispatch").in_scope(|| executor.dispatch(&chunk)));
         match ack {
             Ok(a) if a.started => started += 1,
             Ok(_) => dropped += 1,

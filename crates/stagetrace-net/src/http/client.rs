@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
-use stagetrace::wire::{SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT, TRACESTATE};
-use stagetrace::ServerTiming;
+use stagetrace::wire::{
+    Hops, TimingChain, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER, TRACEPARENT,
+    TRACESTATE,
+};
+use stagetrace::{ServerTiming, StageSpanExt};
 use tracing::{Instrument, Span};
 
 use crate::transport;
@@ -65,8 +68,12 @@ pub struct HttpReply {
     pub body: Bytes,
     /// The server's timing, from `stagetrace-timing` or, degraded, from a
     /// standard `Server-Timing` header; `None` when absent or malformed
-    /// (malformed ones are counted as rejected headers).
+    /// (malformed ones are counted as rejected headers). Through relays
+    /// (a `stagetrace-timing-chain` header), the policy server's.
     pub server_timing: Option<ServerTiming>,
+    /// The relays the response came through, outermost first, from the
+    /// `stagetrace-timing-chain` header (empty without relays).
+    pub hops: Hops,
 }
 
 /// A reqwest client whose calls are traced: each runs in a `transport`
@@ -169,9 +176,17 @@ impl TracedHttpClient {
                     return Err(HttpCallError::Timeout(self.timeout));
                 }
             };
-        let server_timing = read_timing_headers(&headers);
+        // Through relays the chain holds the policy server's timing and
+        // every relay's stamps; else the server's own headers.
+        let (server_timing, hops) = match read_timing_chain(&headers) {
+            Some(chain) => (Some(chain.map.timing).filter(|t| !t.is_empty()), chain.hops),
+            None => (read_timing_headers(&headers), Hops::new()),
+        };
         if let Some(t) = server_timing {
             transport::attach(&span, t);
+        }
+        if !hops.is_empty() {
+            span.record_hops(hops);
         }
         if !status.is_success() {
             transport::fail(&span, "http error status");
@@ -182,7 +197,22 @@ impl TracedHttpClient {
             headers,
             body,
             server_timing,
+            hops,
         })
+    }
+}
+
+/// The timing chain a relay's response carries (`stagetrace-timing-chain`,
+/// `docs/protocol.md`, "Relays"): `None` when absent, or malformed (then
+/// counted as a rejected header, and the plain timing headers are read).
+pub fn read_timing_chain(headers: &HeaderMap) -> Option<TimingChain> {
+    let v = headers.get(TIMING_CHAIN_HEADER)?;
+    match TimingChain::from_header_bytes(v.as_bytes()) {
+        Ok(chain) => Some(chain),
+        Err(_) => {
+            transport::reject();
+            None
+        }
     }
 }
 

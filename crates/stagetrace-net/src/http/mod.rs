@@ -1,4 +1,5 @@
-//! HTTP: a tower layer for axum servers and a reqwest client wrapper.
+//! HTTP: a tower layer for axum servers, a reqwest client wrapper and a
+//! relay made of both.
 //!
 //! The server side, [`TimingLayer`], buffers the request body so the receive
 //! time is stamped when the *whole* request has arrived, takes the remote
@@ -33,13 +34,22 @@
 //! # Ok(()) }
 //! ```
 //!
-//! One file per side: the server layer (`server`), the client (`client`);
-//! this file only names things.
+//! The relay, [`HttpRelay`], forwards every request to a downstream HTTP
+//! server (a policy server, or another relay), continues the trace and
+//! answers with its own timing and the downstream's nested
+//! (`docs/protocol.md`, "Relays").
+//!
+//! One file per part: the server layer (`server`), the client (`client`),
+//! the relay (`relay`, both of them); this file only names things.
 
 mod client;
+mod relay;
 mod server;
 
-pub use client::{read_timing_headers, HttpCallError, HttpReply, TracedHttpClient};
+pub use client::{
+    read_timing_chain, read_timing_headers, HttpCallError, HttpReply, TracedHttpClient,
+};
+pub use relay::{HttpRelay, HttpRelayBuilder, HttpRelayHandle};
 pub use server::{TimingLayer, TimingService};
 
 /// Largest request body the layer buffers by default (32 MiB).

@@ -15,7 +15,10 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use stagetrace::wire::{TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT, TRACESTATE};
+use stagetrace::wire::{
+    TimingChain, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
+    TRACEPARENT, TRACESTATE,
+};
 use stagetrace::{ServerRecord, ServerTiming};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -290,7 +293,12 @@ impl LayerShared {
         let (mut parts, body) = resp.into_parts();
         let timing = stamps.timing_now();
         if self.report_timing {
-            insert_timing_headers(&mut parts.headers, &timing);
+            // A relay (its handler forwarded: `HttpRelay`) answers with its
+            // own stamps and the downstream's chain nested.
+            match stamps.relayed(&timing) {
+                Some(chain) => insert_chain_headers(&mut parts.headers, &chain),
+                None => insert_timing_headers(&mut parts.headers, &timing),
+            }
         }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let error = if parts.status.is_server_error() {
@@ -327,6 +335,18 @@ impl LayerShared {
         if let Some(hook) = &self.hook {
             hook(&record);
         }
+    }
+}
+
+/// A relay's headers: `stagetrace-timing` and `Server-Timing` of its own
+/// level (a client that does not know relays sees the relay as its server,
+/// as over WebSocket), and the whole chain in `stagetrace-timing-chain`.
+fn insert_chain_headers(headers: &mut HeaderMap, chain: &TimingChain) {
+    if let Some(relay) = chain.hops.as_slice().first() {
+        insert_timing_headers(headers, &relay.as_server());
+    }
+    if let Ok(v) = HeaderValue::from_str(&chain.to_header()) {
+        headers.insert(HeaderName::from_static(TIMING_CHAIN_HEADER), v);
     }
 }
 
