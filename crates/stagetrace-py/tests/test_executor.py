@@ -22,6 +22,7 @@ import pytest
 from conftest import LoopThread, cargo_artifact
 
 from stagetrace.executor import ExecutorServer
+from stagetrace.relay import Relay
 
 CALLS = 24
 #: Every EVERY-th chunk finds the controller busy for BUSY_MS.
@@ -39,11 +40,19 @@ def executor_client() -> Path:
     return cargo_artifact("-p", "examples", "--example", "executor_client", name="executor_client")
 
 
+@pytest.mark.parametrize("through", ["direct", "python-relay"])
 def test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait(
-    executor_client: Path, loop_thread: LoopThread, tmp_path: Path
+    executor_client: Path, loop_thread: LoopThread, tmp_path: Path, through: str
 ) -> None:
+    """Direct, and through the Python relay (a gateway in front of the
+    executor): the ack is relayed like any response, the executor's map
+    innermost, and the wait stays exact."""
     server = ExecutorServer("127.0.0.1", 0, {"executor": "python-arm"})
     port = loop_thread.run(server.start())
+    relay = None
+    if through == "python-relay":
+        relay = Relay(f"ws://127.0.0.1:{port}", "127.0.0.1", 0)
+        port = loop_thread.run(relay.start())
     truth: dict[int, tuple[int, int]] = {}
     traces: dict[int, str] = {}
 
@@ -71,6 +80,8 @@ def test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait(
             timeout=240,
         )
     finally:
+        if relay is not None:
+            loop_thread.run(relay.close())
         loop_thread.run(server.close())
         worker.join(10)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -100,3 +111,39 @@ def test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait(
         assert abs(r["exec_offset_ms"]) <= r["exec_err_ms"] + US, r
         # The chunk carried the robot's trace.
         assert traces[r["seq"]] == r["trace_id"]
+
+
+def test_a_dropped_chunk_is_acked_not_started_with_its_reason(loop_thread: LoopThread) -> None:
+    """``Ticket.dropped``: ``started: false`` and the reason (the robot
+    counts a stale drop); a ticket resolves once."""
+    from websockets.sync.client import connect
+
+    from stagetrace import server as st
+
+    server = ExecutorServer("127.0.0.1", 0)
+    port = loop_thread.run(server.start())
+
+    def controller() -> None:
+        while (chunk := server.get(timeout=30)) is not None:
+            if chunk.action["seq"] == 0:
+                chunk.ticket.dropped("stale")
+            chunk.ticket.started()  # after a drop: nothing more is sent
+
+    worker = threading.Thread(target=controller, daemon=True)
+    worker.start()
+    try:
+        with connect(f"ws://127.0.0.1:{port}", compression=None) as ws:
+            assert st.unpackb(ws.recv()) == {}
+            acks = []
+            for seq in range(2):
+                ws.send(st.packb({"seq": seq}))
+                acks.append(st.unpackb(ws.recv()))
+    finally:
+        loop_thread.run(server.close())
+        worker.join(10)
+    dropped, started = acks
+    assert dropped["started"] is False and dropped["reason"] == "stale"
+    assert "queue_ns" not in dropped["server_timing"]
+    assert started["started"] is True
+    t = started["server_timing"]
+    assert t["queue_ns"] + t["infer_ns"] <= t["total_ns"]

@@ -303,3 +303,36 @@ def test_a_traced_call_made_by_the_python_policy_continues_the_incoming_trace(st
     assert ts == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
     assert other.trace_id != tp.trace_id
     assert policy.outgoing[0] is not None and policy.outgoing[1] is None
+
+
+def test_two_python_relays_nest_and_the_record_has_three_links(
+    policy_client: Path, start_server, net: LoopThread, tmp_path: Path
+) -> None:
+    """Relays compose: robot → relay A → relay B → Python policy server gives
+    three links, and relay_ms is the two relays' own times summed."""
+    _, server_port = start_server(EchoPolicy(MODEL_MS))
+    inner: list[RelayRecord] = []
+    b = Relay(f"ws://127.0.0.1:{server_port}", "127.0.0.1", 0, on_request=inner.append)
+    b_port = net.run(b.start())
+    outer: list[RelayRecord] = []
+    a = Relay(f"ws://127.0.0.1:{b_port}", "127.0.0.1", 0, transform=Gateway(GATEWAY_MS), on_request=outer.append)
+    a_port = net.run(a.start())
+    try:
+        records = run_client(policy_client, a_port, tmp_path)
+    finally:
+        net.run(a.close())
+        net.run(b.close())
+    own = lambda t: (t["total_ns"] - (t["reply_ns"] - t["forward_ns"])) / 1e6  # noqa: E731
+    by_trace_a = {r.trace_id: r.timing for r in outer}
+    by_trace_b = {r.trace_id: r.timing for r in inner}
+    for r in records:
+        ta, tb = by_trace_a[r["trace_id"]], by_trace_b[r["trace_id"]]
+        assert ta["downstream"] == tb  # A nested B's map as B sent it
+        hops = r["hops"]
+        assert len(hops) == 3, hops
+        assert hops[0]["relay_ms"] == pytest.approx(own(ta), abs=US)
+        assert hops[1]["relay_ms"] == pytest.approx(own(tb), abs=US)
+        assert r["relay_ms"] == pytest.approx(own(ta) + own(tb), abs=2 * US)
+        assert hops[0]["relay_ms"] >= GATEWAY_MS
+        link1 = (ta["reply_ns"] - ta["forward_ns"] - tb["total_ns"]) / 1e6
+        assert hops[1]["net_ms"] == pytest.approx(link1, abs=2 * US)
