@@ -42,17 +42,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .server import (
-    _COUNTERS,
-    DEFAULT_MAX_MESSAGE_BYTES,
-    SERVER_TIMING_KEY,
-    MalformedRequest,
-    Packer,
-    RequestTimer,
-    TraceParent,
-    _health_check,
-    unpackb,
-)
+from ._counters import _COUNTERS
+from .codec import DEFAULT_MAX_MESSAGE_BYTES, MalformedRequest, Packer, unpackb
+from .server import _health_check
+from .timer import SERVER_TIMING_KEY, RequestTimer
+from .trace import TraceParent
 
 __all__ = ["DEFAULT_QUEUE", "REASON_KEY", "STARTED_KEY", "Chunk", "ExecutorServer", "Ticket"]
 

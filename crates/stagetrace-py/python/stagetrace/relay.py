@@ -60,17 +60,11 @@ from typing import Any
 import msgpack
 
 from . import _native
-from .trace import Continued, continue_trace
-from .server import (
-    _ANCHOR,
-    _COUNTERS,
-    DEFAULT_MAX_MESSAGE_BYTES,
-    SERVER_TIMING_KEY,
-    TRACEPARENT_KEY,
-    TRACESTATE_KEY,
-    MalformedRequest,
-    _health_check,
-)
+from ._counters import _COUNTERS
+from .codec import DEFAULT_MAX_MESSAGE_BYTES, MalformedRequest
+from .server import _health_check
+from .timer import _ANCHOR, SERVER_TIMING_KEY
+from .trace import TRACEPARENT_KEY, TRACESTATE_KEY, Continued, continue_trace
 
 __all__ = ["DOWNSTREAM_KEY", "MAX_HOPS", "Relay", "RelayRecord"]
 
