@@ -39,7 +39,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// (W3C Trace Context Level 2: a malformed or repeated `traceparent` is
 /// ignored and counted, `tracestate` lines are combined; see
 /// [`TraceContext::extract`](stagetrace::wire::TraceContext::extract)), runs the inner service under that remote
-/// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`] or
+/// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`](super::TracedHttpClient) or
 /// [`PolicyClient`](crate::PolicyClient) call made by the handler continues
 /// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace::wire::TraceContext) and an
 /// [`InferTimer`](crate::InferTimer) into the request extensions (a handler
