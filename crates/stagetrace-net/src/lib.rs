@@ -76,7 +76,10 @@ mod timing_map;
 mod transport;
 pub mod ws;
 
-pub use http::{HttpCallError, HttpReply, TimingLayer, TimingService, TracedHttpClient};
+pub use http::{
+    HttpCallError, HttpRelay, HttpRelayBuilder, HttpRelayHandle, HttpReply, TimingLayer,
+    TimingService, TracedHttpClient,
+};
 pub use msg::{DecodeError, MsgMap, NdArray};
 pub use relay::{Relay, RelayBuilder, RelayError};
 pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};

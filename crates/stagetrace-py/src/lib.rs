@@ -17,6 +17,7 @@ mod recorder;
 mod scope;
 mod span;
 mod timing;
+mod trace;
 
 /// The extension module.
 #[pymodule]
@@ -24,6 +25,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<recorder::Recorder>()?;
     m.add_class::<span::Span>()?;
     scope::register(m)?;
+    trace::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",

@@ -49,6 +49,7 @@ pub fn all() -> Vec<Target> {
         wire::SERVER_TIMING,
         msgpack::TIMING_MAP,
         timing_chain::TIMING_CHAIN,
+        timing_chain::TIMING_CHAIN_HEADER,
         msgpack::MSG_MAP,
         analyze::RECORD,
         analyze::GATE,

@@ -4,7 +4,8 @@
 
 use rmpv::Value;
 use stagetrace::wire::{
-    RelayTiming, TimingChain, TimingMap, MAX_DURATION_NS, MAX_HOPS, MAX_UNIX_NS, SERVER_TIMING_KEY,
+    RelayTiming, TimingChain, TimingMap, MAX_DURATION_NS, MAX_HOPS, MAX_TIMING_CHAIN_HEADER_LEN,
+    MAX_UNIX_NS, SERVER_TIMING_KEY,
 };
 use stagetrace::ServerTiming;
 use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
@@ -40,7 +41,7 @@ fn response(timing: &Value) -> Vec<u8> {
         .to_msgpack()
 }
 
-fn seeds() -> Vec<Vec<u8>> {
+fn chains() -> Vec<TimingChain> {
     let server = TimingChain::from(TimingMap::from(ServerTiming {
         recv_unix_ns: Some(1_700_000_000_000_000_001),
         total_ns: Some(13_000_001),
@@ -55,30 +56,26 @@ fn seeds() -> Vec<Vec<u8>> {
         forward_ns: 100_000,
         reply_ns: 19_000_000,
     };
-    let mut out = vec![response(&server.to_msgpack())];
+    let mut out = vec![server];
     let mut chain = server;
     for _ in 0..MAX_HOPS {
         let Some(next) = chain.behind(relay) else {
             break;
         };
         chain = next;
-        out.push(response(&chain.to_msgpack()));
+        out.push(chain);
     }
     out
 }
 
-fn check(input: &[u8]) -> Result<Outcome, String> {
-    let (r, peak) = peak_during(|| {
-        let mut m = MsgMap::from_msgpack(input).ok()?;
-        let v = m.remove(SERVER_TIMING_KEY)?;
-        Some(TimingChain::from_msgpack(&v))
-    });
-    let Some(Ok(chain)) = r else {
-        return Ok(Outcome {
-            accepted: false,
-            peak_bytes: peak,
-        });
-    };
+fn seeds() -> Vec<Vec<u8>> {
+    chains().iter().map(|c| response(&c.to_msgpack())).collect()
+}
+
+/// What every accepted chain must satisfy, whatever it was read from: at
+/// most `MAX_HOPS` relays, each in order and range; the msgpack, JSON and
+/// header forms read back the same chain.
+fn check_chain(chain: TimingChain) -> Result<(), String> {
     ensure(chain.hops.len() <= MAX_HOPS, || {
         format!("accepted {} relays", chain.hops.len())
     })?;
@@ -103,6 +100,25 @@ fn check(input: &[u8]) -> Result<Outcome, String> {
     ensure(json == Ok(chain), || {
         format!("JSON round trip of {chain:?} gave {json:?}")
     })?;
+    let header = TimingChain::from_header_bytes(chain.to_header().as_bytes());
+    ensure(header == Ok(chain), || {
+        format!("header round trip of {chain:?} gave {header:?}")
+    })
+}
+
+fn check(input: &[u8]) -> Result<Outcome, String> {
+    let (r, peak) = peak_during(|| {
+        let mut m = MsgMap::from_msgpack(input).ok()?;
+        let v = m.remove(SERVER_TIMING_KEY)?;
+        Some(TimingChain::from_msgpack(&v))
+    });
+    let Some(Ok(chain)) = r else {
+        return Ok(Outcome {
+            accepted: false,
+            peak_bytes: peak,
+        });
+    };
+    check_chain(chain)?;
     Ok(Outcome {
         accepted: true,
         peak_bytes: peak,
@@ -118,5 +134,73 @@ pub(super) const TIMING_CHAIN: Target = Target {
     dict: DICT,
     check,
     mem_bound: msgpack_bound,
+    min_accept_share: 0.05,
+};
+
+/// JSON tokens (lying nesting, NaN-like and huge numbers, the separators)
+/// and the relay's keys.
+const HEADER_DICT: &[&[u8]] = &[
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"downstream\":",
+    b"\"forward_ns\":",
+    b"\"reply_ns\":",
+    b"\"total_ns\":",
+    b"\"recv_unix_ns\":",
+    b"\"infer_ns\":",
+    b"1e309",
+    b"-1",
+    b"18446744073709551615",
+    b"0.5",
+    b",",
+    b":",
+];
+
+fn header_seeds() -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = chains()
+        .iter()
+        .map(|c| c.to_header().into_bytes())
+        .collect();
+    out.push(b"{}".to_vec());
+    out
+}
+
+fn check_header(input: &[u8]) -> Result<Outcome, String> {
+    let (r, peak) = peak_during(|| TimingChain::from_header_bytes(input));
+    let Ok(chain) = r else {
+        return Ok(Outcome {
+            accepted: false,
+            peak_bytes: peak,
+        });
+    };
+    ensure(input.len() <= MAX_TIMING_CHAIN_HEADER_LEN, || {
+        format!("accepted {} bytes", input.len())
+    })?;
+    check_chain(chain)?;
+    Ok(Outcome {
+        accepted: true,
+        peak_bytes: peak,
+    })
+}
+
+/// serde_json's tree for `n` bytes of JSON: a one-byte-key map entry (7
+/// bytes, `"a":0,`) costs a B-tree node share and a 32-byte `Value`, an
+/// array element a 32-byte slot in a vector that grows by doubling.
+fn json_bound(n: usize) -> usize {
+    128 * n + (4 << 10)
+}
+
+/// The HTTP relay's `stagetrace-timing-chain` header
+/// (`TimingChain::from_header_bytes`): JSON, at most
+/// `MAX_TIMING_CHAIN_HEADER_LEN` bytes.
+pub(super) const TIMING_CHAIN_HEADER: Target = Target {
+    name: "timing-chain-header",
+    max_len: MAX_TIMING_CHAIN_HEADER_LEN + 64,
+    seeds: header_seeds,
+    dict: HEADER_DICT,
+    check: check_header,
+    mem_bound: json_bound,
     min_accept_share: 0.05,
 };

@@ -7,7 +7,10 @@ call of its own when none is open): it sends the stage's W3C
 ``server_timing`` (stagetrace's full map, or openpi's ``infer_ms`` alone:
 degraded, no uplink/downlink split) and ends the stage once the response
 is decoded. The action is returned as openpi returns it, ``server_timing``
-included.
+included. Called while a ``stagetrace.server`` policy server handles a
+request (its ``policy.infer``, or inside ``stagetrace.trace.continuing``),
+it continues that request's trace: the caller's trace id, flags and
+``tracestate``, this transport span's id as the parent.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from . import _current, _mark, recorder as _recorder
+from . import trace as _trace
 from ._native import Recorder
 
 TRACEPARENT_KEY = "traceparent"
@@ -89,7 +93,11 @@ class TracedClientPolicy:
             request = dict(obs)
             tp = transport.traceparent()
             if tp is not None:
-                request[TRACEPARENT_KEY] = tp
+                # Inside a request a server is handling, continue its caller's
+                # trace: the caller's trace id, flags and tracestate, this
+                # transport span's id as the parent.
+                cont = _trace.outgoing(bytes.fromhex(tp[36:52]))
+                request.update(cont.headers() if cont is not None else {TRACEPARENT_KEY: tp})
             action = self._inner.infer(request)
             timing = action.get(SERVER_TIMING_KEY) if isinstance(action, dict) else None
             if timing is not None:

@@ -11,7 +11,7 @@
 //! JSON form; the msgpack form is `stagetrace-net`'s, through
 //! [`EncodedMap`] (`docs/protocol.md`, "Relays").
 
-use super::error::{syntax, value_err, Codec, WireError};
+use super::error::{check_len, syntax, value_err, Codec, WireError};
 use super::timing::{ServerTiming, MAX_DURATION_NS, MAX_UNIX_NS};
 use super::timing_map::{MapValue, TimingMap};
 
@@ -20,6 +20,12 @@ use super::timing_map::{MapValue, TimingMap};
 pub const MAX_HOPS: usize = 4;
 /// Key of the downstream's map inside a relay's `server_timing`.
 pub const DOWNSTREAM_KEY: &str = "downstream";
+/// HTTP response header of a relay: the whole chain as one line of JSON
+/// (the `stagetrace-timing` header carries one level only).
+pub const TIMING_CHAIN_HEADER: &str = "stagetrace-timing-chain";
+/// Longest [`TIMING_CHAIN_HEADER`] value read: [`MAX_HOPS`] relays' stamps
+/// and a policy server's map fit several times over.
+pub const MAX_TIMING_CHAIN_HEADER_LEN: usize = 4096;
 
 /// One relay's timing of one request, on the relay's clocks: the wall time
 /// it had the whole request and monotonic durations from then.
@@ -269,6 +275,22 @@ impl TimingChain {
     pub fn from_json(v: &serde_json::Value) -> Result<Self, WireError> {
         TimingChain::read(&JsonMap(v))
     }
+
+    /// The [`TIMING_CHAIN_HEADER`] value: [`to_json`](Self::to_json) on one line.
+    pub fn to_header(&self) -> String {
+        self.to_json().to_string()
+    }
+
+    /// Read a [`TIMING_CHAIN_HEADER`] value (untrusted bytes): at most
+    /// [`MAX_TIMING_CHAIN_HEADER_LEN`] bytes of JSON, then as
+    /// [`from_json`](Self::from_json). Never panics.
+    pub fn from_header_bytes(input: &[u8]) -> Result<Self, WireError> {
+        const C: Codec = Codec::TimingMap;
+        check_len(C, input.len(), MAX_TIMING_CHAIN_HEADER_LEN)?;
+        let v: serde_json::Value =
+            serde_json::from_slice(input).map_err(|_| syntax(C, "is not JSON"))?;
+        TimingChain::from_json(&v)
+    }
 }
 
 /// A JSON value as an [`EncodedMap`].
@@ -335,6 +357,19 @@ mod tests {
         let json = two.to_json();
         assert_eq!(json["downstream"]["downstream"]["infer_ns"], 4_000_000);
         assert_eq!(TimingChain::from_json(&json).unwrap(), two);
+        // As the HTTP header: one line, read back the same.
+        let header = two.to_header();
+        assert!(!header.contains('\n') && header.len() < MAX_TIMING_CHAIN_HEADER_LEN);
+        assert_eq!(
+            TimingChain::from_header_bytes(header.as_bytes()).unwrap(),
+            two
+        );
+        assert!(TimingChain::from_header_bytes(b"{\"recv_unix_ns\": 1,").is_err());
+        let long = format!(
+            "{{\"pad\": \"{}\"}}",
+            "x".repeat(MAX_TIMING_CHAIN_HEADER_LEN)
+        );
+        assert!(TimingChain::from_header_bytes(long.as_bytes()).is_err());
         // A plain server map is a chain without hops.
         assert_eq!(TimingChain::from_json(&server().to_json()).unwrap(), inner);
         assert_eq!(relay(0).own_ns(), 9_000_000 - 8_500_000);

@@ -40,7 +40,10 @@ mod traceparent;
 mod tracestate;
 
 pub use error::{Codec, WireError};
-pub use hops::{EncodedMap, Hops, RelayTiming, TimingChain, DOWNSTREAM_KEY, MAX_HOPS};
+pub use hops::{
+    EncodedMap, Hops, RelayTiming, TimingChain, DOWNSTREAM_KEY, MAX_HOPS,
+    MAX_TIMING_CHAIN_HEADER_LEN, TIMING_CHAIN_HEADER,
+};
 pub use lex::to_lc_hex;
 pub use timing::{
     ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN, MAX_UNIX_NS,

@@ -1,37 +1,6 @@
-//! HTTP: a tower layer for axum servers and a reqwest client wrapper.
-//!
-//! The server side, [`TimingLayer`], buffers the request body so the receive
-//! time is stamped when the *whole* request has arrived, takes the remote
-//! parent from `traceparent`, and adds the `stagetrace-timing` and standard
-//! `Server-Timing` headers to the response:
-//!
-//! ```no_run
-//! use axum::{routing::post, Router};
-//! use stagetrace_net::TimingLayer;
-//!
-//! # async fn run() -> std::io::Result<()> {
-//! let app = Router::new()
-//!     .route("/infer", post(|body: axum::body::Bytes| async move { body }))
-//!     .layer(TimingLayer::new());
-//! let listener = tokio::net::TcpListener::bind("0.0.0.0:8000").await?;
-//! axum::serve(listener, app).await
-//! # }
-//! ```
-//!
-//! The client side, [`TracedHttpClient`], runs a request in a `transport`
-//! span, injects `traceparent` and attaches the timing headers it reads back:
-//!
-//! ```no_run
-//! use stagetrace_net::TracedHttpClient;
-//!
-//! # async fn run() -> Result<(), stagetrace_net::HttpCallError> {
-//! let client = TracedHttpClient::new()?;
-//! let reply = client
-//!     .send(client.inner().post("http://127.0.0.1:8000/infer").body(vec![1u8, 2, 3]))
-//!     .await?;
-//! assert!(reply.status.is_success());
-//! # Ok(()) }
-//! ```
+//! The server side: [`TimingLayer`], a tower layer that stamps every
+//! request's timing and answers with the timing headers (a relay's with its
+//! downstream's chain nested: `docs/protocol.md`, "Relays").
 
 use std::convert::Infallible;
 use std::fmt;
@@ -40,34 +9,27 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use stagetrace::wire::{TraceParent, SERVER_TIMING_HEADER, TIMING_HEADER, TRACEPARENT, TRACESTATE};
+use stagetrace::wire::{
+    TimingChain, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
+    TRACEPARENT, TRACESTATE,
+};
 use stagetrace::{ServerRecord, ServerTiming};
 use tokio::sync::Semaphore;
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 
+use super::{DEFAULT_MAX_BODY_BYTES, KIND_HEADER};
 use crate::server::{
     handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
     ServerCounters, ServerStats,
 };
-use crate::transport;
-
-/// Largest request body the layer buffers by default (32 MiB).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
-
-/// The request kind header (`reset`, `infer`, ...); `"call"` when absent.
-pub const KIND_HEADER: &str = "stagetrace-kind";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-// ---------------------------------------------------------------------------
-// server: tower layer
-// ---------------------------------------------------------------------------
 
 /// A tower [`Layer`](tower::Layer) for axum (or any tower HTTP) servers that
 /// stamps server timing on every request.
@@ -77,7 +39,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// (W3C Trace Context Level 2: a malformed or repeated `traceparent` is
 /// ignored and counted, `tracestate` lines are combined; see
 /// [`TraceContext::extract`](stagetrace::wire::TraceContext::extract)), runs the inner service under that remote
-/// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`] or
+/// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`](super::TracedHttpClient) or
 /// [`PolicyClient`](crate::PolicyClient) call made by the handler continues
 /// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace::wire::TraceContext) and an
 /// [`InferTimer`](crate::InferTimer) into the request extensions (a handler
@@ -331,7 +293,12 @@ impl LayerShared {
         let (mut parts, body) = resp.into_parts();
         let timing = stamps.timing_now();
         if self.report_timing {
-            insert_timing_headers(&mut parts.headers, &timing);
+            // A relay (its handler forwarded: `HttpRelay`) answers with its
+            // own stamps and the downstream's chain nested.
+            match stamps.relayed(&timing) {
+                Some(chain) => insert_chain_headers(&mut parts.headers, &chain),
+                None => insert_timing_headers(&mut parts.headers, &timing),
+            }
         }
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let error = if parts.status.is_server_error() {
@@ -371,219 +338,23 @@ impl LayerShared {
     }
 }
 
+/// A relay's headers: `stagetrace-timing` and `Server-Timing` of its own
+/// level (a client that does not know relays sees the relay as its server,
+/// as over WebSocket), and the whole chain in `stagetrace-timing-chain`.
+fn insert_chain_headers(headers: &mut HeaderMap, chain: &TimingChain) {
+    if let Some(relay) = chain.hops.as_slice().first() {
+        insert_timing_headers(headers, &relay.as_server());
+    }
+    if let Ok(v) = HeaderValue::from_str(&chain.to_header()) {
+        headers.insert(HeaderName::from_static(TIMING_CHAIN_HEADER), v);
+    }
+}
+
 fn insert_timing_headers(headers: &mut HeaderMap, timing: &ServerTiming) {
     if let Ok(v) = HeaderValue::from_str(&timing.to_timing_header()) {
         headers.insert(HeaderName::from_static(TIMING_HEADER), v);
     }
     if let Ok(v) = HeaderValue::from_str(&timing.to_server_timing_header()) {
         headers.append(HeaderName::from_static(SERVER_TIMING_HEADER), v);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// client: reqwest wrapper
-// ---------------------------------------------------------------------------
-
-/// Why a traced HTTP call failed. Every failure also flags the call's record.
-#[derive(Debug)]
-pub enum HttpCallError {
-    /// The reqwest client could not be built or the request is invalid.
-    Request(String),
-    /// No whole response within the call timeout.
-    Timeout(Duration),
-    /// The connection failed or broke before the whole response arrived.
-    Transport(String),
-    /// The server answered with a non-success status.
-    Status {
-        /// The status code.
-        status: StatusCode,
-        /// The response body.
-        body: Bytes,
-    },
-}
-
-impl fmt::Display for HttpCallError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HttpCallError::Request(e) => write!(f, "invalid HTTP request ({e}); check the URL and headers"),
-            HttpCallError::Timeout(d) => write!(
-                f,
-                "policy server did not answer within {d:?}; raise the call timeout or check the server's load"
-            ),
-            HttpCallError::Transport(e) => write!(
-                f,
-                "HTTP call to the policy server failed mid-call ({e}); check that the server runs and is reachable"
-            ),
-            HttpCallError::Status { status, body } => write!(
-                f,
-                "policy server answered {status}: {}",
-                String::from_utf8_lossy(body.get(..body.len().min(200)).unwrap_or_default())
-            ),
-        }
-    }
-}
-
-impl std::error::Error for HttpCallError {}
-
-/// One HTTP response, read whole.
-#[derive(Clone, Debug)]
-pub struct HttpReply {
-    /// Status code.
-    pub status: StatusCode,
-    /// Response headers.
-    pub headers: HeaderMap,
-    /// Response body.
-    pub body: Bytes,
-    /// The server's timing, from `stagetrace-timing` or, degraded, from a
-    /// standard `Server-Timing` header; `None` when absent or malformed
-    /// (malformed ones are counted as rejected headers).
-    pub server_timing: Option<ServerTiming>,
-}
-
-/// A reqwest client whose calls are traced: each runs in a `transport`
-/// span, sends `traceparent` (and the `tracestate` of the trace it continues,
-/// when made by a handler run under a remote parent), reads the whole body
-/// inside the span and attaches the server's timing headers.
-#[derive(Clone, Debug)]
-pub struct TracedHttpClient {
-    client: reqwest::Client,
-    timeout: Duration,
-}
-
-impl TracedHttpClient {
-    /// A client with reqwest's defaults and a 10 s call timeout.
-    pub fn new() -> Result<Self, HttpCallError> {
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| HttpCallError::Request(e.to_string()))?;
-        Ok(TracedHttpClient::from_client(client))
-    }
-
-    /// Wrap an existing reqwest client.
-    pub fn from_client(client: reqwest::Client) -> Self {
-        TracedHttpClient {
-            client,
-            timeout: crate::ws::DEFAULT_CALL_TIMEOUT,
-        }
-    }
-
-    /// Limit on one call, send → whole response body.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The wrapped client, to build requests with.
-    pub fn inner(&self) -> &reqwest::Client {
-        &self.client
-    }
-
-    /// Send a request built with [`inner`](Self::inner) and read the whole
-    /// response, traced.
-    pub async fn send(&self, request: reqwest::RequestBuilder) -> Result<HttpReply, HttpCallError> {
-        let mut request = match request.build() {
-            Ok(r) => r,
-            Err(e) => {
-                transport::fail(&Span::current(), "bad request");
-                return Err(HttpCallError::Request(e.to_string()));
-            }
-        };
-        let peer = match (
-            request.url().host_str(),
-            request.url().port_or_known_default(),
-        ) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_owned(),
-            _ => String::new(),
-        };
-        let span = transport::transport_span(&peer);
-        if let Some(tp) = transport::traceparent(&span) {
-            let headers = request.headers_mut();
-            if let Ok(v) = HeaderValue::from_bytes(&tp) {
-                headers.insert(HeaderName::from_static(TRACEPARENT), v);
-            }
-            // Ours replaces any the app set: a tracestate goes with its parent.
-            headers.remove(TRACESTATE);
-            if let Some(v) =
-                transport::tracestate(&span).and_then(|ts| HeaderValue::from_str(&ts).ok())
-            {
-                headers.insert(HeaderName::from_static(TRACESTATE), v);
-            }
-        }
-        let client = &self.client;
-        let exchange = async move {
-            let resp = client
-                .execute(request)
-                .await
-                .map_err(|e| HttpCallError::Transport(e.to_string()))?;
-            // The response's head has arrived: its first byte, as near as
-            // reqwest tells (the body follows).
-            transport::first_bytes(&Span::current(), None, Some(Instant::now()));
-            let status = resp.status();
-            let headers = resp.headers().clone();
-            let body = resp
-                .bytes()
-                .await
-                .map_err(|e| HttpCallError::Transport(e.to_string()))?;
-            Ok::<_, HttpCallError>((status, headers, body))
-        };
-        let (status, headers, body) =
-            match tokio::time::timeout(self.timeout, exchange.instrument(span.clone())).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    transport::fail(&span, "disconnected");
-                    return Err(e);
-                }
-                Err(_) => {
-                    transport::fail(&span, "timeout");
-                    return Err(HttpCallError::Timeout(self.timeout));
-                }
-            };
-        let server_timing = read_timing_headers(&headers);
-        if let Some(t) = server_timing {
-            transport::attach(&span, t);
-        }
-        if !status.is_success() {
-            transport::fail(&span, "http error status");
-            return Err(HttpCallError::Status { status, body });
-        }
-        Ok(HttpReply {
-            status,
-            headers,
-            body,
-            server_timing,
-        })
-    }
-}
-
-/// The server timing a response carries: `stagetrace-timing`, else the
-/// standard `Server-Timing` (degraded). Malformed headers are counted.
-pub fn read_timing_headers(headers: &HeaderMap) -> Option<ServerTiming> {
-    if let Some(v) = headers.get(TIMING_HEADER) {
-        match ServerTiming::parse_timing_header_bytes(v.as_bytes()) {
-            Ok(t) if !t.is_empty() => return Some(t),
-            Ok(_) => {}
-            Err(_) => transport::reject(),
-        }
-    }
-    // Several Server-Timing headers are one comma-separated list.
-    let mut joined = Vec::new();
-    for v in headers.get_all(SERVER_TIMING_HEADER) {
-        if !joined.is_empty() {
-            joined.push(b',');
-        }
-        joined.extend_from_slice(v.as_bytes());
-    }
-    if joined.is_empty() {
-        return None;
-    }
-    match ServerTiming::parse_server_timing_header_bytes(&joined) {
-        Ok(t) if !t.is_empty() => Some(t),
-        Ok(_) => None,
-        Err(_) => {
-            transport::reject();
-            None
-        }
     }
 }
