@@ -99,7 +99,11 @@ fn server(clock: ServerClock, seen: Arc<Mutex<Vec<ServerRecord>>>) -> (String, T
 
 /// The gateway on a thread of its own, with a stage layer (a gateway is a
 /// traced service: it continues the robot's trace).
-fn gateway(clock: ServerClock, downstream: String) -> (String, Thread) {
+fn gateway(
+    clock: ServerClock,
+    downstream: String,
+    seen: Arc<Mutex<Vec<ServerRecord>>>,
+) -> (String, Thread) {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let join = std::thread::spawn(move || {
@@ -107,6 +111,7 @@ fn gateway(clock: ServerClock, downstream: String) -> (String, Thread) {
         rt().block_on(async move {
             let relay = HttpRelay::builder()
                 .clock(clock)
+                .on_request(move |r| seen.lock().unwrap().push(r.clone()))
                 .spawn("127.0.0.1:0", &format!("http://{downstream}"))
                 .await
                 .unwrap();
@@ -180,7 +185,11 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
     let seen: Arc<Mutex<Vec<ServerRecord>>> = Arc::default();
     let (server_addr, server_thread) = server(server_clock.clone(), Arc::clone(&seen));
     let p1 = proxy(&server_addr, LINK1);
-    let (gw_addr, gw_thread) = gateway(gateway_clock.clone(), p1.local_addr().to_string());
+    let (gw_addr, gw_thread) = gateway(
+        gateway_clock.clone(),
+        p1.local_addr().to_string(),
+        Arc::default(),
+    );
     let p0 = proxy(&gw_addr, LINK0);
 
     let mut obs = Observed::new();
@@ -327,7 +336,8 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
 fn http_relay_continues_the_trace_and_passes_failures_through() {
     let seen: Arc<Mutex<Vec<ServerRecord>>> = Arc::default();
     let (server_addr, server_thread) = server(ServerClock::system(), Arc::clone(&seen));
-    let (gw_addr, gw_thread) = gateway(ServerClock::system(), server_addr);
+    let gw_seen: Arc<Mutex<Vec<ServerRecord>>> = Arc::default();
+    let (gw_addr, gw_thread) = gateway(ServerClock::system(), server_addr, Arc::clone(&gw_seen));
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-02";
     let outcomes = rt().block_on(async {
         // No stage layer on this side: the caller's headers go as written.
@@ -383,6 +393,17 @@ fn http_relay_continues_the_trace_and_passes_failures_through() {
     assert_eq!(tp.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_ne!(tp.parent_id_hex(), "00f067aa0ba902b7");
     assert!(tp.random() && !tp.sampled());
+    // The gateway's own record (what its exporter draws): a relay, under the
+    // caller's parent, naming the parent id the server got as its forward.
+    let gw = gw_seen.lock().unwrap();
+    assert_eq!(gw[0].role, stagetrace::ServiceRole::Relay);
+    assert_eq!(
+        gw[0].trace_parent.unwrap().parent_id_hex(),
+        "00f067aa0ba902b7"
+    );
+    let forward = gw[0].forward.unwrap();
+    assert_eq!(forward.span_id, Some(tp.parent_id));
+    assert!(forward.forward_ns <= forward.reply_ns, "{forward:?}");
 
     // Nothing listens downstream: 502, counted as a failure.
     let rt = rt();

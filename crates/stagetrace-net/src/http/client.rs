@@ -11,7 +11,7 @@ use stagetrace::wire::{
     Hops, TimingChain, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER, TRACEPARENT,
     TRACESTATE,
 };
-use stagetrace::{ServerTiming, StageSpanExt};
+use stagetrace::{ServerTiming, StageSpanExt, TraceParent};
 use tracing::{Instrument, Span};
 
 use crate::transport;
@@ -74,6 +74,11 @@ pub struct HttpReply {
     /// The relays the response came through, outermost first, from the
     /// `stagetrace-timing-chain` header (empty without relays).
     pub hops: Hops,
+    /// The parent id this call sent in `traceparent` (its transport span's,
+    /// or the one the request already carried); `None` when it sent none.
+    /// A relay's record names it, so its exported forward span is the
+    /// downstream server's parent.
+    pub sent_parent_id: Option<[u8; 8]>,
 }
 
 /// A reqwest client whose calls are traced: each runs in a `transport`
@@ -147,6 +152,11 @@ impl TracedHttpClient {
                 headers.insert(HeaderName::from_static(TRACESTATE), v);
             }
         }
+        let sent_parent_id = request
+            .headers()
+            .get(TRACEPARENT)
+            .and_then(|v| TraceParent::parse_bytes(v.as_bytes()).ok())
+            .map(|tp| tp.parent_id);
         let client = &self.client;
         let exchange = async move {
             let resp = client
@@ -198,6 +208,7 @@ impl TracedHttpClient {
             body,
             server_timing,
             hops,
+            sent_parent_id,
         })
     }
 }

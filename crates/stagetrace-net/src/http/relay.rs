@@ -37,7 +37,7 @@ use stagetrace::wire::{
     TimingChain, TimingMap, TraceContext, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
     TRACEPARENT, TRACESTATE,
 };
-use stagetrace::ServerRecord;
+use stagetrace::{ServerRecord, ServiceRole};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::oneshot;
 
@@ -55,7 +55,7 @@ impl HttpRelay {
     /// Start building an HTTP relay.
     pub fn builder() -> HttpRelayBuilder {
         HttpRelayBuilder {
-            layer: TimingLayer::new(),
+            layer: TimingLayer::new().role(ServiceRole::Relay),
             timeout: crate::ws::DEFAULT_CALL_TIMEOUT,
         }
     }
@@ -304,6 +304,7 @@ async fn relay_request(State(f): State<Arc<Forward>>, req: Request<Body>) -> Res
                         map: TimingMap::from(reply.server_timing.unwrap_or_default()),
                         hops: reply.hops,
                     },
+                    span_id: reply.sent_parent_id,
                 });
             }
             let mut resp = Response::new(Body::from(reply.body));

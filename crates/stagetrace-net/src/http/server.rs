@@ -19,7 +19,7 @@ use stagetrace::wire::{
     TimingChain, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
     TRACEPARENT, TRACESTATE,
 };
-use stagetrace::{ServerRecord, ServerTiming};
+use stagetrace::{ServerRecord, ServerTiming, ServiceRole};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
@@ -59,6 +59,8 @@ struct LayerShared {
     permits: Option<Semaphore>,
     counters: ServerCounters,
     report_timing: bool,
+    /// What the records say this service is (`HttpRelay` sets `Relay`).
+    role: ServiceRole,
 }
 
 impl fmt::Debug for TimingLayer {
@@ -96,6 +98,7 @@ impl TimingLayer {
                 permits: None,
                 counters: ServerCounters::default(),
                 report_timing: true,
+                role: ServiceRole::PolicyServer,
             }),
         }
     }
@@ -117,12 +120,18 @@ impl TimingLayer {
                         .map(|p| Semaphore::new(p.available_permits())),
                     counters: ServerCounters::default(),
                     report_timing: self.shared.report_timing,
+                    role: self.shared.role,
                 };
                 f(&mut shared);
                 self.shared = Arc::new(shared);
             }
         }
         self
+    }
+
+    /// What this service's records say it is (the relay sets `Relay`).
+    pub(crate) fn role(self, role: ServiceRole) -> Self {
+        self.edit(|s| s.role = role)
     }
 
     /// Called once per request with what the server saw (see [`RequestHook`]).
@@ -307,7 +316,9 @@ impl LayerShared {
         } else {
             None
         };
-        self.emit(server_record(trace_parent, kind.as_deref(), timing, error));
+        let mut record = server_record(trace_parent, kind.as_deref(), timing, error);
+        record.forward = stamps.forwarded();
+        self.emit(record);
         Response::from_parts(parts, axum::body::Body::new(body))
     }
 
@@ -331,7 +342,8 @@ impl LayerShared {
         resp
     }
 
-    fn emit(&self, record: ServerRecord) {
+    fn emit(&self, mut record: ServerRecord) {
+        record.role = self.role;
         if let Some(hook) = &self.hook {
             hook(&record);
         }
