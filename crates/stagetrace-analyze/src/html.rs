@@ -37,6 +37,7 @@ fn color(f: Figure) -> &'static str {
         // Shades of dispatch's purple: its two parts.
         Figure::ExecTx => "#c5b0d5",
         Figure::ExecWait => "#6a3d9a",
+        Figure::ExecRelay => "#9e8ac0",
         Figure::ExecAck => "#dcd0e8",
         Figure::Roundtrip => "#7f7f7f",
         // Grey like the roundtrip it cuts: a black box, not a stage's colour.

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use stagetrace::{CallRecord, Figure};
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorClient, ExecutorServer};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
-use stagetrace_net::{MsgMap, NdArray, ServerClock};
+use stagetrace_net::{MsgMap, NdArray, Relay, ServerClock};
 use stagetrace_test_support::{rt, Observed};
 use tracing::Instrument;
 
@@ -62,7 +62,10 @@ struct Run {
 /// Runs `CALLS` calls, each dispatching one chunk to an executor (reached
 /// at the URL `through` gives for its address), and returns the records
 /// with their truth.
-fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Run> {
+fn run<F: std::future::Future<Output = String>>(
+    clock: ServerClock,
+    through: impl FnOnce(SocketAddr) -> F,
+) -> Vec<Run> {
     let mut obs = Observed::new();
     let starts: Arc<Mutex<Vec<(u64, Instant, Instant)>>> = Arc::default();
     let rt = rt();
@@ -73,7 +76,8 @@ fn run(clock: ServerClock, through: impl FnOnce(SocketAddr) -> String) -> Vec<Ru
             .spawn("127.0.0.1:0")
             .await
             .unwrap();
-        let url = through(server.local_addr());
+        // Awaited: a gateway in front needs this runtime to serve the executor.
+        let url = through(server.local_addr()).await;
         let s = Arc::clone(&starts);
         // The controller: a loop of its own, as on a robot. A task on the
         // test's one runtime thread rather than a thread of its own: a loaded
@@ -233,7 +237,9 @@ fn check(runs: &[Run]) {
 #[test]
 fn an_executor_busy_on_every_nth_chunk_shows_exactly_that_wait() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let runs = run(ServerClock::system(), |addr| format!("ws://{addr}"));
+    let runs = run(ServerClock::system(), |addr| async move {
+        format!("ws://{addr}")
+    });
     check(&runs);
     // One clock: the offset is within its bound of zero.
     for Run { rec: r, .. } in &runs {
@@ -262,7 +268,7 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
         .unwrap();
         let url = format!("ws://{}", p.local_addr());
         proxy = Some(p);
-        url
+        std::future::ready(url)
     });
     check(&runs);
     let up_ms = UP.as_secs_f64() * 1e3;
@@ -284,6 +290,92 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
         assert!(ms(r, Figure::ExecAck) >= down_ms - err - 1.0, "{r:?}");
     }
     drop(proxy);
+}
+
+/// Dispatch through a gateway: robot → (6 / 1 ms) → gateway, clock +300 ms
+/// → (2 / 5 ms) → executor, clock +220 ms (the gateway's − 80 ms). Each
+/// link is stitched with its own offset, so the executor's start is placed
+/// with the composed offset and bound; the gateway's forwarding time is
+/// `exec_relay_ms`, exactly what the gateway itself stamped (its record).
+#[test]
+fn through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exec_relay() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ms_of = |d: Duration| d.as_secs_f64() * 1e3;
+    let (link0, link1) = (
+        (Duration::from_millis(6), Duration::from_millis(1)),
+        (Duration::from_millis(2), Duration::from_millis(5)),
+    );
+    let proxy = |upstream: SocketAddr, (up, down): (Duration, Duration)| {
+        Proxy::spawn_in_thread(
+            "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            ProxyConfig {
+                uplink: LinkConfig::delay(up),
+                downlink: LinkConfig::delay(down),
+                ..ProxyConfig::default()
+            },
+        )
+        .unwrap()
+    };
+    let gateway_seen: Arc<Mutex<Vec<stagetrace::ServerRecord>>> = Arc::default();
+    let mut keep = None;
+    let seen = Arc::clone(&gateway_seen);
+    let runs = run(ServerClock::skewed_ns(220_000_000), |executor| {
+        let p1 = proxy(executor, link1);
+        let downstream = format!("ws://{}", p1.local_addr());
+        let (addr_tx, addr_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let gateway = std::thread::spawn(move || {
+            rt().block_on(async move {
+                let relay = Relay::builder()
+                    .clock(ServerClock::skewed_ns(300_000_000))
+                    .on_request(move |r| seen.lock().unwrap().push(r.clone()))
+                    .spawn("127.0.0.1:0", &downstream)
+                    .await
+                    .unwrap();
+                addr_tx.send(relay.local_addr()).unwrap();
+                let _ = stop_rx.await;
+                relay.shutdown().await;
+            });
+        });
+        let keep = &mut keep;
+        async move {
+            // The gateway asks the executor for its metadata as it starts:
+            // this runtime serves it while we wait.
+            let p0 = proxy(addr_rx.await.unwrap(), link0);
+            let url = format!("ws://{}", p0.local_addr());
+            *keep = Some((p0, p1, stop, gateway));
+            url
+        }
+    });
+    check(&runs);
+    let (p0, p1, stop, gateway) = keep.unwrap();
+    let _ = stop.send(());
+    gateway.join().unwrap();
+    drop((p0, p1));
+    let gateway_seen = gateway_seen.lock().unwrap();
+    assert_eq!(gateway_seen.len(), runs.len());
+    let half_nets = (ms_of(link0.0 + link0.1) + ms_of(link1.0 + link1.1)) / 2.0;
+    for (Run { rec: r, .. }, g) in runs.iter().zip(gateway_seen.iter()) {
+        // The gateway's own stamp, to the nanosecond.
+        let forward_ns = g.forward.unwrap().forward_ns;
+        assert_eq!(
+            r.get(Figure::ExecRelay),
+            Some(forward_ns as i64),
+            "seq {}",
+            r.seq
+        );
+        assert!(r.get(Figure::ExecRelay).unwrap() <= r.get(Figure::ExecTx).unwrap());
+        // Offsets compose along the path (300 − 80), bounds too: each link's
+        // covers half its network time.
+        let (off, err) = (ms(r, Figure::ExecOffset), ms(r, Figure::ExecErr));
+        assert!(
+            (off - 220.0).abs() <= err,
+            "seq {}: offset {off} ± {err}",
+            r.seq
+        );
+        assert!(err >= half_nets - 0.5, "seq {}: exec_err {err}", r.seq);
+    }
 }
 
 /// A chunk the controller drops (stale) is acknowledged as not started:

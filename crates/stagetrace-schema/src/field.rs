@@ -123,7 +123,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 38;
+pub const FIELD_COUNT: usize = 39;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -138,6 +138,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Downlink),
     figure_field(F::Dispatch),
     figure_field(F::ExecTx),
+    figure_field(F::ExecRelay),
     figure_field(F::ExecWait),
     figure_field(F::Roundtrip),
     figure_field(F::Ttfb),

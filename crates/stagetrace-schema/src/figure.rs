@@ -24,6 +24,9 @@ pub enum Figure {
     /// Dispatch start → a remote executor has the whole chunk (the transfer
     /// to the executor, clock-corrected): `dispatch = exec_tx + exec_wait`.
     ExecTx,
+    /// Time inside the gateways on the chunk's way to a remote executor
+    /// (each: received → forwarded, on its own clock); part of `exec_tx`.
+    ExecRelay,
     /// A remote executor has the whole chunk → it starts the action: blocked
     /// by the previous action (the executor's own clock).
     ExecWait,
@@ -64,7 +67,7 @@ pub enum Figure {
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 23;
+pub const FIGURE_COUNT: usize = 24;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -146,6 +149,8 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "response decoded → executor starts the action"),
     row("exec_tx", "exec_tx_ms", Unit::Millis, Group::Derived, Side::Transport, &[],
         "dispatch start → a remote executor has the whole chunk (transfer to the executor; needs the executor's clock offset)"),
+    row("exec_relay", "exec_relay_ms", Unit::Millis, Group::Derived, Side::Transport, &[],
+        "time inside the gateways on the chunk's way to a remote executor (received → forwarded), each on its own clock; part of exec_tx"),
     row("exec_wait", "exec_wait_ms", Unit::Millis, Group::Derived, Side::Client, &[],
         "a remote executor has the whole chunk → it starts the action: blocked by the previous action (executor's clock)"),
     row("roundtrip", "roundtrip_ms", Unit::Millis, Group::Derived, Side::Transport,
@@ -195,6 +200,7 @@ impl Figure {
         F::Downlink,
         F::Dispatch,
         F::ExecTx,
+        F::ExecRelay,
         F::ExecWait,
         F::Roundtrip,
         F::Ttfb,

@@ -89,12 +89,25 @@ fn call(seq: u64) {
             queue_ns: Some(wait),
             ..ServerTiming::default()
         };
-        let ack = ExecutorAck::new(
+        let mut ack = ExecutorAck::new(
             "ws://127.0.0.1:9100",
             timing,
             sent,
             std::time::Instant::now(),
         );
+        if !silent(seq) {
+            // Through the gateway too: 30 µs before it forwards the chunk
+            // (`exec_relay`), 50 µs before it sends the ack on.
+            let mut hops = Hops::new();
+            hops.push(RelayTiming {
+                recv_unix_ns: recv - 150_000,
+                total_ns: wait + 100_000 + 230_000,
+                transfer_ns: None,
+                forward_ns: 30_000,
+                reply_ns: wait + 100_000 + 180_000,
+            });
+            ack = ack.hops(hops);
+        }
         dispatch.record_executor_ack(ack);
     });
     // Time inside the call that no stage explains: the gap.

@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use crate::inline_str::{InlineStr, PEER_LEN};
-use crate::wire::ServerTiming;
+use crate::wire::{Hops, ServerTiming};
 
 /// One acknowledged action chunk: the executor's timing and the client's
 /// stamps of the exchange. Build with [`ExecutorAck::new`].
@@ -27,6 +27,7 @@ pub struct ExecutorAck<'a> {
     pub(crate) acked: Instant,
     pub(crate) sent_first_byte: Option<Instant>,
     pub(crate) ack_first_byte: Option<Instant>,
+    pub(crate) hops: Hops,
 }
 
 impl<'a> ExecutorAck<'a> {
@@ -41,7 +42,17 @@ impl<'a> ExecutorAck<'a> {
             acked,
             sent_first_byte: None,
             ack_first_byte: None,
+            hops: Hops::new(),
         }
+    }
+
+    /// The gateways the chunk and its ack came through (outermost first,
+    /// from the ack's timing chain): each link is then stitched with its own
+    /// clock offset, as a policy call's, and their forwarding time becomes
+    /// `exec_relay` (part of `exec_tx`).
+    pub fn hops(mut self, hops: Hops) -> Self {
+        self.hops = hops;
+        self
     }
 
     /// When the chunk's first byte left and the ack's first byte arrived, as
@@ -63,6 +74,7 @@ pub(crate) struct ExecAcc {
     pub(crate) acked: Instant,
     pub(crate) sent_first_byte: Option<Instant>,
     pub(crate) ack_first_byte: Option<Instant>,
+    pub(crate) hops: Hops,
 }
 
 impl From<ExecutorAck<'_>> for ExecAcc {
@@ -76,6 +88,7 @@ impl From<ExecutorAck<'_>> for ExecAcc {
             acked: a.acked,
             sent_first_byte: a.sent_first_byte,
             ack_first_byte: a.ack_first_byte,
+            hops: a.hops,
         }
     }
 }

@@ -54,6 +54,10 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::ExecWait => {
             "the executor waited before starting the chunk: look at its task queue, bus occupancy and a control cycle blocked by the previous action (merge commands, drop stale actions)"
         }
+        // A gateway on the chunk's way: its own time, apart from the links.
+        Figure::ExecRelay => {
+            "a gateway on the way to the executor holds the chunk longer before forwarding it: look at its load, its queue and its own links"
+        }
         Figure::ExecTx => {
             "the chunk's way to the executor moved: look at the link to the executor (bandwidth, chunk size, a gateway on the way) and the client's encoding"
         }

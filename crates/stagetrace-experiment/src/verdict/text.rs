@@ -55,6 +55,9 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::ExecWait => {
             "the executor's wait moved first: its task queue, bus occupancy, or a control cycle blocked by the previous action — merge commands, drop stale actions"
         }
+        Figure::ExecRelay => {
+            "the gateway on the way to the executor moved first: its load, its queue and its own links"
+        }
         Figure::ExecTx => {
             "the chunk's way to the executor moved first: the link to the executor (bandwidth, chunk size, a gateway on the way)"
         }

@@ -58,7 +58,8 @@ impl ExecutorClient {
     /// `traceparent`, and hands the ack's timing with this client's stamps
     /// to the call ([`StageSpanExt::record_executor_ack`]): the record's
     /// `dispatch_ms` then ends when the executor started the chunk, split
-    /// into `exec_tx_ms` and `exec_wait_ms`. A chunk the executor dropped
+    /// into `exec_tx_ms` and `exec_wait_ms` (through gateways, `exec_relay_ms`
+    /// is their forwarding time inside `exec_tx_ms`). A chunk the executor dropped
     /// counts as `stale_dropped` and keeps the span's own dispatch time. On
     /// timeout, disconnect or an executor error the call is flagged failed
     /// and the connection dropped (call [`reconnect`](Self::reconnect)).
@@ -66,14 +67,17 @@ impl ExecutorClient {
         let (span, x) = self.inner.exchange(chunk, dispatch_span).await?;
         let started = x.reply.get(STARTED_KEY).and_then(|v| v.as_bool()) == Some(true);
         let reason = x.reply.get_str(REASON_KEY).map(str::to_owned);
-        // Through a gateway the chain also holds its hops (`x.timing.hops`):
-        // the executor's own map is the innermost one, as for a policy call.
+        // Through gateways the chain also holds their stamps: the executor's
+        // own map is the innermost one, as for a policy call, and each link
+        // is stitched with its own offset.
+        let hops = x.timing.as_ref().map(|c| c.hops).unwrap_or_default();
         let timing = x.timing.map(|c| c.map.timing).filter(|t| !t.is_empty());
         if !started {
             span.record_stale_dropped(1);
         } else if let Some(t) = timing {
             let ack = ExecutorAck::new(self.inner.url(), t, x.sent, x.received)
-                .first_bytes(x.sent_first_byte, x.first_byte);
+                .first_bytes(x.sent_first_byte, x.first_byte)
+                .hops(hops);
             span.record_executor_ack(ack);
         }
         Ok(Ack {

@@ -122,6 +122,7 @@ impl Converter {
                 f.set(Figure::Dispatch, x.dispatch_ns);
             }
             f.set(Figure::ExecTx, x.exec_tx_ns);
+            f.set(Figure::ExecRelay, x.exec_relay_ns);
             f.set(Figure::ExecWait, x.exec_wait_ns);
             f.set(Figure::ExecAck, x.exec_ack_ns);
             f.set(Figure::ExecOffset, x.offset_ns);

@@ -3,6 +3,9 @@
 //! estimate per executor, the same per-peer stitcher as a policy server's)
 //! the executor's start on the client's timeline, where `dispatch` ends:
 //! `dispatch = exec_tx + exec_wait`; the rest of the span is `exec_ack`.
+//! Through gateways each link is stitched with its own offset (as a policy
+//! call's, `clock/hops.rs`), so the start is placed with the path's composed
+//! offset, and the gateways' forwarding time is `exec_relay` (inside `exec_tx`).
 
 use std::time::Instant;
 
@@ -16,6 +19,8 @@ pub(super) struct ExecSplit {
     /// `dispatch` ending at the executor's start (replaces the span's time).
     pub(super) dispatch_ns: Option<i64>,
     pub(super) exec_tx_ns: Option<i64>,
+    /// The gateways' received → forwarded on the chunk's way (inside `exec_tx`).
+    pub(super) exec_relay_ns: Option<i64>,
     pub(super) exec_wait_ns: Option<i64>,
     /// The executor's start → the dispatch span's end.
     pub(super) exec_ack_ns: Option<i64>,
@@ -80,7 +85,17 @@ pub(super) fn split(
         first_byte_unix_ns: ack.ack_first_byte.map(|at| anchor.to_unix_ns(at)),
         request_first_byte_unix_ns: ack.sent_first_byte.map(|at| anchor.to_unix_ns(at)),
     };
-    let st = stitcher.stitch(ack.peer.as_str(), client, t);
+    // Without gateways `stitch_hops` is `stitch`: one link, one offset.
+    let (st, _links) = stitcher.stitch_hops(ack.peer.as_str(), client, &ack.hops, t);
+    if !ack.hops.is_empty() {
+        let forwarding = ack
+            .hops
+            .as_slice()
+            .iter()
+            .map(|h| h.forward_ns)
+            .fold(0u64, u64::saturating_add);
+        out.exec_relay_ns = Some(signed(forwarding));
+    }
     out.clamped |= st.clamped;
     out.rejected |= st.rejected_first_byte;
     // The transfer, clamped by the stitcher to the exchange's network time.
@@ -91,7 +106,16 @@ pub(super) fn split(
     let started = sent.saturating_add(up).saturating_add(wait).min(acked);
     let dispatch = started - span.start_ns;
     out.dispatch_ns = Some(signed(dispatch));
-    out.exec_tx_ns = Some(signed(dispatch.saturating_sub(wait)));
+    let exec_tx = dispatch.saturating_sub(wait);
+    out.exec_tx_ns = Some(signed(exec_tx));
+    // Gateway time inside a transfer the offset estimate made shorter than
+    // it is can not be larger than the transfer: say so, as a clamp.
+    if let Some(r) = out.exec_relay_ns {
+        if r > signed(exec_tx) {
+            out.clamped = true;
+            out.exec_relay_ns = Some(signed(exec_tx));
+        }
+    }
     out.exec_ack_ns = Some(signed(span_end - started));
     out.offset_ns = st.offset_ns;
     out.err_ns = st.split_err_ns;
@@ -105,7 +129,7 @@ mod tests {
     use super::*;
     use crate::clock::ClockMode;
     use crate::executor::ExecutorAck;
-    use crate::wire::ServerTiming;
+    use crate::wire::{Hops, RelayTiming, ServerTiming};
 
     const MS: u64 = 1_000_000;
 
@@ -149,6 +173,66 @@ mod tests {
         assert_eq!(x.offset_ns, Some((250 * MS) as i64));
         assert_eq!(x.err_ns, Some((3 * MS) as i64));
         assert!(!x.clamped && !x.rejected);
+    }
+
+    /// The chunk through one gateway: client → gateway (clock +300 ms, 3 ms
+    /// each way) → executor (gateway − 80 ms, 2 ms each way); the gateway
+    /// forwards 2 ms after it has the chunk and sends the ack on 0.5 ms after
+    /// it has it. Symmetric links: every link's offset estimate is exact.
+    #[test]
+    fn through_a_gateway_each_link_has_its_offset_and_the_forwarding_is_exec_relay() {
+        let call = Instant::now();
+        let anchor = Anchor::from_parts(1_700_000_000_000_000_000, call);
+        let at = |ms_x10: u64| anchor.to_unix_ns(call) + ms_x10 * MS / 10;
+        let sent = call + Duration::from_millis(2);
+        // Gateway has the chunk at 5 ms (client clock), forwards at 7 ms; the
+        // executor has it at 9 ms, starts at 21 ms, acks at 21.1 ms; the
+        // gateway has the ack at 23.1 ms, sends it at 23.6 ms; back at 26.6 ms.
+        let gateway = RelayTiming {
+            recv_unix_ns: at(50) + 300 * MS,
+            total_ns: 186 * MS / 10,
+            transfer_ns: None,
+            forward_ns: 2 * MS,
+            reply_ns: 181 * MS / 10,
+        };
+        let mut hops = Hops::new();
+        hops.push(gateway);
+        let timing = ServerTiming {
+            recv_unix_ns: Some(at(90) + 220 * MS),
+            queue_ns: Some(12 * MS),
+            total_ns: Some(121 * MS / 10),
+            ..ServerTiming::default()
+        };
+        let acked = call + Duration::from_nanos(266 * MS / 10);
+        let a: ExecAcc = ExecutorAck::new("ws://e", timing, sent, acked)
+            .hops(hops)
+            .into();
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let x = split(&mut st, &a, Some(SPAN), call, &anchor);
+        // span start 1 ms → executor starts at 21 ms.
+        assert_eq!(x.dispatch_ns, Some((20 * MS) as i64));
+        assert_eq!(x.exec_wait_ns, Some((12 * MS) as i64));
+        // 1 ms before the send, 3 ms, the gateway's 2 ms, 2 ms.
+        assert_eq!(x.exec_tx_ns, Some((8 * MS) as i64));
+        assert_eq!(x.exec_relay_ns, Some((2 * MS) as i64));
+        assert_eq!(x.exec_ack_ns, Some((10 * MS) as i64));
+        // Offsets and bounds compose along the path: 300 − 80; 3 + 2.
+        assert_eq!(x.offset_ns, Some((220 * MS) as i64));
+        assert_eq!(x.err_ns, Some((5 * MS) as i64));
+        assert!(!x.clamped && !x.rejected);
+
+        // The same ack read as one link (today's two-party view) puts the
+        // start with one blended offset: the gateway time is not told apart.
+        let direct: ExecAcc = ExecutorAck::new("ws://e2", timing, sent, acked).into();
+        let y = split(
+            &mut Stitcher::new(ClockMode::Estimate),
+            &direct,
+            Some(SPAN),
+            call,
+            &anchor,
+        );
+        assert_eq!(y.exec_relay_ns, None);
+        assert_ne!(y.offset_ns, Some((220 * MS) as i64));
     }
 
     #[test]
