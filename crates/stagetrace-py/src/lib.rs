@@ -1,29 +1,44 @@
 //! Python bindings of stagetrace: the `stagetrace._native` extension module
 //! behind the `stagetrace` package (`python/stagetrace/`).
 //!
-//! Nothing is re-implemented here. A [`Recorder`](recorder::Recorder) is the
+//! Nothing is re-implemented here. A [`Recorder`](shared::Recorder) is the
 //! Rust core's `StageLayer` (worker thread, clock stitching, rolling
-//! summaries, record files, OTLP sink) behind its own `tracing` dispatcher;
-//! a [`Span`](span::Span) is a `tracing` span of that dispatcher (`call`,
-//! a stage, or `transport`), so a call timed from Python is measured, stitched
-//! and written by the same code as one timed from Rust, and its record is the
-//! same. The context managers, the decorator and the openpi client wrapper
-//! are Python (`stagetrace/__init__.py`, `stagetrace/client.py`).
+//! summaries, record files, OTLP sink); a [`Call`](call::Call) holds the
+//! core's `DirectCall` (`stagetrace::direct`): the per-call state a Rust
+//! call span keeps, stamped on the core's clock, queued to the same worker
+//! as the same message when the call ends. So a call timed from Python is
+//! measured, stitched and written by the same code as one timed from Rust,
+//! and its record is the same; no `tracing` span is made per stage, which
+//! is what keeps `with stagetrace.stage()` cheap (`bench/overhead.py`).
+//!
+//! - [`call`]: `with stagetrace.call()`, the current call (a context variable);
+//! - [`scope`]: `with stagetrace.stage()`, cached per name;
+//! - [`span`]: stages opened by a method (`call.transport(peer)`);
+//! - [`state`]: one call's state, shared by the call and its spans;
+//! - [`current`]: the context variable, the default recorder, `async with`;
+//! - [`shared`], [`recorder`]: the recorder; [`timing`]: `server_timing` maps;
+//! - [`trace`]: W3C trace continuation for Python services in the middle.
 
 use pyo3::prelude::*;
 
-mod dispatcher;
+mod call;
+mod current;
 mod recorder;
 mod scope;
+mod shared;
 mod span;
+mod state;
 mod timing;
 mod trace;
 
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<recorder::Recorder>()?;
+    m.add_class::<shared::Recorder>()?;
     m.add_class::<span::Span>()?;
+    m.add_class::<call::Call>()?;
+    m.add_function(wrap_pyfunction!(call::call, m)?)?;
+    current::register(m)?;
     scope::register(m)?;
     trace::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;

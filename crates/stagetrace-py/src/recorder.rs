@@ -1,5 +1,7 @@
-//! The recorder: the core's `StageLayer` behind a `tracing` dispatcher of its
-//! own, built from the same settings as the Rust builder.
+//! The recorder: the core's `StageLayer`, built from the same settings as
+//! the Rust builder; Python's calls reach its worker through the layer's
+//! [`DirectCalls`](stagetrace::direct::DirectCalls) handle, not through
+//! `tracing` spans (cheaper per stage, same queue, same records).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -8,21 +10,11 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use stagetrace::{ClockMode, FlushGuard, Stage, StageLayer};
-use tracing::Dispatch;
-use tracing_subscriber::prelude::*;
+use stagetrace::{ClockMode, Stage, StageLayer};
 
-use crate::dispatcher::Scope;
+use crate::call::Call;
+use crate::shared::{Recorder, Shared};
 use crate::span::Span;
-
-/// The Rust core's stage recorder: `StageLayer::builder()` with the given
-/// settings, installed in a dispatcher of its own. `finish()` drains the
-/// worker and returns the cumulative summary.
-#[pyclass(module = "stagetrace._native", frozen)]
-pub(crate) struct Recorder {
-    scope: Arc<Scope>,
-    guard: Mutex<Option<FlushGuard>>,
-}
 
 fn clock_mode(clock: &str) -> PyResult<ClockMode> {
     match clock {
@@ -32,19 +24,6 @@ fn clock_mode(clock: &str) -> PyResult<ClockMode> {
         other => Err(PyValueError::new_err(format!(
             "clock {other:?}: use \"estimate\" (default), \"trusted\" (clocks synced by PTP/NTP) or \"none\""
         ))),
-    }
-}
-
-impl Recorder {
-    pub(crate) fn open_call(&self, kind: Option<&str>, seq: Option<u64>) -> Span {
-        let span = self
-            .scope
-            .within(|| tracing::info_span!(parent: None, "call", kind = kind, seq = seq));
-        Span::new(span, Arc::clone(&self.scope), crate::span::Role::Call)
-    }
-
-    pub(crate) fn open_stage(&self, name: &str) -> PyResult<Span> {
-        Span::open_stage(&self.scope, None, name)
     }
 }
 
@@ -109,33 +88,36 @@ impl Recorder {
             b = b.sink(Box::new(exporter));
         }
         let (layer, guard) = b
-            .build()
+            .build_unfiltered::<tracing_subscriber::Registry>()
             .map_err(|e| PyValueError::new_err(format!("{e}")))?;
-        let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
+        // The layer itself is not needed: no span of it is ever made. Its
+        // worker lives until the guard finishes it.
         Ok(Recorder {
-            scope: Arc::new(Scope {
-                dispatch,
+            shared: Arc::new(Shared {
+                calls: layer.direct_calls(),
                 stages: map,
             }),
             guard: Mutex::new(Some(guard)),
         })
     }
 
-    /// Open a call span (one control cycle), started now. `kind` and `seq`
-    /// land on its record.
+    /// Open a call (one control cycle), started now, not made the current
+    /// one (`with stagetrace.call()` does that). `kind` and `seq` land on
+    /// its record; `close()` ends it.
     #[pyo3(signature = (kind=None, seq=None))]
-    fn call(&self, kind: Option<&str>, seq: Option<u64>) -> Span {
-        self.open_call(kind, seq)
+    fn call(&self, kind: Option<&str>, seq: Option<u64>) -> Call {
+        Call::opened(Arc::clone(&self.shared), kind, seq)
     }
 
-    /// A stage span outside any call (the layer counts it as ignored).
+    /// A stage outside any call, started now (counted as ignored when it
+    /// closes, as a Rust stage span outside a call is).
     fn stage(&self, name: &str) -> PyResult<Span> {
-        self.open_stage(name)
+        Span::outside(Arc::clone(&self.shared), name)
     }
 
     /// The canonical stage `name` is recorded as (mapped names included).
     fn resolve(&self, name: &str) -> PyResult<&'static str> {
-        self.scope.stage(name).map(Stage::name)
+        self.shared.stage(name, None).map(Stage::name)
     }
 
     /// Drain the worker, flush every sink (record files, OTLP) and return

@@ -1,256 +1,134 @@
-//! `with st.call(...)` / `with st.stage(...)`: the context managers, in Rust
-//! so entering and leaving one costs two C calls instead of two Python
-//! frames (`bench/overhead.py`). The current span lives in a
-//! `contextvars.ContextVar` (`stagetrace._native.current`), so asyncio tasks
-//! and threads each see their own call.
+//! `with stagetrace.stage("capture"):` a stage of the current call.
+//!
+//! `stagetrace.stage(name)` gives one cached object per name (no object is
+//! made per stage); entering it stamps the start into the current call
+//! (the context variable's), leaving it adds the stage to that call: two
+//! calls into Rust, no `tracing` span, no Python frame. The name is resolved
+//! against the call's recorder when the stage is entered (its `stages=`
+//! mapping).
 
-use std::sync::Mutex;
+use std::sync::Arc;
 
-use pyo3::exceptions::PyStopIteration;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::IntoPyDict;
+use pyo3::types::{PyDict, PyString};
+use stagetrace::Stage;
 
-use crate::recorder::Recorder;
-use crate::span::Span;
+use crate::call::Call;
+use crate::current::{current, first_failure, shared_of, Ready};
+use crate::shared::{Recorder, Shared};
 
-/// The context variable's bound `get`, `set` and `reset`, looked up once:
-/// a method lookup by name per scope cost more than the span itself.
-struct Current {
-    get: Py<PyAny>,
-    set: Py<PyAny>,
-    reset: Py<PyAny>,
-}
+/// Names cached at most (a program uses a handful; a program making names
+/// up on the fly gets a fresh object past this many).
+const CACHE_MAX: usize = 256;
 
-static CURRENT: GILOnceCell<Current> = GILOnceCell::new();
-static DEFAULT: Mutex<Option<Py<Recorder>>> = Mutex::new(None);
+static CACHE: GILOnceCell<Py<PyDict>> = GILOnceCell::new();
 
-/// Creates the context variable and adds the module's functions and classes.
+/// Adds `stage` and its class to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    let cv = py.import("contextvars")?.getattr("ContextVar")?.call(
-        ("stagetrace_span",),
-        Some(&[("default", py.None())].into_py_dict(py)?),
-    )?;
-    m.add("current", &cv)?;
-    let _ = CURRENT.set(
-        py,
-        Current {
-            get: cv.getattr("get")?.unbind(),
-            set: cv.getattr("set")?.unbind(),
-            reset: cv.getattr("reset")?.unbind(),
-        },
-    );
-    m.add_class::<CallScope>()?;
     m.add_class::<StageScope>()?;
-    m.add_class::<Ready>()?;
-    m.add_function(wrap_pyfunction!(set_default, m)?)?;
+    m.add_function(wrap_pyfunction!(stage, m)?)?;
     Ok(())
 }
 
-fn current(py: Python<'_>) -> PyResult<&Current> {
-    CURRENT.get(py).ok_or_else(|| {
-        pyo3::exceptions::PyRuntimeError::new_err("stagetrace._native not initialised")
-    })
-}
-
-/// Make `rec` the recorder `call` / `stage` use when none is given (`None`:
-/// forget it).
+/// `with stagetrace.stage("capture"):` a stage of the current call (nested
+/// in the stages open in it). The `with` gives the current call (`None`
+/// outside any call: the stage is then counted as ignored). `recorder`: the
+/// recorder whose names apply outside a call (default: the process's).
 #[pyfunction]
-fn set_default(rec: Option<Py<Recorder>>) {
-    *DEFAULT.lock().unwrap_or_else(|e| e.into_inner()) = rec;
-}
-
-fn default_recorder(py: Python<'_>) -> PyResult<Py<Recorder>> {
-    if let Some(r) = DEFAULT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        return Ok(r.clone_ref(py));
-    }
-    // First use without init(): the Python side makes one (and warns).
-    py.import("stagetrace")?
-        .getattr("recorder")?
-        .call0()?
-        .extract()
-}
-
-/// Whether a scope ending with `exc` marks its call failed ("exception"):
-/// not when an inner scope or the client already gave the call its reason
-/// (`exc._stagetrace_reason`); the first reason is the record's.
-fn first_failure(exc: Option<&Bound<'_, PyAny>>) -> bool {
-    let Some(exc) = exc.filter(|e| !e.is_none()) else {
-        return false;
-    };
-    match exc.getattr("_stagetrace_reason") {
-        Ok(r) if !r.is_none() => false,
-        _ => {
-            // An exception type without a __dict__ cannot carry it.
-            let _ = exc.setattr("_stagetrace_reason", "exception");
-            true
-        }
-    }
-}
-
-/// An awaitable that is done at once with `value`: `async with` support.
-#[pyclass(module = "stagetrace._native")]
-pub(crate) struct Ready {
-    value: Option<PyObject>,
-}
-
-impl Ready {
-    /// An awaitable that is already done, with `value`.
-    fn with(value: PyObject) -> Self {
-        Ready { value: Some(value) }
-    }
-}
-
-/// Ends the scope's open span (a call's or a stage's), failed when an
-/// exception is leaving the `with`, and restores the context variable; the
-/// exception is never swallowed.
-fn close(
+#[pyo3(signature = (name, *, recorder=None))]
+fn stage(
     py: Python<'_>,
-    open: &mut Option<(Py<Span>, PyObject)>,
-    exc: Option<&Bound<'_, PyAny>>,
-) -> PyResult<bool> {
-    if let Some((span, token)) = open.take() {
-        current(py)?.reset.call1(py, (token,))?;
-        span.get().end_now(first_failure(exc));
-    }
-    Ok(false)
-}
-
-#[pymethods]
-impl Ready {
-    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__(&mut self, py: Python<'_>) -> PyResult<PyObject> {
-        let v = self.value.take().unwrap_or_else(|| py.None());
-        Err(PyStopIteration::new_err((v,)))
-    }
-}
-
-/// `with st.call(kind="infer", seq=None):` one control cycle (a record
-/// line). The `with` gives the call's span.
-#[pyclass(module = "stagetrace", name = "call")]
-pub(crate) struct CallScope {
-    kind: Option<String>,
-    seq: Option<u64>,
-    rec: Option<Py<Recorder>>,
-    open: Option<(Py<Span>, PyObject)>,
-}
-
-#[pymethods]
-impl CallScope {
-    #[new]
-    #[pyo3(signature = (kind=None, seq=None, *, recorder=None))]
-    fn new(kind: Option<String>, seq: Option<u64>, recorder: Option<Py<Recorder>>) -> Self {
-        CallScope {
-            kind,
-            seq,
-            rec: recorder,
-            open: None,
+    name: &Bound<'_, PyString>,
+    recorder: Option<Py<Recorder>>,
+) -> PyResult<Py<StageScope>> {
+    let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    if recorder.is_none() {
+        if let Some(hit) = cache.get_item(name)? {
+            if let Ok(s) = hit.downcast_into::<StageScope>() {
+                return Ok(s.unbind());
+            }
         }
     }
-
-    fn __enter__(&mut self, py: Python<'_>) -> PyResult<Py<Span>> {
-        let rec = match &self.rec {
-            Some(r) => r.clone_ref(py),
-            None => default_recorder(py)?,
-        };
-        let span = Py::new(py, rec.get().open_call(self.kind.as_deref(), self.seq))?;
-        let token = current(py)?.set.call1(py, (span.clone_ref(py),))?;
-        self.open = Some((span.clone_ref(py), token));
-        Ok(span)
+    let text = name.to_cow()?.into_owned();
+    let scope = Py::new(
+        py,
+        StageScope {
+            canonical: text.parse().ok(),
+            name: text,
+            rec: recorder,
+        },
+    )?;
+    if scope.get().rec.is_none() && cache.len() < CACHE_MAX {
+        cache.set_item(name, &scope)?;
     }
-
-    #[pyo3(signature = (_exc_type=None, exc=None, _tb=None))]
-    fn __exit__(
-        &mut self,
-        py: Python<'_>,
-        _exc_type: Option<&Bound<'_, PyAny>>,
-        exc: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        close(py, &mut self.open, exc)
-    }
-
-    fn __aenter__(&mut self, py: Python<'_>) -> PyResult<Ready> {
-        Ok(Ready::with(self.__enter__(py)?.into_any()))
-    }
-
-    #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
-    fn __aexit__(
-        &mut self,
-        py: Python<'_>,
-        exc_type: Option<&Bound<'_, PyAny>>,
-        exc: Option<&Bound<'_, PyAny>>,
-        tb: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Ready> {
-        let r = self.__exit__(py, exc_type, exc, tb)?;
-        Ok(Ready::with(
-            r.into_pyobject(py)?.to_owned().into_any().unbind(),
-        ))
-    }
+    Ok(scope)
 }
 
-/// `with st.stage("capture"):` a stage of the current call (or of the
-/// current stage, nested). The `with` gives the stage's span.
-#[pyclass(module = "stagetrace", name = "stage")]
+/// A stage name, ready for `with`.
+#[pyclass(module = "stagetrace._native", frozen)]
 pub(crate) struct StageScope {
     name: String,
+    /// `name` as a canonical stage, when it is one.
+    canonical: Option<Stage>,
     rec: Option<Py<Recorder>>,
-    open: Option<(Py<Span>, PyObject)>,
+}
+
+impl StageScope {
+    fn resolve(&self, shared: &Shared) -> PyResult<Stage> {
+        shared.stage(&self.name, self.canonical)
+    }
+
+    /// The recorder to count in outside any call.
+    fn outside(&self, py: Python<'_>) -> PyResult<Arc<Shared>> {
+        shared_of(py, self.rec.as_ref())
+    }
 }
 
 #[pymethods]
 impl StageScope {
-    #[new]
-    #[pyo3(signature = (name, *, recorder=None))]
-    fn new(name: String, recorder: Option<Py<Recorder>>) -> Self {
-        StageScope {
-            name,
-            rec: recorder,
-            open: None,
-        }
-    }
-
-    fn __enter__(&mut self, py: Python<'_>) -> PyResult<Py<Span>> {
-        let cv = current(py)?;
-        let parent = cv.get.bind(py).call0()?;
-        let span = match parent.downcast::<Span>() {
-            Ok(p) => p.get().child_stage(&self.name)?,
-            Err(_) => {
-                let rec = match &self.rec {
-                    Some(r) => r.clone_ref(py),
-                    None => default_recorder(py)?,
-                };
-                rec.get().open_stage(&self.name)?
+    fn __enter__(&self, py: Python<'_>) -> PyResult<PyObject> {
+        let now = current(py)?.get.bind(py).call0()?;
+        match now.downcast::<Call>() {
+            Ok(call) => {
+                let cell = &call.get().cell;
+                cell.enter_stage(self.resolve(&cell.shared)?);
+                Ok(now.unbind())
             }
-        };
-        let span = Py::new(py, span)?;
-        let token = cv.set.call1(py, (span.clone_ref(py),))?;
-        self.open = Some((span.clone_ref(py), token));
-        Ok(span)
+            Err(_) => {
+                // Still say at once when the name means nothing.
+                self.resolve(&*self.outside(py)?)?;
+                Ok(py.None())
+            }
+        }
     }
 
     #[pyo3(signature = (_exc_type=None, exc=None, _tb=None))]
     fn __exit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         _exc_type: Option<&Bound<'_, PyAny>>,
         exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        close(py, &mut self.open, exc)
+        let now = current(py)?.get.bind(py).call0()?;
+        match now.downcast::<Call>() {
+            Ok(call) => {
+                let cell = &call.get().cell;
+                cell.exit_stage(self.resolve(&cell.shared)?, first_failure(exc));
+            }
+            Err(_) => self.outside(py)?.calls.count_ignored_stage(),
+        }
+        Ok(false)
     }
 
-    fn __aenter__(&mut self, py: Python<'_>) -> PyResult<Ready> {
-        Ok(Ready::with(self.__enter__(py)?.into_any()))
+    fn __aenter__(&self, py: Python<'_>) -> PyResult<Ready> {
+        Ok(Ready::with(self.__enter__(py)?))
     }
 
     #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
     fn __aexit__(
-        &mut self,
+        &self,
         py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         exc: Option<&Bound<'_, PyAny>>,
@@ -260,5 +138,9 @@ impl StageScope {
         Ok(Ready::with(
             r.into_pyobject(py)?.to_owned().into_any().unbind(),
         ))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<stagetrace stage {:?}>", self.name)
     }
 }

@@ -1,38 +1,21 @@
-//! One span of a recorder, seen from Python: a call, a stage or the
-//! transport stage. Closing it (or dropping it) ends the stage; the core's
-//! layer measures it from creation to close, as for a Rust span.
+//! A stage opened by a method rather than a `with`: the transport stage of
+//! `TracedClientPolicy` (`call.transport(peer)`), `call.stage(name)`, or a
+//! stage outside any call (`Recorder.stage`). Closing it (or dropping it)
+//! ends the stage; its time goes into its call as a Rust stage span's would.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::prelude::*;
-use stagetrace::StageSpanExt;
+use stagetrace::direct::{DirectTransport, Mark};
+use stagetrace::Stage;
 
-use crate::dispatcher::Scope;
+use crate::shared::Shared;
+use crate::state::CallCell;
 use crate::timing;
-
-/// What a span is, for `repr` and for what it may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Role {
-    Call,
-    Stage(&'static str),
-    Transport,
-}
-
-/// A `tracing` span of a recorder. Children (`stage`, `transport`) are
-/// created with this span as their explicit parent, not through the
-/// thread's current span, so asyncio tasks interleaving on one thread keep
-/// their calls apart (the Python side tracks the current span in a
-/// `contextvars.ContextVar`).
-#[pyclass(module = "stagetrace._native", frozen)]
-pub(crate) struct Span {
-    span: Mutex<Option<tracing::Span>>,
-    scope: Arc<Scope>,
-    role: Role,
-}
 
 /// Why a call failed, as its record says (`error`): the core takes a
 /// `&'static str`, so Python's reason is matched onto the Rust client's words.
-fn reason(r: &str) -> &'static str {
+pub(crate) fn reason(r: &str) -> &'static str {
     const KNOWN: [&str; 8] = [
         "timeout",
         "disconnected",
@@ -46,83 +29,92 @@ fn reason(r: &str) -> &'static str {
     KNOWN.into_iter().find(|k| *k == r).unwrap_or("error")
 }
 
+/// What is still open of a span.
+#[derive(Debug)]
+struct Open {
+    /// The transport's id and server timing (transport spans only).
+    transport: Option<DirectTransport>,
+}
+
+/// A stage of a call (or outside any), from creation to `close`.
+#[pyclass(module = "stagetrace._native", frozen)]
+pub(crate) struct Span {
+    /// The call it belongs to (`None`: outside any call).
+    call: Option<Arc<CallCell>>,
+    shared: Arc<Shared>,
+    stage: Stage,
+    start: Mark,
+    nested: bool,
+    open: Mutex<Option<Open>>,
+}
+
 impl Span {
-    pub(crate) fn new(span: tracing::Span, scope: Arc<Scope>, role: Role) -> Self {
+    /// A stage `name` of `call`, started now.
+    pub(crate) fn stage_of(call: &Arc<CallCell>, name: &str) -> PyResult<Span> {
+        let stage = call.shared.stage(name, None)?;
+        let transport = (stage == Stage::Transport).then(|| DirectTransport::start(None));
+        Ok(Span::open(call, stage, transport))
+    }
+
+    /// The transport stage of `call`, started now, to `peer`.
+    pub(crate) fn transport_of(call: &Arc<CallCell>, peer: Option<&str>) -> Span {
+        Span::open(call, Stage::Transport, Some(DirectTransport::start(peer)))
+    }
+
+    fn open(call: &Arc<CallCell>, stage: Stage, transport: Option<DirectTransport>) -> Span {
+        let start = Mark::now();
+        let (nested, running) = call.open_handle();
         Span {
-            span: Mutex::new(Some(span)),
-            scope,
-            role,
+            // A span of a call that has not started or has ended counts as
+            // outside any call.
+            call: running.then(|| Arc::clone(call)),
+            shared: Arc::clone(&call.shared),
+            stage,
+            start,
+            nested,
+            open: Mutex::new(Some(Open { transport })),
         }
     }
 
-    /// A stage span `name` (mapped onto its canonical stage), child of
-    /// `parent` when given.
-    pub(crate) fn open_stage(
-        scope: &Arc<Scope>,
-        parent: Option<&tracing::Span>,
-        name: &str,
-    ) -> PyResult<Span> {
-        let stage = scope.stage(name)?;
-        let s = stage.name();
-        let span = scope.within(|| match parent {
-            Some(p) => tracing::info_span!(parent: p, "stage", stage = s),
-            None => tracing::info_span!(parent: None, "stage", stage = s),
-        });
-        let role = if s == "transport" {
-            Role::Transport
-        } else {
-            Role::Stage(s)
+    /// A stage outside any call, started now.
+    pub(crate) fn outside(shared: Arc<Shared>, name: &str) -> PyResult<Span> {
+        let stage = shared.stage(name, None)?;
+        Ok(Span {
+            call: None,
+            shared,
+            stage,
+            start: Mark::now(),
+            nested: false,
+            open: Mutex::new(Some(Open { transport: None })),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Open>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// End the span now (once), marking its call failed first if asked.
+    fn end(&self, failed: bool) {
+        let Some(open) = self.lock().take() else {
+            return;
         };
-        Ok(Span::new(span, Arc::clone(scope), role))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Option<tracing::Span>> {
-        // A panic while holding it cannot happen (no user code runs under
-        // it); recover the value anyway rather than raise.
-        self.span.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Close `span` under the recorder's dispatcher: the registry releases
-    /// a closed child's hold on its parent through the *current* default
-    /// dispatcher, so a span dropped outside it would keep its call open
-    /// for ever (and the call would never be recorded).
-    fn end(&self, span: tracing::Span) {
-        self.scope.within(move || drop(span));
-    }
-
-    pub(crate) fn child_stage(&self, name: &str) -> PyResult<Span> {
-        let guard = self.lock();
-        Span::open_stage(&self.scope, guard.as_ref(), name)
-    }
-
-    /// `close`: end the span now, marking its call failed first if asked.
-    pub(crate) fn end_now(&self, failed: bool) {
-        let span = self.lock().take();
-        if let Some(span) = span {
-            if failed {
-                span.mark_failed("exception");
+        match &self.call {
+            Some(call) => {
+                if failed {
+                    call.with_call(|c| c.mark_failed("exception"));
+                }
+                call.close_handle(self.stage, self.start, self.nested, open.transport.as_ref());
             }
-            self.end(span);
+            None => self.shared.calls.count_ignored_stage(),
         }
-    }
-
-    fn with_open<T>(&self, f: impl FnOnce(&tracing::Span) -> T) -> Option<T> {
-        self.lock().as_ref().map(f)
     }
 }
 
 impl Drop for Span {
-    /// A span Python collects without `close` (an exception skipped it, or
-    /// it was never used in a `with`) ends here, under its dispatcher.
+    /// A span Python collects without `close` (an exception skipped it)
+    /// ends here.
     fn drop(&mut self) {
-        let span = self
-            .span
-            .get_mut()
-            .map(Option::take)
-            .unwrap_or_else(|e| e.into_inner().take());
-        if let Some(span) = span {
-            self.end(span);
-        }
+        self.end(false);
     }
 }
 
@@ -131,7 +123,10 @@ impl Span {
     /// A stage inside this span, started now: `capture`, `infer`,
     /// `dispatch`, ... or a name mapped onto one.
     fn stage(&self, name: &str) -> PyResult<Span> {
-        self.child_stage(name)
+        match &self.call {
+            Some(call) => Span::stage_of(call, name),
+            None => Span::outside(Arc::clone(&self.shared), name),
+        }
     }
 
     /// The transport stage inside this span, started now: request handed to
@@ -139,19 +134,26 @@ impl Span {
     /// clock-offset estimate per peer).
     #[pyo3(signature = (peer=None))]
     fn transport(&self, peer: Option<&str>) -> Span {
-        let guard = self.lock();
-        let span = self.scope.within(|| match guard.as_ref() {
-            Some(p) => tracing::info_span!(parent: p, "transport", peer = peer),
-            None => tracing::info_span!(parent: None, "transport", peer = peer),
-        });
-        Span::new(span, Arc::clone(&self.scope), Role::Transport)
+        match &self.call {
+            Some(call) => Span::transport_of(call, peer),
+            None => Span {
+                call: None,
+                shared: Arc::clone(&self.shared),
+                stage: Stage::Transport,
+                start: Mark::now(),
+                nested: false,
+                open: Mutex::new(Some(Open { transport: None })),
+            },
+        }
     }
 
     /// The W3C `traceparent` to send with the request of this transport
     /// span (`None` outside a call).
     fn traceparent(&self) -> Option<String> {
-        self.with_open(|s| s.trace_parent().map(|tp| tp.to_string()))
-            .flatten()
+        let call = self.call.as_ref()?;
+        let g = self.lock();
+        let transport = g.as_ref().and_then(|o| o.transport.as_ref());
+        call.trace_parent(transport).map(|tp| tp.to_string())
     }
 
     /// Attach the response's `server_timing` map (a dict as msgpack decoded
@@ -160,18 +162,20 @@ impl Span {
     /// whether it was taken.
     fn server_timing(&self, map: &Bound<'_, PyAny>) -> bool {
         let parsed = timing::from_python(map);
-        let guard = self.lock();
-        let Some(span) = guard.as_ref() else {
+        let mut g = self.lock();
+        let Some(open) = g.as_mut() else {
             return false;
         };
         match parsed {
             Some(t) if !t.is_empty() => {
-                span.record_server_timing(t);
+                if let Some(tr) = open.transport.as_mut() {
+                    tr.record_server_timing(t);
+                }
                 true
             }
             Some(_) => false,
             None => {
-                self.scope.within(stagetrace::count_rejected_header);
+                self.shared.calls.count_rejected_header();
                 false
             }
         }
@@ -181,19 +185,23 @@ impl Span {
     /// record; kept out of the stage figures).
     fn fail(&self, why: &str) {
         let r = reason(why);
-        self.with_open(|s| s.mark_failed(r));
+        if let Some(call) = &self.call {
+            call.with_call(|c| c.mark_failed(r));
+        }
     }
 
     /// Attach a digest of the call's output (`output_digest` on the record).
     fn output_digest(&self, digest: u64) {
-        self.with_open(|s| s.record_output_digest(digest));
+        if let Some(call) = &self.call {
+            call.with_call(|c| c.record_output_digest(digest));
+        }
     }
 
     /// End the span now (a second close does nothing). `failed` marks the
     /// enclosing call failed with reason "exception" first.
     #[pyo3(signature = (failed=false))]
     fn close(&self, failed: bool) {
-        self.end_now(failed);
+        self.end(failed);
     }
 
     /// Whether `close` has run.
@@ -203,15 +211,11 @@ impl Span {
     }
 
     fn __repr__(&self) -> String {
-        let state = match self.with_open(tracing::Span::is_disabled) {
-            None => "closed",
-            Some(true) => "disabled",
-            Some(false) => "open",
+        let state = match (self.lock().is_some(), self.call.is_some()) {
+            (false, _) => "closed",
+            (true, false) => "outside any call",
+            (true, true) => "open",
         };
-        match self.role {
-            Role::Call => format!("<stagetrace call span, {state}>"),
-            Role::Transport => format!("<stagetrace transport span, {state}>"),
-            Role::Stage(s) => format!("<stagetrace {s} span, {state}>"),
-        }
+        format!("<stagetrace {} span, {state}>", self.stage.name())
     }
 }

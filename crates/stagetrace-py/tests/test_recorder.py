@@ -4,6 +4,7 @@ failures and counters, all landing in the Rust core's records and summary."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -194,3 +195,71 @@ def test_the_otlp_exporter_is_the_rust_sink(tmp_path: Path) -> None:
     handed = sum(counters[f"otlp.{k}"] for k in ("exported", "dropped", "failed", "abandoned"))
     assert (handed, counters["otlp.exported"]) == (3, 0), counters
     assert len(records(tmp_path)) == 3
+
+
+def test_stage_objects_are_cached_and_resolved_against_the_current_calls_recorder(tmp_path: Path) -> None:
+    # One object per name (nothing made per `with`); the name is resolved
+    # when entered, against the recorder of the call it lands in.
+    assert stagetrace.stage("post") is stagetrace.stage("post")
+    post = stagetrace.stage("post")
+    r1 = stagetrace.Recorder(str(tmp_path / "1"), stages={"post": "dispatch"})
+    r2 = stagetrace.Recorder(str(tmp_path / "2"), stages={"post": "capture"})
+    for rec in (r1, r2):
+        with stagetrace.call(kind="k", recorder=rec):
+            with post:
+                time.sleep(0.001)
+    r1.finish(), r2.finish()
+    ((a,), (b,)) = records(tmp_path / "1"), records(tmp_path / "2")
+    assert "dispatch_ms" in a and "capture_ms" not in a
+    assert "capture_ms" in b and "dispatch_ms" not in b
+
+
+def test_the_with_gives_the_call_and_its_traceparent_names_the_record(out: Path) -> None:
+    with stagetrace.call(kind="infer") as c:
+        assert isinstance(c, stagetrace.Call) and stagetrace.current_span() is c
+        with stagetrace.stage("capture") as s:
+            assert s is c  # a stage's `with` gives its call
+        t = c.transport("ws://peer")
+        tp = t.traceparent()
+        t.close()
+        assert t.closed and not c.closed
+    assert c.closed and stagetrace.current_span() is None
+    stagetrace.finish()
+    (r,) = records(out)
+    version, trace_id, parent_id, flags = tp.split("-")
+    assert (version, trace_id, flags) == ("00", r["trace_id"], "03")
+    assert "roundtrip_ms" in r and "capture_ms" in r
+
+
+def test_stages_nested_deeper_than_sixteen_are_counted_as_ignored(out: Path) -> None:
+    # The open stages of a call live in a fixed array of 16: a 17th nested
+    # one is not recorded, and says so in ignored_spans.
+    capture = stagetrace.stage("capture")
+    with stagetrace.call():
+        with contextlib.ExitStack() as stack:
+            for _ in range(17):
+                stack.enter_context(capture)
+        with capture:  # the array is free again
+            pass
+    summary = stagetrace.finish()
+    assert summary["ignored_spans"] == 1
+    (r,) = records(out)
+    assert "capture_ms" in r and r["gap_ms"] >= 0
+
+
+def test_asyncio_tasks_sharing_one_call_add_their_stages_to_it(out: Path) -> None:
+    async def stage(name: str, s: float) -> None:
+        with stagetrace.stage(name):
+            await asyncio.sleep(s)
+
+    async def main() -> None:
+        async with stagetrace.call(kind="shared"):
+            # Tasks copy the context: both see the call; their stages overlap.
+            await asyncio.gather(stage("capture", 0.02), stage("infer", 0.01))
+
+    asyncio.run(main())
+    stagetrace.finish()
+    (r,) = records(out)
+    assert r["capture_ms"] >= 20.0 and r["infer_ms"] >= 10.0
+    # The overlapping stage counts once in the covered time: gap stays >= 0.
+    assert r["gap_ms"] >= 0

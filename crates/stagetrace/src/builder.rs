@@ -341,7 +341,7 @@ impl StageLayerBuilder {
             names,
             tx: tx.clone(),
             health,
-            next_ordinal: std::sync::atomic::AtomicU64::new(0),
+            next_ordinal: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             with_scope: WithScope::for_subscriber::<S>(),
             context_hook: self.context_hook,
             dispatch: std::sync::OnceLock::new(),

@@ -68,6 +68,7 @@
 mod builder;
 pub mod clock;
 pub mod context;
+pub mod direct;
 mod executor;
 pub mod health;
 pub mod hop_record;

@@ -74,6 +74,71 @@ pub(crate) struct CallState {
     pub(crate) shared_context: bool,
 }
 
+impl CallState {
+    /// A call started at `start` with no stage yet: the layer's call span
+    /// and a call timed without spans ([`crate::direct`]) start alike.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        start: Stamp,
+        ordinal: u64,
+        seq: Option<u64>,
+        trace_id: u128,
+        flags: u8,
+        span_id: u64,
+        kind: InlineStr<KIND_LEN>,
+        shared_context: bool,
+    ) -> Self {
+        CallState {
+            start,
+            ordinal,
+            seq,
+            trace_id,
+            flags,
+            span_id,
+            kind,
+            stages: [StageAcc::default(); Stage::ALL.len()],
+            covered_ticks: 0,
+            transport: None,
+            executor: None,
+            dispatch_span_id: 0,
+            failed: None,
+            digest: None,
+            stale_dropped: 0,
+            observer_ticks: 0,
+            shared_context,
+        }
+    }
+
+    /// Adds one closed stage (`start` → `end`) to the call. `nested`: it ran
+    /// inside another stage of the call, so its time is already covered
+    /// (counted once in `gap`). `transport`: what a transport stage brought
+    /// back; the one with the server's timing wins over one without.
+    pub(crate) fn add_stage(
+        &mut self,
+        stage: Stage,
+        start: Stamp,
+        end: Stamp,
+        nested: bool,
+        transport: Option<TransportAcc>,
+    ) {
+        let dur = end.ticks_since(start);
+        let acc = &mut self.stages[stage.index()];
+        if acc.count == 0 {
+            acc.first_start_ticks = start.ticks_since(self.start);
+        }
+        acc.count = acc.count.saturating_add(1);
+        acc.sum_ticks = acc.sum_ticks.saturating_add(dur);
+        if !nested {
+            self.covered_ticks = self.covered_ticks.saturating_add(dur);
+        }
+        if let Some(t) = transport {
+            if t.timing.is_some() || self.transport.is_none_or(|c| c.timing.is_none()) {
+                self.transport = Some(t);
+            }
+        }
+    }
+}
+
 /// One finished call, as queued to the worker.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawCall {

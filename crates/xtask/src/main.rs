@@ -173,8 +173,10 @@ fn python_env(root: &Path) -> Result<PathBuf, String> {
 
 /// Builds the `stagetrace` Python package in debug (`maturin develop`, an
 /// editable install into the venv, reusing the workspace's target folder)
-/// and runs its tests: the moved server tests, the bindings, and the real
-/// openpi-client against the Rust and Python servers.
+/// and runs its tests: the moved server tests, the bindings, the real
+/// openpi-client against the Rust and Python servers, and the wheel built
+/// from the files git tracks and pip-installed into a fresh venv
+/// (`tests/test_wheel.py`; `CI=true` makes its missing tools failures).
 fn python_tests(root: &Path, ci: &Prereqs) -> Result<(), String> {
     let venv = match python_env(root) {
         Ok(v) => v,

@@ -43,11 +43,12 @@ import os
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from . import _native
-from ._native import FIELDS, STAGES, Recorder, Span
+from ._native import FIELDS, STAGES, Call, Recorder, Span
 from ._native import call as call
 from ._native import stage as stage
 
 __all__ = [
+    "Call",
     "FIELDS",
     "STAGES",
     "Recorder",
@@ -64,9 +65,9 @@ __all__ = [
 
 logger = logging.getLogger("stagetrace")
 
-# The current call / stage span of this thread or asyncio task; the context
-# managers (`call`, `stage`, in Rust: `src/scope.rs`) set and reset it.
-_current: contextvars.ContextVar[Optional[Span]] = _native.current
+# The current call of this thread or asyncio task; `with call()` (in Rust:
+# `src/call.rs`) sets and resets it, `with stage()` stamps into it.
+_current: contextvars.ContextVar[Optional[Call]] = _native.current
 _default: Optional[Recorder] = None
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -143,8 +144,8 @@ def _mark(exc: BaseException, reason: str) -> None:
         pass
 
 
-def current_span() -> Optional[Span]:
-    """The innermost open call / stage span of this thread or asyncio task."""
+def current_span() -> Optional[Call]:
+    """The open call of this thread or asyncio task (``None`` outside one)."""
     return _current.get()
 
 
@@ -153,18 +154,21 @@ def timed(name: str) -> Callable[[F], F]:
     call (coroutine functions too)."""
 
     def wrap(fn: F) -> F:
+        # One object per name, resolved against the current call's recorder
+        # on entry: fetched once here, not per run.
+        scope = stage(name)
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
-                with stage(name):
+                with scope:
                     return await fn(*args, **kwargs)
 
             return run_async  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            with stage(name):
+            with scope:
                 return fn(*args, **kwargs)
 
         return run  # type: ignore[return-value]

@@ -38,7 +38,7 @@ use crate::context::{SharedIds, TraceContextHook};
 use crate::health::Health;
 use crate::ids;
 use crate::inline_str::InlineStr;
-use crate::queue::{CallState, Msg, RawCall, StageAcc, TransportAcc};
+use crate::queue::{CallState, Msg, RawCall, TransportAcc};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
 use crate::wire::TraceParent;
@@ -58,7 +58,7 @@ pub struct StageLayer {
     pub(crate) health: Arc<Health>,
     /// Numbers calls in the order they open (the record's `seq` when the
     /// call span has none).
-    pub(crate) next_ordinal: AtomicU64,
+    pub(crate) next_ordinal: Arc<AtomicU64>,
     pub(crate) with_scope: WithScope,
     /// Where call and transport ids come from when another layer owns the
     /// trace context (`None`: stagetrace makes its own).
@@ -180,25 +180,16 @@ where
                         TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
                     ),
                 };
-                let mut state = CallState {
-                    start: t0,
+                let mut state = CallState::new(
+                    t0,
                     ordinal,
-                    seq: fields.seq,
+                    fields.seq,
                     trace_id,
                     flags,
-                    span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
-                    kind: fields.kind.unwrap_or(InlineStr::new()),
-                    stages: [StageAcc::default(); Stage::ALL.len()],
-                    covered_ticks: 0,
-                    transport: None,
-                    executor: None,
-                    dispatch_span_id: 0,
-                    failed: None,
-                    digest: None,
-                    stale_dropped: 0,
-                    observer_ticks: 0,
-                    shared_context: shared_ids.is_some(),
-                };
+                    shared_ids.map_or_else(ids::span_id, |s| s.span_id),
+                    fields.kind.unwrap_or(InlineStr::new()),
+                    shared_ids.is_some(),
+                );
                 state.observer_ticks = stamp::now().ticks_since(t0);
                 ext.replace(state);
             }
@@ -273,40 +264,27 @@ where
             return;
         };
         drop(ext);
-        let dur = end.ticks_since(start);
         let mut nested = false;
         let mut next = span.parent();
         while let Some(ancestor) = next {
             {
                 let mut ext = ancestor.extensions_mut();
                 if let Some(call) = ext.get_mut::<CallState>() {
-                    let acc = &mut call.stages[stage.index()];
-                    if acc.count == 0 {
-                        acc.first_start_ticks = start.ticks_since(call.start);
-                    }
                     // The first dispatch span is the one exporters draw.
                     if call.dispatch_span_id == 0 {
                         call.dispatch_span_id = dispatch_id;
                     }
-                    acc.count = acc.count.saturating_add(1);
-                    acc.sum_ticks = acc.sum_ticks.saturating_add(dur);
-                    if !nested {
-                        call.covered_ticks = call.covered_ticks.saturating_add(dur);
-                    }
-                    if let Some(t) = transport {
-                        if t.timing.is_some() || call.transport.is_none_or(|c| c.timing.is_none()) {
-                            call.transport = Some(TransportAcc {
-                                start,
-                                end,
-                                span_id: t.span_id,
-                                timing: t.timing,
-                                peer: t.peer,
-                                first_byte: t.first_byte,
-                                request_first_byte: t.request_first_byte,
-                                hops: t.hops,
-                            });
-                        }
-                    }
+                    let transport = transport.map(|t| TransportAcc {
+                        start,
+                        end,
+                        span_id: t.span_id,
+                        timing: t.timing,
+                        peer: t.peer,
+                        first_byte: t.first_byte,
+                        request_first_byte: t.request_first_byte,
+                        hops: t.hops,
+                    });
+                    call.add_stage(stage, start, end, nested, transport);
                     call.observer_ticks = call
                         .observer_ticks
                         .saturating_add(observer_ticks)
@@ -341,6 +319,17 @@ where
 }
 
 impl StageLayer {
+    /// A handle for timing calls without `tracing` spans (language
+    /// bindings: [`crate::direct`]): same queue, same worker, same counters
+    /// and call numbering as this layer's call spans.
+    pub fn direct_calls(&self) -> crate::direct::DirectCalls {
+        crate::direct::DirectCalls {
+            tx: self.tx.clone(),
+            health: Arc::clone(&self.health),
+            ordinals: Arc::clone(&self.next_ordinal),
+        }
+    }
+
     /// The ids the trace-context hook finds for span `id`, if one is set.
     fn shared_ids(&self, id: &span::Id, role: Role) -> Option<SharedIds> {
         let hook = self.context_hook?;

@@ -1,0 +1,161 @@
+//! `with stagetrace.call(kind="infer"):` one control cycle (a record line).
+//!
+//! The call is a Rust object holding the core's
+//! [`DirectCall`](stagetrace::direct::DirectCall): entering it stamps the
+//! start and makes it the current call of the thread or asyncio task (the
+//! `contextvars.ContextVar` `stagetrace._native.current`), `with
+//! stagetrace.stage(...)` stamps into it, and leaving it queues it to the
+//! core's worker, which writes the same record a Rust call span gives. No
+//! `tracing` span is made (`bench/overhead.py`).
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use crate::current::{current, first_failure, shared_of, Ready};
+use crate::shared::{Recorder, Shared};
+use crate::span::{reason, Span};
+use crate::state::CallCell;
+
+/// `stagetrace.call(kind=None, seq=None, *, recorder=None)`: a call, started
+/// by its `with`. A function rather than the class itself: a class called
+/// with keywords costs a keyword dict per call, a function does not.
+#[pyfunction]
+#[pyo3(signature = (kind=None, seq=None, *, recorder=None))]
+pub(crate) fn call(
+    py: Python<'_>,
+    kind: Option<String>,
+    seq: Option<u64>,
+    recorder: Option<Py<Recorder>>,
+) -> PyResult<Call> {
+    let shared = shared_of(py, recorder.as_ref())?;
+    Ok(Call {
+        cell: Arc::new(CallCell::new(shared, kind, seq)),
+    })
+}
+
+/// One call. The `with` gives the call itself: `c.transport(peer)`,
+/// `c.stage(name)`, `c.fail(why)`, `c.output_digest(d)`, `c.traceparent()`.
+#[pyclass(module = "stagetrace", name = "Call", frozen)]
+pub(crate) struct Call {
+    pub(crate) cell: Arc<CallCell>,
+}
+
+impl Call {
+    /// A call started now, not made current (`Recorder.call`).
+    pub(crate) fn opened(shared: Arc<Shared>, kind: Option<&str>, seq: Option<u64>) -> Call {
+        let cell = CallCell::new(shared, kind.map(str::to_owned), seq);
+        cell.start();
+        Call {
+            cell: Arc::new(cell),
+        }
+    }
+}
+
+impl Drop for Call {
+    /// A call Python collects without leaving its `with` or `close` ends
+    /// here (and is recorded), as a dropped Rust call span.
+    fn drop(&mut self) {
+        self.cell.end();
+    }
+}
+
+#[pymethods]
+impl Call {
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
+        let py = slf.py();
+        let cell = &slf.get().cell;
+        cell.start();
+        let token = current(py)?.set.call1(py, (slf,))?;
+        cell.set_token(token);
+        Ok(slf.clone())
+    }
+
+    #[pyo3(signature = (_exc_type=None, exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if first_failure(exc) {
+            self.cell.with_call(|c| c.mark_failed("exception"));
+        }
+        self.cell.end();
+        if let Some(token) = self.cell.take_token() {
+            current(py)?.reset.call1(py, (token,))?;
+        }
+        Ok(false)
+    }
+
+    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<Ready> {
+        Ok(Ready::with(Self::__enter__(slf)?.into_any().unbind()))
+    }
+
+    #[pyo3(signature = (exc_type=None, exc=None, tb=None))]
+    fn __aexit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Ready> {
+        let r = self.__exit__(py, exc_type, exc, tb)?;
+        Ok(Ready::with(
+            r.into_pyobject(py)?.to_owned().into_any().unbind(),
+        ))
+    }
+
+    /// A stage of this call, started now, ended by its `close()`:
+    /// `capture`, `infer`, `dispatch`, ... or a name mapped onto one.
+    fn stage(&self, name: &str) -> PyResult<Span> {
+        Span::stage_of(&self.cell, name)
+    }
+
+    /// The transport stage of this call, started now: request handed to the
+    /// send API → whole response received, ended by its `close()`. `peer`
+    /// names the server (one clock-offset estimate per peer).
+    #[pyo3(signature = (peer=None))]
+    fn transport(&self, peer: Option<&str>) -> Span {
+        Span::transport_of(&self.cell, peer)
+    }
+
+    /// The W3C `traceparent` of a request made directly in the call (no
+    /// transport stage); `None` before it starts.
+    fn traceparent(&self) -> Option<String> {
+        self.cell.trace_parent(None).map(|tp| tp.to_string())
+    }
+
+    /// Mark the call failed (`failed: true, error: reason` on its record;
+    /// kept out of the stage figures).
+    fn fail(&self, why: &str) {
+        let r = reason(why);
+        self.cell.with_call(|c| c.mark_failed(r));
+    }
+
+    /// Attach a digest of the call's output (`output_digest` on the record).
+    fn output_digest(&self, digest: u64) {
+        self.cell.with_call(|c| c.record_output_digest(digest));
+    }
+
+    /// End the call now (a second close does nothing). `failed` marks it
+    /// failed with reason "exception" first.
+    #[pyo3(signature = (failed=false))]
+    fn close(&self, failed: bool) {
+        if failed {
+            self.cell.with_call(|c| c.mark_failed("exception"));
+        }
+        self.cell.end();
+    }
+
+    /// Whether the call has ended.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.cell.phase() == "closed"
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<stagetrace call, {}>", self.cell.phase())
+    }
+}

@@ -1,0 +1,119 @@
+//! The current call of a thread or asyncio task (a `contextvars.ContextVar`,
+//! `stagetrace._native.current`), the process's default recorder, and what
+//! the context managers share: how an exception marks a call failed, and an
+//! awaitable for `async with`.
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
+use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+use pyo3::types::IntoPyDict;
+
+use crate::shared::{Recorder, Shared};
+
+/// The context variable's bound `get`, `set` and `reset`, looked up once:
+/// a method lookup by name per scope would cost more than the stamps.
+pub(crate) struct Current {
+    pub(crate) get: Py<PyAny>,
+    pub(crate) set: Py<PyAny>,
+    pub(crate) reset: Py<PyAny>,
+}
+
+static CURRENT: GILOnceCell<Current> = GILOnceCell::new();
+/// The default recorder's shared part (what `call` / `stage` use when no
+/// recorder is given).
+static DEFAULT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+
+/// Creates the context variable and adds it and `set_default` to the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let cv = py.import("contextvars")?.getattr("ContextVar")?.call(
+        ("stagetrace_span",),
+        Some(&[("default", py.None())].into_py_dict(py)?),
+    )?;
+    m.add("current", &cv)?;
+    let _ = CURRENT.set(
+        py,
+        Current {
+            get: cv.getattr("get")?.unbind(),
+            set: cv.getattr("set")?.unbind(),
+            reset: cv.getattr("reset")?.unbind(),
+        },
+    );
+    m.add_class::<Ready>()?;
+    m.add_function(wrap_pyfunction!(set_default, m)?)?;
+    Ok(())
+}
+
+pub(crate) fn current(py: Python<'_>) -> PyResult<&Current> {
+    CURRENT
+        .get(py)
+        .ok_or_else(|| PyRuntimeError::new_err("stagetrace._native not initialised"))
+}
+
+/// Make `rec` the recorder `call` / `stage` use when none is given (`None`:
+/// forget it).
+#[pyfunction]
+fn set_default(rec: Option<Py<Recorder>>) {
+    *DEFAULT.lock().unwrap_or_else(|e| e.into_inner()) = rec.map(|r| Arc::clone(&r.get().shared));
+}
+
+/// The shared part of `rec`, or of the default recorder (made, with a
+/// warning, by the Python side on first use without `init()`).
+pub(crate) fn shared_of(py: Python<'_>, rec: Option<&Py<Recorder>>) -> PyResult<Arc<Shared>> {
+    if let Some(r) = rec {
+        return Ok(Arc::clone(&r.get().shared));
+    }
+    if let Some(s) = DEFAULT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        return Ok(Arc::clone(s));
+    }
+    let r: Py<Recorder> = py
+        .import("stagetrace")?
+        .getattr("recorder")?
+        .call0()?
+        .extract()?;
+    Ok(Arc::clone(&r.get().shared))
+}
+
+/// Whether a scope ending with `exc` marks its call failed ("exception"):
+/// not when an inner scope or the client already gave the call its reason
+/// (`exc._stagetrace_reason`); the first reason is the record's.
+pub(crate) fn first_failure(exc: Option<&Bound<'_, PyAny>>) -> bool {
+    let Some(exc) = exc.filter(|e| !e.is_none()) else {
+        return false;
+    };
+    match exc.getattr("_stagetrace_reason") {
+        Ok(r) if !r.is_none() => false,
+        _ => {
+            // An exception type without a __dict__ cannot carry it.
+            let _ = exc.setattr("_stagetrace_reason", "exception");
+            true
+        }
+    }
+}
+
+/// An awaitable that is done at once with `value`: `async with` support.
+#[pyclass(module = "stagetrace._native")]
+pub(crate) struct Ready {
+    value: Option<PyObject>,
+}
+
+impl Ready {
+    /// An awaitable that is already done, with `value`.
+    pub(crate) fn with(value: PyObject) -> Self {
+        Ready { value: Some(value) }
+    }
+}
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        let v = self.value.take().unwrap_or_else(|| py.None());
+        Err(PyStopIteration::new_err((v,)))
+    }
+}

@@ -1,0 +1,234 @@
+//! Calls timed without `tracing` spans, for language bindings.
+//!
+//! The Python package (`crates/stagetrace-py`) times a call from Python
+//! context managers. Making a `tracing` span for each of them costs a
+//! registry slot, its extensions and the layer's callbacks (about 0.6 µs per
+//! span); here a call is a plain value instead: its stages are stamped on
+//! the layer's own clock ([`Mark::now`]) and added to the same per-call state
+//! the layer keeps in a call span's extensions, and the finished call is the
+//! same [`Msg`] on the same bounded queue (`try_send`: a full queue drops the
+//! call and counts it in `queue_drops`, never blocks). The worker cannot
+//! tell the two apart, so records, summaries, clock stitching and every sink
+//! are exactly those of a call made of spans (`docs/architecture.md` §4).
+//!
+//! ```
+//! use stagetrace::direct::Mark;
+//! use stagetrace::{StageLayer, Stage};
+//!
+//! # fn main() -> Result<(), stagetrace::BuildError> {
+//! let (layer, guard) = StageLayer::builder().build_unfiltered::<tracing_subscriber::Registry>()?;
+//! let calls = layer.direct_calls();
+//! let mut call = calls.start(Some("infer"), None);
+//! let capture = Mark::now();
+//! // … grab frames
+//! call.add_stage(Stage::Capture, capture, false);
+//! calls.submit(&call);
+//! let summary = guard.finish();
+//! assert_eq!(summary.calls + summary.warmup_calls, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+
+use crate::health::Health;
+use crate::ids;
+use crate::inline_str::{InlineStr, PEER_LEN};
+use crate::queue::{CallState, Msg, RawCall, TransportAcc};
+use crate::stage::Stage;
+use crate::stamp::{self, Stamp};
+use crate::wire::{Hops, ServerTiming, TraceParent};
+
+/// A point in time on the layer's hot-path clock (the calibrated TSC or the
+/// monotonic clock, as for spans): where a stage started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mark(Stamp);
+
+impl Mark {
+    /// Now.
+    #[inline]
+    pub fn now() -> Mark {
+        Mark(stamp::now())
+    }
+}
+
+/// Where calls timed without spans go: the queue and counters of the
+/// [`StageLayer`](crate::StageLayer) it came from
+/// ([`direct_calls`](crate::StageLayer::direct_calls)). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct DirectCalls {
+    pub(crate) tx: Sender<Msg>,
+    pub(crate) health: Arc<Health>,
+    /// Shared with the layer: calls are numbered in the order they open,
+    /// whichever way they are made.
+    pub(crate) ordinals: Arc<AtomicU64>,
+}
+
+impl DirectCalls {
+    /// A call started now, with a trace of its own (random trace id,
+    /// flags sampled | random, as a call span outside any remote parent).
+    /// `kind` and `seq` land on its record (`kind` truncated to 32 bytes).
+    pub fn start(&self, kind: Option<&str>, seq: Option<u64>) -> DirectCall {
+        let t0 = stamp::now();
+        let ordinal = self.ordinals.fetch_add(1, Ordering::Relaxed);
+        let mut k = InlineStr::new();
+        if let Some(kind) = kind {
+            k.set(kind);
+        }
+        let mut state = CallState::new(
+            t0,
+            ordinal,
+            seq,
+            ids::trace_id(),
+            TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
+            ids::span_id(),
+            k,
+            false,
+        );
+        state.observer_ticks = stamp::now().ticks_since(t0);
+        DirectCall { state }
+    }
+
+    /// The call ends now: it is queued to the worker, or dropped and
+    /// counted (`queue_drops`) when the queue is full or the worker has
+    /// finished. Never blocks, never allocates.
+    pub fn submit(&self, call: &DirectCall) {
+        let end = stamp::now();
+        let mut raw = RawCall {
+            state: call.state,
+            end,
+            panicking: false,
+        };
+        raw.state.observer_ticks = raw
+            .state
+            .observer_ticks
+            .saturating_add(stamp::now().ticks_since(end));
+        if self.tx.try_send(Msg::Call(raw)).is_err() {
+            Health::bump(&self.health.queue_drops);
+        }
+    }
+
+    /// Count a stage that ended outside any call (`ignored_spans`), as the
+    /// layer counts such a span.
+    pub fn count_ignored_stage(&self) {
+        Health::bump(&self.health.ignored_spans);
+    }
+
+    /// Count a rejected header or server-timing map (`rejected_headers`).
+    pub fn count_rejected_header(&self) {
+        Health::bump(&self.health.rejected_headers);
+    }
+}
+
+/// One call being timed: the state a call span keeps, as a value.
+#[derive(Clone, Copy, Debug)]
+pub struct DirectCall {
+    state: CallState,
+}
+
+impl DirectCall {
+    /// Adds stage `stage`, from `start` to now. `nested`: it ran inside
+    /// another stage of this call (its time counts for its stage, and once
+    /// in the call's `gap`, as a nested span). For the transport stage use
+    /// [`add_transport`](Self::add_transport).
+    pub fn add_stage(&mut self, stage: Stage, start: Mark, nested: bool) {
+        let end = stamp::now();
+        self.state.add_stage(stage, start.0, end, nested, None);
+        self.add_observer(end);
+    }
+
+    /// Adds the transport stage `transport`, from its start to now.
+    pub fn add_transport(&mut self, transport: &DirectTransport, nested: bool) {
+        let end = stamp::now();
+        let acc = TransportAcc {
+            start: transport.start,
+            end,
+            span_id: transport.span_id,
+            timing: transport.timing,
+            peer: transport.peer,
+            first_byte: None,
+            request_first_byte: None,
+            hops: Hops::new(),
+        };
+        self.state
+            .add_stage(Stage::Transport, transport.start, end, nested, Some(acc));
+        self.add_observer(end);
+    }
+
+    fn add_observer(&mut self, since: Stamp) {
+        self.state.observer_ticks = self
+            .state
+            .observer_ticks
+            .saturating_add(stamp::now().ticks_since(since));
+    }
+
+    /// The W3C trace context a request made in `transport` (or, without
+    /// one, directly in the call) sends: the call's trace id and flags, the
+    /// transport's own id as parent (the record's ids, as
+    /// [`StageSpanExt::trace_parent`](crate::StageSpanExt::trace_parent)).
+    pub fn trace_parent(&self, transport: Option<&DirectTransport>) -> TraceParent {
+        TraceParent {
+            version: 0,
+            trace_id: self.state.trace_id.to_be_bytes(),
+            parent_id: transport
+                .map_or(self.state.span_id, |t| t.span_id)
+                .to_be_bytes(),
+            flags: self.state.flags,
+        }
+    }
+
+    /// Mark the call failed (`failed: true, error: reason`); the latest
+    /// reason counts, as [`StageSpanExt::mark_failed`](crate::StageSpanExt::mark_failed).
+    pub fn mark_failed(&mut self, reason: &'static str) {
+        self.state.failed = Some(reason);
+    }
+
+    /// Whether the call was marked failed.
+    pub fn failed(&self) -> bool {
+        self.state.failed.is_some()
+    }
+
+    /// Attach a digest of the call's output (`output_digest`).
+    pub fn record_output_digest(&mut self, digest: u64) {
+        self.state.digest = Some(digest);
+    }
+}
+
+/// The transport stage of a [`DirectCall`], open: started at
+/// [`start`](Self::start), with its own span id (the `traceparent`'s parent
+/// id) and the server's timing once the response brought it.
+#[derive(Clone, Copy, Debug)]
+pub struct DirectTransport {
+    start: Stamp,
+    span_id: u64,
+    timing: Option<ServerTiming>,
+    peer: InlineStr<PEER_LEN>,
+}
+
+impl DirectTransport {
+    /// A transport stage started now, to `peer` (one clock-offset estimate
+    /// per peer; truncated to 64 bytes).
+    pub fn start(peer: Option<&str>) -> DirectTransport {
+        let start = stamp::now();
+        let mut p = InlineStr::new();
+        if let Some(peer) = peer {
+            p.set(peer);
+        }
+        DirectTransport {
+            start,
+            span_id: ids::span_id(),
+            timing: None,
+            peer: p,
+        }
+    }
+
+    /// Attach the server timing the response carried (the worker stitches
+    /// it onto the call's timeline), as
+    /// [`StageSpanExt::record_server_timing`](crate::StageSpanExt::record_server_timing).
+    pub fn record_server_timing(&mut self, timing: ServerTiming) {
+        self.timing = Some(timing);
+    }
+}
