@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use crate::current::{current, first_failure, shared_of, Ready};
+use crate::current::{current, first_failure, incoming_parent, shared_of, Ready};
 use crate::shared::{Recorder, Shared};
 use crate::span::{reason, Span};
 use crate::state::CallCell;
@@ -43,9 +43,14 @@ pub(crate) struct Call {
 
 impl Call {
     /// A call started now, not made current (`Recorder.call`).
-    pub(crate) fn opened(shared: Arc<Shared>, kind: Option<&str>, seq: Option<u64>) -> Call {
+    pub(crate) fn opened(
+        py: Python<'_>,
+        shared: Arc<Shared>,
+        kind: Option<&str>,
+        seq: Option<u64>,
+    ) -> Call {
         let cell = CallCell::new(shared, kind.map(str::to_owned), seq);
-        cell.start();
+        cell.start(incoming_parent(py));
         Call {
             cell: Arc::new(cell),
         }
@@ -65,7 +70,7 @@ impl Call {
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, Self>> {
         let py = slf.py();
         let cell = &slf.get().cell;
-        cell.start();
+        cell.start(incoming_parent(py));
         let token = current(py)?.set.call1(py, (slf,))?;
         cell.set_token(token);
         Ok(slf.clone())

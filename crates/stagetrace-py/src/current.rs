@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::IntoPyDict;
+use pyo3::types::{IntoPyDict, PyString};
+use stagetrace::TraceParent;
 
 use crate::shared::{Recorder, Shared};
 
@@ -21,6 +22,8 @@ pub(crate) struct Current {
 }
 
 static CURRENT: GILOnceCell<Current> = GILOnceCell::new();
+/// `stagetrace._native.incoming.get`, looked up once.
+static INCOMING: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 /// The default recorder's shared part (what `call` / `stage` use when no
 /// recorder is given).
 static DEFAULT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
@@ -33,6 +36,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Some(&[("default", py.None())].into_py_dict(py)?),
     )?;
     m.add("current", &cv)?;
+    // The request being handled here (`stagetrace.trace.continuing`): its
+    // caller's `(traceparent, tracestate)`, or None. A call started inside
+    // continues that trace, as a Rust call span under a remote parent.
+    let incoming = py.import("contextvars")?.getattr("ContextVar")?.call(
+        ("stagetrace_incoming_trace",),
+        Some(&[("default", py.None())].into_py_dict(py)?),
+    )?;
+    m.add("incoming", &incoming)?;
+    let _ = INCOMING.set(py, incoming.getattr("get")?.unbind());
     let _ = CURRENT.set(
         py,
         Current {
@@ -44,6 +56,19 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Ready>()?;
     m.add_function(wrap_pyfunction!(set_default, m)?)?;
     Ok(())
+}
+
+/// The caller's trace context of the request this thread or task handles
+/// (inside `stagetrace.trace.continuing`), when it is a valid `traceparent`.
+pub(crate) fn incoming_parent(py: Python<'_>) -> Option<TraceParent> {
+    let v = INCOMING.get(py)?.call0(py).ok()?;
+    let v = v.bind(py);
+    if v.is_none() {
+        return None;
+    }
+    let tp = v.get_item(0).ok()?;
+    let tp = tp.downcast::<PyString>().ok()?.to_cow().ok()?;
+    TraceParent::parse(&tp).ok()
 }
 
 pub(crate) fn current(py: Python<'_>) -> PyResult<&Current> {

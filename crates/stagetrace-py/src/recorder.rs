@@ -105,8 +105,8 @@ impl Recorder {
     /// one (`with stagetrace.call()` does that). `kind` and `seq` land on
     /// its record; `close()` ends it.
     #[pyo3(signature = (kind=None, seq=None))]
-    fn call(&self, kind: Option<&str>, seq: Option<u64>) -> Call {
-        Call::opened(Arc::clone(&self.shared), kind, seq)
+    fn call(&self, py: Python<'_>, kind: Option<&str>, seq: Option<u64>) -> Call {
+        Call::opened(py, Arc::clone(&self.shared), kind, seq)
     }
 
     /// A stage outside any call, started now (counted as ignored when it

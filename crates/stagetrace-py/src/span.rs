@@ -157,19 +157,23 @@ impl Span {
     }
 
     /// Attach the response's `server_timing` map (a dict as msgpack decoded
-    /// it) to this transport span. The core checks it (keys, units, ranges);
+    /// it; through relays, their nested levels too) to this transport span.
+    /// The core checks it (keys, units, ranges, the relays' stamps);
     /// a malformed map is ignored and counted as a rejected header. Returns
     /// whether it was taken.
     fn server_timing(&self, map: &Bound<'_, PyAny>) -> bool {
-        let parsed = timing::from_python(map);
+        let parsed = timing::chain_from_python(map);
         let mut g = self.lock();
         let Some(open) = g.as_mut() else {
             return false;
         };
         match parsed {
-            Some(t) if !t.is_empty() => {
+            Some(chain) if !chain.map.timing.is_empty() => {
                 if let Some(tr) = open.transport.as_mut() {
-                    tr.record_server_timing(t);
+                    tr.record_server_timing(chain.map.timing);
+                    if !chain.hops.is_empty() {
+                        tr.record_hops(chain.hops);
+                    }
                 }
                 true
             }

@@ -87,13 +87,19 @@ impl CallCell {
 
     /// Start the call now (a second start does nothing). Returns whether it
     /// started here.
-    pub(crate) fn start(&self) -> bool {
+    /// `parent`: the caller's context of the request being handled, whose
+    /// trace the call continues.
+    pub(crate) fn start(&self, parent: Option<TraceParent>) -> bool {
         let mut g = self.lock();
         if g.phase != Phase::New {
             return false;
         }
         let g = &mut *g;
-        g.call = Some(self.shared.calls.start(g.kind.as_deref(), g.seq));
+        g.call = Some(
+            self.shared
+                .calls
+                .start_continuing(parent, g.kind.as_deref(), g.seq),
+        );
         g.phase = Phase::Running;
         true
     }

@@ -303,6 +303,31 @@ def test_a_traced_call_made_by_the_python_policy_continues_the_incoming_trace(st
     assert ts == "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
     assert other.trace_id != tp.trace_id
     assert policy.outgoing[0] is not None and policy.outgoing[1] is None
+    # The policy's own records of those calls: the first continues the
+    # caller's trace (the id the inner server saw), the second has its own.
+    mine = [json.loads(line) for f in sorted(tmp_path.glob("records*.jsonl")) for line in f.read_text().splitlines()]
+    assert [r["trace_id"] for r in mine] == [tp.trace_id, other.trace_id]
+
+
+def test_the_python_client_through_the_python_relay_records_the_same_hops(
+    rust_server: int, net: LoopThread, tmp_path: Path
+) -> None:
+    """``TracedClientPolicy`` (openpi's real client underneath) through the
+    Python relay: its records carry the relay's link and time exactly as the
+    Rust client's do (the same checks, against the relay's own stamps)."""
+    relay, port, relayed, _ = start_path(net, rust_server)
+    rec = stagetrace.Recorder(str(tmp_path))
+    try:
+        client = stagetrace.TracedClientPolicy("127.0.0.1", port, recorder=rec)
+        for i in range(CALLS):
+            with stagetrace.call("infer", i, recorder=rec):
+                client.infer({"state": [0.1] * 7})
+    finally:
+        rec.finish()
+        stop_path(net)
+    records = [json.loads(line) for f in sorted(tmp_path.glob("records*.jsonl")) for line in f.read_text().splitlines()]
+    check_hops(records, relayed)
+    assert relay.stats() == {"connections": 1, "requests": CALLS, "failed": 0}
 
 
 def test_two_python_relays_nest_and_the_record_has_three_links(

@@ -72,22 +72,36 @@ impl DirectCalls {
     /// flags sampled | random, as a call span outside any remote parent).
     /// `kind` and `seq` land on its record (`kind` truncated to 32 bytes).
     pub fn start(&self, kind: Option<&str>, seq: Option<u64>) -> DirectCall {
+        self.start_continuing(None, kind, seq)
+    }
+
+    /// A call started now that continues `parent`'s trace when given (a
+    /// server handling a request under its caller's context, as a call span
+    /// inside [`remote_parent_span`](crate::remote_parent_span)): the
+    /// caller's trace id and known flags; without one, as [`start`](Self::start).
+    pub fn start_continuing(
+        &self,
+        parent: Option<TraceParent>,
+        kind: Option<&str>,
+        seq: Option<u64>,
+    ) -> DirectCall {
         let t0 = stamp::now();
         let ordinal = self.ordinals.fetch_add(1, Ordering::Relaxed);
         let mut k = InlineStr::new();
         if let Some(kind) = kind {
             k.set(kind);
         }
-        let mut state = CallState::new(
-            t0,
-            ordinal,
-            seq,
-            ids::trace_id(),
-            TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
-            ids::span_id(),
-            k,
-            false,
-        );
+        let (trace_id, flags) = match parent {
+            Some(tp) => (
+                u128::from_be_bytes(tp.trace_id),
+                tp.flags & TraceParent::KNOWN_FLAGS,
+            ),
+            None => (
+                ids::trace_id(),
+                TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
+            ),
+        };
+        let mut state = CallState::new(t0, ordinal, seq, trace_id, flags, ids::span_id(), k, false);
         state.observer_ticks = stamp::now().ticks_since(t0);
         DirectCall { state }
     }
@@ -151,7 +165,7 @@ impl DirectCall {
             peer: transport.peer,
             first_byte: None,
             request_first_byte: None,
-            hops: Hops::new(),
+            hops: transport.hops,
         };
         self.state
             .add_stage(Stage::Transport, transport.start, end, nested, Some(acc));
@@ -206,6 +220,7 @@ pub struct DirectTransport {
     span_id: u64,
     timing: Option<ServerTiming>,
     peer: InlineStr<PEER_LEN>,
+    hops: Hops,
 }
 
 impl DirectTransport {
@@ -222,6 +237,7 @@ impl DirectTransport {
             span_id: ids::span_id(),
             timing: None,
             peer: p,
+            hops: Hops::new(),
         }
     }
 
@@ -230,5 +246,12 @@ impl DirectTransport {
     /// [`StageSpanExt::record_server_timing`](crate::StageSpanExt::record_server_timing).
     pub fn record_server_timing(&mut self, timing: ServerTiming) {
         self.timing = Some(timing);
+    }
+
+    /// Attach the relays the response came through (its timing chain,
+    /// outermost first), as
+    /// [`StageSpanExt::record_hops`](crate::StageSpanExt::record_hops).
+    pub fn record_hops(&mut self, hops: Hops) {
+        self.hops = hops;
     }
 }

@@ -164,3 +164,58 @@ fn a_full_queue_drops_direct_calls_and_counts_them_without_blocking() {
     assert_eq!(summary.queue_drops, 10);
     assert_eq!((summary.ignored_spans, summary.rejected_headers), (1, 2));
 }
+
+/// A direct call made while a server handles a request continues the
+/// caller's trace (its id and known flags), as a call span under
+/// `remote_parent_span` does; its transport's relays reach the record.
+#[test]
+fn a_direct_call_continues_a_remote_parent_and_carries_its_transports_relays() {
+    let collect = Collect::default();
+    let (layer, guard) = StageLayer::builder()
+        .clock_mode(ClockMode::Trusted)
+        .warmup_calls(0)
+        .sink(collect.sink())
+        .build_unfiltered::<tracing_subscriber::Registry>()
+        .unwrap();
+    let direct = layer.direct_calls();
+    let caller =
+        stagetrace::TraceParent::parse("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-fe")
+            .unwrap();
+    let mut call = direct.start_continuing(Some(caller), Some("infer"), Some(1));
+    let mut transport = DirectTransport::start(Some("ws://gateway"));
+    spin_for(MS);
+    let t = timing();
+    transport.record_server_timing(t);
+    let mut hops = stagetrace::wire::Hops::new();
+    hops.push(stagetrace::wire::RelayTiming {
+        recv_unix_ns: t.recv_unix_ns.unwrap() - 200_000,
+        total_ns: 1_500_000,
+        transfer_ns: None,
+        forward_ns: 100_000,
+        reply_ns: 1_300_000,
+    });
+    transport.record_hops(hops);
+    spin_for(MS);
+    let tp = call.trace_parent(Some(&transport));
+    call.add_transport(&transport, false);
+    direct.submit(&call);
+    // Without a parent: a trace of its own.
+    let own = direct.start_continuing(None, Some("infer"), Some(2));
+    direct.submit(&own);
+    guard.finish();
+
+    let rs = collect.records();
+    assert_eq!(rs.len(), 2);
+    assert_eq!(
+        rs[0].trace_id.as_deref(),
+        Some("0af7651916cd43dd8448eb211c80319c")
+    );
+    // The caller's known flags (sampled 0, random 1), unknown bits cleared.
+    assert_eq!((tp.trace_id, tp.flags), (caller.trace_id, 0x02));
+    assert_ne!(tp.parent_id, caller.parent_id);
+    // The relay's own time: 100 µs in + 200 µs out.
+    assert_eq!(rs[0].get(Figure::Relay), Some(300_000));
+    assert_eq!(rs[0].hops.len(), 2);
+    assert_ne!(rs[1].trace_id, rs[0].trace_id);
+    assert!(rs[1].hops.is_empty());
+}

@@ -117,10 +117,10 @@ def continue_trace(traceparents: list[Any], tracestates: list[Any], span_id: byt
 
 
 # The caller's (traceparent, tracestate) of the request being handled in
-# this thread / task, when it sent a valid one.
-_incoming: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
-    "stagetrace_incoming_trace", default=None
-)
+# this thread / task, when it sent a valid one. The native module's: a call
+# started inside (``with st.call()``, ``TracedClientPolicy``) continues that
+# trace in its own record, as a Rust call span under a remote parent.
+_incoming: contextvars.ContextVar[tuple[str, str | None] | None] = _native.incoming
 
 
 def incoming() -> tuple[str, str | None] | None:
