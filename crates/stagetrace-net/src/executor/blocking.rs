@@ -3,6 +3,7 @@
 
 use super::client::{Ack, ExecutorClient};
 use crate::msg::MsgMap;
+use crate::ws::blocking::BlockingRuntime;
 use crate::ws::{ClientError, ClientOptions};
 
 /// An [`ExecutorClient`] for synchronous robot loops: each dispatch blocks
@@ -10,7 +11,7 @@ use crate::ws::{ClientError, ClientOptions};
 /// span nests under the caller's current span as usual.
 #[derive(Debug)]
 pub struct BlockingExecutorClient {
-    rt: tokio::runtime::Runtime,
+    rt: BlockingRuntime,
     inner: ExecutorClient,
 }
 
@@ -23,27 +24,18 @@ impl BlockingExecutorClient {
     /// Connect with options. Fails with [`ClientError::InsideRuntime`] when
     /// called from async code.
     pub fn connect_with(url: &str, options: ClientOptions) -> Result<Self, ClientError> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(ClientError::InsideRuntime);
-        }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ClientError::Connect(format!("could not start an I/O runtime: {e}")))?;
-        let inner = rt.block_on(ExecutorClient::connect_with(url, options))?;
+        let rt = BlockingRuntime::new()?;
+        let inner = rt.run(ExecutorClient::connect_with(url, options))?;
         Ok(BlockingExecutorClient { rt, inner })
     }
 
     /// See [`ExecutorClient::dispatch`].
     pub fn dispatch(&mut self, chunk: &MsgMap) -> Result<Ack, ClientError> {
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(ClientError::InsideRuntime);
-        }
-        self.rt.block_on(self.inner.dispatch(chunk))
+        self.rt.run(self.inner.dispatch(chunk))
     }
 
     /// See [`ExecutorClient::reconnect`].
     pub fn reconnect(&mut self) -> Result<(), ClientError> {
-        self.rt.block_on(self.inner.reconnect())
+        self.rt.run(self.inner.reconnect())
     }
 }

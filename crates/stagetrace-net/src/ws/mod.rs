@@ -43,7 +43,7 @@
 //! [`BlockingPolicyClient`] (`blocking`); `limits` holds the defaults both
 //! sides share. This file only names things: no file below imports it.
 
-mod blocking;
+pub(crate) mod blocking;
 mod client;
 mod handler;
 mod limits;
