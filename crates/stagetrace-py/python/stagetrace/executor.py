@@ -44,7 +44,7 @@ from typing import Any
 
 from ._counters import _COUNTERS
 from .codec import DEFAULT_MAX_MESSAGE_BYTES, MalformedRequest, Packer, unpackb
-from .server import _health_check
+from ._listener import _Listener
 from .timer import SERVER_TIMING_KEY, RequestTimer
 from .trace import TraceParent
 
@@ -118,7 +118,7 @@ class Chunk:
     trace: TraceParent | None = None
 
 
-class ExecutorServer:
+class ExecutorServer(_Listener):
     """Receives action chunks over WebSocket + msgpack and acks each when the
     controller starts it (module doc). Connections are served one chunk at
     a time each, in order; the controller takes them from :meth:`get`."""
@@ -139,15 +139,6 @@ class ExecutorServer:
         self._chunks: queue.Queue[Chunk | None] = queue.Queue(max(1, queue_size))
         self._server: Any = None
 
-    @property
-    def port(self) -> int | None:
-        """The bound port once started (useful with ``port=0``)."""
-        if self._server is None:
-            return self._port
-        for sock in self._server.sockets:
-            return sock.getsockname()[1]
-        return None
-
     def get(self, timeout: float | None = None) -> Chunk | None:
         """The next chunk, blocking the controller's thread (never call it on
         the server's event loop); None once the server closed or on timeout."""
@@ -156,36 +147,11 @@ class ExecutorServer:
         except queue.Empty:
             return None
 
-    async def start(self) -> int | None:
-        """Bind and start accepting; returns the bound port."""
-        from websockets.asyncio.server import serve as ws_serve
-
-        self._server = await ws_serve(
-            self._handler,
-            self._host,
-            self._port,
-            compression=None,
-            max_size=self._max_size,
-            process_request=_health_check,
-        )
-        return self.port
-
     async def close(self) -> None:
         """Stop accepting, close connections; :meth:`get` then returns None."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        await self._stop_listening()
         with contextlib.suppress(queue.Full):
             self._chunks.put_nowait(None)
-
-    async def run(self) -> None:
-        """Start (if needed) and serve until cancelled."""
-        if self._server is None:
-            await self.start()
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.close()
 
     async def _handler(self, websocket: Any) -> None:
         import websockets.exceptions

@@ -62,7 +62,7 @@ import msgpack
 from . import _native
 from ._counters import _COUNTERS
 from .codec import DEFAULT_MAX_MESSAGE_BYTES, MalformedRequest
-from .server import _health_check
+from ._listener import _Listener
 from .timer import _ANCHOR, SERVER_TIMING_KEY
 from .trace import TRACEPARENT_KEY, TRACESTATE_KEY, Continued, continue_trace
 
@@ -167,7 +167,7 @@ class _Downstream:
         return forward, reply, reply_at
 
 
-class Relay:
+class Relay(_Listener):
     """Forwards robot ↔ policy server over WebSocket + msgpack, continuing
     the trace and nesting the downstream's timing in its own (module doc)."""
 
@@ -211,15 +211,6 @@ class Relay:
         with self._lock:
             self._stats[name] += 1
 
-    @property
-    def port(self) -> int | None:
-        """The bound port once started (useful with ``port=0``)."""
-        if self._server is None:
-            return self._port
-        for sock in self._server.sockets:
-            return sock.getsockname()[1]
-        return None
-
     async def _connect(self) -> tuple[_Downstream, bytes]:
         from websockets.asyncio.client import connect
 
@@ -237,41 +228,20 @@ class Relay:
         """Connect to the downstream (its metadata is sent on to every
         upstream client), bind and start accepting; returns the bound port.
         Raises ``ConnectionError`` when the downstream cannot be reached."""
-        from websockets.asyncio.server import serve as ws_serve
-
         try:
             first, self._metadata = await self._connect()
         except _Failed as e:
             raise ConnectionError(str(e)) from None
         self._idle.append(first)
-        self._server = await ws_serve(
-            self._handler,
-            self._host,
-            self._port,
-            compression=None,
-            max_size=self._max_size,
-            process_request=_health_check,
-        )
-        return self.port
+        return await self._listen()
 
     async def close(self) -> None:
         """Stop accepting, close upstream and idle downstream connections."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        await self._stop_listening()
         idle, self._idle = self._idle, []
         for d in idle:
             with contextlib.suppress(Exception):
                 await d.ws.close()
-
-    async def run(self) -> None:
-        """Start (if needed) and relay until cancelled."""
-        if self._server is None:
-            await self.start()
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.close()
 
     async def _handler(self, websocket: Any) -> None:
         import websockets.exceptions

@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http
 import logging
 import time
 import traceback
@@ -81,6 +80,7 @@ import numpy as np
 # stay `stagetrace.server.*`, private ones included (the relay and the executor
 # use them). noqa: F401 throughout.
 from ._counters import _COUNTERS, stats
+from ._listener import _Listener
 from .codec import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MalformedRequest,
@@ -142,7 +142,7 @@ logger = logging.getLogger("stagetrace.server")
 # A ready-made server, like openpi's WebsocketPolicyServer but instrumented.
 
 
-class PolicyServer:
+class PolicyServer(_Listener):
     """Serves ``policy.infer(obs) -> dict`` over WebSocket + msgpack (openpi
     protocol) with ``traceparent`` honoured and ``server_timing`` stamped.
 
@@ -180,52 +180,6 @@ class PolicyServer:
         self._metadata = dict(metadata or {})
         self._in_thread = in_thread
         self._server: Any = None
-
-    @property
-    def port(self) -> int | None:
-        """The bound port once started (useful with ``port=0``)."""
-        if self._server is None:
-            return self._port
-        for sock in self._server.sockets:
-            return sock.getsockname()[1]
-        return None
-
-    async def start(self) -> int | None:
-        """Bind and start accepting; returns the bound port."""
-        try:
-            from websockets.asyncio.server import serve as ws_serve
-        except ImportError as e:  # pragma: no cover - depends on the install
-            raise ImportError("PolicyServer needs websockets >= 13: pip install 'websockets>=13'") from e
-        self._server = await ws_serve(
-            self._handler,
-            self._host,
-            self._port,
-            compression=None,
-            max_size=self._max_size,
-            process_request=_health_check,
-        )
-        return self.port
-
-    async def close(self) -> None:
-        """Stop accepting and close open connections."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def run(self) -> None:
-        """The coroutine: start (if needed) and serve until cancelled
-        (openpi's ``WebsocketPolicyServer.run``)."""
-        if self._server is None:
-            await self.start()
-        try:
-            await self._server.serve_forever()
-        finally:
-            await self.close()
-
-    def serve_forever(self) -> None:
-        """Blocking: serve forever on a new event loop (openpi's
-        ``WebsocketPolicyServer.serve_forever``)."""
-        asyncio.run(self.run())
 
     async def _handler(self, websocket: Any) -> None:
         import websockets.exceptions
@@ -283,12 +237,6 @@ class PolicyServer:
                     self._on_request(timer, timing)
                 except Exception:
                     logger.exception("on_request hook failed")
-
-
-def _health_check(connection: Any, request: Any) -> Any:
-    if request.path == "/healthz":
-        return connection.respond(http.HTTPStatus.OK, "OK\n")
-    return None
 
 
 async def serve(
