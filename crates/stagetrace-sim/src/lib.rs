@@ -18,6 +18,10 @@
 //!   `dispatch` inside a `call` span), the paced [`ControlLoop`] with
 //!   runtime [`Knobs`], and the closed-loop [`Fleet`] of the mitigation
 //!   scenario.
+//! - [`SimGateway`] and [`SimExecutor`]: a gateway (the WebSocket relay)
+//!   between robot and server, and a remote executor whose controller is
+//!   busy a known time on every n-th chunk, each on a thread and a clock of
+//!   its own ([`ControlLoop::run_with_executor`] dispatches to it).
 //! - Precise waits ([`wait`]), a deterministic pseudo-random source
 //!   ([`random`]) and the FNV-1a checksum ([`checksum`]) the simulated
 //!   stages use as their work.
@@ -72,14 +76,19 @@
 
 pub mod checksum;
 mod error;
+mod executor;
+mod gateway;
 mod model;
 pub mod random;
 pub mod robot;
 mod run_dir;
 mod server;
+mod service;
 pub mod wait;
 
 pub use error::SimError;
+pub use executor::{ExecStart, ExecutorConfig, SimExecutor};
+pub use gateway::{GatewayConfig, SimGateway};
 pub use model::{ClockStep, SimModel, ACTION_CHUNK};
 pub use robot::{
     observation, CallProgress, Camera, ControlLoop, Fleet, FleetStats, Knobs, Link, Pacer, Refresh,

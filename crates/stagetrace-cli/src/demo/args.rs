@@ -95,6 +95,14 @@ pub(crate) struct DemoArgs {
     /// Call number after which the server's clock jumps (default: half-way).
     #[arg(long)]
     pub(crate) server_step_at: Option<u64>,
+    /// The policy server's clock runs this many ppm fast (negative: slow)
+    /// against the robot's: real oscillators are 5–30 ppm apart; far more
+    /// (e.g. 200) makes a short run cover hours of drift.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) server_drift_ppm: f64,
+    /// Hops (issue 11 item 4): a gateway and a remote executor.
+    #[command(flatten)]
+    pub(crate) hops: HopArgs,
     /// Address the policy server binds (default: a free loopback port); the
     /// robot reaches it through the proxy.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
@@ -145,6 +153,148 @@ impl DemoArgs {
     pub(crate) fn step_at(&self) -> u64 {
         self.server_step_at.unwrap_or(self.calls / 2)
     }
+}
+
+/// The gateway and remote-executor knobs of `stagetrace demo` (off by
+/// default: today's robot → server call with a local actuator).
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub(crate) struct HopArgs {
+    /// Put a gateway (the WebSocket relay) between the robot and the policy
+    /// server: the robot's link is then robot → gateway
+    /// (--gateway-uplink-delay-ms / --gateway-downlink-delay-ms), and
+    /// --uplink-delay-ms / --downlink-delay-ms delay gateway → server.
+    #[arg(long)]
+    pub(crate) gateway: bool,
+    /// Offset of the gateway's clock from the robot's, ms.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) gateway_skew_ms: f64,
+    /// The gateway's clock runs this many ppm fast (negative: slow).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) gateway_drift_ppm: f64,
+    /// Delay added to robot → gateway traffic, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) gateway_uplink_delay_ms: f64,
+    /// Delay added to gateway → robot traffic, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) gateway_downlink_delay_ms: f64,
+    /// Dispatch each action chunk over the network to a remote executor,
+    /// which acknowledges when it starts the chunk: dispatch_ms ends there,
+    /// split into exec_tx_ms and exec_wait_ms (--dispatch-ms is not used).
+    #[arg(long)]
+    pub(crate) executor: bool,
+    /// Offset of the executor's clock from the robot's, ms.
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) executor_skew_ms: f64,
+    /// The executor's clock runs this many ppm fast (negative: slow).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    pub(crate) executor_drift_ppm: f64,
+    /// Delay added to robot → executor traffic, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) executor_uplink_delay_ms: f64,
+    /// Delay added to executor → robot traffic (the ack), ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) executor_downlink_delay_ms: f64,
+    /// The executor is still busy with the previous action for this long
+    /// when every --executor-busy-every-th chunk arrives, ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) executor_busy_ms: f64,
+    /// Which chunks find the executor busy: every N-th (call seq % N = N − 1); 0: none.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) executor_busy_every: u64,
+}
+
+/// The gateway's knobs (clap ids) besides `--gateway` itself.
+const GATEWAY_ONLY: &[&str] = &[
+    "gateway_skew_ms",
+    "gateway_drift_ppm",
+    "gateway_uplink_delay_ms",
+    "gateway_downlink_delay_ms",
+];
+
+/// The executor's knobs besides `--executor` itself.
+const EXECUTOR_ONLY: &[&str] = &[
+    "executor_skew_ms",
+    "executor_drift_ppm",
+    "executor_uplink_delay_ms",
+    "executor_downlink_delay_ms",
+    "executor_busy_ms",
+    "executor_busy_every",
+];
+
+/// A real oscillator is 5–30 ppm off; the demo allows far more (a short
+/// run covering hours), up to what the simulated clock takes.
+const MAX_DRIFT_PPM: f64 = 10_000.0;
+
+/// The gateway and executor knobs, in range and consistent.
+fn validate_hops(a: &DemoArgs) -> Result<(), DemoError> {
+    let h = &a.hops;
+    let typed = |ids: &[&str]| -> Vec<String> {
+        ids.iter()
+            .filter(|id| a.given.iter().any(|g| g == *id))
+            .map(|id| flag(id))
+            .collect()
+    };
+    for (on, name, ids) in [
+        (h.gateway, "--gateway", GATEWAY_ONLY),
+        (h.executor, "--executor", EXECUTOR_ONLY),
+    ] {
+        let stray = typed(ids);
+        if !on && !stray.is_empty() {
+            return Err(err(format!(
+                "{}: only used with {name}; add {name}",
+                stray.join(", ")
+            )));
+        }
+    }
+    if h.gateway && a.transport != TransportArg::Ws {
+        return Err(err(
+            "--gateway: the gateway is the WebSocket relay; drop --transport http",
+        ));
+    }
+    if h.gateway && a.no_server_timing {
+        return Err(err(
+            "--gateway with --no-server-timing: the hops are split from the servers' timing; drop one",
+        ));
+    }
+    if h.executor && a.given.iter().any(|g| g == "dispatch_ms") {
+        return Err(err(
+            "--dispatch-ms: not used with --executor (dispatch then ends when the executor starts the chunk; use --executor-busy-ms for its wait)",
+        ));
+    }
+    for (name, v) in [
+        ("--gateway-uplink-delay-ms", h.gateway_uplink_delay_ms),
+        ("--gateway-downlink-delay-ms", h.gateway_downlink_delay_ms),
+        ("--executor-uplink-delay-ms", h.executor_uplink_delay_ms),
+        ("--executor-downlink-delay-ms", h.executor_downlink_delay_ms),
+        ("--executor-busy-ms", h.executor_busy_ms),
+    ] {
+        check_ms(name, v)?;
+    }
+    for (name, v) in [
+        ("--gateway-skew-ms", h.gateway_skew_ms),
+        ("--executor-skew-ms", h.executor_skew_ms),
+    ] {
+        if !(v.is_finite() && v.abs() <= 86_400_000.0) {
+            return Err(err(format!("{name} must be within ±1 day, got {v}")));
+        }
+    }
+    for (name, v) in [
+        ("--server-drift-ppm", a.server_drift_ppm),
+        ("--gateway-drift-ppm", h.gateway_drift_ppm),
+        ("--executor-drift-ppm", h.executor_drift_ppm),
+    ] {
+        if !(v.is_finite() && v.abs() <= MAX_DRIFT_PPM) {
+            return Err(err(format!(
+                "{name} must be within ±{MAX_DRIFT_PPM} ppm (real clocks: 5–30), got {v}"
+            )));
+        }
+    }
+    if h.executor_busy_every > 0 && h.executor_busy_ms == 0.0 {
+        return Err(err(
+            "--executor-busy-every: give --executor-busy-ms too (how long the executor is busy)",
+        ));
+    }
+    Ok(())
 }
 
 /// Why the demo could not run: a knob out of range, a part that could not
@@ -249,6 +399,19 @@ const SINGLE_CLIENT_ONLY: &[&str] = &[
     "warmup",
     "server_step_ms",
     "server_step_at",
+    "server_drift_ppm",
+    "gateway",
+    "gateway_skew_ms",
+    "gateway_drift_ppm",
+    "gateway_uplink_delay_ms",
+    "gateway_downlink_delay_ms",
+    "executor",
+    "executor_skew_ms",
+    "executor_drift_ppm",
+    "executor_uplink_delay_ms",
+    "executor_downlink_delay_ms",
+    "executor_busy_ms",
+    "executor_busy_every",
     "otlp",
     "otlp_shutdown_ms",
     "tail_sample",
@@ -344,6 +507,7 @@ pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
             return Err(err(format!("{name} must be within ±1 day, got {v}")));
         }
     }
+    validate_hops(a)?;
     if a.otlp.is_none() && a.given.iter().any(|g| g == "otlp_shutdown_ms") {
         return Err(err(
             "--otlp-shutdown-ms: only used with --otlp (the bound on sending what is queued at the end)",

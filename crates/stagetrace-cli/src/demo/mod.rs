@@ -16,6 +16,8 @@
 
 pub(crate) mod args;
 pub(crate) mod figures;
+mod hop_truth;
+mod hops;
 mod otlp;
 mod output;
 mod pipeline;

@@ -15,6 +15,7 @@ use stagetrace_sim::{RobotStats, SimServerStats};
 
 use super::args::{err, DemoArgs, DemoError, TransportArg};
 use super::figures::{analyze_run, main_group, stage_table, steady};
+use super::hops::HopRun;
 use super::truth::Truth;
 use crate::stdout;
 
@@ -30,6 +31,8 @@ pub(super) struct Run<'a> {
     pub(super) server: &'a SimServerStats,
     pub(super) proxy_bytes: (u64, u64),
     pub(super) interrupted: bool,
+    /// What the truth of the gateway and the executor rests on.
+    pub(super) hops: &'a HopRun,
 }
 
 /// What the split rests on for most steady calls.
@@ -60,6 +63,10 @@ struct Config {
     downlink_delay_ms: f64,
     clock: &'static str,
     warmup: u64,
+    server_drift_ppm: f64,
+    /// The gateway and executor knobs.
+    #[serde(flatten)]
+    hops: super::args::HopArgs,
 }
 
 /// Counters of the layer, the server and the proxy.
@@ -109,7 +116,7 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
     };
     let group = report.as_ref().and_then(main_group);
     let stages = stage_table(group, run.records);
-    let truth = Truth::of(a, &stages, run.records, run.summary);
+    let truth = Truth::of(a, &stages, run.records, run.summary, run.hops);
     let mut diagnosis: Vec<String> = report
         .iter()
         .flat_map(|r| r.verdicts.iter().map(|v| v.text.clone()))
@@ -137,6 +144,8 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
             downlink_delay_ms: a.downlink_delay_ms,
             clock: a.clock.as_str(),
             warmup: a.warmup,
+            server_drift_ppm: a.server_drift_ppm,
+            hops: a.hops.clone(),
         },
         stages: &stages,
         counters: Counters {
@@ -178,12 +187,36 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
     );
     let _ = writeln!(
         s,
-        "injected: server clock {:+} ms, uplink +{} ms, downlink +{} ms; clock mode {}\n",
+        "injected: server clock {:+} ms, uplink +{} ms, downlink +{} ms; clock mode {}",
         a.server_skew_ms,
         a.uplink_delay_ms,
         a.downlink_delay_ms,
         a.clock.as_str()
     );
+    let h = &a.hops;
+    if a.server_drift_ppm != 0.0 {
+        let _ = writeln!(
+            s,
+            "injected: server clock drift {:+} ppm",
+            a.server_drift_ppm
+        );
+    }
+    if h.gateway {
+        let _ = writeln!(
+            s,
+            "injected: gateway between robot and server (the delays above are gateway → server): gateway clock {:+} ms, {:+} ppm; robot → gateway +{} ms, gateway → robot +{} ms",
+            h.gateway_skew_ms, h.gateway_drift_ppm, h.gateway_uplink_delay_ms, h.gateway_downlink_delay_ms
+        );
+    }
+    if h.executor {
+        let _ = writeln!(
+            s,
+            "injected: remote executor: clock {:+} ms, {:+} ppm; robot → executor +{} ms, executor → robot +{} ms; busy {} ms on every {}-th chunk",
+            h.executor_skew_ms, h.executor_drift_ppm, h.executor_uplink_delay_ms,
+            h.executor_downlink_delay_ms, h.executor_busy_ms, h.executor_busy_every
+        );
+    }
+    s.push('\n');
     // Said before the tables, whose uplink and downlink it puts in doubt.
     if let Some(w) = truth.warning(a) {
         let _ = writeln!(s, "WARNING: {w}\n");

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
-use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::MsgMap;
 use stagetrace_sim::{
     ms, ClockStep, ControlLoop, Knobs, Refresh, RobotConfig, ServerConfig, SimModel, SimServer,
@@ -18,6 +17,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use super::args::{err, ClockArg, DemoArgs, DemoError};
+use super::hops::{self, Hops, ServerSeen};
 use super::otlp::DemoOtlp;
 use super::output::{self, Run};
 use super::progress::Progress;
@@ -85,6 +85,7 @@ pub(super) fn run(
                 .with("action_horizon", ACTION_CHUNK[0]),
         )
         .clock_skew_ns(ms_to_ns(args.server_skew_ms))
+        .clock_drift_ppm(args.server_drift_ppm)
         .report_timing(!args.no_server_timing)
         .thread_name("demo-server");
     if args.server_step_ms != 0.0 {
@@ -93,23 +94,22 @@ pub(super) fn run(
             jump_ns: ms_to_ns(args.server_step_ms),
         });
     }
-    if let Some(otlp) = &otlp {
-        config = config.on_request(otlp.server_hook());
+    // With a gateway the truth of each link needs the server's own record
+    // of each request.
+    let seen = ServerSeen::new(args.calls as usize);
+    let otlp_hook = otlp.as_ref().map(|o| o.server_hook());
+    if args.hops.gateway {
+        config = config.on_request(seen.hook(otlp_hook));
+    } else if let Some(hook) = otlp_hook {
+        config = config.on_request(hook);
     }
     let server = SimServer::start(config)
         .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
 
     // The network between them: the built-in proxy delays each direction.
-    let proxy = Proxy::spawn_in_thread(
-        std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        server.addr(),
-        ProxyConfig {
-            uplink: LinkConfig::delay(ms(args.uplink_delay_ms)),
-            downlink: LinkConfig::delay(ms(args.downlink_delay_ms)),
-            ..ProxyConfig::default()
-        },
-    )
-    .map_err(|e| err(format!("cannot start the network proxy: {e}")))?;
+    let proxy = hops::proxy(server.addr(), args.uplink_delay_ms, args.downlink_delay_ms)?;
+    // A gateway in front of that link and a remote executor, when asked.
+    let mut hop_parts = Hops::start(args, proxy.local_addr())?;
 
     // The stage layer, registered as an app would.
     let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
@@ -154,12 +154,14 @@ pub(super) fn run(
         keep_observation: None,
     };
     let progress = Progress::new(args.calls);
-    let robot = rt.block_on(control.run(
+    let robot = rt.block_on(control.run_with_executor(
         args.transport.transport(),
-        proxy.local_addr(),
+        hop_parts.robot_target(proxy.local_addr()),
+        hop_parts.executor_target(),
         &Knobs::new(args.payload_kb),
         stop,
         |p| {
+            hop_parts.note(p.seq, p.hops);
             if p.first_failure {
                 if let Some(e) = &p.stats.first_error {
                     eprintln!("stagetrace demo: call {} failed: {e}", p.seq);
@@ -173,6 +175,7 @@ pub(super) fn run(
     let summary = guard.finish();
     let proxy_stats = proxy.stats();
     proxy.shutdown();
+    let hop_run = hop_parts.stop(server.clock(), &seen);
     let server = server.stop();
     if let Some(otlp) = &otlp {
         otlp.finish();
@@ -199,6 +202,7 @@ pub(super) fn run(
         server: &server,
         proxy_bytes: (proxy_stats.bytes_up, proxy_stats.bytes_down),
         interrupted,
+        hops: &hop_run,
     })?;
     if robot.completed == 0 && !interrupted {
         return Err(err(format!(

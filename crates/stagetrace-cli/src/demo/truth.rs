@@ -13,6 +13,8 @@ use stagetrace_analyze::stats::{self, Summary};
 use stagetrace_schema::{Figure, Group};
 
 use super::args::{ClockArg, DemoArgs};
+use super::hop_truth::{ExecTruth, HopTruth};
+use super::hops::HopRun;
 
 /// Two clocks read at different instants on one host differ by this much
 /// (the split's bound does not cover it).
@@ -73,6 +75,21 @@ pub(super) struct Truth {
     dominant: Option<Dominant>,
     /// Set when `--clock trusted` was given but the clocks disagree.
     clocks_disagree: Option<Disagree>,
+    /// The server clock's estimated drift against the injected one (a
+    /// direct call; through a gateway each link has its own, in `hops`).
+    drift: Option<DriftTruth>,
+    /// Through a gateway: every link against its truth.
+    hops: Option<HopTruth>,
+    /// A remote executor: its wait against the controller's own.
+    executor: Option<ExecTruth>,
+}
+
+/// The server clock's drift: estimated (± its bound) against injected.
+#[derive(Debug, Serialize)]
+pub(super) struct DriftTruth {
+    estimated_ppm: f64,
+    err_ppm: f64,
+    injected_ppm: f64,
 }
 
 fn p50(stages: &BTreeMap<&'static str, Summary>, fig: Figure) -> Option<f64> {
@@ -98,9 +115,19 @@ impl Truth {
         stages: &BTreeMap<&'static str, Summary>,
         records: &[CallRecord],
         summary: &LayerSummary,
+        hops: &HopRun,
     ) -> Truth {
         let mut t = Truth::default();
-        let injected_net = a.uplink_delay_ms + a.downlink_delay_ms;
+        // Through a gateway the robot's link adds its own delays.
+        let (gw_up, gw_down) = if a.hops.gateway {
+            (
+                a.hops.gateway_uplink_delay_ms,
+                a.hops.gateway_downlink_delay_ms,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        let injected_net = a.uplink_delay_ms + a.downlink_delay_ms + gw_up + gw_down;
         let net = p50(stages, Figure::Net);
         // Loopback, framing and copies: what the path adds to the delays.
         let excess = net.map_or(0.0, |n| (n - injected_net).max(0.0));
@@ -129,16 +156,17 @@ impl Truth {
                 ),
             })
         };
-        t.uplink = split(Figure::Uplink, a.uplink_delay_ms);
-        t.downlink = split(Figure::Downlink, a.downlink_delay_ms);
+        t.uplink = split(Figure::Uplink, a.uplink_delay_ms + gw_up);
+        t.downlink = split(Figure::Downlink, a.downlink_delay_ms + gw_down);
         if a.clock == ClockArg::Estimate {
             t.offset = p50(stages, Figure::Offset).map(|m| Against {
                 field: Figure::Offset.field(),
                 measured_ms: m,
                 injected_ms: a.server_skew_ms,
                 bound_ms: bound,
-                // A stepped clock has no single offset: see `step`.
-                inside: (a.server_step_ms == 0.0)
+                // A stepped or drifting clock has no single offset: see
+                // `step`, `drift`.
+                inside: (a.server_step_ms == 0.0 && a.server_drift_ppm == 0.0)
                     .then(|| (m - a.server_skew_ms).abs() <= bound.unwrap_or(0.0) + ANCHOR_TOL_MS),
             });
         }
@@ -190,6 +218,15 @@ impl Truth {
                 p50_ms: v,
                 e2e_p50_ms: e2e,
             });
+        if a.server_drift_ppm != 0.0 && !a.hops.gateway {
+            t.drift = summary.clock.and_then(|c| c.drift_ppm).map(|d| DriftTruth {
+                estimated_ppm: d.value,
+                err_ppm: d.err,
+                injected_ppm: a.server_drift_ppm,
+            });
+        }
+        t.hops = HopTruth::of(a, hops, records);
+        t.executor = ExecTruth::of(a, hops, records);
         let calls = records.iter().filter(|r| r.failed.is_none()).count() as u64;
         if a.clock == ClockArg::Trusted && calls > 0 && summary.clamped * 2 > calls {
             t.clocks_disagree = Some(Disagree {
@@ -311,6 +348,9 @@ impl Truth {
                 (Some(b), Some(_)) => {
                     format!("± {b:.3} ms ({}): {}", Figure::SplitErr.field(), verdict(x))
                 }
+                _ if a.server_drift_ppm != 0.0 => {
+                    "the clock drifts during the run (see below)".to_owned()
+                }
                 _ => "the clock stepped during the run (see below)".to_owned(),
             };
             row(&mut s, x, true, note);
@@ -333,6 +373,27 @@ impl Truth {
                     x.measured_ms - x.injected_ms
                 ),
             );
+        }
+        if let Some(d) = &self.drift {
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>12} {:>12}   ± {:.1} ppm: {}",
+                "drift_ppm",
+                format!("{:+.1} ppm", d.estimated_ppm),
+                format!("{:+.1} ppm", d.injected_ppm),
+                d.err_ppm,
+                if (d.estimated_ppm - d.injected_ppm).abs() <= d.err_ppm {
+                    "inside"
+                } else {
+                    "OUTSIDE"
+                }
+            );
+        }
+        if let Some(h) = &self.hops {
+            h.text(&mut s);
+        }
+        if let Some(x) = &self.executor {
+            x.text(&mut s);
         }
         for line in self
             .sentences(a)

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace_net::MsgMap;
+use stagetrace::wire::Hops;
+use stagetrace_net::executor::ExecutorClient;
+use stagetrace_net::{ClientOptions, MsgMap};
 
 use super::{Link, Pacer, Robot, RobotConfig, RobotStats};
 use crate::{SimError, Transport};
@@ -48,6 +50,9 @@ pub struct CallProgress<'a> {
     pub stats: &'a RobotStats,
     /// This call was the first to fail (its message is in `stats.first_error`).
     pub first_failure: bool,
+    /// The relays (gateways) its answer came through, with their own
+    /// timing (empty for a direct call).
+    pub hops: &'a Hops,
 }
 
 /// A robot calling the policy server at a fixed rate.
@@ -80,6 +85,22 @@ impl ControlLoop {
         addr: SocketAddr,
         knobs: &Knobs,
         stop: &AtomicBool,
+        on_call: impl FnMut(CallProgress<'_>),
+    ) -> Result<RobotStats, SimError> {
+        self.run_with_executor(transport, addr, None, knobs, stop, on_call)
+            .await
+    }
+
+    /// As [`ControlLoop::run`], dispatching each action chunk to the remote
+    /// executor at `executor` (WebSocket, `docs/protocol.md` "Executor
+    /// ack") when given, instead of the local actuator.
+    pub async fn run_with_executor(
+        &self,
+        transport: Transport,
+        addr: SocketAddr,
+        executor: Option<SocketAddr>,
+        knobs: &Knobs,
+        stop: &AtomicBool,
         mut on_call: impl FnMut(CallProgress<'_>),
     ) -> Result<RobotStats, SimError> {
         let link = Link::connect(transport, addr, self.call_timeout).await?;
@@ -91,6 +112,19 @@ impl ControlLoop {
         })?;
         let spin = self.robot.spin;
         let mut robot = Robot::new(link, self.robot);
+        if let Some(addr) = executor {
+            let options = ClientOptions {
+                call_timeout: self.call_timeout,
+                ..ClientOptions::default()
+            };
+            let client = ExecutorClient::connect_with(&format!("ws://{addr}"), options)
+                .await
+                .map_err(|e| SimError::Connect {
+                    addr,
+                    reason: e.to_string(),
+                })?;
+            robot = robot.with_executor(client);
+        }
         let mut stats = RobotStats::default();
         let mut next_pause: Option<Instant> = None;
         let mut kept_kb = u64::MAX;
@@ -141,6 +175,7 @@ impl ControlLoop {
                 done,
                 stats: &stats,
                 first_failure,
+                hops: robot.last_hops(),
             });
             seq += 1;
         }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use stagetrace::wire::Hops;
 use stagetrace_net::{ClientOptions, MsgMap, PolicyClient, TracedHttpClient};
 
 use crate::{SimError, Transport};
@@ -52,12 +53,22 @@ impl Link {
 
     /// One policy call: the observation out, the action map back.
     pub async fn infer(&mut self, obs: &MsgMap) -> Result<MsgMap, SimError> {
+        self.infer_via(obs).await.map(|(action, _)| action)
+    }
+
+    /// One policy call, with the relays (gateways) the answer came through
+    /// and their own timing (empty for a direct call or over HTTP).
+    pub async fn infer_via(&mut self, obs: &MsgMap) -> Result<(MsgMap, Hops), SimError> {
         match self {
             Link::Ws(client) => {
                 if !client.is_connected() {
                     client.reconnect().await.map_err(call_err)?;
                 }
-                client.infer(obs).await.map(|r| r.action).map_err(call_err)
+                client
+                    .infer(obs)
+                    .await
+                    .map(|r| (r.action, r.hops))
+                    .map_err(call_err)
             }
             Link::Http(client, url) => {
                 let req = client
@@ -66,7 +77,9 @@ impl Link {
                     .header("content-type", "application/msgpack")
                     .body(obs.to_msgpack());
                 let reply = client.send(req).await.map_err(call_err)?;
-                MsgMap::from_msgpack(&reply.body).map_err(call_err)
+                MsgMap::from_msgpack(&reply.body)
+                    .map(|a| (a, Hops::new()))
+                    .map_err(call_err)
             }
         }
     }

@@ -12,7 +12,9 @@ mod pacer;
 
 use std::time::{Duration, Instant};
 
+use stagetrace::wire::Hops;
 use stagetrace::StageSpanExt;
+use stagetrace_net::executor::ExecutorClient;
 use stagetrace_net::MsgMap;
 use tracing::Instrument;
 
@@ -39,12 +41,15 @@ pub struct RobotConfig {
     pub refresh: Refresh,
 }
 
-/// The simulated robot: camera, link to the policy server, actuator.
+/// The simulated robot: camera, link to the policy server, actuator
+/// (local, or a remote executor).
 #[derive(Debug)]
 pub struct Robot {
     link: Link,
     camera: Camera,
     cfg: RobotConfig,
+    executor: Option<ExecutorClient>,
+    hops: Hops,
 }
 
 impl Robot {
@@ -54,7 +59,24 @@ impl Robot {
             link,
             camera: Camera::new(cfg.refresh),
             cfg,
+            executor: None,
+            hops: Hops::new(),
         }
+    }
+
+    /// Dispatch each action chunk to a remote executor (with the call's
+    /// `seq`) instead of the local actuator: `dispatch` then ends when the
+    /// executor starts the chunk (`RobotConfig::dispatch` is not waited).
+    #[must_use]
+    pub fn with_executor(mut self, executor: ExecutorClient) -> Self {
+        self.executor = Some(executor);
+        self
+    }
+
+    /// The relays (gateways) the last call's answer came through, with
+    /// their own timing (empty for a direct call).
+    pub fn last_hops(&self) -> &Hops {
+        &self.hops
     }
 
     /// One control cycle, in a `call` span numbered `seq`: capture a
@@ -80,13 +102,39 @@ impl Robot {
             };
             let obs = observation(seq, frame);
             before_send(&obs);
-            let action = self.link.infer(&obs).await?;
-            let digest = {
-                let _dispatch = tracing::info_span!("dispatch").entered();
-                let begin = Instant::now();
-                let digest = action.array("actions").map(|a| fnv1a(&a.data));
-                sleep_until_precise_blocking(begin + self.cfg.dispatch, self.cfg.spin);
-                digest
+            self.hops = Hops::new();
+            let (action, hops) = self.link.infer_via(&obs).await?;
+            self.hops = hops;
+            let digest = match &mut self.executor {
+                Some(executor) => {
+                    if !executor.is_connected() {
+                        executor
+                            .reconnect()
+                            .await
+                            .map_err(|e| SimError::Call(e.to_string()))?;
+                    }
+                    let digest = action.array("actions").map(|a| fnv1a(&a.data));
+                    let chunk = action.with("seq", seq);
+                    let ack = executor
+                        .dispatch(&chunk)
+                        .instrument(tracing::info_span!("dispatch"))
+                        .await
+                        .map_err(|e| SimError::Call(e.to_string()))?;
+                    if !ack.started {
+                        return Err(SimError::Call(format!(
+                            "the executor did not start the chunk: {}",
+                            ack.reason.as_deref().unwrap_or("no reason given")
+                        )));
+                    }
+                    digest
+                }
+                None => {
+                    let _dispatch = tracing::info_span!("dispatch").entered();
+                    let begin = Instant::now();
+                    let digest = action.array("actions").map(|a| fnv1a(&a.data));
+                    sleep_until_precise_blocking(begin + self.cfg.dispatch, self.cfg.spin);
+                    digest
+                }
             };
             if let Some(d) = digest {
                 tracing::Span::current().record_output_digest(d);
@@ -97,9 +145,12 @@ impl Robot {
         .await
     }
 
-    /// Close the link to the server.
+    /// Close the link to the server (and to the executor).
     pub async fn close(self) {
         self.link.close().await;
+        if let Some(executor) = self.executor {
+            executor.close().await;
+        }
     }
 }
 

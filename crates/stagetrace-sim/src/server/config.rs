@@ -31,6 +31,7 @@ pub struct ServerConfig {
     pub(super) max_message_bytes: Option<usize>,
     pub(super) metadata: MsgMap,
     pub(super) skew_ns: i64,
+    pub(super) drift_ppm: f64,
     pub(super) step: Option<ClockStep>,
     pub(super) hook: Option<RequestHook>,
     pub(super) batch: Option<BatchConfig>,
@@ -48,6 +49,7 @@ impl fmt::Debug for ServerConfig {
             .field("model", &self.model)
             .field("concurrency", &self.concurrency)
             .field("skew_ns", &self.skew_ns)
+            .field("drift_ppm", &self.drift_ppm)
             .field("step", &self.step)
             .field("hook", &self.hook.is_some())
             .field("batch", &self.batch)
@@ -69,6 +71,7 @@ impl ServerConfig {
             max_message_bytes: None,
             metadata: MsgMap::new(),
             skew_ns: 0,
+            drift_ppm: 0.0,
             step: None,
             hook: None,
             batch: None,
@@ -128,6 +131,15 @@ impl ServerConfig {
     #[must_use]
     pub fn clock_skew_ns(mut self, ns: i64) -> Self {
         self.skew_ns = ns;
+        self
+    }
+
+    /// The server's clock runs `ppm` parts per million fast (negative: slow)
+    /// from the start on, as a real oscillator does (5–30 ppm; the demo
+    /// injects far more so a short run covers hours). 0: no drift.
+    #[must_use]
+    pub fn clock_drift_ppm(mut self, ppm: f64) -> Self {
+        self.drift_ppm = ppm;
         self
     }
 

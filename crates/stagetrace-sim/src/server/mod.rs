@@ -112,7 +112,11 @@ impl SimServer {
     /// Start a policy server as `config` says, on a runtime of its own (two
     /// worker threads): returns once it listens.
     pub fn start(config: ServerConfig) -> Result<SimServer, SimError> {
-        let clock = ServerClock::skewed_ns(config.skew_ns);
+        let clock = if config.drift_ppm == 0.0 {
+            ServerClock::skewed_ns(config.skew_ns)
+        } else {
+            ServerClock::drifting(config.skew_ns, config.drift_ppm)
+        };
         let seen = Arc::new(Seen::default());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
