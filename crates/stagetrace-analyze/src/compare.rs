@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::analysis::{group_data, inputs_of, Inputs, ALL_KINDS};
+use crate::analysis::{group_data, inputs_of, GroupData, Inputs, ALL_KINDS};
 use crate::figures;
 use crate::format::fmt_ms;
-use crate::load::Dataset;
+use crate::load::{Dataset, HopFig};
 use crate::stats;
 
 /// Version tag of the compare `--json` document.
@@ -48,6 +48,23 @@ pub struct GroupComparison {
     /// Steady calls after.
     pub after_n: u64,
     /// One row per stage and statistic.
+    pub rows: Vec<Row>,
+    /// Calls through gateways: per link of the records' `hops`, one row per
+    /// figure (`up`, `down`, `net`, `relay`) and statistic. Absent without.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hops: Vec<HopRows>,
+}
+
+/// One link's rows.
+#[derive(Clone, Debug, Serialize)]
+pub struct HopRows {
+    /// The link's number ("link 2"): the records' `hops[link − 1]`.
+    pub link: usize,
+    /// The node before it (`robot`, a gateway).
+    pub from: String,
+    /// The node at its end (a gateway, or `server`).
+    pub to: String,
+    /// One row per figure and statistic; `stage` names the figure.
     pub rows: Vec<Row>,
 }
 
@@ -123,48 +140,34 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
         };
         let mut rows = Vec::new();
         for m in figures::read() {
-            let (xs, ys) = (b.sorted(m), a.sorted(m));
-            if xs.len() < 2 || ys.len() < 2 {
-                continue;
-            }
-            for (stat, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
-                let Some(r) = stats::quantile_ratio(xs, ys, q, seed ^ m.index() as u64) else {
-                    continue;
-                };
-                let (p, test) = if stat == "p50" {
-                    (
-                        stats::mann_whitney(xs, ys).map_or(1.0, |mw| mw.p),
-                        "mann_whitney",
-                    )
-                } else {
-                    (r.p, "bootstrap")
-                };
-                pvals.push(p);
-                rows.push(Row {
-                    stage: m.name(),
-                    stat,
-                    before: r.before,
-                    after: r.after,
-                    delta_pct: 100.0 * (r.ratio - 1.0),
-                    ci_pct: [100.0 * (r.lo - 1.0), 100.0 * (r.hi - 1.0)],
-                    p,
-                    test,
-                    significant: false,
-                });
-            }
+            let seed = seed ^ m.index() as u64;
+            rows.extend(rows_of(
+                m.name(),
+                b.sorted(m),
+                a.sorted(m),
+                seed,
+                &mut pvals,
+            ));
         }
+        let hops = hop_rows(b, a, seed, &mut pvals);
         groups.push(GroupComparison {
             kind: b.kind.clone(),
             before_n: b.calls.len() as u64,
             after_n: a.calls.len() as u64,
             rows,
+            hops,
         });
     }
     let sig = stats::holm(&pvals, COMPARE_ALPHA);
     let mut k = 0;
     let mut significant = 0;
     for g in groups.iter_mut() {
-        for r in g.rows.iter_mut() {
+        // In the order their p-values were pushed: stages, then hops.
+        let GroupComparison { rows, hops, .. } = g;
+        let all = rows
+            .iter_mut()
+            .chain(hops.iter_mut().flat_map(|h| h.rows.iter_mut()));
+        for r in all {
             r.significant = sig.get(k).copied().unwrap_or(false);
             // A significant test whose interval still straddles "no change" is shown as noise.
             if r.significant && r.ci_pct[0] <= 0.0 && r.ci_pct[1] >= 0.0 && r.test == "bootstrap" {
@@ -182,6 +185,71 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
         outputs: digests(before, after),
         significant,
     }
+}
+
+/// The p50 / p90 / p99 rows of one figure (none below two values a side),
+/// their p-values pushed to `pvals` in row order.
+fn rows_of(
+    stage: &'static str,
+    xs: &[f32],
+    ys: &[f32],
+    seed: u64,
+    pvals: &mut Vec<f64>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if xs.len() < 2 || ys.len() < 2 {
+        return rows;
+    }
+    for (stat, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
+        let Some(r) = stats::quantile_ratio(xs, ys, q, seed) else {
+            continue;
+        };
+        let (p, test) = if stat == "p50" {
+            (
+                stats::mann_whitney(xs, ys).map_or(1.0, |mw| mw.p),
+                "mann_whitney",
+            )
+        } else {
+            (r.p, "bootstrap")
+        };
+        pvals.push(p);
+        rows.push(Row {
+            stage,
+            stat,
+            before: r.before,
+            after: r.after,
+            delta_pct: 100.0 * (r.ratio - 1.0),
+            ci_pct: [100.0 * (r.lo - 1.0), 100.0 * (r.hi - 1.0)],
+            p,
+            test,
+            significant: false,
+        });
+    }
+    rows
+}
+
+/// The rows of the links both runs have (the same path: link `n` is the
+/// same hop on both sides).
+fn hop_rows(b: &GroupData, a: &GroupData, seed: u64, pvals: &mut Vec<f64>) -> Vec<HopRows> {
+    let links = b.hop_sorted.len().min(a.hop_sorted.len());
+    let names = crate::analysis::hop_nodes(links);
+    (0..links)
+        .map(|l| {
+            let mut rows = Vec::new();
+            for fig in [HopFig::Up, HopFig::Down, HopFig::Net, HopFig::Relay] {
+                // Seeds apart from the stages' (their figure indices are small).
+                let seed = seed ^ (0x4000 + (l * 8 + fig.index()) as u64);
+                let (xs, ys) = (b.hop_sorted(l, fig), a.hop_sorted(l, fig));
+                rows.extend(rows_of(fig.name(), xs, ys, seed, pvals));
+            }
+            HopRows {
+                link: l + 1,
+                from: names[l].clone(),
+                to: names[l + 1].clone(),
+                rows,
+            }
+        })
+        .collect()
 }
 
 fn digests(before: &Dataset, after: &Dataset) -> DigestCheck {
@@ -231,6 +299,26 @@ fn digests(before: &Dataset, after: &Dataset) -> DigestCheck {
     check
 }
 
+fn row_line(s: &mut String, label: &str, width: usize, r: &Row) {
+    let delta = if r.significant {
+        format!(
+            "{:+.1}% [{:+.1}% {:+.1}%]",
+            r.delta_pct, r.ci_pct[0], r.ci_pct[1]
+        )
+    } else {
+        "~".to_string()
+    };
+    let _ = writeln!(
+        s,
+        "  {label:<width$} {:<4} {:>12} {:>12}   {:<34} {:.3}",
+        r.stat,
+        fmt_ms(r.before),
+        fmt_ms(r.after),
+        delta,
+        r.p
+    );
+}
+
 /// The comparison as the terminal shows it (benchstat style: `~` for noise).
 pub fn text(c: &Comparison) -> String {
     let mut s = String::new();
@@ -257,24 +345,19 @@ pub fn text(c: &Comparison) -> String {
             "stage", "stat", "before", "after", "delta [95% CI]"
         );
         for r in &g.rows {
-            let delta = if r.significant {
-                format!(
-                    "{:+.1}% [{:+.1}% {:+.1}%]",
-                    r.delta_pct, r.ci_pct[0], r.ci_pct[1]
-                )
-            } else {
-                "~".to_string()
-            };
+            row_line(&mut s, r.stage, 10, r);
+        }
+        if !g.hops.is_empty() {
             let _ = writeln!(
                 s,
-                "  {:<10} {:<4} {:>12} {:>12}   {:<34} {:.3}",
-                r.stage,
-                r.stat,
-                fmt_ms(r.before),
-                fmt_ms(r.after),
-                delta,
-                r.p
+                "  hops (per link: up / down each way, net both ways, relay = the gateway's own time at its end):"
             );
+        }
+        for h in &g.hops {
+            for r in &h.rows {
+                // `link 2 relay`: wider than a stage's column.
+                row_line(&mut s, &format!("link {} {}", h.link, r.stage), 12, r);
+            }
         }
     }
     if c.groups.is_empty() {

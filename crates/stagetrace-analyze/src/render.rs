@@ -1,6 +1,7 @@
 //! The report as text: the terminal's tables ([`text`]) and the `--json`
 //! document ([`json`]). Rows come in the figure table's display order.
 
+mod hops;
 mod robots;
 
 use std::fmt::Write as _;
@@ -186,6 +187,7 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
         let _ = writeln!(s, "  {BLACK_BOX_NOTE}");
     }
     robots::table(s, g, robots);
+    hops::table(s, g);
     if !g.baseline.is_empty() {
         let _ = writeln!(
             s,

@@ -5,7 +5,7 @@
 use stagetrace_schema::{Figure, FIGURE_COUNT};
 
 use super::report::{Deadline, ErrorCount, Inputs, Mitigations, Rate, ALL_KINDS};
-use crate::load::{Dataset, F_DEADLINE_MISS, F_HAS_DEADLINE};
+use crate::load::{Dataset, HopFig, F_DEADLINE_MISS, F_HAS_DEADLINE};
 use crate::stats::{self, Summary};
 
 /// Per-group working data the renderers need (not serialised).
@@ -22,9 +22,19 @@ pub struct GroupData {
     pub thresholds: [Option<f64>; FIGURE_COUNT],
     /// Spike threshold per figure (periodicity): the robust rule alone.
     pub spike_thresholds: [Option<f64>; FIGURE_COUNT],
+    /// Sorted values per link of the `hops` array, per [`HopFig`] (ms;
+    /// empty without gateways).
+    pub hop_sorted: Vec<[Vec<f32>; HopFig::ALL.len()]>,
 }
 
 impl GroupData {
+    /// Sorted values of `fig` on `link` (0: robot → first gateway), ms.
+    pub fn hop_sorted(&self, link: usize, fig: HopFig) -> &[f32] {
+        self.hop_sorted
+            .get(link)
+            .map_or(&[], |l| l[fig.index()].as_slice())
+    }
+
     /// Sorted values of one figure (ms).
     pub fn sorted(&self, f: Figure) -> &[f32] {
         self.sorted.get(f.index()).map_or(&[], Vec::as_slice)
@@ -104,10 +114,23 @@ fn make_group(ds: &Dataset, kind: String, calls: Vec<u32>) -> GroupData {
             v
         })
         .collect();
+    let sorted_of = |value: &dyn Fn(usize) -> Option<f64>| {
+        let mut v: Vec<f32> = calls
+            .iter()
+            .filter_map(|&i| value(i as usize))
+            .map(|x| x as f32)
+            .collect();
+        stats::sort_f32(&mut v);
+        v
+    };
+    let hop_sorted = (0..ds.hop_links())
+        .map(|link| std::array::from_fn(|k| sorted_of(&|i| ds.hop_value(link, HopFig::ALL[k], i))))
+        .collect();
     GroupData {
         kind,
         calls,
         sorted,
+        hop_sorted,
         thresholds: [None; FIGURE_COUNT],
         spike_thresholds: [None; FIGURE_COUNT],
     }

@@ -10,6 +10,7 @@ mod baseline;
 mod fleet;
 mod gap;
 mod group;
+mod hops;
 mod moves;
 mod options;
 mod outliers;
@@ -28,6 +29,7 @@ use crate::stats::{self, Summary};
 
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
+pub use hops::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::{
     Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
@@ -36,6 +38,7 @@ pub use report::{
 };
 
 pub(crate) use group::inputs_of;
+pub(crate) use hops::nodes as hop_nodes;
 
 use baseline::vs_baseline;
 use gap::gap;
@@ -231,6 +234,7 @@ fn analyze_group(
         periodicity,
         gap,
         mitigations: mitigations(ds, kind_idx, pooled),
+        hops: hops::hop_reports(g, base, opts),
         verdicts: Vec::new(),
         robots: BTreeMap::new(),
     };
@@ -250,6 +254,14 @@ fn analyze_group(
         };
         let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
         report.verdicts = verdicts(&report, &cx, baseline_n);
+        // A link or a gateway that moved is named instead of the whole
+        // path's link stages (which it is part of).
+        let named = hops::hop_verdicts(&report.kind, &report.hops, floor);
+        if !named.is_empty() {
+            report.verdicts.retain(|v| !hops::superseded(v));
+            report.verdicts.extend(named);
+            report.verdicts.sort_by(verdict_order);
+        }
     }
     report
 }

@@ -2,6 +2,7 @@
 //! the line to `serde_json` (which then either parses it or explains why not).
 
 use super::record::{cache_of, count_of, layout, validate, RawRecord, Slot};
+use super::RawHops;
 
 const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
@@ -155,6 +156,44 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The `hops` array of flat objects of numbers; `None` for anything
+    /// else (the general parser reads it loosely).
+    fn hops(&mut self, out: &mut RawHops) -> Option<()> {
+        self.eat(b'[')?;
+        self.ws();
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            self.ws();
+            self.eat(b'{')?;
+            out.next_link();
+            self.ws();
+            if self.eat(b'}').is_none() {
+                loop {
+                    self.ws();
+                    let key = self.plain_str()?;
+                    self.ws();
+                    self.eat(b':')?;
+                    self.ws();
+                    out.set(key, self.f64()?);
+                    if !self.next_member()? {
+                        break;
+                    }
+                }
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// Skips any JSON value (for fields this reader does not use).
     fn skip_value(&mut self) -> Option<()> {
         match self.peek()? {
@@ -286,6 +325,7 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
             Slot::BatchSize => out.batch = count_of(Some(c.u64()?)),
             Slot::StaleDropped => out.stale = count_of(Some(c.u64()?)),
             Slot::Cache => out.cache_hit = cache_of(c.plain_str()?),
+            Slot::Hops => c.hops(&mut out.hops)?,
             Slot::Ignored => c.skip_value()?,
         }
         seen |= required_bit;

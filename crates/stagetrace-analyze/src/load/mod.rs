@@ -10,6 +10,7 @@
 //! corrupt line.
 
 mod fast;
+mod hops;
 mod notes;
 mod range;
 mod record;
@@ -24,7 +25,10 @@ use std::path::{Path, PathBuf};
 
 use stagetrace_schema::{Figure, FIGURE_COUNT};
 
+pub use hops::HopFig;
 pub use notes::{LoadError, LoadNotes};
+
+pub(crate) use hops::RawHops;
 
 use notes::MAX_KINDS;
 use record::{layout, BadLine, RawRecord};
@@ -84,6 +88,8 @@ pub struct Dataset {
     /// What the mitigations did, for the calls whose records say (sparse:
     /// nothing for runs without batcher, cache or stale filter).
     pub(crate) mitigated: Vec<Mitigated>,
+    /// The `hops` of calls through gateways, per link (empty without).
+    pub(crate) hops: hops::HopColumns,
     /// Failure reasons and how often each occurred.
     pub errors: Vec<(String, u64)>,
     /// What the reader met on the way.
@@ -249,6 +255,9 @@ impl Dataset {
             let i = u32::try_from(idx).unwrap_or(u32::MAX);
             self.digests.push((i, raw.digest.clone().into_boxed_str()));
         }
+        if raw.hops.links > 0 || self.hops.links() > 0 {
+            self.hops.push(idx, &raw.hops);
+        }
         if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 {
             self.mitigated.push(Mitigated {
                 call: u32::try_from(idx).unwrap_or(u32::MAX),
@@ -316,6 +325,18 @@ impl Dataset {
         } else {
             Some(f64::from(v))
         }
+    }
+
+    /// Links of the widest `hops` array read (0: no call went through a gateway).
+    pub fn hop_links(&self) -> usize {
+        self.hops.links()
+    }
+
+    /// `fig` of `link` (0: robot → first gateway) for call `i` in ms, when
+    /// the record's `hops` carries it.
+    pub fn hop_value(&self, link: usize, fig: HopFig, i: usize) -> Option<f64> {
+        let v = *self.hops.column(link, fig).get(i)?;
+        (!v.is_nan()).then_some(f64::from(v))
     }
 
     /// `seq` of call `i`.

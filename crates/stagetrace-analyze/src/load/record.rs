@@ -29,6 +29,8 @@ pub(crate) struct RawRecord {
     pub(crate) cache_hit: Option<bool>,
     /// `stale_dropped`, 0 when absent.
     pub(crate) stale: u32,
+    /// `hops`, read loosely.
+    pub(crate) hops: super::RawHops,
 }
 
 impl Default for RawRecord {
@@ -47,6 +49,7 @@ impl Default for RawRecord {
             batch: 0,
             cache_hit: None,
             stale: 0,
+            hops: super::RawHops::default(),
         }
     }
 }
@@ -67,6 +70,7 @@ impl RawRecord {
         self.batch = 0;
         self.cache_hit = None;
         self.stale = 0;
+        self.hops.reset();
     }
 
     /// Stores a figure's value given in its record unit, in ms; `Err`
@@ -116,6 +120,8 @@ pub(crate) enum Slot {
     Cache,
     /// `stale_dropped` (read loosely).
     StaleDropped,
+    /// `hops` (read loosely: `load/hops.rs`).
+    Hops,
     /// A field of the record the analysis does not use (`trace_id`,
     /// `clock`, `clock_step`): skipped whatever its value, as unknown keys are.
     Ignored,
@@ -142,8 +148,7 @@ impl Slot {
             Field::BatchSize => Slot::BatchSize,
             Field::Cache => Slot::Cache,
             Field::StaleDropped => Slot::StaleDropped,
-            // Per-link figures of calls through relays: not tabled yet.
-            Field::Hops => Slot::Ignored,
+            Field::Hops => Slot::Hops,
         }
     }
 }

@@ -381,3 +381,60 @@ fn both_paths_read_a_long_decimal_exactly() {
         );
     }
 }
+
+#[test]
+fn hops_are_read_by_both_paths_and_loosely() {
+    let hops = r#"[{"up_ms":6.5,"down_ms":1.25,"net_ms":7.75,"relay_ms":0.2,"offset_ms":300.0,"err_ms":3.5},{"up_ms":2.0,"down_ms":5.0,"net_ms":7.0,"offset_ms":-380.0,"err_ms":3.75,"drift_ppm":-350.0}]"#;
+    let line = format!(
+        r#"{{"seq":1,"ts_unix_ms":1700000000000.0,"kind":"call","e2e_ms":30.0,"hops":{hops}}}"#
+    );
+    let mut fast_r = RawRecord::default();
+    assert!(fast::parse(line.as_bytes(), &mut fast_r).is_some());
+    let mut slow_r = RawRecord::default();
+    slow::parse(line.as_bytes(), &mut slow_r).unwrap();
+    // The same columns either way (a null sends the line to serde).
+    let odd = line.replace(r#""relay_ms":0.2,"#, r#""relay_ms":0.2,"x":null,"#);
+    let mut odd_r = RawRecord::default();
+    assert!(fast::parse(odd.as_bytes(), &mut odd_r).is_none());
+    for text in [line.as_str(), odd.as_str()] {
+        let ds =
+            Dataset::load_reader(text.as_bytes(), Path::new("t"), LoadOptions::default()).unwrap();
+        assert_eq!(ds.hop_links(), 2);
+        let v = |l, f| ds.hop_value(l, f, 0);
+        use super::HopFig::*;
+        assert_eq!(
+            (v(0, Up), v(0, Down), v(0, Net), v(0, Relay), v(0, Err)),
+            (
+                Some(6.5),
+                Some(1.25),
+                Some(7.75),
+                Some(0.2f32.into()),
+                Some(3.5)
+            )
+        );
+        assert_eq!(
+            (v(1, Up), v(1, Relay), v(1, Err)),
+            (Some(2.0), None, Some(3.75))
+        );
+    }
+    // Loosely: a value no latency can be, a string, entries past the
+    // bound are left out; the line stays a record.
+    let loose = line
+        .replace(r#""up_ms":6.5"#, r#""up_ms":1e300"#)
+        .replace(r#""down_ms":5.0"#, r#""down_ms":"slow""#)
+        .replace(r#"-350.0}]"#, r#"-350.0},{},{},{},{},{"up_ms":1.0}]"#);
+    let ds =
+        Dataset::load_reader(loose.as_bytes(), Path::new("t"), LoadOptions::default()).unwrap();
+    assert_eq!(ds.hop_links(), 5);
+    assert_eq!(ds.hop_value(0, super::HopFig::Up, 0), None);
+    assert_eq!(ds.hop_value(1, super::HopFig::Down, 0), None);
+    assert_eq!(ds.hop_value(1, super::HopFig::Up, 0), Some(2.0));
+    // A call without hops after one with: its links are absent, not 0.
+    let two = format!(
+        "{line}\n{}",
+        line.replace(&format!(r#","hops":{hops}"#), "")
+    );
+    let ds = Dataset::load_reader(two.as_bytes(), Path::new("t"), LoadOptions::default()).unwrap();
+    assert_eq!(ds.hop_value(0, super::HopFig::Up, 1), None);
+    assert_eq!(ds.hop_value(0, super::HopFig::Up, 0), Some(6.5));
+}

@@ -61,6 +61,35 @@ pub(crate) struct Scenario {
     /// (`Some((n, busy_ms))`) the executor is still busy with the previous
     /// action for `busy_ms`.
     pub(crate) remote_executor: Option<(usize, f64)>,
+    /// Calls through one gateway: the records carry `relay_ms` and a
+    /// two-link `hops` array, and the path's uplink / downlink are the
+    /// links' plus half the gateway's time each way.
+    pub(crate) gateway: Option<Gateway>,
+}
+
+/// The links of a call through one gateway (medians, ms; spread 0.1 ms on
+/// a link, 0.02 ms on the gateway's time).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gateway {
+    /// Uplink of link 1 (robot → gateway) and link 2 (gateway → server).
+    pub(crate) up: [f64; 2],
+    /// Downlink of each link.
+    pub(crate) down: [f64; 2],
+    /// The gateway's own time.
+    pub(crate) relay_ms: f64,
+    /// Each link's `err_ms` (the path's `split_err_ms` is their sum).
+    pub(crate) err_ms: [f64; 2],
+}
+
+impl Default for Gateway {
+    fn default() -> Self {
+        Gateway {
+            up: [3.0, 1.0],
+            down: [1.0, 2.0],
+            relay_ms: 0.2,
+            err_ms: [0.05, 0.04],
+        }
+    }
 }
 
 impl Default for Scenario {
@@ -91,6 +120,7 @@ impl Default for Scenario {
             split_err_ms: 0.05,
             silent_server: false,
             remote_executor: None,
+            gateway: None,
         }
     }
 }
@@ -155,6 +185,22 @@ pub(crate) fn lines(s: &Scenario) -> String {
         if s.gap_jitter_ms > 0.0 {
             gap += -s.gap_jitter_ms * (1.0 - rng.next_f64()).ln();
         }
+        // Drawn last: the other scenarios' draws stay as they were.
+        let hops = s.gateway.map(|g| {
+            let mut draw = |m: f64, sd: f64| r3(pos(m + sd * rng.normal()));
+            let (u0, u1) = (draw(g.up[0], 0.1), draw(g.up[1], 0.1));
+            let (d0, d1) = (draw(g.down[0], 0.1), draw(g.down[1], 0.1));
+            let relay = draw(g.relay_ms, 0.02);
+            uplink = u0 + u1 + relay / 2.0;
+            downlink = d0 + d1 + relay / 2.0;
+            format!(
+                ",\"relay_ms\":{relay},\"hops\":[{{\"up_ms\":{u0},\"down_ms\":{d0},\"net_ms\":{},\"relay_ms\":{relay},\"offset_ms\":300.0,\"err_ms\":{}}},{{\"up_ms\":{u1},\"down_ms\":{d1},\"net_ms\":{},\"offset_ms\":-380.0,\"err_ms\":{},\"drift_ppm\":-350.0}}]",
+                r3(u0 + d0),
+                g.err_ms[0],
+                r3(u1 + d1),
+                g.err_ms[1]
+            )
+        });
         let (capture, uplink, queue, infer, downlink, dispatch, gap) = (
             r3(capture),
             r3(uplink),
@@ -203,6 +249,13 @@ pub(crate) fn lines(s: &Scenario) -> String {
                 &format!("\"e2e_ms\":{},", r3(e2e + wait)),
             );
             let _ = write!(l, ",\"exec_offset_ms\":-3.2,\"exec_err_ms\":0.08");
+        }
+        if let (Some(h), Some(g)) = (&hops, s.gateway) {
+            l.push_str(h);
+            l = l.replace(
+                &format!("\"split_err_ms\":{},", s.split_err_ms),
+                &format!("\"split_err_ms\":{},", r3(g.err_ms[0] + g.err_ms[1])),
+            );
         }
         if s.deadline {
             let late = e2e - period;

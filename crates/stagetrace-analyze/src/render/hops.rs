@@ -1,0 +1,79 @@
+//! The hops section of a group (calls through gateways): per link, the
+//! network each way and both ways, the gateway's own time at its end and
+//! the link's clock bound, then their change against the baseline.
+
+use std::fmt::Write as _;
+
+use crate::analysis::GroupReport;
+use crate::load::HopFig;
+
+use super::cell;
+
+/// Writes the hops section of a group (nothing without gateways).
+pub(super) fn table(s: &mut String, g: &GroupReport) {
+    if g.hops.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n  hops (per link of the records' hops: up / down = each way, split with that link's own clock offset, ± err; net exact; relay = the gateway's own time at the link's end):"
+    );
+    let _ = writeln!(
+        s,
+        "  {:<28} {:<6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
+        "link", "figure", "n", "min", "p50", "p90", "p99", "max"
+    );
+    for h in &g.hops {
+        let name = h.name();
+        for (i, fig) in HopFig::ALL.into_iter().enumerate() {
+            let Some(st) = h.figures.get(fig.field()) else {
+                continue;
+            };
+            let label = if i == 0 { name.as_str() } else { "" };
+            let _ = writeln!(
+                s,
+                "  {:<28} {:<6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                label,
+                fig.name(),
+                st.n,
+                cell(st.min),
+                cell(st.p50),
+                cell(st.p90),
+                cell(st.p99),
+                cell(st.max)
+            );
+        }
+    }
+    if g.hops.iter().all(|h| h.baseline.is_empty()) {
+        return;
+    }
+    let _ = writeln!(s, "\n  hops against the baseline:");
+    let _ = writeln!(
+        s,
+        "  {:<28} {:<6} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  shape",
+        "link", "figure", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
+    );
+    for h in &g.hops {
+        let name = h.name();
+        let mut first = true;
+        for fig in HopFig::ALL {
+            let Some(b) = h.baseline.get(fig.field()) else {
+                continue;
+            };
+            let _ = writeln!(
+                s,
+                "  {:<28} {:<6} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  {}",
+                if first { name.as_str() } else { "" },
+                fig.name(),
+                cell(b.p50.before),
+                cell(b.p50.after),
+                format!("{:.2} [{:.2} {:.2}]", b.p50.ratio, b.p50.lo, b.p50.hi),
+                cell(b.p99.before),
+                cell(b.p99.after),
+                format!("{:.2} [{:.2} {:.2}]", b.p99.ratio, b.p99.lo, b.p99.hi),
+                b.shape
+            );
+            first = false;
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Calls through a gateway (issue 11 item 4), on generated runs with a
+//! known truth: `report` shows each link of the records' `hops` (each way,
+//! both ways, the gateway's own time, the link's bound), the verdict names
+//! the link and direction or the gateway that moved — and the executor's
+//! wait — largest first, and `compare` shows the link that moved.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "support/gen.rs"]
+mod gen;
+
+use gen::{Gateway, Scenario};
+use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
+use stagetrace_analyze::{compare, render};
+
+fn run(s: &Scenario, base: Option<&Scenario>) -> (Report, String) {
+    let ds = gen::dataset(s);
+    let b = base.map(gen::dataset);
+    let a = analyze(&ds, b.as_ref(), &AnalyzeOptions::default());
+    let text = render::text(&a.report);
+    eprintln!("{text}");
+    (a.report, text)
+}
+
+fn through(seed: u64, g: Gateway) -> Scenario {
+    Scenario {
+        seed,
+        gateway: Some(g),
+        ..Scenario::default()
+    }
+}
+
+#[test]
+fn report_shows_each_link_each_way_the_gateway_and_the_bounds() {
+    let (r, text) = run(&through(201, Gateway::default()), None);
+    let hops = &r.groups[0].hops;
+    assert_eq!(hops.len(), 2, "{text}");
+    assert_eq!(
+        (hops[0].name(), hops[1].name()),
+        (
+            "link 1 (robot → gateway)".to_owned(),
+            "link 2 (gateway → server)".to_owned()
+        )
+    );
+    let p50 = |l: usize, key: &str| hops[l].figures[key].p50;
+    // The generated medians (spread 0.1 ms over 3000 calls).
+    for (l, key, truth) in [
+        (0, "up_ms", 3.0),
+        (0, "down_ms", 1.0),
+        (0, "net_ms", 4.0),
+        (0, "relay_ms", 0.2),
+        (1, "up_ms", 1.0),
+        (1, "down_ms", 2.0),
+        (1, "net_ms", 3.0),
+    ] {
+        assert!(
+            (p50(l, key) - truth).abs() <= 0.01,
+            "link {} {key}: {} against {truth}",
+            l + 1,
+            p50(l, key)
+        );
+    }
+    // The bounds as the records state them, every call.
+    // (Columns hold f32: 0.05 is 0.05000000075.)
+    let exactly = |v: f64, truth: f64| assert!((v - truth).abs() <= 1e-6, "{v} against {truth}");
+    exactly(hops[0].figures["err_ms"].min, 0.05);
+    exactly(hops[0].figures["err_ms"].max, 0.05);
+    exactly(hops[1].figures["err_ms"].p50, 0.04);
+    // The last link ends at the server: no gateway time there.
+    assert!(!hops[1].figures.contains_key("relay_ms"));
+    assert_eq!(hops[0].figures["up_ms"].n, 3000);
+    for line in [
+        "hops (per link",
+        "link 1 (robot → gateway)     up",
+        "link 2 (gateway → server)    up",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    // The JSON report carries them too.
+    let json = render::json(&r).unwrap();
+    assert!(json.contains("\"hops\""), "{json}");
+    // Without gateways, nothing changes: no hops section.
+    let (plain, text) = run(&Scenario::default(), None);
+    assert!(plain.groups[0].hops.is_empty());
+    assert!(!text.contains("hops (per link"), "{text}");
+    assert!(!render::json(&plain).unwrap().contains("\"hops\""));
+}
+
+#[test]
+fn a_slower_link_is_named_with_its_direction_not_the_whole_path() {
+    let base = through(203, Gateway::default());
+    let s = through(
+        204,
+        Gateway {
+            up: [3.0, 6.0],
+            ..Gateway::default()
+        },
+    );
+    let (r, text) = run(&s, Some(&base));
+    let v = &r.verdicts[0];
+    assert_eq!(v.code, "hop_slower", "{text}");
+    assert!(
+        v.text
+            .starts_with("link 2 (gateway → server) uplink got slower as a whole: median"),
+        "{}",
+        v.text
+    );
+    assert_eq!(v.evidence["link"], 2);
+    assert_eq!(v.evidence["figure"], "up_ms");
+    // +5 ms, as injected.
+    let cost = v.evidence["cost_ms"].as_f64().unwrap();
+    assert!((cost - 5.0).abs() <= 0.02, "{cost}");
+    assert!(v.text.contains("bandwidth, frame size"), "{}", v.text);
+    // Only that link: not link 1, not the path's uplink or network.
+    assert_eq!(
+        r.verdicts.iter().map(|v| v.code).collect::<Vec<_>>(),
+        ["hop_slower"],
+        "{text}"
+    );
+    assert!(
+        !text.contains("link 1 (robot → gateway) uplink got"),
+        "{text}"
+    );
+    // The table shows the change per link.
+    assert!(text.contains("hops against the baseline"), "{text}");
+}
+
+#[test]
+fn the_executor_wait_and_the_gateway_are_named_largest_first() {
+    let base = Scenario {
+        remote_executor: Some((5, 0.05)),
+        ..through(205, Gateway::default())
+    };
+    let s = Scenario {
+        remote_executor: Some((5, 12.0)),
+        ..through(
+            206,
+            Gateway {
+                relay_ms: 3.2,
+                ..Gateway::default()
+            },
+        )
+    };
+    let (r, text) = run(&s, Some(&base));
+    let named: Vec<(&str, Option<&str>)> = r.verdicts.iter().map(|v| (v.code, v.stage)).collect();
+    // The wait costs the p99 ~12 ms (its every-5th-call period is a
+    // verdict too, at the same cost), the gateway the median 3 ms.
+    assert_eq!(named[0], ("tail_only", Some("exec_wait")), "{text}");
+    let gw_at = named
+        .iter()
+        .position(|n| *n == ("hop_slower", Some("relay")))
+        .unwrap_or_else(|| panic!("the gateway is not named: {text}"));
+    assert!(
+        named[..gw_at].iter().all(|n| n.1 == Some("exec_wait")),
+        "{text}"
+    );
+    let wait = &r.verdicts[0].text;
+    for step in [
+        "task queue",
+        "bus occupancy",
+        "blocked by the previous action",
+        "merge commands, drop stale actions",
+    ] {
+        assert!(wait.contains(step), "{wait}");
+    }
+    let gw = &r.verdicts[gw_at];
+    assert!(
+        gw.text.starts_with(
+            "the gateway's own time (where link 1, robot → gateway, ends) got slower as a whole"
+        ),
+        "{}",
+        gw.text
+    );
+    assert!(gw.text.contains("its load, its queue"), "{}", gw.text);
+    let cost = gw.evidence["cost_ms"].as_f64().unwrap();
+    assert!((cost - 3.0).abs() <= 0.02, "{cost}");
+    // The path's relay_ms verdict is the same change, said less well.
+    assert!(
+        !r.verdicts
+            .iter()
+            .any(|v| v.code != "hop_slower" && v.stage == Some("relay")),
+        "{text}"
+    );
+}
+
+#[test]
+fn compare_shows_the_link_that_moved() {
+    let before = gen::dataset(&through(207, Gateway::default()));
+    let after = gen::dataset(&through(
+        208,
+        Gateway {
+            down: [4.0, 2.0],
+            ..Gateway::default()
+        },
+    ));
+    let c = compare::compare(&before, &after, 7);
+    let text = compare::text(&c);
+    eprintln!("{text}");
+    let g = &c.groups[0];
+    assert_eq!(g.hops.len(), 2);
+    let row = |link: usize, stage: &str, stat: &str| {
+        g.hops[link - 1]
+            .rows
+            .iter()
+            .find(|r| r.stage == stage && r.stat == stat)
+            .unwrap()
+    };
+    // Link 1's downlink 1 → 4 ms: +300 %.
+    let d = row(1, "down", "p50");
+    assert!(d.significant, "{text}");
+    assert!((d.delta_pct - 300.0).abs() <= 5.0, "{}", d.delta_pct);
+    for (link, stage) in [(1, "up"), (2, "up"), (2, "down"), (1, "relay")] {
+        assert!(
+            !row(link, stage, "p50").significant,
+            "link {link} {stage}: {text}"
+        );
+    }
+    assert!(text.contains("link 1 down  p50"), "{text}");
+    assert!(text.contains("link 1 relay p50"), "{text}");
+    assert_eq!(
+        (g.hops[0].from.as_str(), g.hops[0].to.as_str()),
+        ("robot", "gateway")
+    );
+}
