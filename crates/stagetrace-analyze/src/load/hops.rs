@@ -136,7 +136,7 @@ impl RawHops {
     }
 
     /// From a parsed JSON value (the general parser's path).
-    pub(crate) fn from_value(&mut self, v: &serde_json::Value) {
+    pub(crate) fn read_value(&mut self, v: &serde_json::Value) {
         let Some(entries) = v.as_array() else {
             return;
         };

@@ -87,7 +87,7 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
                     let v = map.next_value::<Value>()?;
                     out.cache_hit = v.as_str().and_then(|s| cache_of(s.as_bytes()));
                 }
-                Slot::Hops => out.hops.from_value(&map.next_value::<Value>()?),
+                Slot::Hops => out.hops.read_value(&map.next_value::<Value>()?),
                 Slot::Ignored => {
                     map.next_value::<IgnoredAny>()?;
                 }
