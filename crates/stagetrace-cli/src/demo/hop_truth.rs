@@ -387,7 +387,7 @@ impl ExecTruth {
         if self.busy_calls > 0 {
             let _ = writeln!(
                 s,
-                "  executor: busy {} ms on every {}-th chunk: {} of {} busy calls show exec_wait ≥ {} ms (median {:.3} ms); the other calls wait ≤ {:.3} ms",
+                "  executor: busy {} ms on 1 chunk in {}: {} of {} busy calls show exec_wait ≥ {} ms (median {:.3} ms); the other calls wait ≤ {:.3} ms",
                 self.busy_ms, self.busy_every, self.busy_shown, self.busy_calls, self.busy_ms,
                 self.busy_wait_ms, self.other_wait_max_ms
             );

@@ -211,9 +211,14 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
     if h.executor {
         let _ = writeln!(
             s,
-            "injected: remote executor: clock {:+} ms, {:+} ppm; robot → executor +{} ms, executor → robot +{} ms; busy {} ms on every {}-th chunk",
+            "injected: remote executor: clock {:+} ms, {:+} ppm; robot → executor +{} ms, executor → robot +{} ms; {}",
             h.executor_skew_ms, h.executor_drift_ppm, h.executor_uplink_delay_ms,
-            h.executor_downlink_delay_ms, h.executor_busy_ms, h.executor_busy_every
+            h.executor_downlink_delay_ms,
+            if h.executor_busy_every > 0 {
+                format!("busy {} ms on 1 chunk in {}", h.executor_busy_ms, h.executor_busy_every)
+            } else {
+                "never busy".to_owned()
+            }
         );
     }
     s.push('\n');
