@@ -154,6 +154,11 @@ fn the_executor_wait_and_the_gateway_are_named_largest_first() {
         named[..gw_at].iter().all(|n| n.1 == Some("exec_wait")),
         "{text}"
     );
+    // Every verdict on the wait (its tail, its period) carries the
+    // executor's next steps.
+    for v in r.verdicts.iter().filter(|v| v.stage == Some("exec_wait")) {
+        assert!(v.text.contains("task queue, bus occupancy"), "{}", v.text);
+    }
     let wait = &r.verdicts[0].text;
     for step in [
         "task queue",

@@ -34,8 +34,14 @@ pub(super) fn vs_baseline(
         && re >= 2.0 * be.max(floor)
         && p99.lo > 1.0
         && p99.after - p99.before >= tail_effect;
+    // A median a little faster under a tail that grew by more (an executor
+    // busy on every n-th chunk, the others started sooner) costs the call
+    // its tail: that is the shape, not `faster`.
+    let tail_costs_more = tail_up && p99.after - p99.before > -shift.estimate;
     let shape = if located && shift.estimate > 0.0 {
         "median_shift"
+    } else if tail_costs_more {
+        "tail_only"
     } else if located {
         "faster"
     } else if tail_up {

@@ -172,8 +172,15 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
             stage: Some(m.name()),
             group: Some(m.side().as_str()),
             text: format!(
-                "{m} spikes recur every {period:.2} s ({} spikes; autocorrelation {:.2} at {:.2} s, {:.0}% of inter-spike intervals within ±20% of it): the signature of GC, timers or link renegotiation — find what runs every {period:.2} s.",
-                p.spikes, p.acf, p.acf_lag_s, 100.0 * p.isi_on_period
+                "{m} spikes recur every {period:.2} s ({} spikes; autocorrelation {:.2} at {:.2} s, {:.0}% of inter-spike intervals within ±20% of it): the signature of GC, timers or link renegotiation — find what runs every {period:.2} s{}.",
+                p.spikes, p.acf, p.acf_lag_s, 100.0 * p.isi_on_period,
+                // On the executor's side the period is its own work (every
+                // n-th chunk behind a longer action): its next steps.
+                if matches!(m, Figure::ExecWait | Figure::ExecTx | Figure::Dispatch) {
+                    format!("; {}", advice(m))
+                } else {
+                    String::new()
+                }
             ),
             evidence: json!({
                 "cost_ms": cost, "period_s": period, "spikes": p.spikes, "acf": p.acf,
