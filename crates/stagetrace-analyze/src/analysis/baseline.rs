@@ -62,3 +62,49 @@ pub(super) fn vs_baseline(
         shape,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::SplitMix64;
+
+    fn sorted(mut v: Vec<f32>) -> Vec<f32> {
+        stats::sort_f32(&mut v);
+        v
+    }
+
+    /// An executor busy 15 ms on one chunk in five, the others started a
+    /// little sooner than in the baseline: the tail is what the call pays,
+    /// so the shape is `tail_only`, not `faster` (the median's 20 µs).
+    #[test]
+    fn a_tail_that_grew_by_more_than_the_median_fell_is_the_shape() {
+        let mut rng = SplitMix64::new(7);
+        let base = sorted(
+            (0..1000)
+                .map(|_| (0.12 + 0.01 * rng.normal()) as f32)
+                .collect(),
+        );
+        let run = sorted(
+            (0..1000)
+                .map(|i| {
+                    if i % 5 == 4 {
+                        (15.0 + 0.01 * rng.normal()) as f32
+                    } else {
+                        (0.10 + 0.01 * rng.normal()) as f32
+                    }
+                })
+                .collect(),
+        );
+        let v = vs_baseline(&base, &run, &AnalyzeOptions::default()).unwrap();
+        assert!(v.shift.estimate < 0.0, "{:?}", v.shift);
+        assert_eq!(v.shape, "tail_only");
+        // Faster with no tail stays `faster`.
+        let quicker = sorted(
+            (0..1000)
+                .map(|_| (0.10 + 0.01 * rng.normal()) as f32)
+                .collect(),
+        );
+        let v = vs_baseline(&base, &quicker, &AnalyzeOptions::default()).unwrap();
+        assert_eq!(v.shape, "faster");
+    }
+}
