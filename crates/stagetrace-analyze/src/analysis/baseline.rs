@@ -64,6 +64,7 @@ pub(super) fn vs_baseline(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::stats::SplitMix64;
