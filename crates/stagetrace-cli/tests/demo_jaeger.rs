@@ -156,3 +156,159 @@ fn demo_calls_arrive_in_jaeger_as_one_trace_across_client_and_server() {
         assert_eq!(call.attr_f64("stagetrace.seq"), rec["seq"].as_f64());
     }
 }
+
+const GATEWAY: &str = "stagetrace-demo-gateway";
+const EXECUTOR: &str = "stagetrace-demo-executor";
+
+/// Issue 11, item 4 (OTLP): `stagetrace demo --gateway --executor --otlp`
+/// puts each call into Jaeger as one trace of four services — the robot,
+/// the gateway, the policy server, the executor — each span under exactly
+/// the span it belongs to, with the robot's synthesized per-link spans.
+#[test]
+fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger() {
+    let test = "demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger";
+    let Some(jaeger) = Jaeger::start_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["demo", "--calls", "8", "--warmup", "2", "--hz", "20"])
+        .args(["--payload-kb", "10", "--model-ms", "4", "--json"])
+        .args(["--gateway", "--gateway-skew-ms", "300"])
+        .args(["--executor", "--executor-skew-ms", "-40"])
+        .args(["--executor-busy-ms", "5", "--executor-busy-every", "3"])
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--otlp")
+        .arg(jaeger.otlp_endpoint())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_SERVICE_NAME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed: {stderr}");
+    for service in [CLIENT, SERVER, GATEWAY, EXECUTOR] {
+        assert!(
+            stderr.contains(&format!("{service} -> ")),
+            "the demo reports {service}'s export: {stderr}"
+        );
+    }
+
+    let robot_spans = [
+        "call",
+        "capture",
+        "transport",
+        "uplink",
+        "uplink client → gateway",
+        "uplink gateway → server",
+        "downlink",
+        "downlink server → gateway",
+        "downlink gateway → client",
+        "dispatch",
+        "uplink client → executor",
+        "ack executor → client",
+    ];
+    let records = records(dir.path());
+    let done: Vec<&Value> = records
+        .iter()
+        .filter(|r| r.get("failed").is_none())
+        .collect();
+    assert!(done.len() >= 6, "{} completed calls of 8", done.len());
+    for rec in done {
+        let trace_id = rec["trace_id"].as_str().unwrap();
+        let queue = rec.get("queue_ms").is_some();
+        let policy_spans: &[&str] = if queue {
+            &["infer", "queue"]
+        } else {
+            &["infer"]
+        };
+        let total = robot_spans.len() + 2 + policy_spans.len() + 1;
+        let spans = jaeger.wait_trace(trace_id, Duration::from_secs(30), |s| s.len() >= total);
+        let dump = || {
+            let mut v: Vec<String> = spans
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} {:?} id {} parent {}",
+                        s.service, s.name, s.span_id, s.parent_span_id
+                    )
+                })
+                .collect();
+            v.sort();
+            format!("trace {trace_id}:\n{}\n{}", v.join("\n"), jaeger.log())
+        };
+        assert_eq!(spans.len(), total, "{}", dump());
+        for (service, names) in [
+            (CLIENT, &robot_spans[..]),
+            (GATEWAY, &["forward", "relay"][..]),
+            (SERVER, policy_spans),
+            (EXECUTOR, &["exec_wait"][..]),
+        ] {
+            let mut got: Vec<&str> = spans
+                .iter()
+                .filter(|s| s.service == service)
+                .map(|s| s.name.as_str())
+                .collect();
+            got.sort_unstable();
+            let mut want = names.to_vec();
+            want.sort_unstable();
+            assert_eq!(got, want, "{service}: {}", dump());
+        }
+        let span = |service: &str, name: &str| {
+            spans
+                .iter()
+                .find(|s| s.service == service && s.name == name)
+                .unwrap()
+        };
+        let call = span(CLIENT, "call");
+        let transport = span(CLIENT, "transport");
+        let dispatch = span(CLIENT, "dispatch");
+        let uplink = span(CLIENT, "uplink");
+        let downlink = span(CLIENT, "downlink");
+        let relay = span(GATEWAY, "relay");
+        let forward = span(GATEWAY, "forward");
+        assert!(call.parent_span_id.is_empty(), "the call is the root");
+        let mut parents = vec![
+            (span(CLIENT, "capture"), call),
+            (transport, call),
+            (dispatch, call),
+            (uplink, transport),
+            (downlink, transport),
+            (span(CLIENT, "uplink client → gateway"), uplink),
+            (span(CLIENT, "uplink gateway → server"), uplink),
+            (span(CLIENT, "downlink server → gateway"), downlink),
+            (span(CLIENT, "downlink gateway → client"), downlink),
+            (span(CLIENT, "uplink client → executor"), dispatch),
+            (span(CLIENT, "ack executor → client"), dispatch),
+            (relay, transport),
+            (forward, relay),
+            (span(SERVER, "infer"), forward),
+            (span(EXECUTOR, "exec_wait"), dispatch),
+        ];
+        if queue {
+            parents.push((span(SERVER, "queue"), forward));
+        }
+        for (child, parent) in parents {
+            assert_eq!(
+                child.parent_span_id,
+                parent.span_id,
+                "{} {:?} must be a child of {} {:?}\n{}",
+                child.service,
+                child.name,
+                parent.service,
+                parent.name,
+                dump()
+            );
+        }
+        // The spans carry the record's figures: the gateway's own time, the
+        // executor's wait, the policy server's inference.
+        close(
+            "exec_wait",
+            span(EXECUTOR, "exec_wait"),
+            rec,
+            "exec_wait_ms",
+        );
+        close("infer", span(SERVER, "infer"), rec, "infer_ms");
+        close("dispatch", dispatch, rec, "dispatch_ms");
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stagetrace_net::executor::ExecutorServer;
-use stagetrace_net::ServerClock;
+use stagetrace_net::{RequestHook, ServerClock};
 
 use crate::service::ServiceThread;
 use crate::wait::{sleep_until_precise_blocking, Spin};
@@ -73,6 +73,16 @@ impl SimExecutor {
     /// so the wait is the busy time alone (a busy wait, not a sleep that
     /// may oversleep).
     pub fn start(cfg: ExecutorConfig) -> Result<SimExecutor, SimError> {
+        SimExecutor::start_with_hook(cfg, None)
+    }
+
+    /// As [`start`](Self::start), handing each chunk's record (the
+    /// executor's own: `role: Executor`, its wait) to `hook` — an OTLP
+    /// exporter's, so the executor is a service of its own in Jaeger.
+    pub fn start_with_hook(
+        cfg: ExecutorConfig,
+        hook: Option<RequestHook>,
+    ) -> Result<SimExecutor, SimError> {
         let clock = if cfg.drift_ppm == 0.0 {
             ServerClock::skewed_ns(cfg.skew_ns)
         } else {
@@ -84,8 +94,11 @@ impl SimExecutor {
             "sim-executor",
             || (),
             move || async move {
-                let (server, mut chunks) = ExecutorServer::builder()
-                    .clock(server_clock)
+                let mut builder = ExecutorServer::builder().clock(server_clock);
+                if let Some(hook) = hook {
+                    builder = builder.on_request(move |r| hook(r));
+                }
+                let (server, mut chunks) = builder
                     .spawn(SocketAddr::from(([127, 0, 0, 1], 0)))
                     .await
                     .map_err(|e| e.to_string())?;

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use stagetrace::StageLayer;
-use stagetrace_net::{Relay, ServerClock};
+use stagetrace_net::{Relay, RequestHook, ServerClock};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::service::ServiceThread;
@@ -36,6 +36,16 @@ impl SimGateway {
     /// (on its thread, writing nothing) lets it continue the robot's trace
     /// toward the server, and keeps its spans out of the robot's layer.
     pub fn start(cfg: GatewayConfig) -> Result<SimGateway, SimError> {
+        SimGateway::start_with_hook(cfg, None)
+    }
+
+    /// As [`start`](Self::start), handing each request's record (the
+    /// gateway's own: `role: Relay`, what it forwarded when) to `hook` — an
+    /// OTLP exporter's, so the gateway is a service of its own in Jaeger.
+    pub fn start_with_hook(
+        cfg: GatewayConfig,
+        hook: Option<RequestHook>,
+    ) -> Result<SimGateway, SimError> {
         let clock = if cfg.drift_ppm == 0.0 {
             ServerClock::skewed_ns(cfg.skew_ns)
         } else {
@@ -54,8 +64,11 @@ impl SimGateway {
                 })
             },
             move || async move {
-                Relay::builder()
-                    .clock(relay_clock)
+                let mut relay = Relay::builder().clock(relay_clock);
+                if let Some(hook) = hook {
+                    relay = relay.on_request(move |r| hook(r));
+                }
+                relay
                     .spawn(SocketAddr::from(([127, 0, 0, 1], 0)), &downstream)
                     .await
                     .map_err(|e| e.to_string())

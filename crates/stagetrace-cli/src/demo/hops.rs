@@ -15,6 +15,7 @@ use stagetrace_net::{RequestHook, ServerClock};
 use stagetrace_sim::{ms, ExecStart, ExecutorConfig, GatewayConfig, SimExecutor, SimGateway};
 
 use super::args::{err, DemoArgs, DemoError};
+use super::otlp::DemoOtlp;
 
 fn ms_to_ns(v: f64) -> i64 {
     (v * 1e6).round() as i64
@@ -93,14 +94,22 @@ pub(super) struct Hops {
 impl Hops {
     /// Start what the knobs ask for; `server` is the address in front of
     /// the policy server (its proxy).
-    pub(super) fn start(a: &DemoArgs, server: SocketAddr) -> Result<Hops, DemoError> {
+    /// With `otlp`, the gateway and the executor export their own spans.
+    pub(super) fn start(
+        a: &DemoArgs,
+        server: SocketAddr,
+        otlp: Option<&DemoOtlp>,
+    ) -> Result<Hops, DemoError> {
         let h = &a.hops;
         let gateway = if h.gateway {
-            let gw = SimGateway::start(GatewayConfig {
-                skew_ns: ms_to_ns(h.gateway_skew_ms),
-                drift_ppm: h.gateway_drift_ppm,
-                downstream: server,
-            })
+            let gw = SimGateway::start_with_hook(
+                GatewayConfig {
+                    skew_ns: ms_to_ns(h.gateway_skew_ms),
+                    drift_ppm: h.gateway_drift_ppm,
+                    downstream: server,
+                },
+                otlp.and_then(DemoOtlp::gateway_hook),
+            )
             .map_err(|e| err(format!("cannot start the gateway: {e}")))?;
             let p = proxy(
                 gw.addr(),
@@ -112,13 +121,16 @@ impl Hops {
             None
         };
         let executor = if h.executor {
-            let ex = SimExecutor::start(ExecutorConfig {
-                skew_ns: ms_to_ns(h.executor_skew_ms),
-                drift_ppm: h.executor_drift_ppm,
-                busy: ms(h.executor_busy_ms),
-                busy_every: h.executor_busy_every,
-                keep: a.calls as usize,
-            })
+            let ex = SimExecutor::start_with_hook(
+                ExecutorConfig {
+                    skew_ns: ms_to_ns(h.executor_skew_ms),
+                    drift_ppm: h.executor_drift_ppm,
+                    busy: ms(h.executor_busy_ms),
+                    busy_every: h.executor_busy_every,
+                    keep: a.calls as usize,
+                },
+                otlp.and_then(DemoOtlp::executor_hook),
+            )
             .map_err(|e| err(format!("cannot start the executor: {e}")))?;
             let p = proxy(
                 ex.addr(),

@@ -1,4 +1,5 @@
-//! `--otlp`: the demo's client and server exported as two OTLP services.
+//! `--otlp`: the demo's robot client and policy server exported as two OTLP
+//! services, and its gateway and remote executor as two more when asked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,10 +35,21 @@ pub(super) fn finish_metrics(metrics: &OtlpMetrics) {
     );
 }
 
-/// `--otlp`: one exporter for the robot client, one for the policy server.
+/// `--otlp`: one exporter for the robot client, one for the policy server,
+/// and one each for the gateway and the executor when the demo has them:
+/// each a service of its own in the same trace.
 pub(super) struct DemoOtlp {
     pub(super) client: OtlpExporter,
     server: OtlpExporter,
+    gateway: Option<OtlpExporter>,
+    executor: Option<OtlpExporter>,
+}
+
+/// Which services the demo runs besides the robot and the policy server.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Services {
+    pub(super) gateway: bool,
+    pub(super) executor: bool,
 }
 
 impl DemoOtlp {
@@ -52,6 +64,7 @@ impl DemoOtlp {
         shutdown: Duration,
         robot: Option<&str>,
         tail_sample: bool,
+        services: Services,
     ) -> Result<DemoOtlp, DemoError> {
         let deadline = ShutdownDeadline::new();
         let build = |service: &str, sample: bool| {
@@ -71,21 +84,39 @@ impl DemoOtlp {
         Ok(DemoOtlp {
             client: build(CLIENT_SERVICE, tail_sample)?,
             server: build("stagetrace-demo-server", false)?,
+            gateway: services
+                .gateway
+                .then(|| build("stagetrace-demo-gateway", false))
+                .transpose()?,
+            executor: services
+                .executor
+                .then(|| build("stagetrace-demo-executor", false))
+                .transpose()?,
         })
     }
 
     pub(super) fn server_hook(&self) -> RequestHook {
-        let server = self.server.clone();
-        Arc::new(move |rec: &ServerRecord| {
-            server.export_server(rec);
-        })
+        hook_of(&self.server)
+    }
+
+    /// The gateway's records to its exporter (`None`: no gateway).
+    pub(super) fn gateway_hook(&self) -> Option<RequestHook> {
+        self.gateway.as_ref().map(hook_of)
+    }
+
+    /// The executor's records to its exporter (`None`: no remote executor).
+    pub(super) fn executor_hook(&self) -> Option<RequestHook> {
+        self.executor.as_ref().map(hook_of)
     }
 
     /// Sends what is still queued within what is left of the shutdown
     /// bound and says on stderr what went where: every record, exported,
     /// dropped, failed or abandoned.
     pub(super) fn finish(&self) {
-        for exporter in [&self.client, &self.server] {
+        let services = [Some(&self.client), Some(&self.server)]
+            .into_iter()
+            .chain([self.gateway.as_ref(), self.executor.as_ref()]);
+        for exporter in services.flatten() {
             let stats = exporter.shutdown();
             eprintln!(
                 "{} -> {}: {stats}",
@@ -97,4 +128,12 @@ impl DemoOtlp {
             }
         }
     }
+}
+
+/// A service's request records to `exporter`.
+fn hook_of(exporter: &OtlpExporter) -> RequestHook {
+    let exporter = exporter.clone();
+    Arc::new(move |rec: &ServerRecord| {
+        exporter.export_server(rec);
+    })
 }

@@ -18,7 +18,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use super::args::{err, ClockArg, DemoArgs, DemoError};
 use super::hops::{self, Hops, ServerSeen};
-use super::otlp::DemoOtlp;
+use super::otlp::{DemoOtlp, Services};
 use super::output::{self, Run};
 use super::progress::Progress;
 
@@ -51,7 +51,8 @@ pub(super) fn run(
     rt: &tokio::runtime::Runtime,
     stop: &AtomicBool,
 ) -> Result<(), DemoError> {
-    // OTLP export (`--otlp`): the client and the server as two services.
+    // OTLP export (`--otlp`): the client, the server (and the gateway and
+    // the executor, when asked) as services of their own.
     let otlp = args
         .otlp
         .as_deref()
@@ -61,6 +62,10 @@ pub(super) fn run(
                 Duration::from_millis(args.otlp_shutdown_ms),
                 args.robot.as_deref(),
                 args.tail_sample,
+                Services {
+                    gateway: args.hops.gateway,
+                    executor: args.hops.executor,
+                },
             )
         })
         .transpose()?;
@@ -109,7 +114,7 @@ pub(super) fn run(
     // The network between them: the built-in proxy delays each direction.
     let proxy = hops::proxy(server.addr(), args.uplink_delay_ms, args.downlink_delay_ms)?;
     // A gateway in front of that link and a remote executor, when asked.
-    let mut hop_parts = Hops::start(args, proxy.local_addr())?;
+    let mut hop_parts = Hops::start(args, proxy.local_addr(), otlp.as_ref())?;
 
     // The stage layer, registered as an app would.
     let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
