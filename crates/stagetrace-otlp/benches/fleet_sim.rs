@@ -340,6 +340,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs_f64(args.warmup));
     let r0 = read(&prom, &jaeger, &mp, &tp);
     let calls0 = shared.calls.load(Ordering::Relaxed);
+    let late0 = shared.late_ticks.load(Ordering::Relaxed);
     let mut last = (r0.at, calls0);
     while r0.at.elapsed().as_secs_f64() < args.secs {
         std::thread::sleep(Duration::from_secs_f64(
@@ -354,7 +355,7 @@ fn main() {
             / args.robots as f64;
         last = (r.at, calls);
         println!(
-            "  {:>5.1} s: {:.2} Hz per robot, {} late ticks, sent {:.0} kB metrics / {:.0} kB traces, \
+            "  {:>5.1} s: {:.2} Hz per robot, {} late ticks since the start, sent {:.0} kB metrics / {:.0} kB traces, \
              Prometheus {:.0} samples, Jaeger {:.0} spans",
             r.at.duration_since(r0.at).as_secs_f64(),
             hz,
@@ -367,7 +368,7 @@ fn main() {
     }
     let r1 = read(&prom, &jaeger, &mp, &tp);
     let calls1 = shared.calls.load(Ordering::Relaxed);
-    let late_in_window = shared.late_ticks.load(Ordering::Relaxed);
+    let late_in_window = shared.late_ticks.load(Ordering::Relaxed) - late0;
     shared.stop.store(true, Ordering::Relaxed);
     let ends: Vec<RobotEnd> = robots.into_iter().map(|h| h.join().unwrap()).collect();
     report(

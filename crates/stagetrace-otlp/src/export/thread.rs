@@ -22,11 +22,12 @@ use crate::spans::SpanMaker;
 const POLL: Duration = Duration::from_millis(10);
 
 /// The longest the thread sleeps between looks once its queue has stayed
-/// empty: the wait doubles from `POLL` with each empty look up to this, and
-/// falls back to `POLL` as soon as a look finds a record. With tail
-/// sampling a robot at 30 Hz hands over a call or two a second, and a look
-/// every 10 ms was most of the thread's CPU time (about 100 wake-ups a
-/// second per robot, `benches/fleet_sim.rs`). A burst arriving during the
+/// empty: the wait doubles from `POLL` with each empty look up to this (a
+/// batch waiting for its interval included), and falls back to `POLL` as
+/// soon as a look finds a record. With tail sampling a robot at 30 Hz hands
+/// over a call or two a second, and a look every 10 ms was most of the
+/// thread's CPU time (about 100 wake-ups a second per robot,
+/// `benches/fleet_sim.rs`). A burst arriving during the
 /// longest wait fills at most `IDLE_POLL_MAX` × its rate of the queue (at
 /// the default 2048 calls: over 12 000 calls a second before any is dropped).
 const IDLE_POLL_MAX: Duration = Duration::from_millis(160);
@@ -119,10 +120,13 @@ impl Worker {
             } else {
                 (idle_wait * 2).min(IDLE_POLL_MAX)
             };
+            // A pending batch needs no closer look than an empty queue: it
+            // is sent when due, and a queue filling up is seen at the next
+            // look either way.
             let wait = self
                 .batch_since
                 .map(|t| (t + self.interval).saturating_duration_since(Instant::now()))
-                .map_or(idle_wait, |w| w.min(POLL));
+                .map_or(idle_wait, |w| w.min(idle_wait));
             match ctrl.recv_timeout(wait) {
                 Ok(asked) => {
                     if self.on_control(asked, &data) {
@@ -263,18 +267,50 @@ mod tests {
     }
 
     /// An idle export thread backs off: over one second with nothing to
-    /// send it looks at its queue 10 times (10, 20, 40, 80 ms, then every
+    /// send it looks at its queue 10 times (20, 40, 80 ms, then every
     /// 160 ms), not 100 times, once every 10 ms, as it did.
     #[test]
     fn an_idle_export_thread_wakes_about_ten_times_a_second() {
+        let (data_tx, looks) = looks_in_a_second(None);
+        drop(data_tx);
+        // 1 + the looks whose waits fit in the second: 20+40+80 ms, then
+        // 160 ms each (a loaded machine only makes the waits longer).
+        assert!(looks <= 10, "{looks} looks in an idle second");
+    }
+
+    /// A record waiting for its batch's interval (2 s here) does not bring
+    /// back a look every 10 ms: the thread backs off from the record's
+    /// arrival as from an empty queue.
+    #[test]
+    fn a_pending_batch_does_not_bring_back_the_10_ms_poll() {
+        let rec = stagetrace::CallRecord {
+            figures: [(stagetrace::Figure::E2e, 1_000_000)].into_iter().collect(),
+            ..stagetrace::CallRecord::default()
+        };
+        let (data_tx, looks) = looks_in_a_second(Some(Item::Call(Box::new(rec))));
+        drop(data_tx);
+        // The record is found at the first look; then 10, 20, 40, 80 ms
+        // and 160 ms waits.
+        assert!(
+            looks <= 11,
+            "{looks} looks in a second with a batch pending"
+        );
+    }
+
+    /// Runs an export thread for one second (with `item` queued before it
+    /// starts), then shuts it down: how many times it looked.
+    fn looks_in_a_second(item: Option<Item>) -> (crossbeam_channel::Sender<Item>, u64) {
         let worker = Worker::new(
             Box::new(Nowhere),
             SpanMaker::new(RandomIdGenerator::default(), true),
             Arc::new(Counters::default()),
             512,
-            Duration::from_secs(1),
+            Duration::from_secs(2),
         );
         let (data_tx, data_rx) = bounded::<Item>(16);
+        if let Some(item) = item {
+            assert!(data_tx.try_send(item).is_ok());
+        }
         let (ctrl_tx, ctrl_rx) = unbounded();
         let thread = std::thread::spawn(move || worker.run(data_rx, ctrl_rx));
         std::thread::sleep(Duration::from_secs(1));
@@ -282,10 +318,6 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         ctrl_tx.send(Control::Shutdown { ack, deadline }).unwrap();
         assert_eq!(done.recv(), Ok(true));
-        let looks = thread.join().unwrap();
-        drop(data_tx);
-        // 1 + the looks whose waits fit in the second: 10+20+40+80 ms, then
-        // 160 ms each (a loaded machine only makes the waits longer).
-        assert!(looks <= 11, "{looks} looks in an idle second");
+        (data_tx, thread.join().unwrap())
     }
 }
