@@ -214,3 +214,48 @@ fn the_html_report_has_a_row_per_robot_and_marks_the_one_that_differs() {
     assert!(rows[1].contains(&cell), "{cell} not in {}", rows[1]);
     assert_eq!(table.matches("class=\"differs\"").count(), 2, "{table}");
 }
+
+/// `--fail-if` per robot (`ROBOT@STAGE.STAT`, `*@` for each robot): a gate
+/// on the robots' own p50 fires for the slow robot only, with its own
+/// median as the measured value, and names the robot (issue 12, "--fail-if
+/// per robot").
+#[test]
+fn per_robot_gates_fire_for_the_robot_over_the_limit() {
+    use stagetrace_analyze::gate::Gate;
+    let (r, _) = fleet(&[
+        ("arm-1", robot(31, 1.0)),
+        ("arm-2", robot(32, 1.2)),
+        ("arm-3", robot(33, 1.0)),
+    ]);
+    let p50 = |name: &str| r.groups[0].robots[name].stages["infer"].p50;
+    let check = |g: &str| g.parse::<Gate>().unwrap().check(&r);
+    // infer's median: 30 ms on arm-1 and arm-3, 36 ms on arm-2.
+    let fired = check("*@infer.p50>33ms")
+        .unwrap()
+        .expect("arm-2 is over 33 ms");
+    assert_eq!(fired.value, p50("arm-2"));
+    assert!(
+        fired.message.contains("robot arm-2 measured") && !fired.message.contains("also"),
+        "{}",
+        fired.message
+    );
+    assert_eq!(check("arm-1@infer.p50>33ms").unwrap(), None);
+    assert_eq!(
+        check("arm-2@infer.p50>33ms").unwrap().unwrap().value,
+        p50("arm-2")
+    );
+    // Every robot over the limit: the one furthest past it is the value,
+    // the others are named.
+    let all = check("*@infer.p50>1ms").unwrap().unwrap();
+    assert_eq!(all.value, p50("arm-2"));
+    assert!(
+        all.message.contains("also arm-1") && all.message.contains("arm-3"),
+        "{}",
+        all.message
+    );
+    let e = check("arm-9@infer.p50>1ms").unwrap_err();
+    assert!(
+        e.0.contains("no robot 'arm-9' (robots: arm-1, arm-2, arm-3)"),
+        "{e}"
+    );
+}
