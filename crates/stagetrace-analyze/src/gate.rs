@@ -1,11 +1,13 @@
-//! `--fail-if` conditions for CI gates: `infer.p99>80ms`, `call:e2e.max>=0.2s`.
+//! `--fail-if` conditions for CI gates: `infer.p99>80ms`, `call:e2e.max>=0.2s`,
+//! and per robot of a fleet report (`--per-robot`): `arm-2@infer.p99>40ms`,
+//! `*@e2e.p50>30ms` (any robot).
 
 use std::fmt;
 use std::str::FromStr;
 
 use stagetrace_schema::Figure;
 
-use crate::analysis::{Report, ALL_KINDS};
+use crate::analysis::{GroupReport, Report, ALL_KINDS};
 use crate::figures;
 
 /// Comparison of a gate.
@@ -66,6 +68,10 @@ pub struct Gate {
     pub text: String,
     /// Restrict to one kind (`call:infer.p99>80ms`); default: all kinds pooled.
     pub kind: Option<String>,
+    /// One robot of a fleet report (`arm-2@infer.p99>40ms`), or `*`: each
+    /// robot (`*@infer.p99>40ms` fires when any robot's does). `None`: the
+    /// merged records.
+    pub robot: Option<String>,
     /// What is compared.
     pub target: Target,
     /// The comparison.
@@ -87,9 +93,10 @@ impl fmt::Display for GateError {
 impl std::error::Error for GateError {}
 
 const SYNTAX: &str =
-    "write [KIND:]STAGE.STAT OP VALUE[UNIT], e.g. 'infer.p99>80ms' or 'call:e2e.max>=0.2s' \
+    "write [ROBOT@][KIND:]STAGE.STAT OP VALUE[UNIT], e.g. 'infer.p99>80ms' or 'call:e2e.max>=0.2s' \
      (STAT: n min p50 p90 p99 p999 max mean stddev; OP: > >= < <=; UNIT: ms (default), us, s; \
-     also deadline.misses, deadline.miss_rate, outliers.count)";
+     also deadline.misses, deadline.miss_rate, outliers.count; with --per-robot, ROBOT@ (a \
+     robot's name, or * for each robot) gates a stage's n, p50 or p99 per robot)";
 
 impl FromStr for Gate {
     type Err = GateError;
@@ -111,6 +118,11 @@ impl FromStr for Gate {
             (Op::Lt, v.trim_start_matches('='))
         } else {
             return Err(bad("no comparison"));
+        };
+        let (robot, lhs) = match lhs.split_once('@') {
+            Some((r, l)) if !r.is_empty() => (Some(r.to_string()), l),
+            Some(_) => return Err(bad("no robot name before '@'")),
+            None => (None, lhs),
         };
         let (kind, lhs) = match lhs.split_once(':') {
             Some((k, l)) if !k.is_empty() => (Some(k.to_string()), l),
@@ -142,6 +154,13 @@ impl FromStr for Gate {
                 }
             }
         };
+        if robot.is_some()
+            && !matches!(&target, Target::Stage { stat, .. } if ["n", "p50", "p99"].contains(&stat.as_str()))
+        {
+            return Err(bad(
+                "a per-robot gate (ROBOT@) reads a stage's n, p50 or p99",
+            ));
+        }
         let split = value
             .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
             .unwrap_or(value.len());
@@ -169,6 +188,7 @@ impl FromStr for Gate {
         Ok(Gate {
             text: text.to_string(),
             kind,
+            robot,
             target,
             op,
             limit,
@@ -212,6 +232,9 @@ impl Gate {
                 self.text
             ))
         };
+        if let Some(robot) = &self.robot {
+            return self.check_robots(report, group, robot);
+        }
         let (value, unit) = match &self.target {
             Target::Stage { figure, stat } => {
                 let s = group
@@ -259,6 +282,90 @@ impl Gate {
     }
 }
 
+impl Gate {
+    /// A per-robot gate: the robot's (or, for `*`, each robot's) own p50,
+    /// p99 or count of a stage in `group`. When several robots pass the
+    /// limit, the one furthest past it is the measured value, and the
+    /// others are named too.
+    fn check_robots(
+        &self,
+        report: &Report,
+        group: &GroupReport,
+        robot: &str,
+    ) -> Result<Option<Fired>, GateError> {
+        let err = |why: String| GateError(format!("--fail-if '{}': {why}", self.text));
+        let Target::Stage { figure, stat } = &self.target else {
+            return Err(err("a per-robot gate reads a stage".into()));
+        };
+        if report.robots.is_empty() {
+            return Err(err("a per-robot gate (ROBOT@) needs --per-robot".into()));
+        }
+        let names: Vec<&str> = report.robots.iter().map(|r| r.name.as_str()).collect();
+        if robot != "*" && !names.contains(&robot) {
+            return Err(err(format!(
+                "no robot '{robot}' (robots: {})",
+                names.join(", ")
+            )));
+        }
+        let mut seen = false;
+        let mut over: Vec<(&str, f64)> = Vec::new();
+        for name in names.into_iter().filter(|n| robot == "*" || *n == robot) {
+            let Some(st) = group
+                .robots
+                .get(name)
+                .and_then(|r| r.stages.get(figure.name()))
+            else {
+                continue;
+            };
+            seen = true;
+            let v = match stat.as_str() {
+                "n" => st.n as f64,
+                "p50" => st.p50,
+                _ => st.p99,
+            };
+            if self.op.holds(v, self.limit) {
+                over.push((name, v));
+            }
+        }
+        if !seen {
+            return Err(err(format!(
+                "the records carry no {} figures for robot {robot} (kind {})",
+                figure.name(),
+                group.kind
+            )));
+        }
+        let Some(&(name, value)) = over.iter().max_by(|a, b| {
+            (a.1 - self.limit)
+                .abs()
+                .total_cmp(&(b.1 - self.limit).abs())
+        }) else {
+            return Ok(None);
+        };
+        let unit = if stat == "n" { "" } else { " ms" };
+        let others: Vec<String> = over
+            .iter()
+            .filter(|(n, _)| *n != name)
+            .map(|(n, v)| format!("{n} {v:.3}{unit}"))
+            .collect();
+        let also = if others.is_empty() {
+            String::new()
+        } else {
+            format!("; also {}", others.join(", "))
+        };
+        Ok(Some(Fired {
+            gate: self.text.clone(),
+            value,
+            message: format!(
+                "fail-if fired: {} — robot {name} measured {value:.3}{unit} {} {}{unit} (kind {}){also}",
+                self.text,
+                self.op.symbol(),
+                self.limit,
+                group.kind
+            ),
+        }))
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -286,6 +393,25 @@ mod tests {
         assert_eq!(g.limit, 0.01);
         let g: Gate = "e2e.n<100".parse().unwrap();
         assert_eq!(g.limit, 100.0);
+        assert_eq!(g.robot, None);
+        let g: Gate = "arm-2@call:infer.p99>40ms".parse().unwrap();
+        assert_eq!(g.robot.as_deref(), Some("arm-2"));
+        assert_eq!(g.kind.as_deref(), Some("call"));
+        assert_eq!(g.limit, 40.0);
+        let g: Gate = "*@e2e.median>30".parse().unwrap();
+        assert_eq!(g.robot.as_deref(), Some("*"));
+    }
+
+    #[test]
+    fn a_per_robot_gate_reads_only_what_robots_carry() {
+        for bad in [
+            "arm-1@infer.max>3ms",
+            "*@deadline.misses>0",
+            "@infer.p99>3ms",
+        ] {
+            let e = bad.parse::<Gate>().unwrap_err();
+            assert!(e.0.contains("ROBOT@"), "{bad}: {e}");
+        }
     }
 
     #[test]

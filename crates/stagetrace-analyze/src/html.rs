@@ -2,6 +2,8 @@
 //! file): an HDR percentile plot on a log 1/(1−q) axis, a per-call stacked
 //! stage timeline with outlier rounds marked, and a CDF, per kind.
 
+mod robots;
+
 use std::fmt::Write as _;
 
 use stagetrace_schema::{Figure, Side};
@@ -93,6 +95,8 @@ body{{font-family:sans-serif;margin:24px;color:#222;max-width:1250px}}\
 h1{{font-size:22px}}h2{{font-size:18px;margin-top:32px}}h3{{font-size:15px}}\
 pre{{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}}\
 li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;border:1px solid #ddd}}\
+table.robots{{border-collapse:collapse;font-size:13px}}table.robots td,table.robots th{{border:1px solid #ddd;padding:3px 8px;text-align:right}}\
+table.robots td.differs{{background:#fdd;font-weight:bold}}tr.differs td:first-child{{background:#fdd;font-weight:bold}}\
 </style></head><body>\n<h1>stagetrace report</h1>\n"
     );
     let _ = writeln!(
@@ -112,6 +116,7 @@ li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;bord
         );
     }
     let _ = writeln!(s, "</ul>");
+    let order: Vec<String> = a.report.robots.iter().map(|r| r.name.clone()).collect();
     let mut n = 0usize;
     for (g, r) in a.groups.iter().zip(&a.report.groups) {
         if g.kind == ALL_KINDS && a.groups.len() > 1 {
@@ -142,6 +147,7 @@ li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;bord
         timeline_plot(&mut s, a, g, r, &suffix);
         let _ = writeln!(s, "<h3>CDF</h3>");
         cdf_plot(&mut s, g, base, &suffix);
+        robots::table(&mut s, r, &order, &suffix);
     }
     let _ = writeln!(
         s,

@@ -4,6 +4,8 @@
 mod hops;
 mod robots;
 
+pub(crate) use robots::pair as robot_pair;
+
 use std::fmt::Write as _;
 
 use stagetrace_schema::{Figure, BLACK_BOX_NOTE};

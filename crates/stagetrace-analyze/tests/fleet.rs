@@ -14,6 +14,12 @@ use stagetrace_analyze::render;
 
 /// Writes one record file per robot, loads them merged, adds the fleet view.
 fn fleet(robots: &[(&str, Scenario)]) -> (Report, String) {
+    let (report, text, _) = fleet_with_html(robots);
+    (report, text)
+}
+
+/// As [`fleet`], with the HTML report too.
+fn fleet_with_html(robots: &[(&str, Scenario)]) -> (Report, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     let mut list = Vec::new();
@@ -32,7 +38,8 @@ fn fleet(robots: &[(&str, Scenario)]) -> (Report, String) {
     per_robot(&mut a, &list, &opts);
     let text = render::text(&a.report);
     eprintln!("{text}");
-    (a.report, text)
+    let html = stagetrace_analyze::html::html(&a);
+    (a.report, text, html)
 }
 
 fn robot(seed: u64, infer_factor: f64) -> Scenario {
@@ -162,4 +169,93 @@ fn a_slower_robot_is_not_also_spikes_of_the_merged_run() {
     assert_eq!(codes, vec![("robot_differs", Some("infer"))], "{text}");
     assert_eq!(r.verdicts[0].evidence["robot"], "arm-3");
     assert_eq!(r.groups[0].verdicts.len(), 1, "{text}");
+}
+
+/// The HTML report has the per-robot rows: one per robot, in the order
+/// given, each stage's p50 / p99 as the text column shows it, and the robot
+/// and stage the verdict names marked (issue 12, "per-robot rows in the
+/// HTML report").
+#[test]
+fn the_html_report_has_a_row_per_robot_and_marks_the_one_that_differs() {
+    let (r, _, html) = fleet_with_html(&[
+        ("arm-1", robot(31, 1.0)),
+        ("arm-2", robot(32, 1.2)),
+        ("arm-3", robot(33, 1.0)),
+    ]);
+    let start = html
+        .find("<table id=\"robots\" class=\"robots\">")
+        .expect(&html);
+    let table = &html[start..start + html[start..].find("</table>").unwrap()];
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("<tr data-robot="))
+        .collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    assert!(
+        rows[0].starts_with("<tr data-robot=\"arm-1\"><td>arm-1</td>"),
+        "{table}"
+    );
+    assert!(
+        rows[2].starts_with("<tr data-robot=\"arm-3\"><td>arm-3</td>"),
+        "{table}"
+    );
+    // Only arm-2's row and its infer cell are marked, and the cell holds
+    // the robot's own p50 / p99.
+    let infer = r.groups[0].robots["arm-2"].stages["infer"];
+    let cell = format!(
+        "<td class=\"differs\">{:.2} / {:.2}</td>",
+        infer.p50, infer.p99
+    );
+    assert!(
+        rows[1]
+            .starts_with("<tr data-robot=\"arm-2\" class=\"differs\"><td>arm-2</td><td>1500</td>"),
+        "{table}"
+    );
+    assert!(rows[1].contains(&cell), "{cell} not in {}", rows[1]);
+    assert_eq!(table.matches("class=\"differs\"").count(), 2, "{table}");
+}
+
+/// `--fail-if` per robot (`ROBOT@STAGE.STAT`, `*@` for each robot): a gate
+/// on the robots' own p50 fires for the slow robot only, with its own
+/// median as the measured value, and names the robot (issue 12, "--fail-if
+/// per robot").
+#[test]
+fn per_robot_gates_fire_for_the_robot_over_the_limit() {
+    use stagetrace_analyze::gate::Gate;
+    let (r, _) = fleet(&[
+        ("arm-1", robot(31, 1.0)),
+        ("arm-2", robot(32, 1.2)),
+        ("arm-3", robot(33, 1.0)),
+    ]);
+    let p50 = |name: &str| r.groups[0].robots[name].stages["infer"].p50;
+    let check = |g: &str| g.parse::<Gate>().unwrap().check(&r);
+    // infer's median: 30 ms on arm-1 and arm-3, 36 ms on arm-2.
+    let fired = check("*@infer.p50>33ms")
+        .unwrap()
+        .expect("arm-2 is over 33 ms");
+    assert_eq!(fired.value, p50("arm-2"));
+    assert!(
+        fired.message.contains("robot arm-2 measured") && !fired.message.contains("also"),
+        "{}",
+        fired.message
+    );
+    assert_eq!(check("arm-1@infer.p50>33ms").unwrap(), None);
+    assert_eq!(
+        check("arm-2@infer.p50>33ms").unwrap().unwrap().value,
+        p50("arm-2")
+    );
+    // Every robot over the limit: the one furthest past it is the value,
+    // the others are named.
+    let all = check("*@infer.p50>1ms").unwrap().unwrap();
+    assert_eq!(all.value, p50("arm-2"));
+    assert!(
+        all.message.contains("also arm-1") && all.message.contains("arm-3"),
+        "{}",
+        all.message
+    );
+    let e = check("arm-9@infer.p50>1ms").unwrap_err();
+    assert!(
+        e.0.contains("no robot 'arm-9' (robots: arm-1, arm-2, arm-3)"),
+        "{e}"
+    );
 }

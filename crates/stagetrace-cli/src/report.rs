@@ -34,8 +34,9 @@ pub(crate) struct ReportArgs {
     /// stage (`KIND.STAGE.hgrm`) into DIR, for HDR plotting tools.
     #[arg(long, value_name = "DIR")]
     hgrm: Option<PathBuf>,
-    /// Exit with status 1 when a condition holds, e.g. 'infer.p99>80ms'
-    /// (repeatable; see docs/report.md for the syntax).
+    /// Exit with status 1 when a condition holds, e.g. 'infer.p99>80ms';
+    /// with --per-robot also per robot: 'arm-2@infer.p99>40ms', or
+    /// '*@infer.p99>40ms' for each robot (repeatable; see docs/report.md).
     #[arg(long = "fail-if", value_name = "COND")]
     fail_if: Vec<String>,
     /// Skip corrupt lines (counted and reported) instead of stopping at the first.

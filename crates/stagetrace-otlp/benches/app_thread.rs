@@ -2,13 +2,18 @@
 //! pointed at a closed port, so every export fails) versus local summaries
 //! only; with the fleet set-up (files, OTLP metrics and tail-sampled traces)
 //! versus local files only; plus the cost of handing one record to the
-//! exporter. With `--bench`, also the bytes one robot sends a minute at
-//! 30 Hz, tail-sampled versus every call as a trace, and as metrics.
+//! exporter. The fleet comparison is in the app thread's own CPU time
+//! (criterion's samples, then paired interleaved rounds). With `--bench`,
+//! also the bytes one robot sends a minute at 30 Hz, tail-sampled versus
+//! every call as a trace, and as metrics.
 //!
 //! `cargo bench -p stagetrace-otlp --bench app_thread -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use std::time::Duration;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use stagetrace::record::{SpanTime, Timeline};
@@ -16,6 +21,10 @@ use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer, StageSpanExt};
 use stagetrace_otlp::{OtlpExporter, OtlpMetrics, TailSampling};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
+
+#[path = "support/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::{thread_cpu_ns, ThreadCpu};
 
 /// One control cycle as an instrumented client makes it: capture, a
 /// transport span that sends its traceparent and gets the server's timing
@@ -94,58 +103,205 @@ fn app_thread(c: &mut Criterion) {
         );
     });
     g.finish();
+}
 
-    // Issue 12: the fleet set-up against local files only, in one group.
-    let mut g = c.benchmark_group("app_thread_fleet");
-    g.bench_function("files_metrics_and_sampled_traces", |b| {
+/// One robot's observer as built for the fleet comparison: files only, or
+/// files plus OTLP metrics and tail-sampled traces (both to a closed port,
+/// so every export fails fast and nothing waits on a collector).
+struct Observer {
+    dispatch: tracing::Dispatch,
+    /// Calls the worker has handed to the sinks.
+    seen: Arc<AtomicU64>,
+    /// Calls made under `dispatch`.
+    made: Cell<u64>,
+    guard: stagetrace::FlushGuard,
+    metrics: Option<OtlpMetrics>,
+    traces: Option<OtlpExporter>,
+    _dir: tempfile::TempDir,
+}
+
+impl Observer {
+    fn new(fleet: bool) -> Observer {
         let dir = tempfile::tempdir().unwrap();
-        let port = closed_port();
-        let traces = OtlpExporter::builder()
-            .endpoint(format!("http://127.0.0.1:{port}"))
-            .timeout(Duration::from_millis(500))
-            .shutdown_timeout(Duration::from_millis(100))
-            .tail_sampling(TailSampling::new())
-            .build()
-            .unwrap();
-        let metrics = OtlpMetrics::builder()
-            .endpoint(format!("http://127.0.0.1:{port}"))
-            .timeout(Duration::from_millis(500))
-            .export_interval(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        let (layer, guard) = StageLayer::builder()
+        let mut builder = StageLayer::builder()
             .queue_capacity(1 << 16)
-            .output_dir(dir.path())
-            .sink(Box::new(metrics.clone()))
-            .sink(Box::new(traces.clone()))
-            .build()
-            .unwrap();
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-            b.iter(one_call)
-        });
-        let s = guard.finish();
+            .output_dir(dir.path());
+        let seen = Arc::new(AtomicU64::new(0));
+        builder = builder.sink(Box::new(Seen(Arc::clone(&seen))));
+        let (mut metrics, mut traces) = (None, None);
+        if fleet {
+            let port = closed_port();
+            let t = OtlpExporter::builder()
+                .endpoint(format!("http://127.0.0.1:{port}"))
+                .timeout(Duration::from_millis(500))
+                .shutdown_timeout(Duration::from_millis(100))
+                .tail_sampling(TailSampling::new())
+                .build()
+                .unwrap();
+            let m = OtlpMetrics::builder()
+                .endpoint(format!("http://127.0.0.1:{port}"))
+                .timeout(Duration::from_millis(500))
+                .export_interval(Duration::from_secs(1))
+                .build()
+                .unwrap();
+            builder = builder.sink(Box::new(m.clone())).sink(Box::new(t.clone()));
+            (metrics, traces) = (Some(m), Some(t));
+        }
+        let (layer, guard) = builder.build().unwrap();
+        Observer {
+            dispatch: tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
+            seen,
+            made: Cell::new(0),
+            guard,
+            metrics,
+            traces,
+            _dir: dir,
+        }
+    }
+
+    /// Makes `n` calls: the app thread's CPU ns for them. The calls go in
+    /// chunks of at most `CHUNK`, each measured alone and followed by a
+    /// wait until the worker has taken them, so that every call finds room
+    /// in the queue, as a control loop's do: flat out, the fleet worker
+    /// falls behind, the queue fills and the calls it drops take a shorter
+    /// path, which is an overload's cost, not the observer's.
+    fn calls(&self, n: u64) -> u64 {
+        const CHUNK: u64 = 4096;
+        let mut ns = 0;
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(CHUNK);
+            ns += tracing::dispatcher::with_default(&self.dispatch, || {
+                let t = thread_cpu_ns();
+                for _ in 0..k {
+                    one_call();
+                }
+                thread_cpu_ns().saturating_sub(t)
+            });
+            self.made.set(self.made.get() + k);
+            left -= k;
+            self.settle();
+        }
+        ns
+    }
+
+    /// Waits until the worker has taken every call made (or has taken none
+    /// for 200 ms: it dropped some after all, which `finish` reports).
+    fn settle(&self) {
+        let (mut last, mut since) = (self.seen.load(Ordering::Relaxed), Instant::now());
+        while last < self.made.get() && since.elapsed() < Duration::from_millis(200) {
+            std::thread::sleep(Duration::from_millis(1));
+            let now = self.seen.load(Ordering::Relaxed);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
+    }
+
+    fn finish(self, name: &str) {
+        drop(self.dispatch);
+        let s = self.guard.finish();
         eprintln!(
-            "fleet: {} calls, {} dropped at the layer queue; {:?}",
+            "{name}: {} calls, {} dropped at the layer queue; sampling {:?}",
             s.calls,
             s.queue_drops,
-            traces.sample_stats()
+            self.traces.map(|t| t.sample_stats())
         );
-        metrics.shutdown();
-    });
-    g.bench_function("files_only", |b| {
-        let dir = tempfile::tempdir().unwrap();
-        let (layer, guard) = StageLayer::builder()
-            .queue_capacity(1 << 16)
-            .output_dir(dir.path())
-            .build()
-            .unwrap();
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
-            b.iter(one_call)
+        if let Some(m) = self.metrics {
+            m.shutdown();
+        }
+    }
+}
+
+/// Issue 12: the app thread's cost per call with the fleet set-up (files,
+/// OTLP metrics, tail-sampled traces) against local files only, in the app
+/// thread's own CPU time. The app thread does the same work in both: the
+/// layer ends a call by pushing one `Msg` on its queue, and the histograms,
+/// the sampling decision and the export all run on the worker and exporter
+/// threads. What wall time adds on 2 shared cores is those threads taking
+/// the core (criterion drives calls flat out, so the worker has about a
+/// million calls a second to record), not app-thread work.
+fn app_thread_fleet(c: &mut Criterion<ThreadCpu>) {
+    let mut g = c.benchmark_group("app_thread_fleet");
+    let mut per_call = [Vec::new(), Vec::new()];
+    for (i, (name, fleet)) in [
+        ("files_metrics_and_sampled_traces", true),
+        ("files_only", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let obs = Observer::new(fleet);
+        let samples = &mut per_call[i];
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let ns = obs.calls(iters);
+                samples.push(ns as f64 / iters as f64);
+                ns
+            })
         });
-        let s = guard.finish();
-        eprintln!("files only: {} calls, {} dropped", s.calls, s.queue_drops);
-    });
+        obs.finish(name);
+    }
     g.finish();
+    // Criterion's own samples of this run: the last 100 of each (warm-up
+    // left out), median per call.
+    let [fleet, files] = per_call.map(|v| median(v[v.len().saturating_sub(100)..].to_vec()));
+    println!(
+        "\napp_thread_fleet (criterion, app-thread CPU): fleet {fleet:.0} ns/call, files only \
+         {files:.0} ns/call, ratio {:.3} (goal <= 1.1)",
+        fleet / files
+    );
+}
+
+/// Counts the calls the worker handed to the sinks.
+struct Seen(Arc<AtomicU64>);
+
+impl stagetrace::RecordSink for Seen {
+    fn on_record(&mut self, _rec: &CallRecord) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The same ratio from paired, interleaved rounds (each set-up in turn, 3000
+/// calls a round, both alive throughout, so both meet the same load):
+/// the median of the rounds' ratios. Both dispatchers hold a `StageLayer`
+/// and agree on every callsite's interest, so keeping them alive together
+/// taxes neither.
+fn paired_fleet_ratio() {
+    let (fleet, files) = (Observer::new(true), Observer::new(false));
+    let time = |obs: &Observer| obs.calls(3000) as f64 / 3000.0;
+    let (mut a, mut b, mut r) = (vec![], vec![], vec![]);
+    for round in 0..61 {
+        // Alternate which goes first, so neither always runs on a cache the
+        // other warmed.
+        let (x, y) = if round % 2 == 0 {
+            let x = time(&fleet);
+            (x, time(&files))
+        } else {
+            let y = time(&files);
+            (time(&fleet), y)
+        };
+        a.push(x);
+        b.push(y);
+        r.push(x / y);
+    }
+    println!(
+        "app_thread_fleet (paired rounds, app-thread CPU): fleet {:.0} ns/call, files only {:.0} \
+         ns/call, median round ratio {:.3} (goal <= 1.1)",
+        median(a),
+        median(b),
+        median(r)
+    );
+    fleet.finish("paired fleet");
+    files.finish("paired files only");
 }
 
 fn closed_port() -> u16 {
@@ -160,7 +316,6 @@ fn closed_port() -> u16 {
 /// bytes it received (request line, headers and body).
 fn counting_collector() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     use std::io::{BufRead, BufReader, Read, Write};
-    use std::sync::atomic::{AtomicU64, Ordering};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let bytes = std::sync::Arc::new(AtomicU64::new(0));
@@ -214,7 +369,6 @@ fn counting_collector() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
 /// exports, the interval of 15 s): the bytes the collector received.
 fn bytes_per_robot_minute() {
     use stagetrace::RecordSink;
-    use std::sync::atomic::Ordering;
     let t0 = now_unix_ns() - 70_000_000_000;
     let call = |seq: u64| {
         let extra = if seq % 150 == 149 { 40_000_000 } else { 0 };
@@ -367,11 +521,18 @@ fn sparse_hand_over() {
 }
 
 criterion_group!(benches, app_thread, hand_over);
+criterion_group! {
+    name = fleet;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = app_thread_fleet
+}
 
 fn main() {
     benches();
+    fleet();
     // `cargo bench` passes --bench; `cargo test --benches` does not.
     if std::env::args().any(|a| a == "--bench") {
+        paired_fleet_ratio();
         sparse_hand_over();
         bytes_per_robot_minute();
     }

@@ -9,7 +9,8 @@ use crate::figures;
 /// Robots side by side in one block; more robots wrap into further blocks.
 const PER_BLOCK: usize = 5;
 
-fn pair(p50: f64, p99: f64) -> String {
+/// A robot's `p50 / p99` cell (ms), as the text and HTML tables show it.
+pub(crate) fn pair(p50: f64, p99: f64) -> String {
     // Three significant-ish figures: sub-millisecond stages keep theirs.
     let c = |v: f64| {
         if !v.is_finite() {

@@ -240,6 +240,11 @@ fn gate_seeds() -> Vec<Vec<u8>> {
 
 /// The gate written back in its canonical form.
 fn gate_text(g: &Gate) -> String {
+    let robot = g
+        .robot
+        .as_deref()
+        .map(|r| format!("{r}@"))
+        .unwrap_or_default();
     let kind = g
         .kind
         .as_deref()
@@ -258,7 +263,7 @@ fn gate_text(g: &Gate) -> String {
         Op::Le => "<=",
     };
     // `{:?}` is the shortest text that reads back to the same f64.
-    format!("{kind}{lhs}{op}{:?}", g.limit)
+    format!("{robot}{kind}{lhs}{op}{:?}", g.limit)
 }
 
 const STATS: &[&str] = &[
@@ -286,6 +291,9 @@ fn gate_check(input: &[u8]) -> Result<Outcome, String> {
     ensure(g.kind.as_deref() != Some(""), || {
         "accepted an empty kind".into()
     })?;
+    ensure(g.robot.as_deref() != Some(""), || {
+        "accepted an empty robot".into()
+    })?;
     if let GateTarget::Stage { stat, .. } = &g.target {
         ensure(STATS.contains(&stat.as_str()), || {
             format!("accepted statistic {stat:?}")
@@ -297,6 +305,7 @@ fn gate_check(input: &[u8]) -> Result<Outcome, String> {
         .map_err(|e| format!("canonical form {canon:?} does not parse: {e}"))?;
     ensure(
         again.kind == g.kind
+            && again.robot == g.robot
             && again.target == g.target
             && again.op == g.op
             && again.limit.to_bits() == g.limit.to_bits(),
@@ -322,6 +331,9 @@ pub(super) const GATE: Target = Target {
     max_len: 256,
     seeds: gate_seeds,
     dict: &[
+        b"arm-2@",
+        b"*@",
+        b"@",
         b"infer",
         b"e2e",
         b"uplink_ms",

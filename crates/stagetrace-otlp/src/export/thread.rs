@@ -21,6 +21,17 @@ use crate::spans::SpanMaker;
 /// shutdown requests still wake it at once.
 const POLL: Duration = Duration::from_millis(10);
 
+/// The longest the thread sleeps between looks once its queue has stayed
+/// empty: the wait doubles from `POLL` with each empty look up to this (a
+/// batch waiting for its interval included), and falls back to `POLL` as
+/// soon as a look finds a record. With tail sampling a robot at 30 Hz hands
+/// over a call or two a second, and a look every 10 ms was most of the
+/// thread's CPU time (about 100 wake-ups a second per robot,
+/// `benches/fleet_sim.rs`). A burst arriving during the
+/// longest wait fills at most `IDLE_POLL_MAX` × its rate of the queue (at
+/// the default 2048 calls: over 12 000 calls a second before any is dropped).
+const IDLE_POLL_MAX: Duration = Duration::from_millis(160);
+
 /// The export thread's state.
 pub(super) struct Worker {
     transport: Box<dyn Transport>,
@@ -31,6 +42,12 @@ pub(super) struct Worker {
     batch_since: Option<Instant>,
     batch_spans: usize,
     interval: Duration,
+    /// When the queue was last looked at: a record found at the next look
+    /// arrived after it, so its batch's age counts from then (the longer
+    /// idle waits add nothing to how late it is sent).
+    looked: Instant,
+    /// How many times the thread looked at its queue.
+    looks: u64,
 }
 
 impl Worker {
@@ -52,15 +69,22 @@ impl Worker {
             batch_since: None,
             batch_spans,
             interval,
+            looked: Instant::now(),
+            looks: 0,
         }
     }
 
-    /// Runs until shutdown is asked for or every sender is gone.
-    pub(super) fn run(mut self, data: Receiver<Item>, ctrl: Receiver<Control>) {
+    /// Runs until shutdown is asked for or every sender is gone; returns how
+    /// many times it looked at its queue (its wake-ups, which tests count).
+    pub(super) fn run(mut self, data: Receiver<Item>, ctrl: Receiver<Control>) -> u64 {
+        let mut idle_wait = POLL;
         loop {
+            self.looks += 1;
+            let mut found = false;
             loop {
                 match data.try_recv() {
                     Ok(item) => {
+                        found = true;
                         self.add(item);
                         if self.batch.len() >= self.batch_spans {
                             // A flush or shutdown asked for meanwhile takes
@@ -69,7 +93,7 @@ impl Worker {
                             match ctrl.try_recv() {
                                 Ok(asked) => {
                                     if self.on_control(asked, &data) {
-                                        return;
+                                        return self.looks;
                                     }
                                 }
                                 Err(_) => self.send(),
@@ -83,28 +107,37 @@ impl Worker {
                         // settled as abandoned then). Nothing more to send.
                         self.abandon(&data);
                         self.transport.shutdown();
-                        return;
+                        return self.looks;
                     }
                 }
             }
+            self.looked = Instant::now();
             if self.batch_due() {
                 self.send();
             }
+            idle_wait = if found {
+                POLL
+            } else {
+                (idle_wait * 2).min(IDLE_POLL_MAX)
+            };
+            // A pending batch needs no closer look than an empty queue: it
+            // is sent when due, and a queue filling up is seen at the next
+            // look either way.
             let wait = self
                 .batch_since
                 .map(|t| (t + self.interval).saturating_duration_since(Instant::now()))
-                .map_or(POLL, |w| w.min(POLL));
+                .map_or(idle_wait, |w| w.min(idle_wait));
             match ctrl.recv_timeout(wait) {
                 Ok(asked) => {
                     if self.on_control(asked, &data) {
-                        return;
+                        return self.looks;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     self.abandon(&data);
                     self.transport.shutdown();
-                    return;
+                    return self.looks;
                 }
             }
         }
@@ -137,7 +170,7 @@ impl Worker {
             Item::Server(rec) => self.maker.server_spans(&rec, &mut self.batch),
         };
         self.batch_records += 1;
-        self.batch_since.get_or_insert_with(Instant::now);
+        self.batch_since.get_or_insert(self.looked);
     }
 
     fn batch_due(&self) -> bool {
@@ -204,5 +237,87 @@ impl Worker {
             Err(e) => Outcome::Failed(e),
         };
         self.stats.settle(records, outcome);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crossbeam_channel::{bounded, unbounded};
+    use opentelemetry_sdk::trace::{RandomIdGenerator, SpanData};
+    use opentelemetry_sdk::Resource;
+
+    use super::super::queue::{Control, Item};
+    use super::super::stats::Counters;
+    use super::super::transport::Transport;
+    use super::Worker;
+    use crate::spans::SpanMaker;
+
+    struct Nowhere;
+
+    impl Transport for Nowhere {
+        fn set_resource(&mut self, _resource: &Resource) {}
+        fn export(&mut self, _batch: Vec<SpanData>) -> Result<(), String> {
+            Ok(())
+        }
+        fn shutdown(&mut self) {}
+    }
+
+    /// An idle export thread backs off: over one second with nothing to
+    /// send it looks at its queue 10 times (20, 40, 80 ms, then every
+    /// 160 ms), not 100 times, once every 10 ms, as it did.
+    #[test]
+    fn an_idle_export_thread_wakes_about_ten_times_a_second() {
+        let (data_tx, looks) = looks_in_a_second(None);
+        drop(data_tx);
+        // 1 + the looks whose waits fit in the second: 20+40+80 ms, then
+        // 160 ms each (a loaded machine only makes the waits longer).
+        assert!(looks <= 10, "{looks} looks in an idle second");
+    }
+
+    /// A record waiting for its batch's interval (2 s here) does not bring
+    /// back a look every 10 ms: the thread backs off from the record's
+    /// arrival as from an empty queue.
+    #[test]
+    fn a_pending_batch_does_not_bring_back_the_10_ms_poll() {
+        let rec = stagetrace::CallRecord {
+            figures: [(stagetrace::Figure::E2e, 1_000_000)].into_iter().collect(),
+            ..stagetrace::CallRecord::default()
+        };
+        let (data_tx, looks) = looks_in_a_second(Some(Item::Call(Box::new(rec))));
+        drop(data_tx);
+        // The record is found at the first look; then 10, 20, 40, 80 ms
+        // and 160 ms waits.
+        assert!(
+            looks <= 11,
+            "{looks} looks in a second with a batch pending"
+        );
+    }
+
+    /// Runs an export thread for one second (with `item` queued before it
+    /// starts), then shuts it down: how many times it looked.
+    fn looks_in_a_second(item: Option<Item>) -> (crossbeam_channel::Sender<Item>, u64) {
+        let worker = Worker::new(
+            Box::new(Nowhere),
+            SpanMaker::new(RandomIdGenerator::default(), true),
+            Arc::new(Counters::default()),
+            512,
+            Duration::from_secs(2),
+        );
+        let (data_tx, data_rx) = bounded::<Item>(16);
+        if let Some(item) = item {
+            assert!(data_tx.try_send(item).is_ok());
+        }
+        let (ctrl_tx, ctrl_rx) = unbounded();
+        let thread = std::thread::spawn(move || worker.run(data_rx, ctrl_rx));
+        std::thread::sleep(Duration::from_secs(1));
+        let (ack, done) = bounded(1);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        ctrl_tx.send(Control::Shutdown { ack, deadline }).unwrap();
+        assert_eq!(done.recv(), Ok(true));
+        (data_tx, thread.join().unwrap())
     }
 }

@@ -28,6 +28,9 @@ pub struct Jaeger {
     /// Query API (HTTP) port.
     pub query_http: u16,
     query_grpc: u16,
+    /// Jaeger's own metrics (the collector's telemetry, Prometheus text):
+    /// `otelcol_receiver_accepted_spans_total` and the like.
+    pub metrics_http: u16,
     http: reqwest::blocking::Client,
 }
 
@@ -54,7 +57,7 @@ impl Jaeger {
             "STAGETRACE_JAEGER_BIN={} does not exist: run `cargo xtask jaeger`",
             bin.display()
         );
-        let ports = free_ports(4);
+        let ports = free_ports(5);
         let mut jaeger = Jaeger {
             bin,
             dir: tempfile::tempdir().unwrap(),
@@ -63,6 +66,7 @@ impl Jaeger {
             otlp_grpc: ports[1],
             query_http: ports[2],
             query_grpc: ports[3],
+            metrics_http: ports[4],
             http: reqwest::blocking::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
@@ -89,7 +93,13 @@ impl Jaeger {
       exporters: [jaeger_storage_exporter]
   telemetry:
     metrics:
-      level: none
+      level: basic
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: 127.0.0.1
+                port: {metrics_http}
     logs:
       level: warn
 extensions:
@@ -120,6 +130,7 @@ exporters:
             query_grpc = self.query_grpc,
             otlp_grpc = self.otlp_grpc,
             otlp_http = self.otlp_http,
+            metrics_http = self.metrics_http,
         )
     }
 
@@ -177,6 +188,21 @@ exporters:
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+
+    /// The process id while it runs (for its CPU time and memory).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Jaeger's own metrics, Prometheus text format (empty when unreachable).
+    pub fn metrics_text(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_http);
+        self.http
+            .get(&url)
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default()
     }
 
     /// Jaeger's log so far (for failure messages).

@@ -157,6 +157,22 @@ impl Prometheus {
         self.spawn();
     }
 
+    /// The process id while it runs (for its CPU time and memory).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Prometheus's own metrics, text format (`prometheus_tsdb_head_samples_appended_total`
+    /// and the like; empty when unreachable).
+    pub fn metrics_text(&self) -> String {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        self.http
+            .get(&url)
+            .send()
+            .and_then(|r| r.text())
+            .unwrap_or_default()
+    }
+
     /// Prometheus's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()

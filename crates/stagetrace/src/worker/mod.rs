@@ -30,8 +30,29 @@ pub(crate) use run_id::run_id;
 /// app-thread `try_send` wake it, a futex syscall on the app thread (about
 /// 5 µs in a VM, several times the layer's own cost per call when calls come
 /// at control-loop rates and the worker is always asleep). Records reach the
-/// outputs at most this much later.
+/// outputs at most this much later, while calls keep coming.
 const POLL: Duration = Duration::from_millis(10);
+
+/// The longest sleep between looks once calls come slowly: each look that
+/// finds fewer than a 64th of the queue's capacity doubles the sleep from
+/// `POLL` up to this, and a look that finds more brings it back to `POLL`.
+/// A 30 Hz loop then costs the worker 20 wake-ups a second rather than 100,
+/// which on a machine running many robots was most of the worker's CPU
+/// time (`stagetrace-otlp/benches/fleet_sim.rs`). Records reach the outputs
+/// (and a shutdown the worker) at most this much later; a burst after a
+/// quiet spell fills at most this long of its rate of the queue (at the
+/// default 4096: over 80 000 calls a second before any is dropped).
+const IDLE_POLL_MAX: Duration = Duration::from_millis(50);
+
+/// The sleep after a look that found `found` calls, following a sleep of
+/// `slept`, for a queue of `capacity`.
+fn next_poll(slept: Duration, found: usize, capacity: usize) -> Duration {
+    if found >= (capacity / 64).max(1) {
+        POLL
+    } else {
+        (slept * 2).min(IDLE_POLL_MAX)
+    }
+}
 
 /// Everything the worker needs, from the builder.
 pub(crate) struct WorkerConfig {
@@ -116,6 +137,7 @@ impl Worker {
         // Calls queue up meanwhile; nothing is converted before this.
         self.cal = Calibration::measure();
         let mut next_window = Instant::now() + self.cfg_window;
+        let mut poll = POLL;
         loop {
             let mut shutdown = false;
             let mut calls = 0usize;
@@ -152,7 +174,8 @@ impl Worker {
                     next_window = now + self.cfg_window;
                 }
             }
-            std::thread::sleep(POLL.min(next_window.saturating_duration_since(Instant::now())));
+            poll = next_poll(poll, calls, self.queue_capacity);
+            std::thread::sleep(poll.min(next_window.saturating_duration_since(Instant::now())));
         }
         let summary = self.finish();
         let _ = done.send(summary);
@@ -309,5 +332,32 @@ fn each_sink(
                 *slot = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{next_poll, IDLE_POLL_MAX, POLL};
+
+    /// A 30 Hz loop (a call or none per look) backs the worker off to a look
+    /// every 50 ms; a look that finds a 64th of the queue brings back 10 ms.
+    #[test]
+    fn the_worker_backs_off_while_calls_come_slowly() {
+        let ms = Duration::from_millis;
+        let mut slept = POLL;
+        let mut sleeps = Vec::new();
+        for found in [1, 0, 1, 2, 1] {
+            slept = next_poll(slept, found, 4096);
+            sleeps.push(slept);
+        }
+        assert_eq!(sleeps, [ms(20), ms(40), ms(50), ms(50), ms(50)]);
+        assert_eq!(IDLE_POLL_MAX, ms(50));
+        assert_eq!(next_poll(ms(50), 64, 4096), POLL);
+        assert_eq!(next_poll(ms(50), 63, 4096), ms(50));
+        // A small queue: every call found counts as busy.
+        assert_eq!(next_poll(ms(40), 1, 16), POLL);
+        assert_eq!(next_poll(ms(40), 0, 16), ms(50));
     }
 }
