@@ -274,9 +274,7 @@ fn validate_hops(a: &DemoArgs) -> Result<(), DemoError> {
         ("--gateway-skew-ms", h.gateway_skew_ms),
         ("--executor-skew-ms", h.executor_skew_ms),
     ] {
-        if !(v.is_finite() && v.abs() <= 86_400_000.0) {
-            return Err(err(format!("{name} must be within ±1 day, got {v}")));
-        }
+        check_clock_ms(name, v)?;
     }
     for (name, v) in [
         ("--server-drift-ppm", a.server_drift_ppm),
@@ -362,6 +360,15 @@ impl MitigateArgs {
     /// Whether any knob asks for the mitigation scenario.
     pub(crate) fn active(&self) -> bool {
         self.clients > 1 || self.batch > 1 || self.cache > 0 || self.concurrency > 0
+    }
+}
+
+/// A clock knob (skew, step): signed, within a day either way.
+fn check_clock_ms(name: &str, v: f64) -> Result<(), DemoError> {
+    if v.is_finite() && v.abs() <= 86_400_000.0 {
+        Ok(())
+    } else {
+        Err(err(format!("{name} must be within ±1 day, got {v}")))
     }
 }
 
@@ -503,9 +510,7 @@ pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
         ("--server-skew-ms", a.server_skew_ms),
         ("--server-step-ms", a.server_step_ms),
     ] {
-        if !(v.is_finite() && v.abs() <= 86_400_000.0) {
-            return Err(err(format!("{name} must be within ±1 day, got {v}")));
-        }
+        check_clock_ms(name, v)?;
     }
     validate_hops(a)?;
     if a.otlp.is_none() && a.given.iter().any(|g| g == "otlp_shutdown_ms") {
