@@ -2,6 +2,7 @@
 //! file): an HDR percentile plot on a log 1/(1−q) axis, a per-call stacked
 //! stage timeline with outlier rounds marked, and a CDF, per kind.
 
+mod hops;
 mod robots;
 
 use std::fmt::Write as _;
@@ -147,6 +148,7 @@ table.robots td.differs{{background:#fdd;font-weight:bold}}tr.differs td:first-c
         timeline_plot(&mut s, a, g, r, &suffix);
         let _ = writeln!(s, "<h3>CDF</h3>");
         cdf_plot(&mut s, g, base, &suffix);
+        hops::table(&mut s, r, &suffix);
         robots::table(&mut s, r, &order, &suffix);
     }
     let _ = writeln!(

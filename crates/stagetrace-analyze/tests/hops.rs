@@ -227,3 +227,50 @@ fn compare_shows_the_link_that_moved() {
         ("robot", "gateway")
     );
 }
+
+/// The HTML report has the hops too: a row per link with each figure's
+/// p50 / p99, and the link and figure the verdict names marked (only them).
+#[test]
+fn the_html_report_has_a_row_per_link_and_marks_the_one_that_moved() {
+    let base = through(203, Gateway::default());
+    let s = through(
+        204,
+        Gateway {
+            up: [3.0, 6.0],
+            ..Gateway::default()
+        },
+    );
+    let (ds, b) = (gen::dataset(&s), gen::dataset(&base));
+    let a = analyze(&ds, Some(&b), &AnalyzeOptions::default());
+    let html = stagetrace_analyze::html::html(&a);
+    let start = html
+        .find("<table id=\"hops\" class=\"robots\">")
+        .expect(&html);
+    let table = &html[start..start + html[start..].find("</table>").unwrap()];
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|l| l.starts_with("<tr data-link="))
+        .collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(
+        rows[0].starts_with("<tr data-link=\"1\"><td>link 1 (robot → gateway)</td><td>3000</td>"),
+        "{table}"
+    );
+    let up = a.report.groups[0].hops[1].figures["up_ms"];
+    let cell = format!("<td class=\"differs\">{:.2} / {:.2}</td>", up.p50, up.p99);
+    assert!(
+        rows[1].starts_with(
+            "<tr data-link=\"2\" class=\"differs\"><td>link 2 (gateway → server)</td><td>3000</td>"
+        ),
+        "{table}"
+    );
+    // Link 2's uplink cell, its p50 6 ms as generated: the cell is the
+    // first figure after the calls.
+    assert!(rows[1].contains(&cell), "{cell} not in {}", rows[1]);
+    assert!((up.p50 - 6.0).abs() <= 0.01, "{}", up.p50);
+    assert_eq!(table.matches("class=\"differs\"").count(), 2, "{table}");
+    // Without gateways there is no hops table.
+    let plain = gen::dataset(&Scenario::default());
+    let html = stagetrace_analyze::html::html(&analyze(&plain, None, &AnalyzeOptions::default()));
+    assert!(!html.contains("id=\"hops"), "a hops table without gateways");
+}
