@@ -112,7 +112,7 @@ impl DirectCalls {
     pub fn submit(&self, call: &DirectCall) {
         let end = stamp::now();
         let mut raw = RawCall {
-            state: call.state,
+            state: call.state.clone(),
             end,
             panicking: false,
         };
@@ -138,7 +138,7 @@ impl DirectCalls {
 }
 
 /// One call being timed: the state a call span keeps, as a value.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct DirectCall {
     state: CallState,
 }

@@ -257,8 +257,11 @@ where
             (st.stage, st.start, st.observer_ticks, None)
         } else if let Some(t) = ext.get::<TransportState>() {
             (Stage::Transport, t.start, t.observer_ticks, Some(*t))
-        } else if let Some(call) = ext.get::<CallState>() {
-            self.finish_call(call, end);
+        } else if ext.get::<CallState>().is_some() {
+            drop(ext);
+            if let Some(call) = span.extensions_mut().get_mut::<CallState>() {
+                self.finish_call(call, end);
+            }
             return;
         } else {
             return;
@@ -353,12 +356,12 @@ impl StageLayer {
     }
 
     /// Queues the finished call: one fixed-size message, built in place
-    /// from the span's extensions (read lock held only for the copy).
+    /// from the span's extensions (lock held only for the copy).
     #[inline]
-    fn finish_call(&self, state: &CallState, end: Stamp) {
+    fn finish_call(&self, state: &mut CallState, end: Stamp) {
         let panicking = std::thread::panicking();
         let mut raw = RawCall {
-            state: *state,
+            state: state.take(),
             end,
             panicking,
         };

@@ -184,7 +184,7 @@ impl StageSpanExt for tracing::Span {
 
     fn record_executor_ack(&self, ack: ExecutorAck<'_>) {
         let acc = ack.into();
-        with_call(self, |call| call.executor = Some(acc));
+        with_call(self, |call| call.executor = Some(Box::new(acc)));
     }
 
     fn mark_failed(&self, reason: &'static str) {
