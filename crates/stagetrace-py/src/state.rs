@@ -40,7 +40,7 @@ struct Inner {
     /// What to start the call with.
     kind: Option<String>,
     seq: Option<u64>,
-    /// The call's state, once started (kept in place: it is 1 KB, copied
+    /// The call's state, once started (kept in place: most of a KB, copied
     /// only when it is queued).
     call: Option<DirectCall>,
     open: [Option<Open>; MAX_OPEN],
