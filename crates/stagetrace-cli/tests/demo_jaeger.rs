@@ -309,6 +309,13 @@ fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger()
             "exec_wait_ms",
         );
         close("infer", span(SERVER, "infer"), rec, "infer_ms");
-        close("dispatch", dispatch, rec, "dispatch_ms");
+        // The robot's dispatch span as drawn is the whole span: dispatch
+        // (to the executor's start) and the ack's way back.
+        let span_ms = rec["dispatch_ms"].as_f64().unwrap() + rec["exec_ack_ms"].as_f64().unwrap();
+        assert!(
+            (dispatch.dur_ms() - span_ms).abs() <= 1.0,
+            "dispatch span {:.3} ms in Jaeger vs dispatch_ms + exec_ack_ms = {span_ms:.3} ms",
+            dispatch.dur_ms()
+        );
     }
 }
