@@ -136,14 +136,7 @@ fn other_spans(c: &mut Criterion) {
 /// CPU time this thread has used, ns: unlike wall time, it leaves out the
 /// time the thread waited for a core on a loaded machine.
 fn thread_cpu_ns() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
+    stagetrace_test_support::thread_cpu_ns() as f64
 }
 
 /// Run `f` `iters` times under `dispatch`: app-thread CPU ns per run.

@@ -6,19 +6,7 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::Throughput;
 
-/// CPU time this thread has used, ns (`CLOCK_THREAD_CPUTIME_ID`: exact to
-/// the call, unlike `/proc/thread-self/schedstat`, which for a running thread
-/// is only brought up to date at the next tick).
-pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use stagetrace_test_support::thread_cpu_ns;
 
 /// Criterion measurement: the benchmark thread's CPU time, ns.
 pub(crate) struct ThreadCpu;
