@@ -20,6 +20,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use serde_json::Value;
+use stagetrace_test_support::timing;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -137,6 +138,24 @@ fn low_decile_of(records: &[&Value], name: &str) -> f64 {
     v[(v.len() - 1) / 10]
 }
 
+/// Reports `x` against the window [lo, hi]: its distance from the middle
+/// against half the width, so 1.0 at either edge.
+fn report_window(what: &str, x: f64, lo: f64, hi: f64) {
+    timing::error(what, x - (lo + hi) / 2.0, (hi - lo) / 2.0);
+}
+
+/// Reports, of per-call (error, bound) pairs, the one with the highest
+/// error / bound: the call nearest to failing its own bound.
+fn report_worst_call(what: &str, calls: impl IntoIterator<Item = (f64, f64)>) {
+    let ratio = |(e, b): &(f64, f64)| e.abs() / b;
+    if let Some((e, b)) = calls
+        .into_iter()
+        .max_by(|x, y| ratio(x).total_cmp(&ratio(y)))
+    {
+        timing::error(what, e, b);
+    }
+}
+
 /// Anchor differences between the client's and the server's wall-clock
 /// readings (both from this host's clock, read at different instants).
 const ANCHOR_TOL_MS: f64 = 0.1;
@@ -193,16 +212,31 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
     assert!(recs.len() >= 70, "only {} measured calls", recs.len());
 
     let net = low_decile_of(&recs, "net_ms");
+    timing::error("net low decile err (ms)", net - (25.0 + base_net), 1.5);
     assert!(
         (net - (25.0 + base_net)).abs() <= 1.5,
         "net_ms low decile {net:.3} vs injected 25 + loopback {base_net:.3}"
     );
     let infer = low_decile_of(&recs, "infer_ms");
+    timing::error("infer low decile err (ms)", infer - 12.0, 1.0);
     assert!(
         (infer - 12.0).abs() <= 1.0,
         "infer_ms low decile {infer:.3} vs model 12 ms"
     );
 
+    // The loop below asserts every call: report the one nearest its bound
+    // first (the same truth, from the same fields).
+    report_worst_call(
+        "uplink / downlink vs truth, per-call split_err bound (ms)",
+        recs.iter().filter_map(|r| {
+            let (up, down, net) = (f(r, "uplink_ms")?, f(r, "downlink_ms")?, f(r, "net_ms")?);
+            let (off, err) = (f(r, "offset_ms")?, f(r, "split_err_ms")?);
+            let true_up = up + off - 250.0;
+            let true_down = net - true_up;
+            let miss = (true_up - up).abs().max((true_down - down).abs());
+            Some((miss, err + ANCHOR_TOL_MS))
+        }),
+    );
     for r in &recs {
         assert_eq!(r["clock"], "estimate", "{r}");
         let (up, down, net) = (
@@ -234,6 +268,12 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
     // up to half the loopback cost more (the 32 kB request rides uplink).
     let off = median_of(&recs, "offset_ms");
     let symmetric = 250.0 + (20.0 - 5.0) / 2.0;
+    report_window(
+        "offset median vs its window (ms)",
+        off,
+        symmetric - 1.0,
+        symmetric + base_net / 2.0 + 1.0,
+    );
     assert!(
         off >= symmetric - 1.0 && off <= symmetric + base_net / 2.0 + 1.0,
         "offset median {off:.3} vs {symmetric} (+ loopback {base_net:.3} / 2), ±1 ms"
@@ -241,6 +281,12 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
     // The split error is half the round-trip delay of the sample used: at
     // least half the injected 25 ms, at most that plus half the loopback.
     let err = median_of(&recs, "split_err_ms");
+    report_window(
+        "split_err median vs its window (ms)",
+        err,
+        12.5 - ANCHOR_TOL_MS,
+        12.5 + base_net / 2.0 + 1.0,
+    );
     assert!(
         err >= 12.5 - ANCHOR_TOL_MS && err <= 12.5 + base_net / 2.0 + 1.0,
         "split_err median {err:.3} vs (25 + loopback {base_net:.3}) / 2"
@@ -273,6 +319,8 @@ fn trusted_clocks_without_skew_give_the_injected_split() {
     assert!(recs.iter().all(|r| r["clock"] == "trusted"));
     let up = low_decile_of(&recs, "uplink_ms");
     let down = low_decile_of(&recs, "downlink_ms");
+    timing::error("uplink low decile err (ms)", up - 20.0, 1.5);
+    timing::error("downlink low decile err (ms)", down - 5.0, 1.5);
     assert!(
         (up - 20.0).abs() <= 1.5,
         "uplink low decile {up:.3} vs injected 20 ms"
@@ -313,6 +361,24 @@ fn server_clock_step_is_detected_and_no_stage_goes_wild() {
         .filter(|r| r.get("failed").is_none())
         .collect();
     assert!(done.len() >= 75, "only {} completed calls", done.len());
+    // The loop below asserts every call: report the largest figure first.
+    timing::worst(
+        "largest e2e or stage (ms)",
+        done.iter().flat_map(|r| {
+            [
+                "e2e_ms",
+                "capture_ms",
+                "queue_ms",
+                "infer_ms",
+                "dispatch_ms",
+                "server_ms",
+                "roundtrip_ms",
+            ]
+            .into_iter()
+            .filter_map(|name| f(r, name))
+        }),
+        1000.0,
+    );
     for r in &done {
         let e2e = f(r, "e2e_ms").unwrap();
         assert!(e2e < 1000.0, "absurd e2e: {r}");
@@ -348,6 +414,23 @@ fn server_clock_step_is_detected_and_no_stage_goes_wild() {
         .filter(|r| r["seq"].as_u64().unwrap() > at + 3)
         .collect();
     assert!(before.len() >= 20 && after.len() >= 40);
+    let per_call = |calls: &[&&Value], truth: f64| -> Vec<(f64, f64)> {
+        calls
+            .iter()
+            .filter_map(|r| match offset(r) {
+                (Some(off), Some(err)) => Some((off - truth, err + ANCHOR_TOL_MS)),
+                _ => None,
+            })
+            .collect()
+    };
+    report_worst_call(
+        "offset before the step vs 0, per-call bound (ms)",
+        per_call(&before, 0.0),
+    );
+    report_worst_call(
+        "offset after the step vs 2000, per-call bound (ms)",
+        per_call(&after, 2000.0),
+    );
     for r in before {
         let (Some(off), Some(err)) = offset(r) else {
             panic!("no offset before the step: {r}")
@@ -501,6 +584,8 @@ fn http_transport_traces_the_same_stages() {
     assert_eq!(recs.len(), 35, "every call completes");
     let up = low_decile_of(&recs, "uplink_ms");
     let down = low_decile_of(&recs, "downlink_ms");
+    timing::error("uplink low decile err (ms)", up - 6.0, 1.5);
+    timing::error("downlink low decile err (ms)", down - 3.0, 1.5);
     assert!(
         (up - 6.0).abs() <= 1.5,
         "uplink low decile {up:.3} vs injected 6 ms"
@@ -510,6 +595,7 @@ fn http_transport_traces_the_same_stages() {
         "downlink low decile {down:.3} vs injected 3 ms"
     );
     let infer = low_decile_of(&recs, "infer_ms");
+    timing::error("infer low decile err (ms)", infer - 12.0, 1.0);
     assert!(
         (infer - 12.0).abs() <= 1.0,
         "infer low decile {infer:.3} vs model 12 ms"

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use stagetrace::{Rotation, StageLayer};
 use stagetrace_experiment::{run, Plan, RunOptions};
 use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_test_support::timing;
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -137,6 +138,11 @@ fn command_target_net_ramp_names_uplink() {
     // re-estimates the offset, part of it may show in downlink (asymmetry
     // cannot be measured from two clocks), but uplink moves first and most.
     let shift = |s: &str| report.levels[0].components[s].p50_ratio.unwrap().ratio;
+    timing::error(
+        "downlink / uplink p50 ratio",
+        shift("downlink") / shift("uplink"),
+        1.0,
+    );
     assert!(shift("uplink") > shift("downlink"));
     assert!(report
         .phases

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 use stagetrace_experiment::Plan;
+use stagetrace_test_support::timing;
 
 mod support;
 
@@ -74,6 +75,12 @@ fn network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat() {
         let c = &json["levels"][l]["components"];
         let infer = c["infer"]["p50_ratio"]["ratio"].as_f64().unwrap();
         let up = c["uplink"]["p50_ratio"]["ratio"].as_f64().unwrap();
+        timing::error(&format!("level {} infer p50 ratio", l + 1), infer, 1.25);
+        timing::error(
+            &format!("level {} 5 / uplink p50 ratio", l + 1),
+            5.0 / up,
+            1.0,
+        );
         assert!(
             infer < 1.25 && up > 5.0,
             "level {}: infer ×{infer}, uplink ×{up}",
@@ -117,9 +124,11 @@ fn inference_concurrency_ramp_moves_queue_or_infer_first() {
         .iter()
         .filter_map(|s| c[*s]["p50_ratio"]["ratio"].as_f64())
         .fold(0.0, f64::max);
+    timing::error("5 / queue-or-infer p50 ratio", 5.0 / server, 1.0);
     assert!(server > 5.0, "queue / infer median at level 1: ×{server}");
     for stage in ["uplink", "downlink"] {
         let p50 = c[stage]["p50_ratio"]["ratio"].as_f64().unwrap();
+        timing::error(&format!("{stage} p50 ratio"), p50, 2.0);
         assert!(p50 < 2.0, "{stage} median moved at level 1: ×{p50}");
     }
 }
@@ -162,6 +171,11 @@ fn payload_ramp_moves_uplink_first() {
             .as_f64()
             .unwrap()
     };
+    timing::error(
+        "2 × downlink p50 ratio / uplink p50 ratio",
+        2.0 * ratio("downlink") / ratio("uplink"),
+        1.0,
+    );
     assert!(ratio("uplink") > 2.0 * ratio("downlink"));
     let dragged: Vec<&str> = json["verdict"]["dragged"]
         .as_array()
@@ -212,6 +226,8 @@ fn client_pause_with_flat_stages_names_the_gap() {
     );
     assert_eq!(json["verdict"]["shape"], "tail");
     let period = json["verdict"]["spike_period_s"].as_f64().unwrap();
+    // Inside [0.4, 0.7) s: the distance from the middle against half the width.
+    timing::error("spike period vs its window (s)", period - 0.55, 0.15);
     assert!((0.4..0.7).contains(&period), "spike period {period} s");
     // Stages flat: no median moved, and any tail wobble from the loaded
     // machine is small beside the gap's.
@@ -224,6 +240,12 @@ fn client_pause_with_flat_stages_names_the_gap() {
         "capture", "uplink", "queue", "infer", "downlink", "dispatch",
     ] {
         assert_ne!(c[stage]["shape"], "median", "{stage} moved: {}", c[stage]);
+        // A p99 that fell passes: only a rise counts.
+        timing::error(
+            &format!("{stage} p99 shift vs gap's / 3 (ms)"),
+            p99_shift(stage).max(0.0),
+            p99_shift("gap") / 3.0,
+        );
         assert!(
             p99_shift(stage) < p99_shift("gap") / 3.0,
             "{stage} p99 moved like the gap: {}",

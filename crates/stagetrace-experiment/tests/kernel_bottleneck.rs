@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 use stagetrace_experiment::netns::{kernel_bottleneck_available, namespaces_of, remove_stale};
 use stagetrace_experiment::{thread_names, Plan};
+use stagetrace_test_support::timing;
 
 mod support;
 
@@ -86,9 +87,20 @@ fn a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it() {
     let l1 = json["levels"][0]["components"]["uplink"]["p50"]
         .as_f64()
         .unwrap();
+    // Inside [35, 120) ms: the distance from the middle against half the width.
+    timing::error(
+        "uplink p50 at 40 Mbit/s vs its window (ms)",
+        l1 - 77.5,
+        42.5,
+    );
     assert!(
         (35.0..120.0).contains(&l1),
         "uplink p50 at 40 Mbit/s: {l1} ms"
+    );
+    timing::error(
+        "1.5 × uplink p50 ratio without / with cross traffic",
+        1.5 * p50(0, "uplink") / p50(1, "uplink"),
+        1.0,
     );
     assert!(
         p50(1, "uplink") > 1.5 * p50(0, "uplink"),

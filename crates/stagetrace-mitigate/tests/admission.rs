@@ -13,7 +13,7 @@ use axum::{routing::post, Router};
 use stagetrace_mitigate::{Admission, AdmissionConfig, AdmissionLayer, AdmittedHandler};
 use stagetrace_net::http::read_timing_headers;
 use stagetrace_net::{ClientError, InferTimer, MsgMap, PolicyClient, PolicyServer, TimingLayer};
-use stagetrace_test_support::{quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{observation, policy};
 use tracing::Instrument;
 
@@ -119,7 +119,13 @@ fn admission_bounds_p99_of_admitted_calls_and_sheds_the_rest() {
     // Admitted: at most the queue timeout waiting, then the model, plus slack
     // for a loaded machine. Without admission the wait grows with the clients.
     let bound = 30.0 + MODEL_MS as f64 + 60.0;
+    timing::error("admitted p99 (ms)", p99, bound);
     assert!(p99 <= bound, "admitted p99 {p99:.1} ms > {bound} ms");
+    timing::error(
+        "1.5 × admitted p99 / no-admission p99 (ratio)",
+        1.5 * p99 / base_p99,
+        1.0,
+    );
     assert!(
         base_p99 > 1.5 * p99,
         "no-admission p99 {base_p99:.1} vs {p99:.1}"
@@ -201,6 +207,7 @@ fn http_admission_sheds_a_full_queue_with_503_and_reports_the_wait_as_queue() {
         // The admitted ones that waited report it as queue (the last waited
         // for at least 3 × 150 ms of others' work, minus arrival spread).
         let max_queue_ms = ok.iter().filter_map(|o| o.1).max().unwrap() as f64 / 1e6;
+        timing::error("300 ms / longest queue (ratio)", 300.0 / max_queue_ms, 1.0);
         assert!(max_queue_ms >= 300.0, "longest queue {max_queue_ms} ms");
     });
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use stagetrace_mitigate::{BatchConfig, BatchPolicy, BatchStats, BatchedHandler, Batcher};
 use stagetrace_net::{MsgMap, PolicyClient, PolicyServer};
-use stagetrace_test_support::{quantile, rt};
+use stagetrace_test_support::{quantile, rt, timing};
 use support::{observation, policy};
 use tokio::sync::{oneshot, Barrier};
 
@@ -194,6 +194,7 @@ fn three_robots_and_max_batch_six_run_as_soon_as_all_three_are_in() {
         "{stats:?}"
     );
     let p99 = quantile(&queue_ms(&seen), 0.99);
+    timing::error("all-in queue p99 (ms)", p99, window_ms / 2.0);
     assert!(
         p99 < window_ms / 2.0,
         "queue p99 {p99:.1} ms vs a {window_ms} ms window"

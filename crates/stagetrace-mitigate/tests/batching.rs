@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use stagetrace::CallRecord;
 use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Batcher};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle};
-use stagetrace_test_support::{quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{cost, digests, observation, policy};
 use tokio::sync::Barrier;
 use tracing::Instrument;
@@ -167,10 +167,12 @@ fn batching_batches_every_call_and_records_show_queue_vs_infer() {
     // One at a time, a request waits for the others' turns: queue dominates.
     assert!(sq >= 1.5 * (A_MS + B_MS) as f64, "serial queue p50 {sq}");
     // Batched, it waits for its batch to fill (≤ max_wait) or for the running one.
+    timing::error("batched queue p50 (ms)", bq, sq / 2.0);
     assert!(bq < sq / 2.0, "batched queue p50 {bq} vs serial {sq}");
     // Infer is the batch's cost: a + b·n for the batch it ran in.
     // Serial batches hold one request: a + b, plus the timer's overshoot.
     let one = (A_MS + B_MS) as f64;
+    timing::error("serial infer p50 (ms)", si, one + 5.0);
     assert!(one * 0.9 <= si && si <= one + 5.0, "serial infer {si}");
     assert!(bi >= (A_MS + 2 * B_MS) as f64 * 0.9, "batched infer {bi}");
     // Batching did not change what the robot is told to do.
@@ -182,6 +184,14 @@ fn batching_batches_every_call_and_records_show_queue_vs_infer() {
     let ran_in = ran_in.lock().unwrap();
     assert_eq!(ran_in.len() as u64, CLIENTS * CALLS);
     let mut excess = Vec::new();
+    timing::worst(
+        "batched infer / twice its batch cost (ratio)",
+        batched_recs.iter().filter_map(|r| {
+            let want = cost(A_MS, B_MS, r.batch_size? as usize).as_secs_f64() * 1e3;
+            Some(r.ms(Figure::Infer)? / (2.0 * want))
+        }),
+        1.0,
+    );
     for r in &batched_recs {
         assert_eq!(r.batch_size, Some(ran_in[&r.seq]), "seq {}", r.seq);
         // Its infer time is that batch's cost, a + b·n: not less, and not
@@ -201,6 +211,7 @@ fn batching_batches_every_call_and_records_show_queue_vs_infer() {
     // Only the timer's overshoot (≤ 1 ms) and the policy's own work (≈ 1 ms in a
     // debug build) on top; a wait in the queue counted as infer adds ≥ 22 ms.
     let median_excess = quantile(&excess, 0.5);
+    timing::error("median batched infer − batch cost (ms)", median_excess, 5.0);
     assert!(
         median_excess <= 5.0,
         "median infer − batch cost {median_excess:.3} ms"

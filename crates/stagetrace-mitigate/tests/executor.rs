@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use stagetrace_mitigate::{CommandMerger, StaleFilter, STALE_REASON};
-use stagetrace_test_support::Observed;
+use stagetrace_test_support::{timing, Observed};
 
 #[test]
 fn a_stale_action_is_dropped_counted_and_flagged_on_its_record() {
@@ -23,6 +23,11 @@ fn a_stale_action_is_dropped_counted_and_flagged_on_its_record() {
         tracing::info_span!("transport")
             .in_scope(|| std::thread::sleep(Duration::from_millis(took)));
         let fresh = filter.check_call(&tracing::Span::current(), captured);
+        if seq % 2 == 0 {
+            // An action back in 1 ms must be within the 20 ms age limit.
+            let age = fresh.as_ref().map_or_else(|s| s.age, |age| *age);
+            timing::error("fresh action's age (ms)", age.as_secs_f64() * 1e3, 20.0);
+        }
         assert_eq!(fresh.is_ok(), seq % 2 == 0, "seq {seq}: {fresh:?}");
         if fresh.is_ok() {
             tracing::info_span!("dispatch").in_scope(|| {});

@@ -32,7 +32,7 @@ use futures_util::{SinkExt, StreamExt};
 use stagetrace::{CallRecord, Figure};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, TracedHttpClient};
-use stagetrace_test_support::{rt, Observed};
+use stagetrace_test_support::{rt, timing, Observed};
 use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;
 
@@ -282,6 +282,12 @@ fn check(
     ] {
         let median = e[e.len() / 2];
         let within = e.iter().filter(|x| **x <= 1.0).count();
+        timing::error(&format!("{label} {what} median (ms)"), median, 1.0);
+        timing::error(
+            &format!("{label} {what} 3 calls in 4 (ms)"),
+            e[(3 * e.len()).div_ceil(4) - 1],
+            1.0,
+        );
         assert!(
             median <= 1.0,
             "{label}: {what} median error {median:.3} ms, {e:?}"

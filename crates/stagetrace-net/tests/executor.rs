@@ -26,7 +26,7 @@ use stagetrace::{CallRecord, Figure};
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorClient, ExecutorServer};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{MsgMap, NdArray, Relay, ServerClock};
-use stagetrace_test_support::{rt, Observed};
+use stagetrace_test_support::{rt, timing, Observed};
 use tracing::Instrument;
 
 const CALLS: u64 = 24;
@@ -46,6 +46,16 @@ fn ms(r: &CallRecord, f: Figure) -> f64 {
     r.get(f)
         .unwrap_or_else(|| panic!("seq {} has no {f}: {r:?}", r.seq)) as f64
         / MS
+}
+
+/// Reports the (error, bound) pair with the highest |error| / bound.
+fn worst_pair(what: &str, pairs: impl IntoIterator<Item = (f64, f64)>) {
+    let worst = pairs
+        .into_iter()
+        .max_by(|a, b| (a.0.abs() / a.1).total_cmp(&(b.0.abs() / b.1)));
+    if let Some((error, bound)) = worst {
+        timing::error(what, error, bound);
+    }
 }
 
 /// One call's record and its truth.
@@ -172,6 +182,30 @@ fn check(runs: &[Run]) {
         );
     }
     let busy_ms = dur_ms(BUSY);
+    // The worst call of each check below.
+    let fig = |x: &Run, f| ms(&x.rec, f);
+    let waits = runs
+        .iter()
+        .map(|x| fig(x, Figure::ExecWait) - dur_ms(x.wait));
+    timing::worst("exec wait vs controller (ms)", waits, 1.0);
+    let others = runs.iter().filter(|x| !busy(x.rec.seq));
+    let other_waits = others.map(|x| fig(x, Figure::ExecWait));
+    timing::worst(
+        "exec wait on a chunk started at once (ms)",
+        other_waits,
+        busy_ms / 2.0,
+    );
+    let bound = |x: &Run| fig(x, Figure::ExecErr) + 1.0;
+    worst_pair(
+        "dispatch vs executor start (ms)",
+        runs.iter()
+            .map(|x| (fig(x, Figure::Dispatch) - dur_ms(x.dispatch), bound(x))),
+    );
+    worst_pair(
+        "exec tx vs chunk arrival (ms)",
+        runs.iter()
+            .map(|x| (fig(x, Figure::ExecTx) - dur_ms(x.tx), bound(x))),
+    );
     // The truth is the controller's own wait, not BUSY itself: on a loaded
     // machine the spinning controller is sometimes preempted past BUSY (the
     // chunk then really waited longer), which is the scheduler, not what is
@@ -242,6 +276,13 @@ fn an_executor_busy_on_every_nth_chunk_shows_exactly_that_wait() {
     });
     check(&runs);
     // One clock: the offset is within its bound of zero.
+    worst_pair(
+        "exec offset vs zero (ms)",
+        runs.iter().map(|x| {
+            let r = &x.rec;
+            (ms(r, Figure::ExecOffset), ms(r, Figure::ExecErr) + 0.5)
+        }),
+    );
     for Run { rec: r, .. } in &runs {
         let off = ms(r, Figure::ExecOffset);
         assert!(off.abs() <= ms(r, Figure::ExecErr) + 0.5, "{r:?}");
@@ -273,6 +314,16 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
     check(&runs);
     let up_ms = UP.as_secs_f64() * 1e3;
     let down_ms = DOWN.as_secs_f64() * 1e3;
+    worst_pair(
+        "exec offset vs 300 ms skew (ms)",
+        runs.iter().map(|x| {
+            let r = &x.rec;
+            (
+                ms(r, Figure::ExecOffset) - SKEW_MS,
+                ms(r, Figure::ExecErr) + 1.0,
+            )
+        }),
+    );
     for Run { rec: r, .. } in &runs {
         let err = ms(r, Figure::ExecErr);
         // The bound covers the link's asymmetry: half the network time.
@@ -356,6 +407,13 @@ fn through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exe
     let gateway_seen = gateway_seen.lock().unwrap();
     assert_eq!(gateway_seen.len(), runs.len());
     let half_nets = (ms_of(link0.0 + link0.1) + ms_of(link1.0 + link1.1)) / 2.0;
+    worst_pair(
+        "composed exec offset vs 220 ms (ms)",
+        runs.iter().map(|x| {
+            let r = &x.rec;
+            (ms(r, Figure::ExecOffset) - 220.0, ms(r, Figure::ExecErr))
+        }),
+    );
     for (Run { rec: r, .. }, g) in runs.iter().zip(gateway_seen.iter()) {
         // The gateway's own stamp, to the nanosecond.
         let forward_ns = g.forward.unwrap().forward_ns;
@@ -459,6 +517,7 @@ fn a_blocking_client_for_sync_loops() {
     let records = obs.finish();
     let wait = ms(&records[0], Figure::ExecWait);
     let true_wait = truth.lock().unwrap().unwrap().as_nanos() as f64 / MS;
+    timing::error("exec wait vs controller (ms)", wait - true_wait, 1.0);
     assert!(
         (wait - true_wait).abs() <= 1.0 && wait >= BUSY.as_secs_f64() * 1e3 - 0.05,
         "exec_wait {wait} ms, the controller waited {true_wait} ms"

@@ -23,7 +23,7 @@ use stagetrace::wire::RelayTiming;
 use stagetrace::{CallRecord, Figure, ServerRecord, ServerTiming};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay, ServerClock};
-use stagetrace_test_support::{quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, timing, Observed};
 use tracing::Instrument;
 
 const MS: i64 = 1_000_000;
@@ -211,6 +211,15 @@ impl Link {
         (self.up - self.true_up).abs() <= self.err + 1e-3
             && (self.down - self.true_down).abs() <= self.err + 1e-3
     }
+
+    /// The larger of up's and down's error over the bound: at most 1 when
+    /// [`Link::inside`].
+    fn ratio(&self) -> f64 {
+        let e = (self.up - self.true_up)
+            .abs()
+            .max((self.down - self.true_down).abs());
+        e / (self.err + 1e-3)
+    }
 }
 
 /// Per call: link 0, link 1, and the path's own figures vs the truth.
@@ -268,6 +277,17 @@ fn share<T>(v: &[T], ok: impl Fn(&T) -> bool) -> f64 {
     v.iter().filter(|x| ok(x)).count() as f64 / v.len() as f64
 }
 
+/// Reports, for "at least `min_share` of calls inside the bound", the
+/// error / bound of the call that decides it: the one at that share's rank
+/// from the best (at most 1 exactly when the share holds).
+fn report_share(what: &str, mut ratios: Vec<f64>, min_share: f64) {
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    if let Some(need) = (1..=n).find(|m| *m as f64 / n as f64 >= min_share) {
+        timing::error(what, ratios[need - 1], 1.0);
+    }
+}
+
 fn print(label: &str, t: &[Truth]) {
     eprintln!("{label}: per link |estimate − truth| p50 / max and bound p50, ms");
     for i in 0..2 {
@@ -320,22 +340,40 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
         &t.iter().map(|x| x.links[1].true_down).collect::<Vec<_>>(),
         0.5,
     );
+    // Their upper ends: at most 2 ms above the injected delay.
+    timing::error("link 0 uplink p50 over its 6 ms (ms)", up0 - 6.0, 2.0);
+    timing::error("link 1 downlink p50 over its 5 ms (ms)", down1 - 5.0, 2.0);
     assert!(
         (6.0..8.0).contains(&up0) && (5.0..7.0).contains(&down1),
         "{up0} {down1}"
     );
     for i in 0..2 {
         let inside = share(&t, |x| x.links[i].inside());
+        let ratios = t.iter().map(|x| x.links[i].ratio()).collect();
+        report_share(
+            &format!("link {i} share-deciding call error/bound"),
+            ratios,
+            0.99,
+        );
         assert!(
             inside >= 0.99,
             "link {i}: truth inside the bound on {inside}"
         );
     }
     let path = share(&t, |x| x.path.inside());
+    let ratios = t.iter().map(|x| x.path.ratio()).collect();
+    report_share("path share-deciding call error/bound", ratios, 0.99);
     assert!(
         path >= 0.99,
         "path uplink/downlink inside ± split_err on {path}"
     );
+    timing::worst("net vs truth (ms)", t.iter().map(|x| x.net_err), 1.0);
+    timing::worst(
+        "gateway time vs truth (ms)",
+        t.iter().map(|x| x.relay_err),
+        1.0,
+    );
+    timing::worst("infer vs truth (ms)", t.iter().map(|x| x.infer_err), 1.0);
     for x in &t {
         assert!(x.net_err <= 1.0, "net off by {} ms", x.net_err);
         assert!(x.relay_err <= 1.0, "gateway time off by {} ms", x.relay_err);
@@ -345,6 +383,9 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
     // server − gateway; they compose into the record's offset.
     let last = &calls.last().unwrap().rec;
     let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
+    let (off0, off1) = (off(last.hops[0].offset_ns), off(last.hops[1].offset_ns));
+    timing::error("link 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
+    timing::error("link 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
     assert!(
         (off(last.hops[0].offset_ns) - 300.0).abs() < 5.0,
         "{:?}",
@@ -393,17 +434,27 @@ fn drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm() {
     );
     for i in 0..2 {
         let inside = share(&t[settled..], |x| x.links[i].inside());
+        let ratios = t[settled..].iter().map(|x| x.links[i].ratio()).collect();
+        report_share(
+            &format!("link {i} share-deciding call error/bound"),
+            ratios,
+            0.99,
+        );
         assert!(
             inside >= 0.99,
             "link {i}: truth inside the bound on {inside}"
         );
     }
     let path = share(&t[settled..], |x| x.path.inside());
+    let ratios = t[settled..].iter().map(|x| x.path.ratio()).collect();
+    report_share("path share-deciding call error/bound", ratios, 0.99);
     assert!(path >= 0.99, "path inside ± split_err on {path}");
     let last = &calls.last().unwrap().rec;
     let d0 = last.hops[0].drift_ppm.unwrap();
     let d1 = last.hops[1].drift_ppm.unwrap();
     eprintln!("estimated drift: link 0 {d0:.2} ppm (200), link 1 {d1:.2} ppm (−350)");
+    timing::error("drift link 0 (ppm)", d0 - 200.0, 5.0);
+    timing::error("drift link 1 (ppm)", d1 + 350.0, 5.0);
     assert!((d0 - 200.0).abs() <= 5.0, "link 0 drift {d0}");
     assert!((d1 + 350.0).abs() <= 5.0, "link 1 drift {d1}");
 }

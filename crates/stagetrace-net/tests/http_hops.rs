@@ -26,7 +26,7 @@ use stagetrace::wire::RelayTiming;
 use stagetrace::{CallRecord, Figure, ServerRecord, ServerTiming};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
-use stagetrace_test_support::{quantile, rt, Observed};
+use stagetrace_test_support::{quantile, rt, timing, Observed};
 use tracing::Instrument;
 
 const MS: i64 = 1_000_000;
@@ -172,10 +172,30 @@ impl Link {
         (self.up - self.true_up).abs() <= self.err + 1e-3
             && (self.down - self.true_down).abs() <= self.err + 1e-3
     }
+
+    /// The larger of up's and down's error over the bound: at most 1 when
+    /// [`Link::inside`].
+    fn ratio(&self) -> f64 {
+        let e = (self.up - self.true_up)
+            .abs()
+            .max((self.down - self.true_down).abs());
+        e / (self.err + 1e-3)
+    }
 }
 
 fn share<T>(v: &[T], ok: impl Fn(&T) -> bool) -> f64 {
     v.iter().filter(|x| ok(x)).count() as f64 / v.len() as f64
+}
+
+/// Reports, for "at least `min_share` of calls inside the bound", the
+/// error / bound of the call that decides it: the one at that share's rank
+/// from the best (at most 1 exactly when the share holds).
+fn report_share(what: &str, mut ratios: Vec<f64>, min_share: f64) {
+    ratios.sort_by(f64::total_cmp);
+    let n = ratios.len();
+    if let Some(need) = (1..=n).find(|m| *m as f64 / n as f64 >= min_share) {
+        timing::error(what, ratios[need - 1], 1.0);
+    }
 }
 
 #[test]
@@ -299,23 +319,38 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
         &links.iter().map(|l| l[1].true_down).collect::<Vec<_>>(),
         0.5,
     );
+    // Their upper ends: at most 2 ms above the injected delay.
+    timing::error("link 0 uplink p50 over its 6 ms (ms)", up0 - 6.0, 2.0);
+    timing::error("link 1 downlink p50 over its 5 ms (ms)", down1 - 5.0, 2.0);
     assert!(
         (6.0..8.0).contains(&up0) && (5.0..7.0).contains(&down1),
         "{up0} {down1}"
     );
     for i in 0..2 {
         let inside = share(&links, |l| l[i].inside());
+        let ratios = links.iter().map(|l| l[i].ratio()).collect();
+        report_share(
+            &format!("link {i} share-deciding call error/bound"),
+            ratios,
+            0.99,
+        );
         assert!(
             inside >= 0.99,
             "link {i}: truth inside the bound on {inside}"
         );
     }
+    timing::error("net vs truth (ms)", worst.0, 1.0);
+    timing::error("gateway time vs truth (ms)", worst.1, 1.0);
+    timing::error("infer vs truth (ms)", worst.2, 1.0);
     assert!(worst.0 <= 1.0, "net off by {} ms", worst.0);
     assert!(worst.1 <= 1.0, "gateway time off by {} ms", worst.1);
     assert!(worst.2 <= 1.0, "infer off by {} ms", worst.2);
     // Each link's offset is its own pair of clocks; they compose.
     let last = &calls.last().unwrap().rec;
     let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
+    let (off0, off1) = (off(last.hops[0].offset_ns), off(last.hops[1].offset_ns));
+    timing::error("link 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
+    timing::error("link 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
     assert!(
         (off(last.hops[0].offset_ns) - 300.0).abs() < 5.0,
         "{:?}",

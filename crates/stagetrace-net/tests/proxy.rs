@@ -11,6 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, Stall};
+use stagetrace_test_support::timing;
 
 /// A blocking echo server on its own thread; returns its address.
 fn echo_server() -> SocketAddr {
@@ -100,6 +101,7 @@ fn delays_show_up_in_the_roundtrip() {
     proxy.set_downlink(LinkConfig::delay(Duration::from_millis(5)));
     let shaped = median_rtt_ms(&mut s, 30);
     let extra = shaped - base;
+    timing::error("extra roundtrip vs 25 ms injected (ms)", extra - 25.0, 2.0);
     assert!(
         (extra - 25.0).abs() < 2.0,
         "baseline {base:.3} ms, shaped {shaped:.3} ms, extra {extra:.3} ms"
@@ -108,6 +110,11 @@ fn delays_show_up_in_the_roundtrip() {
     proxy.set_downlink(LinkConfig::default());
     let up_only = median_rtt_ms(&mut s, 20) - base;
     eprintln!("baseline {base:.3} extra {extra:.3} up_only {up_only:.3}");
+    timing::error(
+        "uplink-only extra vs 20 ms injected (ms)",
+        up_only - 20.0,
+        2.5,
+    );
     assert!((up_only - 20.0).abs() < 2.5, "uplink only: {up_only:.3} ms");
     let stats = proxy.stats();
     assert_eq!((stats.connections, stats.active), (1, 1));
@@ -135,6 +142,7 @@ fn bandwidth_limit_paces_a_transfer() {
     let secs = last.duration_since(start).as_secs_f64();
     eprintln!("500 KB at 1 MB/s: {secs:.3} s");
     assert_eq!(n, 500_000);
+    timing::error("500 KB at 1 MB/s vs 0.5 s (s)", secs - 0.5, 0.1);
     assert!(
         (0.4..=0.6).contains(&secs),
         "500 KB at 1 MB/s took {secs:.3} s"
@@ -322,6 +330,16 @@ fn stitched_calls(s: &mut TcpStream, st: &mut stagetrace::clock::Stitcher, n: us
         .collect()
 }
 
+/// Reports the (error, bound) pair with the highest |error| / bound.
+fn worst_pair(what: &str, pairs: impl IntoIterator<Item = (f64, f64)>) {
+    let worst = pairs
+        .into_iter()
+        .max_by(|a, b| (a.0.abs() / a.1).total_cmp(&(b.0.abs() / b.1)));
+    if let Some((error, bound)) = worst {
+        timing::error(what, error, bound);
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -366,12 +384,32 @@ fn ground_truth_split_through_the_proxy() {
     eprintln!(
         "ground truth: loopback net {base:.3} ms, shaped net {net:.3} ms, split ± {err:.3} ms"
     );
+    timing::error("net vs 25 ms + loopback (ms)", net - 25.0 - base, 1.5);
     assert!(
         (net - 25.0 - base).abs() < 1.5,
         "net {net:.3} vs 25 + {base:.3}"
     );
     // Anchor readings on one host agree to well under this.
     const EPS: f64 = 0.01;
+    // Each per-call check's worst call: (figure − truth, bound).
+    let pairs = |fig: fn(&Call) -> Option<i64>, truth: fn(&Call) -> f64| {
+        calls.iter().filter_map(move |c| {
+            let err = ns_to_ms(c.st.split_err_ns?) + EPS;
+            Some((ns_to_ms(fig(c)?) - truth(c), err))
+        })
+    };
+    worst_pair(
+        "uplink vs truth (ms)",
+        pairs(|c| c.st.uplink_ns, |c| c.true_up),
+    );
+    worst_pair(
+        "downlink vs truth (ms)",
+        pairs(|c| c.st.downlink_ns, |c| c.true_down),
+    );
+    worst_pair(
+        "offset vs +250 ms (ms)",
+        pairs(|c| c.st.offset_ns, |_| 250.0),
+    );
     for c in &calls {
         let st = &c.st;
         assert_eq!(st.basis, Some(ClockBasis::Estimate));
@@ -427,6 +465,8 @@ fn trusted_clocks_give_the_injected_split() {
             .collect(),
     );
     eprintln!("trusted: uplink {up:.3} ms, downlink {down:.3} ms");
+    timing::error("uplink p50 vs 20 ms injected (ms)", up - 20.0, 1.5);
+    timing::error("downlink p50 vs 5 ms injected (ms)", down - 5.0, 1.5);
     assert!((up - 20.0).abs() < 1.5, "uplink {up:.3}");
     assert!((down - 5.0).abs() < 1.5, "downlink {down:.3}");
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use stagetrace::record::{SpanTime, Timeline};
 use stagetrace::{CallRecord, Figure};
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_test_support::timing;
 
 fn record(seq: u64) -> CallRecord {
     CallRecord {
@@ -97,10 +98,12 @@ fn a_collector_that_never_answers_does_not_block_the_caller() {
     }
     let took = start.elapsed();
     // A blocking hand-over would wait out the 1 s timeout of each stuck batch.
+    timing::error("2000 hand-overs (ms)", took.as_secs_f64() * 1e3, 800.0);
     assert!(
         took < Duration::from_millis(800),
         "{n} hand-overs took {took:?}"
     );
+    timing::error("slowest hand-over (ms)", slowest.as_secs_f64() * 1e3, 500.0);
     assert!(
         slowest < Duration::from_millis(500),
         "slowest hand-over {slowest:?}"

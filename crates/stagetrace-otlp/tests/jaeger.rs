@@ -20,7 +20,7 @@ use stagetrace_net::{
     BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, ServerHandle,
 };
 use stagetrace_otlp::{OtlpBuilder, OtlpExporter};
-use stagetrace_test_support::{quantile, Collect};
+use stagetrace_test_support::{quantile, timing, Collect};
 use tracing::subscriber::DefaultGuard;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -108,6 +108,11 @@ fn by_name(spans: &[JSpan]) -> HashMap<&str, &JSpan> {
 
 fn assert_close(what: &str, jaeger_ms: f64, record_ms: Option<f64>) {
     let record_ms = record_ms.unwrap_or_else(|| panic!("{what}: the record has no figure"));
+    timing::error(
+        &format!("{what} Jaeger vs record (ms)"),
+        jaeger_ms - record_ms,
+        1.0,
+    );
     assert!(
         (jaeger_ms - record_ms).abs() <= 1.0,
         "{what}: {jaeger_ms:.3} ms in Jaeger vs {record_ms:.3} ms in the record"
@@ -323,6 +328,11 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     let n_down = 100;
     let took = run_at_rate(&mut client, HZ, n_up, n_down);
     let nominal = Duration::from_secs_f64(n_down as f64 / HZ);
+    timing::error(
+        "calls with Jaeger down, wall time (s)",
+        took.as_secs_f64(),
+        (nominal + Duration::from_secs(1)).as_secs_f64(),
+    );
     assert!(
         took < nominal + Duration::from_secs(1),
         "{n_down} calls at {HZ} Hz took {took:?} (nominal {nominal:?}) with the collector down"
@@ -363,6 +373,11 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     let down = e2e(&|seq| seq >= n_up);
     assert_eq!(down.len() as u64, n_down, "the layer kept recording");
     let (p99_up, p99_down) = (quantile(&up, 0.99), quantile(&down, 0.99));
+    timing::error(
+        "call p99 with Jaeger down (ms)",
+        p99_down,
+        p99_up * 1.5 + 3.0,
+    );
     assert!(
         p99_down <= p99_up * 1.5 + 3.0,
         "p99 call {p99_down:.3} ms with Jaeger down vs {p99_up:.3} ms with it up"
@@ -390,6 +405,14 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
                 break spans;
             }
         }
+        // The time since the restart, against the 60 s deadline.
+        timing::error(
+            "export resuming after Jaeger's restart (s)",
+            60.0 - deadline
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64(),
+            60.0,
+        );
         assert!(
             Instant::now() < deadline,
             "no call reached Jaeger within 60 s of its restart: {}\n{}",
@@ -536,7 +559,7 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
     assert!(server_exp.flush(Duration::from_secs(10)));
     let records = kept.records();
     assert_eq!(records.len(), CALLS as usize, "summary: {summary:?}");
-    let mut transport_gaps = Vec::new();
+    let mut transport_outside = Vec::new();
 
     for rec in &records {
         assert!(rec.timeline.shared_context, "ids came from the app's layer");
@@ -602,18 +625,41 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
             named["downlink"].dur_ms(),
             rec.ms(Figure::Downlink),
         );
-        transport_gaps.push((transport.dur_ms() - rec.ms(Figure::Roundtrip).unwrap()).abs());
+        // The app's transport span as its layer times it (creation → last
+        // exit) against the two ends the record knows on the same span: the
+        // response's first byte, read inside the last entry, and the close,
+        // after the last exit.
+        let t = rec.timeline.transport.unwrap();
+        let first_byte_ms = rec
+            .timeline
+            .response_first_byte_ns
+            .map(|fb| fb.saturating_sub(t.start_ns) as f64 / 1e6)
+            .expect("the WebSocket client stamps the response's first byte");
+        let closed_ms = t.dur_ns as f64 / 1e6;
+        let jaeger_ms = transport.dur_ms();
+        transport_outside.push((first_byte_ms - jaeger_ms).max(jaeger_ms - closed_ms));
+        eprintln!(
+            "transport: first byte {first_byte_ms:.3} ≤ Jaeger {jaeger_ms:.3} ≤ close {closed_ms:.3} ms"
+        );
     }
-    // The app's transport span and the record's roundtrip agree. Each layer
-    // stamps the span in its own hooks (the OpenTelemetry layer first, then
-    // ours, on open and on close), so one call preempted between the two
-    // hooks on a loaded machine differs by that preemption; a wrong roundtrip
-    // differs on every call. Hence the median of the calls, within 1 ms.
-    transport_gaps.sort_by(f64::total_cmp);
-    let median = transport_gaps[transport_gaps.len() / 2];
+    // tracing-opentelemetry ends a span at its last exit, stagetrace at its
+    // close: the app's transport span ends after the response's first byte
+    // was read and no later than the record's close, whatever the client
+    // did in between (decoding the reply takes longer on a loaded machine).
+    // Both start the span in their `on_new_span`, the app's layer first; a
+    // preemption between the two hooks moves one call's start, never the
+    // median call's. 10 µs: Jaeger's µs and the clock-conversion rounding.
+    transport_outside.sort_by(f64::total_cmp);
+    let median = transport_outside[transport_outside.len() / 2];
+    timing::error(
+        "transport median outside first byte..close (ms)",
+        median.max(0.0),
+        0.01,
+    );
     assert!(
-        median <= 1.0,
-        "transport: Jaeger vs record differ by {transport_gaps:?} ms (median {median:.3})"
+        median <= 0.01,
+        "transport: Jaeger's span ends outside [first byte, close] of the record by \
+         {transport_outside:?} ms (median {median:.3})"
     );
     provider.shutdown().unwrap();
     rt.block_on(server.shutdown());
@@ -707,7 +753,17 @@ fn a_silent_servers_black_box_is_labelled_in_jaeger() {
         assert_eq!(b.end_unix_ns, rx.start_unix_ns);
         // The record's figures are rounded to the µs, the spans are not.
         let us = |a: f64, b: Option<f64>| (a - b.unwrap()).abs() <= 0.0005;
+        timing::error(
+            "ttfb (black box) Jaeger vs record (ms)",
+            b.dur_ms() - rec.ms(Figure::Ttfb).unwrap(),
+            0.0005,
+        );
         assert!(us(b.dur_ms(), rec.ms(Figure::Ttfb)), "{rec:?}");
+        timing::error(
+            "rx Jaeger vs record (ms)",
+            rx.dur_ms() - rec.ms(Figure::Rx).unwrap(),
+            0.0005,
+        );
         assert!(us(rx.dur_ms(), rec.ms(Figure::Rx)), "{rec:?}");
         assert!(rec.ms(Figure::Ttfb).unwrap() >= 6.0, "{rec:?}");
         assert_eq!(

@@ -17,7 +17,7 @@ use stagetrace::record::{SpanTime, Timeline};
 use stagetrace::{CallRecord, Figure, ServerRecord, StageLayer, WindowSummary};
 use stagetrace_otlp::{ExportStats, OtlpBuilder, OtlpExporter, ShutdownDeadline};
 use stagetrace_test_support::collector::silent_collector;
-use stagetrace_test_support::{read_summaries, Collect};
+use stagetrace_test_support::{read_summaries, timing, Collect};
 use tracing_subscriber::layer::SubscriberExt;
 
 /// The shutdown bound the tests configure.
@@ -204,6 +204,11 @@ fn two_exporters_and_a_layer_shut_down_within_one_bound_accounting_for_every_rec
     let took = t0.elapsed();
     eprintln!("shutdown took {took:?}: {client_stats} / {server_stats}");
 
+    timing::error(
+        "shutdown wall time (s)",
+        took.as_secs_f64(),
+        (BOUND + MARGIN).as_secs_f64(),
+    );
     assert!(
         took < BOUND + MARGIN,
         "the whole shutdown (layer flush, two exporters, drops) took {took:?}; bound {BOUND:?}"
@@ -247,6 +252,11 @@ fn a_layer_finishing_then_dropping_its_exporter_waits_one_bound() {
     drop(exporter);
     let took = t0.elapsed();
     eprintln!("shutdown took {took:?}: {:?}", summary.sink_counters);
+    timing::error(
+        "shutdown wall time (s)",
+        took.as_secs_f64(),
+        (BOUND + MARGIN).as_secs_f64(),
+    );
     assert!(
         took < BOUND + MARGIN,
         "the layer's flush and the exporter's drop took {took:?}; bound {BOUND:?}"
@@ -277,6 +287,11 @@ fn a_slow_collector_gets_no_new_batch_after_the_deadline() {
     let stats = exporter.shutdown();
     let took = t0.elapsed();
     eprintln!("shutdown took {took:?}: {stats}");
+    timing::error(
+        "shutdown wall time (s)",
+        took.as_secs_f64(),
+        (BOUND + MARGIN).as_secs_f64(),
+    );
     assert!(
         took < BOUND + MARGIN,
         "shutdown took {took:?}; bound {BOUND:?}"
@@ -296,6 +311,15 @@ fn a_slow_collector_gets_no_new_batch_after_the_deadline() {
         .map(|&at| at.saturating_duration_since(t0))
         .filter(|&since| since > BOUND + Duration::from_millis(200))
         .collect();
+    timing::worst(
+        "batch arrival after shutdown began (s)",
+        arrivals
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|&at| at.saturating_duration_since(t0).as_secs_f64()),
+        (BOUND + Duration::from_millis(200)).as_secs_f64(),
+    );
     assert!(
         late.is_empty(),
         "batches sent after the {BOUND:?} deadline, at {late:?} after shutdown began"

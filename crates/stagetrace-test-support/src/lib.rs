@@ -9,6 +9,7 @@
 
 pub mod collector;
 pub mod prereq;
+pub mod timing;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

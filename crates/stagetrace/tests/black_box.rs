@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer, StageSpanExt};
-use stagetrace_test_support::{run_collecting, spin_for};
+use stagetrace_test_support::{run_collecting, spin_for, timing};
 use tracing::info_span;
 
 /// How the transport span of a call ends.
@@ -132,6 +132,25 @@ fn the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx() {
     // layer's own clock conversion).
     let (t, x) = (ns(r, Figure::Ttfb).unwrap(), ns(r, Figure::Rx).unwrap());
     let slack = 10_000;
+    // Each window as its middle ± (half its width + the slack), in µs.
+    let report = |what: &str, v: i64, lo: i64, hi: i64| {
+        let mid = (lo + hi) as f64 / 2.0;
+        let half = (hi - lo) as f64 / 2.0 + slack as f64;
+        timing::error(what, (v as f64 - mid) / 1e3, half / 1e3);
+    };
+    let first = st.first_byte;
+    report(
+        "ttfb in its window (µs)",
+        t,
+        diff(first, st.inside),
+        diff(first, st.before),
+    );
+    report(
+        "rx in its window (µs)",
+        x,
+        diff(st.last, first),
+        diff(st.after, first),
+    );
     assert!(
         diff(st.first_byte, st.inside) - slack <= t && t <= diff(st.first_byte, st.before) + slack,
         "ttfb {t} ns, {st:?}"

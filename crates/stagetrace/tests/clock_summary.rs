@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use stagetrace::{ServerTiming, StageLayer, StageSpanExt};
-use stagetrace_test_support::{run_collecting, spin_for};
+use stagetrace_test_support::{run_collecting, spin_for, timing};
 use tracing::info_span;
 
 /// The server's clock gains this much on ours.
@@ -47,6 +47,8 @@ fn a_server_clock_that_runs_fast_shows_its_drift_in_the_summary() {
     let clock = summary.clock.unwrap();
     assert_eq!(clock.steps, 0);
     let drift = clock.drift_ppm.expect("drift estimated after 10.5 s");
+    timing::error("drift vs truth (ppm)", drift.value - DRIFT_PPM, drift.err);
+    timing::error("drift bound (ppm)", drift.err, 30.0);
     assert!(
         (drift.value - DRIFT_PPM).abs() <= drift.err,
         "drift {} ± {} ppm vs {DRIFT_PPM}",

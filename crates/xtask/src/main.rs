@@ -6,6 +6,10 @@
 //! targets, doctests, the OTLP gRPC feature); last it builds the Python
 //! package into a venv under `target/py-venv` (`maturin develop`, debug) and
 //! runs its pytest suite.
+//! `cargo xtask timing [--runs N] [--load]` runs every test that compares a
+//! measured time with a truth (the list is [`timing::TESTS`]) N times in a
+//! row, optionally beside a busy loop on every core, and prints per test how
+//! many runs passed and the worst error seen against its bound.
 //! `cargo xtask fuzz` runs the parsers' fuzz targets (`crates/stagetrace-fuzz`)
 //! for ten million inputs each in a release build.
 
@@ -13,6 +17,8 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
+
+mod timing;
 
 const JAEGER_MODULE: &str = "github.com/jaegertracing/jaeger/cmd/jaeger";
 const PROMETHEUS_MODULE: &str = "github.com/prometheus/prometheus/cmd/prometheus";
@@ -24,11 +30,14 @@ fn main() -> ExitCode {
         Some("jaeger") => build_jaeger().map(|bin| println!("{}", bin.display())),
         Some("prometheus") => build_prometheus().map(|bin| println!("{}", bin.display())),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("timing") => timing::run(&args[1..]),
         _ => {
             eprintln!(
                 "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       \
                  cargo xtask jaeger                      build Jaeger into target/tools/\n       \
                  cargo xtask prometheus                  build Prometheus into target/tools/\n       \
+                 cargo xtask timing [--runs N] [--load] [--only TEXT]   run the timing tests N times \
+                 (default 20), with --load beside a busy loop on every core\n       \
                  cargo xtask fuzz [--target NAME] [--inputs N] [--seed S] [--replay FILE]   \
                  fuzz the parsers (release build, 10 M inputs per target)"
             );
@@ -224,6 +233,46 @@ fn free_gib(dir: &Path) -> Option<f64> {
 /// nothing about disk; say it plainly before starting.
 const NEEDED_GIB: f64 = 6.0;
 
+/// What the tests need from their environment, set up: Jaeger and
+/// Prometheus built (their paths, and the flags that make their tests
+/// require them), and whether the network-namespace tests may run (root
+/// with iproute2). A missing one fails under CI (see [`Prereqs`]).
+fn prerequisite_env(ci: &Prereqs) -> Result<Vec<(String, String)>, String> {
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: String| vars.push((k.to_owned(), v));
+    match build_jaeger() {
+        Ok(bin) => {
+            set("STAGETRACE_REQUIRE_JAEGER", "1".into());
+            set("STAGETRACE_JAEGER_BIN", bin.display().to_string());
+        }
+        Err(e) => ci.missing("jaeger", &e, "the Jaeger end-to-end tests")?,
+    }
+    match build_prometheus() {
+        Ok(bin) => {
+            set("STAGETRACE_REQUIRE_PROMETHEUS", "1".into());
+            set("STAGETRACE_PROMETHEUS_BIN", bin.display().to_string());
+        }
+        Err(e) => ci.missing("prometheus", &e, "the Prometheus (OTLP metrics) tests")?,
+    }
+    // Kernel-bottleneck experiments (veth + tbf in network namespaces) need root.
+    let root_with_ip = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+        && have("ip");
+    if root_with_ip {
+        set("STAGETRACE_REQUIRE_NETNS", "1".into());
+    } else {
+        ci.missing(
+            "netns",
+            "not root, or iproute2 (ip, tc) is missing",
+            "the network-namespace experiment tests",
+        )?;
+    }
+    Ok(vars)
+}
+
 fn test(extra: &[String]) -> Result<(), String> {
     let root = root();
     let started = Instant::now();
@@ -240,30 +289,19 @@ fn test(extra: &[String]) -> Result<(), String> {
         }
     }
     let ci = Prereqs::from_env();
-    let jaeger_bin = match build_jaeger() {
-        Ok(bin) => Some(bin),
-        Err(e) => {
-            ci.missing("jaeger", &e, "the Jaeger end-to-end tests")?;
-            None
-        }
-    };
-    let prometheus_bin = match build_prometheus() {
-        Ok(bin) => Some(bin),
-        Err(e) => {
-            ci.missing("prometheus", &e, "the Prometheus (OTLP metrics) tests")?;
-            None
-        }
-    };
     // Tests append a line here for every prerequisite they skipped for.
     let skip_log = root.join("target/xtask-skipped.log");
     let _ = std::fs::create_dir_all(root.join("target"));
     let _ = std::fs::remove_file(&skip_log);
 
+    let mut phases = Phases::new();
     let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"])
-        .env("STAGETRACE_SKIP_LOG", &skip_log);
+        .env("STAGETRACE_SKIP_LOG", &skip_log)
+        .envs(prerequisite_env(&ci)?);
+    phases.done("Go tools (Jaeger, Prometheus)");
     match chromium() {
         Some(bin) => {
             cargo
@@ -276,38 +314,14 @@ fn test(extra: &[String]) -> Result<(), String> {
             "the HTML screenshot test",
         )?,
     }
-    // Kernel-bottleneck experiments (veth + tbf in network namespaces) need root.
-    let root_with_ip = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-        && have("ip");
-    if root_with_ip {
-        cargo.env("STAGETRACE_REQUIRE_NETNS", "1");
-    } else {
-        ci.missing(
-            "netns",
-            "not root, or iproute2 (ip, tc) is missing",
-            "the network-namespace experiment tests",
-        )?;
-    }
-    if let Some(bin) = &jaeger_bin {
-        cargo
-            .env("STAGETRACE_REQUIRE_JAEGER", "1")
-            .env("STAGETRACE_JAEGER_BIN", bin);
-    }
-    if let Some(bin) = &prometheus_bin {
-        cargo
-            .env("STAGETRACE_REQUIRE_PROMETHEUS", "1")
-            .env("STAGETRACE_PROMETHEUS_BIN", bin);
-    }
     cargo.args(extra);
     let cargo_env: Vec<(String, String)> = cargo
         .get_envs()
         .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
         .collect();
+    phases.done("Chromium");
     run(&mut cargo)?;
+    phases.done("cargo test --workspace --all-targets (build and run)");
     // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
     run(
         Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
@@ -343,13 +357,11 @@ fn test(extra: &[String]) -> Result<(), String> {
             .current_dir(&root)
             .args(["test", "--workspace", "--doc"]),
     )?;
+    phases.done("the gRPC and NVML features, doctests");
 
-    let py_started = Instant::now();
     python_tests(&root, &ci)?;
-    eprintln!(
-        "xtask: Python package built and tested in {:.0} s",
-        py_started.elapsed().as_secs_f64()
-    );
+    phases.done("Python package (venv, maturin, pytest)");
+    phases.print();
     let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default();
     let skipped: Vec<&str> = skipped.lines().filter(|l| !l.is_empty()).collect();
     if !skipped.is_empty() {
@@ -367,6 +379,36 @@ fn test(extra: &[String]) -> Result<(), String> {
         skipped.len()
     );
     Ok(())
+}
+
+/// Where the time of `cargo xtask test` went, phase by phase.
+struct Phases {
+    last: Instant,
+    done: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases {
+            last: Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    /// The phase `what` ended now.
+    fn done(&mut self, what: &'static str) {
+        let now = Instant::now();
+        self.done
+            .push((what, now.duration_since(self.last).as_secs_f64()));
+        self.last = now;
+    }
+
+    fn print(&self) {
+        eprintln!("xtask: where the time went:");
+        for (what, secs) in &self.done {
+            eprintln!("xtask:   {secs:>6.0} s  {what}");
+        }
+    }
 }
 
 /// Runs the fuzz targets' release binary with the given arguments

@@ -1,0 +1,21 @@
+//! The timing tests' error report. A test that compares a measured time
+//! with its truth or a bound calls [`error`] with what it saw and the bound
+//! it holds it to, before it asserts; `cargo xtask timing` runs those tests
+//! many times in a row and keeps the worst line of each (the highest
+//! error / bound).
+
+/// What every report line starts with (what `cargo xtask timing` looks for).
+pub const PREFIX: &str = "stagetrace-timing:";
+
+/// Reports `error` (its absolute value counts) against `bound`, the most
+/// the test allows, for the figure `what` (name the unit in it: "ttfb
+/// median (ms)", "drift (ppm)").
+pub fn error(what: &str, error: f64, bound: f64) {
+    eprintln!("{PREFIX} {what} error={:.4} bound={bound:.4}", error.abs());
+}
+
+/// Reports the worst of `errors` (by absolute value) against `bound`.
+pub fn worst(what: &str, errors: impl IntoIterator<Item = f64>, bound: f64) {
+    let worst = errors.into_iter().map(f64::abs).fold(0.0, f64::max);
+    error(what, worst, bound);
+}

@@ -1,0 +1,570 @@
+//! `cargo xtask timing`: the tests that compare a measured time with a truth,
+//! run many times in a row, idle or beside a busy loop on every core, to
+//! show that each holds on a loaded machine. Each test reports its errors
+//! through `stagetrace_test_support::timing` (lines starting
+//! `stagetrace-timing:`); the table keeps the worst against its bound.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{prerequisite_env, root, Prereqs};
+
+/// One timing test: where it lives and its exact name.
+#[derive(Debug)]
+pub(crate) struct TimingTest {
+    package: &'static str,
+    /// The `--test` target (a file under the package's `tests/`).
+    target: &'static str,
+    name: &'static str,
+    /// Cargo features the target needs.
+    features: &'static str,
+}
+
+const fn t(package: &'static str, target: &'static str, name: &'static str) -> TimingTest {
+    TimingTest {
+        package,
+        target,
+        name,
+        features: "",
+    }
+}
+
+/// Every test whose verdict rests on a measured time against a truth or a
+/// bound that load can break: black-box, clock, split, hop, executor,
+/// batching, admission, outage, shutdown and demo tests. A test that only
+/// checks a lower bound (a stage took at least the time injected into it)
+/// is left out: load only makes such a test easier to pass.
+/// `target` "lib" is the package's unit tests (`--lib`).
+pub(crate) const TESTS: &[TimingTest] = &[
+    t(
+        "stagetrace",
+        "clock_summary",
+        "a_server_clock_that_runs_fast_shows_its_drift_in_the_summary",
+    ),
+    t(
+        "stagetrace",
+        "api",
+        "deadline_figures_without_coordinated_omission",
+    ),
+    t(
+        "stagetrace",
+        "black_box",
+        "the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx",
+    ),
+    t(
+        "stagetrace",
+        "records",
+        "injected_stage_costs_are_measured_within_1ms",
+    ),
+    t(
+        "stagetrace",
+        "windows",
+        "windows_roll_in_order_back_to_back_and_count_their_records",
+    ),
+    t(
+        "stagetrace",
+        "windows",
+        "a_starved_worker_closes_one_window_over_the_stall_and_starts_a_fresh_period",
+    ),
+    t(
+        "stagetrace",
+        "lib",
+        "stamp::tests::calibrated_stamps_agree_with_instant",
+    ),
+    t(
+        "stagetrace-net",
+        "black_box",
+        "http_server_without_timing_splits_at_the_first_byte_within_1ms",
+    ),
+    t(
+        "stagetrace-net",
+        "black_box",
+        "websocket_server_without_timing_splits_at_the_first_byte_within_1ms",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "an_executor_busy_on_every_nth_chunk_shows_exactly_that_wait",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exec_relay",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "a_blocking_client_for_sync_loops",
+    ),
+    t(
+        "stagetrace-net",
+        "hops",
+        "three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms",
+    ),
+    t(
+        "stagetrace-net",
+        "hops",
+        "drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm",
+    ),
+    t(
+        "stagetrace-net",
+        "http_hops",
+        "http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right",
+    ),
+    t("stagetrace-net", "proxy", "delays_show_up_in_the_roundtrip"),
+    t(
+        "stagetrace-net",
+        "proxy",
+        "bandwidth_limit_paces_a_transfer",
+    ),
+    t(
+        "stagetrace-net",
+        "proxy",
+        "ground_truth_split_through_the_proxy",
+    ),
+    t(
+        "stagetrace-net",
+        "proxy",
+        "trusted_clocks_give_the_injected_split",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "each_call_is_one_trace_across_client_and_server",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "a_silent_servers_black_box_is_labelled_in_jaeger",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "jaeger_going_away_costs_the_calls_nothing_and_export_resumes",
+    ),
+    t(
+        "stagetrace-otlp",
+        "shutdown",
+        "two_exporters_and_a_layer_shut_down_within_one_bound_accounting_for_every_record",
+    ),
+    t(
+        "stagetrace-otlp",
+        "shutdown",
+        "a_layer_finishing_then_dropping_its_exporter_waits_one_bound",
+    ),
+    t(
+        "stagetrace-otlp",
+        "shutdown",
+        "a_slow_collector_gets_no_new_batch_after_the_deadline",
+    ),
+    t(
+        "stagetrace-otlp",
+        "collector",
+        "a_collector_that_never_answers_does_not_block_the_caller",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "ground_truth_skew_250_uplink_20_downlink_5",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "trusted_clocks_without_skew_give_the_injected_split",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "server_clock_step_is_detected_and_no_stage_goes_wild",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "http_transport_traces_the_same_stages",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_hops",
+        "gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_fleet",
+        "two_robots_in_prometheus_and_jaeger_the_slow_one_stands_out",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_otlp_shutdown",
+        "demo_with_a_silent_collector_ends_within_its_bound_and_accounts_for_every_record",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "inference_concurrency_ramp_moves_queue_or_infer_first",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "payload_ramp_moves_uplink_first",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "client_pause_with_flat_stages_names_the_gap",
+    ),
+    t(
+        "stagetrace-experiment",
+        "split_ground_truth",
+        "big_uplink_frames_through_a_tbf_bottleneck_split_within_1ms_of_the_truth",
+    ),
+    t(
+        "stagetrace-experiment",
+        "split_ground_truth",
+        "an_asymmetric_latency_stays_inside_a_bound_no_wider_than_today",
+    ),
+    t(
+        "stagetrace-experiment",
+        "kernel_bottleneck",
+        "a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it",
+    ),
+    t(
+        "stagetrace-experiment",
+        "command_target",
+        "command_target_net_ramp_names_uplink",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "admission",
+        "admission_bounds_p99_of_admitted_calls_and_sheds_the_rest",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "admission",
+        "http_admission_sheds_a_full_queue_with_503_and_reports_the_wait_as_queue",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "batch_all_in",
+        "three_robots_and_max_batch_six_run_as_soon_as_all_three_are_in",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "batching",
+        "batching_batches_every_call_and_records_show_queue_vs_infer",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "cache",
+        "repeated_inputs_hit_the_cache_with_unchanged_outputs",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "executor",
+        "a_stale_action_is_dropped_counted_and_flagged_on_its_record",
+    ),
+];
+
+/// What the runs of one test gave.
+#[derive(Debug, Default)]
+struct Tally {
+    passed: usize,
+    runs: usize,
+    /// The worst report line: error / bound, the error, the bound, its figure.
+    worst: Option<(f64, f64, f64, String)>,
+    /// The first failing run's output, kept in a file.
+    failure_log: Option<PathBuf>,
+}
+
+impl Tally {
+    fn note(&mut self, output: &str) {
+        for line in output.lines() {
+            let Some(rest) = line.trim().strip_prefix("stagetrace-timing:") else {
+                continue;
+            };
+            let Some((what, err, bound)) = parse_report(rest) else {
+                continue;
+            };
+            let ratio = if bound > 0.0 {
+                err / bound
+            } else {
+                f64::INFINITY
+            };
+            if self.worst.as_ref().is_none_or(|w| ratio > w.0) {
+                self.worst = Some((ratio, err, bound, what));
+            }
+        }
+    }
+}
+
+/// `<what> error=<e> bound=<b>` → (what, e, b).
+fn parse_report(rest: &str) -> Option<(String, f64, f64)> {
+    let err_at = rest.rfind(" error=")?;
+    let what = rest[..err_at].trim().to_owned();
+    let mut err = None;
+    let mut bound = None;
+    for word in rest[err_at..].split_whitespace() {
+        if let Some(v) = word.strip_prefix("error=") {
+            err = v.parse::<f64>().ok();
+        } else if let Some(v) = word.strip_prefix("bound=") {
+            bound = v.parse::<f64>().ok();
+        }
+    }
+    Some((what, err?, bound?))
+}
+
+struct Options {
+    runs: usize,
+    load: bool,
+    only: Option<String>,
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        runs: 20,
+        load: false,
+        only: None,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--runs" => {
+                o.runs = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--runs takes a count above 0, e.g. --runs 20")?;
+            }
+            "--load" => o.load = true,
+            "--only" => {
+                o.only = Some(
+                    it.next()
+                        .ok_or("--only takes a part of a test's name")?
+                        .clone(),
+                )
+            }
+            other => {
+                return Err(format!(
+                "unknown argument {other:?}: cargo xtask timing [--runs N] [--load] [--only TEXT]"
+            ))
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// Busy loops, one per core, until dropped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start() -> Load {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..cores)
+            .map(|i| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = i as u64 | 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..1000 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        eprintln!("xtask: {cores} busy loop(s) running, one per core");
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Builds the test target and returns its executable (from cargo's JSON messages).
+fn build(test: &TimingTest, env: &[(String, String)]) -> Result<PathBuf, String> {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root()).envs(env.iter().cloned()).args([
+        "test",
+        "--no-run",
+        "--message-format=json",
+        "-p",
+        test.package,
+    ]);
+    if test.target == "lib" {
+        cmd.arg("--lib");
+    } else {
+        cmd.args(["--test", test.target]);
+    }
+    if !test.features.is_empty() {
+        cmd.args(["--features", test.features]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "building {} --test {} failed:\n{}",
+            test.package,
+            test.target,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    // The artifact line of the test target carries `"executable":"<path>"`.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+        .filter(|l| test.target == "lib" || l.contains(&format!("\"name\":\"{}\"", test.target)))
+        .filter(|l| l.contains("\"test\":true"))
+        .find_map(|l| {
+            let at = l.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = l[at..].find('"')?;
+            Some(PathBuf::from(&l[at..at + end]))
+        })
+        .ok_or_else(|| {
+            format!(
+                "cargo named no executable for {} --test {}",
+                test.package, test.target
+            )
+        })
+}
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let o = options(args)?;
+    let tests: Vec<&TimingTest> = TESTS
+        .iter()
+        .filter(|t| o.only.as_deref().is_none_or(|only| t.name.contains(only)))
+        .collect();
+    if tests.is_empty() {
+        return Err("no timing test matches --only".into());
+    }
+    let env = prerequisite_env(&Prereqs::from_env())?;
+    let root = root();
+    let mut bins = Vec::new();
+    for test in &tests {
+        bins.push(build(test, &env)?);
+    }
+    let logs = root.join("target/timing-failures");
+    let _ = std::fs::create_dir_all(&logs);
+    let load = o.load.then(Load::start);
+    let started = Instant::now();
+    let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
+    // Round robin: run 1 of every test, then run 2, so what the machine
+    // does meanwhile falls on every test alike.
+    for run in 1..=o.runs {
+        for (i, (test, bin)) in tests.iter().zip(&bins).enumerate() {
+            let out = Command::new(bin)
+                .current_dir(root.join("crates").join(test.package))
+                .envs(env.iter().cloned())
+                .env("CARGO_MANIFEST_DIR", root.join("crates").join(test.package))
+                .args(["--exact", test.name, "--nocapture", "--test-threads=1"])
+                .output()
+                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let tally = tallies.entry(i).or_default();
+            tally.runs += 1;
+            // `--exact` with a name that matches nothing runs 0 tests and "passes".
+            if out.status.success() && text.contains("1 passed") {
+                tally.passed += 1;
+            } else if tally.failure_log.is_none() {
+                let path = logs.join(format!("{}-run{run}.log", test.name));
+                let _ = std::fs::write(&path, &text);
+                tally.failure_log = Some(path);
+            }
+            tally.note(&text);
+        }
+        eprintln!(
+            "xtask: timing run {run} of {} done ({:.0} s)",
+            o.runs,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    drop(load);
+    print_table(&tests, &tallies, &o);
+    let failed = tallies.values().filter(|t| t.passed < t.runs).count();
+    if failed > 0 {
+        return Err(format!("{failed} timing test(s) failed at least once"));
+    }
+    Ok(())
+}
+
+fn print_table(tests: &[&TimingTest], tallies: &BTreeMap<usize, Tally>, o: &Options) {
+    println!(
+        "\n{} run(s) per test, {}\n",
+        o.runs,
+        if o.load {
+            "beside a busy loop on every core"
+        } else {
+            "no added load"
+        }
+    );
+    println!("| test | passed | worst error / bound | figure |");
+    println!("|---|---|---|---|");
+    for (i, test) in tests.iter().enumerate() {
+        let Some(t) = tallies.get(&i) else { continue };
+        let worst = t.worst.as_ref().map_or_else(
+            || ("not reported".to_owned(), String::new()),
+            |(_, e, b, what)| (format!("{e:.3} / {b:.3}"), what.clone()),
+        );
+        println!(
+            "| {}::{} | {} of {} | {} | {} |",
+            test.target, test.name, t.passed, t.runs, worst.0, worst.1
+        );
+        if let Some(log) = &t.failure_log {
+            println!("|   first failure: {} | | | |", log.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_line_gives_its_figure_error_and_bound() {
+        assert_eq!(
+            parse_report(" http ttfb median error=0.2500 bound=1.0000"),
+            Some(("http ttfb median".to_owned(), 0.25, 1.0))
+        );
+        assert_eq!(parse_report(" x error=abc bound=1"), None);
+        let mut t = Tally::default();
+        t.note(
+            "stagetrace-timing: a error=0.5 bound=1\nnoise\nstagetrace-timing: b error=3 bound=10",
+        );
+        assert_eq!(t.worst.map(|w| w.3), Some("a".to_owned()));
+    }
+}
