@@ -101,6 +101,10 @@ fn delays_show_up_in_the_roundtrip() {
     proxy.set_downlink(LinkConfig::delay(Duration::from_millis(5)));
     let shaped = median_rtt_ms(&mut s, 30);
     let extra = shaped - base;
+    // A difference of two medians of 30 round trips, each through the
+    // proxy's release timer, which a loaded machine wakes up to ~1 ms late
+    // in either set: 2 ms. A delay applied twice, to the wrong direction or
+    // not at all is off by 5 ms or more.
     timing::error("extra roundtrip vs 25 ms injected (ms)", extra - 25.0, 2.0);
     assert!(
         (extra - 25.0).abs() < 2.0,
@@ -110,6 +114,7 @@ fn delays_show_up_in_the_roundtrip() {
     proxy.set_downlink(LinkConfig::default());
     let up_only = median_rtt_ms(&mut s, 20) - base;
     eprintln!("baseline {base:.3} extra {extra:.3} up_only {up_only:.3}");
+    // The same, over 20 round trips: a little wider.
     timing::error(
         "uplink-only extra vs 20 ms injected (ms)",
         up_only - 20.0,
@@ -142,6 +147,8 @@ fn bandwidth_limit_paces_a_transfer() {
     let secs = last.duration_since(start).as_secs_f64();
     eprintln!("500 KB at 1 MB/s: {secs:.3} s");
     assert_eq!(n, 500_000);
+    // The token bucket's burst (10 ms of traffic) and a late last wake-up
+    // move the end by tens of ms; a limit 20 % off moves it by 0.1 s.
     timing::error("500 KB at 1 MB/s vs 0.5 s (s)", secs - 0.5, 0.1);
     assert!(
         (0.4..=0.6).contains(&secs),
@@ -465,6 +472,9 @@ fn trusted_clocks_give_the_injected_split() {
             .collect(),
     );
     eprintln!("trusted: uplink {up:.3} ms, downlink {down:.3} ms");
+    // Medians of 30 calls; the proxy's release timer and the scheduling of
+    // the server and the client add up to about 1 ms on a loaded machine.
+    // A split that mixed the directions would be off by 7.5 ms or more.
     timing::error("uplink p50 vs 20 ms injected (ms)", up - 20.0, 1.5);
     timing::error("downlink p50 vs 5 ms injected (ms)", down - 5.0, 1.5);
     assert!((up - 20.0).abs() < 1.5, "uplink {up:.3}");

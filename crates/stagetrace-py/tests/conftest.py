@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -14,6 +15,13 @@ import pytest
 from stagetrace import server as st
 
 MODEL_MS = 20.0
+
+
+def report_timing(what: str, error: float, bound: float) -> None:
+    """A timing test's error against the most it allows, said before it
+    asserts: ``cargo xtask timing`` runs such tests many times and keeps the
+    worst line of each (``stagetrace_test_support::timing`` in Rust)."""
+    print(f"stagetrace-timing: {what} error={abs(error):.4f} bound={bound:.4f}", file=sys.stderr)
 
 
 class LoopThread:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LoopThread, cargo_artifact
+from conftest import LoopThread, cargo_artifact, report_timing
 
 from stagetrace.executor import ExecutorServer
 from stagetrace.relay import Relay
@@ -91,6 +91,9 @@ def test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait(
         json.loads(line) for f in sorted(tmp_path.glob("records*.jsonl")) for line in f.read_text().splitlines() if line
     ]
     assert sorted(r["seq"] for r in records) == list(range(CALLS))
+    waits = {r["seq"]: (r["exec_wait_ms"], (truth[r["seq"]][1] - truth[r["seq"]][0]) / 1e6) for r in records}
+    report_timing("exec_wait vs the controller's (ms)", max(abs(w - t) for w, t in waits.values()), US)
+    report_timing("idle exec_wait, the longest (ms)", max(w for s, (w, _) in waits.items() if not busy(s)), BUSY_MS / 2)
     print("seq  exec_wait  (truth)  exec_tx  dispatch  exec_err")
     for r in sorted(records, key=lambda r: r["seq"]):
         received, started = truth[r["seq"]]

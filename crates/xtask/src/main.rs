@@ -187,8 +187,8 @@ fn python_env(root: &Path) -> Result<PathBuf, String> {
 /// from the files git tracks and pip-installed into a fresh venv
 /// (`tests/test_wheel.py`; `CI=true` makes its missing tools failures).
 fn python_tests(root: &Path, ci: &Prereqs) -> Result<(), String> {
-    let venv = match python_env(root) {
-        Ok(v) => v,
+    let (python, path) = match python_developed(root) {
+        Ok(p) => p,
         Err(e) => {
             return ci.missing(
                 "python",
@@ -197,21 +197,27 @@ fn python_tests(root: &Path, ci: &Prereqs) -> Result<(), String> {
             )
         }
     };
+    run(Command::new(python)
+        .current_dir(root.join("crates/stagetrace-py"))
+        .args(["-m", "pytest", "-q"])
+        .env("PATH", &path))
+}
+
+/// The venv set up ([`python_env`]) and the package built into it
+/// (`maturin develop`): the venv's python and the `PATH` to run it with.
+fn python_developed(root: &Path) -> Result<(PathBuf, String), String> {
+    let venv = python_env(root)?;
     let path = format!(
         "{}:{}",
         venv.join("bin").display(),
         env::var("PATH").unwrap_or_default()
     );
-    let pkg = root.join("crates/stagetrace-py");
     run(Command::new(venv.join("bin/maturin"))
-        .current_dir(&pkg)
+        .current_dir(root.join("crates/stagetrace-py"))
         .args(["develop", "--quiet"])
         .env("VIRTUAL_ENV", &venv)
         .env("PATH", &path))?;
-    run(Command::new(venv.join("bin/python"))
-        .current_dir(&pkg)
-        .args(["-m", "pytest", "-q"])
-        .env("PATH", &path))
+    Ok((venv.join("bin/python"), path))
 }
 
 /// Free space (GiB) on the file system holding `dir`, from POSIX `df -Pk`.

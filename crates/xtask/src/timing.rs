@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{prerequisite_env, root, Prereqs};
+use super::{prerequisite_env, python_developed, root, Prereqs};
 
 /// One timing test: where it lives and its exact name.
 #[derive(Debug)]
@@ -38,7 +38,9 @@ const fn t(package: &'static str, target: &'static str, name: &'static str) -> T
 /// batching, admission, outage, shutdown and demo tests. A test that only
 /// checks a lower bound (a stage took at least the time injected into it)
 /// is left out: load only makes such a test easier to pass.
-/// `target` "lib" is the package's unit tests (`--lib`).
+/// `target` "lib" is the package's unit tests (`--lib`); package
+/// `stagetrace-py` with target "pytest" is a pytest node of the Python
+/// package (run in the venv `cargo xtask test` sets up).
 pub(crate) const TESTS: &[TimingTest] = &[
     t(
         "stagetrace",
@@ -281,6 +283,11 @@ pub(crate) const TESTS: &[TimingTest] = &[
         "executor",
         "a_stale_action_is_dropped_counted_and_flagged_on_its_record",
     ),
+    t("stagetrace-py", "pytest", "tests/test_executor.py::test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait[direct]"),
+    t("stagetrace-py", "pytest", "tests/test_executor.py::test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait[python-relay]"),
+    t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_rust_server"),
+    t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_python_server"),
+    t("stagetrace-py", "pytest", "tests/test_server.py::test_in_thread_serves_two_clients_concurrently"),
 ];
 
 /// What the runs of one test gave.
@@ -471,8 +478,16 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let env = prerequisite_env(&Prereqs::from_env())?;
     let root = root();
     let mut bins = Vec::new();
+    let mut python: Option<(PathBuf, String)> = None;
     for test in &tests {
-        bins.push(build(test, &env)?);
+        if test.target == "pytest" {
+            if python.is_none() {
+                python = Some(python_developed(&root)?);
+            }
+            bins.push(PathBuf::new());
+        } else {
+            bins.push(build(test, &env)?);
+        }
     }
     let logs = root.join("target/timing-failures");
     let _ = std::fs::create_dir_all(&logs);
@@ -483,13 +498,29 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     // does meanwhile falls on every test alike.
     for run in 1..=o.runs {
         for (i, (test, bin)) in tests.iter().zip(&bins).enumerate() {
-            let out = Command::new(bin)
-                .current_dir(root.join("crates").join(test.package))
-                .envs(env.iter().cloned())
-                .env("CARGO_MANIFEST_DIR", root.join("crates").join(test.package))
-                .args(["--exact", test.name, "--nocapture", "--test-threads=1"])
-                .output()
-                .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+            let out = match (&python, test.target) {
+                (Some((py, path)), "pytest") => Command::new(py)
+                    .current_dir(root.join("crates").join(test.package))
+                    .envs(env.iter().cloned())
+                    .env("PATH", path)
+                    .args([
+                        "-m",
+                        "pytest",
+                        "-q",
+                        "-s",
+                        "-p",
+                        "no:cacheprovider",
+                        test.name,
+                    ])
+                    .output(),
+                _ => Command::new(bin)
+                    .current_dir(root.join("crates").join(test.package))
+                    .envs(env.iter().cloned())
+                    .env("CARGO_MANIFEST_DIR", root.join("crates").join(test.package))
+                    .args(["--exact", test.name, "--nocapture", "--test-threads=1"])
+                    .output(),
+            }
+            .map_err(|e| format!("cannot start {}: {e}", test.name))?;
             let text = format!(
                 "{}{}",
                 String::from_utf8_lossy(&out.stdout),
@@ -501,7 +532,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             if out.status.success() && text.contains("1 passed") {
                 tally.passed += 1;
             } else if tally.failure_log.is_none() {
-                let path = logs.join(format!("{}-run{run}.log", test.name));
+                let file: String = test
+                    .name
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '_' {
+                            c
+                        } else {
+                            '-'
+                        }
+                    })
+                    .collect();
+                let path = logs.join(format!("{file}-run{run}.log"));
                 let _ = std::fs::write(&path, &text);
                 tally.failure_log = Some(path);
             }
@@ -538,7 +580,7 @@ fn print_table(tests: &[&TimingTest], tallies: &BTreeMap<usize, Tally>, o: &Opti
         let Some(t) = tallies.get(&i) else { continue };
         let worst = t.worst.as_ref().map_or_else(
             || ("not reported".to_owned(), String::new()),
-            |(_, e, b, what)| (format!("{e:.3} / {b:.3}"), what.clone()),
+            |(_, e, b, what)| (format!("{e:.4} / {b:.4}"), what.clone()),
         );
         println!(
             "| {}::{} | {} of {} | {} | {} |",
