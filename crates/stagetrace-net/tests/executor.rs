@@ -48,16 +48,6 @@ fn ms(r: &CallRecord, f: Figure) -> f64 {
         / MS
 }
 
-/// Reports the (error, bound) pair with the highest |error| / bound.
-fn worst_pair(what: &str, pairs: impl IntoIterator<Item = (f64, f64)>) {
-    let worst = pairs
-        .into_iter()
-        .max_by(|a, b| (a.0.abs() / a.1).total_cmp(&(b.0.abs() / b.1)));
-    if let Some((error, bound)) = worst {
-        timing::error(what, error, bound);
-    }
-}
-
 /// One call's record and its truth.
 struct Run {
     rec: CallRecord,
@@ -196,12 +186,12 @@ fn check(runs: &[Run]) {
         busy_ms / 2.0,
     );
     let bound = |x: &Run| fig(x, Figure::ExecErr) + 1.0;
-    worst_pair(
+    timing::worst_pair(
         "dispatch vs executor start (ms)",
         runs.iter()
             .map(|x| (fig(x, Figure::Dispatch) - dur_ms(x.dispatch), bound(x))),
     );
-    worst_pair(
+    timing::worst_pair(
         "exec tx vs chunk arrival (ms)",
         runs.iter()
             .map(|x| (fig(x, Figure::ExecTx) - dur_ms(x.tx), bound(x))),
@@ -276,7 +266,7 @@ fn an_executor_busy_on_every_nth_chunk_shows_exactly_that_wait() {
     });
     check(&runs);
     // One clock: the offset is within its bound of zero.
-    worst_pair(
+    timing::worst_pair(
         "exec offset vs zero (ms)",
         runs.iter().map(|x| {
             let r = &x.rec;
@@ -314,7 +304,7 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
     check(&runs);
     let up_ms = UP.as_secs_f64() * 1e3;
     let down_ms = DOWN.as_secs_f64() * 1e3;
-    worst_pair(
+    timing::worst_pair(
         "exec offset vs 300 ms skew (ms)",
         runs.iter().map(|x| {
             let r = &x.rec;
@@ -407,7 +397,7 @@ fn through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exe
     let gateway_seen = gateway_seen.lock().unwrap();
     assert_eq!(gateway_seen.len(), runs.len());
     let half_nets = (ms_of(link0.0 + link0.1) + ms_of(link1.0 + link1.1)) / 2.0;
-    worst_pair(
+    timing::worst_pair(
         "composed exec offset vs 220 ms (ms)",
         runs.iter().map(|x| {
             let r = &x.rec;

@@ -337,16 +337,6 @@ fn stitched_calls(s: &mut TcpStream, st: &mut stagetrace::clock::Stitcher, n: us
         .collect()
 }
 
-/// Reports the (error, bound) pair with the highest |error| / bound.
-fn worst_pair(what: &str, pairs: impl IntoIterator<Item = (f64, f64)>) {
-    let worst = pairs
-        .into_iter()
-        .max_by(|a, b| (a.0.abs() / a.1).total_cmp(&(b.0.abs() / b.1)));
-    if let Some((error, bound)) = worst {
-        timing::error(what, error, bound);
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -405,15 +395,15 @@ fn ground_truth_split_through_the_proxy() {
             Some((ns_to_ms(fig(c)?) - truth(c), err))
         })
     };
-    worst_pair(
+    timing::worst_pair(
         "uplink vs truth (ms)",
         pairs(|c| c.st.uplink_ns, |c| c.true_up),
     );
-    worst_pair(
+    timing::worst_pair(
         "downlink vs truth (ms)",
         pairs(|c| c.st.downlink_ns, |c| c.true_down),
     );
-    worst_pair(
+    timing::worst_pair(
         "offset vs +250 ms (ms)",
         pairs(|c| c.st.offset_ns, |_| 250.0),
     );

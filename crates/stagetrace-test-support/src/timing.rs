@@ -19,3 +19,14 @@ pub fn worst(what: &str, errors: impl IntoIterator<Item = f64>, bound: f64) {
     let worst = errors.into_iter().map(f64::abs).fold(0.0, f64::max);
     error(what, worst, bound);
 }
+
+/// Reports the `(error, bound)` pair with the highest |error| / bound (a
+/// per-call bound: the call closest to failing).
+pub fn worst_pair(what: &str, pairs: impl IntoIterator<Item = (f64, f64)>) {
+    let worst = pairs
+        .into_iter()
+        .max_by(|a, b| (a.0.abs() / a.1).total_cmp(&(b.0.abs() / b.1)));
+    if let Some((e, b)) = worst {
+        error(what, e, b);
+    }
+}

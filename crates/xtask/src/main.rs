@@ -7,7 +7,7 @@
 //! package into a venv under `target/py-venv` (`maturin develop`, debug) and
 //! runs its pytest suite.
 //! `cargo xtask timing [--runs N] [--load]` runs every test that compares a
-//! measured time with a truth (the list is [`timing::TESTS`]) N times in a
+//! measured time with a truth (the list is `crates/xtask/src/timing/list.rs`) N times in a
 //! row, optionally beside a busy loop on every core, and prints per test how
 //! many runs passed and the worst error seen against its bound.
 //! `cargo xtask fuzz` runs the parsers' fuzz targets (`crates/stagetrace-fuzz`)
@@ -328,41 +328,7 @@ fn test(extra: &[String]) -> Result<(), String> {
     phases.done("Chromium");
     run(&mut cargo)?;
     phases.done("cargo test --workspace --all-targets (build and run)");
-    // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .envs(cargo_env.clone())
-            .args([
-                "test",
-                "-p",
-                "stagetrace-otlp",
-                "--features",
-                "grpc",
-                "--test",
-                "jaeger",
-            ]),
-    )?;
-    // The NVML sampler sits behind a feature; without a GPU its skip path runs.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .envs(cargo_env)
-            .args([
-                "test",
-                "-p",
-                "stagetrace-experiment",
-                "--features",
-                "nvml",
-                "--lib",
-            ]),
-    )?;
-    // Doctests are not part of --all-targets.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(&root)
-            .args(["test", "--workspace", "--doc"]),
-    )?;
+    feature_and_doc_tests(&root, &cargo_env)?;
     phases.done("the gRPC and NVML features, doctests");
 
     python_tests(&root, &ci)?;
@@ -384,6 +350,47 @@ fn test(extra: &[String]) -> Result<(), String> {
         started.elapsed().as_secs_f64(),
         skipped.len()
     );
+    Ok(())
+}
+
+/// The tests behind features (the gRPC exporter's Jaeger test, the NVML
+/// sampler's skip path) and the doctests, which `--all-targets` leaves out.
+fn feature_and_doc_tests(root: &Path, cargo_env: &[(String, String)]) -> Result<(), String> {
+    // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root)
+            .envs(cargo_env.iter().cloned())
+            .args([
+                "test",
+                "-p",
+                "stagetrace-otlp",
+                "--features",
+                "grpc",
+                "--test",
+                "jaeger",
+            ]),
+    )?;
+    // The NVML sampler sits behind a feature; without a GPU its skip path runs.
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root)
+            .envs(cargo_env.iter().cloned())
+            .args([
+                "test",
+                "-p",
+                "stagetrace-experiment",
+                "--features",
+                "nvml",
+                "--lib",
+            ]),
+    )?;
+    // Doctests are not part of --all-targets.
+    run(
+        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root)
+            .args(["test", "--workspace", "--doc"]),
+    )?;
     Ok(())
 }
 

@@ -1,0 +1,276 @@
+//! The timing tests `cargo xtask timing` runs: every test whose verdict
+//! rests on a measured time against a truth or a bound that load can break.
+
+/// One timing test: where it lives and its exact name.
+#[derive(Debug)]
+pub(crate) struct TimingTest {
+    pub(crate) package: &'static str,
+    /// The `--test` target (a file under the package's `tests/`).
+    pub(crate) target: &'static str,
+    pub(crate) name: &'static str,
+}
+
+const fn t(package: &'static str, target: &'static str, name: &'static str) -> TimingTest {
+    TimingTest {
+        package,
+        target,
+        name,
+    }
+}
+
+/// Every test whose verdict rests on a measured time against a truth or a
+/// bound that load can break: black-box, clock, split, hop, executor,
+/// batching, admission, outage, shutdown and demo tests. A test that only
+/// checks a lower bound (a stage took at least the time injected into it)
+/// is left out: load only makes such a test easier to pass.
+/// `target` "lib" is the package's unit tests (`--lib`); package
+/// `stagetrace-py` with target "pytest" is a pytest node of the Python
+/// package (run in the venv `cargo xtask test` sets up).
+pub(crate) const TESTS: &[TimingTest] = &[
+    t(
+        "stagetrace",
+        "clock_summary",
+        "a_server_clock_that_runs_fast_shows_its_drift_in_the_summary",
+    ),
+    t(
+        "stagetrace",
+        "api",
+        "deadline_figures_without_coordinated_omission",
+    ),
+    t(
+        "stagetrace",
+        "black_box",
+        "the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx",
+    ),
+    t(
+        "stagetrace",
+        "records",
+        "injected_stage_costs_are_measured_within_1ms",
+    ),
+    t(
+        "stagetrace",
+        "windows",
+        "windows_roll_in_order_back_to_back_and_count_their_records",
+    ),
+    t(
+        "stagetrace",
+        "windows",
+        "a_starved_worker_closes_one_window_over_the_stall_and_starts_a_fresh_period",
+    ),
+    t(
+        "stagetrace",
+        "lib",
+        "stamp::tests::calibrated_stamps_agree_with_instant",
+    ),
+    t(
+        "stagetrace-net",
+        "black_box",
+        "http_server_without_timing_splits_at_the_first_byte_within_1ms",
+    ),
+    t(
+        "stagetrace-net",
+        "black_box",
+        "websocket_server_without_timing_splits_at_the_first_byte_within_1ms",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "an_executor_busy_on_every_nth_chunk_shows_exactly_that_wait",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exec_relay",
+    ),
+    t(
+        "stagetrace-net",
+        "executor",
+        "a_blocking_client_for_sync_loops",
+    ),
+    t(
+        "stagetrace-net",
+        "hops",
+        "three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms",
+    ),
+    t(
+        "stagetrace-net",
+        "hops",
+        "drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm",
+    ),
+    t(
+        "stagetrace-net",
+        "http_hops",
+        "http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right",
+    ),
+    t("stagetrace-net", "proxy", "delays_show_up_in_the_roundtrip"),
+    t(
+        "stagetrace-net",
+        "proxy",
+        "bandwidth_limit_paces_a_transfer",
+    ),
+    t(
+        "stagetrace-net",
+        "proxy",
+        "ground_truth_split_through_the_proxy",
+    ),
+    t(
+        "stagetrace-net",
+        "proxy",
+        "trusted_clocks_give_the_injected_split",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "each_call_is_one_trace_across_client_and_server",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "a_silent_servers_black_box_is_labelled_in_jaeger",
+    ),
+    t(
+        "stagetrace-otlp",
+        "jaeger",
+        "jaeger_going_away_costs_the_calls_nothing_and_export_resumes",
+    ),
+    t(
+        "stagetrace-otlp",
+        "shutdown",
+        "two_exporters_and_a_layer_shut_down_within_one_bound_accounting_for_every_record",
+    ),
+    t(
+        "stagetrace-otlp",
+        "shutdown",
+        "a_layer_finishing_then_dropping_its_exporter_waits_one_bound",
+    ),
+    t(
+        "stagetrace-otlp",
+        "shutdown",
+        "a_slow_collector_gets_no_new_batch_after_the_deadline",
+    ),
+    t(
+        "stagetrace-otlp",
+        "collector",
+        "a_collector_that_never_answers_does_not_block_the_caller",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "ground_truth_skew_250_uplink_20_downlink_5",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "trusted_clocks_without_skew_give_the_injected_split",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "server_clock_step_is_detected_and_no_stage_goes_wild",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_e2e",
+        "http_transport_traces_the_same_stages",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_hops",
+        "gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_fleet",
+        "two_robots_in_prometheus_and_jaeger_the_slow_one_stands_out",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_otlp_shutdown",
+        "demo_with_a_silent_collector_ends_within_its_bound_and_accounts_for_every_record",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "inference_concurrency_ramp_moves_queue_or_infer_first",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "payload_ramp_moves_uplink_first",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
+        "client_pause_with_flat_stages_names_the_gap",
+    ),
+    t(
+        "stagetrace-experiment",
+        "split_ground_truth",
+        "big_uplink_frames_through_a_tbf_bottleneck_split_within_1ms_of_the_truth",
+    ),
+    t(
+        "stagetrace-experiment",
+        "split_ground_truth",
+        "an_asymmetric_latency_stays_inside_a_bound_no_wider_than_today",
+    ),
+    t(
+        "stagetrace-experiment",
+        "kernel_bottleneck",
+        "a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it",
+    ),
+    t(
+        "stagetrace-experiment",
+        "command_target",
+        "command_target_net_ramp_names_uplink",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "admission",
+        "admission_bounds_p99_of_admitted_calls_and_sheds_the_rest",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "admission",
+        "http_admission_sheds_a_full_queue_with_503_and_reports_the_wait_as_queue",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "batch_all_in",
+        "three_robots_and_max_batch_six_run_as_soon_as_all_three_are_in",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "batching",
+        "batching_batches_every_call_and_records_show_queue_vs_infer",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "cache",
+        "repeated_inputs_hit_the_cache_with_unchanged_outputs",
+    ),
+    t(
+        "stagetrace-mitigate",
+        "executor",
+        "a_stale_action_is_dropped_counted_and_flagged_on_its_record",
+    ),
+    t("stagetrace-py", "pytest", "tests/test_executor.py::test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait[direct]"),
+    t("stagetrace-py", "pytest", "tests/test_executor.py::test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait[python-relay]"),
+    t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_rust_server"),
+    t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_python_server"),
+    t("stagetrace-py", "pytest", "tests/test_server.py::test_in_thread_serves_two_clients_concurrently"),
+];
