@@ -47,6 +47,10 @@ impl Default for FilterConfig {
 const MAX_DRIFT_PPM: f64 = 500.0;
 /// Floor on the drift-rate uncertainty once drift is estimated, ppm.
 const MIN_DRIFT_ERR_PPM: f64 = 2.0;
+/// The noise of one θ at the path's floor, ns: clock reads and stamp
+/// placement. It keeps the drift fit's weights finite and a floor sample
+/// from counting infinitely more than one a few µs above it.
+const THETA_NOISE_NS: f64 = 20_000.0;
 /// Buckets needed before drift is estimated.
 const MIN_DRIFT_POINTS: usize = 5;
 /// Time span the drift buckets must cover before drift is estimated, s.
@@ -105,9 +109,10 @@ pub struct OffsetEstimate {
     /// Frequency error (server clock rate − client clock rate), ppm, once
     /// enough samples span enough time.
     pub drift_ppm: Option<f64>,
-    /// ± bound on `drift_ppm`: the regression's standard error times the
-    /// Student-t factor that gives ± 3σ's coverage with that few buckets
-    /// (9.2 with 5, 4.3 with 10, 3.0 with many), at least 2 ppm.
+    /// ± bound on `drift_ppm`: the larger of the weighted fit's standard
+    /// error times the Student-t factor that gives ± 3σ's coverage with
+    /// that few buckets (9.2 with 5, 4.3 with 10, 3.0 with many) and the
+    /// worst tilt the samples' excess delays allow; at least 2 ppm.
     pub drift_err_ppm: Option<f64>,
     /// True when the estimate rests on the current sample alone because it
     /// disagrees with the window (a suspected clock step not yet confirmed).
@@ -289,48 +294,64 @@ impl OffsetFilter {
         }
     }
 
-    /// Frequency error by least squares of θ over time on the buckets' low-δ
-    /// samples: (slope as a fraction, its ± bound: the standard error times
-    /// [`coverage_factor`] of the fit's degrees of freedom).
+    /// Frequency error by weighted least squares of θ over time on the
+    /// buckets' minimum-δ samples: (slope as a fraction, its ± bound).
+    ///
+    /// Why weighted by the excess delay, not cut at a multiple of the best
+    /// δ: a sample's θ is off the true offset by half the difference of its
+    /// two one-way delays. At the path's minimum both are at their floor, so
+    /// the error is a constant (the path's fixed asymmetry) that does not
+    /// tilt the line; what tilts it is the delay a sample carries *above* the
+    /// floor, `e = δ − δmin`, which bounds its θ error by `e/2`. A cut at
+    /// `2·δmin` lets a 10 ms path's samples in with 10 ms of queueing on one
+    /// side (a loaded host), so each is weighted by `1 / (e/2 + σ)²` instead:
+    /// a floor sample counts fully, one that waited 1 ms counts ~2500× less.
+    ///
+    /// The bound is the larger of two: the fit's standard error times
+    /// [`coverage_factor`] (the stamps' random noise), and the worst case of
+    /// every sample's θ off by its full `e/2` in the direction that tilts
+    /// the slope most (`Σ |∂slope/∂θᵢ| · eᵢ/2`), which holds however a
+    /// loaded host delays one side.
     fn drift(&self) -> Option<(f64, f64)> {
-        let min_delta = self
-            .buckets
-            .iter()
-            .map(|(_, s)| s.delta)
-            .fold(f64::INFINITY, f64::min);
-        // "Low δ": within twice the best plus 100 µs.
-        let cut = 2.0 * min_delta + 100_000.0;
-        let pts = || {
-            self.buckets
-                .iter()
-                .map(|(_, s)| s)
-                .filter(|s| s.delta <= cut)
-        };
+        let pts = || self.buckets.iter().map(|(_, s)| s);
         let n = pts().count();
         let newest = self.buckets.back()?.1.at;
         let first = pts().next()?.at;
         if n < MIN_DRIFT_POINTS || diff(newest, first) / 1e9 < MIN_DRIFT_SPAN_S {
             return None;
         }
-        let nf = n as f64;
-        let (sx, sy) = pts().fold((0.0, 0.0), |(sx, sy), s| {
-            (sx + diff(s.at, newest), sy + s.theta)
+        let min_delta = pts().map(|s| s.delta).fold(f64::INFINITY, f64::min);
+        let excess = |s: &Sample| (s.delta - min_delta).max(0.0);
+        // The floor sample's own θ noise: at least the stamps' noise, and
+        // when the buckets' minima sit far apart (few calls per bucket, a
+        // path that never reaches its floor), half their median excess.
+        let mut excesses: Vec<f64> = pts().map(excess).collect();
+        excesses.sort_by(f64::total_cmp);
+        let floor_noise = (excesses[excesses.len() / 2] / 2.0).max(THETA_NOISE_NS);
+        let weight = |s: &Sample| (excess(s) / 2.0 + floor_noise).powi(-2);
+        let x = |s: &Sample| diff(s.at, newest);
+        let (sw, swx, swy) = pts().fold((0.0, 0.0, 0.0), |(sw, swx, swy), s| {
+            let w = weight(s);
+            (sw + w, swx + w * x(s), swy + w * s.theta)
         });
-        let (mx, my) = (sx / nf, sy / nf);
+        let (mx, my) = (swx / sw, swy / sw);
         let (sxx, sxy) = pts().fold((0.0, 0.0), |(sxx, sxy), s| {
-            let dx = diff(s.at, newest) - mx;
-            (sxx + dx * dx, sxy + dx * (s.theta - my))
+            let (w, dx) = (weight(s), x(s) - mx);
+            (sxx + w * dx * dx, sxy + w * dx * (s.theta - my))
         });
         if sxx <= 0.0 {
             return None;
         }
         let slope = sxy / sxx;
         let rss = pts().fold(0.0, |acc, s| {
-            let r = s.theta - (my + slope * (diff(s.at, newest) - mx));
-            acc + r * r
+            let r = s.theta - (my + slope * (x(s) - mx));
+            acc + weight(s) * r * r
         });
-        let stderr = (rss / (nf - 2.0) / sxx).sqrt();
-        let bound = coverage_factor(n - 2) * stderr;
+        let statistical = coverage_factor(n - 2) * (rss / (n as f64 - 2.0) / sxx).sqrt();
+        let worst_case = pts().fold(0.0, |acc, s| {
+            acc + (weight(s) * (x(s) - mx) / sxx).abs() * excess(s) / 2.0
+        });
+        let bound = statistical + worst_case;
         (slope.is_finite() && slope.abs() <= MAX_DRIFT_PPM * 1e-6).then_some((slope, bound))
     }
 
