@@ -18,9 +18,13 @@ pub enum Spin {
     /// core away for a whole scheduler slice; use this when nothing else of
     /// the caller's own traffic needs the core while one stage spins.
     Hot,
-    /// Busy-wait and yield the core on every round, so threads that share
-    /// the core (other stages of the same pipeline) keep running, at the
-    /// price of an occasional late wake-up.
+    /// Leave the core to threads that share it (other stages of the same
+    /// pipeline, an experiment's CPU load) for all but the last
+    /// [`HOT_TAIL`]: short sleeps on the OS's high-resolution timer, then a
+    /// hot spin. Not `sched_yield` in a loop: beside a CPU-bound thread one
+    /// yield hands the core away for a whole scheduler slice (1.5–3 ms),
+    /// which stretched a simulated 8 ms model to 11.5 ms on a loaded
+    /// machine, while a thread woken from a sleep is run at once.
     Yielding,
 }
 
@@ -31,12 +35,25 @@ pub fn ms(v: f64) -> Duration {
     Duration::try_from_secs_f64(v.max(0.0) / 1e3).unwrap_or(Duration::MAX)
 }
 
-/// Busy-waits until `deadline` (returns at once if it has passed).
+/// The part of a [`Spin::Yielding`] wait spent spinning: more than the OS
+/// timer's usual lateness (its 50 µs slack plus the wake-up), so the last
+/// sleep ends before the deadline.
+pub const HOT_TAIL: Duration = Duration::from_micros(150);
+
+/// Waits until `deadline` without a timer's lateness (returns at once if it
+/// has passed): a busy-wait, or for [`Spin::Yielding`] short sleeps until
+/// [`HOT_TAIL`] before it and a busy-wait for the rest.
 pub fn spin_until(deadline: Instant, spin: Spin) {
-    while Instant::now() < deadline {
-        std::hint::spin_loop();
-        if spin == Spin::Yielding {
-            std::thread::yield_now();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        if spin == Spin::Yielding && left > HOT_TAIL {
+            std::thread::sleep(left - HOT_TAIL);
+        } else {
+            std::hint::spin_loop();
         }
     }
 }
