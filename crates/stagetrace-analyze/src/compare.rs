@@ -6,9 +6,11 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::analysis::{group_data, inputs_of, GroupData, Inputs, ALL_KINDS};
+use stagetrace_schema::Figure;
+
+use crate::analysis::{group_data, inputs_of, min_cost_ms, GroupData, Inputs, ALL_KINDS};
 use crate::figures;
-use crate::format::fmt_ms;
+use crate::format::{fmt_ms, signed_ms};
 use crate::load::{Dataset, HopFig};
 use crate::stats;
 
@@ -79,15 +81,29 @@ pub struct Row {
     pub before: f64,
     /// Value after (ms).
     pub after: f64,
-    /// Change in percent (`+20.0` = 20 % slower).
+    /// `%` (a duration: the change as a ratio) or `ms` (a signed figure,
+    /// `late` or a clock offset: the change as a difference, since a ratio
+    /// of values that cross zero means nothing).
+    pub unit: &'static str,
+    /// Change in percent (`+20.0` = 20 % slower); `null` for `ms` rows.
     pub delta_pct: f64,
-    /// 95 % bootstrap interval of the change, percent.
+    /// 95 % bootstrap interval of the change, percent; `null` for `ms` rows.
     pub ci_pct: [f64; 2],
+    /// Change in ms (`after − before`), every row.
+    pub delta_ms: f64,
+    /// 95 % bootstrap interval of the difference (ms); `ms` rows only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ci_ms: Option<[f64; 2]>,
+    /// The smallest change that counts (ms): the report's floor, 1 % of the
+    /// first run's e2e median and at least 0.01 ms. A change below it is
+    /// never significant, however small its p-value.
+    pub min_effect_ms: f64,
     /// p-value: Mann–Whitney for `p50`, bootstrap for the other quantiles.
     pub p: f64,
     /// `mann_whitney` or `bootstrap`.
     pub test: &'static str,
-    /// Significant after Holm's correction over all rows at [`COMPARE_ALPHA`].
+    /// Significant after Holm's correction over all rows at [`COMPARE_ALPHA`],
+    /// its interval clear of "no change", and at least `min_effect_ms`.
     pub significant: bool,
 }
 
@@ -138,18 +154,23 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
         let Some(a) = ga.iter().find(|a| a.kind == b.kind) else {
             continue;
         };
+        let floor = min_cost_ms(stats::quantile(b.sorted(Figure::E2e), 0.5));
         let mut rows = Vec::new();
         for m in figures::read() {
-            let seed = seed ^ m.index() as u64;
+            let side = Side {
+                xs: b.sorted(m),
+                ys: a.sorted(m),
+                signed: m.is_signed(),
+                floor,
+            };
             rows.extend(rows_of(
                 m.name(),
-                b.sorted(m),
-                a.sorted(m),
-                seed,
+                &side,
+                seed ^ m.index() as u64,
                 &mut pvals,
             ));
         }
-        let hops = hop_rows(b, a, seed, &mut pvals);
+        let hops = hop_rows(b, a, seed, floor, &mut pvals);
         groups.push(GroupComparison {
             kind: b.kind.clone(),
             before_n: b.calls.len() as u64,
@@ -168,11 +189,15 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
             .iter_mut()
             .chain(hops.iter_mut().flat_map(|h| h.rows.iter_mut()));
         for r in all {
-            r.significant = sig.get(k).copied().unwrap_or(false);
-            // A significant test whose interval still straddles "no change" is shown as noise.
-            if r.significant && r.ci_pct[0] <= 0.0 && r.ci_pct[1] >= 0.0 && r.test == "bootstrap" {
-                r.significant = false;
-            }
+            // A significant test whose interval still straddles "no change",
+            // or a change too small to matter, is shown as noise.
+            let straddles = match r.ci_ms {
+                Some([lo, hi]) => lo <= 0.0 && hi >= 0.0,
+                None => r.ci_pct[0] <= 0.0 && r.ci_pct[1] >= 0.0,
+            };
+            r.significant = sig.get(k).copied().unwrap_or(false)
+                && !(straddles && r.test == "bootstrap")
+                && r.delta_ms.abs() >= r.min_effect_ms;
             significant += u64::from(r.significant);
             k += 1;
         }
@@ -187,21 +212,47 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
     }
 }
 
+/// One figure's values on both sides, and how to compare them.
+struct Side<'a> {
+    xs: &'a [f32],
+    ys: &'a [f32],
+    /// A figure that can be negative: compared as a difference.
+    signed: bool,
+    /// The smallest change that counts (ms).
+    floor: f64,
+}
+
 /// The p50 / p90 / p99 rows of one figure (none below two values a side),
 /// their p-values pushed to `pvals` in row order.
-fn rows_of(
-    stage: &'static str,
-    xs: &[f32],
-    ys: &[f32],
-    seed: u64,
-    pvals: &mut Vec<f64>,
-) -> Vec<Row> {
+fn rows_of(stage: &'static str, side: &Side<'_>, seed: u64, pvals: &mut Vec<f64>) -> Vec<Row> {
+    let (xs, ys) = (side.xs, side.ys);
     let mut rows = Vec::new();
     if xs.len() < 2 || ys.len() < 2 {
         return rows;
     }
     for (stat, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
-        let Some(r) = stats::quantile_ratio(xs, ys, q, seed) else {
+        let change = if side.signed {
+            stats::quantile_diff(xs, ys, q, seed).map(|d| Change {
+                before: d.before,
+                after: d.after,
+                pct: [f64::NAN; 3],
+                ci_ms: Some([d.lo, d.hi]),
+                p: d.p,
+            })
+        } else {
+            stats::quantile_ratio(xs, ys, q, seed).map(|r| Change {
+                before: r.before,
+                after: r.after,
+                pct: [
+                    100.0 * (r.ratio - 1.0),
+                    100.0 * (r.lo - 1.0),
+                    100.0 * (r.hi - 1.0),
+                ],
+                ci_ms: None,
+                p: r.p,
+            })
+        };
+        let Some(c) = change else {
             continue;
         };
         let (p, test) = if stat == "p50" {
@@ -210,16 +261,20 @@ fn rows_of(
                 "mann_whitney",
             )
         } else {
-            (r.p, "bootstrap")
+            (c.p, "bootstrap")
         };
         pvals.push(p);
         rows.push(Row {
             stage,
             stat,
-            before: r.before,
-            after: r.after,
-            delta_pct: 100.0 * (r.ratio - 1.0),
-            ci_pct: [100.0 * (r.lo - 1.0), 100.0 * (r.hi - 1.0)],
+            before: c.before,
+            after: c.after,
+            unit: if side.signed { "ms" } else { "%" },
+            delta_pct: c.pct[0],
+            ci_pct: [c.pct[1], c.pct[2]],
+            delta_ms: c.after - c.before,
+            ci_ms: c.ci_ms,
+            min_effect_ms: side.floor,
             p,
             test,
             significant: false,
@@ -228,9 +283,25 @@ fn rows_of(
     rows
 }
 
+/// One quantile's change, as a ratio or a difference.
+struct Change {
+    before: f64,
+    after: f64,
+    /// Change, interval low, interval high, percent (NaN for a difference).
+    pct: [f64; 3],
+    ci_ms: Option<[f64; 2]>,
+    p: f64,
+}
+
 /// The rows of the links both runs have (the same path: link `n` is the
 /// same hop on both sides).
-fn hop_rows(b: &GroupData, a: &GroupData, seed: u64, pvals: &mut Vec<f64>) -> Vec<HopRows> {
+fn hop_rows(
+    b: &GroupData,
+    a: &GroupData,
+    seed: u64,
+    floor: f64,
+    pvals: &mut Vec<f64>,
+) -> Vec<HopRows> {
     let links = b.hop_sorted.len().min(a.hop_sorted.len());
     let names = crate::analysis::hop_nodes(links);
     (0..links)
@@ -239,8 +310,13 @@ fn hop_rows(b: &GroupData, a: &GroupData, seed: u64, pvals: &mut Vec<f64>) -> Ve
             for fig in [HopFig::Up, HopFig::Down, HopFig::Net, HopFig::Relay] {
                 // Seeds apart from the stages' (their figure indices are small).
                 let seed = seed ^ (0x4000 + (l * 8 + fig.index()) as u64);
-                let (xs, ys) = (b.hop_sorted(l, fig), a.hop_sorted(l, fig));
-                rows.extend(rows_of(fig.name(), xs, ys, seed, pvals));
+                let side = Side {
+                    xs: b.hop_sorted(l, fig),
+                    ys: a.hop_sorted(l, fig),
+                    signed: false,
+                    floor,
+                };
+                rows.extend(rows_of(fig.name(), &side, seed, pvals));
             }
             HopRows {
                 link: l + 1,
@@ -300,13 +376,18 @@ fn digests(before: &Dataset, after: &Dataset) -> DigestCheck {
 }
 
 fn row_line(s: &mut String, label: &str, width: usize, r: &Row) {
-    let delta = if r.significant {
-        format!(
+    let delta = match (r.significant, r.ci_ms) {
+        (false, _) => "~".to_string(),
+        (true, Some([lo, hi])) => format!(
+            "{} [{} {}]",
+            signed_ms(r.delta_ms),
+            signed_ms(lo),
+            signed_ms(hi)
+        ),
+        (true, None) => format!(
             "{:+.1}% [{:+.1}% {:+.1}%]",
             r.delta_pct, r.ci_pct[0], r.ci_pct[1]
-        )
-    } else {
-        "~".to_string()
+        ),
     };
     let _ = writeln!(
         s,
@@ -336,8 +417,9 @@ pub fn text(c: &Comparison) -> String {
     for g in &c.groups {
         let _ = writeln!(
             s,
-            "\nkind \"{}\" (n = {} before, {} after; p50 by Mann–Whitney, p90/p99 by bootstrap; Holm-corrected, α = {COMPARE_ALPHA})",
-            g.kind, g.before_n, g.after_n
+            "\nkind \"{}\" (n = {} before, {} after; p50 by Mann–Whitney, p90/p99 by bootstrap; Holm-corrected, α = {COMPARE_ALPHA}; `~` also below {}: too small to matter)",
+            g.kind, g.before_n, g.after_n,
+            g.rows.first().map_or_else(|| "—".to_string(), |r| fmt_ms(r.min_effect_ms))
         );
         let _ = writeln!(
             s,

@@ -114,10 +114,14 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
         iso_time(g.end_unix_ms)
     );
     let mut rate = Vec::new();
-    if let Some(hz) = g.rate.effective_hz {
+    let merged_robots = !g.robots.is_empty();
+    if merged_robots {
+        // Interleaved robots make neither a rate nor a jitter.
+        rate.push("rate and completion jitter per robot (below)".to_string());
+    } else if let Some(hz) = g.rate.effective_hz {
         rate.push(format!("{hz:.1} Hz effective"));
     }
-    if let Some(j) = &g.rate.jitter {
+    if let (false, Some(j)) = (merged_robots, &g.rate.jitter) {
         rate.push(format!(
             "completion jitter |Δ²t| p50 {} p99 {}",
             fmt_ms(j.p50),
@@ -249,9 +253,10 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
                 )
             })
             .collect();
+        let who = r.robot.as_ref().map_or(String::new(), |n| format!(" {n}"));
         let _ = writeln!(
             s,
-            "    seq {:<8} {}  e2e {:>10}  {}",
+            "    seq {:<8}{who} {}  e2e {:>10}  {}",
             r.seq,
             r.time,
             fmt_ms(r.e2e_ms),
@@ -270,9 +275,12 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
         for p in &g.periodicity {
             match p.period_s {
                 Some(period) => {
+                    let calls = p
+                        .period_calls
+                        .map_or(String::new(), |n| format!(" = every {n} calls"));
                     let _ = writeln!(
                         s,
-                        "    {:<10} {} spikes, period {:.2} s (autocorrelation {:.2} ≥ {:.2}, {:.0}% of intervals on period)",
+                        "    {:<10} {} spikes, period {:.2} s{calls} (autocorrelation {:.2}, threshold {:.2}; {:.0}% of intervals on period)",
                         p.stage, p.spikes, period, p.acf, p.acf_threshold, 100.0 * p.isi_on_period
                     );
                 }
@@ -284,6 +292,24 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
                     );
                 }
             }
+        }
+    }
+    if !g.modes.is_empty() {
+        let _ = writeln!(s, "\n  shapes (second modes, not spikes):");
+        for m in &g.modes {
+            let _ = writeln!(
+                s,
+                "    {:<10} bimodal: {:.1}% of the calls {} above its median of {}{}",
+                m.stage,
+                100.0 * m.share,
+                fmt_ms(m.excess_ms),
+                fmt_ms(m.median_ms),
+                if m.matters {
+                    " (a tenth of the call or more: see the verdict)"
+                } else {
+                    " (small against the call: a shape, not a fault)"
+                }
+            );
         }
     }
     if let Some(gp) = &g.gap {

@@ -139,8 +139,14 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     }
     let mut a = analysis::analyze(&run, baseline.as_ref(), &opts);
     analysis::per_robot(&mut a, &robots, &opts);
-    // Runs that share a directory are said to be pooled, in the report itself.
-    for (what, paths) in [("run", &args.files), ("baseline", &args.baseline)] {
+    // Runs that share a directory are said to be pooled, in the report
+    // itself; with --per-robot pooling the robots is the point.
+    let pooled_inputs = if args.per_robot {
+        Vec::new()
+    } else {
+        vec![("run", &args.files), ("baseline", &args.baseline)]
+    };
+    for (what, paths) in pooled_inputs {
         let runs = input::pooled_runs(paths);
         if !runs.is_empty() {
             a.report

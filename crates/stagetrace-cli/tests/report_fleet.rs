@@ -116,6 +116,84 @@ fn identical_robots_get_no_robot_verdict() {
     assert_eq!(json["groups"][0]["robots"].as_object().unwrap().len(), 3);
 }
 
+/// Issue 22 item 7: pooling the robots is the point, so no pooling warning;
+/// rate and jitter per robot, never across the merged robots (three robots
+/// at 50 Hz each are not one at 150 Hz); each listed outlier names its robot.
+#[test]
+fn per_robot_rates_and_outliers_name_their_robot_without_a_pooling_warning() {
+    let root = tempfile::tempdir().unwrap();
+    let dirs = fleet(
+        root.path(),
+        &[("arm-1", 81, 1.0), ("arm-2", 82, 1.0), ("arm-3", 83, 1.3)],
+    );
+    // Two runs in one robot's directory: pooled, and said only without
+    // --per-robot.
+    let extra = Scenario {
+        seed: 84,
+        calls: 200,
+        ..Scenario::default()
+    };
+    gen::write(&dirs[0].join("records-arm-1-second.jsonl"), &extra);
+    // arm-2's uplink spikes on 2 % of its calls: the outliers to list.
+    let spiky = Scenario {
+        seed: 82,
+        calls: 1500,
+        stage_spikes: Some(("uplink", 0.02, 10.0)),
+        ..Scenario::default()
+    };
+    gen::write(&dirs[1].join("records-arm-2-run.jsonl"), &spiky);
+    let out = report(&dirs, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    eprintln!("{text}");
+    assert!(!stderr(&out).contains("pools"), "{}", stderr(&out));
+    assert!(
+        text.contains("rate and completion jitter per robot (below)"),
+        "{text}"
+    );
+    assert!(!text.contains("Hz effective"), "{text}");
+    let hz_row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Hz "))
+        .unwrap_or_else(|| panic!("no Hz row: {text}"));
+    let hz: Vec<f64> = hz_row
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    assert_eq!(hz.len(), 3, "{hz_row}");
+    // arm-1 holds two runs: its rate is over both; arm-2 and arm-3 call at 50 Hz.
+    assert!(
+        (hz[1] - 50.0).abs() < 0.05 && (hz[2] - 50.0).abs() < 0.05,
+        "{hz_row}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&report(&dirs, &["--json"]).stdout).unwrap();
+    let rounds = json["groups"][0]["outliers"]["rounds"].as_array().unwrap();
+    assert!(!rounds.is_empty(), "{json}");
+    // arm-2's uplink spikes, and arm-3's slowest infers past the merged
+    // threshold: every round says whose it is.
+    assert!(
+        rounds
+            .iter()
+            .all(|r| matches!(r["robot"].as_str(), Some("arm-2" | "arm-3"))),
+        "{rounds:?}"
+    );
+    assert!(
+        rounds
+            .iter()
+            .filter(|r| r["robot"] == "arm-2")
+            .all(|r| r["stages"][0]["stage"] == "uplink"),
+        "{rounds:?}"
+    );
+    assert!(text.contains(" arm-2 2025-"), "{text}");
+    // Without --per-robot the same directories are one pooled run, said so.
+    let mut args = vec!["report"];
+    args.extend(dirs.iter().map(|d| p(d)));
+    let pooled = stagetrace(&args);
+    assert!(stderr(&pooled).contains("pools"), "{}", stderr(&pooled));
+}
+
 #[test]
 fn a_fleet_needs_two_distinctly_named_robots() {
     let root = tempfile::tempdir().unwrap();

@@ -270,35 +270,51 @@ struct LoopCall {
 }
 
 /// The lateness each call must get, by the documented rule (`docs/stages.md`,
-/// deadlines): ticks are `origin + k·period` from the first call's start; a
-/// call serves the later of the tick after the previous call's and the last
-/// tick at or before its start, and is late by its end − (its tick + period).
-/// The layer stamps a call between the test's two stamps of each end, so its
-/// lateness lies in the returned range (ms); also the ticks skipped.
+/// deadlines): ticks are `origin + k·period` from the first call's start,
+/// moved earlier when a paced call (started more than 1 ms after the previous
+/// one ended) starts less than half a period before its due tick; a call
+/// serves the last tick at or before its start, and is late by its end −
+/// (its tick + period); ticks no call started in are skipped. The layer
+/// stamps a call between the test's two stamps of each end, so the origin
+/// lies in a range and each lateness in the returned range (ms); also the
+/// ticks skipped.
 fn true_lateness_ms(calls: &[LoopCall], period: Duration) -> Vec<((f64, f64), u64)> {
-    let p = period.as_nanos();
-    let ms_since = |a: Instant, b: Instant| {
-        if b >= a {
-            b.duration_since(a).as_secs_f64() * 1e3
+    let p = period.as_nanos() as f64;
+    // ns since the test's first stamp.
+    let t0 = calls[0].before_open;
+    let ns = |a: Instant| {
+        if a >= t0 {
+            a.duration_since(t0).as_nanos() as f64
         } else {
-            -(a.duration_since(b).as_secs_f64() * 1e3)
+            -(t0.duration_since(a).as_nanos() as f64)
         }
     };
-    let (origin_early, origin_late) = (calls[0].before_open, calls[0].after_open);
+    let (mut lo, mut hi) = (ns(calls[0].before_open), ns(calls[0].after_open));
     let mut last: Option<u64> = None;
+    let mut prev_end: Option<Instant> = None;
     calls
         .iter()
         .map(|c| {
-            let floor = (c.before_open.duration_since(origin_early).as_nanos() / p) as u64;
-            let (tick, skipped) = match last {
-                Some(l) if floor > l + 1 => (floor, floor - l - 1),
-                Some(l) => (l + 1, 0),
-                None => (floor, 0),
+            let paced = prev_end.is_some_and(|e| c.before_open > e + Duration::from_millis(1));
+            if let (true, Some(l)) = (paced, last) {
+                let due = (l + 1) as f64 * p;
+                for (origin, start) in [(&mut lo, ns(c.before_open)), (&mut hi, ns(c.after_open))] {
+                    let early = *origin + due - start;
+                    if early > 0.0 && early < p / 2.0 {
+                        *origin -= early;
+                    }
+                }
+            }
+            prev_end = Some(c.after_close);
+            let floor = ((ns(c.before_open) - lo) / p).floor().max(0.0) as u64;
+            let skipped = match last {
+                Some(l) if floor > l + 1 => floor - l - 1,
+                _ => 0,
             };
-            last = Some(tick);
-            let deadline_ms = (tick + 1) as f64 * period.as_secs_f64() * 1e3;
-            let least = ms_since(origin_late, c.before_close) - deadline_ms;
-            let most = ms_since(origin_early, c.after_close) - deadline_ms;
+            last = Some(last.map_or(floor, |l| l.max(floor)));
+            let deadline = (floor + 1) as f64 * p;
+            let least = (ns(c.before_close) - hi - deadline) / 1e6;
+            let most = (ns(c.after_close) - lo - deadline) / 1e6;
             ((least, most), skipped)
         })
         .collect()

@@ -15,6 +15,7 @@ use serde_json::json;
 use stagetrace_schema::Figure;
 
 use super::baseline::vs_baseline;
+use super::group::rate_of;
 use super::moves::{fmt_p, moves_of, Context};
 use super::options::{min_cost_ms, AnalyzeOptions, MIN_N};
 use super::report::{RobotInput, RobotStage, RobotStages, StageVsBaseline, Verdict, ALL_KINDS};
@@ -86,13 +87,27 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
                     })
                 })
                 .collect();
+            let calls: Vec<u32> = g
+                .calls
+                .iter()
+                .copied()
+                .filter(|&i| owner.get(i as usize) == Some(&(r as u32)))
+                .collect();
             report.robots.insert(
                 robot.name.clone(),
                 RobotStages {
                     steady: split[r][Figure::E2e.index()].len() as u64,
+                    rate: rate_of(ds, &calls),
                     stages,
                 },
             );
+        }
+        // Each listed outlier round says whose call it was.
+        for round in &mut report.outliers.rounds {
+            round.robot = owner
+                .get(round.index)
+                .and_then(|&o| robots.get(o as usize))
+                .map(|r| r.name.clone());
         }
         // The pooled group repeats its kinds' verdicts; it gets none.
         if g.kind == ALL_KINDS {

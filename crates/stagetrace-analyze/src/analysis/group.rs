@@ -174,8 +174,15 @@ pub(super) fn mitigations(
 
 /// Call rate, completion jitter and deadlines of a group.
 pub(super) fn rate(ds: &Dataset, g: &GroupData) -> Rate {
-    let n = g.calls.len();
-    let effective_hz = match (g.calls.first(), g.calls.last()) {
+    rate_of(ds, &g.calls)
+}
+
+/// Call rate, completion jitter and deadlines of some calls (indices into
+/// `ds`, in time order): a group's, or one robot's of a fleet — never the
+/// merged robots', whose interleaved calls make neither a rate nor a jitter.
+pub(super) fn rate_of(ds: &Dataset, calls: &[u32]) -> Rate {
+    let n = calls.len();
+    let effective_hz = match (calls.first(), calls.last()) {
         (Some(&a), Some(&b)) if n > 1 => {
             let span = ds.ts[b as usize] - ds.ts[a as usize];
             (span > 0.0).then(|| (n - 1) as f64 / (span / 1000.0))
@@ -183,8 +190,7 @@ pub(super) fn rate(ds: &Dataset, g: &GroupData) -> Rate {
         _ => None,
     };
     let e2e = &ds.columns[Figure::E2e.index()];
-    let mut done: Vec<f64> = g
-        .calls
+    let mut done: Vec<f64> = calls
         .iter()
         .map(|&i| ds.ts[i as usize] + f64::from(e2e[i as usize]))
         .collect();
@@ -196,7 +202,7 @@ pub(super) fn rate(ds: &Dataset, g: &GroupData) -> Rate {
     stats::sort_f32(&mut d2);
     let jitter = Summary::of_sorted(&d2);
     let (mut with, mut misses) = (0u64, 0u64);
-    for &i in &g.calls {
+    for &i in calls {
         let f = ds.flags[i as usize];
         if f & F_HAS_DEADLINE != 0 {
             with += 1;
@@ -205,7 +211,13 @@ pub(super) fn rate(ds: &Dataset, g: &GroupData) -> Rate {
             }
         }
     }
-    let late = Summary::of_sorted(g.sorted(Figure::Late));
+    let mut late: Vec<f32> = calls
+        .iter()
+        .filter_map(|&i| ds.value(Figure::Late, i as usize))
+        .map(|v| v as f32)
+        .collect();
+    stats::sort_f32(&mut late);
+    let late = Summary::of_sorted(&late);
     let deadline = (with > 0 || late.is_some()).then(|| Deadline {
         calls: with,
         misses,

@@ -16,6 +16,8 @@ mod options;
 mod outliers;
 mod periodicity;
 mod report;
+mod shape;
+mod thresholds;
 mod verdict;
 
 use std::collections::BTreeMap;
@@ -23,7 +25,6 @@ use std::collections::BTreeMap;
 use stagetrace_schema::Figure;
 
 use crate::figures;
-use crate::format::fmt_ms;
 use crate::load::Dataset;
 use crate::stats::{self, Summary};
 
@@ -33,20 +34,23 @@ pub use hops::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::{
     Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
-    Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, StageVsBaseline,
-    Verdict, ALL_KINDS, REPORT_SCHEMA,
+    Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, SecondMode,
+    StageVsBaseline, Verdict, ALL_KINDS, REPORT_SCHEMA,
 };
 
 pub(crate) use group::inputs_of;
 pub(crate) use hops::nodes as hop_nodes;
+pub(crate) use options::min_cost_ms;
 
 use baseline::vs_baseline;
 use gap::gap;
 use group::{mitigations, rate};
 use moves::Context;
-use options::{min_cost_ms, MIN_N};
+use options::spike_floor_ms;
 use outliers::outliers;
-use periodicity::periodicity;
+use periodicity::periodicities;
+use shape::second_modes;
+use thresholds::{thresholds, Thresholds};
 use verdict::{verdict_order, verdicts};
 
 /// A report plus what the renderers need to draw it.
@@ -141,83 +145,29 @@ fn analyze_group(
             }
         }
     }
-    // A value stands out above median + k·σ of the reference (the baseline
-    // when given, and then above its p99 too), and by at least what matters
-    // next to the call. Without a baseline no percentile of the same data
-    // serves: frequent spikes would set it and hide themselves. A figure
-    // whose median is past the baseline's threshold moved as a whole: the
-    // run's own median and spread serve for it, so the list holds the calls
-    // that stand out of the shifted run rather than every call.
     let e2e_ref = base.map_or(g.sorted(Figure::E2e), |b| b.sorted(Figure::E2e));
-    let floor = min_cost_ms(stats::quantile(e2e_ref, 0.5));
-    let robust = |xs: &[f32]| {
-        let (med, mad) = stats::median_mad(xs);
-        let sigma = (1.4826 * mad).max(1e-3 * med.abs()).max(1e-3);
-        (med, med + (opts.outlier_k * sigma).max(floor))
-    };
-    let mut thresholds = BTreeMap::new();
-    let mut shifted = BTreeMap::new();
-    for m in analysed() {
-        let run = g.sorted(m);
-        let reference = base.map_or(run, |b| b.sorted(m));
-        if reference.len() < MIN_N || run.is_empty() {
-            continue;
-        }
-        let (med, mut thr) = robust(reference);
-        if base.is_some() {
-            thr = thr.max(stats::quantile(reference, 0.99));
-            // Moved as a whole: its median shifted by what matters (the
-            // shape test, per kind), or past the threshold (pooled kinds).
-            let shift = match vs.get(m.name()) {
-                Some(v) => (v.shape == "median_shift" && v.shift.estimate >= floor)
-                    .then_some(v.shift.estimate),
-                None => {
-                    let run_med = stats::quantile(run, 0.5);
-                    (run.len() >= MIN_N && run_med > thr).then_some(run_med - med)
-                }
-            };
-            if let Some(d) = shift {
-                if m.is_call_time() {
-                    shifted.insert(m.name(), d);
-                }
-                thr = robust(run).1;
-            }
-        }
-        g.spike_thresholds[m.index()] = Some(thr);
-        g.thresholds[m.index()] = Some(thr);
-        thresholds.insert(m.name(), thr);
-    }
-    let rule = if base.is_some() {
-        format!(
-            "value > baseline median + max({k}·1.4826·MAD, {floor}) and > baseline p99; a figure that got slower as a whole is measured against the run's own median + max({k}·1.4826·MAD, {floor})",
-            k = opts.outlier_k,
-            floor = fmt_ms(floor)
-        )
-    } else {
-        format!(
-            "value > run median + max({}·1.4826·MAD, {}) (no baseline given)",
-            opts.outlier_k,
-            fmt_ms(floor)
-        )
-    };
-    let outliers = outliers(ds, g, rule, thresholds, shifted, opts);
-
+    let e2e_median = stats::quantile(e2e_ref, 0.5);
+    let floor = min_cost_ms(e2e_median);
+    let Thresholds {
+        mut by_figure,
+        shifted,
+        rule,
+    } = thresholds(g, base, &vs, opts, floor, spike_floor_ms(e2e_median));
     let periodicity = if pooled {
         Vec::new()
     } else {
-        let times: Vec<f64> = g.calls.iter().map(|&i| ds.ts[i as usize]).collect();
-        let mut gaps: Vec<f32> = times.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
-        let call_dt = if gaps.is_empty() {
-            1.0
-        } else {
-            let mid = gaps.len() / 2;
-            let (_, v, _) = gaps.select_nth_unstable_by(mid, f32::total_cmp);
-            f64::from(*v).max(1e-3)
-        };
-        analysed()
-            .filter_map(|m| periodicity(ds, g, &times, call_dt, m))
-            .collect()
+        periodicities(ds, g)
     };
+    // A figure above its threshold on many calls has a second mode, not
+    // spikes: its calls leave the outlier list, and the shape is said once.
+    let modes = second_modes(ds, g, &periodicity, e2e_median);
+    for m in &modes {
+        if let Some(f) = Figure::from_name(m.stage) {
+            g.thresholds[f.index()] = None;
+        }
+        by_figure.remove(m.stage);
+    }
+    let outliers = outliers(ds, g, rule, by_figure, shifted, opts);
     let gap = if pooled { None } else { gap(ds, g) };
     let mut report = GroupReport {
         kind: g.kind.clone(),
@@ -232,6 +182,7 @@ fn analyze_group(
         baseline: vs,
         outliers,
         periodicity,
+        modes,
         gap,
         mitigations: mitigations(ds, kind_idx, pooled),
         hops: hops::hop_reports(g, base, opts),

@@ -44,3 +44,23 @@ pub(crate) fn min_cost_ms(e2e_median: f64) -> f64 {
     };
     share.max(10.0 * RESOLUTION_MS)
 }
+
+/// Share of the e2e median a spike must add to its call to stand out: a
+/// 0.3 ms timer hiccup on a 12 ms stage of a 25 ms call, or a 2 ms host
+/// hiccup on 1 % of a 22 ms call's network time, is jitter the tables show,
+/// not a fault a user should chase at night (`docs/report.md`, "What
+/// counts"). A tenth of the call is: it eats the slack of a loop that runs
+/// at 80 % of its period.
+pub(crate) const SPIKE_COST_SHARE: f64 = 0.10;
+
+/// The smallest excess over a figure's median (ms) that makes a value an
+/// outlier and a spike: [`SPIKE_COST_SHARE`] of the e2e median, and never
+/// less than [`min_cost_ms`].
+pub(crate) fn spike_floor_ms(e2e_median: f64) -> f64 {
+    let share = if e2e_median.is_finite() {
+        SPIKE_COST_SHARE * e2e_median
+    } else {
+        0.0
+    };
+    share.max(min_cost_ms(e2e_median))
+}

@@ -61,6 +61,8 @@ pub(super) fn outliers(
                 time: iso_time(ds.ts[i]),
                 e2e_ms: f64::from(ds.columns[Figure::E2e.index()][i]),
                 stages: hit,
+                robot: None,
+                index: i,
             });
         }
     }

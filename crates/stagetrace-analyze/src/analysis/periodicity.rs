@@ -16,10 +16,27 @@ const MAX_EVENTS: usize = 5_000;
 /// Longest period searched for (ms).
 const MAX_PERIOD_MS: f64 = 120_000.0;
 
+/// The periodicity of every analysed figure's spikes over a group's calls
+/// (figures with too few or too many spike events are left out).
+pub(super) fn periodicities(ds: &Dataset, g: &GroupData) -> Vec<Periodicity> {
+    let times: Vec<f64> = g.calls.iter().map(|&i| ds.ts[i as usize]).collect();
+    let mut gaps: Vec<f32> = times.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
+    let call_dt = if gaps.is_empty() {
+        1.0
+    } else {
+        let mid = gaps.len() / 2;
+        let (_, v, _) = gaps.select_nth_unstable_by(mid, f32::total_cmp);
+        f64::from(*v).max(1e-3)
+    };
+    super::analysed()
+        .filter_map(|m| periodicity(ds, g, &times, call_dt, m))
+        .collect()
+}
+
 /// The periodicity of `f`'s spikes over a group's calls (`times`: their
 /// wall times; `call_dt`: the typical time between calls), when it has
 /// enough of them.
-pub(super) fn periodicity(
+fn periodicity(
     ds: &Dataset,
     g: &GroupData,
     times: &[f64],
@@ -31,8 +48,10 @@ pub(super) fn periodicity(
     if times.len() < MIN_N {
         return None;
     }
-    // Spike events: spiking calls, with runs of adjacent spiking calls merged.
+    // Spike events: spiking calls, with runs of adjacent spiking calls
+    // merged; (wall time, index among the group's calls).
     let mut events: Vec<f64> = Vec::new();
+    let mut event_calls: Vec<usize> = Vec::new();
     let mut last_spike = f64::NEG_INFINITY;
     for (k, &i) in g.calls.iter().enumerate() {
         let v = col[i as usize];
@@ -42,6 +61,7 @@ pub(super) fn periodicity(
         let t = times[k];
         if t - last_spike > 1.5 * call_dt {
             events.push(t);
+            event_calls.push(k);
         }
         last_spike = t;
     }
@@ -52,6 +72,8 @@ pub(super) fn periodicity(
     stats::sort_f32(&mut isi);
     let (isi_med, isi_mad) = stats::median_mad(&isi);
     let isi_cv = 1.4826 * isi_mad / isi_med.max(1e-9);
+    let every_nth = every_nth_call(&event_calls);
+    let on_clock = on_a_clock(&isi, isi_med);
 
     // Autocorrelation of the binned spike series, from pair distances
     // (the series is sparse: cost grows with spikes, not with calls).
@@ -117,8 +139,14 @@ pub(super) fn periodicity(
         .filter(|d| (f64::from(*d) - acf_lag_ms).abs() <= 0.2 * acf_lag_ms)
         .collect();
     let isi_on_period = near.len() as f64 / isi.len() as f64;
-    let significant = acf >= acf_threshold && isi_on_period >= 0.3 && near.len() >= 3;
-    let period_ms = if near.is_empty() {
+    // An exact pattern is periodic whatever the autocorrelation says: the
+    // ACF of a sparse series can stay under its threshold (a few missed or
+    // doubled spikes, a short run) while every interval says the period.
+    let exact = every_nth.is_some() || on_clock;
+    let significant = exact || (acf >= acf_threshold && isi_on_period >= 0.3 && near.len() >= 3);
+    let period_ms = if exact {
+        isi_med
+    } else if near.is_empty() {
         acf_lag_ms
     } else {
         stats::quantile(&near, 0.5)
@@ -134,5 +162,42 @@ pub(super) fn periodicity(
         isi_on_period,
         significant,
         period_s: significant.then_some(period_ms / 1000.0),
+        period_calls: every_nth,
     })
+}
+
+/// Share of intervals that must follow an exact pattern for it to be one.
+const EXACT_SHARE: f64 = 0.8;
+/// How far an interval may stray from the median and still be "on a
+/// clock": a timer's or a GC's period, not a random spacing.
+const ON_CLOCK_TOLERANCE: f64 = 0.05;
+
+/// `Some(n)` when the spike events fall on every `n`-th call (`n ≥ 2`): at
+/// least [`EXACT_SHARE`] of the intervals, counted in calls, are exactly
+/// the median one. Random spikes at 1–5 % have geometric intervals: a few
+/// percent of them share any one value.
+fn every_nth_call(event_calls: &[usize]) -> Option<u64> {
+    let mut gaps: Vec<usize> = event_calls.windows(2).map(|w| w[1] - w[0]).collect();
+    if gaps.len() + 1 < MIN_EVENTS {
+        return None;
+    }
+    gaps.sort_unstable();
+    let n = gaps[gaps.len() / 2];
+    let on = gaps.iter().filter(|g| **g == n).count();
+    (n >= 2 && on as f64 >= EXACT_SHARE * gaps.len() as f64).then_some(n as u64)
+}
+
+/// True when at least [`EXACT_SHARE`] of the inter-spike intervals (`isi`,
+/// ms) lie within [`ON_CLOCK_TOLERANCE`] of their median: spikes on a fixed
+/// period in seconds, whatever the call rate.
+fn on_a_clock(isi: &[f32], isi_med: f64) -> bool {
+    if isi.len() + 1 < MIN_EVENTS || isi_med <= 0.0 {
+        return false;
+    }
+    let tol = ON_CLOCK_TOLERANCE * isi_med;
+    let on = isi
+        .iter()
+        .filter(|d| (f64::from(**d) - isi_med).abs() <= tol)
+        .count();
+    on as f64 >= EXACT_SHARE * isi.len() as f64
 }

@@ -50,6 +50,8 @@ pub struct RobotInput {
 pub struct RobotStages {
     /// The robot's steady calls of this group.
     pub steady: u64,
+    /// The robot's own call rate, completion jitter and deadlines.
+    pub rate: Rate,
     /// Per stage (same names as the group's `stages`).
     pub stages: BTreeMap<&'static str, RobotStage>,
 }
@@ -120,6 +122,9 @@ pub struct GroupReport {
     pub outliers: Outliers,
     /// Periodicity of each stage's spikes (stages with enough spikes).
     pub periodicity: Vec<Periodicity>,
+    /// Figures with a second mode: above their threshold on more than a
+    /// tenth of the calls without a period (a shape, not spikes).
+    pub modes: Vec<SecondMode>,
     /// How the e2e variance splits over the stages and the gap.
     pub gap: Option<GapReport>,
     /// What batching, caching and stale-action dropping did (absent when no
@@ -263,6 +268,12 @@ pub struct OutlierRound {
     pub e2e_ms: f64,
     /// Stages above their threshold.
     pub stages: Vec<OutlierStage>,
+    /// The robot that made the call (`--per-robot`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub robot: Option<String>,
+    /// The call's index in the dataset (to find its robot).
+    #[serde(skip)]
+    pub index: usize,
 }
 
 /// A stage value above its threshold.
@@ -274,6 +285,25 @@ pub struct OutlierStage {
     pub value_ms: f64,
     /// The threshold it crossed (ms).
     pub threshold_ms: f64,
+}
+
+/// A figure whose distribution has a second mode: more than a tenth of the
+/// calls above its outlier threshold, not periodic.
+#[derive(Clone, Debug, Serialize)]
+pub struct SecondMode {
+    /// Stage name.
+    pub stage: &'static str,
+    /// Calls in the second mode.
+    pub calls: u64,
+    /// Their share of the steady calls.
+    pub share: f64,
+    /// The figure's median (ms).
+    pub median_ms: f64,
+    /// Mean of the second mode's values less the median (ms).
+    pub excess_ms: f64,
+    /// True when it adds at least a tenth of the e2e median to its calls:
+    /// then a verdict (`second_mode`), otherwise a line in the tables.
+    pub matters: bool,
 }
 
 /// Whether one stage's spikes recur with a period.
@@ -299,6 +329,9 @@ pub struct Periodicity {
     pub significant: bool,
     /// The period (s) when significant.
     pub period_s: Option<f64>,
+    /// The period in calls when the spikes fall on every n-th call exactly
+    /// (at least 80 % of the intervals).
+    pub period_calls: Option<u64>,
 }
 
 /// Share of the e2e variance each part explains (`cov(part, e2e) / var(e2e)`).

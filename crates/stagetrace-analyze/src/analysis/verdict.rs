@@ -131,6 +131,49 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
     out
 }
 
+/// "2nd", "3rd", "4th", "11th", "22nd".
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// Second modes large against the call (a tenth of its median or more);
+/// smaller ones are a shape the tables show, not a problem.
+fn second_modes(r: &GroupReport) -> Vec<Verdict> {
+    r.modes
+        .iter()
+        .filter(|m| m.matters)
+        .filter_map(|m| {
+            let f = Figure::from_name(m.stage)?;
+            Some(Verdict {
+                code: "second_mode",
+                kind: r.kind.clone(),
+                stage: Some(m.stage),
+                group: Some(f.side().as_str()),
+                text: format!(
+                    "{f} is bimodal: {:.1}% of the calls ({} of {}) take {} longer than its median of {}, with no period; find what those calls have in common (inputs, a cache, a second code path, a shared resource); {}.",
+                    100.0 * m.share,
+                    m.calls,
+                    r.steady,
+                    fmt_ms(m.excess_ms),
+                    fmt_ms(m.median_ms),
+                    advice(f)
+                ),
+                evidence: json!({
+                    "cost_ms": m.excess_ms, "calls": m.calls, "share": m.share,
+                    "median_ms": m.median_ms, "excess_ms": m.excess_ms,
+                }),
+            })
+        })
+        .collect()
+}
+
 pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Verdict> {
     let has_baseline = cx.has_baseline;
     let mut out = Vec::new();
@@ -166,13 +209,17 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
             .stages
             .get(m.name())
             .map_or(0.0, |s| (s.p99 - s.p50).max(0.0));
+        let every = match p.period_calls {
+            Some(n) => format!("on every {} call ({period:.2} s)", ordinal(n)),
+            None => format!("every {period:.2} s"),
+        };
         out.push(Verdict {
             code: "periodic",
             kind: kind.clone(),
             stage: Some(m.name()),
             group: Some(m.side().as_str()),
             text: format!(
-                "{m} spikes recur every {period:.2} s ({} spikes; autocorrelation {:.2} at {:.2} s, {:.0}% of inter-spike intervals within ±20% of it): the signature of GC, timers or link renegotiation — find what runs every {period:.2} s{}.",
+                "{m} spikes recur {every} ({} spikes; autocorrelation {:.2} at {:.2} s, {:.0}% of inter-spike intervals within ±20% of it): the signature of GC, timers, link renegotiation or work done every n-th call — find what runs {every}{}.",
                 p.spikes, p.acf, p.acf_lag_s, 100.0 * p.isi_on_period,
                 // On the executor's side the period is its own work (every
                 // n-th chunk behind a longer action): its next steps.
@@ -183,12 +230,14 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
                 }
             ),
             evidence: json!({
-                "cost_ms": cost, "period_s": period, "spikes": p.spikes, "acf": p.acf,
+                "cost_ms": cost, "period_s": period, "period_calls": p.period_calls,
+                "spikes": p.spikes, "acf": p.acf,
                 "acf_threshold": p.acf_threshold, "isi_median_s": p.isi_median_s,
                 "isi_on_period": p.isi_on_period,
             }),
         });
     }
+    out.extend(second_modes(r));
     // With a baseline the median and tail tests judge each stage (and
     // `e2e_moved` says when the sample is too small for them).
     if !has_baseline {
@@ -259,8 +308,10 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     if has_baseline && !moved {
         out.extend(e2e_moved(r, cx, baseline_n));
     }
+    // Rarer misses are on the rate line and in the tables: a verdict from
+    // the rate on which spikes are one too.
     if let Some(d) = &r.rate.deadline {
-        if d.misses > 0 {
+        if d.misses > 0 && d.miss_rate >= SPIKE_SHARE {
             out.push(Verdict {
                 code: "deadline_misses",
                 kind: kind.clone(),

@@ -57,6 +57,27 @@ pub(super) fn table(s: &mut String, g: &GroupReport, order: &[String]) {
             let _ = write!(s, "  {:>w$}", g.robots[*n].steady);
         }
         let _ = writeln!(s);
+        // Each robot's own rate and completion jitter (p50 / p99, ms):
+        // the merged robots' interleaved calls make neither.
+        let _ = write!(s, "  {:<10}", "Hz");
+        for (n, w) in block.iter().zip(&widths) {
+            let hz = g.robots[*n]
+                .rate
+                .effective_hz
+                .map_or_else(|| "-".to_string(), |h| format!("{h:.1}"));
+            let _ = write!(s, "  {hz:>w$}");
+        }
+        let _ = writeln!(s);
+        let _ = write!(s, "  {:<10}", "jitter");
+        for (n, w) in block.iter().zip(&widths) {
+            let j = g.robots[*n]
+                .rate
+                .jitter
+                .as_ref()
+                .map_or_else(|| "-".to_string(), |j| pair(j.p50, j.p99));
+            let _ = write!(s, "  {j:>w$}");
+        }
+        let _ = writeln!(s);
         for m in figures::read() {
             if !block
                 .iter()

@@ -65,6 +65,60 @@ pub fn quantile_ratio(before: &[f32], after: &[f32], q: f64, seed: u64) -> Optio
     })
 }
 
+/// Difference `after_q − before_q` of one quantile (ms) with a 95 %
+/// bootstrap interval and a bootstrap p-value for "no change".
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct DiffCi {
+    /// The quantile compared.
+    pub q: f64,
+    /// Quantile of the reference sample (ms).
+    pub before: f64,
+    /// Quantile of the other sample (ms).
+    pub after: f64,
+    /// `after − before` (ms).
+    pub diff: f64,
+    /// Lower 95 % bound of the difference (ms).
+    pub lo: f64,
+    /// Upper 95 % bound of the difference (ms).
+    pub hi: f64,
+    /// Two-sided bootstrap p-value of "no change".
+    pub p: f64,
+}
+
+/// Bootstrap interval for the difference of the q-quantiles of two sorted
+/// samples: for signed figures (lateness, a clock offset), whose ratio means
+/// nothing when a value crosses zero.
+pub fn quantile_diff(before: &[f32], after: &[f32], q: f64, seed: u64) -> Option<DiffCi> {
+    if before.is_empty() || after.is_empty() {
+        return None;
+    }
+    let b = quantile(before, q);
+    let a = quantile(after, q);
+    let mut rng = SplitMix64::new(seed ^ q.to_bits() ^ 0xd1ff);
+    let mut reps: Vec<f64> = Vec::with_capacity(BOOTSTRAP_ITERATIONS);
+    let mut scratch: Vec<f32> = Vec::new();
+    for _ in 0..BOOTSTRAP_ITERATIONS {
+        let qb = boot_quantile(before, q, &mut rng, &mut scratch);
+        let qa = boot_quantile(after, q, &mut rng, &mut scratch);
+        reps.push(qa - qb);
+    }
+    reps.sort_unstable_by(f64::total_cmp);
+    let at = |p: f64| reps[((p * reps.len() as f64) as usize).min(reps.len() - 1)];
+    let below = reps.iter().filter(|r| **r <= 0.0).count() as f64;
+    let above = reps.iter().filter(|r| **r >= 0.0).count() as f64;
+    let n = reps.len() as f64;
+    let p = ((2.0 * below.min(above) + 1.0) / (n + 1.0)).min(1.0);
+    Some(DiffCi {
+        q,
+        before: b,
+        after: a,
+        diff: a - b,
+        lo: at(0.025),
+        hi: at(0.975),
+        p,
+    })
+}
+
 fn safe_ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b

@@ -13,7 +13,7 @@ mod sort;
 #[cfg(test)]
 mod tests;
 
-pub use bootstrap::{quantile_ratio, RatioCi, BOOTSTRAP_ITERATIONS};
+pub use bootstrap::{quantile_diff, quantile_ratio, DiffCi, RatioCi, BOOTSTRAP_ITERATIONS};
 pub use order::{
     cdf_at, count_above, covariance, mean_var, median_mad, quantile, thin_sorted, Summary,
     QUANTILES,

@@ -65,6 +65,20 @@ pub(crate) struct Scenario {
     /// two-link `hops` array, and the path's uplink / downlink are the
     /// links' plus half the gateway's time each way.
     pub(crate) gateway: Option<Gateway>,
+    /// A second mode of infer: on this fraction of the calls, this much
+    /// (ms) is added (a healthy timer or a cache miss when small).
+    pub(crate) infer_mode: Option<(f64, f64)>,
+    /// Every stage value rounded to this step (ms): a coarse clock.
+    pub(crate) quantum_ms: Option<f64>,
+    /// Infer multiplied by a lognormal factor of this σ (median 1): a
+    /// right-skewed tail.
+    pub(crate) infer_lognormal: Option<f64>,
+    /// On this fraction of the calls, this much (ms) added to one stage
+    /// (`capture`, `uplink`, `queue`, `infer`, `downlink`, `dispatch`).
+    pub(crate) stage_spikes: Option<(&'static str, f64, f64)>,
+    /// One call (by index after the warm-up) paused this long (ms) outside
+    /// every stage: a stall.
+    pub(crate) stall: Option<(usize, f64)>,
 }
 
 /// The links of a call through one gateway (medians, ms; spread 0.1 ms on
@@ -121,6 +135,11 @@ impl Default for Scenario {
             silent_server: false,
             remote_executor: None,
             gateway: None,
+            infer_mode: None,
+            quantum_ms: None,
+            infer_lognormal: None,
+            stage_spikes: None,
+            stall: None,
         }
     }
 }
@@ -141,9 +160,9 @@ pub(crate) fn lines(s: &Scenario) -> String {
         let rel = i as f64 * period;
         let warm = i < s.warmup;
         let pos = |v: f64| v.max(0.01);
-        let capture = pos(2.0 + 0.1 * rng.normal());
+        let mut capture = pos(2.0 + 0.1 * rng.normal());
         let mut uplink = pos(1.5 + 0.15 * rng.normal()) + s.link_shift_ms.0;
-        let queue = pos(s.queue_ms.0 + s.queue_ms.1 * rng.normal());
+        let mut queue = pos(s.queue_ms.0 + s.queue_ms.1 * rng.normal());
         let mut infer = pos(s.infer_ms.0 + s.infer_ms.1 * rng.normal()) * s.infer_factor;
         let mut downlink = pos(1.2 + 0.1 * rng.normal()) + s.link_shift_ms.1;
         let mut dispatch = pos(s.dispatch_ms.0 + s.dispatch_ms.1 * rng.normal());
@@ -184,6 +203,41 @@ pub(crate) fn lines(s: &Scenario) -> String {
         }
         if s.gap_jitter_ms > 0.0 {
             gap += -s.gap_jitter_ms * (1.0 - rng.next_f64()).ln();
+        }
+        if let Some((frac, extra)) = s.infer_mode {
+            if rng.next_f64() < frac {
+                infer += extra;
+            }
+        }
+        if let Some(sigma) = s.infer_lognormal {
+            infer *= (sigma * rng.normal()).exp();
+        }
+        if let Some((stage, frac, extra)) = s.stage_spikes {
+            if rng.next_f64() < frac {
+                match stage {
+                    "capture" => capture += extra,
+                    "uplink" => uplink += extra,
+                    "queue" => queue += extra,
+                    "infer" => infer += extra,
+                    "downlink" => downlink += extra,
+                    "dispatch" => dispatch += extra,
+                    other => panic!("no stage {other} to spike"),
+                }
+            }
+        }
+        if let Some((at, extra)) = s.stall {
+            if i == s.warmup + at {
+                gap += extra;
+            }
+        }
+        if let Some(q) = s.quantum_ms {
+            let round = |v: f64| ((v / q).round() * q).max(q);
+            capture = round(capture);
+            uplink = round(uplink);
+            queue = round(queue);
+            infer = round(infer);
+            downlink = round(downlink);
+            dispatch = round(dispatch);
         }
         // Drawn last: the other scenarios' draws stay as they were.
         let hops = s.gateway.map(|g| {
@@ -258,13 +312,9 @@ pub(crate) fn lines(s: &Scenario) -> String {
             );
         }
         if s.deadline {
+            // Signed, as the layer writes it: negative is slack.
             let late = e2e - period;
-            let _ = write!(
-                l,
-                ",\"late_ms\":{:.3},\"deadline_miss\":{}",
-                late.max(0.0),
-                late > 0.0
-            );
+            let _ = write!(l, ",\"late_ms\":{late:.3},\"deadline_miss\":{}", late > 0.0);
         }
         if warm {
             l.push_str(",\"warmup\":true");

@@ -179,6 +179,7 @@ pub(crate) fn decide(
         result: fc,
         spike_period_s,
         dragged: &dragged,
+        levels,
         flat: &flat,
         resource_note: resource_note.as_deref(),
         undetermined: undetermined.as_deref(),

@@ -106,6 +106,16 @@ pub(crate) fn analyze(
         });
     }
 
+    // Levels without a call did not run (the experiment was stopped after
+    // the baseline): nothing can be said about the factor, least of all
+    // that the pipeline absorbs it.
+    if levels.iter().all(|l| l.components.is_empty()) {
+        let mut v = Verdict::nothing(
+            "no level ran: the experiment stopped after the baseline, so nothing is known about the factor",
+        );
+        v.next_step = "run the plan to the end (each level needs its hold time)".into();
+        return (th, base_res, levels, v);
+    }
     let verdict = first_mover::decide(&levels, phases, obs, &candidates, base_res.as_ref(), &th);
     (th, base_res, levels, verdict)
 }
@@ -328,5 +338,24 @@ mod tests {
             v.summary,
             "e2e moved (p99 17.18 → 67.09 ms at level 1 (level 1)) but no stage moved beyond noise: with 30 calls at that level the sample is too small to tell which stage — raise the calls per level."
         );
+    }
+
+    /// Stopped (Ctrl-C) after the baseline: the level has no call, and the
+    /// verdict says so instead of "the pipeline absorbs this factor".
+    #[test]
+    fn no_verdict_on_levels_that_did_not_run() {
+        let phases = vec![
+            phase("baseline", 0, 0.0, 3000.0),
+            phase("level", 1, 3000.0, 6000.0),
+        ];
+        let obs: Vec<Obs> = (0..90)
+            .map(|i| call(i as f64 * 1000.0 / 30.0 + 0.5, 0, base_ms))
+            .collect();
+        let (_, _, levels, v) = analyze(&phases, &obs, &[], &VerdictSpec::default());
+        assert_eq!(levels.len(), 1);
+        assert_eq!(v.first_stage, None);
+        assert!(v.summary.starts_with("no level ran"), "{}", v.summary);
+        assert!(!v.summary.contains("absorbs"), "{}", v.summary);
+        assert!(!v.next_step.contains("raise the factor"), "{}", v.next_step);
     }
 }

@@ -57,10 +57,33 @@ pub struct ResourceSummary {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_throttle: Vec<&'static str>,
     /// `"throttled"` (the clock fell more than [`CLOCK_DROP`] below the
-    /// baseline's, or throttle events), `"saturated"` (CPU, CPU pressure or
-    /// GPU busy) or `"idle"` (none of those: whatever slowed it waited).
+    /// baseline's, or throttle events), `"saturated"` (CPU, a core, CPU
+    /// pressure or a GPU at its [`SATURATED`] threshold) or `"unsaturated"`
+    /// (none of those: whatever slowed it waited — not "idle", which a CPU
+    /// at 60 % is not).
     pub state: &'static str,
 }
+
+/// Where a resource counts as saturated: the numbers the note prints next
+/// to the word, so "saturated" and "unsaturated" mean what the figures say.
+pub(crate) struct Saturation {
+    /// Mean CPU over all cores, percent.
+    pub(crate) cpu_pct: f64,
+    /// The busiest core's mean, percent.
+    pub(crate) core_pct: f64,
+    /// CPU pressure (`some`), percent of the time.
+    pub(crate) pressure_pct: f64,
+    /// The busiest GPU's utilisation, percent.
+    pub(crate) gpu_pct: f64,
+}
+
+/// [`Saturation`]'s thresholds.
+pub(crate) const SATURATED: Saturation = Saturation {
+    cpu_pct: 85.0,
+    core_pct: 95.0,
+    pressure_pct: 40.0,
+    gpu_pct: 90.0,
+};
 
 /// Mean of the finite values, `None` without one.
 fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
@@ -153,20 +176,21 @@ pub(crate) fn resources(
             t.dedup();
             t
         },
-        state: "idle",
+        state: "unsaturated",
     };
     // A GPU kept busy ≥ 90 % of the time is the bottleneck (GPU-bound).
-    let saturated = r.gpu_util_pct.is_some_and(|v| v >= 90.0)
-        || r.cpu_total_pct.is_some_and(|v| v >= 85.0)
-        || r.cpu_max_core_pct.is_some_and(|v| v >= 95.0)
-        || r.psi_cpu_some_pct.is_some_and(|v| v >= 40.0);
+    let saturated = r.gpu_util_pct.is_some_and(|v| v >= SATURATED.gpu_pct)
+        || r.cpu_total_pct.is_some_and(|v| v >= SATURATED.cpu_pct)
+        || r.cpu_max_core_pct.is_some_and(|v| v >= SATURATED.core_pct)
+        || r.psi_cpu_some_pct
+            .is_some_and(|v| v >= SATURATED.pressure_pct);
     let throttled = r.cpu_throttles.is_some_and(|n| n > 0) || clock_drop(&r, base).is_some();
     r.state = if throttled {
         "throttled"
     } else if saturated {
         "saturated"
     } else {
-        "idle"
+        "unsaturated"
     };
     Some(r)
 }
@@ -181,8 +205,20 @@ fn clock_drop(r: &ResourceSummary, base: Option<&ResourceSummary>) -> Option<f64
 /// What the resources of a level say, against the baseline's when there is one.
 pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>) -> String {
     let f = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
+    // The word with the numbers that decide it.
+    let rule = match r.state {
+        "saturated" => format!(
+            " (CPU ≥ {:.0} %, a core ≥ {:.0} % or CPU pressure ≥ {:.0} %)",
+            SATURATED.cpu_pct, SATURATED.core_pct, SATURATED.pressure_pct
+        ),
+        "unsaturated" => format!(
+            " (CPU < {:.0} %, every core < {:.0} %, CPU pressure < {:.0} %)",
+            SATURATED.cpu_pct, SATURATED.core_pct, SATURATED.pressure_pct
+        ),
+        _ => String::new(),
+    };
     let mut s = format!(
-        "Resources {}: CPU {} % (busiest core {} %), CPU pressure {} %, target run-queue wait {} ms/s",
+        "Resources {}{rule}: CPU {} % (busiest core {} %), CPU pressure {} %, target run-queue wait {} ms/s",
         r.state,
         f(r.cpu_total_pct),
         f(r.cpu_max_core_pct),
@@ -297,13 +333,19 @@ mod tests {
         let base = resources(&samples, 0, None).unwrap();
         assert_eq!(
             (base.state, base.cpu_mhz, base.cpu_throttles),
-            ("idle", Some(2600.0), Some(0))
+            ("unsaturated", Some(2600.0), Some(0))
         );
         let at = |p| resources(&samples, p, Some(&base)).unwrap();
         let states: Vec<&str> = (1..=5).map(|p| at(p).state).collect();
         assert_eq!(
             states,
-            ["saturated", "throttled", "throttled", "idle", "throttled"]
+            [
+                "saturated",
+                "throttled",
+                "throttled",
+                "unsaturated",
+                "throttled"
+            ]
         );
         assert_eq!(
             resource_note(&at(2), Some(&base)),
@@ -313,15 +355,20 @@ mod tests {
         );
         assert!(resource_note(&at(3), Some(&base))
             .ends_with("; CPU clock 2600 MHz (baseline 2600 MHz); 1 thermal-throttle events."));
-        assert!(resource_note(&at(1), Some(&base)).starts_with("Resources saturated: CPU 97 %"));
+        assert!(resource_note(&at(1), Some(&base)).starts_with(
+            "Resources saturated (CPU ≥ 85 %, a core ≥ 95 % or CPU pressure ≥ 40 %): CPU 97 %"
+        ));
         // Without a baseline clock a slow clock cannot be told: not throttled.
-        assert_eq!(resources(&samples, 5, None).unwrap().state, "idle");
+        assert_eq!(resources(&samples, 5, None).unwrap().state, "unsaturated");
         let step = |s| next_step(Figure::Infer, None, Some(s));
         assert!(step("throttled").ends_with(
             "; CPU clock throttled: the same work runs slower — cooling, power limits or the frequency governor, not load"
         ));
         assert!(step("saturated").ends_with("; resources saturated: capacity"));
-        assert!(step("idle").ends_with("; resources idle while slower: locks, queues, scheduling"));
+        assert!(step("unsaturated")
+            .ends_with("; resources not saturated while slower: locks, queues, scheduling"));
+        // A link that moved says nothing about the host's locks.
+        assert!(!next_step(Figure::Uplink, None, Some("unsaturated")).contains("locks"));
         // No clock and no throttle files: nothing of either in the summary.
         let r = resources(&[(0, ResourceSample::default())], 0, Some(&base)).unwrap();
         let json = serde_json::to_string(&r).unwrap();
@@ -329,7 +376,7 @@ mod tests {
             !json.contains("mhz") && !json.contains("throttles") && !json.contains("udp"),
             "{json}"
         );
-        assert_eq!(r.state, "idle");
+        assert_eq!(r.state, "unsaturated");
     }
 
     /// Loss: the sampler's namespace and the bottleneck's, summed per phase
@@ -410,7 +457,7 @@ mod tests {
             sample(2, [70.0, 5.0], 0x0),
         ];
         let base = resources(&samples, 0, None).unwrap();
-        assert_eq!(base.state, "idle");
+        assert_eq!(base.state, "unsaturated");
         assert_eq!(base.gpu_util_pct, Some(35.0));
         assert!(base.gpu_throttle.is_empty(), "gpu_idle is not throttling");
         let busy = resources(&samples, 1, None).unwrap();
@@ -427,7 +474,7 @@ mod tests {
             "{note}"
         );
         let mid = resources(&samples, 2, None).unwrap();
-        assert_eq!((mid.state, mid.gpu_util_pct), ("idle", Some(65.0)));
+        assert_eq!((mid.state, mid.gpu_util_pct), ("unsaturated", Some(65.0)));
         // No GPU tracks: nothing GPU in the summary or its JSON.
         let plain = vec![(0, ResourceSample::default())];
         let r = resources(&plain, 0, None).unwrap();

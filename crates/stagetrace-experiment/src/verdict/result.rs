@@ -83,7 +83,8 @@ pub struct Verdict {
     pub flat: Vec<&'static str>,
     /// Whether e2e moved at some level.
     pub e2e_moved: bool,
-    /// `"saturated"`, `"throttled"` or `"idle"` at the first level that moved.
+    /// `"saturated"`, `"throttled"` or `"unsaturated"` at the first level
+    /// that moved.
     pub resources: Option<&'static str>,
     /// What the resources say.
     pub resource_note: Option<String>,

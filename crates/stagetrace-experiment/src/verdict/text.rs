@@ -3,6 +3,7 @@
 
 use stagetrace::Figure;
 
+use super::direction;
 use super::result::{ComponentResult, LevelResult};
 use crate::figures;
 
@@ -18,6 +19,8 @@ pub(crate) struct Findings<'a> {
     pub(crate) spike_period_s: Option<f64>,
     /// Figures that moved with it or later, with their level.
     pub(crate) dragged: &'a [(Figure, usize)],
+    /// Every level's results (for what a dragged figure did).
+    pub(crate) levels: &'a [LevelResult],
     /// Figures that stayed flat.
     pub(crate) flat: &'a [Figure],
     /// What the resources say.
@@ -93,7 +96,10 @@ pub(crate) fn next_step(f: Figure, shape: Option<&str>, res_state: Option<&str>)
     let res_step = match res_state {
         Some("saturated") => "resources saturated: capacity",
         Some("throttled") => "CPU clock throttled: the same work runs slower — cooling, power limits or the frequency governor, not load",
-        Some(_) => "resources idle while slower: locks, queues, scheduling",
+        // A link that got slower on unsaturated hosts is the network's: the
+        // hosts' locks and queues are not where to look.
+        Some(_) if direction::is_link(f) || f == Figure::Net => "",
+        Some(_) => "resources not saturated while slower: locks, queues, scheduling",
         None => "",
     };
     [figure_step(f), shape_step, res_step]
@@ -146,7 +152,25 @@ pub(crate) fn summary(x: &Findings<'_>) -> String {
         let d: Vec<String> = x
             .dragged
             .iter()
-            .map(|(f, l)| format!("{f} (level {l})"))
+            .map(|(f, l)| {
+                // The statistic that moved, as the table shows it: a
+                // dragged stage is never listed beside a flat ×1.0.
+                let moved = x
+                    .levels
+                    .iter()
+                    .find(|lv| lv.level == *l)
+                    .and_then(|lv| lv.components.get(f.name()))
+                    .and_then(|c| {
+                        let (stat, q) = if c.shape == Some("median") {
+                            ("p50", c.p50_ratio)
+                        } else {
+                            ("p99", c.p99_ratio)
+                        };
+                        q.map(|q| format!(": {stat} {:.2} → {:.2} ms", q.before, q.after))
+                    })
+                    .unwrap_or_default();
+                format!("{f} (level {l}{moved})")
+            })
             .collect();
         summary.push_str(&format!(" Dragged along: {}.", d.join(", ")));
     }

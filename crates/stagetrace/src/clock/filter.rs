@@ -1,5 +1,6 @@
 //! One peer's NTP clock filter: the minimum-delay sample of a sliding
-//! window, drift by regression, clock steps detected and the window reset.
+//! window and an anchor beyond it, drift by regression on each direction's
+//! minima, clock steps detected and the window reset.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -47,10 +48,6 @@ impl Default for FilterConfig {
 const MAX_DRIFT_PPM: f64 = 500.0;
 /// Floor on the drift-rate uncertainty once drift is estimated, ppm.
 const MIN_DRIFT_ERR_PPM: f64 = 2.0;
-/// The noise of one θ at the path's floor, ns: clock reads and stamp
-/// placement. It keeps the drift fit's weights finite and a floor sample
-/// from counting infinitely more than one a few µs above it.
-const THETA_NOISE_NS: f64 = 20_000.0;
 /// Buckets needed before drift is estimated.
 const MIN_DRIFT_POINTS: usize = 5;
 /// Time span the drift buckets must cover before drift is estimated, s.
@@ -89,6 +86,67 @@ fn coverage_factor(df: usize) -> f64 {
         .map_or(TABLE[0].1, |(_, t)| *t)
 }
 
+/// One drift bucket: the smallest value of each one-way quantity, with the
+/// client time it was seen at. `up = t1 − t0 = offset + uplink` and
+/// `down = t2 − t3 = offset − downlink` (ns): each follows the offset plus a
+/// delay that only queueing raises, so the bucket minima of each trace the
+/// offset over time, each on one direction of the path.
+/// Least-squares line through `(x, y)` points: (slope, its ± bound: the
+/// standard error times [`coverage_factor`]); `None` with fewer than three
+/// points or no spread in x.
+fn line_fit(points: impl Iterator<Item = (f64, f64)> + Clone) -> Option<(f64, f64)> {
+    let n = points.clone().count();
+    if n < 3 {
+        return None;
+    }
+    let nf = n as f64;
+    let (sx, sy) = points
+        .clone()
+        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
+    let (mx, my) = (sx / nf, sy / nf);
+    let (sxx, sxy) = points.clone().fold((0.0, 0.0), |(sxx, sxy), (x, y)| {
+        (sxx + (x - mx) * (x - mx), sxy + (x - mx) * (y - my))
+    });
+    if sxx <= 0.0 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    let rss = points.fold(0.0, |acc, (x, y)| {
+        let r = y - (my + slope * (x - mx));
+        acc + r * r
+    });
+    Some((
+        slope,
+        coverage_factor(n - 2) * (rss / (nf - 2.0) / sxx).sqrt(),
+    ))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Bucket {
+    up: (u64, f64),
+    down: (u64, f64),
+}
+
+impl Bucket {
+    fn of(s: &Sample) -> Bucket {
+        Bucket {
+            up: (s.at, s.theta + s.delta / 2.0),
+            down: (s.at, s.theta - s.delta / 2.0),
+        }
+    }
+
+    fn add(&mut self, s: &Sample) {
+        let b = Bucket::of(s);
+        // Smallest uplink: the lowest `up`; smallest downlink: the highest `down`.
+        if b.up.1 < self.up.1 {
+            self.up = b.up;
+        }
+        if b.down.1 > self.down.1 {
+            self.down = b.down;
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Sample {
     /// Client time of the sample (t3), ns since the epoch.
@@ -109,10 +167,10 @@ pub struct OffsetEstimate {
     /// Frequency error (server clock rate − client clock rate), ppm, once
     /// enough samples span enough time.
     pub drift_ppm: Option<f64>,
-    /// ± bound on `drift_ppm`: the larger of the weighted fit's standard
-    /// error times the Student-t factor that gives ± 3σ's coverage with
-    /// that few buckets (9.2 with 5, 4.3 with 10, 3.0 with many) and the
-    /// worst tilt the samples' excess delays allow; at least 2 ppm.
+    /// ± bound on `drift_ppm`: the one-way fits' standard error times the
+    /// Student-t factor that gives ± 3σ's coverage with that few buckets
+    /// (9.2 with 5, 4.3 with 10, 3.0 with many), combined over the two
+    /// directions when they agree; at least 2 ppm.
     pub drift_err_ppm: Option<f64>,
     /// True when the estimate rests on the current sample alone because it
     /// disagrees with the window (a suspected clock step not yet confirmed).
@@ -122,8 +180,8 @@ pub struct OffsetEstimate {
 }
 
 /// One peer's NTP clock filter: minimum-delay sample over a sliding window
-/// (count and time), drift by regression over per-bucket minimum-delay
-/// samples, and step detection (a sample far outside the window's bound,
+/// (count and time) and the tightest-bound sample kept beyond it, drift by
+/// regression over per-bucket one-way minima, and step detection (a sample far outside the window's bound,
 /// confirmed by the next ones, resets the window).
 ///
 /// Why it works: for any sample, the true offset lies within
@@ -133,9 +191,13 @@ pub struct OffsetEstimate {
 pub struct OffsetFilter {
     cfg: FilterConfig,
     window: VecDeque<Sample>,
-    /// (bucket index, minimum-delay sample of that bucket), oldest first.
-    buckets: VecDeque<(u64, Sample)>,
+    /// (bucket index, that bucket's one-way minima), oldest first.
+    buckets: VecDeque<(u64, Bucket)>,
     pending: Vec<Sample>,
+    /// The sample with the tightest bound seen since the last step, kept
+    /// beyond the window while its bound, widened by the drift bound since,
+    /// stays the tightest (see [`OffsetFilter::estimate_at`]).
+    anchor: Option<Sample>,
     steps: u64,
     outliers: u64,
     invalid: u64,
@@ -162,6 +224,7 @@ impl OffsetFilter {
             window: VecDeque::with_capacity(cfg.window_samples),
             buckets: VecDeque::with_capacity(cfg.drift_buckets),
             pending: Vec::with_capacity(cfg.step_confirm),
+            anchor: None,
             steps: 0,
             outliers: 0,
             invalid: 0,
@@ -211,6 +274,9 @@ impl OffsetFilter {
         let window_ns = duration_ns(self.cfg.window);
         self.window
             .retain(|w| sample.at.saturating_sub(w.at) <= window_ns);
+        if self.window.is_empty() {
+            self.anchor = None;
+        }
         let Some(pred) = self.estimate_at(sample.at) else {
             self.push(sample);
             return Some(self.own(sample, false));
@@ -240,6 +306,7 @@ impl OffsetFilter {
         self.steps += 1;
         self.window.clear();
         self.buckets.clear();
+        self.anchor = None;
         for p in std::mem::take(&mut self.pending) {
             self.push(p);
         }
@@ -273,15 +340,11 @@ impl OffsetFilter {
         let width = duration_ns(self.cfg.drift_bucket).max(1);
         let idx = s.at / width;
         match self.buckets.back_mut() {
-            Some((b, best)) if *b == idx => {
-                if s.delta < best.delta {
-                    *best = s;
-                }
-            }
+            Some((b, bucket)) if *b == idx => bucket.add(&s),
             // A sample older than the newest bucket (client clock moved
             // back) only updates the window.
             Some((b, _)) if *b > idx => {}
-            _ => self.buckets.push_back((idx, s)),
+            _ => self.buckets.push_back((idx, Bucket::of(&s))),
         }
         let span = self.cfg.drift_buckets as u64;
         while self.buckets.len() > self.cfg.drift_buckets
@@ -292,75 +355,84 @@ impl OffsetFilter {
         {
             self.buckets.pop_front();
         }
+        let rate = self.drift_rate();
+        match self.anchor {
+            Some(a) if a.delta / 2.0 + rate * diff(s.at, a.at).abs() < s.delta / 2.0 => {}
+            _ => self.anchor = Some(s),
+        }
     }
 
-    /// Frequency error by weighted least squares of θ over time on the
-    /// buckets' minimum-δ samples: (slope as a fraction, its ± bound).
+    /// The drift rate's bound (a fraction): the fit's, at least
+    /// [`MIN_DRIFT_ERR_PPM`]; the configured default before there is a fit.
+    fn drift_rate(&self) -> f64 {
+        match self.drift() {
+            Some((_, bound)) => bound.max(MIN_DRIFT_ERR_PPM * 1e-6),
+            None => self.cfg.default_drift_ppm * 1e-6,
+        }
+    }
+
+    /// Frequency error from the buckets' one-way minima: (slope as a
+    /// fraction, its ± bound).
     ///
-    /// Why weighted by the excess delay, not cut at a multiple of the best
-    /// δ: a sample's θ is off the true offset by half the difference of its
-    /// two one-way delays. At the path's minimum both are at their floor, so
-    /// the error is a constant (the path's fixed asymmetry) that does not
-    /// tilt the line; what tilts it is the delay a sample carries *above* the
-    /// floor, `e = δ − δmin`, which bounds its θ error by `e/2`. A cut at
-    /// `2·δmin` lets a 10 ms path's samples in with 10 ms of queueing on one
-    /// side (a loaded host), so each is weighted by `1 / (e/2 + σ)²` instead:
-    /// a floor sample counts fully, one that waited 1 ms counts ~2500× less.
-    ///
-    /// The bound is the larger of two: the fit's standard error times
-    /// [`coverage_factor`] (the stamps' random noise), and the worst case of
-    /// every sample's θ off by its full `e/2` in the direction that tilts
-    /// the slope most (`Σ |∂slope/∂θᵢ| · eᵢ/2`), which holds however a
-    /// loaded host delays one side.
+    /// Why each direction apart, not θ: θ is off the offset by half the
+    /// difference of the two one-way delays, so a path that gets slower one
+    /// way, or a loaded host that queues one side, moves θ and tilts a fit
+    /// through it. The smallest uplink of each second traces the offset on
+    /// the uplink alone (`t1 − t0` = offset + a delay at its floor), the
+    /// smallest downlink on the downlink alone. Each gets a least-squares
+    /// line; when the two agree within their bounds they are combined
+    /// (inverse-variance), when they do not, one direction changed during
+    /// the fit and the line with the smaller bound — the steady direction —
+    /// is the drift. A bound is the fit's standard error times
+    /// [`coverage_factor`] of its degrees of freedom.
     fn drift(&self) -> Option<(f64, f64)> {
-        let pts = || self.buckets.iter().map(|(_, s)| s);
-        let n = pts().count();
-        let newest = self.buckets.back()?.1.at;
-        let first = pts().next()?.at;
+        let n = self.buckets.len();
+        let newest = self.buckets.back()?.1.up.0;
+        let first = self.buckets.front()?.1.up.0;
         if n < MIN_DRIFT_POINTS || diff(newest, first) / 1e9 < MIN_DRIFT_SPAN_S {
             return None;
         }
-        let min_delta = pts().map(|s| s.delta).fold(f64::INFINITY, f64::min);
-        let excess = |s: &Sample| (s.delta - min_delta).max(0.0);
-        // The floor sample's own θ noise: at least the stamps' noise, and
-        // when the buckets' minima sit far apart (few calls per bucket, a
-        // path that never reaches its floor), half their median excess.
-        let mut excesses: Vec<f64> = pts().map(excess).collect();
-        excesses.sort_by(f64::total_cmp);
-        let floor_noise = (excesses[excesses.len() / 2] / 2.0).max(THETA_NOISE_NS);
-        let weight = |s: &Sample| (excess(s) / 2.0 + floor_noise).powi(-2);
-        let x = |s: &Sample| diff(s.at, newest);
-        let (sw, swx, swy) = pts().fold((0.0, 0.0, 0.0), |(sw, swx, swy), s| {
-            let w = weight(s);
-            (sw + w, swx + w * x(s), swy + w * s.theta)
-        });
-        let (mx, my) = (swx / sw, swy / sw);
-        let (sxx, sxy) = pts().fold((0.0, 0.0), |(sxx, sxy), s| {
-            let (w, dx) = (weight(s), x(s) - mx);
-            (sxx + w * dx * dx, sxy + w * dx * (s.theta - my))
-        });
-        if sxx <= 0.0 {
-            return None;
-        }
-        let slope = sxy / sxx;
-        let rss = pts().fold(0.0, |acc, s| {
-            let r = s.theta - (my + slope * (x(s) - mx));
-            acc + weight(s) * r * r
-        });
-        let statistical = coverage_factor(n - 2) * (rss / (n as f64 - 2.0) / sxx).sqrt();
-        let worst_case = pts().fold(0.0, |acc, s| {
-            acc + (weight(s) * (x(s) - mx) / sxx).abs() * excess(s) / 2.0
-        });
-        let bound = statistical + worst_case;
+        let line = |pick: fn(&Bucket) -> (u64, f64)| {
+            line_fit(
+                self.buckets
+                    .iter()
+                    .map(|(_, b)| pick(b))
+                    .map(|(at, v)| (diff(at, newest), v)),
+            )
+        };
+        let up = line(|b| b.up)?;
+        let down = line(|b| b.down)?;
+        let (slope, bound) = if (up.0 - down.0).abs() <= up.1 + down.1 {
+            let (wu, wd) = (up.1.max(1e-12).powi(-2), down.1.max(1e-12).powi(-2));
+            (
+                (up.0 * wu + down.0 * wd) / (wu + wd),
+                (wu + wd).sqrt().recip(),
+            )
+        } else if up.1 <= down.1 {
+            up
+        } else {
+            down
+        };
         (slope.is_finite() && slope.abs() <= MAX_DRIFT_PPM * 1e-6).then_some((slope, bound))
     }
 
-    /// The offset at client time `at` (ns since the epoch): the window's
-    /// minimum-δ sample, moved along the drift; `None` when the window is
-    /// empty.
+    /// The offset at client time `at` (ns since the epoch): the sample
+    /// with the tightest bound at `at` — the window's minimum-δ sample, or
+    /// the anchor kept from before it — moved along the drift; `None` when
+    /// the window is empty.
+    ///
+    /// Why the anchor: when one direction of the path gets slower (a
+    /// downlink-only delay), every new exchange is asymmetric and its θ is
+    /// off by half the change. Re-estimated from those exchanges alone, the
+    /// offset would move by half the change and split a one-way change in
+    /// two. The minimum-delay exchange from before, carried forward with
+    /// the drift (its bound widened by the drift bound since, as NTP's
+    /// clock filter does), does not move: the change shows in the direction
+    /// it happened. It yields to a newer sample once that one's bound is
+    /// tighter, and is dropped on a clock step.
     pub fn estimate_at(&self, at: u64) -> Option<OffsetEstimate> {
         // Minimum δ; among equals the newest.
-        let best = self
+        let newest_best = self
             .window
             .iter()
             .rev()
@@ -368,12 +440,17 @@ impl OffsetFilter {
                 Some(b) if b.delta <= s.delta => Some(b),
                 _ => Some(s),
             })?;
-        let age = diff(at, best.at);
         let drift = self.drift();
         let (slope, rate) = match drift {
             Some((slope, bound)) => (slope, bound.max(MIN_DRIFT_ERR_PPM * 1e-6)),
             None => (0.0, self.cfg.default_drift_ppm * 1e-6),
         };
+        let bound_at = |s: &Sample| s.delta / 2.0 + rate * diff(at, s.at).abs();
+        let best = match &self.anchor {
+            Some(a) if bound_at(a) < bound_at(newest_best) => a,
+            _ => newest_best,
+        };
+        let age = diff(at, best.at);
         Some(OffsetEstimate {
             offset_ns: best.theta + slope * age,
             err_ns: best.delta / 2.0 + rate * age.abs(),

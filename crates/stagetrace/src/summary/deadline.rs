@@ -1,7 +1,12 @@
 //! Deadlines against `target_hz`: each call's scheduled tick, lateness,
 //! skipped ticks and completion jitter.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// A call that starts this long after the previous one ended was paced: the
+/// loop slept until its tick. Catch-up calls after a stall start right after
+/// the previous one and never move the ticks.
+const PACED_GAP: Duration = Duration::from_millis(1);
 
 /// What the deadline tracker says about one call.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -16,10 +21,18 @@ pub(crate) struct DeadlineObs {
 
 /// Assigns each call its scheduled tick without coordinated omission.
 ///
-/// Ticks are `origin + k·period`, `origin` = the first call's start. A call
-/// belongs to the later of (the tick after the previous call's) and (the last
-/// tick at or before its start): a loop running behind is measured from the
-/// tick it should have served, and ticks it skipped count as misses.
+/// Ticks are `origin + k·period`, `origin` = the first call's start, moved
+/// earlier when a paced call (one the loop slept before: it started more
+/// than [`PACED_GAP`] after the previous call ended) starts less than half a
+/// period before the tick it is due on — the loop's ticks are then earlier
+/// than the first call's start said (that call started late). A call
+/// belongs to the last tick at or before its start: a call that started late
+/// is measured from its tick, not from when it got round to starting, and
+/// ticks no call started in are skipped (counted apart). A second call in an
+/// already served tick — a loop catching up after a stall, or running faster
+/// than its target — is measured against that same tick: never against a
+/// future one, which would put every later call ticks ahead, with a lateness
+/// of minus several periods that hides real misses. So `late` ≥ −period.
 #[derive(Debug)]
 pub(crate) struct DeadlineTracker {
     period_ns: u64,
@@ -43,16 +56,32 @@ impl DeadlineTracker {
     }
 
     pub(crate) fn observe(&mut self, start: Instant, end: Instant) -> DeadlineObs {
-        let origin = *self.origin.get_or_insert(start);
+        let mut origin = *self.origin.get_or_insert(start);
+        let paced = self.ends[1].is_some_and(|e| start > e + PACED_GAP);
+        if let (true, Some(last)) = (paced, self.last_tick) {
+            let due = u128::from(last + 1) * u128::from(self.period_ns);
+            let due_at = u64::try_from(due)
+                .ok()
+                .and_then(|d| origin.checked_add(Duration::from_nanos(d)));
+            if let Some(due_at) = due_at {
+                let early = due_at.saturating_duration_since(start);
+                if !early.is_zero() && early.as_nanos() < u128::from(self.period_ns / 2) {
+                    if let Some(o) = origin.checked_sub(early) {
+                        origin = o;
+                        self.origin = Some(o);
+                    }
+                }
+            }
+        }
         let floor = (start.saturating_duration_since(origin).as_nanos()
             / u128::from(self.period_ns))
         .min(u128::from(u64::MAX)) as u64;
-        let (tick, skipped) = match self.last_tick {
-            Some(last) if floor > last + 1 => (floor, floor - last - 1),
-            Some(last) => (last + 1, 0),
-            None => (floor, 0),
+        let tick = floor;
+        let skipped = match self.last_tick {
+            Some(last) if floor > last + 1 => floor - last - 1,
+            _ => 0,
         };
-        self.last_tick = Some(tick);
+        self.last_tick = Some(self.last_tick.map_or(tick, |last| last.max(tick)));
         let deadline_ns = (u128::from(tick) + 1) * u128::from(self.period_ns);
         let end_ns = if end >= origin {
             end.duration_since(origin).as_nanos() as i128
@@ -89,7 +118,6 @@ fn signed_ns(a: Instant, b: Instant) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn deadline_tracker_counts_skipped_ticks_and_lateness() {
@@ -107,5 +135,66 @@ mod tests {
         assert_eq!((c.late_ns, c.skipped), (-6_000_000, 2));
         // jitter = |(44-25) - (25-4)| = 2 ms
         assert_eq!(c.jitter_ns, Some(2_000_000));
+    }
+
+    /// The first call starts 3 ms late (the origin), the loop's ticks are
+    /// on time from then on: after the first paced call the ticks move to
+    /// the loop's, and no on-time call is read as a miss.
+    #[test]
+    fn a_late_first_call_does_not_make_every_call_late() {
+        let t0 = Instant::now();
+        let mut d = DeadlineTracker::new(1000.0 / 33.0);
+        let at = |x: u64| t0 + Duration::from_micros(x);
+        let first = d.observe(at(3_000), at(23_000));
+        assert_eq!(first.late_ns, -13_000_000);
+        for k in 1..20u64 {
+            let o = d.observe(at(33_000 * k), at(33_000 * k + 20_000));
+            assert_eq!((o.late_ns, o.skipped), (-13_000_000, 0), "call {k}");
+        }
+    }
+
+    /// A loop at 33 ms stalls once (119 ms), catches up back to back, runs
+    /// on time, stalls again: the caught-up calls are measured against the
+    /// ticks they started in, lateness never goes below −period, and a later
+    /// late call is a miss. (The old rule, "the later of the tick after the
+    /// previous call's and the last tick before the start", assigned the
+    /// catch-up calls future ticks and then read every on-time call
+    /// −66 ms late: one stall hid every later miss.)
+    #[test]
+    fn a_stall_and_its_catch_up_do_not_hide_later_misses() {
+        let t0 = Instant::now();
+        let mut d = DeadlineTracker::new(1000.0 / 33.0);
+        let period = d.period_ns() as i64;
+        let at = |x: u64| t0 + Duration::from_millis(x);
+        let mut calls: Vec<(u64, u64)> = (0..10).map(|k| (33 * k, 33 * k + 20)).collect();
+        // Tick 10 stalls: 119 ms. Then ticks 11–13 are served back to back.
+        calls.push((330, 449));
+        calls.extend([(449, 469), (469, 489), (489, 509)]);
+        // On time again from tick 16 (528 ms), one call 5 ms late at tick 20.
+        calls.extend((16..30).map(|k| (33 * k, 33 * k + if k == 20 { 38 } else { 20 })));
+        // A second stall at tick 30 and a loop that skips to tick 34.
+        calls.push((990, 1_100));
+        calls.extend((34..40).map(|k| (33 * k, 33 * k + 20)));
+        let mut misses = 0;
+        let mut skipped = 0;
+        for (k, (start, end)) in calls.iter().enumerate() {
+            let o = d.observe(at(*start), at(*end));
+            assert!(o.late_ns >= -period, "call {k}: late {} ns", o.late_ns);
+            misses += u64::from(o.late_ns > 0);
+            skipped += o.skipped;
+            if *start >= 528 && *start < 990 {
+                // Back on schedule: late by the call's own time past its tick.
+                let tick_start = (*start / 33) * 33;
+                let want = (*end as i64 - tick_start as i64 - 33) * 1_000_000;
+                assert!((o.late_ns - want).abs() < 1_000_000, "call {k}: {o:?}");
+            }
+        }
+        // Late: the stalled call (449 > 363), the first catch-up call (tick
+        // 13: 469 > 462), the second call in tick 14 (509 > 495), tick 20's
+        // call (698 > 693) and the second stall (1100 > 1023).
+        assert_eq!(misses, 5, "misses");
+        // Ticks 11–12 (the catch-up started in tick 13), 15 (no call started
+        // in 495–528) and 31–33.
+        assert_eq!(skipped, 2 + 1 + 3, "skipped");
     }
 }
