@@ -89,6 +89,56 @@ fn network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat() {
     }
 }
 
+/// A downlink-only delay is named downlink, on an estimated clock (issue 22
+/// item 2): the offset stays on the baseline's minimum-delay exchanges, so
+/// the 3 ms land on the downlink and none on the uplink, instead of half on
+/// each ("direction undetermined", or "uplink" first).
+#[test]
+fn downlink_only_delay_is_named_downlink_not_split_in_two() {
+    let json = run_plan(
+        r#"
+        [target]
+        kind = "demo"
+        hz = 30
+        model_ms = 8
+        payload_kb = 16
+        warmup_s = 1
+        [baseline]
+        hold_s = 4
+        [factor]
+        kind = "net"
+        direction = "downlink"
+        hold_s = 4
+        levels = [3, 8]
+        "#,
+    );
+    assert_eq!(first(&json), "downlink", "{}", json["verdict"]["summary"]);
+    assert_eq!(json["verdict"]["first_level"], 1);
+    for (l, injected) in [(0, 3.0), (1, 8.0)] {
+        let c = &json["levels"][l]["components"];
+        let shift = |f: &str| {
+            let q = &c[f]["p50_ratio"];
+            q["after"].as_f64().unwrap() - q["before"].as_f64().unwrap()
+        };
+        // Each median within 0.5 ms of its truth: the injected delay on the
+        // downlink, nothing on the uplink (a split in two would put half
+        // the delay, 1.5 or 4 ms, on each).
+        let (up, down) = (shift("uplink"), shift("downlink"));
+        timing::error(&format!("level {} uplink shift (ms)", l + 1), up, 0.5);
+        timing::error(
+            &format!("level {} downlink shift − injected (ms)", l + 1),
+            down - injected,
+            0.5,
+        );
+        assert!(up.abs() <= 0.5, "level {}: uplink moved {up} ms", l + 1);
+        assert!(
+            (down - injected).abs() <= 0.5,
+            "level {}: downlink moved {down} ms for {injected}",
+            l + 1
+        );
+    }
+}
+
 #[test]
 fn inference_concurrency_ramp_moves_queue_or_infer_first() {
     let json = run_plan(

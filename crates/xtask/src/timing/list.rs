@@ -206,6 +206,11 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t(
         "stagetrace-experiment",
         "demo_ramps",
+        "downlink_only_delay_is_named_downlink_not_split_in_two",
+    ),
+    t(
+        "stagetrace-experiment",
+        "demo_ramps",
         "inference_concurrency_ramp_moves_queue_or_infer_first",
     ),
     t(
