@@ -246,3 +246,16 @@ def test_python_and_rust_clients_write_the_same_fields(
         (group,) = report["groups"]
         assert group["calls"] == CALLS and group["failed"] == 0
         assert {"uplink", "infer", "downlink", "e2e"} <= set(group["stages"]), group["stages"].keys()
+
+
+def test_a_missing_openpi_dependency_is_named_not_openpi_itself():
+    """openpi-client installed, its undeclared typing_extensions missing:
+    the error names typing_extensions, not "pip install openpi-client"."""
+    from stagetrace.client import _openpi_missing
+
+    dep = ModuleNotFoundError("No module named 'typing_extensions'", name="typing_extensions")
+    msg = _openpi_missing(dep)
+    assert "typing_extensions" in msg and "pip install typing-extensions" in msg
+    assert "pip install openpi-client" not in msg
+    itself = ModuleNotFoundError("No module named 'openpi_client'", name="openpi_client")
+    assert "pip install openpi-client" in _openpi_missing(itself)

@@ -286,3 +286,25 @@ def test_openpi_method_names_serve_forever_blocks_run_is_the_coroutine() -> None
     ws_server = server._server
     ws_server.loop.call_soon_threadsafe(ws_server.close)
     assert done.wait(10)
+
+
+def test_a_busy_port_is_a_usage_error_not_a_traceback():
+    """`python -m stagetrace.server` on a port already taken: one line that
+    says so and what to do, exit status 2, no traceback."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "stagetrace.server", "--port", str(port), "--model-ms", "1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert out.returncode == 2, out
+    assert f"ws://127.0.0.1:{port} is in use" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr

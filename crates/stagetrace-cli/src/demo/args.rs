@@ -494,7 +494,7 @@ pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
     check_calls(a.calls)?;
     if !(a.hz.is_finite() && a.hz > 0.0 && a.hz <= 10_000.0) {
         return Err(err(
-            "--hz must be a rate between 0 and 10000 calls per second",
+            "--hz must be a rate above 0 and at most 10000 calls per second (the demo paces its loop; 0 would never call)",
         ));
     }
     for (name, v) in [

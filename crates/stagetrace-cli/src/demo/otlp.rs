@@ -13,6 +13,10 @@ use super::args::{err, DemoError};
 /// The robot client's service name, for traces and metrics.
 const CLIENT_SERVICE: &str = "stagetrace-demo-client";
 
+/// How often the demo exports its metrics when `OTEL_METRIC_EXPORT_INTERVAL`
+/// is not set.
+const DEMO_EXPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// `--metrics`: the robot's stage histograms and counters. An empty
 /// `endpoint` leaves it to the OTEL_* variables or the default.
 pub(super) fn start_metrics(endpoint: &str, robot: Option<&str>) -> Result<OtlpMetrics, DemoError> {
@@ -22,6 +26,12 @@ pub(super) fn start_metrics(endpoint: &str, robot: Option<&str>) -> Result<OtlpM
     }
     if let Some(robot) = robot {
         b = b.resource_attribute("service.instance.id", robot);
+    }
+    // A demo lasts seconds to minutes: at the SDK's default 60 s a
+    // Prometheus stays empty until the demo exits. Every 5 s, unless the
+    // environment says otherwise.
+    if std::env::var_os("OTEL_METRIC_EXPORT_INTERVAL").is_none() {
+        b = b.export_interval(DEMO_EXPORT_INTERVAL);
     }
     b.build().map_err(|e| err(format!("--metrics: {e}")))
 }

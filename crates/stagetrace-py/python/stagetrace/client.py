@@ -60,10 +60,7 @@ class TracedClientPolicy:
             try:
                 from openpi_client.websocket_client_policy import WebsocketClientPolicy
             except ImportError as e:  # pragma: no cover - depends on the install
-                raise ImportError(
-                    "TracedClientPolicy wraps openpi's client: pip install openpi-client "
-                    "(or pass policy=<an object with infer(obs)>)"
-                ) from e
+                raise ImportError(_openpi_missing(e)) from e
             policy = WebsocketClientPolicy(host, port, api_key)
         self._inner = policy
         self._kind = kind
@@ -112,3 +109,20 @@ class TracedClientPolicy:
             transport.close()
             if own is not None:
                 own.close()
+
+
+def _openpi_missing(e: ImportError) -> str:
+    """What to install when openpi's client cannot be imported: openpi-client
+    itself, or (it is installed) the module it needs but does not declare,
+    such as ``typing_extensions``."""
+    missing = getattr(e, "name", None) or ""
+    if missing.split(".")[0] in ("", "openpi_client"):
+        return (
+            "TracedClientPolicy wraps openpi's client: pip install openpi-client "
+            "(or stagetrace[openpi]; or pass policy=<an object with infer(obs)>)"
+        )
+    return (
+        f"openpi-client is installed but cannot be imported: it needs the module "
+        f"{missing!r}, which it does not declare: pip install {missing.replace('_', '-')} "
+        "(stagetrace[openpi] installs it)"
+    )

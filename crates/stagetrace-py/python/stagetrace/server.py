@@ -68,7 +68,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -293,8 +295,19 @@ def _main(argv: list[str] | None = None) -> None:
         print(f"listening on ws://{args.host}:{port}", flush=True)
         await server.run()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(main())
+    except OSError as e:
+        # A busy port (or an address not on this machine) is a usage error,
+        # not a crash: say which and how to go on, exit 2, no traceback.
+        what = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be opened ({e.strerror or e})"
+        print(
+            f"stagetrace.server: ws://{args.host}:{args.port} {what}; "
+            "stop what holds it, or pick another --port (0 picks a free one)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
