@@ -42,8 +42,13 @@ impl ExecutorConfig {
 pub struct ExecStart {
     /// The `seq` the chunk carried.
     pub seq: u64,
-    /// The executor had the whole chunk → the controller started it.
+    /// The executor had the whole chunk → the controller started it: read
+    /// just before the executor's own start stamp (`wait`) and just after
+    /// it (`wait_late`). The stamp lies between, whatever a loaded machine
+    /// does to the thread in between.
     pub wait: Duration,
+    /// See `wait`.
+    pub wait_late: Duration,
     /// The chunk found the controller busy.
     pub busy: bool,
     /// When the executor had the whole chunk, on the host's wall clock
@@ -114,6 +119,7 @@ impl SimExecutor {
                         }
                         let started = Instant::now();
                         chunk.ticket.started();
+                        let stamped = Instant::now();
                         let received_unix_ns =
                             host_unix_ns().saturating_sub(received.elapsed().as_nanos() as u64);
                         if let (Some(seq), Ok(mut v)) = (seq, kept.lock()) {
@@ -121,6 +127,7 @@ impl SimExecutor {
                                 v.push(ExecStart {
                                     seq,
                                     wait: started.saturating_duration_since(received),
+                                    wait_late: stamped.saturating_duration_since(received),
                                     busy,
                                     received_unix_ns,
                                 });

@@ -17,7 +17,7 @@ use stagetrace_schema::Figure;
 use super::baseline::vs_baseline;
 use super::group::rate_of;
 use super::moves::{fmt_p, moves_of, Context};
-use super::options::{min_cost_ms, AnalyzeOptions, MIN_N};
+use super::options::{min_cost_ms, spike_floor_ms, AnalyzeOptions, MIN_N};
 use super::report::{RobotInput, RobotStage, RobotStages, StageVsBaseline, Verdict, ALL_KINDS};
 use super::verdict::{advice, verdict_order};
 use super::{analysed, Analysis, GroupData};
@@ -216,13 +216,15 @@ fn differs(
         median(&mine[Figure::SplitErr.index()]),
         median(&others(split, r, Figure::SplitErr)),
     );
+    let others_e2e = stats::quantile(&others(split, r, Figure::E2e), 0.5);
     let cx = Context {
         has_baseline: true,
         split_err_ms: match split_err {
             (None, None) => None,
             (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
         },
-        floor_ms: min_cost_ms(stats::quantile(&others(split, r, Figure::E2e), 0.5)),
+        floor_ms: min_cost_ms(others_e2e),
+        tail_floor_ms: spike_floor_ms(others_e2e),
     };
     let peers = split.iter().enumerate().filter(|(o, _)| *o != r).count();
     moves_of(kind, &vs, &cx, advice)

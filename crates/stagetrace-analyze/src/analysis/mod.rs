@@ -202,6 +202,7 @@ fn analyze_group(
                 (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
             },
             floor_ms: floor,
+            tail_floor_ms: spike_floor_ms(e2e_median),
         };
         let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
         report.verdicts = verdicts(&report, &cx, baseline_n);

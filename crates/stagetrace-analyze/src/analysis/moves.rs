@@ -26,6 +26,10 @@ pub(super) struct Context {
     pub(super) split_err_ms: Option<f64>,
     /// The smallest change worth a verdict (ms).
     pub(super) floor_ms: f64,
+    /// The smallest p99 growth worth a `tail_only` verdict (ms): the spike
+    /// floor, since a tail is the calls that stand out — a tenth of the
+    /// call, not the 1 % a whole-stage shift needs.
+    pub(super) tail_floor_ms: f64,
 }
 
 /// What a move costs the call, in ms added to e2e: the median's shift for a
@@ -79,7 +83,14 @@ pub(super) fn moves_of(
     for code in ["median_shift", "tail_only", "faster"] {
         let mut flagged: Vec<(f64, Figure)> = vs
             .iter()
-            .filter(|(_, s)| s.shape == code && cost(code, s) >= cx.floor_ms)
+            .filter(|(_, s)| {
+                let floor = if code == "tail_only" {
+                    cx.tail_floor_ms
+                } else {
+                    cx.floor_ms
+                };
+                s.shape == code && cost(code, s) >= floor
+            })
             .filter_map(|(n, s)| {
                 let strength = if code == "tail_only" {
                     s.exceed_p

@@ -267,8 +267,9 @@ impl ExecTruth {
         let (clock, starts) = run.executor.as_ref()?;
         let h = &a.hops;
         let busy_ms = h.executor_busy_ms;
-        // (record, the controller's own wait, busy, true exec_tx)
-        let calls: Vec<(&CallRecord, f64, bool, f64)> = records
+        // (record, the controller's own wait as (earliest, latest), busy,
+        // true exec_tx)
+        let calls: Vec<(&CallRecord, (f64, f64), bool, f64)> = records
             .iter()
             .filter(|r| steady(r))
             .filter_map(|r| {
@@ -276,7 +277,8 @@ impl ExecTruth {
                 let d = r.timeline.dispatch?;
                 let start = r.timeline.call_start_unix_ns + d.start_ns;
                 let tx = ms(s.received_unix_ns as i64 - start as i64);
-                Some((r, s.wait.as_nanos() as f64 / 1e6, s.busy, tx))
+                let w = |d: std::time::Duration| d.as_nanos() as f64 / 1e6;
+                Some((r, (w(s.wait), w(s.wait_late)), s.busy, tx))
             })
             .filter(|(r, ..)| r.get(Figure::ExecWait).is_some())
             .collect();
@@ -296,7 +298,10 @@ impl ExecTruth {
             busy_shown: busy.iter().filter(|w| **w >= busy_ms - 0.05).count(),
             busy_wait_ms: median(busy),
             other_wait_max_ms: max(calls.iter().filter(|c| !c.2).map(|c| wait(c.0))),
-            wait_max_err_ms: max(calls.iter().map(|c| (wait(c.0) - c.1).abs())),
+            // Outside the controller's bracket around the executor's stamp.
+            wait_max_err_ms: max(calls
+                .iter()
+                .map(|c| (c.1 .0 - wait(c.0)).max(wait(c.0) - c.1 .1).max(0.0))),
             exec_tx_ms: median(
                 calls
                     .iter()

@@ -48,6 +48,9 @@ impl Default for FilterConfig {
 const MAX_DRIFT_PPM: f64 = 500.0;
 /// Floor on the drift-rate uncertainty once drift is estimated, ppm.
 const MIN_DRIFT_ERR_PPM: f64 = 2.0;
+/// The noise of one exchange's stamps at the path's floor, ns: clock reads
+/// and stamp placement. It keeps the drift fit's weights finite.
+const THETA_NOISE_NS: f64 = 20_000.0;
 /// Buckets needed before drift is estimated.
 const MIN_DRIFT_POINTS: usize = 5;
 /// Time span the drift buckets must cover before drift is estimated, s.
@@ -91,57 +94,68 @@ fn coverage_factor(df: usize) -> f64 {
 /// `down = t2 − t3 = offset − downlink` (ns): each follows the offset plus a
 /// delay that only queueing raises, so the bucket minima of each trace the
 /// offset over time, each on one direction of the path.
-/// Least-squares line through `(x, y)` points: (slope, its ± bound: the
-/// standard error times [`coverage_factor`]); `None` with fewer than three
-/// points or no spread in x.
-fn line_fit(points: impl Iterator<Item = (f64, f64)> + Clone) -> Option<(f64, f64)> {
-    let n = points.clone().count();
+/// Weighted least-squares line through `(x, y, weight)` points: (slope, its
+/// ± bound: the fit's standard error times [`coverage_factor`]); `None`
+/// with fewer than three points or no spread in x.
+fn line_fit(points: &[(f64, f64, f64)]) -> Option<(f64, f64)> {
+    let n = points.len();
     if n < 3 {
         return None;
     }
-    let nf = n as f64;
-    let (sx, sy) = points
-        .clone()
-        .fold((0.0, 0.0), |(sx, sy), (x, y)| (sx + x, sy + y));
-    let (mx, my) = (sx / nf, sy / nf);
-    let (sxx, sxy) = points.clone().fold((0.0, 0.0), |(sxx, sxy), (x, y)| {
-        (sxx + (x - mx) * (x - mx), sxy + (x - mx) * (y - my))
-    });
+    let sw: f64 = points.iter().map(|p| p.2).sum();
+    let mx = points.iter().map(|p| p.2 * p.0).sum::<f64>() / sw;
+    let my = points.iter().map(|p| p.2 * p.1).sum::<f64>() / sw;
+    let sxx: f64 = points.iter().map(|p| p.2 * (p.0 - mx).powi(2)).sum();
     if sxx <= 0.0 {
         return None;
     }
+    let sxy: f64 = points.iter().map(|p| p.2 * (p.0 - mx) * (p.1 - my)).sum();
     let slope = sxy / sxx;
-    let rss = points.fold(0.0, |acc, (x, y)| {
-        let r = y - (my + slope * (x - mx));
-        acc + r * r
-    });
+    let rss: f64 = points
+        .iter()
+        .map(|p| p.2 * (p.1 - (my + slope * (p.0 - mx))).powi(2))
+        .sum();
     Some((
         slope,
-        coverage_factor(n - 2) * (rss / (nf - 2.0) / sxx).sqrt(),
+        coverage_factor(n - 2) * (rss / (n as f64 - 2.0) / sxx).sqrt(),
     ))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Bucket {
-    up: (u64, f64),
-    down: (u64, f64),
+    up: OneWay,
+    down: OneWay,
+}
+
+/// A bucket's minimum on one direction: when (client time), the value, and
+/// the δ of the exchange it came from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct OneWay {
+    at: u64,
+    value: f64,
+    delta: f64,
 }
 
 impl Bucket {
     fn of(s: &Sample) -> Bucket {
+        let one = |value| OneWay {
+            at: s.at,
+            value,
+            delta: s.delta,
+        };
         Bucket {
-            up: (s.at, s.theta + s.delta / 2.0),
-            down: (s.at, s.theta - s.delta / 2.0),
+            up: one(s.theta + s.delta / 2.0),
+            down: one(s.theta - s.delta / 2.0),
         }
     }
 
     fn add(&mut self, s: &Sample) {
         let b = Bucket::of(s);
         // Smallest uplink: the lowest `up`; smallest downlink: the highest `down`.
-        if b.up.1 < self.up.1 {
+        if b.up.value < self.up.value {
             self.up = b.up;
         }
-        if b.down.1 > self.down.1 {
+        if b.down.value > self.down.value {
             self.down = b.down;
         }
     }
@@ -379,26 +393,49 @@ impl OffsetFilter {
     /// way, or a loaded host that queues one side, moves θ and tilts a fit
     /// through it. The smallest uplink of each second traces the offset on
     /// the uplink alone (`t1 − t0` = offset + a delay at its floor), the
-    /// smallest downlink on the downlink alone. Each gets a least-squares
-    /// line; when the two agree within their bounds they are combined
-    /// (inverse-variance), when they do not, one direction changed during
-    /// the fit and the line with the smaller bound — the steady direction —
-    /// is the drift. A bound is the fit's standard error times
+    /// smallest downlink on the downlink alone. Each gets a weighted
+    /// least-squares line; when the two agree within their bounds they are
+    /// combined (inverse-variance), when they do not, one direction changed
+    /// during the fit and the line with the smaller bound — the steady
+    /// direction — is the drift. A bound is the fit's standard error times
     /// [`coverage_factor`] of its degrees of freedom.
     fn drift(&self) -> Option<(f64, f64)> {
         let n = self.buckets.len();
-        let newest = self.buckets.back()?.1.up.0;
-        let first = self.buckets.front()?.1.up.0;
+        let newest = self.buckets.back()?.1.up.at;
+        let first = self.buckets.front()?.1.up.at;
         if n < MIN_DRIFT_POINTS || diff(newest, first) / 1e9 < MIN_DRIFT_SPAN_S {
             return None;
         }
-        let line = |pick: fn(&Bucket) -> (u64, f64)| {
-            line_fit(
-                self.buckets
-                    .iter()
-                    .map(|(_, b)| pick(b))
-                    .map(|(at, v)| (diff(at, newest), v)),
-            )
+        // Each point is weighted by how far the δ of its exchange lies above
+        // the buckets' best: a minimum taken from an exchange that queued
+        // (on either side) may itself be off by that much. The floor noise
+        // keeps the weights finite: at least the stamps' noise, and half
+        // the median excess when the minima sit far apart (few calls per
+        // bucket).
+        let min_delta = self
+            .buckets
+            .iter()
+            .flat_map(|(_, b)| [b.up.delta, b.down.delta])
+            .fold(f64::INFINITY, f64::min);
+        let mut excesses: Vec<f64> = self
+            .buckets
+            .iter()
+            .flat_map(|(_, b)| [b.up.delta, b.down.delta])
+            .map(|d| d - min_delta)
+            .collect();
+        excesses.sort_by(f64::total_cmp);
+        let floor_noise = (excesses[excesses.len() / 2] / 2.0).max(THETA_NOISE_NS);
+        let line = |pick: fn(&Bucket) -> OneWay| {
+            let points: Vec<(f64, f64, f64)> = self
+                .buckets
+                .iter()
+                .map(|(_, b)| pick(b))
+                .map(|w| {
+                    let e = (w.delta - min_delta).max(0.0) / 2.0;
+                    (diff(w.at, newest), w.value, (e + floor_noise).powi(-2))
+                })
+                .collect();
+            line_fit(&points)
         };
         let up = line(|b| b.up)?;
         let down = line(|b| b.down)?;
