@@ -2,7 +2,7 @@
 //! [`MAX_TICKS`] finite ticks after a bounded number of steps, whatever its
 //! range: an infinite, NaN, empty or absurdly wide one (a loop stepping
 //! toward an infinite bound once never ended while its output grew past
-//! 1.7 GB, issue 15).
+//! 1.7 GB).
 
 /// Most ticks on one axis. Real axes have about ten.
 pub(crate) const MAX_TICKS: usize = 1000;

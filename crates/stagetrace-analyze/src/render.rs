@@ -103,6 +103,19 @@ pub fn text(report: &Report) -> String {
 }
 
 fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
+    header(s, g);
+    stage_table(s, g);
+    robots::table(s, g, robots);
+    hops::table(s, g);
+    baseline_table(s, g);
+    outliers(s, g);
+    periodicity_and_shapes(s, g);
+    variance(s, g);
+}
+
+/// The kind's line, its rate (per robot when robots are merged) and what
+/// the mitigations did.
+fn header(s: &mut String, g: &GroupReport) {
     let _ = writeln!(
         s,
         "\nkind \"{}\": {} steady call(s) ({} warm-up excluded, {} failed), {} → {}",
@@ -167,6 +180,10 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
         }
         let _ = writeln!(s, "  mitigations: {}", parts.join("; "));
     }
+}
+
+/// Per figure: n, min, p50, p90, p99, p99.9, max, mean.
+fn stage_table(s: &mut String, g: &GroupReport) {
     let _ = writeln!(
         s,
         "\n  {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
@@ -192,8 +209,10 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
     if g.stages.contains_key(Figure::Ttfb.name()) {
         let _ = writeln!(s, "  {BLACK_BOX_NOTE}");
     }
-    robots::table(s, g, robots);
-    hops::table(s, g);
+}
+
+/// Against the baseline: ratios with their intervals, and the shape.
+fn baseline_table(s: &mut String, g: &GroupReport) {
     if !g.baseline.is_empty() {
         let _ = writeln!(
             s,
@@ -221,6 +240,10 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
             }
         }
     }
+}
+
+/// The outlier rounds: the rule, a whole-run shift, the first rounds.
+fn outliers(s: &mut String, g: &GroupReport) {
     let o = &g.outliers;
     if let Some(x) = o.whole_run_shift() {
         let each: Vec<String> = o
@@ -270,6 +293,10 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
             o.count as usize - SHOWN_ROUNDS.min(o.rounds.len())
         );
     }
+}
+
+/// Periodicity of each figure's spikes, and the second modes.
+fn periodicity_and_shapes(s: &mut String, g: &GroupReport) {
     if !g.periodicity.is_empty() {
         let _ = writeln!(s, "\n  periodicity of spikes:");
         for p in &g.periodicity {
@@ -312,6 +339,10 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
             );
         }
     }
+}
+
+/// How the e2e variance splits over the stages and the gap.
+fn variance(s: &mut String, g: &GroupReport) {
     if let Some(gp) = &g.gap {
         // A finest figure inside a sum of finest figures that is a part too
         // is shown "of which" (queue and infer under server, the observer

@@ -1,4 +1,4 @@
-//! `compare` in units that mean something (issue 22 item 5): a signed
+//! `compare` in units that mean something: a signed
 //! figure changes by ms, not by a percentage of a value that crosses zero,
 //! and a change below the report's floor is never significant.
 

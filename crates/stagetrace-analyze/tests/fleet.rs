@@ -1,4 +1,4 @@
-//! A fleet report (issue 12 item 4): three robots' records merged, each
+//! A fleet report: three robots' records merged, each
 //! robot's p50 / p99 per stage, and a verdict naming the robot that differs
 //! and the stage, on generated runs with a known truth.
 
@@ -173,8 +173,8 @@ fn a_slower_robot_is_not_also_spikes_of_the_merged_run() {
 
 /// The HTML report has the per-robot rows: one per robot, in the order
 /// given, each stage's p50 / p99 as the text column shows it, and the robot
-/// and stage the verdict names marked (issue 12, "per-robot rows in the
-/// HTML report").
+/// and stage the verdict names marked (per-robot rows in the
+/// HTML report).
 #[test]
 fn the_html_report_has_a_row_per_robot_and_marks_the_one_that_differs() {
     let (r, _, html) = fleet_with_html(&[
@@ -217,8 +217,8 @@ fn the_html_report_has_a_row_per_robot_and_marks_the_one_that_differs() {
 
 /// `--fail-if` per robot (`ROBOT@STAGE.STAT`, `*@` for each robot): a gate
 /// on the robots' own p50 fires for the slow robot only, with its own
-/// median as the measured value, and names the robot (issue 12, "--fail-if
-/// per robot").
+/// median as the measured value, and names the robot (`--fail-if`
+/// per robot).
 #[test]
 fn per_robot_gates_fire_for_the_robot_over_the_limit() {
     use stagetrace_analyze::gate::Gate;

@@ -1,4 +1,4 @@
-//! Calls through a gateway (issue 11 item 4), on generated runs with a
+//! Calls through a gateway, on generated runs with a
 //! known truth: `report` shows each link of the records' `hops` (each way,
 //! both ways, the gateway's own time, the link's bound), the verdict names
 //! the link and direction or the gateway that moved — and the executor's

@@ -1,5 +1,5 @@
 //! Verdicts that ignore what does not matter and name only what the data
-//! can tell (issue 16, items 3–6), on generated runs with a known truth.
+//! can tell, on generated runs with a known truth.
 
 #![allow(clippy::unwrap_used)]
 

@@ -825,7 +825,7 @@ fn ctrl_c_ends_the_run_reports_it_and_exits_130() {
     assert!((10..100_000).contains(&calls), "{calls} calls");
 }
 
-/// One definition of a deadline miss (issue 16 item 7): with a model slower
+/// One definition of a deadline miss: with a model slower
 /// than the control period every steady call misses — the demo's counter,
 /// the report inside its JSON and the records all say 25 of 25, and the
 /// ticks the loop fell behind by are not added (it said 354 for 300 calls).

@@ -1,4 +1,4 @@
-//! A fleet on one machine (issue 12 item 4, the export half): two
+//! A fleet on one machine (the export half): two
 //! `stagetrace demo` robots, each with its own clock skew and one with a
 //! slower model, push stage histograms to a real Prometheus (`--metrics`)
 //! and tail-sampled traces to a real Jaeger (`--otlp --tail-sample`). The

@@ -1,5 +1,5 @@
 //! `stagetrace demo --otlp` against a collector that accepts connections and
-//! never answers (issue 15 item 4): the demo ends within its shutdown bound
+//! never answers: the demo ends within its shutdown bound
 //! after the last call, and its last word — the exporters' messages and the
 //! cumulative summary — accounts for every record.
 

@@ -1,5 +1,4 @@
-//! `stagetrace report --per-robot` over several robots' directories (issue 12
-//! item 4): the records merged in the tables, a per-robot column, and a
+//! `stagetrace report --per-robot` over several robots' directories: the records merged in the tables, a per-robot column, and a
 //! verdict naming the robot that differs and the stage.
 
 #![allow(clippy::unwrap_used)]
@@ -116,7 +115,7 @@ fn identical_robots_get_no_robot_verdict() {
     assert_eq!(json["groups"][0]["robots"].as_object().unwrap().len(), 3);
 }
 
-/// Issue 22 item 7: pooling the robots is the point, so no pooling warning;
+/// With --per-robot, pooling the robots is the point, so no pooling warning;
 /// rate and jitter per robot, never across the merged robots (three robots
 /// at 50 Hz each are not one at 150 Hz); each listed outlier names its robot.
 #[test]

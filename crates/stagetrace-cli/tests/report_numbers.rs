@@ -1,4 +1,4 @@
-//! Numbers that do not fit (issue 15 item 1): a figure beyond the range a
+//! Numbers that do not fit: a figure beyond the range a
 //! latency can have is a per-line error naming file, line and field (exit 2),
 //! or a skipped and counted line under `--skip-bad`; never infinity, and no
 //! output (text, `--json`, `--html`, `--fail-if`) hangs or shows a

@@ -89,8 +89,7 @@ fn network_delay_ramp_moves_uplink_or_downlink_first_and_infer_stays_flat() {
     }
 }
 
-/// A downlink-only delay is named downlink, on an estimated clock (issue 22
-/// item 2): the offset stays on the baseline's minimum-delay exchanges, so
+/// A downlink-only delay is named downlink, on an estimated clock: the offset stays on the baseline's minimum-delay exchanges, so
 /// the 3 ms land on the downlink and none on the uplink, instead of half on
 /// each ("direction undetermined", or "uplink" first).
 #[test]
@@ -215,7 +214,7 @@ fn payload_ramp_moves_uplink_first() {
     );
     // Bigger requests only: the request's transfer is measured on the
     // server's clock (first byte -> whole request) and the offset rests on
-    // first-byte stamps, so none of it is split into downlink (issue 16).
+    // first-byte stamps, so none of it is split into downlink.
     let ratio = |s: &str| {
         json["levels"][0]["components"][s]["p50_ratio"]["ratio"]
             .as_f64()

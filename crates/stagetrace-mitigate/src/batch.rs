@@ -35,8 +35,8 @@ pub enum BatchPolicy {
     #[default]
     AllIn,
     /// Only when `max_wait` has passed: three robots and `max_batch` 6 wait
-    /// the whole window on every batch. The policy before issue 14, kept to
-    /// measure against.
+    /// the whole window on every batch. The policy of the first batcher, kept
+    /// to measure against.
     FixedWindow,
 }
 

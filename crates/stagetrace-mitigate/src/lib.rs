@@ -65,8 +65,8 @@ mod batch;
 mod cache;
 mod callers;
 mod digest;
-mod executor;
 mod handler;
+mod stale;
 
 pub use admission::{
     Admission, AdmissionConfig, AdmissionLayer, AdmissionService, AdmissionStats, Admitted,
@@ -78,5 +78,5 @@ pub use cache::{
 };
 pub use callers::BatchCaller;
 pub use digest::{digest_bytes, digest_hex, digest_map, record_action_digest, CacheKey, KeySpec};
-pub use executor::{CommandMerger, Stale, StaleFilter, STALE_REASON};
 pub use handler::BatchedHandler;
+pub use stale::{CommandMerger, Stale, StaleFilter, STALE_REASON};

@@ -1,5 +1,5 @@
 //! A relay (gateway) between robots and a policy server, in the openpi /
-//! LingBot-VA WebSocket protocol (issue 11, item 2): [`Relay`].
+//! LingBot-VA WebSocket protocol: [`Relay`].
 //!
 //! It is a [`PolicyServer`] whose handler forwards each request to the
 //! downstream server with a [`PolicyClient`] and answers with the

@@ -1,4 +1,4 @@
-//! Must show (issue 11, item 3): an executor busy for a known time on every
+//! Must show: an executor busy for a known time on every
 //! n-th chunk shows exactly those calls' wait. A robot dispatches action
 //! chunks to a remote executor ([`ExecutorServer`]) whose controller is
 //! still busy with the previous action for `BUSY`

@@ -1,4 +1,4 @@
-//! Ground truth across three machines' clocks (issue 11, item 2): robot →
+//! Ground truth across three machines' clocks: robot →
 //! gateway ([`Relay`]) → policy server on loopback, each with its own
 //! injected clock (skewed, and in the drift test drifting), and a userspace
 //! proxy on each link with asymmetric delays.

@@ -1,5 +1,5 @@
-//! Ground truth across three machines' clocks over HTTP (issue 11, item 2:
-//! "a relay in `stagetrace-net`, WebSocket and HTTP"): robot
+//! Ground truth across three machines' clocks over HTTP (a relay
+//! in `stagetrace-net`, WebSocket and HTTP): robot
 //! ([`TracedHttpClient`]) → gateway ([`HttpRelay`]) → policy server (axum
 //! behind a [`TimingLayer`]) on loopback, each with its own injected clock
 //! (+300 ms, −80 ms), and the project's delay proxy on each link with

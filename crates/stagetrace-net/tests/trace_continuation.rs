@@ -1,5 +1,5 @@
 //! A service in the middle continues the caller's trace (W3C Trace Context
-//! Level 2; issue 11, item 1): robot → middle server → downstream server on
+//! Level 2): robot → middle server → downstream server on
 //! loopback, over HTTP (axum + `TimingLayer`, the handler calling on with
 //! `TracedHttpClient`) and WebSocket (`PolicyServer`, the handler calling on
 //! with `PolicyClient`). The downstream servers are raw: they keep what came

@@ -1,4 +1,4 @@
-//! A fleet on one machine (issue 12, Must show): N robots (default 100) at
+//! A fleet on one machine: N robots (default 100) at
 //! 30 Hz each, in this one process, each with its own `StageLayer`, its own
 //! `OtlpMetrics` and tail-sampled `OtlpExporter` and its own resource
 //! (`service.instance.id = robot-NNN`, a `host.name` per ten robots),

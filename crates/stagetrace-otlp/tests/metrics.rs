@@ -1,5 +1,4 @@
-//! Stage histograms as OTLP metrics in a real Prometheus (issue 12 items 1
-//! and 3): a fleet's per-stage p50/p99 from PromQL's `histogram_quantile`
+//! Stage histograms as OTLP metrics in a real Prometheus: a fleet's per-stage p50/p99 from PromQL's `histogram_quantile`
 //! over the robots' exponential histograms agree with the exact percentile
 //! of all robots' merged records within the histogram's stated relative
 //! error; with Prometheus down, failed exports are counted and export

@@ -1,4 +1,4 @@
-//! The Prometheus the metrics tests use (issue 12 item 3): built from the
+//! The Prometheus the metrics tests use: built from the
 //! pinned Go tool module (`tests/prometheus-tool`, `cargo xtask prometheus`),
 //! started with its OTLP receiver on.
 //!

@@ -1,5 +1,5 @@
 //! Shutdown against a collector that accepts connections and never answers
-//! (issue 15 item 4): flushing at shutdown waits one bound for the whole
+//!: flushing at shutdown waits one bound for the whole
 //! process, whatever the number of exporters and flushes, and the last word
 //! accounts for every record — exported + dropped + failed + abandoned =
 //! produced — in the exporter's stats, its final message and the layer's

@@ -1,4 +1,4 @@
-//! Tail sampling at the source (issue 12 item 2): only the calls worth a
+//! Tail sampling at the source: only the calls worth a
 //! look reach the collector as traces, every decision is counted in the
 //! summary windows, and in a real Jaeger every spike call is there as a full
 //! trace while the ordinary calls exported are exactly the seeded random

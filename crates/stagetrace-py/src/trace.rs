@@ -1,4 +1,4 @@
-//! W3C Trace Context for Python services in the middle (issue 11): a relay
+//! W3C Trace Context for Python services in the middle: a relay
 //! or a policy server written in Python continues its caller's trace by the
 //! core's rules, not by a copy of them. `continue_trace` is the core's
 //! [`TraceContext::extract`] (several `traceparent`s: none used; `tracestate`

@@ -1,7 +1,7 @@
 //! A remote executor: `stagetrace-net`'s [`ExecutorServer`] on a thread of
 //! its own, with a clock of its own, and a simulated controller that is
 //! still busy with the previous action for a known time on every n-th
-//! chunk (issue 11 item 4): the wait the robot's `exec_wait_ms` must show.
+//! chunk: the wait the robot's `exec_wait_ms` must show.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

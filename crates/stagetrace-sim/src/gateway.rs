@@ -1,6 +1,6 @@
 //! A gateway between the robot and the policy server: `stagetrace-net`'s
 //! WebSocket [`Relay`] on a thread of its own, with a clock of its own
-//! (skewed, drifting), as on a machine of its own (issue 11 item 4).
+//! (skewed, drifting), as on a machine of its own.
 
 use std::net::SocketAddr;
 

@@ -1,4 +1,4 @@
-//! One definition of a deadline miss across the tools (issue 16 item 7): a
+//! One definition of a deadline miss across the tools: a
 //! steady call that ended after its tick's deadline (`deadline_miss: true`
 //! on its record). The cumulative summary (what the quickstart prints and
 //! the demo reports), `stagetrace report` over the same run's files and the

@@ -1,4 +1,4 @@
-//! The record's per-hop figures (issue 11, item 2): one [`HopFigures`] per
+//! The record's per-hop figures: one [`HopFigures`] per
 //! link between the client and the policy server when the call went through
 //! relays, written as the record's `hops` array (`docs/stages.md`, "Hops").
 //!

@@ -1,4 +1,4 @@
-//! A server that reports no timing (issue 14): the response's first byte
+//! A server that reports no timing: the response's first byte
 //! cuts the black-box roundtrip into `ttfb` (the wait for it) and `rx` (the
 //! response's transfer), both on the client's clock; a server that sends
 //! timing keeps the full split and gets neither.

@@ -1,6 +1,6 @@
 //! A real file system that fills up and frees again (a tiny tmpfs, mounted
 //! as root): the records file keeps whole lines only, and every call is
-//! accounted for (issue 15 item 3).
+//! accounted for.
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use std::io::Write;

@@ -1,4 +1,4 @@
-//! The hops of calls through gateways (issue 11 item 4): per link of the
+//! The hops of calls through gateways: per link of the
 //! records' `hops` array, the network each way, both ways, the gateway's
 //! own time at the link's end and the link's clock bound — their
 //! distributions, their change against the baseline, and the verdicts that

@@ -105,14 +105,8 @@ fn analysed() -> impl Iterator<Item = Figure> {
     figures::read().filter(|f| *f != Figure::Late)
 }
 
-fn analyze_group(
-    ds: &Dataset,
-    g: &mut GroupData,
-    base: Option<&GroupData>,
-    opts: &AnalyzeOptions,
-) -> GroupReport {
-    let pooled = g.kind == ALL_KINDS;
-    let kind_idx = ds.kinds.iter().position(|k| *k == g.kind);
+/// Records of one kind (or of all, `pooled`): (all, warm-up, failed).
+fn counts(ds: &Dataset, kind_idx: Option<usize>, pooled: bool) -> (u64, u64, u64) {
     let (mut calls, mut warm, mut failed) = (0u64, 0u64, 0u64);
     for i in 0..ds.len() {
         if !pooled && Some(usize::from(ds.kind[i])) != kind_idx {
@@ -125,6 +119,18 @@ fn analyze_group(
             failed += 1;
         }
     }
+    (calls, warm, failed)
+}
+
+fn analyze_group(
+    ds: &Dataset,
+    g: &mut GroupData,
+    base: Option<&GroupData>,
+    opts: &AnalyzeOptions,
+) -> GroupReport {
+    let pooled = g.kind == ALL_KINDS;
+    let kind_idx = ds.kinds.iter().position(|k| *k == g.kind);
+    let (calls, warm, failed) = counts(ds, kind_idx, pooled);
     let mut stages = BTreeMap::new();
     for m in figures::read() {
         if let Some(s) = Summary::of_sorted(g.sorted(m)) {
@@ -134,17 +140,12 @@ fn analyze_group(
     let first = g.calls.first().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let last = g.calls.last().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let rate = rate(ds, g);
-
-    let mut vs = BTreeMap::new();
-    if let Some(b) = base {
-        if !pooled {
-            for m in analysed() {
-                if let Some(s) = vs_baseline(b.sorted(m), g.sorted(m), opts) {
-                    vs.insert(m.name(), s);
-                }
-            }
-        }
-    }
+    let vs = match base {
+        Some(b) if !pooled => analysed()
+            .filter_map(|m| Some((m.name(), vs_baseline(b.sorted(m), g.sorted(m), opts)?)))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
     let e2e_ref = base.map_or(g.sorted(Figure::E2e), |b| b.sorted(Figure::E2e));
     let e2e_median = stats::quantile(e2e_ref, 0.5);
     let floor = min_cost_ms(e2e_median);

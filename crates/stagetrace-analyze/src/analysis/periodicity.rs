@@ -44,12 +44,64 @@ fn periodicity(
     f: Figure,
 ) -> Option<Periodicity> {
     let thr = g.spike_thresholds[f.index()]?;
-    let col = &ds.columns[f.index()];
     if times.len() < MIN_N {
         return None;
     }
-    // Spike events: spiking calls, with runs of adjacent spiking calls
-    // merged; (wall time, index among the group's calls).
+    let (events, event_calls) = spike_events(&ds.columns[f.index()], g, times, call_dt, thr);
+    if events.len() < MIN_EVENTS || events.len() > MAX_EVENTS {
+        return None;
+    }
+    let mut isi: Vec<f32> = events.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
+    stats::sort_f32(&mut isi);
+    let (isi_med, isi_mad) = stats::median_mad(&isi);
+    let every_nth = every_nth_call(&event_calls);
+    let on_clock = on_a_clock(&isi, isi_med);
+    let fund = fundamental(&events, times, call_dt)?;
+    let acf_lag_ms = fund.lag_ms;
+    let near: Vec<f32> = isi
+        .iter()
+        .copied()
+        .filter(|d| (f64::from(*d) - acf_lag_ms).abs() <= 0.2 * acf_lag_ms)
+        .collect();
+    let isi_on_period = near.len() as f64 / isi.len() as f64;
+    // An exact pattern is periodic whatever the autocorrelation says: the
+    // ACF of a sparse series can stay under its threshold (a few missed or
+    // doubled spikes, a short run) while every interval says the period.
+    let exact = every_nth.is_some() || on_clock;
+    let significant =
+        exact || (fund.acf >= fund.threshold && isi_on_period >= 0.3 && near.len() >= 3);
+    let period_ms = if exact {
+        isi_med
+    } else if near.is_empty() {
+        acf_lag_ms
+    } else {
+        stats::quantile(&near, 0.5)
+    };
+    Some(Periodicity {
+        stage: f.name(),
+        spikes: events.len() as u64,
+        isi_median_s: isi_med / 1000.0,
+        isi_cv: 1.4826 * isi_mad / isi_med.max(1e-9),
+        acf_lag_s: acf_lag_ms / 1000.0,
+        acf: fund.acf,
+        acf_threshold: fund.threshold,
+        isi_on_period,
+        significant,
+        period_s: significant.then_some(period_ms / 1000.0),
+        period_calls: every_nth,
+    })
+}
+
+/// Spike events of one figure's column: its spiking calls, runs of
+/// adjacent spiking calls merged; (wall times, indices among the group's
+/// calls).
+fn spike_events(
+    col: &[f32],
+    g: &GroupData,
+    times: &[f64],
+    call_dt: f64,
+    thr: f64,
+) -> (Vec<f64>, Vec<usize>) {
     let mut events: Vec<f64> = Vec::new();
     let mut event_calls: Vec<usize> = Vec::new();
     let mut last_spike = f64::NEG_INFINITY;
@@ -65,18 +117,25 @@ fn periodicity(
         }
         last_spike = t;
     }
-    if events.len() < MIN_EVENTS || events.len() > MAX_EVENTS {
-        return None;
-    }
-    let mut isi: Vec<f32> = events.windows(2).map(|w| (w[1] - w[0]) as f32).collect();
-    stats::sort_f32(&mut isi);
-    let (isi_med, isi_mad) = stats::median_mad(&isi);
-    let isi_cv = 1.4826 * isi_mad / isi_med.max(1e-9);
-    let every_nth = every_nth_call(&event_calls);
-    let on_clock = on_a_clock(&isi, isi_med);
+    (events, event_calls)
+}
 
-    // Autocorrelation of the binned spike series, from pair distances
-    // (the series is sparse: cost grows with spikes, not with calls).
+/// The autocorrelation's fundamental period of a spike series.
+struct Fundamental {
+    /// Its lag (ms).
+    lag_ms: f64,
+    /// The (smoothed) autocorrelation there, at most 1.
+    acf: f64,
+    /// What it must reach to count: `max(0.25, 5·√3/√bins)`.
+    threshold: f64,
+}
+
+/// The autocorrelation of the spike series binned at `call_dt`, from pair
+/// distances (the series is sparse: cost grows with spikes, not with
+/// calls), smoothed over ±1 bin so a jittered period still shows as one
+/// peak; the fundamental is the first lag reaching 60 % of the best peak.
+/// `None` when the run is too short for a lag of three bins.
+fn fundamental(events: &[f64], times: &[f64], call_dt: f64) -> Option<Fundamental> {
     let t0 = times[0];
     let span = times[times.len() - 1] - t0;
     let bin = call_dt;
@@ -108,10 +167,8 @@ fn periodicity(
     }
     let r = |lag: usize| -> f64 {
         let c = pairs.get(lag).copied().unwrap_or(0.0);
-        let l = lag as f64;
-        (c - (n - l) * mean * mean) / denom
+        (c - (n - lag as f64) * mean * mean) / denom
     };
-    // Smooth over ±1 bin so a jittered period still shows as one peak.
     let smooth = |lag: usize| r(lag - 1) + r(lag) + r(lag + 1);
     let min_lag = 3usize;
     let mut best = (0usize, f64::NEG_INFINITY);
@@ -121,7 +178,6 @@ fn periodicity(
             best = (lag, s);
         }
     }
-    // The fundamental: the first lag reaching 60 % of the best peak.
     let mut fund = best;
     for lag in min_lag..best.0 {
         let s = smooth(lag);
@@ -130,39 +186,10 @@ fn periodicity(
             break;
         }
     }
-    let acf = fund.1.min(1.0);
-    let acf_threshold = (5.0 * 3f64.sqrt() / n.sqrt()).max(0.25);
-    let acf_lag_ms = fund.0 as f64 * bin;
-    let near: Vec<f32> = isi
-        .iter()
-        .copied()
-        .filter(|d| (f64::from(*d) - acf_lag_ms).abs() <= 0.2 * acf_lag_ms)
-        .collect();
-    let isi_on_period = near.len() as f64 / isi.len() as f64;
-    // An exact pattern is periodic whatever the autocorrelation says: the
-    // ACF of a sparse series can stay under its threshold (a few missed or
-    // doubled spikes, a short run) while every interval says the period.
-    let exact = every_nth.is_some() || on_clock;
-    let significant = exact || (acf >= acf_threshold && isi_on_period >= 0.3 && near.len() >= 3);
-    let period_ms = if exact {
-        isi_med
-    } else if near.is_empty() {
-        acf_lag_ms
-    } else {
-        stats::quantile(&near, 0.5)
-    };
-    Some(Periodicity {
-        stage: f.name(),
-        spikes: events.len() as u64,
-        isi_median_s: isi_med / 1000.0,
-        isi_cv,
-        acf_lag_s: acf_lag_ms / 1000.0,
-        acf,
-        acf_threshold,
-        isi_on_period,
-        significant,
-        period_s: significant.then_some(period_ms / 1000.0),
-        period_calls: every_nth,
+    Some(Fundamental {
+        lag_ms: fund.0 as f64 * bin,
+        acf: fund.1.min(1.0),
+        threshold: (5.0 * 3f64.sqrt() / n.sqrt()).max(0.25),
     })
 }
 

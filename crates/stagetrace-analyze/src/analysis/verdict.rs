@@ -174,6 +174,115 @@ fn second_modes(r: &GroupReport) -> Vec<Verdict> {
         .collect()
 }
 
+/// `unexplained_gap` when e2e jitters and the gap — time inside the call no
+/// stage covers — explains it.
+fn unexplained_gap(r: &GroupReport, has_baseline: bool) -> Option<Verdict> {
+    let gp = r.gap.as_ref().filter(|gp| gp.unexplained)?;
+    let moved = r
+        .baseline
+        .get(Figure::Gap.name())
+        .map_or(String::new(), |b| {
+            format!(
+                " Against the baseline the gap went from median {} / p99 {} to {} / {}.",
+                fmt_ms(b.p50.before),
+                fmt_ms(b.p99.before),
+                fmt_ms(b.p50.after),
+                fmt_ms(b.p99.after)
+            )
+        });
+    let who = if gp.observer_share >= 0.25 * gp.gap_share {
+        "a large part of it is the observer's own cost"
+    } else {
+        "not the observer: look at client scheduling, memory reclamation, logging"
+    };
+    let steady = if has_baseline {
+        "all stages are steady against the baseline"
+    } else {
+        "no stage explains it"
+    };
+    Some(Verdict {
+        code: "unexplained_gap",
+        kind: r.kind.clone(),
+        stage: Some(Figure::Gap.name()),
+        group: Some(Figure::Gap.side().as_str()),
+        text: format!(
+            "e2e jitters (σ {} around a median of {}) but {steady}: the gap — time inside the call no stage covers — explains {:.0}% of the e2e variance, the observer's own cost {:.1}%; {who}.{moved}",
+            fmt_ms(gp.e2e_stddev_ms), fmt_ms(gp.e2e_median_ms),
+            100.0 * gp.gap_share, 100.0 * gp.observer_share
+        ),
+        evidence: json!({
+            "cost_ms": gp.e2e_stddev_ms * gp.gap_share,
+            "e2e_stddev_ms": gp.e2e_stddev_ms, "gap_share": gp.gap_share,
+            "observer_share": gp.observer_share, "shares": gp.shares,
+        }),
+    })
+}
+
+/// `deadline_misses` when at least [`SPIKE_SHARE`] of the calls missed:
+/// rarer misses are on the rate line and in the tables, a verdict from the
+/// rate on which spikes are one too.
+fn deadline_verdict(r: &GroupReport) -> Option<Verdict> {
+    let d = r.rate.deadline.as_ref()?;
+    (d.misses > 0 && d.miss_rate >= SPIKE_SHARE).then(|| Verdict {
+        code: "deadline_misses",
+        kind: r.kind.clone(),
+        stage: Some(Figure::E2e.name()),
+        group: Some(Figure::E2e.side().as_str()),
+        text: format!(
+            "{} of {} calls ({:.2}%) missed their tick's deadline.",
+            d.misses,
+            d.calls,
+            100.0 * d.miss_rate
+        ),
+        evidence: json!({"misses": d.misses, "calls": d.calls, "miss_rate": d.miss_rate}),
+    })
+}
+
+/// A `periodic` verdict per figure whose spikes recur with a period
+/// (parts before sums), its period in calls and seconds.
+fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for m in dedupe(periodic) {
+        let Some(p) = r.periodicity.iter().find(|p| p.stage == m.name()) else {
+            continue;
+        };
+        let period = p.period_s.unwrap_or(p.acf_lag_s);
+        // What a spike adds to its call, roughly: the stage's p99 over its median.
+        let cost = r
+            .stages
+            .get(m.name())
+            .map_or(0.0, |s| (s.p99 - s.p50).max(0.0));
+        let every = match p.period_calls {
+            Some(n) => format!("on every {} call ({period:.2} s)", ordinal(n)),
+            None => format!("every {period:.2} s"),
+        };
+        out.push(Verdict {
+            code: "periodic",
+            kind: r.kind.clone(),
+            stage: Some(m.name()),
+            group: Some(m.side().as_str()),
+            text: format!(
+                "{m} spikes recur {every} ({} spikes; autocorrelation {:.2} at {:.2} s, {:.0}% of inter-spike intervals within ±20% of it): the signature of GC, timers, link renegotiation or work done every n-th call — find what runs {every}{}.",
+                p.spikes, p.acf, p.acf_lag_s, 100.0 * p.isi_on_period,
+                // On the executor's side the period is its own work (every
+                // n-th chunk behind a longer action): its next steps.
+                if matches!(m, Figure::ExecWait | Figure::ExecTx | Figure::Dispatch) {
+                    format!("; {}", advice(m))
+                } else {
+                    String::new()
+                }
+            ),
+            evidence: json!({
+                "cost_ms": cost, "period_s": period, "period_calls": p.period_calls,
+                "spikes": p.spikes, "acf": p.acf,
+                "acf_threshold": p.acf_threshold, "isi_median_s": p.isi_median_s,
+                "isi_on_period": p.isi_on_period,
+            }),
+        });
+    }
+    out
+}
+
 pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Verdict> {
     let has_baseline = cx.has_baseline;
     let mut out = Vec::new();
@@ -199,44 +308,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
         .filter(|p| p.significant)
         .filter_map(|p| figure(p.stage))
         .collect();
-    for m in dedupe(&periodic) {
-        let Some(p) = r.periodicity.iter().find(|p| p.stage == m.name()) else {
-            continue;
-        };
-        let period = p.period_s.unwrap_or(p.acf_lag_s);
-        // What a spike adds to its call, roughly: the stage's p99 over its median.
-        let cost = r
-            .stages
-            .get(m.name())
-            .map_or(0.0, |s| (s.p99 - s.p50).max(0.0));
-        let every = match p.period_calls {
-            Some(n) => format!("on every {} call ({period:.2} s)", ordinal(n)),
-            None => format!("every {period:.2} s"),
-        };
-        out.push(Verdict {
-            code: "periodic",
-            kind: kind.clone(),
-            stage: Some(m.name()),
-            group: Some(m.side().as_str()),
-            text: format!(
-                "{m} spikes recur {every} ({} spikes; autocorrelation {:.2} at {:.2} s, {:.0}% of inter-spike intervals within ±20% of it): the signature of GC, timers, link renegotiation or work done every n-th call — find what runs {every}{}.",
-                p.spikes, p.acf, p.acf_lag_s, 100.0 * p.isi_on_period,
-                // On the executor's side the period is its own work (every
-                // n-th chunk behind a longer action): its next steps.
-                if matches!(m, Figure::ExecWait | Figure::ExecTx | Figure::Dispatch) {
-                    format!("; {}", advice(m))
-                } else {
-                    String::new()
-                }
-            ),
-            evidence: json!({
-                "cost_ms": cost, "period_s": period, "period_calls": p.period_calls,
-                "spikes": p.spikes, "acf": p.acf,
-                "acf_threshold": p.acf_threshold, "isi_median_s": p.isi_median_s,
-                "isi_on_period": p.isi_on_period,
-            }),
-        });
-    }
+    out.extend(periodic_verdicts(r, &periodic));
     out.extend(second_modes(r));
     // With a baseline the median and tail tests judge each stage (and
     // `e2e_moved` says when the sample is too small for them).
@@ -250,8 +322,8 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
                 .and_then(figure)
                 .is_some_and(figures::is_gap_related)
     });
-    if let Some(gp) = &r.gap {
-        if gp.unexplained && !stage_moved {
+    if !stage_moved {
+        if let Some(v) = unexplained_gap(r, has_baseline) {
             // The gap's own shape verdicts say the same thing less well.
             out.retain(|v| {
                 !(matches!(v.code, "median_shift" | "tail_only")
@@ -259,44 +331,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
                         .and_then(figure)
                         .is_some_and(figures::is_gap_related))
             });
-            let moved = r
-                .baseline
-                .get(Figure::Gap.name())
-                .map_or(String::new(), |b| {
-                    format!(
-                        " Against the baseline the gap went from median {} / p99 {} to {} / {}.",
-                        fmt_ms(b.p50.before),
-                        fmt_ms(b.p99.before),
-                        fmt_ms(b.p50.after),
-                        fmt_ms(b.p99.after)
-                    )
-                });
-            let who = if gp.observer_share >= 0.25 * gp.gap_share {
-                "a large part of it is the observer's own cost"
-            } else {
-                "not the observer: look at client scheduling, memory reclamation, logging"
-            };
-            let steady = if has_baseline {
-                "all stages are steady against the baseline"
-            } else {
-                "no stage explains it"
-            };
-            out.push(Verdict {
-                code: "unexplained_gap",
-                kind: kind.clone(),
-                stage: Some(Figure::Gap.name()),
-                group: Some(Figure::Gap.side().as_str()),
-                text: format!(
-                    "e2e jitters (σ {} around a median of {}) but {steady}: the gap — time inside the call no stage covers — explains {:.0}% of the e2e variance, the observer's own cost {:.1}%; {who}.{moved}",
-                    fmt_ms(gp.e2e_stddev_ms), fmt_ms(gp.e2e_median_ms),
-                    100.0 * gp.gap_share, 100.0 * gp.observer_share
-                ),
-                evidence: json!({
-                    "cost_ms": gp.e2e_stddev_ms * gp.gap_share,
-                    "e2e_stddev_ms": gp.e2e_stddev_ms, "gap_share": gp.gap_share,
-                    "observer_share": gp.observer_share, "shares": gp.shares,
-                }),
-            });
+            out.push(v);
         }
     }
     let moved = out.iter().any(|v| {
@@ -308,25 +343,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     if has_baseline && !moved {
         out.extend(e2e_moved(r, cx, baseline_n));
     }
-    // Rarer misses are on the rate line and in the tables: a verdict from
-    // the rate on which spikes are one too.
-    if let Some(d) = &r.rate.deadline {
-        if d.misses > 0 && d.miss_rate >= SPIKE_SHARE {
-            out.push(Verdict {
-                code: "deadline_misses",
-                kind: kind.clone(),
-                stage: Some(Figure::E2e.name()),
-                group: Some(Figure::E2e.side().as_str()),
-                text: format!(
-                    "{} of {} calls ({:.2}%) missed their tick's deadline.",
-                    d.misses,
-                    d.calls,
-                    100.0 * d.miss_rate
-                ),
-                evidence: json!({"misses": d.misses, "calls": d.calls, "miss_rate": d.miss_rate}),
-            });
-        }
-    }
+    out.extend(deadline_verdict(r));
     if out.is_empty() {
         let text = if has_baseline {
             "steady: no stage moved against the baseline (median and tail tests), no periodic spikes, and the stages explain the e2e jitter.".to_string()

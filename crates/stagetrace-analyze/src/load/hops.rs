@@ -1,4 +1,4 @@
-//! The record's `hops` array (a call through gateways, issue 11 item 4):
+//! The record's `hops` array (a call through gateways):
 //! per link, the network each way, both ways, the gateway's own time at the
 //! link's end and the link's clock bound, kept as columns like the figures.
 //!

@@ -38,7 +38,7 @@ fn fast_and_slow_paths_agree() {
 
 #[test]
 fn mitigation_fields_are_tolerated_by_both_paths() {
-    // What a batched / cached / stale-filtering run writes (issue 7).
+    // What a batched / cached / stale-filtering run writes.
     let line = r#"{"seq":3,"ts_unix_ms":1700000000000.5,"kind":"call","queue_ms":0.062,"infer_ms":30.041,"e2e_ms":31.2,"failed":true,"error":"stale action dropped","output_digest":"ab","batch_size":4,"cache":"miss","stale_dropped":1}"#;
     let mut fast_r = RawRecord::default();
     assert!(fast::parse(line.as_bytes(), &mut fast_r).is_some());

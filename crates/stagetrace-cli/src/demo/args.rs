@@ -100,7 +100,7 @@ pub(crate) struct DemoArgs {
     /// (e.g. 200) makes a short run cover hours of drift.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     pub(crate) server_drift_ppm: f64,
-    /// Hops (issue 11 item 4): a gateway and a remote executor.
+    /// Hops: a gateway and a remote executor.
     #[command(flatten)]
     pub(crate) hops: HopArgs,
     /// Address the policy server binds (default: a free loopback port); the
@@ -328,7 +328,7 @@ pub(crate) struct MitigateArgs {
     #[arg(long, default_value_t = 5)]
     pub(crate) batch_wait_ms: u64,
     /// Always wait --batch-wait-ms for a batch that is not full, even when
-    /// every client is already in it (the policy before issue 14, to
+    /// every client is already in it (the first batcher's policy, to
     /// measure against).
     #[arg(long)]
     pub(crate) batch_fixed_window: bool,

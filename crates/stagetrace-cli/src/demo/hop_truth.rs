@@ -1,4 +1,4 @@
-//! The truth of the hops (issue 11 item 4): per call, each link's true
+//! The truth of the hops: per call, each link's true
 //! uplink and downlink from the real stamps of both its ends less each
 //! machine's known clock error (never from the estimate, as
 //! `crates/stagetrace-net/tests/hops.rs` does), against the record's

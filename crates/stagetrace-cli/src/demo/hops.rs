@@ -1,4 +1,4 @@
-//! The demo's hops (issue 11 item 4): a gateway between the robot and the
+//! The demo's hops: a gateway between the robot and the
 //! policy server, a remote executor for the action chunks, each on a clock
 //! of its own behind a proxy of its own; and what the truth needs from the
 //! run (the server's own record of each request, the gateway's stamps per

@@ -43,6 +43,48 @@ impl RecordSink for Collect {
     }
 }
 
+/// The policy server: its own runtime, a skewed clock that may step once;
+/// hot waits (one call at a time on a quiet machine, timed to the µs).
+/// With a gateway it keeps each request's record (the truth of each link).
+fn start_server(
+    args: &DemoArgs,
+    otlp: Option<&DemoOtlp>,
+) -> Result<(SimServer, ServerSeen), DemoError> {
+    let model = SimModel::new(ms(args.model_ms))
+        .checksum_stride(64)
+        .spin(Spin::Hot);
+    let mut config = ServerConfig::new(model)
+        .transport(args.transport.transport())
+        .addr(args.server_addr)
+        .metadata(
+            MsgMap::new()
+                .with("policy", "stagetrace-demo")
+                .with("action_horizon", ACTION_CHUNK[0]),
+        )
+        .clock_skew_ns(ms_to_ns(args.server_skew_ms))
+        .clock_drift_ppm(args.server_drift_ppm)
+        .report_timing(!args.no_server_timing)
+        .thread_name("demo-server");
+    if args.server_step_ms != 0.0 {
+        config = config.clock_step(ClockStep {
+            at_seq: args.step_at(),
+            jump_ns: ms_to_ns(args.server_step_ms),
+        });
+    }
+    // With a gateway the truth of each link needs the server's own record
+    // of each request.
+    let seen = ServerSeen::new(args.calls as usize);
+    let otlp_hook = otlp.map(DemoOtlp::server_hook);
+    if args.hops.gateway {
+        config = config.on_request(seen.hook(otlp_hook));
+    } else if let Some(hook) = otlp_hook {
+        config = config.on_request(hook);
+    }
+    let server = SimServer::start(config)
+        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
+    Ok((server, seen))
+}
+
 /// Run the demo into `out`, print its report; `rt` runs the robot, `stop`
 /// ends the loop early (what ran is still reported).
 pub(super) fn run(
@@ -76,40 +118,7 @@ pub(super) fn run(
         .map(|endpoint| super::otlp::start_metrics(endpoint, args.robot.as_deref()))
         .transpose()?;
 
-    // The server: its own runtime, a skewed clock that may step once; hot
-    // waits (one call at a time on a quiet machine, timed to the µs).
-    let model = SimModel::new(ms(args.model_ms))
-        .checksum_stride(64)
-        .spin(Spin::Hot);
-    let mut config = ServerConfig::new(model)
-        .transport(args.transport.transport())
-        .addr(args.server_addr)
-        .metadata(
-            MsgMap::new()
-                .with("policy", "stagetrace-demo")
-                .with("action_horizon", ACTION_CHUNK[0]),
-        )
-        .clock_skew_ns(ms_to_ns(args.server_skew_ms))
-        .clock_drift_ppm(args.server_drift_ppm)
-        .report_timing(!args.no_server_timing)
-        .thread_name("demo-server");
-    if args.server_step_ms != 0.0 {
-        config = config.clock_step(ClockStep {
-            at_seq: args.step_at(),
-            jump_ns: ms_to_ns(args.server_step_ms),
-        });
-    }
-    // With a gateway the truth of each link needs the server's own record
-    // of each request.
-    let seen = ServerSeen::new(args.calls as usize);
-    let otlp_hook = otlp.as_ref().map(|o| o.server_hook());
-    if args.hops.gateway {
-        config = config.on_request(seen.hook(otlp_hook));
-    } else if let Some(hook) = otlp_hook {
-        config = config.on_request(hook);
-    }
-    let server = SimServer::start(config)
-        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
+    let (server, seen) = start_server(args, otlp.as_ref())?;
 
     // The network between them: the built-in proxy delays each direction.
     let proxy = hops::proxy(server.addr(), args.uplink_delay_ms, args.downlink_delay_ms)?;

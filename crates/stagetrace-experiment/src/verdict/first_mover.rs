@@ -19,23 +19,14 @@ fn by_figure(l: &LevelResult) -> impl Iterator<Item = (Figure, &ComponentResult)
         .filter_map(|(n, c)| Some((Figure::from_name(n)?, c)))
 }
 
-/// The verdict over `levels`; `candidates` are the figures that may be
-/// named as the first mover, in report order.
-pub(crate) fn decide(
-    levels: &[LevelResult],
+/// The first figure to move: at the lowest level where a candidate moved,
+/// a median move before a tail-only one, among comparable moves the
+/// earliest change, then the largest.
+fn first_mover<'a>(
+    levels: &'a [LevelResult],
     phases: &[PhaseSpan],
-    obs: &[Obs],
-    candidates: &[Figure],
-    base_res: Option<&ResourceSummary>,
-    th: &Thresholds,
-) -> Verdict {
-    let candidate = |f: Figure| candidates.contains(&f);
-    let e2e_moved = levels.iter().any(|l| {
-        l.components
-            .get(Figure::E2e.name())
-            .is_some_and(|c| c.moved)
-    });
-    let mut first: Option<(&LevelResult, Figure, &ComponentResult)> = None;
+    candidate: &dyn Fn(Figure) -> bool,
+) -> Option<(&'a LevelResult, Figure, &'a ComponentResult)> {
     for l in levels {
         let mut movers: Vec<(Figure, &ComponentResult)> = by_figure(l)
             .filter(|(f, c)| candidate(*f) && c.moved)
@@ -68,36 +59,64 @@ pub(crate) fn decide(
                 .then_with(|| b.1.abs_shift().total_cmp(&a.1.abs_shift()))
         });
         let (f, c) = movers[0];
-        first = Some((l, f, c));
-        break;
+        return Some((l, f, c));
     }
+    None
+}
+
+/// The verdict when no candidate moved at any level: e2e's point estimates
+/// moved though no test passed (a short level) is never "absorbed".
+fn nothing_moved(
+    levels: &[LevelResult],
+    candidates: &[Figure],
+    e2e_moved: bool,
+    th: &Thresholds,
+) -> Verdict {
+    let point = direction::e2e_point_move(levels, th);
+    let mut v = match point {
+        Some((l, stat, before, after)) => {
+            let mut v = Verdict::nothing(&direction::e2e_without_stage(l, stat, before, after));
+            v.next_step =
+                "raise the calls per level (or hold each level longer) to tell which stage moved"
+                    .into();
+            v
+        }
+        None => {
+            let mut v = Verdict::nothing(if e2e_moved {
+                "e2e moved but no stage and not the gap beyond the thresholds: raise the levels or the calls per level"
+            } else {
+                "no stage moved at any level: the pipeline absorbs this factor over the range tried"
+            });
+            v.next_step =
+                "raise the factor further (or hold each level longer) to find where it bites"
+                    .into();
+            v
+        }
+    };
+    v.e2e_moved = e2e_moved || point.is_some();
+    v.flat = candidates.iter().map(|f| f.name()).collect();
+    v
+}
+
+/// The verdict over `levels`; `candidates` are the figures that may be
+/// named as the first mover, in report order.
+pub(crate) fn decide(
+    levels: &[LevelResult],
+    phases: &[PhaseSpan],
+    obs: &[Obs],
+    candidates: &[Figure],
+    base_res: Option<&ResourceSummary>,
+    th: &Thresholds,
+) -> Verdict {
+    let candidate = |f: Figure| candidates.contains(&f);
+    let e2e_moved = levels.iter().any(|l| {
+        l.components
+            .get(Figure::E2e.name())
+            .is_some_and(|c| c.moved)
+    });
+    let first = first_mover(levels, phases, &candidate);
     let Some((fl, first_fig, fc)) = first else {
-        // e2e's point estimates moved though no test passed (a short level):
-        // never "absorbed".
-        let point = direction::e2e_point_move(levels, th);
-        let mut v = match point {
-            Some((l, stat, before, after)) => {
-                let mut v = Verdict::nothing(&direction::e2e_without_stage(l, stat, before, after));
-                v.next_step =
-                    "raise the calls per level (or hold each level longer) to tell which stage moved"
-                        .into();
-                v
-            }
-            None => {
-                let mut v = Verdict::nothing(if e2e_moved {
-                    "e2e moved but no stage and not the gap beyond the thresholds: raise the levels or the calls per level"
-                } else {
-                    "no stage moved at any level: the pipeline absorbs this factor over the range tried"
-                });
-                v.next_step =
-                    "raise the factor further (or hold each level longer) to find where it bites"
-                        .into();
-                v
-            }
-        };
-        v.e2e_moved = e2e_moved || point.is_some();
-        v.flat = candidates.iter().map(|f| f.name()).collect();
-        return v;
+        return nothing_moved(levels, candidates, e2e_moved, th);
     };
     let mut dragged: Vec<(Figure, usize)> = Vec::new();
     for l in levels.iter().filter(|l| l.level >= fl.level) {

@@ -1,5 +1,5 @@
 //! The `server_timing` map of a response that came through relays
-//! (`TimingChain`, issue 11 item 2): one nested `downstream` level per
+//! (`TimingChain`): one nested `downstream` level per
 //! relay, read as the WebSocket client reads a response.
 
 use rmpv::Value;

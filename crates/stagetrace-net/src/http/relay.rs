@@ -1,5 +1,5 @@
-//! The HTTP relay (gateway) between robots and a policy server (issue 11,
-//! item 2): [`HttpRelay`], the HTTP twin of the WebSocket
+//! The HTTP relay (gateway) between robots and a policy server:
+//! [`HttpRelay`], the HTTP twin of the WebSocket
 //! [`Relay`](crate::Relay).
 //!
 //! It is an axum server behind a [`TimingLayer`] whose one handler forwards

@@ -1,4 +1,4 @@
-//! Stitching a call that went through relays (issue 11, item 2): one clock
+//! Stitching a call that went through relays: one clock
 //! estimate per link, composed along the path.
 //!
 //! Every machine has its own clock. Link `i` ends at node `i` (relay `i`, or

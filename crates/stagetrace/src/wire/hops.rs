@@ -1,4 +1,4 @@
-//! Relays between the client and the policy server (issue 11, item 2): each
+//! Relays between the client and the policy server: each
 //! relay's own stamps ([`RelayTiming`]) and the `server_timing` map nested
 //! one level per relay ([`TimingChain`]).
 //!

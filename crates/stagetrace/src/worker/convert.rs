@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::clock::{Anchor, ClientTimes, ClockMode, Stitcher};
+use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
+use crate::executor::ExecAcc;
 use crate::health::Health;
-use crate::queue::{RawCall, StageAcc};
+use crate::queue::{CallState, RawCall, StageAcc, TransportAcc};
 use crate::record::{CacheOutcome, CallRecord, Figure, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
@@ -64,9 +65,6 @@ impl Converter {
         anchor: &Anchor,
     ) -> (CallRecord, Option<DeadlineObs>) {
         let s = &raw.state;
-        // Figures are integer ns from the stamp to the record (durations fit
-        // i64 for 292 years).
-        let ns = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let start = cal.instant(s.start);
         let end = cal.instant(raw.end);
         let e2e_ns = cal.ns(raw.end.ticks_since(s.start));
@@ -82,213 +80,38 @@ impl Converter {
             trace_id: Some(format!("{:032x}", s.trace_id)),
             ..CallRecord::default()
         };
-        rec.set(Figure::E2e, ns(e2e_ns));
-        let acc = |stage: Stage| -> StageAcc { s.stages[stage.index()] };
-        let total = |stage: Stage| {
-            let a = acc(stage);
-            (a.count > 0).then(|| ns(cal.ns(a.sum_ticks)))
-        };
-        let placed = |stage: Stage| {
-            let a = acc(stage);
-            (a.count > 0).then(|| SpanTime {
-                start_ns: cal.ns(a.first_start_ticks),
-                dur_ns: cal.ns(a.sum_ticks),
-            })
-        };
+        rec.set(Figure::E2e, to_i64(e2e_ns));
         let mut tl = Timeline {
             call_start_unix_ns,
             call_dur_ns: e2e_ns,
-            capture: placed(Stage::Capture),
-            dispatch: placed(Stage::Dispatch),
+            capture: placed(s, cal, Stage::Capture),
+            dispatch: placed(s, cal, Stage::Dispatch),
             call_span_id: Some(s.span_id.to_be_bytes()),
             dispatch_span_id: (s.dispatch_span_id != 0).then(|| s.dispatch_span_id.to_be_bytes()),
             shared_context: s.shared_context,
             ..Timeline::default()
         };
-        rec.figures.set(Figure::Capture, total(Stage::Capture));
-        rec.figures.set(Figure::Dispatch, total(Stage::Dispatch));
-        // The ack's way back: covered by the dispatch span, no longer dispatch.
-        let mut exec_ack_ns = 0;
-        if let Some(ack) = &s.executor {
-            let x = super::dispatch::split(&mut self.stitcher, ack, tl.dispatch, start, anchor);
-            if x.clamped {
-                Health::bump(&self.health.clamped);
-            }
-            if x.rejected {
-                Health::bump(&self.health.rejected_headers);
-            }
-            let f = &mut rec.figures;
-            if x.dispatch_ns.is_some() {
-                f.set(Figure::Dispatch, x.dispatch_ns);
-            }
-            f.set(Figure::ExecTx, x.exec_tx_ns);
-            f.set(Figure::ExecRelay, x.exec_relay_ns);
-            f.set(Figure::ExecWait, x.exec_wait_ns);
-            f.set(Figure::ExecAck, x.exec_ack_ns);
-            f.set(Figure::ExecOffset, x.offset_ns);
-            f.set(Figure::ExecErr, x.err_ns);
-            exec_ack_ns = x.exec_ack_ns.map_or(0, |v| v.max(0) as u64);
+        rec.figures
+            .set(Figure::Capture, total(s, cal, Stage::Capture));
+        rec.figures
+            .set(Figure::Dispatch, total(s, cal, Stage::Dispatch));
+        let exec_ack_ns = match &s.executor {
+            Some(ack) => self.executor_split(ack, &mut rec, tl.dispatch, start, anchor),
+            None => 0,
+        };
+        if let Some(t) = &s.transport {
+            self.transport(s, t, cal, anchor, &mut rec, &mut tl);
         }
-
-        if let Some(t) = s.transport {
-            let t_start = cal.ns(t.start.ticks_since(s.start));
-            let t_dur = cal.ns(t.end.ticks_since(t.start));
-            tl.transport = Some(SpanTime {
-                start_ns: t_start,
-                dur_ns: t_dur,
-            });
-            tl.transport_span_id = Some(t.span_id.to_be_bytes());
-            rec.set(Figure::Roundtrip, ns(t_dur));
-            let t_start_at = cal.instant(t.start);
-            let t_end_at = cal.instant(t.end);
-            // The first byte on the call's timeline; a stamp outside the
-            // transport span is kept off it (the stitch counts it).
-            let first_byte = t
-                .first_byte
-                .filter(|fb| (t_start_at..=t_end_at).contains(fb));
-            tl.response_first_byte_ns = first_byte.map(|fb| {
-                let d = fb.saturating_duration_since(start);
-                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-            });
-            if let Some(timing) = t.timing {
-                rec.batch_size = timing.batch_size;
-                rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
-            }
-            if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
-                let client = ClientTimes {
-                    send_unix_ns: anchor.to_unix_ns(t_start_at),
-                    recv_unix_ns: anchor.to_unix_ns(t_end_at),
-                    first_byte_unix_ns: t.first_byte.map(|fb| anchor.to_unix_ns(fb)),
-                    request_first_byte_unix_ns: t
-                        .request_first_byte
-                        .map(|at| anchor.to_unix_ns(at)),
-                };
-                let (st, hops) =
-                    self.stitcher
-                        .stitch_hops(t.peer.as_str(), client, &t.hops, &timing);
-                // The relays' own time, each on its own clock.
-                let relay: Option<i64> = hops
-                    .iter()
-                    .filter_map(|h| h.relay_ns)
-                    .reduce(i64::saturating_add);
-                rec.figures.set(Figure::Relay, relay);
-                let transport = SpanTime {
-                    start_ns: t_start,
-                    dur_ns: t_dur,
-                };
-                super::links::place(transport, &hops, t.hops.as_slice(), &mut tl.hops);
-                rec.hops = hops;
-                if st.clamped {
-                    Health::bump(&self.health.clamped);
-                }
-                if st.rejected_first_byte {
-                    Health::bump(&self.health.rejected_headers);
-                }
-                let f = &mut rec.figures;
-                f.set(
-                    Figure::Roundtrip,
-                    st.roundtrip_ns.or(f.get(Figure::Roundtrip)),
-                );
-                f.set(Figure::Server, st.server_ns);
-                f.set(Figure::Net, st.net_ns);
-                f.set(Figure::Uplink, st.uplink_ns);
-                f.set(Figure::Downlink, st.downlink_ns);
-                f.set(Figure::Queue, st.queue_ns);
-                f.set(Figure::Infer, st.infer_ns);
-                f.set(Figure::Offset, st.offset_ns);
-                f.set(Figure::SplitErr, st.split_err_ns);
-                rec.clock = st.basis;
-                rec.clock_step = st.clock_step.then_some(true);
-                if let Some(d) = st.drift_ppm.zip(st.drift_err_ppm) {
-                    self.drift = Some(d);
-                } else if st.clock_step {
-                    // The step reset the drift history with the window.
-                    self.drift = None;
-                }
-                let ns = |v: i64| v.max(0) as u64;
-                let t_end = t_start.saturating_add(t_dur);
-                let mut cursor = t_start;
-                if let Some(up) = st.uplink_ns {
-                    tl.uplink = Some(SpanTime {
-                        start_ns: t_start,
-                        dur_ns: ns(up),
-                    });
-                    cursor = t_start.saturating_add(ns(up));
-                }
-                if let Some(q) = st.queue_ns {
-                    tl.queue = Some(SpanTime {
-                        start_ns: cursor,
-                        dur_ns: ns(q),
-                    });
-                    cursor = cursor.saturating_add(ns(q));
-                }
-                if let Some(i) = st.infer_ns {
-                    tl.infer = Some(SpanTime {
-                        start_ns: cursor,
-                        dur_ns: ns(i),
-                    });
-                }
-                if let Some(down) = st.downlink_ns {
-                    tl.downlink = Some(SpanTime {
-                        start_ns: t_end.saturating_sub(ns(down)),
-                        dur_ns: ns(down),
-                    });
-                }
-            }
-            let all = acc(Stage::Transport);
-            if !t.timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
-                // No server timing: the first byte cuts the black box in two,
-                // the wait for it (server and network unsplit) and the
-                // response's transfer, both on this clock (ttfb + rx =
-                // roundtrip). Never drawn as queue or infer.
-                if let Some(fb_ns) = tl.response_first_byte_ns {
-                    let end_ns = t_start.saturating_add(t_dur);
-                    rec.set(Figure::Ttfb, ns(fb_ns.saturating_sub(t_start)));
-                    rec.set(Figure::Rx, ns(end_ns.saturating_sub(fb_ns)));
-                }
-            }
-            if all.count > 1 {
-                // Retries: the roundtrip is every attempt; the split is the stitched one.
-                rec.set(Figure::Roundtrip, ns(cal.ns(all.sum_ticks)));
-            }
-        }
+        // No server timing split them: the app's own queue and infer spans.
         if rec.get(Figure::Queue).is_none() {
-            rec.figures.set(Figure::Queue, total(Stage::Queue));
-            tl.queue = placed(Stage::Queue);
+            rec.figures.set(Figure::Queue, total(s, cal, Stage::Queue));
+            tl.queue = placed(s, cal, Stage::Queue);
         }
         if rec.get(Figure::Infer).is_none() {
-            rec.figures.set(Figure::Infer, total(Stage::Infer));
-            tl.infer = placed(Stage::Infer);
+            rec.figures.set(Figure::Infer, total(s, cal, Stage::Infer));
+            tl.infer = placed(s, cal, Stage::Infer);
         }
-
-        let stage_spans: u32 = s.stages.iter().map(|a| a.count).sum();
-        if stage_spans == 0 {
-            Health::bump(&self.health.empty_calls);
-        }
-        let covered_ns = cal.ns(s.covered_ticks);
-        if covered_ns > e2e_ns {
-            // Overlapping top-level stage spans (concurrent tasks) cover more than the call.
-            Health::bump(&self.health.clamped);
-            rec.set(Figure::Gap, 0);
-        } else {
-            rec.set(
-                Figure::Gap,
-                ns((e2e_ns - covered_ns)
-                    .saturating_add(exec_ack_ns)
-                    .min(e2e_ns)),
-            );
-        }
-        rec.set(Figure::Observer, ns(cal.ns(s.observer_ticks)));
-        if let Some(reason) = s.failed {
-            rec.failed = Some(true);
-            rec.error = Some(reason.to_owned());
-        } else if raw.panicking {
-            rec.failed = Some(true);
-            rec.error = Some("panic".to_owned());
-        }
-        rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
-        rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
-
+        self.gap_and_flags(raw, cal, e2e_ns, exec_ack_ns, &mut rec);
         let first = *self.first_start.get_or_insert(start);
         let warm_by_time = self.warmup_duration.is_some_and(|d| start < first + d);
         if s.ordinal < self.warmup_calls || warm_by_time {
@@ -301,5 +124,241 @@ impl Converter {
         }
         rec.timeline = tl;
         (rec, obs)
+    }
+
+    /// A remote executor's ack → dispatch's split (`exec_tx`, `exec_relay`,
+    /// `exec_wait`, `exec_ack` and the executor's clock); returns `exec_ack`
+    /// (ns), the ack's way back: covered by the dispatch span, no longer
+    /// dispatch, so part of the gap.
+    fn executor_split(
+        &mut self,
+        ack: &ExecAcc,
+        rec: &mut CallRecord,
+        dispatch: Option<SpanTime>,
+        start: Instant,
+        anchor: &Anchor,
+    ) -> u64 {
+        let x = super::exec_ack::split(&mut self.stitcher, ack, dispatch, start, anchor);
+        if x.clamped {
+            Health::bump(&self.health.clamped);
+        }
+        if x.rejected {
+            Health::bump(&self.health.rejected_headers);
+        }
+        let f = &mut rec.figures;
+        if x.dispatch_ns.is_some() {
+            f.set(Figure::Dispatch, x.dispatch_ns);
+        }
+        f.set(Figure::ExecTx, x.exec_tx_ns);
+        f.set(Figure::ExecRelay, x.exec_relay_ns);
+        f.set(Figure::ExecWait, x.exec_wait_ns);
+        f.set(Figure::ExecAck, x.exec_ack_ns);
+        f.set(Figure::ExecOffset, x.offset_ns);
+        f.set(Figure::ExecErr, x.err_ns);
+        x.exec_ack_ns.map_or(0, |v| v.max(0) as u64)
+    }
+
+    /// The transport span: its roundtrip and first byte on the call's
+    /// timeline, the server's timing stitched onto it (or, from a server
+    /// that reports none, the first byte's cut), retries summed.
+    fn transport(
+        &mut self,
+        s: &CallState,
+        t: &TransportAcc,
+        cal: Calibration,
+        anchor: &Anchor,
+        rec: &mut CallRecord,
+        tl: &mut Timeline,
+    ) {
+        let start = cal.instant(s.start);
+        let span = SpanTime {
+            start_ns: cal.ns(t.start.ticks_since(s.start)),
+            dur_ns: cal.ns(t.end.ticks_since(t.start)),
+        };
+        tl.transport = Some(span);
+        tl.transport_span_id = Some(t.span_id.to_be_bytes());
+        rec.set(Figure::Roundtrip, to_i64(span.dur_ns));
+        let t_start_at = cal.instant(t.start);
+        let t_end_at = cal.instant(t.end);
+        // The first byte on the call's timeline; a stamp outside the
+        // transport span is kept off it (the stitch counts it).
+        let first_byte = t
+            .first_byte
+            .filter(|fb| (t_start_at..=t_end_at).contains(fb));
+        tl.response_first_byte_ns = first_byte.map(|fb| {
+            let d = fb.saturating_duration_since(start);
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+        });
+        if let Some(timing) = t.timing {
+            rec.batch_size = timing.batch_size;
+            rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
+        }
+        if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
+            let client = ClientTimes {
+                send_unix_ns: anchor.to_unix_ns(t_start_at),
+                recv_unix_ns: anchor.to_unix_ns(t_end_at),
+                first_byte_unix_ns: t.first_byte.map(|fb| anchor.to_unix_ns(fb)),
+                request_first_byte_unix_ns: t.request_first_byte.map(|at| anchor.to_unix_ns(at)),
+            };
+            let (st, hops) = self
+                .stitcher
+                .stitch_hops(t.peer.as_str(), client, &t.hops, &timing);
+            // The relays' own time, each on its own clock.
+            let relay: Option<i64> = hops
+                .iter()
+                .filter_map(|h| h.relay_ns)
+                .reduce(i64::saturating_add);
+            rec.figures.set(Figure::Relay, relay);
+            super::links::place(span, &hops, t.hops.as_slice(), &mut tl.hops);
+            rec.hops = hops;
+            self.stitched(&st, rec);
+            place_split(&st, span, tl);
+        }
+        let all = s.stages[Stage::Transport.index()];
+        if !t.timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
+            // No server timing: the first byte cuts the black box in two,
+            // the wait for it (server and network unsplit) and the
+            // response's transfer, both on this clock (ttfb + rx =
+            // roundtrip). Never drawn as queue or infer.
+            if let Some(fb_ns) = tl.response_first_byte_ns {
+                let end_ns = span.start_ns.saturating_add(span.dur_ns);
+                rec.set(Figure::Ttfb, to_i64(fb_ns.saturating_sub(span.start_ns)));
+                rec.set(Figure::Rx, to_i64(end_ns.saturating_sub(fb_ns)));
+            }
+        }
+        if all.count > 1 {
+            // Retries: the roundtrip is every attempt; the split is the stitched one.
+            rec.set(Figure::Roundtrip, to_i64(cal.ns(all.sum_ticks)));
+        }
+    }
+
+    /// The stitched figures of a call, its clock basis and step, and the
+    /// peer's drift for the summaries.
+    fn stitched(&mut self, st: &Stitched, rec: &mut CallRecord) {
+        if st.clamped {
+            Health::bump(&self.health.clamped);
+        }
+        if st.rejected_first_byte {
+            Health::bump(&self.health.rejected_headers);
+        }
+        let f = &mut rec.figures;
+        f.set(
+            Figure::Roundtrip,
+            st.roundtrip_ns.or(f.get(Figure::Roundtrip)),
+        );
+        f.set(Figure::Server, st.server_ns);
+        f.set(Figure::Net, st.net_ns);
+        f.set(Figure::Uplink, st.uplink_ns);
+        f.set(Figure::Downlink, st.downlink_ns);
+        f.set(Figure::Queue, st.queue_ns);
+        f.set(Figure::Infer, st.infer_ns);
+        f.set(Figure::Offset, st.offset_ns);
+        f.set(Figure::SplitErr, st.split_err_ns);
+        rec.clock = st.basis;
+        rec.clock_step = st.clock_step.then_some(true);
+        if let Some(d) = st.drift_ppm.zip(st.drift_err_ppm) {
+            self.drift = Some(d);
+        } else if st.clock_step {
+            // The step reset the drift history with the window.
+            self.drift = None;
+        }
+    }
+
+    /// The gap (time inside the call no top-level stage covers, plus the
+    /// executor ack's way back), the observer's own cost, failure, the
+    /// output digest and stale drops.
+    fn gap_and_flags(
+        &mut self,
+        raw: &RawCall,
+        cal: Calibration,
+        e2e_ns: u64,
+        exec_ack_ns: u64,
+        rec: &mut CallRecord,
+    ) {
+        let s = &raw.state;
+        let stage_spans: u32 = s.stages.iter().map(|a| a.count).sum();
+        if stage_spans == 0 {
+            Health::bump(&self.health.empty_calls);
+        }
+        let covered_ns = cal.ns(s.covered_ticks);
+        if covered_ns > e2e_ns {
+            // Overlapping top-level stage spans (concurrent tasks) cover more than the call.
+            Health::bump(&self.health.clamped);
+            rec.set(Figure::Gap, 0);
+        } else {
+            rec.set(
+                Figure::Gap,
+                to_i64(
+                    (e2e_ns - covered_ns)
+                        .saturating_add(exec_ack_ns)
+                        .min(e2e_ns),
+                ),
+            );
+        }
+        rec.set(Figure::Observer, to_i64(cal.ns(s.observer_ticks)));
+        if let Some(reason) = s.failed {
+            rec.failed = Some(true);
+            rec.error = Some(reason.to_owned());
+        } else if raw.panicking {
+            rec.failed = Some(true);
+            rec.error = Some("panic".to_owned());
+        }
+        rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
+        rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
+    }
+}
+
+/// A figure from integer ns: durations fit i64 for 292 years.
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The summed time of `stage`'s spans in the call, `None` without one.
+fn total(s: &CallState, cal: Calibration, stage: Stage) -> Option<i64> {
+    let a: StageAcc = s.stages[stage.index()];
+    (a.count > 0).then(|| to_i64(cal.ns(a.sum_ticks)))
+}
+
+/// `stage` on the call's timeline: from its first span's start, for the
+/// summed time of its spans.
+fn placed(s: &CallState, cal: Calibration, stage: Stage) -> Option<SpanTime> {
+    let a: StageAcc = s.stages[stage.index()];
+    (a.count > 0).then(|| SpanTime {
+        start_ns: cal.ns(a.first_start_ticks),
+        dur_ns: cal.ns(a.sum_ticks),
+    })
+}
+
+/// The stitched split on the timeline: uplink from the transport's start,
+/// then queue and infer, the downlink ending with the transport.
+fn place_split(st: &Stitched, span: SpanTime, tl: &mut Timeline) {
+    let ns = |v: i64| v.max(0) as u64;
+    let t_end = span.start_ns.saturating_add(span.dur_ns);
+    let mut cursor = span.start_ns;
+    if let Some(up) = st.uplink_ns {
+        tl.uplink = Some(SpanTime {
+            start_ns: span.start_ns,
+            dur_ns: ns(up),
+        });
+        cursor = span.start_ns.saturating_add(ns(up));
+    }
+    if let Some(q) = st.queue_ns {
+        tl.queue = Some(SpanTime {
+            start_ns: cursor,
+            dur_ns: ns(q),
+        });
+        cursor = cursor.saturating_add(ns(q));
+    }
+    if let Some(i) = st.infer_ns {
+        tl.infer = Some(SpanTime {
+            start_ns: cursor,
+            dur_ns: ns(i),
+        });
+    }
+    if let Some(down) = st.downlink_ns {
+        tl.downlink = Some(SpanTime {
+            start_ns: t_end.saturating_sub(ns(down)),
+            dur_ns: ns(down),
+        });
     }
 }

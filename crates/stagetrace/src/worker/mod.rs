@@ -4,7 +4,7 @@
 //! it to every [`RecordSink`] — the JSONL files ([`files`]) among them.
 
 pub(crate) mod convert;
-mod dispatch;
+mod exec_ack;
 pub(crate) mod files;
 mod links;
 mod run_id;

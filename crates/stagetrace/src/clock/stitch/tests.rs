@@ -626,7 +626,7 @@ fn one_sided_queueing_on_a_slow_path_does_not_tilt_the_drift() {
     }
 }
 
-/// Issue 22 item 2: a downlink that gets 3 ms slower, and stays so for two
+/// A downlink that gets 3 ms slower, and stays so for two
 /// minutes, shows as downlink +3 ms and uplink +0, not +1.5 / +1.5. The
 /// offset stays on the minimum-delay exchange from before the change,
 /// carried forward with the drift (20 ppm here, estimated from the calls),
