@@ -40,27 +40,14 @@ pub fn quantile_ratio(before: &[f32], after: &[f32], q: f64, seed: u64) -> Optio
     let b = quantile(before, q);
     let a = quantile(after, q);
     let ratio = safe_ratio(a, b);
-    let mut rng = SplitMix64::new(seed ^ q.to_bits());
-    let mut reps: Vec<f64> = Vec::with_capacity(BOOTSTRAP_ITERATIONS);
-    let mut scratch: Vec<f32> = Vec::new();
-    for _ in 0..BOOTSTRAP_ITERATIONS {
-        let qb = boot_quantile(before, q, &mut rng, &mut scratch);
-        let qa = boot_quantile(after, q, &mut rng, &mut scratch);
-        reps.push(safe_ratio(qa, qb));
-    }
-    reps.sort_unstable_by(f64::total_cmp);
-    let at = |p: f64| reps[((p * reps.len() as f64) as usize).min(reps.len() - 1)];
-    let below = reps.iter().filter(|r| **r <= 1.0).count() as f64;
-    let above = reps.iter().filter(|r| **r >= 1.0).count() as f64;
-    let n = reps.len() as f64;
-    let p = ((2.0 * below.min(above) + 1.0) / (n + 1.0)).min(1.0);
+    let (lo, hi, p) = replicate(before, after, q, seed ^ q.to_bits(), safe_ratio, 1.0);
     Some(RatioCi {
         q,
         before: b,
         after: a,
         ratio,
-        lo: at(0.025),
-        hi: at(0.975),
+        lo,
+        hi,
         p,
     })
 }
@@ -94,29 +81,51 @@ pub fn quantile_diff(before: &[f32], after: &[f32], q: f64, seed: u64) -> Option
     }
     let b = quantile(before, q);
     let a = quantile(after, q);
-    let mut rng = SplitMix64::new(seed ^ q.to_bits() ^ 0xd1ff);
-    let mut reps: Vec<f64> = Vec::with_capacity(BOOTSTRAP_ITERATIONS);
-    let mut scratch: Vec<f32> = Vec::new();
-    for _ in 0..BOOTSTRAP_ITERATIONS {
-        let qb = boot_quantile(before, q, &mut rng, &mut scratch);
-        let qa = boot_quantile(after, q, &mut rng, &mut scratch);
-        reps.push(qa - qb);
-    }
-    reps.sort_unstable_by(f64::total_cmp);
-    let at = |p: f64| reps[((p * reps.len() as f64) as usize).min(reps.len() - 1)];
-    let below = reps.iter().filter(|r| **r <= 0.0).count() as f64;
-    let above = reps.iter().filter(|r| **r >= 0.0).count() as f64;
-    let n = reps.len() as f64;
-    let p = ((2.0 * below.min(above) + 1.0) / (n + 1.0)).min(1.0);
+    let (lo, hi, p) = replicate(
+        before,
+        after,
+        q,
+        seed ^ q.to_bits() ^ 0xd1ff,
+        |qa, qb| qa - qb,
+        0.0,
+    );
     Some(DiffCi {
         q,
         before: b,
         after: a,
         diff: a - b,
-        lo: at(0.025),
-        hi: at(0.975),
+        lo,
+        hi,
         p,
     })
+}
+
+/// [`BOOTSTRAP_ITERATIONS`] replicates of `stat(after_q, before_q)`: the
+/// 95 % interval (lo, hi) and the two-sided p-value of "the statistic is
+/// `null`" (1 for a ratio, 0 for a difference).
+fn replicate(
+    before: &[f32],
+    after: &[f32],
+    q: f64,
+    seed: u64,
+    stat: impl Fn(f64, f64) -> f64,
+    null: f64,
+) -> (f64, f64, f64) {
+    let mut rng = SplitMix64::new(seed);
+    let mut reps: Vec<f64> = Vec::with_capacity(BOOTSTRAP_ITERATIONS);
+    let mut scratch: Vec<f32> = Vec::new();
+    for _ in 0..BOOTSTRAP_ITERATIONS {
+        let qb = boot_quantile(before, q, &mut rng, &mut scratch);
+        let qa = boot_quantile(after, q, &mut rng, &mut scratch);
+        reps.push(stat(qa, qb));
+    }
+    reps.sort_unstable_by(f64::total_cmp);
+    let at = |p: f64| reps[((p * reps.len() as f64) as usize).min(reps.len() - 1)];
+    let below = reps.iter().filter(|r| **r <= null).count() as f64;
+    let above = reps.iter().filter(|r| **r >= null).count() as f64;
+    let n = reps.len() as f64;
+    let p = ((2.0 * below.min(above) + 1.0) / (n + 1.0)).min(1.0);
+    (at(0.025), at(0.975), p)
 }
 
 fn safe_ratio(a: f64, b: f64) -> f64 {
