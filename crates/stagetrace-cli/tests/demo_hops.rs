@@ -94,12 +94,24 @@ fn gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact() 
         "--executor-busy-every",
         &every,
     ];
-    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
-        .args(args)
-        .arg("--out")
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    // The demo's machines and links at real-time priority
+    // (`timing::realtime`, inherited by the child): a busy host woke the
+    // proxies' threads late on one direction for seconds at a time, which
+    // tilted a link's one-way minima — the emulated path's fault, not the
+    // drift estimate's. This test measures the estimate on a path whose
+    // floor holds; the host's own scheduling has its per-call figures.
+    let (out, realtime) = timing::realtime(|| {
+        Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+            .args(args)
+            .arg("--out")
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    });
+    if !realtime {
+        // Without root the test still runs, as before, at normal priority.
+        eprintln!("demo_hops: SCHED_FIFO refused; the demo runs at normal priority");
+    }
     assert!(
         out.status.success(),
         "demo failed: {}",

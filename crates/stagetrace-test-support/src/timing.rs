@@ -30,3 +30,31 @@ pub fn worst_pair(what: &str, pairs: impl IntoIterator<Item = (f64, f64)>) {
         error(what, e, b);
     }
 }
+
+/// Runs `f` with the calling thread at real-time priority (`SCHED_FIFO`
+/// 1), restoring its policy after; threads `f` starts inherit the priority
+/// and keep it. Returns `f`'s value and whether the priority was granted
+/// (it takes root or `CAP_SYS_NICE`; without it `f` runs at normal
+/// priority).
+///
+/// For a timing test whose premise a busy host breaks rather than its
+/// subject: an emulated network path that must stay symmetric, say. The
+/// busy loops of `cargo xtask timing --load` then cannot delay the test's
+/// threads; the kernel's real-time throttling still leaves them 5 % of
+/// each core.
+pub fn realtime<T>(f: impl FnOnce() -> T) -> (T, bool) {
+    // SAFETY: sched_getscheduler/sched_getparam/sched_setscheduler on the
+    // calling thread (pid 0) with a valid, initialised sched_param.
+    unsafe {
+        let policy = libc::sched_getscheduler(0);
+        let mut old = std::mem::zeroed::<libc::sched_param>();
+        let have_old = policy >= 0 && libc::sched_getparam(0, &mut old) == 0;
+        let rt = libc::sched_param { sched_priority: 1 };
+        let granted = have_old && libc::sched_setscheduler(0, libc::SCHED_FIFO, &rt) == 0;
+        let out = f();
+        if granted {
+            libc::sched_setscheduler(0, policy, &old);
+        }
+        (out, granted)
+    }
+}
