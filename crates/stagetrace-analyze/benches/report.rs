@@ -1,9 +1,9 @@
 //! Records analysed per second by `report` (parse + every figure + verdicts),
 //! on one core. Goal: ≥ 1 million records/s.
 //!
-//! Time is the benchmark thread's own CPU time (Linux
-//! `/proc/thread-self/schedstat`), so the figure is per core even on a
-//! loaded machine; elsewhere it falls back to wall time.
+//! Time is the benchmark thread's own CPU time
+//! (`stagetrace_test_support::bench::ThreadCpu`), so the figure is per core
+//! even on a loaded machine.
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -13,79 +13,12 @@ mod gen;
 use std::hint::black_box;
 use std::path::Path;
 
-use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use stagetrace_analyze::analysis::{analyze, AnalyzeOptions};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_test_support::bench::ThreadCpu;
 
-/// On-CPU time of the calling thread, in ns.
-struct CpuTime;
-
-fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| {
-            use std::sync::OnceLock;
-            static T0: OnceLock<std::time::Instant> = OnceLock::new();
-            T0.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
-        })
-}
-
-impl Measurement for CpuTime {
-    type Intermediate = u64;
-    type Value = u64;
-    fn start(&self) -> u64 {
-        thread_cpu_ns()
-    }
-    fn end(&self, i: u64) -> u64 {
-        thread_cpu_ns().saturating_sub(i)
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, v: &u64) -> f64 {
-        *v as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &CpuFormatter
-    }
-}
-
-struct CpuFormatter;
-
-impl ValueFormatter for CpuFormatter {
-    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
-        let (div, unit) = if typical >= 1e9 {
-            (1e9, "s cpu")
-        } else if typical >= 1e6 {
-            (1e6, "ms cpu")
-        } else if typical >= 1e3 {
-            (1e3, "µs cpu")
-        } else {
-            (1.0, "ns cpu")
-        };
-        values.iter_mut().for_each(|v| *v /= div);
-        unit
-    }
-    fn scale_throughputs(&self, _typical: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
-        let per = match t {
-            Throughput::Elements(n) | Throughput::ElementsAndBytes { elements: n, .. } => *n as f64,
-            Throughput::Bytes(n) | Throughput::BytesDecimal(n) => *n as f64,
-            Throughput::Bits(n) => *n as f64,
-        };
-        values.iter_mut().for_each(|v| *v = per * 1e9 / *v / 1e6);
-        "M records/s per core"
-    }
-    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
-        "ns"
-    }
-}
-
-fn bench(c: &mut Criterion<CpuTime>) {
+fn bench(c: &mut Criterion<ThreadCpu>) {
     let n = 200_000usize;
     let run = gen::lines(&gen::Scenario {
         seed: 1,
@@ -140,7 +73,7 @@ fn bench(c: &mut Criterion<CpuTime>) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default().with_measurement(CpuTime);
+    config = Criterion::default().with_measurement(ThreadCpu::millions("M records/s per core"));
     targets = bench
 }
 criterion_main!(benches);

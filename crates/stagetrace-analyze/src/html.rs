@@ -1,18 +1,20 @@
 //! The self-contained HTML report: inline SVG only (no script, no external
 //! file): an HDR percentile plot on a log 1/(1−q) axis, a per-call stacked
 //! stage timeline with outlier rounds marked, and a CDF, per kind.
+//!
+//! `timeline` draws the timeline; `hops` and `robots` the tables of the
+//! gateways' links and of the fleet's robots.
 
 mod hops;
 mod robots;
+mod timeline;
 
 use std::fmt::Write as _;
 
 use stagetrace_schema::{Figure, Side};
 
-use crate::analysis::{Analysis, GroupData, GroupReport, ALL_KINDS};
+use crate::analysis::{Analysis, GroupData, ALL_KINDS};
 use crate::axis::{self, trim_num};
-use crate::figures;
-use crate::format::fmt_ms;
 use crate::render;
 use crate::stats;
 
@@ -24,8 +26,6 @@ const MT: f64 = 30.0;
 const MB: f64 = 50.0;
 /// Points per curve.
 const CURVE_POINTS: usize = 400;
-/// Columns of the timeline (calls beyond this share a column; it shows its slowest call).
-const TIMELINE_COLUMNS: usize = 900;
 
 /// A figure's colour on every plot. Exhaustive: a figure added to the
 /// table needs its colour here.
@@ -145,7 +145,7 @@ table.robots td.differs{{background:#fdd;font-weight:bold}}tr.differs td:first-c
             s,
             "<h3>Per-call stages (stacked, time order; each column shows its slowest call; ▼ outlier round)</h3>"
         );
-        timeline_plot(&mut s, a, g, r, &suffix);
+        timeline::plot(&mut s, a, g, r, &suffix);
         let _ = writeln!(s, "<h3>CDF</h3>");
         cdf_plot(&mut s, g, base, &suffix);
         hops::table(&mut s, r, &suffix);
@@ -397,112 +397,6 @@ fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
         polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
     }
     legend(s, &ms);
-    let _ = writeln!(s, "</svg>");
-}
-
-fn timeline_plot(s: &mut String, a: &Analysis<'_>, g: &GroupData, r: &GroupReport, suffix: &str) {
-    let ds = a.run;
-    let has = |f: Figure| !g.sorted(f).is_empty();
-    let stack = figures::stacked(has);
-    let calls = &g.calls;
-    svg_open(
-        s,
-        &format!("timeline-plot{suffix}"),
-        "per-call stage timeline",
-    );
-    if calls.is_empty() {
-        let _ = writeln!(s, "</svg>");
-        return;
-    }
-    let cols = calls.len().min(TIMELINE_COLUMNS);
-    let e2e = |i: usize| ds.value(Figure::E2e, i).unwrap_or(0.0);
-    // Per column: the slowest call.
-    let mut chosen: Vec<(usize, bool)> = Vec::with_capacity(cols);
-    let per = calls.len() as f64 / cols as f64;
-    let is_outlier = |i: usize| -> bool {
-        Figure::ALL.iter().any(|f| {
-            g.thresholds[f.index()]
-                .is_some_and(|thr| f.is_call_time() && ds.value(*f, i).is_some_and(|v| v > thr))
-        })
-    };
-    for c in 0..cols {
-        let from = (c as f64 * per) as usize;
-        let to = (((c + 1) as f64 * per) as usize).clamp(from + 1, calls.len());
-        let mut best = calls[from] as usize;
-        let mut any_out = false;
-        for &i in &calls[from..to] {
-            let i = i as usize;
-            if e2e(i) > e2e(best) {
-                best = i;
-            }
-            if r.outliers.count > 0 && !any_out {
-                any_out = is_outlier(i);
-            }
-        }
-        chosen.push((best, any_out));
-    }
-    let ymax = chosen
-        .iter()
-        .map(|(i, _)| {
-            let stacked: f64 = stack.iter().map(|m| ds.value(*m, *i).unwrap_or(0.0)).sum();
-            stacked.max(e2e(*i))
-        })
-        .fold(0.0, f64::max);
-    let top = y_axis(s, ymax.max(1e-3) * 1.08, "ms per call");
-    let cw = (W - ML - MR) / cols as f64;
-    let py = |v: f64| MT + (H - MT - MB) * (1.0 - v / top);
-    for (c, (i, out)) in chosen.iter().enumerate() {
-        let x = ML + c as f64 * cw;
-        let mut acc = 0.0;
-        for m in &stack {
-            let v = ds.value(*m, *i).unwrap_or(0.0).max(0.0);
-            if v <= 0.0 {
-                continue;
-            }
-            let (y1, y0) = (py(acc + v), py(acc));
-            let _ = write!(
-                s,
-                "<rect x=\"{x:.2}\" y=\"{y1:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\"/>",
-                cw.max(0.5),
-                (y0 - y1).max(0.2),
-                color(*m)
-            );
-            acc += v;
-        }
-        if *out {
-            let y = py(acc.max(e2e(*i))) - 4.0;
-            let _ = write!(
-                s,
-                "<path class=\"outlier\" d=\"M{:.1},{:.1} l-4,-7 h8 z\" fill=\"#d00\"><title>seq {} e2e {}</title></path>",
-                x + cw / 2.0,
-                y,
-                ds.seq(*i),
-                fmt_ms(e2e(*i))
-            );
-        }
-        s.push('\n');
-    }
-    let t0 = ds.ts_unix_ms(calls[0] as usize);
-    for k in 0..=4 {
-        let f = k as f64 / 4.0;
-        let x = ML + (W - ML - MR) * f;
-        let call = calls[((calls.len() - 1) as f64 * f) as usize] as usize;
-        let _ = writeln!(
-            s,
-            "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.1} s</text>",
-            H - MB + 18.0,
-            (ds.ts_unix_ms(call) - t0) / 1000.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">time since the first steady call ({} calls in {} columns)</text>",
-        (ML + W - MR) / 2.0,
-        H - 8.0,
-        calls.len(),
-        cols
-    );
-    legend(s, &stack);
     let _ = writeln!(s, "</svg>");
 }
 

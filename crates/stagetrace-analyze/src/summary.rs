@@ -272,9 +272,27 @@ fn drop_lone_kind_table(tables: &mut Vec<(String, String, &serde_json::Map<Strin
 /// One summary window as a terminal table.
 pub fn window_table(line: &Value, source: Option<&Path>) -> String {
     let mut s = String::new();
+    write_heading(&mut s, line, source);
+    write_counts(&mut s, line);
+    if let Some(d) = line.get("deadline").and_then(Value::as_object) {
+        write_deadline(&mut s, d);
+    }
+    if let Some(o) = line
+        .get(Figure::Observer.field())
+        .and_then(Value::as_object)
+    {
+        let p = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
+    }
+    write_stats_tables(&mut s, line);
+    s
+}
+
+/// The table's first two lines: the file it came from, then the run, the
+/// window and its time span.
+fn write_heading(s: &mut String, line: &Value, source: Option<&Path>) {
     let get = |k: &str| line.get(k);
     let text = |k: &str| get(k).and_then(Value::as_str).unwrap_or("");
-    let int = |k: &str| get(k).and_then(Value::as_u64);
     let mut head = String::from("stagetrace tail");
     if let Some(p) = source {
         let _ = write!(head, " — {}", p.display());
@@ -285,7 +303,10 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         w.push(format!("run {}", text("run")));
     }
     if !text("window").is_empty() {
-        let idx = int("index").map(|i| format!(" #{i}")).unwrap_or_default();
+        let idx = get("index")
+            .and_then(Value::as_u64)
+            .map(|i| format!(" #{i}"))
+            .unwrap_or_default();
         w.push(format!("{} window{idx}", text("window")));
     }
     if let (Some(a), Some(b)) = (
@@ -300,6 +321,10 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         ));
     }
     let _ = writeln!(s, "{}", w.join(", "));
+}
+
+/// The window's counts on one line: calls always, the others when not 0.
+fn write_counts(s: &mut String, line: &Value) {
     let mut counts = Vec::new();
     for (k, label) in [
         ("calls", "calls"),
@@ -312,7 +337,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         ("rejected_headers", "rejected headers"),
         ("clamped", "clamped"),
     ] {
-        if let Some(v) = int(k) {
+        if let Some(v) = line.get(k).and_then(Value::as_u64) {
             if k == "calls" || v > 0 {
                 counts.push(format!("{label} {v}"));
             }
@@ -321,38 +346,42 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
     if !counts.is_empty() {
         let _ = writeln!(s, "{}", counts.join(", "));
     }
-    if let Some(d) = get("deadline").and_then(Value::as_object) {
-        let f = |k: &str| d.get(k).and_then(Value::as_f64);
-        let mut t = Vec::new();
-        if let Some(hz) = f("target_hz") {
-            t.push(format!("target {hz:.1} Hz"));
-        }
-        if let Some(hz) = f("effective_hz") {
-            t.push(format!("effective {hz:.1} Hz"));
-        }
-        if let Some(m) = f("misses") {
-            t.push(format!("deadline misses {m:.0}"));
-        }
-        if let Some(l) = d
-            .get(Figure::Late.field())
-            .and_then(|l| l.get("p99"))
-            .and_then(Value::as_f64)
-        {
-            t.push(format!("late p99 {l:.3} ms"));
-        }
-        if let Some(j) = d
-            .get("jitter_ms")
-            .and_then(|l| l.get("p99"))
-            .and_then(Value::as_f64)
-        {
-            t.push(format!("jitter p99 {j:.3} ms"));
-        }
-        let _ = writeln!(s, "{}", t.join(", "));
+}
+
+/// The window's `deadline` object on one line: target and effective rate,
+/// misses, lateness and jitter.
+fn write_deadline(s: &mut String, d: &serde_json::Map<String, Value>) {
+    let f = |k: &str| d.get(k).and_then(Value::as_f64);
+    let mut t = Vec::new();
+    if let Some(hz) = f("target_hz") {
+        t.push(format!("target {hz:.1} Hz"));
     }
-    if let Some(o) = get(Figure::Observer.field()).and_then(Value::as_object) {
-        let p = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-        let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
+    if let Some(hz) = f("effective_hz") {
+        t.push(format!("effective {hz:.1} Hz"));
     }
+    if let Some(m) = f("misses") {
+        t.push(format!("deadline misses {m:.0}"));
+    }
+    if let Some(l) = d
+        .get(Figure::Late.field())
+        .and_then(|l| l.get("p99"))
+        .and_then(Value::as_f64)
+    {
+        t.push(format!("late p99 {l:.3} ms"));
+    }
+    if let Some(j) = d
+        .get("jitter_ms")
+        .and_then(|l| l.get("p99"))
+        .and_then(Value::as_f64)
+    {
+        t.push(format!("jitter p99 {j:.3} ms"));
+    }
+    let _ = writeln!(s, "{}", t.join(", "));
+}
+
+/// Every statistics table of the window, one row per stage in display
+/// order, or a note that there is none yet.
+fn write_stats_tables(s: &mut String, line: &Value) {
     let mut tables = stats_tables(line);
     drop_lone_kind_table(&mut tables);
     tables.sort_by(|a, b| {
@@ -392,7 +421,6 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
     if tables.is_empty() {
         let _ = writeln!(s, "\n(no per-stage figures in this window yet)");
     }
-    s
 }
 
 #[cfg(test)]

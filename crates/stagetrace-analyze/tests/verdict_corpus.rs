@@ -111,6 +111,26 @@ fn corpus() -> Vec<Case> {
                 ..sc(8)
             },
         ),
+        healthy(
+            "three isolated 8 ms dispatch hiccups in 300 calls (1 %): listed, no verdict",
+            Scenario {
+                calls: 300,
+                hz: 10.0,
+                hiccups: Some(("dispatch", &[37, 151, 262], 8.0)),
+                ..sc(13)
+            },
+        ),
+        Case {
+            name: "five 8 ms dispatch spikes in 300 calls (1.7 %)",
+            run: Scenario {
+                calls: 300,
+                hz: 10.0,
+                hiccups: Some(("dispatch", &[20, 71, 143, 190, 262], 8.0)),
+                ..sc(14)
+            },
+            baseline: None,
+            expect: &[("spikes", "dispatch")],
+        },
         Case {
             name: "gaussian against its twin",
             run: sc(9),

@@ -14,12 +14,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 use stagetrace::StageLayer;
+use stagetrace_analyze::analysis::Report;
 use stagetrace_analyze::render;
 use stagetrace_mitigate::{AdmissionConfig, BatchConfig, BatchPolicy, KeySpec};
-use stagetrace_sim::{ms, Fleet, ServerConfig, SimModel, SimServer, Spin};
+use stagetrace_sim::{
+    ms, Fleet, FleetStats, ServerConfig, SimModel, SimServer, SimServerStats, Spin,
+};
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::demo::args::{err, DemoArgs, DemoError};
+use crate::demo::args::DemoArgs;
+use crate::demo::error::{err, DemoError};
 use crate::demo::figures::analyze_run;
 use crate::stdout;
 
@@ -38,7 +42,7 @@ struct ScenarioJson<'a> {
     cache: Option<CacheJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     admission: Option<AdmissionJson>,
-    report: Option<&'a stagetrace_analyze::analysis::Report>,
+    report: Option<&'a Report>,
 }
 
 #[derive(Serialize)]
@@ -85,6 +89,34 @@ pub(crate) fn run(
     // The clients are tasks of `rt`, which runs on this thread.
     let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
 
+    let server = SimServer::start(server_config(a))
+        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
+    let fleet = Fleet {
+        clients: k.clients.max(1),
+        calls: a.calls,
+        scenes: k.scenes,
+    };
+    let done = rt.block_on(fleet.run(server.addr(), Arc::clone(stop)));
+    let server = server.stop();
+    let summary = guard.finish();
+    if let Some(e) = &done.first_error {
+        eprintln!("stagetrace demo: a client stopped: {e}");
+    }
+    let report = analyze_run(out, &summary.run).ok();
+    print_report(a, out, fleet.clients, &done, &server, report.as_ref())?;
+    if done.answered == 0 || done.first_error.is_some() {
+        return Err(err(match done.first_error {
+            Some(e) => format!("a client stopped before its last call: {e}"),
+            None => "no call was answered".to_owned(),
+        }));
+    }
+    Ok(())
+}
+
+/// The policy server of the scenario: a model costing a + b·batch, behind
+/// the mitigations the knobs turn on.
+fn server_config(a: &DemoArgs) -> ServerConfig {
+    let k = &a.mitigate;
     let model = SimModel::new(ms(a.model_ms))
         .per_item(ms(k.model_per_item_ms))
         .spin(Spin::Yielding);
@@ -119,21 +151,39 @@ pub(crate) fn run(
                 .queue_timeout(Duration::from_millis(k.queue_timeout_ms)),
         );
     }
-    let server = SimServer::start(config)
-        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
-    let fleet = Fleet {
-        clients: k.clients.max(1),
-        calls: a.calls,
-        scenes: k.scenes,
-    };
-    let done = rt.block_on(fleet.run(server.addr(), Arc::clone(stop)));
-    let server = server.stop();
-    let summary = guard.finish();
-    if let Some(e) = &done.first_error {
-        eprintln!("stagetrace demo: a client stopped: {e}");
-    }
-    let report = analyze_run(out, &summary.run).ok();
+    config
+}
 
+/// Print analyze's tables and verdicts, then the throughput and the
+/// mitigations' counters; with `--json`, all of it as one object.
+fn print_report(
+    a: &DemoArgs,
+    out: &Path,
+    clients: u64,
+    done: &FleetStats,
+    server: &SimServerStats,
+    report: Option<&Report>,
+) -> Result<(), DemoError> {
+    if a.json {
+        let doc = ScenarioJson::of(clients, done, server, out, report);
+        let pretty = serde_json::to_string_pretty(&doc)
+            .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
+        stdout::print(&(pretty + "\n")).map_err(err)?;
+    } else {
+        let mut text = report.map(render::text).unwrap_or_default();
+        for l in counter_lines(done, server, out) {
+            text.push('\n');
+            text.push_str(&l);
+        }
+        text.push('\n');
+        stdout::print(&text).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The throughput, the mitigations' counters and where the records are,
+/// a line each.
+fn counter_lines(done: &FleetStats, server: &SimServerStats, out: &Path) -> Vec<String> {
     let wall = done.wall.as_secs_f64();
     let mut lines = vec![format!(
         "{} calls answered, {} failed, in {wall:.2} s: {:.1} calls/s",
@@ -175,12 +225,23 @@ pub(crate) fn run(
         ));
     }
     lines.push(format!("records in {}", out.display()));
-    if a.json {
-        let doc = ScenarioJson {
-            clients: fleet.clients,
+    lines
+}
+
+impl<'a> ScenarioJson<'a> {
+    /// The run of `clients` clients as `--json` states it.
+    fn of(
+        clients: u64,
+        done: &FleetStats,
+        server: &'a SimServerStats,
+        out: &Path,
+        report: Option<&'a Report>,
+    ) -> ScenarioJson<'a> {
+        ScenarioJson {
+            clients,
             calls_answered: done.answered,
             calls_failed: done.failed,
-            wall_s: wall,
+            wall_s: done.wall.as_secs_f64(),
             throughput_per_s: done.throughput_per_s(),
             out: out.display().to_string(),
             batch: server.batch.as_ref().map(|s| BatchJson {
@@ -193,37 +254,19 @@ pub(crate) fn run(
                 expired: s.expired,
                 refused: s.queue_full,
             }),
-            cache: server.cache.map(|s| CacheJson {
+            cache: server.cache.as_ref().map(|s| CacheJson {
                 hits: s.hits,
                 misses: s.misses,
                 entries: s.entries,
                 weighted_bytes: s.weighted_bytes,
                 max_bytes: s.max_bytes,
             }),
-            admission: server.admission.map(|s| AdmissionJson {
+            admission: server.admission.as_ref().map(|s| AdmissionJson {
                 admitted: s.admitted,
                 shed_queue_full: s.shed_queue_full,
                 shed_timeout: s.shed_timeout,
             }),
-            report: report.as_ref(),
-        };
-        let pretty = serde_json::to_string_pretty(&doc)
-            .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
-        stdout::print(&(pretty + "\n")).map_err(err)?;
-    } else {
-        let mut text = report.as_ref().map(render::text).unwrap_or_default();
-        for l in lines {
-            text.push('\n');
-            text.push_str(&l);
+            report,
         }
-        text.push('\n');
-        stdout::print(&text).map_err(err)?;
     }
-    if done.answered == 0 || done.first_error.is_some() {
-        return Err(err(match done.first_error {
-            Some(e) => format!("a client stopped before its last call: {e}"),
-            None => "no call was answered".to_owned(),
-        }));
-    }
-    Ok(())
 }

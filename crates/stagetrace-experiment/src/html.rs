@@ -9,7 +9,7 @@ use stagetrace::Figure;
 use stagetrace_analyze::html::escape;
 
 use crate::figures;
-use crate::report::ExperimentReport;
+use crate::report::{ExperimentReport, Timeline};
 
 /// Line colours, one per drawn figure in order (Tableau 10); a figure past
 /// the tenth takes the colours again from the start.
@@ -95,15 +95,51 @@ fn polyline(pts: &[(f64, f64)], color: &str, dash: bool) -> String {
     )
 }
 
+/// The timeline's geometry: its time span and value scale, the stage plot's
+/// box, and the resource tracks beneath it.
+struct TimelineFrame {
+    t_max: f64,
+    y_max: f64,
+    top: f64,
+    h: f64,
+    track_h: f64,
+    height: f64,
+}
+
+impl TimelineFrame {
+    /// The frame for `tl` with `tracks` resource tracks.
+    fn of(tl: &Timeline, tracks: usize) -> TimelineFrame {
+        let t_max = tl
+            .windows
+            .iter()
+            .map(|w| w.0)
+            .chain(tl.resources.iter().map(|s| s.0))
+            .fold(1.0f64, f64::max);
+        let (top, h) = (20.0, 240.0);
+        let track_h = 50.0;
+        let height = top + h + 30.0 + tracks as f64 * (track_h + 10.0) + 20.0;
+        let y_max = tl
+            .windows
+            .iter()
+            .flat_map(|w| w.1.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(1.0f64, f64::max)
+            * 1.1;
+        TimelineFrame {
+            t_max,
+            y_max,
+            top,
+            h,
+            track_h,
+            height,
+        }
+    }
+}
+
+/// The stage timeline (windowed p90 per stage, phases shaded) with the
+/// resource tracks beneath it on the same time axis.
 fn timeline_svg(r: &ExperimentReport) -> String {
     let tl = &r.timeline;
-    let t_max = tl
-        .windows
-        .iter()
-        .map(|w| w.0)
-        .chain(tl.resources.iter().map(|s| s.0))
-        .fold(1.0f64, f64::max);
-    let (top, h) = (20.0, 240.0);
     let all_tracks = [
         "CPU %",
         "CPU pressure %",
@@ -114,23 +150,31 @@ fn timeline_svg(r: &ExperimentReport) -> String {
     // The GPU track only where GPUs were sampled.
     let has_gpu = tl.resources.iter().any(|s| s.1[4].is_finite());
     let tracks = &all_tracks[..if has_gpu { 5 } else { 4 }];
-    let track_h = 50.0;
-    let height = top + h + 30.0 + tracks.len() as f64 * (track_h + 10.0) + 20.0;
-    let y_max = tl
-        .windows
-        .iter()
-        .flat_map(|w| w.1.iter().copied())
-        .filter(|v| v.is_finite())
-        .fold(1.0f64, f64::max)
-        * 1.1;
+    let fr = TimelineFrame::of(tl, tracks.len());
     let mut o = format!(
-        "<h3>Stage timeline (windowed p90) and resources</h3><svg viewBox=\"0 0 {W} {height:.0}\" width=\"100%\" role=\"img\">"
+        "<h3>Stage timeline (windowed p90) and resources</h3><svg viewBox=\"0 0 {W} {:.0}\" width=\"100%\" role=\"img\">",
+        fr.height
     );
-    // Phases shaded, labelled.
+    phase_bands(&mut o, r, &fr);
+    stage_lines(&mut o, tl, &fr);
+    resource_tracks(&mut o, tl, tracks, &fr);
+    let _ = write!(
+        o,
+        "<text x=\"{:.0}\" y=\"{:.0}\">{:.1} s</text></svg>",
+        W - RIGHT - 30.0,
+        fr.height - 2.0,
+        fr.t_max
+    );
+    o
+}
+
+/// Each phase but the warm-up shaded and labelled.
+fn phase_bands(o: &mut String, r: &ExperimentReport, fr: &TimelineFrame) {
+    let (t0, t_max, top) = (r.timeline.t0_unix_ms, fr.t_max, fr.top);
     for (i, p) in r.phases.iter().filter(|p| p.phase != "warmup").enumerate() {
-        let a = (p.start_unix_ms - tl.t0_unix_ms) / 1e3;
+        let a = (p.start_unix_ms - t0) / 1e3;
         let b = if p.end_unix_ms.is_finite() {
-            (p.end_unix_ms - tl.t0_unix_ms) / 1e3
+            (p.end_unix_ms - t0) / 1e3
         } else {
             t_max
         };
@@ -140,7 +184,7 @@ fn timeline_svg(r: &ExperimentReport) -> String {
             "<rect x=\"{xa:.1}\" y=\"{top}\" width=\"{:.1}\" height=\"{:.0}\" fill=\"{}\"/>\
              <text x=\"{:.1}\" y=\"{:.0}\">{}</text>",
             (xb - xa).max(0.0),
-            height - top - 10.0,
+            fr.height - top - 10.0,
             if i % 2 == 0 { "#f4f4f4" } else { "#e9eef5" },
             xa + 3.0,
             top - 6.0,
@@ -151,7 +195,12 @@ fn timeline_svg(r: &ExperimentReport) -> String {
             })
         );
     }
-    // Axis of the stage plot.
+}
+
+/// The stage plot's axis and one line per drawn figure, labelled at the
+/// right.
+fn stage_lines(o: &mut String, tl: &Timeline, fr: &TimelineFrame) {
+    let (t_max, y_max, top, h) = (fr.t_max, fr.y_max, fr.top, fr.h);
     let _ = write!(
         o,
         "<line x1=\"{LEFT}\" y1=\"{:.0}\" x2=\"{:.0}\" y2=\"{:.0}\" stroke=\"#888\"/>\
@@ -181,7 +230,12 @@ fn timeline_svg(r: &ExperimentReport) -> String {
             top + 14.0 * (k as f64 + 1.0),
         );
     }
-    // Resource tracks on the same time axis.
+}
+
+/// One track per resource beneath the stage plot, 0 to 100, labelled at
+/// the right.
+fn resource_tracks(o: &mut String, tl: &Timeline, tracks: &[&str], fr: &TimelineFrame) {
+    let (t_max, top, h, track_h) = (fr.t_max, fr.top, fr.h, fr.track_h);
     for (j, label) in tracks.iter().enumerate() {
         let y0 = top + h + 30.0 + j as f64 * (track_h + 10.0);
         let _ = write!(
@@ -208,13 +262,6 @@ fn timeline_svg(r: &ExperimentReport) -> String {
             .collect();
         o.push_str(&polyline(&pts, "#555", false));
     }
-    let _ = write!(
-        o,
-        "<text x=\"{:.0}\" y=\"{:.0}\">{t_max:.1} s</text></svg>",
-        W - RIGHT - 30.0,
-        height - 2.0
-    );
-    o
 }
 
 fn levels_svg(r: &ExperimentReport) -> String {

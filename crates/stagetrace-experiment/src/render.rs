@@ -6,10 +6,25 @@ use stagetrace::Figure;
 
 use crate::figures;
 use crate::report::ExperimentReport;
+use crate::verdict::{LevelResult, ResourceSummary};
 
 /// The report as a terminal table and verdict.
 pub fn text(r: &ExperimentReport) -> String {
     let mut o = String::new();
+    title(&mut o, r);
+    stage_table(&mut o, r);
+    let _ = writeln!(o);
+    let _ = writeln!(o, "levels:");
+    for l in &r.levels {
+        level_resources(&mut o, l, r.baseline_resources.as_ref());
+    }
+    let _ = writeln!(o);
+    closing(&mut o, r);
+    o
+}
+
+/// The title line, and why the run stopped early.
+fn title(o: &mut String, r: &ExperimentReport) {
     let _ = writeln!(
         o,
         "stagetrace experiment: {} (factor {}){}",
@@ -25,6 +40,11 @@ pub fn text(r: &ExperimentReport) -> String {
         let _ = writeln!(o, "stopped: {why}; the levels completed are compared");
     }
     let _ = writeln!(o);
+}
+
+/// Each stage's p50 / p99 at baseline and at every level, the moved ones
+/// starred, and what "moved" means.
+fn stage_table(o: &mut String, r: &ExperimentReport) {
     // Header: one column per phase (baseline, then levels): p50 / p99.
     let _ = write!(o, "{:<10} {:>17}", "stage", "baseline p50/p99");
     for l in &r.levels {
@@ -60,59 +80,64 @@ pub fn text(r: &ExperimentReport) -> String {
         "(* moved beyond noise: p50 ≥ {:.2} ms or p99 ≥ {:.2} ms and the 95 % CI above 1)",
         r.thresholds.min_p50_ms, r.thresholds.min_p99_ms
     );
-    let _ = writeln!(o);
-    let _ = writeln!(o, "levels:");
-    for l in &r.levels {
-        let res = &l.resources;
-        let f = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
+}
+
+/// One level's resources: CPU, pressure and run-queue wait, then the clock,
+/// loss and GPU lines when there is something to say.
+fn level_resources(o: &mut String, l: &LevelResult, baseline: Option<&ResourceSummary>) {
+    let res = &l.resources;
+    let f = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
+    let _ = writeln!(
+        o,
+        "  L{} {}: CPU {} % (max core {} %), pressure {} %, run-queue wait {} ms/s — {}",
+        l.level,
+        l.label,
+        f(res.cpu_total_pct),
+        f(res.cpu_max_core_pct),
+        f(res.psi_cpu_some_pct),
+        res.run_delay_ms_per_s
+            .map_or("–".into(), |v| format!("{v:.1}")),
+        res.state
+    );
+    if let Some(m) = res.cpu_mhz {
+        let base = baseline.and_then(|b| b.cpu_mhz);
         let _ = writeln!(
             o,
-            "  L{} {}: CPU {} % (max core {} %), pressure {} %, run-queue wait {} ms/s — {}",
-            l.level,
-            l.label,
-            f(res.cpu_total_pct),
-            f(res.cpu_max_core_pct),
-            f(res.psi_cpu_some_pct),
-            res.run_delay_ms_per_s
-                .map_or("–".into(), |v| format!("{v:.1}")),
-            res.state
+            "     CPU clock {m:.0} MHz{}{}",
+            base.map_or(String::new(), |b| format!(" (baseline {b:.0} MHz)")),
+            res.cpu_throttles
+                .filter(|n| *n > 0)
+                .map_or(String::new(), |n| format!(", {n} thermal-throttle events"))
         );
-        if let Some(m) = res.cpu_mhz {
-            let base = r.baseline_resources.as_ref().and_then(|b| b.cpu_mhz);
-            let _ = writeln!(
-                o,
-                "     CPU clock {m:.0} MHz{}{}",
-                base.map_or(String::new(), |b| format!(" (baseline {b:.0} MHz)")),
-                res.cpu_throttles
-                    .filter(|n| *n > 0)
-                    .map_or(String::new(), |n| format!(", {n} thermal-throttle events"))
-            );
-        }
-        let l = &res.loss;
-        let loss: Vec<String> = [
-            (l.if_drops, "interface drops"),
-            (l.if_errors, "interface errors"),
-            (l.udp_in_errors, "UDP receive errors"),
-            (l.udp_sndbuf_errors, "UDP sends refused"),
-        ]
-        .iter()
-        .filter_map(|(v, what)| v.filter(|n| *n > 0).map(|n| format!("{n} {what}")))
-        .collect();
-        if !loss.is_empty() {
-            let _ = writeln!(o, "     loss: {}", loss.join(", "));
-        }
-        if let Some(g) = res.gpu_util_pct {
-            let _ = writeln!(o, "     GPU {g:.0} % (busiest GPU)");
-        }
-        if !res.gpu_throttle.is_empty() {
-            let _ = writeln!(
-                o,
-                "     GPU clocks throttled: {}",
-                res.gpu_throttle.join(", ")
-            );
-        }
     }
-    let _ = writeln!(o);
+    let l = &res.loss;
+    let loss: Vec<String> = [
+        (l.if_drops, "interface drops"),
+        (l.if_errors, "interface errors"),
+        (l.udp_in_errors, "UDP receive errors"),
+        (l.udp_sndbuf_errors, "UDP sends refused"),
+    ]
+    .iter()
+    .filter_map(|(v, what)| v.filter(|n| *n > 0).map(|n| format!("{n} {what}")))
+    .collect();
+    if !loss.is_empty() {
+        let _ = writeln!(o, "     loss: {}", loss.join(", "));
+    }
+    if let Some(g) = res.gpu_util_pct {
+        let _ = writeln!(o, "     GPU {g:.0} % (busiest GPU)");
+    }
+    if !res.gpu_throttle.is_empty() {
+        let _ = writeln!(
+            o,
+            "     GPU clocks throttled: {}",
+            res.gpu_throttle.join(", ")
+        );
+    }
+}
+
+/// The verdict and next step, the sampler's cost, what was restored, the
+/// GPU note and where the files are.
+fn closing(o: &mut String, r: &ExperimentReport) {
     let v = &r.verdict;
     let _ = writeln!(o, "verdict: {}", v.summary);
     let _ = writeln!(o, "next step: {}", v.next_step);
@@ -134,5 +159,4 @@ pub fn text(r: &ExperimentReport) -> String {
         "files: {}/records-experiment.jsonl, resources.jsonl, experiment.json, experiment.html",
         r.out
     );
-    o
 }

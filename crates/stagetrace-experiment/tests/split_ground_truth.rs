@@ -73,12 +73,11 @@ struct Call {
 /// emulated path turns asymmetric by up to 2 ms and the estimate, rightly,
 /// carries half of that (inside its stated bound). A real network's delay
 /// does not depend on how busy the hosts are, and a host's own scheduling
-/// is what the per-call host figures are for, not this test.
+/// is not what this test measures.
 fn run(up_delay: Duration, down_delay: Duration) -> Vec<Call> {
-    let (calls, realtime) = timing::realtime(|| run_at_normal_priority(up_delay, down_delay));
-    // The namespaces this test needs take root, which grants it.
-    assert!(realtime, "SCHED_FIFO for the test's threads was refused");
-    calls
+    timing::at_realtime("split_ground_truth", || {
+        run_at_normal_priority(up_delay, down_delay)
+    })
 }
 
 /// Runs the calls through proxy (latency) → tbf (rate) → server.

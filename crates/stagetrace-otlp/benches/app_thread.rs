@@ -523,7 +523,7 @@ fn sparse_hand_over() {
 criterion_group!(benches, app_thread, hand_over);
 criterion_group! {
     name = fleet;
-    config = Criterion::default().with_measurement(ThreadCpu);
+    config = Criterion::default().with_measurement(ThreadCpu::ELEMENTS);
     targets = app_thread_fleet
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use stagetrace::{ClockMode, Stage, StageLayer};
+use stagetrace::{AdviceFor, BuildError, ClockMode, Stage, StageLayer};
 
 use crate::call::Call;
 use crate::shared::{Recorder, Shared};
@@ -53,6 +53,7 @@ impl Recorder {
             )));
         }
         let mut b = StageLayer::builder()
+            .advice_for(AdviceFor::Python)
             .window(Duration::from_secs_f64(window))
             .clock_mode(clock_mode(clock)?);
         if let Some(dir) = output_dir {
@@ -89,7 +90,7 @@ impl Recorder {
         }
         let (layer, guard) = b
             .build_unfiltered::<tracing_subscriber::Registry>()
-            .map_err(|e| PyValueError::new_err(format!("{e}")))?;
+            .map_err(|e| PyValueError::new_err(python_message(&e)))?;
         // The layer itself is not needed: no span of it is ever made. Its
         // worker lives until the guard finishes it.
         Ok(Recorder {
@@ -131,5 +132,17 @@ impl Recorder {
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this recorder was already finished"))?;
         Ok(py.allow_threads(move || guard.finish().to_json_line()))
+    }
+}
+
+/// A build error in the Python package's words: its arguments, not the
+/// Rust builder's methods.
+fn python_message(e: &BuildError) -> String {
+    match e {
+        BuildError::BadTargetHz(hz) => format!(
+            "stagetrace: target_hz={hz} is not a positive rate; pass the control loop's rate in Hz to stagetrace.init(target_hz=30.0), or leave it out"
+        ),
+        BuildError::ZeroQueue => "stagetrace: queue_capacity=0; pass at least 1 to stagetrace.init (the default 4096 holds minutes of a 30 Hz loop)".to_owned(),
+        other => other.to_string(),
     }
 }

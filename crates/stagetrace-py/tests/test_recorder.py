@@ -156,6 +156,27 @@ def test_a_stage_outside_any_call_is_counted_as_ignored(out: Path) -> None:
     assert stagetrace.finish()["ignored_spans"] == 1
 
 
+def test_warnings_and_errors_name_the_python_api_not_the_rust_builder(out: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # A call with no stage inside and a stage outside any call: the worker
+    # warns once about each, naming what a Python user can change.
+    with stagetrace.call():
+        pass
+    with stagetrace.stage("capture"):
+        pass
+    summary = stagetrace.finish()
+    assert summary["empty_calls"] == 1 and summary["ignored_spans"] == 1
+    err = capfd.readouterr().err
+    assert "Fix: time stages with `with stagetrace.stage(" in err and "stages={...} in stagetrace.init(...)" in err
+    assert "Fix: time each control cycle inside `with stagetrace.call():`" in err
+    for rust in (".map_span(", ".call_span_name(", ".queue_capacity(", ".target_hz("):
+        assert rust not in err
+    with pytest.raises(ValueError, match=r"stagetrace\.init\(target_hz=30\.0\)") as e:
+        stagetrace.Recorder(target_hz=0.0)
+    assert ".target_hz(" not in str(e.value)
+    with pytest.raises(ValueError, match=r"queue_capacity=0; pass at least 1 to stagetrace\.init"):
+        stagetrace.Recorder(queue_capacity=0)
+
+
 def test_two_recorders_in_one_process_never_mix(tmp_path: Path) -> None:
     r1, r2 = stagetrace.Recorder(str(tmp_path / "1")), stagetrace.Recorder(str(tmp_path / "2"))
     with stagetrace.call(kind="one", recorder=r1):

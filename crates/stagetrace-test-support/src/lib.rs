@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod bench;
 pub mod collector;
 pub mod prereq;
 pub mod timing;
@@ -249,18 +250,4 @@ pub fn read_summaries(dir: &Path) -> Vec<WindowSummary> {
         .collect()
 }
 
-/// CPU time the calling thread has used, ns (`CLOCK_THREAD_CPUTIME_ID`:
-/// exact to the call, unlike `/proc/thread-self/schedstat`, which for a
-/// running thread is brought up to date only at the next tick). What the
-/// benchmarks measure the app thread with: on a machine of shared cores,
-/// wall time also counts the waits for a core while other threads run.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use bench::thread_cpu_ns;

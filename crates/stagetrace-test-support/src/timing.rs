@@ -58,3 +58,22 @@ pub fn realtime<T>(f: impl FnOnce() -> T) -> (T, bool) {
         (out, granted)
     }
 }
+
+/// [`realtime`] for test `test`, which needs the priority to hold its bound
+/// on a loaded machine: where it is refused (no root, no `CAP_SYS_NICE`),
+/// a failure when the run must be complete (under CI, as for every
+/// prerequisite: [`crate::prereq`]), else a warning and `f` at normal
+/// priority.
+#[track_caller]
+pub fn at_realtime<T>(test: &str, f: impl FnOnce() -> T) -> T {
+    let (out, granted) = realtime(f);
+    if !granted {
+        let why = "SCHED_FIFO was refused (run as root or grant CAP_SYS_NICE); \
+                   at normal priority a loaded host can break the test's premise";
+        if crate::prereq::Policy::from_env("realtime").must_have() {
+            panic!("{test}: prerequisite `realtime` is missing: {why}");
+        }
+        eprintln!("{test}: ran at normal priority: {why}");
+    }
+    out
+}

@@ -136,7 +136,7 @@ fn other_spans(c: &mut Criterion) {
 /// CPU time this thread has used, ns: unlike wall time, it leaves out the
 /// time the thread waited for a core on a loaded machine.
 fn thread_cpu_ns() -> f64 {
-    stagetrace_test_support::thread_cpu_ns() as f64
+    stagetrace::host::thread_cpu_ns().unwrap_or(0) as f64
 }
 
 /// Run `f` `iters` times under `dispatch`: app-thread CPU ns per run.

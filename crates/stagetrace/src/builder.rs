@@ -14,6 +14,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 pub use tracing_appender::rolling::Rotation;
 
+use crate::advice::AdviceFor;
 use crate::clock::ClockMode;
 use crate::context::TraceContextHook;
 use crate::health::Health;
@@ -43,6 +44,7 @@ pub struct StageLayerBuilder {
     rotation: Rotation,
     sinks: Vec<Box<dyn RecordSink>>,
     context_hook: Option<TraceContextHook>,
+    advice: AdviceFor,
 }
 
 impl fmt::Debug for StageLayerBuilder {
@@ -60,6 +62,7 @@ impl fmt::Debug for StageLayerBuilder {
             .field("rotation", &self.rotation)
             .field("sinks", &self.sinks.len())
             .field("shares_trace_context", &self.context_hook.is_some())
+            .field("advice", &self.advice)
             .finish()
     }
 }
@@ -79,6 +82,7 @@ impl Default for StageLayerBuilder {
             rotation: Rotation::DAILY,
             sinks: Vec::new(),
             context_hook: None,
+            advice: AdviceFor::Rust,
         }
     }
 }
@@ -214,6 +218,13 @@ impl StageLayerBuilder {
         self
     }
 
+    /// Which API the layer's warnings name in their fixes (default: this
+    /// builder's methods); language bindings set their own.
+    pub fn advice_for(mut self, api: AdviceFor) -> Self {
+        self.advice = api;
+        self
+    }
+
     /// How the uplink/downlink split is obtained (default: estimate).
     pub fn clock_mode(mut self, mode: ClockMode) -> Self {
         self.clock_mode = mode;
@@ -329,6 +340,7 @@ impl StageLayerBuilder {
                 warmup_duration: self.warmup_duration,
                 clock_mode: self.clock_mode,
                 queue_capacity: self.queue_capacity,
+                advice: self.advice,
                 sinks,
             },
             Arc::clone(&health),

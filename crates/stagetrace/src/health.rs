@@ -28,6 +28,11 @@ pub(crate) struct Health {
     pub(crate) queue_drops: AtomicU64,
     /// Stage spans that closed outside any call span.
     pub(crate) ignored_spans: AtomicU64,
+    /// Of [`ignored_spans`](Self::ignored_spans), those inside a service's
+    /// handler (a remote parent): a traced server's or relay's own stage
+    /// spans, which continue someone else's call. Counted like the others,
+    /// but nothing for the app to fix, so no warning about them.
+    pub(crate) service_spans: AtomicU64,
     /// Spans whose `stage` field named no stage.
     pub(crate) unknown_stage: AtomicU64,
     /// Call / transport spans for which the trace-context hook found nothing.

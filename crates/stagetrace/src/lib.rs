@@ -65,6 +65,7 @@
 //! stagetrace is built and tested on stable Rust; the minimum supported
 //! version is 1.85.
 
+mod advice;
 mod builder;
 pub mod clock;
 pub mod context;
@@ -72,6 +73,7 @@ pub mod direct;
 mod executor;
 pub mod health;
 pub mod hop_record;
+pub mod host;
 mod ids;
 mod inline_str;
 mod layer;
@@ -84,6 +86,7 @@ pub mod summary;
 pub mod wire;
 mod worker;
 
+pub use advice::AdviceFor;
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use executor::ExecutorAck;
 pub use health::{count_clamped, count_rejected_header};

@@ -83,8 +83,14 @@ pub(super) fn advice(f: Figure) -> &'static str {
 /// show them as spikes and the verdict must.
 const SPIKE_SHARE: f64 = 0.01;
 
+/// Fewest spikes that make a verdict, whatever the share: from fewer the
+/// rate cannot be told (three in 300 calls fit a true rate from 0.2 % to
+/// 3 %), and a host's rare hiccup in a short run is not a stage's fault to
+/// chase. They stay in the outlier list.
+const MIN_SPIKES: u64 = 5;
+
 /// Without a baseline: figures above their outlier threshold on at least
-/// [`SPIKE_SHARE`] of the calls, when no other verdict already names them
+/// [`SPIKE_SHARE`] of the calls and [`MIN_SPIKES`] calls, when no other verdict already names them
 /// (periodic spikes), and each spike costs its call at least the practical
 /// floor.
 fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
@@ -92,7 +98,7 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
     let flagged: Vec<Figure> = o
         .by_stage
         .iter()
-        .filter(|(_, s)| s.rounds as f64 >= SPIKE_SHARE * r.steady as f64)
+        .filter(|(_, s)| s.rounds >= MIN_SPIKES && s.rounds as f64 >= SPIKE_SHARE * r.steady as f64)
         .filter_map(|(name, _)| Figure::from_name(name))
         .filter(|f| !periodic.contains(f))
         .collect();

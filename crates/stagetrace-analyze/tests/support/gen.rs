@@ -76,6 +76,9 @@ pub(crate) struct Scenario {
     /// On this fraction of the calls, this much (ms) added to one stage
     /// (`capture`, `uplink`, `queue`, `infer`, `downlink`, `dispatch`).
     pub(crate) stage_spikes: Option<(&'static str, f64, f64)>,
+    /// These calls (by index after the warm-up) get this much (ms) added to
+    /// one stage: a few isolated hiccups, placed exactly.
+    pub(crate) hiccups: Option<(&'static str, &'static [usize], f64)>,
     /// One call (by index after the warm-up) paused this long (ms) outside
     /// every stage: a stall.
     pub(crate) stall: Option<(usize, f64)>,
@@ -139,6 +142,7 @@ impl Default for Scenario {
             quantum_ms: None,
             infer_lognormal: None,
             stage_spikes: None,
+            hiccups: None,
             stall: None,
         }
     }
@@ -212,17 +216,23 @@ pub(crate) fn lines(s: &Scenario) -> String {
         if let Some(sigma) = s.infer_lognormal {
             infer *= (sigma * rng.normal()).exp();
         }
+        let mut spike = |stage: &str, extra: f64| match stage {
+            "capture" => capture += extra,
+            "uplink" => uplink += extra,
+            "queue" => queue += extra,
+            "infer" => infer += extra,
+            "downlink" => downlink += extra,
+            "dispatch" => dispatch += extra,
+            other => panic!("no stage {other} to spike"),
+        };
         if let Some((stage, frac, extra)) = s.stage_spikes {
             if rng.next_f64() < frac {
-                match stage {
-                    "capture" => capture += extra,
-                    "uplink" => uplink += extra,
-                    "queue" => queue += extra,
-                    "infer" => infer += extra,
-                    "downlink" => downlink += extra,
-                    "dispatch" => dispatch += extra,
-                    other => panic!("no stage {other} to spike"),
-                }
+                spike(stage, extra);
+            }
+        }
+        if let Some((stage, at, extra)) = s.hiccups {
+            if i >= s.warmup && at.contains(&(i - s.warmup)) {
+                spike(stage, extra);
             }
         }
         if let Some((at, extra)) = s.stall {

@@ -9,7 +9,7 @@ use stagetrace_analyze::analysis::{AnalyzeOptions, GroupReport, Report, ALL_KIND
 use stagetrace_analyze::stats::{self, Summary};
 use stagetrace_schema::{Figure, Unit};
 
-use super::args::{err, DemoError};
+use super::error::{err, DemoError};
 
 /// The record files the layer wrote for run `run_id` in `out` (files of
 /// earlier runs in the same directory are left out).

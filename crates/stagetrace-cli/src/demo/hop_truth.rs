@@ -9,6 +9,7 @@
 use serde::Serialize;
 use stagetrace::{CallRecord, Figure};
 use stagetrace_net::ServerClock;
+use stagetrace_schema::ns_to_ms;
 
 use super::args::DemoArgs;
 use super::figures::steady;
@@ -116,10 +117,6 @@ pub(super) struct ExecTruth {
     pub(super) offset_inside: f64,
 }
 
-fn ms(ns: i64) -> f64 {
-    ns as f64 / 1e6
-}
-
 /// Per call: link 0, link 1 (true up, true down, up, down, err), path.
 struct CallTruth {
     links: [[f64; 7]; 2],
@@ -146,13 +143,13 @@ fn call_truth(run: &HopRun, gw: &ServerClock, rec: &CallRecord) -> Option<CallTr
     let s_sent = s_recv + server.total_ns? as i64;
     let link = |i: usize, up: i64, down: i64| -> Option<[f64; 7]> {
         Some([
-            ms(up),
-            ms(down),
-            ms(h[i].up_ns?),
-            ms(h[i].down_ns?),
-            ms(h[i].err_ns?),
-            ms(h[i].net_ns?),
-            ms(up + down),
+            ns_to_ms(up),
+            ns_to_ms(down),
+            ns_to_ms(h[i].up_ns?),
+            ns_to_ms(h[i].down_ns?),
+            ns_to_ms(h[i].err_ns?),
+            ns_to_ms(h[i].net_ns?),
+            ns_to_ms(up + down),
         ])
     };
     let true_relay = r.own_ns() as i64;
@@ -164,11 +161,11 @@ fn call_truth(run: &HopRun, gw: &ServerClock, rec: &CallRecord) -> Option<CallTr
             link(0, g_recv - t0, t3 - g_sent)?,
             link(1, s_recv - g_fwd, g_reply - s_sent)?,
         ],
-        net_err: (rec.ms(Figure::Net)? - ms(true_path.0 + true_path.1)).abs(),
-        relay: (ms(h[0].relay_ns?), ms(true_relay)),
-        infer_err: (rec.ms(Figure::Infer)? - ms(server.infer_ns? as i64)).abs(),
-        path_inside: inside(rec.ms(Figure::Uplink)?, ms(true_path.0), err)
-            && inside(rec.ms(Figure::Downlink)?, ms(true_path.1), err),
+        net_err: (rec.ms(Figure::Net)? - ns_to_ms(true_path.0 + true_path.1)).abs(),
+        relay: (ns_to_ms(h[0].relay_ns?), ns_to_ms(true_relay)),
+        infer_err: (rec.ms(Figure::Infer)? - ns_to_ms(server.infer_ns? as i64)).abs(),
+        path_inside: inside(rec.ms(Figure::Uplink)?, ns_to_ms(true_path.0), err)
+            && inside(rec.ms(Figure::Downlink)?, ns_to_ms(true_path.1), err),
     })
 }
 
@@ -243,8 +240,8 @@ impl HopTruth {
                         })
                         .count() as f64
                         / n,
-                    offset_ms: hop.and_then(|x| x.offset_ns).map(ms),
-                    injected_offset_ms: ms(off),
+                    offset_ms: hop.and_then(|x| x.offset_ns).map(ns_to_ms),
+                    injected_offset_ms: ns_to_ms(off),
                     drift_ppm: hop.and_then(|x| x.drift_ppm),
                     injected_drift_ppm: drift,
                 }
@@ -276,7 +273,7 @@ impl ExecTruth {
                 let s = starts.iter().find(|s| s.seq == r.seq)?;
                 let d = r.timeline.dispatch?;
                 let start = r.timeline.call_start_unix_ns + d.start_ns;
-                let tx = ms(s.received_unix_ns as i64 - start as i64);
+                let tx = ns_to_ms(s.received_unix_ns as i64 - start as i64);
                 let w = |d: std::time::Duration| d.as_nanos() as f64 / 1e6;
                 Some((r, (w(s.wait), w(s.wait_late)), s.busy, tx))
             })
@@ -287,7 +284,8 @@ impl ExecTruth {
         }
         let wait = |r: &CallRecord| r.ms(Figure::ExecWait).unwrap_or(f64::NAN);
         let busy: Vec<f64> = calls.iter().filter(|c| c.2).map(|c| wait(c.0)).collect();
-        let offset_truth = |r: &CallRecord| ms(clock.offset_at(r.timeline.call_start_unix_ns));
+        let offset_truth =
+            |r: &CallRecord| ns_to_ms(clock.offset_at(r.timeline.call_start_unix_ns));
         let last = calls.last().map(|c| c.0);
         Some(ExecTruth {
             calls: calls.len(),

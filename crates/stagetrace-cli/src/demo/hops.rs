@@ -12,14 +12,12 @@ use stagetrace::wire::{RelayTiming, ServerTiming};
 use stagetrace::ServerRecord;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::{RequestHook, ServerClock};
+use stagetrace_schema::ms_to_ns;
 use stagetrace_sim::{ms, ExecStart, ExecutorConfig, GatewayConfig, SimExecutor, SimGateway};
 
-use super::args::{err, DemoArgs, DemoError};
+use super::args::DemoArgs;
+use super::error::{err, DemoError};
 use super::otlp::DemoOtlp;
-
-fn ms_to_ns(v: f64) -> i64 {
-    (v * 1e6).round() as i64
-}
 
 /// A proxy delaying each direction, in front of `upstream`.
 pub(super) fn proxy(
@@ -104,7 +102,7 @@ impl Hops {
         let gateway = if h.gateway {
             let gw = SimGateway::start_with_hook(
                 GatewayConfig {
-                    skew_ns: ms_to_ns(h.gateway_skew_ms),
+                    skew_ns: ms_to_ns(h.gateway_skew_ms).unwrap_or_default(),
                     drift_ppm: h.gateway_drift_ppm,
                     downstream: server,
                 },
@@ -123,7 +121,7 @@ impl Hops {
         let executor = if h.executor {
             let ex = SimExecutor::start_with_hook(
                 ExecutorConfig {
-                    skew_ns: ms_to_ns(h.executor_skew_ms),
+                    skew_ns: ms_to_ns(h.executor_skew_ms).unwrap_or_default(),
                     drift_ppm: h.executor_drift_ppm,
                     busy: ms(h.executor_busy_ms),
                     busy_every: h.executor_busy_every,

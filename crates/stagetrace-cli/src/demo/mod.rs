@@ -15,6 +15,7 @@
 //! followed by the comparison with the injected truth.
 
 pub(crate) mod args;
+pub(crate) mod error;
 pub(crate) mod figures;
 mod hop_truth;
 mod hops;
@@ -30,7 +31,7 @@ use std::sync::atomic::Ordering;
 use crate::{exit, interrupt};
 
 pub(crate) use args::DemoArgs;
-use args::{err, DemoError};
+use error::{err, DemoError};
 
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

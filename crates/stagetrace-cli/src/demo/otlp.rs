@@ -8,7 +8,7 @@ use stagetrace::ServerRecord;
 use stagetrace_net::RequestHook;
 use stagetrace_otlp::{OtlpExporter, OtlpMetrics, ShutdownDeadline, TailSampling};
 
-use super::args::{err, DemoError};
+use super::error::{err, DemoError};
 
 /// The robot client's service name, for traces and metrics.
 const CLIENT_SERVICE: &str = "stagetrace-demo-client";

@@ -13,7 +13,8 @@ use stagetrace_analyze::render;
 use stagetrace_analyze::stats::Summary;
 use stagetrace_sim::{RobotStats, SimServerStats};
 
-use super::args::{err, DemoArgs, DemoError, TransportArg};
+use super::args::{DemoArgs, TransportArg};
+use super::error::{err, DemoError};
 use super::figures::{analyze_run, main_group, stage_table, steady};
 use super::hops::HopRun;
 use super::truth::Truth;
@@ -108,12 +109,7 @@ struct DemoJson<'a> {
 /// Analyse the run, write `demo.json`, print the report (or the JSON).
 pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
     let a = run.args;
-    let report = match analyze_run(run.out, &run.summary.run) {
-        Ok(r) => Some(r),
-        // Nothing steady to analyse: said below, not an error of its own.
-        Err(_) if run.interrupted || run.robot.completed == 0 => None,
-        Err(e) => return Err(e),
-    };
+    let report = analyze(run)?;
     let group = report.as_ref().and_then(main_group);
     let stages = stage_table(group, run.records);
     let truth = Truth::of(a, &stages, run.records, run.summary, run.hops);
@@ -130,7 +126,43 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
         transport: a.transport.transport().as_str(),
         clock: basis(run.records),
         out: run.out.display().to_string(),
-        config: Config {
+        config: Config::of(a),
+        stages: &stages,
+        counters: Counters::of(run),
+        truth: &truth,
+        diagnosis,
+        interrupted: run.interrupted,
+        report: report.as_ref(),
+        records: run.records,
+    };
+    let pretty = serde_json::to_string_pretty(&doc)
+        .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
+    let _ = std::fs::write(run.out.join("demo.json"), &pretty);
+    if a.json {
+        // A closed pipe (`| head`) ends the output quietly.
+        stdout::print(&(pretty + "\n")).map_err(err)?;
+        return Ok(());
+    }
+    let steady = group.map_or(0, |g| g.steady);
+    stdout::print(&text(run, report.as_ref(), &truth, steady)).map_err(err)?;
+    Ok(())
+}
+
+/// Analyze's report of the run; `None` when nothing steady was left to
+/// analyse (interrupted, or no call completed).
+fn analyze(run: &Run<'_>) -> Result<Option<Report>, DemoError> {
+    match analyze_run(run.out, &run.summary.run) {
+        Ok(r) => Ok(Some(r)),
+        // Nothing steady to analyse: said below, not an error of its own.
+        Err(_) if run.interrupted || run.robot.completed == 0 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Config {
+    /// The knobs of `a`.
+    fn of(a: &DemoArgs) -> Config {
+        Config {
             calls: a.calls,
             hz: a.hz,
             model_ms: a.model_ms,
@@ -146,9 +178,14 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
             warmup: a.warmup,
             server_drift_ppm: a.server_drift_ppm,
             hops: a.hops.clone(),
-        },
-        stages: &stages,
-        counters: Counters {
+        }
+    }
+}
+
+impl Counters {
+    /// The counters of `run`.
+    fn of(run: &Run<'_>) -> Counters {
+        Counters {
             queue_drops: run.summary.queue_drops,
             rejected_headers: run.summary.rejected_headers,
             clamped: run.summary.clamped,
@@ -157,21 +194,49 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
             server_requests_with_traceparent: run.server.with_trace_context,
             proxy_bytes_up: run.proxy_bytes.0,
             proxy_bytes_down: run.proxy_bytes.1,
-        },
-        truth: &truth,
-        diagnosis,
-        interrupted: run.interrupted,
-        report: report.as_ref(),
-        records: run.records,
-    };
-    let pretty = serde_json::to_string_pretty(&doc)
-        .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
-    let _ = std::fs::write(run.out.join("demo.json"), &pretty);
-    if a.json {
-        // A closed pipe (`| head`) ends the output quietly.
-        stdout::print(&(pretty + "\n")).map_err(err)?;
-        return Ok(());
+        }
     }
+}
+
+/// The printed report: what was injected, analyze's tables and verdicts,
+/// the comparison with the truth over `steady` calls, the counters.
+fn text(run: &Run<'_>, report: Option<&Report>, truth: &Truth, steady: u64) -> String {
+    let a = run.args;
+    let mut s = injected(a);
+    s.push('\n');
+    // Said before the tables, whose uplink and downlink it puts in doubt.
+    if let Some(w) = truth.warning(a) {
+        let _ = writeln!(s, "WARNING: {w}\n");
+    }
+    match report {
+        Some(r) => s.push_str(&render::text(r)),
+        None => s.push_str("no call completed: nothing to analyse\n"),
+    }
+    s.push('\n');
+    s.push_str(&truth.text(a, steady));
+    let _ = writeln!(
+        s,
+        "  - the layer's own counters: queue drops {}, rejected headers {}, clamped {}; the server saw {} request(s), {} with a trace context.",
+        run.summary.queue_drops,
+        run.summary.rejected_headers,
+        run.summary.clamped,
+        run.server.requests,
+        run.server.with_trace_context
+    );
+    if let Some(e) = &run.robot.first_error {
+        let _ = writeln!(s, "  first failure: {e}");
+    }
+    let _ = writeln!(
+        s,
+        "\nrecords and summaries: {}  (try: stagetrace report {})",
+        run.out.display(),
+        run.out.display()
+    );
+    s
+}
+
+/// The report's head: the run's knobs and what the demo injected.
+fn injected(a: &DemoArgs) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -221,35 +286,5 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
             }
         );
     }
-    s.push('\n');
-    // Said before the tables, whose uplink and downlink it puts in doubt.
-    if let Some(w) = truth.warning(a) {
-        let _ = writeln!(s, "WARNING: {w}\n");
-    }
-    match &report {
-        Some(r) => s.push_str(&render::text(r)),
-        None => s.push_str("no call completed: nothing to analyse\n"),
-    }
-    s.push('\n');
-    s.push_str(&truth.text(a, group.map_or(0, |g| g.steady)));
-    let _ = writeln!(
-        s,
-        "  - the layer's own counters: queue drops {}, rejected headers {}, clamped {}; the server saw {} request(s), {} with a trace context.",
-        run.summary.queue_drops,
-        run.summary.rejected_headers,
-        run.summary.clamped,
-        run.server.requests,
-        run.server.with_trace_context
-    );
-    if let Some(e) = &run.robot.first_error {
-        let _ = writeln!(s, "  first failure: {e}");
-    }
-    let _ = writeln!(
-        s,
-        "\nrecords and summaries: {}  (try: stagetrace report {})",
-        run.out.display(),
-        run.out.display()
-    );
-    stdout::print(&s).map_err(err)?;
-    Ok(())
+    s
 }

@@ -2,29 +2,29 @@
 //! layer registered as an app would, the robot's control loop; then the
 //! report of what it wrote.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
+use stagetrace::{CallRecord, ClockMode, FlushGuard, RecordSink, StageLayer};
 use stagetrace_net::MsgMap;
+use stagetrace_otlp::OtlpMetrics;
+use stagetrace_schema::ms_to_ns;
 use stagetrace_sim::{
-    ms, ClockStep, ControlLoop, Knobs, Refresh, RobotConfig, ServerConfig, SimModel, SimServer,
-    Spin, ACTION_CHUNK,
+    ms, ClockStep, ControlLoop, Knobs, Refresh, RobotConfig, RobotStats, ServerConfig, SimError,
+    SimModel, SimServer, Spin, ACTION_CHUNK,
 };
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use super::args::{err, ClockArg, DemoArgs, DemoError};
+use super::args::{ClockArg, DemoArgs};
+use super::error::{err, DemoError};
 use super::hops::{self, Hops, ServerSeen};
 use super::otlp::{DemoOtlp, Services};
 use super::output::{self, Run};
 use super::progress::Progress;
-
-fn ms_to_ns(v: f64) -> i64 {
-    (v * 1e6).round() as i64
-}
 
 /// Every finished call, kept for `--json` and the comparison with the
 /// truth (bounded by `--calls`).
@@ -61,14 +61,14 @@ fn start_server(
                 .with("policy", "stagetrace-demo")
                 .with("action_horizon", ACTION_CHUNK[0]),
         )
-        .clock_skew_ns(ms_to_ns(args.server_skew_ms))
+        .clock_skew_ns(ms_to_ns(args.server_skew_ms).unwrap_or_default())
         .clock_drift_ppm(args.server_drift_ppm)
         .report_timing(!args.no_server_timing)
         .thread_name("demo-server");
     if args.server_step_ms != 0.0 {
         config = config.clock_step(ClockStep {
             at_seq: args.step_at(),
-            jump_ns: ms_to_ns(args.server_step_ms),
+            jump_ns: ms_to_ns(args.server_step_ms).unwrap_or_default(),
         });
     }
     // With a gateway the truth of each link needs the server's own record
@@ -93,24 +93,7 @@ pub(super) fn run(
     rt: &tokio::runtime::Runtime,
     stop: &AtomicBool,
 ) -> Result<(), DemoError> {
-    // OTLP export (`--otlp`): the client, the server (and the gateway and
-    // the executor, when asked) as services of their own.
-    let otlp = args
-        .otlp
-        .as_deref()
-        .map(|endpoint| {
-            DemoOtlp::start(
-                endpoint,
-                Duration::from_millis(args.otlp_shutdown_ms),
-                args.robot.as_deref(),
-                args.tail_sample,
-                Services {
-                    gateway: args.hops.gateway,
-                    executor: args.hops.executor,
-                },
-            )
-        })
-        .transpose()?;
+    let otlp = start_otlp(args)?;
     // `--metrics`: the stage histograms as OTLP metrics.
     let metrics = args
         .metrics
@@ -125,8 +108,71 @@ pub(super) fn run(
     // A gateway in front of that link and a remote executor, when asked.
     let mut hop_parts = Hops::start(args, proxy.local_addr(), otlp.as_ref())?;
 
-    // The stage layer, registered as an app would.
     let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
+    let guard = install_layer(args, out, &records, otlp.as_ref(), metrics.as_ref())?;
+
+    let robot = drive_robot(args, rt, stop, &mut hop_parts, proxy.local_addr());
+
+    let summary = guard.finish();
+    let proxy_stats = proxy.stats();
+    proxy.shutdown();
+    let hop_run = hop_parts.stop(server.clock(), &seen);
+    let server = server.stop();
+    if let Some(otlp) = &otlp {
+        otlp.finish();
+    }
+    if let Some(metrics) = &metrics {
+        super::otlp::finish_metrics(metrics);
+    }
+    let robot = robot.map_err(|e| err(e.to_string()))?;
+    let records = take_records(&records)?;
+    let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
+    output::report(&Run {
+        args,
+        out,
+        records: &records,
+        summary: &summary,
+        robot: &robot,
+        server: &server,
+        proxy_bytes: (proxy_stats.bytes_up, proxy_stats.bytes_down),
+        interrupted,
+        hops: &hop_run,
+    })?;
+    if robot.completed == 0 && !interrupted {
+        return Err(no_call_completed(&robot));
+    }
+    Ok(())
+}
+
+/// OTLP export (`--otlp`): the client, the server (and the gateway and the
+/// executor, when asked) as services of their own.
+fn start_otlp(args: &DemoArgs) -> Result<Option<DemoOtlp>, DemoError> {
+    args.otlp
+        .as_deref()
+        .map(|endpoint| {
+            DemoOtlp::start(
+                endpoint,
+                Duration::from_millis(args.otlp_shutdown_ms),
+                args.robot.as_deref(),
+                args.tail_sample,
+                Services {
+                    gateway: args.hops.gateway,
+                    executor: args.hops.executor,
+                },
+            )
+        })
+        .transpose()
+}
+
+/// The stage layer, registered as an app would: records and summaries to
+/// `out`, every record also to `records` and to the OTLP exports asked for.
+fn install_layer(
+    args: &DemoArgs,
+    out: &Path,
+    records: &Arc<Mutex<Vec<CallRecord>>>,
+    otlp: Option<&DemoOtlp>,
+    metrics: Option<&OtlpMetrics>,
+) -> Result<FlushGuard, DemoError> {
     let mut layer = StageLayer::builder()
         .output_dir(out)
         .target_hz(args.hz)
@@ -137,13 +183,13 @@ pub(super) fn run(
         })
         .warmup_calls(args.warmup)
         .sink(Box::new(Collect {
-            records: Arc::clone(&records),
+            records: Arc::clone(records),
             cap: args.calls as usize,
         }));
-    if let Some(otlp) = &otlp {
+    if let Some(otlp) = otlp {
         layer = layer.sink(Box::new(otlp.client.clone()));
     }
-    if let Some(metrics) = &metrics {
+    if let Some(metrics) = metrics {
         layer = layer.sink(Box::new(metrics.clone()));
     }
     let (layer, guard) = layer.build().map_err(|e| err(e.to_string()))?;
@@ -151,9 +197,21 @@ pub(super) fn run(
         .with(layer)
         .try_init()
         .map_err(|e| err(format!("cannot install the tracing subscriber: {e}")))?;
+    Ok(guard)
+}
 
-    // The robot: hot waits, and a camera that refills the whole frame every
-    // capture (a readout's memory work); every tick fires, late or not.
+/// The robot's control loop at `--hz` until `--calls` or `stop`, through
+/// `server` (the proxy in front of the policy server) or the gateway, with
+/// progress on stderr.
+fn drive_robot(
+    args: &DemoArgs,
+    rt: &tokio::runtime::Runtime,
+    stop: &AtomicBool,
+    hop_parts: &mut Hops,
+    server: SocketAddr,
+) -> Result<RobotStats, SimError> {
+    // Hot waits, and a camera that refills the whole frame every capture
+    // (a readout's memory work); every tick fires, late or not.
     let control = ControlLoop {
         hz: args.hz,
         calls: Some(args.calls),
@@ -170,7 +228,7 @@ pub(super) fn run(
     let progress = Progress::new(args.calls);
     let robot = rt.block_on(control.run_with_executor(
         args.transport.transport(),
-        hop_parts.robot_target(proxy.local_addr()),
+        hop_parts.robot_target(server),
         hop_parts.executor_target(),
         &Knobs::new(args.payload_kb),
         stop,
@@ -185,48 +243,27 @@ pub(super) fn run(
         },
     ));
     progress.done();
+    robot
+}
 
-    let summary = guard.finish();
-    let proxy_stats = proxy.stats();
-    proxy.shutdown();
-    let hop_run = hop_parts.stop(server.clock(), &seen);
-    let server = server.stop();
-    if let Some(otlp) = &otlp {
-        otlp.finish();
+/// Every record the collector kept.
+fn take_records(records: &Mutex<Vec<CallRecord>>) -> Result<Vec<CallRecord>, DemoError> {
+    match records.lock() {
+        Ok(mut r) => Ok(std::mem::take(&mut *r)),
+        Err(_) => Err(err(
+            "the record collector failed; see the records file instead",
+        )),
     }
-    if let Some(metrics) = &metrics {
-        super::otlp::finish_metrics(metrics);
-    }
-    let robot = robot.map_err(|e| err(e.to_string()))?;
-    let records = match records.lock() {
-        Ok(mut r) => std::mem::take(&mut *r),
-        Err(_) => {
-            return Err(err(
-                "the record collector failed; see the records file instead",
-            ))
-        }
-    };
-    let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
-    output::report(&Run {
-        args,
-        out,
-        records: &records,
-        summary: &summary,
-        robot: &robot,
-        server: &server,
-        proxy_bytes: (proxy_stats.bytes_up, proxy_stats.bytes_down),
-        interrupted,
-        hops: &hop_run,
-    })?;
-    if robot.completed == 0 && !interrupted {
-        return Err(err(format!(
-            "no call completed{}",
-            robot
-                .first_error
-                .as_deref()
-                .map(|e| format!(" (first failure: {e})"))
-                .unwrap_or_default()
-        )));
-    }
-    Ok(())
+}
+
+/// A run in which no call completed, with its first failure.
+fn no_call_completed(robot: &RobotStats) -> DemoError {
+    err(format!(
+        "no call completed{}",
+        robot
+            .first_error
+            .as_deref()
+            .map(|e| format!(" (first failure: {e})"))
+            .unwrap_or_default()
+    ))
 }

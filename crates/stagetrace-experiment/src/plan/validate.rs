@@ -203,7 +203,21 @@ fn check_hold(name: &str, h: &Hold) -> Result<(), PlanError> {
     }
 }
 
+/// One level's values: each field belongs to this factor, then each value
+/// is in range for it.
 fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
+    check_level_fields(kind, i, l)?;
+    match kind {
+        FactorKind::Net => check_net_level(i, l),
+        FactorKind::Infer => check_infer_level(i, l),
+        FactorKind::Cpu => check_cpu_level(i, l),
+        FactorKind::Payload => check_payload_level(i, l),
+        FactorKind::Pause => check_pause_level(i, l),
+    }
+}
+
+/// Every field set on a level belongs to the factor's kind.
+fn check_level_fields(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
     let fields: [(&str, bool, &[FactorKind]); 15] = [
         ("rate_mbit", l.rate_mbit.is_some(), &[FactorKind::Net]),
         ("cross_mbit", l.cross_mbit.is_some(), &[FactorKind::Net]),
@@ -237,121 +251,131 @@ fn check_level(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanError> {
             )));
         }
     }
-    let ms_ok = |v: Option<f64>| v.is_none_or(|v| v.is_finite() && (0.0..=60_000.0).contains(&v));
-    match kind {
-        FactorKind::Net => {
-            if l.delay_ms.is_none()
-                && l.jitter_ms.is_none()
-                && l.bandwidth_mbps.is_none()
-                && l.stall_ms.is_none()
-                && l.rate_mbit.is_none()
-                && l.cross_mbit.is_none()
-            {
+    Ok(())
+}
+
+/// Unset, or a finite number of milliseconds up to a minute.
+fn level_ms_ok(v: Option<f64>) -> bool {
+    v.is_none_or(|v| v.is_finite() && (0.0..=60_000.0).contains(&v))
+}
+
+/// A net level: at least one knob, each in range, stalls given in pairs.
+fn check_net_level(i: usize, l: &Level) -> Result<(), PlanError> {
+    if l.delay_ms.is_none()
+        && l.jitter_ms.is_none()
+        && l.bandwidth_mbps.is_none()
+        && l.stall_ms.is_none()
+        && l.rate_mbit.is_none()
+        && l.cross_mbit.is_none()
+    {
+        return Err(invalid(format!(
+            "level {i}: a net level needs delay_ms, jitter_ms, bandwidth_mbps, stall_ms, rate_mbit or cross_mbit"
+        )));
+    }
+    for (name, v) in [("rate_mbit", l.rate_mbit), ("cross_mbit", l.cross_mbit)] {
+        if let Some(v) = v {
+            if !(v.is_finite() && v > 0.0 && v <= 100_000.0) {
                 return Err(invalid(format!(
-                    "level {i}: a net level needs delay_ms, jitter_ms, bandwidth_mbps, stall_ms, rate_mbit or cross_mbit"
+                    "level {i}: {name} = {v} must be above 0 and at most 100000 Mbit/s"
                 )));
             }
-            for (name, v) in [("rate_mbit", l.rate_mbit), ("cross_mbit", l.cross_mbit)] {
-                if let Some(v) = v {
-                    if !(v.is_finite() && v > 0.0 && v <= 100_000.0) {
-                        return Err(invalid(format!(
-                            "level {i}: {name} = {v} must be above 0 and at most 100000 Mbit/s"
-                        )));
-                    }
-                }
-            }
-            if let Some(q) = l.queue_ms {
-                if !(q.is_finite() && (1.0..=10_000.0).contains(&q)) {
-                    return Err(invalid(format!(
-                        "level {i}: queue_ms = {q} must be between 1 and 10000 ms"
-                    )));
-                }
-            }
-            for (name, v) in [
-                ("delay_ms", l.delay_ms),
-                ("jitter_ms", l.jitter_ms),
-                ("stall_every_ms", l.stall_every_ms),
-                ("stall_ms", l.stall_ms),
-            ] {
-                if !ms_ok(v) {
-                    return Err(invalid(format!(
-                        "level {i}: {name} must be between 0 and 60000 ms"
-                    )));
-                }
-            }
-            if let Some(b) = l.bandwidth_mbps {
-                if !(b.is_finite() && b > 0.0) {
-                    return Err(invalid(format!(
-                        "level {i}: bandwidth_mbps must be above 0"
-                    )));
-                }
-            }
-            match (l.stall_every_ms, l.stall_ms) {
-                (Some(e), Some(s)) if s >= e => {
-                    return Err(invalid(format!(
-                        "level {i}: stall_ms ({s}) must be shorter than stall_every_ms ({e})"
-                    )))
-                }
-                (Some(_), None) | (None, Some(_)) => {
-                    return Err(invalid(format!(
-                        "level {i}: give stall_ms and stall_every_ms together"
-                    )))
-                }
-                _ => {}
-            }
         }
-        FactorKind::Infer => match l.in_flight {
-            Some(n) if (1..=256).contains(&n) => {}
-            _ => {
-                return Err(invalid(format!(
-                    "level {i}: in_flight must be between 1 and 256"
-                )))
-            }
-        },
-        FactorKind::Cpu => {
-            match l.threads {
-                Some(n) if (1..=256).contains(&n) => {}
-                _ => {
-                    return Err(invalid(format!(
-                        "level {i}: threads must be between 1 and 256"
-                    )))
-                }
-            }
-            if let Some(d) = l.duty {
-                if !(d.is_finite() && d > 0.0 && d <= 1.0) {
-                    return Err(invalid(format!("level {i}: duty = {d} must be in (0, 1]")));
-                }
-            }
-            if let Some(cores) = &l.cores {
-                // A core the kernel refuses is reported (burners_pinned), not fatal.
-                if cores.is_empty() || cores.iter().any(|c| *c >= 1024) {
-                    return Err(invalid(format!(
-                        "level {i}: cores must list core numbers (0, 1, ...) below 1024, or be left out"
-                    )));
-                }
-            }
+    }
+    if let Some(q) = l.queue_ms {
+        if !(q.is_finite() && (1.0..=10_000.0).contains(&q)) {
+            return Err(invalid(format!(
+                "level {i}: queue_ms = {q} must be between 1 and 10000 ms"
+            )));
         }
-        FactorKind::Payload => match l.payload_kb {
-            Some(kb) if kb <= 16 * 1024 => {}
-            _ => {
-                return Err(invalid(format!(
-                    "level {i}: payload_kb must be between 0 and 16384"
-                )))
-            }
-        },
-        FactorKind::Pause => {
-            if l.pause_ms.is_none() || !ms_ok(l.pause_ms) {
-                return Err(invalid(format!(
-                    "level {i}: pause_ms must be between 0 and 60000"
-                )));
-            }
-            if let Some(e) = l.every_s {
-                if !(e.is_finite() && e >= 0.05) {
-                    return Err(invalid(format!(
-                        "level {i}: every_s must be at least 0.05 s"
-                    )));
-                }
-            }
+    }
+    for (name, v) in [
+        ("delay_ms", l.delay_ms),
+        ("jitter_ms", l.jitter_ms),
+        ("stall_every_ms", l.stall_every_ms),
+        ("stall_ms", l.stall_ms),
+    ] {
+        if !level_ms_ok(v) {
+            return Err(invalid(format!(
+                "level {i}: {name} must be between 0 and 60000 ms"
+            )));
+        }
+    }
+    if let Some(b) = l.bandwidth_mbps {
+        if !(b.is_finite() && b > 0.0) {
+            return Err(invalid(format!(
+                "level {i}: bandwidth_mbps must be above 0"
+            )));
+        }
+    }
+    match (l.stall_every_ms, l.stall_ms) {
+        (Some(e), Some(s)) if s >= e => Err(invalid(format!(
+            "level {i}: stall_ms ({s}) must be shorter than stall_every_ms ({e})"
+        ))),
+        (Some(_), None) | (None, Some(_)) => Err(invalid(format!(
+            "level {i}: give stall_ms and stall_every_ms together"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// An infer level: how many calls in flight.
+fn check_infer_level(i: usize, l: &Level) -> Result<(), PlanError> {
+    match l.in_flight {
+        Some(n) if (1..=256).contains(&n) => Ok(()),
+        _ => Err(invalid(format!(
+            "level {i}: in_flight must be between 1 and 256"
+        ))),
+    }
+}
+
+/// A cpu level: burner threads, their duty cycle and the cores they run on.
+fn check_cpu_level(i: usize, l: &Level) -> Result<(), PlanError> {
+    match l.threads {
+        Some(n) if (1..=256).contains(&n) => {}
+        _ => {
+            return Err(invalid(format!(
+                "level {i}: threads must be between 1 and 256"
+            )))
+        }
+    }
+    if let Some(d) = l.duty {
+        if !(d.is_finite() && d > 0.0 && d <= 1.0) {
+            return Err(invalid(format!("level {i}: duty = {d} must be in (0, 1]")));
+        }
+    }
+    if let Some(cores) = &l.cores {
+        // A core the kernel refuses is reported (burners_pinned), not fatal.
+        if cores.is_empty() || cores.iter().any(|c| *c >= 1024) {
+            return Err(invalid(format!(
+                "level {i}: cores must list core numbers (0, 1, ...) below 1024, or be left out"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A payload level: the frame size in KiB.
+fn check_payload_level(i: usize, l: &Level) -> Result<(), PlanError> {
+    match l.payload_kb {
+        Some(kb) if kb <= 16 * 1024 => Ok(()),
+        _ => Err(invalid(format!(
+            "level {i}: payload_kb must be between 0 and 16384"
+        ))),
+    }
+}
+
+/// A pause level: how long the client pauses and how often.
+fn check_pause_level(i: usize, l: &Level) -> Result<(), PlanError> {
+    if l.pause_ms.is_none() || !level_ms_ok(l.pause_ms) {
+        return Err(invalid(format!(
+            "level {i}: pause_ms must be between 0 and 60000"
+        )));
+    }
+    if let Some(e) = l.every_s {
+        if !(e.is_finite() && e >= 0.05) {
+            return Err(invalid(format!(
+                "level {i}: every_s must be at least 0.05 s"
+            )));
         }
     }
     Ok(())

@@ -8,16 +8,18 @@ mod tag;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use stagetrace_sim::RobotStats;
 
 use crate::error::ExperimentError;
 use crate::inject::Injector;
 use crate::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::report::ExperimentReport;
-use crate::sampler::{now_unix_ms, Sampler};
+use crate::sampler::{now_unix_ms, Sampler, SamplerCost};
 use crate::verdict;
 
 use schedule::Stop;
@@ -38,31 +40,13 @@ pub struct RunOptions {
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, ExperimentError> {
     plan.validate()
         .map_err(|e| ExperimentError::Plan(e.to_string()))?;
-    std::fs::create_dir_all(&opts.out).map_err(|e| ExperimentError::Io(opts.out.clone(), e))?;
-    let rec_path = opts.out.join("records-experiment.jsonl");
-    let res_path = opts.out.join("resources.jsonl");
-    let mut rec_file = BufWriter::new(
-        File::create(&rec_path).map_err(|e| ExperimentError::Io(rec_path.clone(), e))?,
-    );
-    let mut res_file = BufWriter::new(
-        File::create(&res_path).map_err(|e| ExperimentError::Io(res_path.clone(), e))?,
-    );
+    let (mut rec_file, mut res_file) = create_outputs(&opts.out)?;
 
     // Namespaces left by a run that was killed outright (SIGKILL, a crash).
     let stale = crate::netns::remove_stale();
     let mut pipeline = Pipeline::start(&plan.target, &opts.out, plan.factor.kernel)?;
-    let mut addresses = BTreeMap::new();
-    if let Some(p) = pipeline.proxy.as_ref() {
-        addresses.insert("proxy", p.local_addr().to_string());
-    }
-    addresses.insert("server", pipeline.server_addr.to_string());
-    let netns = pipeline
-        .kernel
-        .as_ref()
-        .and_then(|k| k.lock().ok().map(|k| k.watch()))
-        .unwrap_or_default();
-    let sampler = Sampler::follow_in(Arc::clone(&pipeline.pid), plan.sampler.hz, netns)
-        .map_err(|e| ExperimentError::Start(format!("the resource sampler: {e}")))?;
+    let addresses = addresses_of(&pipeline);
+    let sampler = start_sampler(plan, &pipeline)?;
     let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
     if !stale.is_empty() {
         injector.restored.push(format!(
@@ -84,25 +68,14 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         &mut res_file,
     );
 
-    // Restore on every path, then stop the target.
-    injector.restore(Some(&pipeline));
-    let robot = pipeline.shutdown();
-    injector.restored.append(&mut pipeline.undone);
-    let gpu = sampler.gpu_note().to_owned();
-    let (cost, rest) = sampler.stop();
-    let end = now_unix_ms();
-    if let Some(last) = st.phases.last_mut() {
-        last.end_unix_ms = last.end_unix_ms.min(end);
-    }
-    // Late records and samples.
-    for rec in pipeline.records.try_iter() {
-        st.tag_record(&rec, &mut rec_file);
-    }
-    for s in rest {
-        st.tag_sample(s, &mut res_file);
-    }
-    let _ = rec_file.flush();
-    let _ = res_file.flush();
+    let (robot, gpu, cost) = wind_down(
+        &mut pipeline,
+        sampler,
+        &mut injector,
+        &mut st,
+        &mut rec_file,
+        &mut res_file,
+    );
 
     let stopped_because = match outcome {
         Ok(()) => None,
@@ -120,17 +93,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         verdict::analyze(&st.phases, &st.obs, &st.samples, &plan.verdict);
     let baseline = tables::baseline_table(&st);
     let timeline = tables::timeline(&st);
-    let mut counters = BTreeMap::new();
-    counters.insert("calls_completed", robot.completed);
-    counters.insert("calls_failed", robot.failed);
-    counters.insert("records_dropped", pipeline.dropped.load(Ordering::Relaxed));
-    counters.insert("replayed_requests", injector.replayed.0);
-    counters.insert("replayed_failed", injector.replayed.1);
-    counters.insert("burners_pinned", injector.pinned);
-    if let Some(bytes) = injector.cross_bytes {
-        counters.insert("cross_traffic_bytes", bytes);
-    }
-    counters.insert("write_errors", st.write_errors);
+    let counters = counters_of(&robot, &pipeline, &injector, &st);
     let report = ExperimentReport {
         name: plan.title(),
         factor: plan.factor.kind.name(),
@@ -150,13 +113,109 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         timeline,
         counters,
     };
-    let html_path = opts.out.join("experiment.html");
-    std::fs::write(&html_path, crate::html::page(&report))
-        .map_err(|e| ExperimentError::Io(html_path, e))?;
-    let json = serde_json::to_string_pretty(&report).unwrap_or_default();
-    let path = opts.out.join("experiment.json");
-    std::fs::write(&path, json).map_err(|e| ExperimentError::Io(path, e))?;
+    write_report(&opts.out, &report)?;
     Ok(report)
+}
+
+/// Create `out` and the tagged records and resource files in it.
+fn create_outputs(out: &Path) -> Result<(BufWriter<File>, BufWriter<File>), ExperimentError> {
+    std::fs::create_dir_all(out).map_err(|e| ExperimentError::Io(out.to_path_buf(), e))?;
+    let rec_path = out.join("records-experiment.jsonl");
+    let res_path = out.join("resources.jsonl");
+    let rec_file = BufWriter::new(
+        File::create(&rec_path).map_err(|e| ExperimentError::Io(rec_path.clone(), e))?,
+    );
+    let res_file = BufWriter::new(
+        File::create(&res_path).map_err(|e| ExperimentError::Io(res_path.clone(), e))?,
+    );
+    Ok((rec_file, res_file))
+}
+
+/// Where the target listens: the proxy (when there is one) and the server.
+fn addresses_of(pipeline: &Pipeline) -> BTreeMap<&'static str, String> {
+    let mut addresses = BTreeMap::new();
+    if let Some(p) = pipeline.proxy.as_ref() {
+        addresses.insert("proxy", p.local_addr().to_string());
+    }
+    addresses.insert("server", pipeline.server_addr.to_string());
+    addresses
+}
+
+/// The resource sampler, following the target's process and the kernel
+/// bottleneck's namespaces (when there are any).
+fn start_sampler(plan: &Plan, pipeline: &Pipeline) -> Result<Sampler, ExperimentError> {
+    let netns = pipeline
+        .kernel
+        .as_ref()
+        .and_then(|k| k.lock().ok().map(|k| k.watch()))
+        .unwrap_or_default();
+    Sampler::follow_in(Arc::clone(&pipeline.pid), plan.sampler.hz, netns)
+        .map_err(|e| ExperimentError::Start(format!("the resource sampler: {e}")))
+}
+
+/// Restore what the injector changed, stop the target and the sampler, and
+/// tag what arrived late. Returns the robot's counts, the GPU note and the
+/// sampler's cost.
+fn wind_down(
+    pipeline: &mut Pipeline,
+    sampler: Sampler,
+    injector: &mut Injector,
+    st: &mut State,
+    rec_file: &mut impl Write,
+    res_file: &mut impl Write,
+) -> (RobotStats, String, SamplerCost) {
+    // Restore on every path, then stop the target.
+    injector.restore(Some(&*pipeline));
+    let robot = pipeline.shutdown();
+    injector.restored.append(&mut pipeline.undone);
+    let gpu = sampler.gpu_note().to_owned();
+    let (cost, rest) = sampler.stop();
+    let end = now_unix_ms();
+    if let Some(last) = st.phases.last_mut() {
+        last.end_unix_ms = last.end_unix_ms.min(end);
+    }
+    // Late records and samples.
+    for rec in pipeline.records.try_iter() {
+        st.tag_record(&rec, rec_file);
+    }
+    for s in rest {
+        st.tag_sample(s, res_file);
+    }
+    let _ = rec_file.flush();
+    let _ = res_file.flush();
+    (robot, gpu, cost)
+}
+
+/// The report's counters: calls, dropped records, replays, pinned burners,
+/// cross traffic and write errors.
+fn counters_of(
+    robot: &RobotStats,
+    pipeline: &Pipeline,
+    injector: &Injector,
+    st: &State,
+) -> BTreeMap<&'static str, u64> {
+    let mut counters = BTreeMap::new();
+    counters.insert("calls_completed", robot.completed);
+    counters.insert("calls_failed", robot.failed);
+    counters.insert("records_dropped", pipeline.dropped.load(Ordering::Relaxed));
+    counters.insert("replayed_requests", injector.replayed.0);
+    counters.insert("replayed_failed", injector.replayed.1);
+    counters.insert("burners_pinned", injector.pinned);
+    if let Some(bytes) = injector.cross_bytes {
+        counters.insert("cross_traffic_bytes", bytes);
+    }
+    counters.insert("write_errors", st.write_errors);
+    counters
+}
+
+/// Write the report beside the data: `experiment.html` and `experiment.json`.
+fn write_report(out: &Path, report: &ExperimentReport) -> Result<(), ExperimentError> {
+    let html_path = out.join("experiment.html");
+    std::fs::write(&html_path, crate::html::page(report))
+        .map_err(|e| ExperimentError::Io(html_path, e))?;
+    let json = serde_json::to_string_pretty(report).unwrap_or_default();
+    let path = out.join("experiment.json");
+    std::fs::write(&path, json).map_err(|e| ExperimentError::Io(path, e))
 }
 
 /// The default output directory: `runs/experiment-<unix seconds>`.

@@ -118,24 +118,115 @@ pub(crate) fn decide(
     let Some((fl, first_fig, fc)) = first else {
         return nothing_moved(levels, candidates, e2e_moved, th);
     };
+    let dragged = dragged_along(levels, fl.level, first_fig, &candidate);
+    let flat = flat_beside(levels, candidates, first_fig, &dragged);
+    let Named {
+        first: first_fig,
+        result: fc,
+        dragged,
+        undetermined,
+        unnamed,
+    } = name_told_links(obs, phases, levels, fl, first_fig, fc, dragged);
+
+    let shape = fc.shape;
+    let res = &fl.resources;
+    let res_state = (res.samples > 0).then_some(res.state);
+    let resource_note = (res.samples > 0).then(|| resource_note(res, base_res));
+    let spike_period_s = (shape == Some("tail"))
+        .then(|| spike_period(obs, phases, fl.level, first_fig))
+        .flatten();
+    let summary = text::summary(&text::Findings {
+        first: first_fig,
+        level: fl,
+        result: fc,
+        spike_period_s,
+        dragged: &dragged,
+        levels,
+        flat: &flat,
+        resource_note: resource_note.as_deref(),
+        undetermined: undetermined.as_deref(),
+        unnamed: unnamed.as_deref(),
+    });
+    Verdict {
+        first_stage: Some(first_fig.name()),
+        first_level: Some(fl.level),
+        first_level_label: Some(fl.label.clone()),
+        first_change_unix_ms: fc.change_unix_ms,
+        shape,
+        dragged: dragged.iter().map(|(f, l)| (f.name(), *l)).collect(),
+        flat: flat.iter().map(|f| f.name()).collect(),
+        e2e_moved,
+        resources: res_state,
+        resource_note,
+        spike_period_s,
+        next_step: text::next_step(first_fig, shape, res_state),
+        summary,
+    }
+}
+
+/// The candidates other than `first` that moved at `from_level` or above,
+/// each with the lowest level it moved at, in the order they moved.
+fn dragged_along(
+    levels: &[LevelResult],
+    from_level: usize,
+    first: Figure,
+    candidate: &dyn Fn(Figure) -> bool,
+) -> Vec<(Figure, usize)> {
     let mut dragged: Vec<(Figure, usize)> = Vec::new();
-    for l in levels.iter().filter(|l| l.level >= fl.level) {
+    for l in levels.iter().filter(|l| l.level >= from_level) {
         for (f, c) in by_figure(l) {
-            if candidate(f) && c.moved && f != first_fig && !dragged.iter().any(|(d, _)| *d == f) {
+            if candidate(f) && c.moved && f != first && !dragged.iter().any(|(d, _)| *d == f) {
                 dragged.push((f, l.level));
             }
         }
     }
-    let flat: Vec<Figure> = candidates
+    dragged
+}
+
+/// The candidates measured at some level that neither moved first nor were
+/// dragged along.
+fn flat_beside(
+    levels: &[LevelResult],
+    candidates: &[Figure],
+    first: Figure,
+    dragged: &[(Figure, usize)],
+) -> Vec<Figure> {
+    candidates
         .iter()
         .copied()
         .filter(|f| {
-            *f != first_fig
+            *f != first
                 && !dragged.iter().any(|(d, _)| d == f)
                 && levels.iter().any(|l| l.components.contains_key(f.name()))
         })
-        .collect();
+        .collect()
+}
 
+/// The first mover and the figures it dragged along as the verdict names
+/// them, with the words for what was left unnamed.
+struct Named<'a> {
+    first: Figure,
+    result: &'a ComponentResult,
+    dragged: Vec<(Figure, usize)>,
+    /// The link stages' shifts and the split's error, when the network
+    /// moved in a direction that cannot be told.
+    undetermined: Option<String>,
+    /// The shift of a link stage left out, and the split's error.
+    unnamed: Option<String>,
+}
+
+/// Name only the link stages whose move the clock split can tell apart:
+/// an untold first mover gives way to a told link stage of its level, or to
+/// the network as a whole; untold dragged links are left out.
+fn name_told_links<'a>(
+    obs: &[Obs],
+    phases: &[PhaseSpan],
+    levels: &[LevelResult],
+    fl: &'a LevelResult,
+    first: Figure,
+    fc: &'a ComponentResult,
+    mut dragged: Vec<(Figure, usize)>,
+) -> Named<'a> {
     // A link stage whose move the clock split cannot tell from its error is
     // not named: when no link stage's move can be told, the network moved
     // and its direction is undetermined.
@@ -143,7 +234,7 @@ pub(crate) fn decide(
         !direction::is_link(f) || direction::told(obs, phases, levels, f, level)
     };
     let links = Figure::Net.parts();
-    let (mut first_fig, mut fc) = (first_fig, fc);
+    let (mut first_fig, mut fc) = (first, fc);
     let mut undetermined: Option<String> = None;
     let mut unnamed: Option<String> = None;
     if !told(first_fig, fl.level) {
@@ -184,40 +275,12 @@ pub(crate) fn decide(
             }
         }
     }
-
-    let shape = fc.shape;
-    let res = &fl.resources;
-    let res_state = (res.samples > 0).then_some(res.state);
-    let resource_note = (res.samples > 0).then(|| resource_note(res, base_res));
-    let spike_period_s = (shape == Some("tail"))
-        .then(|| spike_period(obs, phases, fl.level, first_fig))
-        .flatten();
-    let summary = text::summary(&text::Findings {
+    Named {
         first: first_fig,
-        level: fl,
         result: fc,
-        spike_period_s,
-        dragged: &dragged,
-        levels,
-        flat: &flat,
-        resource_note: resource_note.as_deref(),
-        undetermined: undetermined.as_deref(),
-        unnamed: unnamed.as_deref(),
-    });
-    Verdict {
-        first_stage: Some(first_fig.name()),
-        first_level: Some(fl.level),
-        first_level_label: Some(fl.label.clone()),
-        first_change_unix_ms: fc.change_unix_ms,
-        shape,
-        dragged: dragged.iter().map(|(f, l)| (f.name(), *l)).collect(),
-        flat: flat.iter().map(|f| f.name()).collect(),
-        e2e_moved,
-        resources: res_state,
-        resource_note,
-        spike_period_s,
-        next_step: text::next_step(first_fig, shape, res_state),
-        summary,
+        dragged,
+        undetermined,
+        unnamed,
     }
 }
 

@@ -12,7 +12,7 @@ use stagetrace::{ServerTiming, StageSpanExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
 
@@ -287,73 +287,22 @@ impl PolicyClient {
     ) -> Result<(tracing::Span, Exchanged), ClientError> {
         // Encode the payload first: the span (and with it the roundtrip)
         // starts only when the request is handed to the socket.
-        let mut out = MapWriter::with_capacity(message.encoded_len_hint());
-        if message.get(TRACEPARENT).is_some() || message.get(TRACESTATE).is_some() {
-            // The app put its own context in: ours replaces it (a tracestate
-            // goes with its traceparent).
-            for entry in message.entries() {
-                if !key_is(&entry.0, TRACEPARENT) && !key_is(&entry.0, TRACESTATE) {
-                    out.entries(std::slice::from_ref(entry));
-                }
-            }
-        } else {
-            out.entries(message.entries());
-        }
+        let mut out = payload(message);
         let span = make_span();
         let Some(ws) = self.ws.as_mut() else {
             transport::fail(&span, "not connected");
             return Err(ClientError::NotConnected);
         };
-        if let Some(tp) = transport::traceparent(&span) {
-            let s = std::str::from_utf8(&tp).unwrap_or_default();
-            out.entry(TRACEPARENT, &Value::from(s));
-            if let Some(ts) = transport::tracestate(&span) {
-                out.entry(TRACESTATE, &Value::from(ts));
-            }
-        }
+        add_context(&mut out, &span);
         let out = out.finish();
 
         let timeout = self.options.call_timeout;
-        let exchange = async {
-            // Bytes read or written before are not this exchange's.
-            let _ = ws.get_mut().take_first();
-            let _ = ws.get_mut().take_first_write();
-            let sent = Instant::now();
-            ws.send(Message::Binary(out))
-                .await
-                .map_err(|e| ClientError::Disconnected(e.to_string()))?;
-            loop {
-                match ws.next().await {
-                    // The first read since the request (or since a control
-                    // frame) carried the response's frame header.
-                    Some(Ok(Message::Binary(b))) => {
-                        let received = Instant::now();
-                        let s = ws.get_mut();
-                        return Ok((b, sent, received, s.take_first_write(), s.take_first()));
-                    }
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
-                        let _ = ws.get_mut().take_first();
-                        continue;
-                    }
-                    Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
-                    Some(Ok(Message::Close(frame))) => {
-                        return Err(ClientError::Disconnected(match frame {
-                            Some(f) => {
-                                format!("server closed the connection: {} {}", f.code, f.reason)
-                            }
-                            None => "server closed the connection".to_owned(),
-                        }))
-                    }
-                    None => return Err(ClientError::Disconnected("connection closed".into())),
-                    Some(Err(e)) => return Err(ClientError::Disconnected(e.to_string())),
-                }
-            }
-        };
-        let result = match tokio::time::timeout(timeout, exchange.instrument(span.clone())).await {
+        let exchange = roundtrip(ws, out).instrument(span.clone());
+        let result = match tokio::time::timeout(timeout, exchange).await {
             Ok(r) => r,
             Err(_) => Err(ClientError::Timeout(timeout)),
         };
-        let (bytes, sent, received, sent_first_byte, first_byte) = match result {
+        let trip = match result {
             Ok(r) => r,
             Err(e) => {
                 self.ws = None;
@@ -361,7 +310,7 @@ impl PolicyClient {
                 return Err(e);
             }
         };
-        let mut reply = match MsgMap::from_msgpack(&bytes) {
+        let mut reply = match MsgMap::from_msgpack(&trip.bytes) {
             Ok(m) => m,
             Err(e) => {
                 self.ws = None;
@@ -369,25 +318,16 @@ impl PolicyClient {
                 return Err(ClientError::Decode(e));
             }
         };
-        let timing = match reply.remove(SERVER_TIMING_KEY) {
-            None => None,
-            Some(v) => match TimingChain::from_msgpack(&v) {
-                Ok(c) => Some(c),
-                Err(_) => {
-                    transport::reject();
-                    None
-                }
-            },
-        };
+        let timing = take_timing(&mut reply);
         Ok((
             span,
             Exchanged {
                 reply,
                 timing,
-                sent,
-                received,
-                sent_first_byte,
-                first_byte,
+                sent: trip.sent,
+                received: trip.received,
+                sent_first_byte: trip.sent_first_byte,
+                first_byte: trip.first_byte,
             },
         ))
     }
@@ -402,6 +342,106 @@ impl PolicyClient {
         if let Some(mut ws) = self.ws.take() {
             let _ = ws.close(None).await;
         }
+    }
+}
+
+/// `message` encoded for the wire, without any `traceparent` /
+/// `tracestate` of its own: the client's context goes in instead.
+fn payload(message: &MsgMap) -> MapWriter {
+    let mut out = MapWriter::with_capacity(message.encoded_len_hint());
+    if message.get(TRACEPARENT).is_some() || message.get(TRACESTATE).is_some() {
+        // The app put its own context in: ours replaces it (a tracestate
+        // goes with its traceparent).
+        for entry in message.entries() {
+            if !key_is(&entry.0, TRACEPARENT) && !key_is(&entry.0, TRACESTATE) {
+                out.entries(std::slice::from_ref(entry));
+            }
+        }
+    } else {
+        out.entries(message.entries());
+    }
+    out
+}
+
+/// Add the `transport` span's `traceparent` (and `tracestate`, when it has
+/// one) to the request.
+fn add_context(out: &mut MapWriter, span: &tracing::Span) {
+    if let Some(tp) = transport::traceparent(span) {
+        let s = std::str::from_utf8(&tp).unwrap_or_default();
+        out.entry(TRACEPARENT, &Value::from(s));
+        if let Some(ts) = transport::tracestate(span) {
+            out.entry(TRACESTATE, &Value::from(ts));
+        }
+    }
+}
+
+/// The reply to one request as it arrived, with the client's stamps.
+struct Roundtrip {
+    bytes: Bytes,
+    /// Just before the request was handed to the socket.
+    sent: Instant,
+    /// Just after the whole reply had arrived.
+    received: Instant,
+    /// The request's first byte left (the transport's stamp).
+    sent_first_byte: Option<Instant>,
+    /// The reply's first byte arrived (the transport's stamp).
+    first_byte: Option<Instant>,
+}
+
+/// Send the encoded request `out` and wait for the binary reply, skipping
+/// control frames; a text frame is the server's error.
+async fn roundtrip(ws: &mut Ws, out: Bytes) -> Result<Roundtrip, ClientError> {
+    // Bytes read or written before are not this exchange's.
+    let _ = ws.get_mut().take_first();
+    let _ = ws.get_mut().take_first_write();
+    let sent = Instant::now();
+    ws.send(Message::Binary(out))
+        .await
+        .map_err(|e| ClientError::Disconnected(e.to_string()))?;
+    loop {
+        match ws.next().await {
+            // The first read since the request (or since a control
+            // frame) carried the response's frame header.
+            Some(Ok(Message::Binary(bytes))) => {
+                let received = Instant::now();
+                let s = ws.get_mut();
+                return Ok(Roundtrip {
+                    bytes,
+                    sent,
+                    received,
+                    sent_first_byte: s.take_first_write(),
+                    first_byte: s.take_first(),
+                });
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {
+                let _ = ws.get_mut().take_first();
+                continue;
+            }
+            Some(Ok(Message::Text(t))) => return Err(ClientError::Server(t.to_string())),
+            Some(Ok(Message::Close(frame))) => {
+                return Err(ClientError::Disconnected(match frame {
+                    Some(f) => format!("server closed the connection: {} {}", f.code, f.reason),
+                    None => "server closed the connection".to_owned(),
+                }))
+            }
+            None => return Err(ClientError::Disconnected("connection closed".into())),
+            Some(Err(e)) => return Err(ClientError::Disconnected(e.to_string())),
+        }
+    }
+}
+
+/// Remove the reply's `server_timing` map and read it; a malformed one is
+/// counted as rejected and ignored.
+fn take_timing(reply: &mut MsgMap) -> Option<TimingChain> {
+    match reply.remove(SERVER_TIMING_KEY) {
+        None => None,
+        Some(v) => match TimingChain::from_msgpack(&v) {
+            Ok(c) => Some(c),
+            Err(_) => {
+                transport::reject();
+                None
+            }
+        },
     }
 }
 

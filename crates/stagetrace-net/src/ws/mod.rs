@@ -39,12 +39,13 @@
 //! ```
 //!
 //! One file per side: [`PolicyServer`] (`server`) runs a [`Handler`]
-//! (`handler`); [`PolicyClient`] (`client`) and its blocking wrapper
+//! (`handler`) on each of its connections (`connection`); [`PolicyClient`] (`client`) and its blocking wrapper
 //! [`BlockingPolicyClient`] (`blocking`); `limits` holds the defaults both
 //! sides share. This file only names things: no file below imports it.
 
 pub(crate) mod blocking;
 mod client;
+mod connection;
 mod handler;
 mod limits;
 mod server;

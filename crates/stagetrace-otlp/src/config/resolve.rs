@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue};
 use super::builder::{OtlpBuilder, DEFAULT_SERVICE_NAME, DEFAULT_TIMEOUT};
 use super::endpoint::{default_endpoint, endpoint_url};
 use super::env::{
-    ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_RESOURCE_ATTRIBUTES, ENV_SERVICE_NAME,
+    EnvLookup, ENV_ENDPOINT, ENV_HEADERS, ENV_PROTOCOL, ENV_RESOURCE_ATTRIBUTES, ENV_SERVICE_NAME,
     ENV_TIMEOUT, ENV_TRACES_ENDPOINT, ENV_TRACES_EXPORTER, ENV_TRACES_HEADERS, ENV_TRACES_PROTOCOL,
     ENV_TRACES_TIMEOUT,
 };
@@ -53,100 +53,19 @@ impl OtlpBuilder {
         self,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Settings, BuildError> {
-        // A variable set to blanks counts as unset.
-        let env = |var: &str| env(var).filter(|v| !v.trim().is_empty());
-
-        let disabled = match env(ENV_TRACES_EXPORTER).as_deref().map(str::trim) {
-            None | Some("otlp") => false,
-            Some("none") => true,
-            Some(other) => {
-                return Err(BuildError::UnsupportedExporter {
-                    value: other.to_owned(),
-                    origin: Origin::Env(ENV_TRACES_EXPORTER),
-                })
-            }
-        };
-
-        // The traces-specific variable beats the generic one (OTLP spec).
-        let either = |specific: &'static str, generic: &'static str| {
-            env(specific)
-                .map(|v| (specific, v))
-                .or_else(|| env(generic).map(|v| (generic, v)))
-        };
-
-        let protocol = match self.protocol {
-            Some(p) => p,
-            None => match either(ENV_TRACES_PROTOCOL, ENV_PROTOCOL) {
-                Some((var, v)) => Protocol::parse(&v).ok_or(BuildError::UnsupportedProtocol {
-                    value: v.trim().to_owned(),
-                    origin: Origin::Env(var),
-                })?,
-                None => Protocol::HttpProtobuf,
-            },
-        };
-        if protocol == Protocol::Grpc && !cfg!(feature = "grpc") {
-            let origin = if self.protocol.is_some() {
-                Origin::Builder
-            } else {
-                Origin::Env(
-                    either(ENV_TRACES_PROTOCOL, ENV_PROTOCOL).map_or(ENV_PROTOCOL, |(v, _)| v),
-                )
-            };
-            return Err(BuildError::UnsupportedProtocol {
-                value: Protocol::Grpc.name().into(),
-                origin,
-            });
-        }
-
-        let endpoint = match self.endpoint.filter(|e| !e.trim().is_empty()) {
-            Some(e) => endpoint_url(e.trim(), protocol, Origin::Builder)?,
-            None => match (env(ENV_TRACES_ENDPOINT), env(ENV_ENDPOINT)) {
-                // The signal-specific URL is used as is: no path is added.
-                (Some(e), _) => {
-                    endpoint_url(e.trim(), Protocol::Grpc, Origin::Env(ENV_TRACES_ENDPOINT))?
-                }
-                (None, Some(e)) => endpoint_url(e.trim(), protocol, Origin::Env(ENV_ENDPOINT))?,
-                (None, None) => {
-                    endpoint_url(default_endpoint(protocol), protocol, Origin::Builder)?
-                }
-            },
-        };
-
+        let env = EnvLookup(env);
+        let disabled = env.exporter_off(ENV_TRACES_EXPORTER)?;
+        let protocol = resolve_protocol(self.protocol, env)?;
+        let endpoint = resolve_endpoint(self.endpoint, protocol, env)?;
         let headers = resolve_headers(
             &[
-                (ENV_HEADERS, env(ENV_HEADERS)),
-                (ENV_TRACES_HEADERS, env(ENV_TRACES_HEADERS)),
+                (ENV_HEADERS, env.get(ENV_HEADERS)),
+                (ENV_TRACES_HEADERS, env.get(ENV_TRACES_HEADERS)),
             ],
             &self.headers,
         )?;
-
-        let service_name = self
-            .service_name
-            .filter(|s| !s.trim().is_empty())
-            .or_else(|| env(ENV_SERVICE_NAME).map(|s| s.trim().to_owned()))
-            .or_else(|| {
-                env(ENV_RESOURCE_ATTRIBUTES).and_then(|attrs| resource_service_name(&attrs))
-            })
-            .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
-
-        let timeout = match self.timeout {
-            Some(t) => t,
-            None => match either(ENV_TRACES_TIMEOUT, ENV_TIMEOUT) {
-                Some((var, v)) => {
-                    v.trim()
-                        .parse::<u64>()
-                        .map(Duration::from_millis)
-                        .map_err(|_| BuildError::InvalidTimeout {
-                            value: if var == ENV_TIMEOUT {
-                                v
-                            } else {
-                                format!("{v} (from {var})")
-                            },
-                        })?
-                }
-                None => DEFAULT_TIMEOUT,
-            },
-        };
+        let service_name = resolve_service_name(self.service_name, env);
+        let timeout = resolve_timeout(self.timeout, env)?;
 
         Ok(Settings {
             endpoint,
@@ -165,6 +84,88 @@ impl OtlpBuilder {
             disabled,
             resource_attributes: self.resource_attributes,
         })
+    }
+}
+
+/// The builder's protocol, else the traces or generic variable's, else
+/// HTTP/protobuf; gRPC only with the `grpc` feature.
+fn resolve_protocol(
+    explicit: Option<Protocol>,
+    env: EnvLookup<'_>,
+) -> Result<Protocol, BuildError> {
+    let protocol = match explicit {
+        Some(p) => p,
+        None => env.protocol(ENV_TRACES_PROTOCOL, ENV_PROTOCOL)?,
+    };
+    if protocol == Protocol::Grpc && !cfg!(feature = "grpc") {
+        let origin = if explicit.is_some() {
+            Origin::Builder
+        } else {
+            Origin::Env(
+                env.either(ENV_TRACES_PROTOCOL, ENV_PROTOCOL)
+                    .map_or(ENV_PROTOCOL, |(v, _)| v),
+            )
+        };
+        return Err(BuildError::UnsupportedProtocol {
+            value: Protocol::Grpc.name().into(),
+            origin,
+        });
+    }
+    Ok(protocol)
+}
+
+/// The full URL the requests go to: the builder's endpoint, else the
+/// traces variable's (as is), else the generic one's, else the default.
+fn resolve_endpoint(
+    explicit: Option<String>,
+    protocol: Protocol,
+    env: EnvLookup<'_>,
+) -> Result<String, BuildError> {
+    match explicit.filter(|e| !e.trim().is_empty()) {
+        Some(e) => endpoint_url(e.trim(), protocol, Origin::Builder),
+        None => match env.either(ENV_TRACES_ENDPOINT, ENV_ENDPOINT) {
+            // The signal-specific URL is used as is: no path is added.
+            Some((ENV_TRACES_ENDPOINT, e)) => {
+                endpoint_url(e.trim(), Protocol::Grpc, Origin::Env(ENV_TRACES_ENDPOINT))
+            }
+            Some((var, e)) => endpoint_url(e.trim(), protocol, Origin::Env(var)),
+            None => endpoint_url(default_endpoint(protocol), protocol, Origin::Builder),
+        },
+    }
+}
+
+/// The builder's service name, else `OTEL_SERVICE_NAME`, else the
+/// `service.name` in `OTEL_RESOURCE_ATTRIBUTES`, else the default.
+fn resolve_service_name(explicit: Option<String>, env: EnvLookup<'_>) -> String {
+    explicit
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| env.get(ENV_SERVICE_NAME).map(|s| s.trim().to_owned()))
+        .or_else(|| {
+            env.get(ENV_RESOURCE_ATTRIBUTES)
+                .and_then(|attrs| resource_service_name(&attrs))
+        })
+        .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned())
+}
+
+/// The builder's export timeout, else the traces or generic variable's (in
+/// ms), else the default.
+fn resolve_timeout(explicit: Option<Duration>, env: EnvLookup<'_>) -> Result<Duration, BuildError> {
+    match explicit {
+        Some(t) => Ok(t),
+        None => match env.either(ENV_TRACES_TIMEOUT, ENV_TIMEOUT) {
+            Some((var, v)) => v
+                .trim()
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| BuildError::InvalidTimeout {
+                    value: if var == ENV_TIMEOUT {
+                        v
+                    } else {
+                        format!("{v} (from {var})")
+                    },
+                }),
+            None => Ok(DEFAULT_TIMEOUT),
+        },
     }
 }
 

@@ -10,14 +10,16 @@ use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::Resource;
 
 use super::OtlpMetrics;
-use crate::config::{BuildError, Origin, Protocol, DEFAULT_HTTP_ENDPOINT};
+use crate::config::{
+    BuildError, EnvLookup, Origin, Protocol, DEFAULT_HTTP_ENDPOINT, ENV_ENDPOINT, ENV_PROTOCOL,
+};
 
 /// `OTEL_METRICS_EXPORTER`: `otlp` (the default) or `none` (record nothing, send nothing).
 pub const ENV_METRICS_EXPORTER: &str = "OTEL_METRICS_EXPORTER";
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`: the whole metrics URL (used as is).
 const ENV_METRICS_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
-const ENV_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`: beats `OTEL_EXPORTER_OTLP_PROTOCOL` for metrics.
 const ENV_METRICS_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL";
-const ENV_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
 const METRICS_PATH: &str = "/v1/metrics";
 
 /// How figures are bucketed.
@@ -152,42 +154,21 @@ impl MetricsBuilder {
     }
 
     fn resolve(self, env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, BuildError> {
-        let env = |var: &str| env(var).filter(|v| !v.trim().is_empty());
+        let env = EnvLookup(env);
         let resource = self.resource();
         let histograms = self.histograms.clone();
-        match env(ENV_METRICS_EXPORTER).as_deref().map(str::trim) {
-            None | Some("otlp") => {}
-            Some("none") => {
-                return Ok(Settings {
-                    exporter: None,
-                    endpoint: String::new(),
-                    interval: None,
-                    resource,
-                    histograms,
-                })
-            }
-            Some(other) => {
-                return Err(BuildError::UnsupportedExporter {
-                    value: other.to_owned(),
-                    origin: Origin::Env(ENV_METRICS_EXPORTER),
-                })
-            }
+        if env.exporter_off(ENV_METRICS_EXPORTER)? {
+            return Ok(Settings {
+                exporter: None,
+                endpoint: String::new(),
+                interval: None,
+                resource,
+                histograms,
+            });
         }
         let protocol = match self.protocol {
             Some(p) => p,
-            None => {
-                let (var, value) = match env(ENV_METRICS_PROTOCOL) {
-                    Some(v) => (ENV_METRICS_PROTOCOL, Some(v)),
-                    None => (ENV_PROTOCOL, env(ENV_PROTOCOL)),
-                };
-                match value {
-                    Some(v) => Protocol::parse(&v).ok_or(BuildError::UnsupportedProtocol {
-                        value: v.trim().to_owned(),
-                        origin: Origin::Env(var),
-                    })?,
-                    None => Protocol::HttpProtobuf,
-                }
-            }
+            None => env.protocol(ENV_METRICS_PROTOCOL, ENV_PROTOCOL)?,
         };
         let sdk_protocol = match protocol {
             Protocol::HttpProtobuf => opentelemetry_otlp::Protocol::HttpBinary,
@@ -203,12 +184,15 @@ impl MetricsBuilder {
                 })
             }
         };
-        let endpoint = match (&self.endpoint, env(ENV_METRICS_ENDPOINT), env(ENV_ENDPOINT)) {
-            (Some(e), _, _) => with_metrics_path(e),
+        let endpoint = match (
+            &self.endpoint,
+            env.either(ENV_METRICS_ENDPOINT, ENV_ENDPOINT),
+        ) {
+            (Some(e), _) => with_metrics_path(e),
             // The signal-specific variable is the whole URL (OTLP spec).
-            (None, Some(e), _) => e.trim().to_owned(),
-            (None, None, Some(e)) => with_metrics_path(&e),
-            (None, None, None) => with_metrics_path(DEFAULT_HTTP_ENDPOINT),
+            (None, Some((ENV_METRICS_ENDPOINT, e))) => e.trim().to_owned(),
+            (None, Some((_, e))) => with_metrics_path(&e),
+            (None, None) => with_metrics_path(DEFAULT_HTTP_ENDPOINT),
         };
         let mut builder = opentelemetry_otlp::MetricExporter::builder()
             .with_http()

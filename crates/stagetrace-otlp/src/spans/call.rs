@@ -35,48 +35,12 @@ impl<G: IdGenerator> SpanMaker<G> {
         };
 
         if tl.shared_context {
-            // The app's own tracing-opentelemetry layer exports the call and
-            // its stage spans under these very ids; add only what it cannot
-            // know, under its transport span: the clock-corrected uplink and
-            // downlink, carrying the whole record (the call span that
-            // carries it otherwise is not ours to write).
-            if let (Some(transport_id), Some(_)) =
-                (valid_span_id(tl.transport_span_id), tl.transport)
-            {
-                let mut record = Vec::new();
-                record_attributes(rec, &mut record);
-                self.link_spans(rec, trace_id, transport_id, &at, &record, out);
-                self.black_box_spans(rec, trace_id, transport_id, &at, out);
-                self.queue_infer_spans(rec, trace_id, None, transport_id, &at, out);
-            }
-            if let Some(dispatch_id) = valid_span_id(tl.dispatch_span_id) {
-                self.executor_link_spans(rec, trace_id, dispatch_id, &at, out);
-            }
+            self.shared_context_spans(rec, trace_id, &at, out);
             return out.len() - before;
         }
 
-        // The call span carries the whole record.
-        let mut attrs = vec![
-            KeyValue::new(key::KIND, rec.kind.clone()),
-            KeyValue::new(key::SEQ, seq_value(rec.seq)),
-        ];
-        record_attributes(rec, &mut attrs);
-        let status = match (rec.failed, &rec.error) {
-            (Some(true), Some(e)) => Status::error(e.clone()),
-            (Some(true), None) => Status::error("call failed"),
-            _ => Status::Unset,
-        };
-        out.push(self.span(
-            trace_id,
-            call_id,
-            SpanId::INVALID,
-            false,
-            "call",
-            SpanKind::Internal,
-            (unix(base_ns), unix(base_ns.saturating_add(call_dur_ns))),
-            attrs,
-            status,
-        ));
+        let call_time = (unix(base_ns), unix(base_ns.saturating_add(call_dur_ns)));
+        out.push(self.call_span(rec, trace_id, call_id, call_time));
 
         if let Some(t) = tl.capture {
             let f = Figure::Capture;
@@ -94,57 +58,142 @@ impl<G: IdGenerator> SpanMaker<G> {
         // The id sent as the parent in traceparent, so the server's spans join here.
         let transport_id =
             valid_span_id(tl.transport_span_id).unwrap_or_else(|| self.ids.new_span_id());
-        if let Some(t) = tl.transport {
-            {
-                let attrs = stage_attributes(
-                    rec,
-                    "transport",
-                    &[Figure::Roundtrip, Figure::Server, Figure::Net],
-                );
-                let status = if rec.failed == Some(true) {
-                    Status::error(rec.error.clone().unwrap_or_else(|| "call failed".into()))
-                } else {
-                    Status::Unset
-                };
-                out.push(self.span(
-                    trace_id,
-                    transport_id,
-                    call_id,
-                    false,
-                    "transport",
-                    SpanKind::Client,
-                    at(t),
-                    attrs,
-                    status,
-                ));
-                self.link_spans(rec, trace_id, transport_id, &at, &[], out);
-                self.black_box_spans(rec, trace_id, transport_id, &at, out);
-            }
-        }
-
+        self.transport_spans(rec, trace_id, call_id, transport_id, &at, out);
         self.queue_infer_spans(rec, trace_id, Some(call_id), transport_id, &at, out);
-
-        if let Some(t) = tl.dispatch {
-            let f = Figure::Dispatch;
-            // A remote executor's split of it, where the record has one.
-            let attrs = stage_attributes(rec, f.name(), &[f, Figure::ExecTx, Figure::ExecWait]);
-            // The id sent to a remote executor, so its spans join here.
-            let dispatch_id =
-                valid_span_id(tl.dispatch_span_id).unwrap_or_else(|| self.ids.new_span_id());
-            out.push(self.span(
-                trace_id,
-                dispatch_id,
-                call_id,
-                false,
-                f.name(),
-                SpanKind::Internal,
-                at(t),
-                attrs,
-                Status::Unset,
-            ));
-            self.executor_link_spans(rec, trace_id, dispatch_id, &at, out);
-        }
+        self.dispatch_spans(rec, trace_id, call_id, &at, out);
         out.len() - before
+    }
+
+    /// The spans of a call whose app exports the call and its stage spans
+    /// itself (`shared_context`), under those very ids.
+    fn shared_context_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        out: &mut Vec<SpanData>,
+    ) {
+        let tl = &rec.timeline;
+        // The app's own tracing-opentelemetry layer exports the call and
+        // its stage spans under these very ids; add only what it cannot
+        // know, under its transport span: the clock-corrected uplink and
+        // downlink, carrying the whole record (the call span that
+        // carries it otherwise is not ours to write).
+        if let (Some(transport_id), Some(_)) = (valid_span_id(tl.transport_span_id), tl.transport) {
+            let mut record = Vec::new();
+            record_attributes(rec, &mut record);
+            self.link_spans(rec, trace_id, transport_id, at, &record, out);
+            self.black_box_spans(rec, trace_id, transport_id, at, out);
+            self.queue_infer_spans(rec, trace_id, None, transport_id, at, out);
+        }
+        if let Some(dispatch_id) = valid_span_id(tl.dispatch_span_id) {
+            self.executor_link_spans(rec, trace_id, dispatch_id, at, out);
+        }
+    }
+
+    /// The root `call` span, `call_id`, spanning `time`: it carries the
+    /// whole record.
+    fn call_span(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        call_id: SpanId,
+        time: (SystemTime, SystemTime),
+    ) -> SpanData {
+        let mut attrs = vec![
+            KeyValue::new(key::KIND, rec.kind.clone()),
+            KeyValue::new(key::SEQ, seq_value(rec.seq)),
+        ];
+        record_attributes(rec, &mut attrs);
+        let status = match (rec.failed, &rec.error) {
+            (Some(true), Some(e)) => Status::error(e.clone()),
+            (Some(true), None) => Status::error("call failed"),
+            _ => Status::Unset,
+        };
+        self.span(
+            trace_id,
+            call_id,
+            SpanId::INVALID,
+            false,
+            "call",
+            SpanKind::Internal,
+            time,
+            attrs,
+            status,
+        )
+    }
+
+    /// The `transport` span `transport_id` under the call, with its
+    /// synthesized links and black box; nothing when the call has no
+    /// transport.
+    fn transport_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        call_id: SpanId,
+        transport_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        out: &mut Vec<SpanData>,
+    ) {
+        let Some(t) = rec.timeline.transport else {
+            return;
+        };
+        let attrs = stage_attributes(
+            rec,
+            "transport",
+            &[Figure::Roundtrip, Figure::Server, Figure::Net],
+        );
+        let status = if rec.failed == Some(true) {
+            Status::error(rec.error.clone().unwrap_or_else(|| "call failed".into()))
+        } else {
+            Status::Unset
+        };
+        out.push(self.span(
+            trace_id,
+            transport_id,
+            call_id,
+            false,
+            "transport",
+            SpanKind::Client,
+            at(t),
+            attrs,
+            status,
+        ));
+        self.link_spans(rec, trace_id, transport_id, at, &[], out);
+        self.black_box_spans(rec, trace_id, transport_id, at, out);
+    }
+
+    /// The `dispatch` span under the call and its executor's links;
+    /// nothing when the call dispatched nothing.
+    fn dispatch_spans(
+        &self,
+        rec: &CallRecord,
+        trace_id: TraceId,
+        call_id: SpanId,
+        at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
+        out: &mut Vec<SpanData>,
+    ) {
+        let Some(t) = rec.timeline.dispatch else {
+            return;
+        };
+        let f = Figure::Dispatch;
+        // A remote executor's split of it, where the record has one.
+        let attrs = stage_attributes(rec, f.name(), &[f, Figure::ExecTx, Figure::ExecWait]);
+        // The id sent to a remote executor, so its spans join here.
+        let dispatch_id =
+            valid_span_id(rec.timeline.dispatch_span_id).unwrap_or_else(|| self.ids.new_span_id());
+        out.push(self.span(
+            trace_id,
+            dispatch_id,
+            call_id,
+            false,
+            f.name(),
+            SpanKind::Internal,
+            at(t),
+            attrs,
+            Status::Unset,
+        ));
+        self.executor_link_spans(rec, trace_id, dispatch_id, at, out);
     }
 
     /// `queue` / `infer`. Inside the transport they ran on the server: its own

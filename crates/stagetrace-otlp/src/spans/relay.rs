@@ -32,6 +32,14 @@ pub(super) fn remote_parent(rec: &ServerRecord) -> Option<(TraceId, SpanId)> {
     })
 }
 
+/// The status of a record's spans that its error ends: error or unset.
+pub(super) fn error_status(rec: &ServerRecord) -> Status {
+    match &rec.error {
+        Some(e) => Status::error(e.clone()),
+        None => Status::Unset,
+    }
+}
+
 /// The `stagetrace.role` value of a record.
 pub(super) fn role_name(role: ServiceRole) -> &'static str {
     match role {
@@ -48,13 +56,6 @@ impl<G: IdGenerator> SpanMaker<G> {
         match remote_parent(rec) {
             Some((trace, parent)) => (trace, parent, true),
             None => (self.ids.new_trace_id(), SpanId::INVALID, false),
-        }
-    }
-
-    fn status(rec: &ServerRecord) -> Status {
-        match &rec.error {
-            Some(e) => Status::error(e.clone()),
-            None => Status::Unset,
         }
     }
 
@@ -87,7 +88,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             SpanKind::Server,
             (unix(recv), unix(recv.saturating_add(total))),
             attrs,
-            Self::status(rec),
+            error_status(rec),
         ));
         let Some(f) = rec.forward else {
             return 1;
@@ -145,7 +146,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             SpanKind::Server,
             (unix(recv), unix(recv.saturating_add(dur))),
             attrs,
-            Self::status(rec),
+            error_status(rec),
         ));
         1
     }

@@ -3,6 +3,7 @@
 
 use crate::record::ClockBasis;
 use crate::wire::ServerTiming;
+use crate::Figure;
 
 use super::filter::{FilterConfig, OffsetFilter};
 use super::sample::{diff, NtpSample};
@@ -141,6 +142,23 @@ pub struct Stitched {
     /// True when this call confirmed a step of the peer's clock (the
     /// estimator's window was reset).
     pub clock_step: bool,
+}
+
+impl Stitched {
+    /// The record figures the stitch gives besides the roundtrip, each with
+    /// its value (`None`: the inputs did not allow it).
+    pub fn figures(&self) -> [(Figure, Option<i64>); 8] {
+        [
+            (Figure::Server, self.server_ns),
+            (Figure::Net, self.net_ns),
+            (Figure::Uplink, self.uplink_ns),
+            (Figure::Downlink, self.downlink_ns),
+            (Figure::Queue, self.queue_ns),
+            (Figure::Infer, self.infer_ns),
+            (Figure::Offset, self.offset_ns),
+            (Figure::SplitErr, self.split_err_ns),
+        ]
+    }
 }
 
 /// A clamped (finite, non-negative or offset) ns figure as the record's integer ns.

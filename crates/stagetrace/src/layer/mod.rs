@@ -268,6 +268,7 @@ where
         };
         drop(ext);
         let mut nested = false;
+        let mut in_service = false;
         let mut next = span.parent();
         while let Some(ancestor) = next {
             {
@@ -299,10 +300,16 @@ where
                 {
                     nested = true;
                 }
+                if ext.get_mut::<RemoteState>().is_some() {
+                    in_service = true;
+                }
             }
             next = ancestor.parent();
         }
         Health::bump(&self.health.ignored_spans);
+        if in_service {
+            Health::bump(&self.health.service_spans);
+        }
     }
 
     unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {

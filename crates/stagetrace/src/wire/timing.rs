@@ -48,44 +48,95 @@ pub struct ServerTiming {
     pub cache_hit: Option<bool>,
 }
 
-/// Field order shared by every encoding: (map key, `stagetrace-timing` key).
-pub(super) const FIELDS: [(&str, &str); 7] = [
-    ("recv_unix_ns", "recv"),
-    ("total_ns", "total"),
-    ("queue_ns", "queue"),
-    ("infer_ns", "infer"),
-    ("pre_ns", "pre"),
-    ("post_ns", "post"),
-    ("transfer_ns", "transfer"),
+/// One time field of [`ServerTiming`] as every encoding names it.
+pub(super) struct TimeField {
+    /// Key in the msgpack/JSON timing map (`recv_unix_ns`).
+    pub(super) map_key: &'static str,
+    /// Key in the `stagetrace-timing` header (`recv`).
+    pub(super) header_key: &'static str,
+    /// Largest value accepted: wall time for the receive stamp, a duration
+    /// for the others.
+    pub(super) max: u64,
+    get: fn(&ServerTiming) -> Option<u64>,
+    slot: fn(&mut ServerTiming) -> &mut Option<u64>,
+}
+
+impl TimeField {
+    /// The field's value in `t`.
+    pub(super) fn get(&self, t: &ServerTiming) -> Option<u64> {
+        (self.get)(t)
+    }
+
+    /// The field's place in `t`, to fill.
+    pub(super) fn slot<'t>(&self, t: &'t mut ServerTiming) -> &'t mut Option<u64> {
+        (self.slot)(t)
+    }
+}
+
+/// The time fields in the order every encoding writes them.
+pub(super) const TIME_FIELDS: [TimeField; 7] = [
+    TimeField {
+        map_key: "recv_unix_ns",
+        header_key: "recv",
+        max: MAX_UNIX_NS,
+        get: |t| t.recv_unix_ns,
+        slot: |t| &mut t.recv_unix_ns,
+    },
+    TimeField {
+        map_key: "total_ns",
+        header_key: "total",
+        max: MAX_DURATION_NS,
+        get: |t| t.total_ns,
+        slot: |t| &mut t.total_ns,
+    },
+    TimeField {
+        map_key: "queue_ns",
+        header_key: "queue",
+        max: MAX_DURATION_NS,
+        get: |t| t.queue_ns,
+        slot: |t| &mut t.queue_ns,
+    },
+    TimeField {
+        map_key: "infer_ns",
+        header_key: "infer",
+        max: MAX_DURATION_NS,
+        get: |t| t.infer_ns,
+        slot: |t| &mut t.infer_ns,
+    },
+    TimeField {
+        map_key: "pre_ns",
+        header_key: "pre",
+        max: MAX_DURATION_NS,
+        get: |t| t.pre_ns,
+        slot: |t| &mut t.pre_ns,
+    },
+    TimeField {
+        map_key: "post_ns",
+        header_key: "post",
+        max: MAX_DURATION_NS,
+        get: |t| t.post_ns,
+        slot: |t| &mut t.post_ns,
+    },
+    TimeField {
+        map_key: "transfer_ns",
+        header_key: "transfer",
+        max: MAX_DURATION_NS,
+        get: |t| t.transfer_ns,
+        slot: |t| &mut t.transfer_ns,
+    },
 ];
 
+/// The time field a `stagetrace-timing` header key names.
+pub(super) fn header_field(key: &[u8]) -> Option<&'static TimeField> {
+    TIME_FIELDS.iter().find(|f| f.header_key.as_bytes() == key)
+}
+
+/// The time field a timing-map key names.
+pub(super) fn map_field(key: &str) -> Option<&'static TimeField> {
+    TIME_FIELDS.iter().find(|f| f.map_key == key)
+}
+
 impl ServerTiming {
-    pub(super) fn get(&self, i: usize) -> Option<u64> {
-        match i {
-            0 => self.recv_unix_ns,
-            1 => self.total_ns,
-            2 => self.queue_ns,
-            3 => self.infer_ns,
-            4 => self.pre_ns,
-            5 => self.post_ns,
-            6 => self.transfer_ns,
-            _ => None,
-        }
-    }
-
-    pub(super) fn slot(&mut self, i: usize) -> Option<&mut Option<u64>> {
-        match i {
-            0 => Some(&mut self.recv_unix_ns),
-            1 => Some(&mut self.total_ns),
-            2 => Some(&mut self.queue_ns),
-            3 => Some(&mut self.infer_ns),
-            4 => Some(&mut self.pre_ns),
-            5 => Some(&mut self.post_ns),
-            6 => Some(&mut self.transfer_ns),
-            _ => None,
-        }
-    }
-
     /// True when no field is known (the server sent no timing).
     pub fn is_empty(&self) -> bool {
         !self.has_times() && self.batch_size.is_none() && self.cache_hit.is_none()
@@ -95,7 +146,7 @@ impl ServerTiming {
     /// `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`, `transfer_ns`) is known: what the
     /// client's timeline can be stitched from.
     pub fn has_times(&self) -> bool {
-        (0..FIELDS.len()).any(|i| self.get(i).is_some())
+        TIME_FIELDS.iter().any(|f| f.get(self).is_some())
     }
 
     /// True when the server gave some timing but not the receive time and
@@ -108,10 +159,9 @@ impl ServerTiming {
     /// Every field within range: durations ≤ [`MAX_DURATION_NS`], wall time
     /// ≤ [`MAX_UNIX_NS`].
     pub(super) fn check(&self, codec: Codec) -> Result<(), WireError> {
-        for (i, (name, _)) in FIELDS.iter().enumerate() {
-            let max = if i == 0 { MAX_UNIX_NS } else { MAX_DURATION_NS };
-            if self.get(i).is_some_and(|v| v > max) {
-                return Err(value_err(codec, name, "is out of range"));
+        for f in &TIME_FIELDS {
+            if f.get(self).is_some_and(|v| v > f.max) {
+                return Err(value_err(codec, f.map_key, "is out of range"));
             }
         }
         if self
@@ -133,10 +183,10 @@ impl ServerTiming {
     /// known fields only.
     pub fn to_timing_header(&self) -> String {
         let mut out = String::from("v=1");
-        for (i, (_, key)) in FIELDS.iter().enumerate() {
-            if let Some(v) = self.get(i) {
+        for f in &TIME_FIELDS {
+            if let Some(v) = f.get(self) {
                 out.push(';');
-                out.push_str(key);
+                out.push_str(f.header_key);
                 out.push('=');
                 out.push_str(&v.to_string());
             }
@@ -207,15 +257,17 @@ impl ServerTiming {
                 }
                 continue;
             }
-            let Some(i) = FIELDS.iter().position(|(_, key)| key.as_bytes() == k) else {
+            let Some(f) = header_field(k) else {
                 continue; // unknown keys are for future versions
             };
-            let name = FIELDS[i].0;
-            let n =
-                parse_u64_digits(v).ok_or(value_err(C, name, "is not a non-negative integer"))?;
-            match t.slot(i) {
-                Some(slot @ None) => *slot = Some(n),
-                _ => return Err(value_err(C, name, "appears twice")),
+            let n = parse_u64_digits(v).ok_or(value_err(
+                C,
+                f.map_key,
+                "is not a non-negative integer",
+            ))?;
+            match f.slot(&mut t) {
+                slot @ None => *slot = Some(n),
+                Some(_) => return Err(value_err(C, f.map_key, "appears twice")),
             }
         }
         if !version_seen {
@@ -271,12 +323,10 @@ impl ServerTiming {
                 continue; // empty list element
             }
             let name = p.token().ok_or(syntax(C, "a metric name is not a token"))?;
+            // The standard header carries durations only: never the
+            // receive stamp or the transfer.
             let field = match name {
-                b"total" => Some(1),
-                b"queue" => Some(2),
-                b"infer" => Some(3),
-                b"pre" => Some(4),
-                b"post" => Some(5),
+                b"total" | b"queue" | b"infer" | b"pre" | b"post" => header_field(name),
                 _ => None,
             };
             let mut dur: Option<&[u8]> = None;
@@ -309,14 +359,15 @@ impl ServerTiming {
             if !(p.at_end() || p.eat(b',')) {
                 return Err(syntax(C, "metrics must be separated by `,`"));
             }
-            if let (Some(i), Some(d)) = (field, dur) {
-                let name = FIELDS[i].0;
+            if let (Some(f), Some(d)) = (field, dur) {
                 let ns = parse_ms_decimal(d).ok_or(value_err(
                     C,
-                    name,
+                    f.map_key,
                     "dur is not a non-negative decimal of milliseconds",
                 ))?;
-                if let Some(slot @ None) = t.slot(i) {
+                // The first of a repeated metric counts.
+                let slot = f.slot(&mut t);
+                if slot.is_none() {
                     *slot = Some(ns);
                 }
             }

@@ -7,7 +7,7 @@
 //! write the same keys with the same checks.
 
 use super::error::{check_len, syntax, value_err, Codec, WireError};
-use super::timing::{ServerTiming, FIELDS, MAX_DURATION_NS, MAX_UNIX_NS};
+use super::timing::{map_field, ServerTiming, MAX_DURATION_NS, TIME_FIELDS};
 
 /// Most entries in a `server_timing` map.
 pub const MAX_TIMING_MAP_ENTRIES: usize = 64;
@@ -67,10 +67,6 @@ fn cache_str(hit: bool) -> &'static str {
     }
 }
 
-fn ns_to_ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
 impl TimingMap {
     /// The map's entries in encoding order: `infer_ms` (openpi's, when the
     /// inference time is known), `prev_total_ms`, the `*_ns` fields,
@@ -79,14 +75,13 @@ impl TimingMap {
         let t = self.timing;
         let infer_ms = t
             .infer_ns
-            .map(|ns| ("infer_ms", MapValue::Float(ns_to_ms(ns))));
+            .map(|ns| ("infer_ms", MapValue::Float(ns as f64 / 1e6)));
         let prev_total_ms = self
             .prev_total_ms
             .map(|ms| ("prev_total_ms", MapValue::Float(ms)));
-        let fields = FIELDS
+        let fields = TIME_FIELDS
             .iter()
-            .enumerate()
-            .filter_map(move |(i, (name, _))| t.get(i).map(|v| (*name, MapValue::Unsigned(v))));
+            .filter_map(move |f| f.get(&t).map(|v| (f.map_key, MapValue::Unsigned(v))));
         let batch = t
             .batch_size
             .map(|b| ("batch_size", MapValue::Unsigned(u64::from(b))));
@@ -164,11 +159,10 @@ impl TimingMap {
                 };
                 continue;
             }
-            let Some(i) = FIELDS.iter().position(|(name, _)| *name == key) else {
+            let Some(f) = map_field(key) else {
                 continue;
             };
-            let name = FIELDS[i].0;
-            let max = if i == 0 { MAX_UNIX_NS } else { MAX_DURATION_NS };
+            let (name, max) = (f.map_key, f.max);
             let n = match value {
                 MapValue::Unsigned(u) => u,
                 // Python servers may send floats (e.g. `time.time() * 1e9`).
@@ -183,9 +177,7 @@ impl TimingMap {
                     return Err(value_err(C, name, "is not a number"))
                 }
             };
-            if let Some(slot) = out.timing.slot(i) {
-                *slot = Some(n);
-            }
+            *f.slot(&mut out.timing) = Some(n);
         }
         if out.timing.infer_ns.is_none() {
             out.timing.infer_ns = infer_ms;
@@ -245,10 +237,16 @@ impl ServerTiming {
     }
 }
 
-/// Finite, non-negative milliseconds within [`MAX_DURATION_NS`] → ns.
+/// Finite, non-negative milliseconds within [`MAX_DURATION_NS`] → ns
+/// (the schema's conversion, with the wire's range).
 fn ms_to_ns(ms: f64) -> Option<u64> {
-    let ns = ms * 1e6;
-    (ns.is_finite() && ns >= 0.0 && ns <= MAX_DURATION_NS as f64).then(|| ns.round() as u64)
+    // A negative value (or NaN) is refused before rounding could make it zero.
+    if ms.is_nan() || ms < 0.0 {
+        return None;
+    }
+    stagetrace_schema::ms_to_ns(ms)
+        .and_then(|ns| u64::try_from(ns).ok())
+        .filter(|ns| *ns <= MAX_DURATION_NS)
 }
 
 #[cfg(test)]

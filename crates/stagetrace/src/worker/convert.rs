@@ -145,16 +145,9 @@ impl Converter {
         if x.rejected {
             Health::bump(&self.health.rejected_headers);
         }
-        let f = &mut rec.figures;
-        if x.dispatch_ns.is_some() {
-            f.set(Figure::Dispatch, x.dispatch_ns);
+        for (figure, value) in x.figures() {
+            rec.figures.set(figure, value);
         }
-        f.set(Figure::ExecTx, x.exec_tx_ns);
-        f.set(Figure::ExecRelay, x.exec_relay_ns);
-        f.set(Figure::ExecWait, x.exec_wait_ns);
-        f.set(Figure::ExecAck, x.exec_ack_ns);
-        f.set(Figure::ExecOffset, x.offset_ns);
-        f.set(Figure::ExecErr, x.err_ns);
         x.exec_ack_ns.map_or(0, |v| v.max(0) as u64)
     }
 
@@ -246,14 +239,9 @@ impl Converter {
             Figure::Roundtrip,
             st.roundtrip_ns.or(f.get(Figure::Roundtrip)),
         );
-        f.set(Figure::Server, st.server_ns);
-        f.set(Figure::Net, st.net_ns);
-        f.set(Figure::Uplink, st.uplink_ns);
-        f.set(Figure::Downlink, st.downlink_ns);
-        f.set(Figure::Queue, st.queue_ns);
-        f.set(Figure::Infer, st.infer_ns);
-        f.set(Figure::Offset, st.offset_ns);
-        f.set(Figure::SplitErr, st.split_err_ns);
+        for (figure, value) in st.figures() {
+            f.set(figure, value);
+        }
         rec.clock = st.basis;
         rec.clock_step = st.clock_step.then_some(true);
         if let Some(d) = st.drift_ppm.zip(st.drift_err_ppm) {

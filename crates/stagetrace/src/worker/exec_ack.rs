@@ -12,6 +12,7 @@ use std::time::Instant;
 use crate::clock::{Anchor, ClientTimes, Stitcher};
 use crate::executor::ExecAcc;
 use crate::record::SpanTime;
+use crate::Figure;
 
 /// The figures an ack gives, integer ns; `None` where it cannot tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +32,22 @@ pub(super) struct ExecSplit {
     /// A stamp contradicted the call (outside the dispatch span, a first
     /// byte outside the exchange) and was ignored.
     pub(super) rejected: bool,
+}
+
+impl ExecSplit {
+    /// The record figures the split gives, each with its value (`None`:
+    /// not known). `dispatch` only when the executor's start cut it.
+    pub(super) fn figures(&self) -> impl Iterator<Item = (Figure, Option<i64>)> {
+        let dispatch = self.dispatch_ns.map(|v| (Figure::Dispatch, Some(v)));
+        dispatch.into_iter().chain([
+            (Figure::ExecTx, self.exec_tx_ns),
+            (Figure::ExecRelay, self.exec_relay_ns),
+            (Figure::ExecWait, self.exec_wait_ns),
+            (Figure::ExecAck, self.exec_ack_ns),
+            (Figure::ExecOffset, self.offset_ns),
+            (Figure::ExecErr, self.err_ns),
+        ])
+    }
 }
 
 fn since(at: Instant, origin: Instant) -> Option<u64> {

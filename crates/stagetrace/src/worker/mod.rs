@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
+use crate::advice::AdviceFor;
 use crate::clock::{Anchor, ClockMode, ANCHOR_REFRESH};
 use crate::health::Health;
 use crate::queue::{Msg, RawCall};
@@ -63,6 +64,8 @@ pub(crate) struct WorkerConfig {
     pub(crate) warmup_duration: Option<Duration>,
     pub(crate) clock_mode: ClockMode,
     pub(crate) queue_capacity: usize,
+    /// Which API the warnings' fixes name.
+    pub(crate) advice: AdviceFor,
     /// Every sink, the file sink (when there is one) first.
     pub(crate) sinks: Vec<Box<dyn RecordSink>>,
 }
@@ -82,6 +85,7 @@ pub(crate) struct Worker {
     run: String,
     target_hz: Option<f64>,
     queue_capacity: usize,
+    advice: AdviceFor,
     anchor: Anchor,
     cal: Calibration,
     converter: Converter,
@@ -109,6 +113,7 @@ impl Worker {
             cfg_window: cfg.window,
             target_hz: cfg.target_hz,
             queue_capacity: cfg.queue_capacity,
+            advice: cfg.advice,
             anchor,
             cal: Calibration::unmeasured(),
             converter: Converter::new(
@@ -210,17 +215,21 @@ impl Worker {
             self.once.drops = true;
             eprintln!(
                 "stagetrace: calls are being dropped because the queue to the worker thread is full \
-                 (capacity {}); they are counted as queue_drops. Fix: raise .queue_capacity(...) or \
-                 make record sinks faster.",
-                self.queue_capacity
+                 (capacity {}); they are counted as queue_drops. Fix: {} or make record sinks faster.",
+                self.queue_capacity,
+                self.advice.raise_queue()
             );
         }
-        if Health::get(&self.health.ignored_spans) > 0 && !self.once.ignored {
+        // A service's own spans (a relay forwarding inside its handler)
+        // continue another process's call: counted, not the app's to fix.
+        let orphans = Health::get(&self.health.ignored_spans)
+            .saturating_sub(Health::get(&self.health.service_spans));
+        if orphans > 0 && !self.once.ignored {
             self.once.ignored = true;
             eprintln!(
                 "stagetrace: stage spans closed outside any call span; they are ignored and counted \
-                 as ignored_spans. Fix: open a `call` span around each control cycle (or set \
-                 .call_span_name(...)); a server task in the same process is expected to show here."
+                 as ignored_spans. Fix: {}.",
+                self.advice.open_call()
             );
         }
         if Health::get(&self.health.unknown_stage) > 0 && !self.once.unknown {
@@ -243,9 +252,8 @@ impl Worker {
         if c.empty_calls > 0 && !self.once.empty {
             self.once.empty = true;
             eprintln!(
-                "stagetrace: a call span closed with no stage span inside (counted as empty_calls). \
-                 Fix: name the stage spans capture / transport / infer / dispatch, add a `stage` \
-                 field, or map your names with .map_span(...)."
+                "stagetrace: a call closed with no stage inside (counted as empty_calls). Fix: {}.",
+                self.advice.name_stages()
             );
         }
     }

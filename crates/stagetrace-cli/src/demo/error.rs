@@ -1,0 +1,18 @@
+//! What the demo says when it cannot run.
+
+use std::fmt;
+
+/// Why the demo could not run: a knob out of range, a part that could not
+/// start, a run in which no call completed.
+#[derive(Debug)]
+pub(crate) struct DemoError(String);
+
+impl fmt::Display for DemoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub(crate) fn err(msg: impl Into<String>) -> DemoError {
+    DemoError(msg.into())
+}

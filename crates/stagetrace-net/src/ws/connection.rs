@@ -1,0 +1,374 @@
+//! One [`PolicyServer`](super::PolicyServer)'s work: the accept loop and one
+//! task per connection that stamps each request, runs the [`Handler`] and
+//! answers with the action map plus the `server_timing` map.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use rmpv::Value;
+use stagetrace::wire::{
+    TimingMap, TraceContext, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE,
+};
+use stagetrace::{ServerRecord, ServiceRole};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Bytes, Message};
+use tokio_tungstenite::WebSocketStream;
+use tracing::Instrument;
+
+use super::handler::{Handler, HandlerError};
+use super::server::ServeError;
+use crate::first_bytes::FirstBytes;
+use crate::msg::{MapWriter, MsgMap};
+use crate::server::{
+    handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
+    ServerCounters,
+};
+use crate::timing_map::TimingMsgpackExt;
+
+/// A server side WebSocket, its stream stamping each message's first byte.
+type Ws = WebSocketStream<FirstBytes<TcpStream>>;
+
+/// What a response says about its request besides the action: the
+/// caller's trace, the request's `kind` and the previous request's total.
+struct Answer<'a> {
+    trace_parent: Option<TraceParent>,
+    kind: Option<&'a str>,
+    prev_total_ms: Option<f64>,
+}
+
+/// What every connection of one server shares: the builder's settings, the
+/// handler, the concurrency slots and the counters.
+pub(super) struct Shared {
+    pub(super) metadata: Vec<u8>,
+    pub(super) hook: Option<RequestHook>,
+    pub(super) clock: ServerClock,
+    pub(super) permits: Semaphore,
+    pub(super) max_message_bytes: usize,
+    pub(super) handler: Box<dyn Handler>,
+    pub(super) counters: Arc<ServerCounters>,
+    /// [`PolicyServerBuilder::report_timing`](super::PolicyServerBuilder::report_timing).
+    pub(super) report_timing: bool,
+    /// What this service's records say it is.
+    pub(super) role: ServiceRole,
+}
+
+impl Shared {
+    /// Accept connections, each in its own task, until `stop` changes or
+    /// accepting fails for good.
+    pub(super) async fn accept_loop(
+        self: Arc<Self>,
+        listener: TcpListener,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(), ServeError> {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => break,
+                accepted = listener.accept() => {
+                    let (stream, _) = match accepted {
+                        Ok(a) => a,
+                        // Per-connection failures (e.g. reset before accept) are not fatal.
+                        Err(e) if is_transient(&e) => continue,
+                        Err(e) => return Err(ServeError::Accept(e)),
+                    };
+                    let shared = Arc::clone(&self);
+                    let stop = stop.clone();
+                    conns.spawn(async move { shared.connection(stream, stop).await });
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        conns.shutdown().await;
+        Ok(())
+    }
+
+    /// One client's connection: handshake, metadata frame, then one request
+    /// after another until the client leaves, a request fails or the server
+    /// stops.
+    async fn connection(&self, stream: TcpStream, mut stop: watch::Receiver<bool>) {
+        let Some(mut ws) = self.handshake(stream).await else {
+            return;
+        };
+        self.counters.connections.fetch_add(1, Ordering::Relaxed);
+        // Held until this function returns, however the connection ends
+        // (close, error, failed request, server stop): the handler's count
+        // of open connections never keeps one that left.
+        let _connection = self.handler.connect();
+        if ws
+            .send(Message::Binary(self.metadata.clone().into()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut prev_total_ms: Option<f64> = None;
+        loop {
+            let msg = tokio::select! {
+                _ = stop.changed() => break,
+                msg = ws.next() => msg,
+            };
+            // The whole message has arrived: this is the server's receive
+            // time; its first byte came with the first read since the last
+            // message (a control frame in between restarts that stamp).
+            let stamps = RequestStamps::received(&self.clock).first_byte(ws.get_mut().take_first());
+            let bytes = match msg {
+                Some(Ok(Message::Binary(b))) => b,
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(Message::Text(_))) => {
+                    let err = "the openpi protocol expects binary msgpack frames, got a text frame";
+                    self.fail(&mut ws, &stamps, None, None, err.to_owned(), Bad::Request)
+                        .await;
+                    break;
+                }
+            };
+            match self.request(&mut ws, stamps, bytes, prev_total_ms).await {
+                Some(total_ms) => prev_total_ms = Some(total_ms),
+                None => break,
+            }
+        }
+    }
+
+    /// The WebSocket handshake on a fresh TCP stream, with the size limits;
+    /// `None` when it fails.
+    async fn handshake(&self, stream: TcpStream) -> Option<Ws> {
+        let _ = stream.set_nodelay(true);
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(self.max_message_bytes))
+            .max_frame_size(Some(self.max_message_bytes));
+        let Ok(mut ws) =
+            tokio_tungstenite::accept_async_with_config(FirstBytes::new(stream), Some(config))
+                .await
+        else {
+            return None;
+        };
+        // The handshake's bytes are not a request's.
+        let _ = ws.get_mut().take_first();
+        Some(ws)
+    }
+
+    /// One binary request, decoded, handled and answered. Its total in ms
+    /// (the next response's `prev_total_ms`), or `None` when the connection
+    /// is to end (the request failed or the answer could not be sent).
+    async fn request(
+        &self,
+        ws: &mut Ws,
+        mut stamps: RequestStamps,
+        bytes: Bytes,
+        prev_total_ms: Option<f64>,
+    ) -> Option<f64> {
+        // Arrays are checked here, before the handler runs (1007 as the
+        // Python server answers): a handler never reads an impossible one.
+        let mut request = match MsgMap::from_msgpack(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.fail(ws, &stamps, None, None, e.to_string(), Bad::Request)
+                    .await;
+                return None;
+            }
+        };
+        drop(bytes);
+        let context = self.take_context(&mut request);
+        let trace_parent = context.as_ref().map(|c| c.parent);
+        let kind = request.get_str("kind").map(str::to_owned);
+
+        let result = self.handle(request, context, &mut stamps).await?;
+        let action = match result {
+            Ok(a) => a,
+            Err(e) => {
+                self.fail(
+                    ws,
+                    &stamps,
+                    trace_parent,
+                    kind.as_deref(),
+                    e.0,
+                    Bad::Handler,
+                )
+                .await;
+                return None;
+            }
+        };
+        let answer = Answer {
+            trace_parent,
+            kind: kind.as_deref(),
+            prev_total_ms,
+        };
+        self.respond(ws, &stamps, action, answer).await
+    }
+
+    /// Run the handler on `request` once a concurrency slot is free, under
+    /// the caller's trace context, and stamp its start and end. `None` when
+    /// the slots are closed.
+    async fn handle(
+        &self,
+        request: MsgMap,
+        context: Option<TraceContext>,
+        stamps: &mut RequestStamps,
+    ) -> Option<Result<MsgMap, HandlerError>> {
+        let timer = stamps.timer();
+        let Ok(permit) = self.permits.acquire().await else {
+            return None;
+        };
+        // Under the caller's context: the calls the handler makes
+        // continue its trace.
+        let span = handler_span(context);
+        let start = Instant::now();
+        // A panicking handler fails its request (openpi answers an
+        // exception the same way) instead of silently dropping the link.
+        let call = span.in_scope(|| self.handler.call(request, timer.clone()));
+        let result = AssertUnwindSafe(call.instrument(span))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err(HandlerError::new("the policy handler panicked")));
+        let end = Instant::now();
+        drop(permit);
+        stamps.handled(start, end, timer);
+        Some(result)
+    }
+
+    /// Send the handler's `action` with the `server_timing` map and report
+    /// the request to the hook. The request's total in ms, or `None` when
+    /// the send failed.
+    async fn respond(
+        &self,
+        ws: &mut Ws,
+        stamps: &RequestStamps,
+        mut action: MsgMap,
+        answer: Answer<'_>,
+    ) -> Option<f64> {
+        action.remove(SERVER_TIMING_KEY);
+        let mut out = MapWriter::with_capacity(action.encoded_len_hint());
+        out.entries(action.entries());
+        drop(action);
+        // Stamp `total` as late as possible: only the timing map itself is
+        // encoded after it.
+        let timing = stamps.timing_now();
+        let map = TimingMap {
+            timing,
+            prev_total_ms: answer.prev_total_ms,
+        };
+        if self.report_timing {
+            // A relay nests the downstream's timing in its own.
+            match stamps.relayed(&timing) {
+                Some(chain) => out.entry(SERVER_TIMING_KEY, &chain.to_msgpack()),
+                None => out.entry(SERVER_TIMING_KEY, &map.to_msgpack()),
+            }
+        }
+        let sent = ws.send(Message::Binary(out.finish())).await;
+        let total_ms = stamps.recv.elapsed().as_secs_f64() * 1e3;
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let error = sent.as_ref().err().map(|e| format!("send failed: {e}"));
+        if error.is_some() {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut record = server_record(answer.trace_parent, answer.kind, timing, error);
+        record.forward = stamps.forwarded();
+        self.emit(record);
+        sent.is_ok().then_some(total_ms)
+    }
+
+    /// Remove every `traceparent` / `tracestate` entry from the request and
+    /// take the trace context from them, as from HTTP header lines (a
+    /// repeated key is a repeated header; a value that is neither a string
+    /// nor bytes is malformed). Rejections are counted.
+    fn take_context(&self, request: &mut MsgMap) -> Option<TraceContext> {
+        let parents = remove_all(request, TRACEPARENT);
+        let states = remove_all(request, TRACESTATE);
+        if parents.is_empty() && states.is_empty() {
+            return None;
+        }
+        let parents: Vec<&[u8]> = parents.iter().map(value_bytes).collect();
+        let states: Vec<&[u8]> = states.iter().map(value_bytes).collect();
+        take_context(&self.counters, &parents, &states)
+    }
+
+    async fn fail(
+        &self,
+        ws: &mut Ws,
+        stamps: &RequestStamps,
+        trace_parent: Option<TraceParent>,
+        kind: Option<&str>,
+        error: String,
+        bad: Bad,
+    ) {
+        let timing = stamps.timing_now();
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        // The text frame carries the whole message (openpi's client raises
+        // it); the close code says whose fault it was.
+        let _ = ws.send(Message::text(error.clone())).await;
+        let close = match bad {
+            Bad::Request => CloseFrame {
+                code: CloseCode::Invalid,
+                reason: close_reason(&error).into(),
+            },
+            Bad::Handler => CloseFrame {
+                code: CloseCode::Error,
+                reason: "request failed".into(),
+            },
+        };
+        let _ = ws.close(Some(close)).await;
+        let mut record = server_record(trace_parent, kind, timing, Some(error));
+        record.forward = stamps.forwarded();
+        self.emit(record);
+    }
+
+    fn emit(&self, mut record: ServerRecord) {
+        record.role = self.role;
+        if let Some(hook) = &self.hook {
+            hook(&record);
+        }
+    }
+}
+
+/// A trace context entry's bytes: a string or bytes; anything else reads as
+/// empty, which no valid header is (rejected like a malformed one).
+fn value_bytes(v: &Value) -> &[u8] {
+    match v {
+        Value::String(s) => s.as_bytes(),
+        Value::Binary(b) => b,
+        _ => &[],
+    }
+}
+
+/// Every value of `key`, in wire order, removed from `map` (at most the
+/// map's own length).
+fn remove_all(map: &mut MsgMap, key: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    while let Some(v) = map.remove(key) {
+        out.push(v);
+    }
+    out
+}
+
+/// Whose fault a failed request was.
+#[derive(Clone, Copy, Debug)]
+enum Bad {
+    /// The peer sent something that is not a request (WebSocket 1007).
+    Request,
+    /// The handler failed or panicked (1011, as openpi).
+    Handler,
+}
+
+/// `error` cut to fit a close frame's reason (123 bytes of UTF-8).
+fn close_reason(error: &str) -> String {
+    let mut end = error.len().min(120);
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    error[..end].to_owned()
+}
+
+fn is_transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted | WouldBlock
+    )
+}
