@@ -236,6 +236,30 @@ fn polyline(s: &mut String, pts: &[(f64, f64)], col: &str, dashed: bool, title: 
     );
 }
 
+/// Each figure's curve (`curve` of its sorted values), the baseline's
+/// dashed beneath, then the legend; closes the plot.
+fn close_curves(
+    s: &mut String,
+    g: &GroupData,
+    base: Option<&GroupData>,
+    ms: &[Figure],
+    curve: impl Fn(&[f32]) -> Vec<(f64, f64)>,
+) {
+    if let Some(b) = base {
+        for m in ms {
+            let sorted = b.sorted(*m);
+            if !sorted.is_empty() {
+                polyline(s, &curve(sorted), color(*m), true, &format!("baseline {m}"));
+            }
+        }
+    }
+    for m in ms {
+        polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
+    }
+    legend(s, ms);
+    let _ = writeln!(s, "</svg>");
+}
+
 fn hdr_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &str) {
     let ms = curves(g);
     let n = g.calls.len().max(2) as f64;
@@ -288,19 +312,7 @@ fn hdr_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
             })
             .collect()
     };
-    if let Some(b) = base {
-        for m in &ms {
-            let sorted = b.sorted(*m);
-            if !sorted.is_empty() {
-                polyline(s, &curve(sorted), color(*m), true, &format!("baseline {m}"));
-            }
-        }
-    }
-    for m in &ms {
-        polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
-    }
-    legend(s, &ms);
-    let _ = writeln!(s, "</svg>");
+    close_curves(s, g, base, &ms, curve);
 }
 
 fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &str) {
@@ -385,19 +397,7 @@ fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
             })
             .collect()
     };
-    if let Some(b) = base {
-        for m in &ms {
-            let sorted = b.sorted(*m);
-            if !sorted.is_empty() {
-                polyline(s, &curve(sorted), color(*m), true, &format!("baseline {m}"));
-            }
-        }
-    }
-    for m in &ms {
-        polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
-    }
-    legend(s, &ms);
-    let _ = writeln!(s, "</svg>");
+    close_curves(s, g, base, &ms, curve);
 }
 
 #[cfg(test)]

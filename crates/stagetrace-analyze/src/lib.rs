@@ -55,7 +55,7 @@ pub mod html;
 pub mod load;
 pub mod render;
 pub mod stats;
-pub mod summary;
+pub mod tail;
 #[cfg(test)]
 mod watchdog;
 

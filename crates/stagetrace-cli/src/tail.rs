@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use stagetrace_analyze::summary::{window_table, Follower};
+use stagetrace_analyze::tail::{window_table, Follower};
 
 use crate::stdout::{self, Reader};
 use crate::{exit, interrupt};

@@ -10,17 +10,21 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../stagetrace-otlp/tests/common/jaeger.rs"]
-mod jaeger;
-#[path = "../../stagetrace-otlp/tests/common/prometheus.rs"]
-mod prometheus;
+/// The OTLP crate's Jaeger and Prometheus harnesses and the tool process
+/// they run in.
+#[path = "../../stagetrace-otlp/tests/common"]
+mod common {
+    pub mod jaeger;
+    pub mod prometheus;
+    pub mod tool;
+}
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use jaeger::Jaeger;
-use prometheus::Prometheus;
+use common::jaeger::Jaeger;
+use common::prometheus::Prometheus;
 use serde_json::Value;
 use stagetrace_test_support::timing;
 

@@ -8,15 +8,22 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[path = "../../stagetrace-otlp/tests/common/jaeger.rs"]
-mod jaeger;
+/// The OTLP crate's Jaeger harness: the Jaeger and the tool process it runs in.
+#[path = "../../stagetrace-otlp/tests/common"]
+mod common {
+    pub mod jaeger;
+    pub mod tool;
+}
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use jaeger::{JSpan, Jaeger};
+use common::jaeger::{
+    assert_gateway_tree, assert_span_names, one, span_list, FourServices, JSpan, Jaeger,
+    ROBOT_HOP_SPANS,
+};
 use serde_json::Value;
 
 const CLIENT: &str = "stagetrace-demo-client";
@@ -194,20 +201,6 @@ fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger()
         );
     }
 
-    let robot_spans = [
-        "call",
-        "capture",
-        "transport",
-        "uplink",
-        "uplink client → gateway",
-        "uplink gateway → server",
-        "downlink",
-        "downlink server → gateway",
-        "downlink gateway → client",
-        "dispatch",
-        "uplink client → executor",
-        "ack executor → client",
-    ];
     let records = records(dir.path());
     let done: Vec<&Value> = records
         .iter()
@@ -222,84 +215,40 @@ fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger()
         } else {
             &["infer"]
         };
-        let total = robot_spans.len() + 2 + policy_spans.len() + 1;
+        let total = ROBOT_HOP_SPANS.len() + 2 + policy_spans.len() + 1;
         let spans = jaeger.wait_trace(trace_id, Duration::from_secs(30), |s| s.len() >= total);
-        let dump = || {
-            let mut v: Vec<String> = spans
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} {:?} id {} parent {}",
-                        s.service, s.name, s.span_id, s.parent_span_id
-                    )
-                })
-                .collect();
-            v.sort();
-            format!("trace {trace_id}:\n{}\n{}", v.join("\n"), jaeger.log())
-        };
+        let dump = || format!("{}\n{}", span_list(trace_id, &spans), jaeger.log());
         assert_eq!(spans.len(), total, "{}", dump());
-        for (service, names) in [
-            (CLIENT, &robot_spans[..]),
-            (GATEWAY, &["forward", "relay"][..]),
-            (SERVER, policy_spans),
-            (EXECUTOR, &["exec_wait"][..]),
-        ] {
-            let mut got: Vec<&str> = spans
-                .iter()
-                .filter(|s| s.service == service)
-                .map(|s| s.name.as_str())
-                .collect();
-            got.sort_unstable();
-            let mut want = names.to_vec();
-            want.sort_unstable();
-            assert_eq!(got, want, "{service}: {}", dump());
-        }
-        let span = |service: &str, name: &str| {
-            spans
-                .iter()
-                .find(|s| s.service == service && s.name == name)
-                .unwrap()
-        };
-        let call = span(CLIENT, "call");
-        let transport = span(CLIENT, "transport");
-        let dispatch = span(CLIENT, "dispatch");
-        let uplink = span(CLIENT, "uplink");
-        let downlink = span(CLIENT, "downlink");
-        let relay = span(GATEWAY, "relay");
-        let forward = span(GATEWAY, "forward");
-        assert!(call.parent_span_id.is_empty(), "the call is the root");
-        let mut parents = vec![
-            (span(CLIENT, "capture"), call),
-            (transport, call),
-            (dispatch, call),
-            (uplink, transport),
-            (downlink, transport),
-            (span(CLIENT, "uplink client → gateway"), uplink),
-            (span(CLIENT, "uplink gateway → server"), uplink),
-            (span(CLIENT, "downlink server → gateway"), downlink),
-            (span(CLIENT, "downlink gateway → client"), downlink),
-            (span(CLIENT, "uplink client → executor"), dispatch),
-            (span(CLIENT, "ack executor → client"), dispatch),
-            (relay, transport),
-            (forward, relay),
-            (span(SERVER, "infer"), forward),
-            (span(EXECUTOR, "exec_wait"), dispatch),
-        ];
+        assert_span_names(
+            &spans,
+            &[
+                (CLIENT, &ROBOT_HOP_SPANS[..]),
+                (GATEWAY, &["forward", "relay"][..]),
+                (SERVER, policy_spans),
+                (EXECUTOR, &["exec_wait"][..]),
+            ],
+            &dump,
+        );
+        let span = |service: &str, name: &str| one(&spans, service, name);
+        let tree = assert_gateway_tree(
+            &spans,
+            &FourServices {
+                robot: CLIENT,
+                gateway: GATEWAY,
+                policy: SERVER,
+                executor: EXECUTOR,
+            },
+            &dump,
+        );
         if queue {
-            parents.push((span(SERVER, "queue"), forward));
-        }
-        for (child, parent) in parents {
             assert_eq!(
-                child.parent_span_id,
-                parent.span_id,
-                "{} {:?} must be a child of {} {:?}\n{}",
-                child.service,
-                child.name,
-                parent.service,
-                parent.name,
+                span(SERVER, "queue").parent_span_id,
+                tree.forward.span_id,
+                "{}",
                 dump()
             );
         }
+        let dispatch = tree.dispatch;
         // The spans carry the record's figures: the gateway's own time, the
         // executor's wait, the policy server's inference.
         close(

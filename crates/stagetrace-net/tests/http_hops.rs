@@ -16,6 +16,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,10 +25,10 @@ use std::time::{Duration, Instant};
 use axum::routing::post;
 use axum::Router;
 use stagetrace::wire::RelayTiming;
-use stagetrace::{CallRecord, Figure, ServerRecord, ServerTiming};
-use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
+use stagetrace::{Figure, ServerRecord, ServerTiming};
 use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
+use support::{proxy, report_share, service, share, true_ns, Call, Link, Thread};
 use tracing::Instrument;
 
 const MS: i64 = 1_000_000;
@@ -39,62 +41,35 @@ const SKEW_SERVER: i64 = -80 * MS;
 const LINK0: (Duration, Duration) = (Duration::from_millis(6), Duration::from_millis(1));
 const LINK1: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(5));
 
-/// Stops a server or relay thread when dropped.
-struct Thread {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    join: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Thread {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
-    }
-}
-
 /// The policy server (axum + `TimingLayer`) on a thread of its own; its
 /// handler answers 500 for a body "fail".
 fn server(clock: ServerClock, seen: Arc<Mutex<Vec<ServerRecord>>>) -> (String, Thread) {
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let join = std::thread::spawn(move || {
-        rt().block_on(async move {
-            let layer = TimingLayer::new()
-                .clock(clock)
-                .on_request(move |r| seen.lock().unwrap().push(r.clone()));
-            let app = Router::new()
-                .route(
-                    "/infer",
-                    post(|body: axum::body::Bytes| async move {
-                        if &body[..] == b"fail" {
-                            return (http::StatusCode::INTERNAL_SERVER_ERROR, "model crashed");
-                        }
-                        tokio::time::sleep(INFER).await;
-                        (http::StatusCode::OK, "actions")
-                    }),
-                )
-                .layer(layer);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            addr_tx.send(listener.local_addr().unwrap()).unwrap();
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stop_rx.await;
-                })
-                .await;
-        });
-    });
-    let addr = addr_rx.recv().unwrap().to_string();
-    (
-        addr,
-        Thread {
-            stop: Some(stop),
-            join: Some(join),
-        },
-    )
+    service(false, move |addr_tx, stop_rx| async move {
+        let layer = TimingLayer::new()
+            .clock(clock)
+            .on_request(move |r| seen.lock().unwrap().push(r.clone()));
+        let app = Router::new()
+            .route(
+                "/infer",
+                post(|body: axum::body::Bytes| async move {
+                    if &body[..] == b"fail" {
+                        return (http::StatusCode::INTERNAL_SERVER_ERROR, "model crashed");
+                    }
+                    tokio::time::sleep(INFER).await;
+                    (http::StatusCode::OK, "actions")
+                }),
+            )
+            .layer(layer);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addr_tx
+            .send(listener.local_addr().unwrap().to_string())
+            .unwrap();
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await;
+    })
 }
 
 /// The gateway on a thread of its own, with a stage layer (a gateway is a
@@ -104,98 +79,17 @@ fn gateway(
     downstream: String,
     seen: Arc<Mutex<Vec<ServerRecord>>>,
 ) -> (String, Thread) {
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let join = std::thread::spawn(move || {
-        let _layer = Observed::new();
-        rt().block_on(async move {
-            let relay = HttpRelay::builder()
-                .clock(clock)
-                .on_request(move |r| seen.lock().unwrap().push(r.clone()))
-                .spawn("127.0.0.1:0", &format!("http://{downstream}"))
-                .await
-                .unwrap();
-            addr_tx.send(relay.local_addr().to_string()).unwrap();
-            let _ = stop_rx.await;
-            relay.shutdown().await;
-        });
-    });
-    let addr = addr_rx.recv().unwrap();
-    (
-        addr,
-        Thread {
-            stop: Some(stop),
-            join: Some(join),
-        },
-    )
-}
-
-fn proxy(upstream: &str, (up, down): (Duration, Duration)) -> ProxyHandle {
-    Proxy::spawn_in_thread(
-        "127.0.0.1:0".parse().unwrap(),
-        upstream.parse().unwrap(),
-        ProxyConfig {
-            uplink: LinkConfig::delay(up),
-            downlink: LinkConfig::delay(down),
-            ..ProxyConfig::default()
-        },
-    )
-    .unwrap()
-}
-
-/// One call: the record, the gateway's stamps it reported and the server's
-/// own record of the request.
-struct Call {
-    rec: CallRecord,
-    relay: RelayTiming,
-    server: ServerTiming,
-}
-
-/// A stamp of `clock` back on the host's clock.
-fn true_ns(clock: &ServerClock, stamp: u64) -> i64 {
-    stamp as i64 - clock.offset_ns()
-}
-
-/// One link's truth and what the record says about it (ms).
-#[derive(Clone, Copy, Debug)]
-struct Link {
-    true_up: f64,
-    true_down: f64,
-    up: f64,
-    down: f64,
-    err: f64,
-}
-
-impl Link {
-    /// Truth inside the stated bound (1 µs of rounding).
-    fn inside(&self) -> bool {
-        (self.up - self.true_up).abs() <= self.err + 1e-3
-            && (self.down - self.true_down).abs() <= self.err + 1e-3
-    }
-
-    /// The larger of up's and down's error over the bound: at most 1 when
-    /// [`Link::inside`].
-    fn ratio(&self) -> f64 {
-        let e = (self.up - self.true_up)
-            .abs()
-            .max((self.down - self.true_down).abs());
-        e / (self.err + 1e-3)
-    }
-}
-
-fn share<T>(v: &[T], ok: impl Fn(&T) -> bool) -> f64 {
-    v.iter().filter(|x| ok(x)).count() as f64 / v.len() as f64
-}
-
-/// Reports, for "at least `min_share` of calls inside the bound", the
-/// error / bound of the call that decides it: the one at that share's rank
-/// from the best (at most 1 exactly when the share holds).
-fn report_share(what: &str, mut ratios: Vec<f64>, min_share: f64) {
-    ratios.sort_by(f64::total_cmp);
-    let n = ratios.len();
-    if let Some(need) = (1..=n).find(|m| *m as f64 / n as f64 >= min_share) {
-        timing::error(what, ratios[need - 1], 1.0);
-    }
+    service(true, move |addr_tx, stop_rx| async move {
+        let relay = HttpRelay::builder()
+            .clock(clock)
+            .on_request(move |r| seen.lock().unwrap().push(r.clone()))
+            .spawn("127.0.0.1:0", &format!("http://{downstream}"))
+            .await
+            .unwrap();
+        addr_tx.send(relay.local_addr().to_string()).unwrap();
+        let _ = stop_rx.await;
+        relay.shutdown().await;
+    })
 }
 
 #[test]

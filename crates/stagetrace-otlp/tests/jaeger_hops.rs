@@ -21,7 +21,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::jaeger::{JSpan, Jaeger};
+use common::jaeger::{
+    assert_gateway_tree, assert_span_names, one, span_list, FourServices, GatewayTree, Jaeger,
+    ROBOT_HOP_SPANS,
+};
 use stagetrace::{CallRecord, Figure, ServerRecord, StageLayer};
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorServer};
 use stagetrace_net::{BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, Relay};
@@ -227,43 +230,12 @@ fn run(jaeger: &Jaeger) -> Run {
     }
 }
 
-/// The one span of `service` named `name` in `spans`.
-fn one<'a>(spans: &'a [JSpan], service: &str, name: &str) -> &'a JSpan {
-    let found: Vec<&JSpan> = spans
-        .iter()
-        .filter(|s| s.service == service && s.name == name)
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one {service} span named {name:?} in {:#?}",
-        spans
-            .iter()
-            .map(|s| (&s.service, &s.name))
-            .collect::<Vec<_>>()
-    );
-    found[0]
-}
-
 fn hex(id: Option<[u8; 8]>) -> String {
     stagetrace::wire::to_lc_hex(&id.unwrap())
 }
 
-/// What each service exports per call, by name.
-const ROBOT_SPANS: [&str; 12] = [
-    "call",
-    "capture",
-    "transport",
-    "uplink",
-    "uplink client → gateway",
-    "uplink gateway → server",
-    "downlink",
-    "downlink server → gateway",
-    "downlink gateway → client",
-    "dispatch",
-    "uplink client → executor",
-    "ack executor → client",
-];
+/// What each service exports per call, by name (the robot's:
+/// `ROBOT_HOP_SPANS`).
 const GATEWAY_SPANS: [&str; 2] = ["relay", "forward"];
 const POLICY_SPANS: [&str; 2] = ["queue", "infer"];
 const EXECUTOR_SPANS: [&str; 1] = ["exec_wait"];
@@ -287,7 +259,7 @@ fn a_call_through_a_gateway_and_to_an_executor_is_one_trace_of_four_services() {
     }
 
     let want: Vec<(&str, &[&str])> = vec![
-        (ROBOT, &ROBOT_SPANS),
+        (ROBOT, &ROBOT_HOP_SPANS),
         (GATEWAY, &GATEWAY_SPANS),
         (POLICY, &POLICY_SPANS),
         (EXECUTOR, &EXECUTOR_SPANS),
@@ -296,19 +268,7 @@ fn a_call_through_a_gateway_and_to_an_executor_is_one_trace_of_four_services() {
     for rec in &r.records {
         let trace_id = rec.trace_id.clone().unwrap();
         let spans = jaeger.wait_trace(&trace_id, Duration::from_secs(30), |s| s.len() >= total);
-        let dump = || {
-            let mut v: Vec<String> = spans
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} {:?} id {} parent {}",
-                        s.service, s.name, s.span_id, s.parent_span_id
-                    )
-                })
-                .collect();
-            v.sort();
-            format!("trace {trace_id}:\n{}", v.join("\n"))
-        };
+        let dump = || span_list(&trace_id, &spans);
 
         // One trace, four services, each with exactly its spans.
         let services: BTreeSet<&str> = spans.iter().map(|s| s.service.as_str()).collect();
@@ -319,62 +279,26 @@ fn a_call_through_a_gateway_and_to_an_executor_is_one_trace_of_four_services() {
             dump()
         );
         assert_eq!(spans.len(), total, "{}", dump());
-        for (service, names) in &want {
-            let mut got: Vec<&str> = spans
-                .iter()
-                .filter(|s| s.service == *service)
-                .map(|s| s.name.as_str())
-                .collect();
-            got.sort_unstable();
-            let mut names = names.to_vec();
-            names.sort_unstable();
-            assert_eq!(got, names, "{service}: {}", dump());
-        }
+        assert_span_names(&spans, &want, &dump);
         assert!(spans.iter().all(|s| s.trace_id == trace_id));
 
         // Every parent exactly.
         let span = |service, name| one(&spans, service, name);
-        let call = span(ROBOT, "call");
-        let transport = span(ROBOT, "transport");
-        let dispatch = span(ROBOT, "dispatch");
-        let uplink = span(ROBOT, "uplink");
-        let downlink = span(ROBOT, "downlink");
-        let relay = span(GATEWAY, "relay");
-        let forward = span(GATEWAY, "forward");
-        assert!(call.parent_span_id.is_empty(), "the call is the root");
-        let parents: [(&JSpan, &JSpan); 15] = [
-            (span(ROBOT, "capture"), call),
-            (transport, call),
-            (dispatch, call),
-            (uplink, transport),
-            (downlink, transport),
-            (span(ROBOT, "uplink client → gateway"), uplink),
-            (span(ROBOT, "uplink gateway → server"), uplink),
-            (span(ROBOT, "downlink server → gateway"), downlink),
-            (span(ROBOT, "downlink gateway → client"), downlink),
-            (span(ROBOT, "uplink client → executor"), dispatch),
-            (span(ROBOT, "ack executor → client"), dispatch),
-            // The gateway under the robot's transport span (the parent id
-            // the robot sent), its forward under it.
-            (relay, transport),
-            (forward, relay),
-            // The policy server under the gateway's forward span, the
-            // executor under the robot's dispatch span.
-            (span(POLICY, "infer"), forward),
-            (span(EXECUTOR, "exec_wait"), dispatch),
-        ];
-        for (child, parent) in parents {
-            assert_eq!(
-                child.parent_span_id,
-                parent.span_id,
-                "{} {:?} must be a child of {} {:?}\n{}",
-                child.service,
-                child.name,
-                parent.service,
-                parent.name,
-                dump()
-            );
-        }
+        let GatewayTree {
+            transport,
+            dispatch,
+            forward,
+            ..
+        } = assert_gateway_tree(
+            &spans,
+            &FourServices {
+                robot: ROBOT,
+                gateway: GATEWAY,
+                policy: POLICY,
+                executor: EXECUTOR,
+            },
+            &dump,
+        );
         assert_eq!(span(POLICY, "queue").parent_span_id, forward.span_id);
         // The ids are the ones that went over the wire: the robot's
         // transport span's in the gateway's request, the gateway's forward

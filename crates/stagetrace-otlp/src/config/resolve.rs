@@ -186,6 +186,14 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The resolved headers as (name, value) strings, in order.
+    fn header_pairs(s: &Settings) -> Vec<(String, String)> {
+        s.headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs
             .iter()
@@ -217,13 +225,8 @@ mod tests {
         assert_eq!(s.endpoint, "https://collector.example:4318/v1/traces");
         assert_eq!(s.service_name, "arm-7");
         assert_eq!(s.timeout, Duration::from_millis(2500));
-        let h: Vec<(String, String)> = s
-            .headers
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
-            .collect();
         assert_eq!(
-            h,
+            header_pairs(&s),
             vec![
                 ("authorization".into(), "Bearer abc".into()),
                 ("x-tenant".into(), "robots".into())
@@ -325,13 +328,8 @@ mod tests {
         assert_eq!(s.endpoint, "http://traces:4318/custom/path");
         assert_eq!(s.protocol, Protocol::HttpJson);
         assert_eq!(s.timeout, Duration::from_millis(700));
-        let h: Vec<(String, String)> = s
-            .headers
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
-            .collect();
         assert_eq!(
-            h,
+            header_pairs(&s),
             vec![
                 ("x-tenant".into(), "robots".into()),
                 ("authorization".into(), "traces".into()),

@@ -10,17 +10,15 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::tool::ToolProcess;
+
 /// One running (or stopped) Jaeger.
 pub struct Jaeger {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+    tool: ToolProcess,
     /// OTLP/HTTP receiver port.
     pub otlp_http: u16,
     /// OTLP/gRPC receiver port.
@@ -31,7 +29,6 @@ pub struct Jaeger {
     /// Jaeger's own metrics (the collector's telemetry, Prometheus text):
     /// `otelcol_receiver_accepted_spans_total` and the like.
     pub metrics_http: u16,
-    http: reqwest::blocking::Client,
 }
 
 impl Jaeger {
@@ -39,40 +36,18 @@ impl Jaeger {
     /// message when no binary is configured (panics instead under CI or with
     /// `STAGETRACE_REQUIRE_JAEGER=1`: `stagetrace_test_support::prereq`).
     pub fn start_or_skip(test: &str) -> Option<Jaeger> {
-        let bin = match std::env::var_os("STAGETRACE_JAEGER_BIN") {
-            Some(b) if !b.is_empty() => PathBuf::from(b),
-            _ => {
-                stagetrace_test_support::prereq::missing(
-                    test,
-                    "jaeger",
-                    "STAGETRACE_JAEGER_BIN is not set: run `cargo xtask test` (it builds \
-                     Jaeger), or `cargo xtask jaeger` and set STAGETRACE_JAEGER_BIN to the \
-                     path it prints",
-                );
-                return None;
-            }
-        };
-        assert!(
-            bin.exists(),
-            "STAGETRACE_JAEGER_BIN={} does not exist: run `cargo xtask jaeger`",
-            bin.display()
-        );
+        let tool =
+            ToolProcess::locate(test, "Jaeger", "jaeger", "STAGETRACE_JAEGER_BIN", "jaeger")?;
         let ports = free_ports(5);
         let mut jaeger = Jaeger {
-            bin,
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
+            tool,
             otlp_http: ports[0],
             otlp_grpc: ports[1],
             query_http: ports[2],
             query_grpc: ports[3],
             metrics_http: ports[4],
-            http: reqwest::blocking::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
         };
-        std::fs::write(jaeger.dir.path().join("jaeger.yaml"), jaeger.config()).unwrap();
+        std::fs::write(jaeger.tool.dir().join("jaeger.yaml"), jaeger.config()).unwrap();
         jaeger.spawn();
         Some(jaeger)
     }
@@ -134,54 +109,19 @@ exporters:
         )
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("jaeger.log")
-    }
-
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap();
-        let child = Command::new(&self.bin)
-            .arg("--config")
-            .arg(self.dir.path().join("jaeger.yaml"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !(port_open(self.otlp_http) && port_open(self.query_http)) {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("Jaeger exited with {status}:\n{}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Jaeger did not open its ports within 60 s:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let config = self.tool.dir().join("jaeger.yaml");
+        let (otlp_http, query_http) = (self.otlp_http, self.query_http);
+        self.tool.spawn(
+            &["--config".to_owned(), config.display().to_string()],
+            |_| port_open(otlp_http) && port_open(query_http),
+        );
     }
 
     /// Stops Jaeger (its in-memory traces are lost); the ports stay reserved
     /// for [`restart`](Self::restart) by nobody but chance.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while port_open(self.otlp_http) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.tool.stop(self.otlp_http);
     }
 
     /// Starts Jaeger again on the same ports.
@@ -192,22 +132,18 @@ exporters:
 
     /// The process id while it runs (for its CPU time and memory).
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.tool.pid()
     }
 
     /// Jaeger's own metrics, Prometheus text format (empty when unreachable).
     pub fn metrics_text(&self) -> String {
-        let url = format!("http://127.0.0.1:{}/metrics", self.metrics_http);
-        self.http
-            .get(&url)
-            .send()
-            .and_then(|r| r.text())
-            .unwrap_or_default()
+        self.tool
+            .get_text(&format!("http://127.0.0.1:{}/metrics", self.metrics_http))
     }
 
     /// Jaeger's log so far (for failure messages).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.tool.log()
     }
 
     /// `GET /api/v3/traces/{trace_id}`: the spans Jaeger has for the trace
@@ -217,7 +153,7 @@ exporters:
             "http://127.0.0.1:{}/api/v3/traces/{trace_id}?raw_traces=true",
             self.query_http
         );
-        let resp = match self.http.get(&url).send() {
+        let resp = match self.tool.http.get(&url).send() {
             Ok(r) => r,
             Err(_) => return Vec::new(),
         };
@@ -244,7 +180,7 @@ exporters:
             start_unix_ns / 1000,
             end_unix_ns / 1000 + 1,
         );
-        let resp = match self.http.get(&url).send() {
+        let resp = match self.tool.http.get(&url).send() {
             Ok(r) => r,
             Err(_) => return Vec::new(),
         };
@@ -281,15 +217,6 @@ exporters:
                 return spans;
             }
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Jaeger {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }
@@ -421,4 +348,143 @@ pub fn port_open(port: u16) -> bool {
         Duration::from_millis(200),
     )
     .is_ok()
+}
+
+/// Every span of a trace, one line each (service, name, id, parent),
+/// sorted: what a failure message shows.
+pub fn span_list(trace_id: &str, spans: &[JSpan]) -> String {
+    let mut v: Vec<String> = spans
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {:?} id {} parent {}",
+                s.service, s.name, s.span_id, s.parent_span_id
+            )
+        })
+        .collect();
+    v.sort();
+    format!("trace {trace_id}:\n{}", v.join("\n"))
+}
+
+/// The one span of `service` named `name` in `spans`.
+pub fn one<'a>(spans: &'a [JSpan], service: &str, name: &str) -> &'a JSpan {
+    let found: Vec<&JSpan> = spans
+        .iter()
+        .filter(|s| s.service == service && s.name == name)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one {service} span named {name:?} in {:#?}",
+        spans
+            .iter()
+            .map(|s| (&s.service, &s.name))
+            .collect::<Vec<_>>()
+    );
+    found[0]
+}
+
+/// Each service in `want` exported exactly its names (in any order).
+pub fn assert_span_names(spans: &[JSpan], want: &[(&str, &[&str])], dump: &dyn Fn() -> String) {
+    for (service, names) in want {
+        let mut got: Vec<&str> = spans
+            .iter()
+            .filter(|s| s.service == *service)
+            .map(|s| s.name.as_str())
+            .collect();
+        got.sort_unstable();
+        let mut names = names.to_vec();
+        names.sort_unstable();
+        assert_eq!(got, names, "{service}: {}", dump());
+    }
+}
+
+/// What a robot exports per call through one gateway, dispatched to a
+/// remote executor.
+pub const ROBOT_HOP_SPANS: [&str; 12] = [
+    "call",
+    "capture",
+    "transport",
+    "uplink",
+    "uplink client → gateway",
+    "uplink gateway → server",
+    "downlink",
+    "downlink server → gateway",
+    "downlink gateway → client",
+    "dispatch",
+    "uplink client → executor",
+    "ack executor → client",
+];
+
+/// The services of a call through one gateway to a policy server,
+/// dispatched to a remote executor.
+pub struct FourServices<'s> {
+    pub robot: &'s str,
+    pub gateway: &'s str,
+    pub policy: &'s str,
+    pub executor: &'s str,
+}
+
+/// The spans of such a call that others hang under.
+pub struct GatewayTree<'a> {
+    pub call: &'a JSpan,
+    pub transport: &'a JSpan,
+    pub dispatch: &'a JSpan,
+    pub uplink: &'a JSpan,
+    pub downlink: &'a JSpan,
+    pub relay: &'a JSpan,
+    pub forward: &'a JSpan,
+}
+
+/// Every span of a call through one gateway with a remote executor under
+/// its parent exactly: the robot's stages under the call, each link under
+/// its direction, the gateway under the robot's transport span (the parent
+/// id the robot sent), its forward under it, the policy server's inference
+/// under the forward and the executor under the robot's dispatch.
+pub fn assert_gateway_tree<'a>(
+    spans: &'a [JSpan],
+    s: &FourServices<'_>,
+    dump: &dyn Fn() -> String,
+) -> GatewayTree<'a> {
+    let robot = |name| one(spans, s.robot, name);
+    let t = GatewayTree {
+        call: robot("call"),
+        transport: robot("transport"),
+        dispatch: robot("dispatch"),
+        uplink: robot("uplink"),
+        downlink: robot("downlink"),
+        relay: one(spans, s.gateway, "relay"),
+        forward: one(spans, s.gateway, "forward"),
+    };
+    assert!(t.call.parent_span_id.is_empty(), "the call is the root");
+    let parents: [(&JSpan, &JSpan); 15] = [
+        (robot("capture"), t.call),
+        (t.transport, t.call),
+        (t.dispatch, t.call),
+        (t.uplink, t.transport),
+        (t.downlink, t.transport),
+        (robot("uplink client → gateway"), t.uplink),
+        (robot("uplink gateway → server"), t.uplink),
+        (robot("downlink server → gateway"), t.downlink),
+        (robot("downlink gateway → client"), t.downlink),
+        (robot("uplink client → executor"), t.dispatch),
+        (robot("ack executor → client"), t.dispatch),
+        (t.relay, t.transport),
+        (t.forward, t.relay),
+        (one(spans, s.policy, "infer"), t.forward),
+        (one(spans, s.executor, "exec_wait"), t.dispatch),
+    ];
+    for (child, parent) in parents {
+        assert_eq!(
+            child.parent_span_id,
+            parent.span_id,
+            "{} {:?} must be a child of {} {:?}\n{}",
+            child.service,
+            child.name,
+            parent.service,
+            parent.name,
+            dump()
+        );
+    }
+    t
 }

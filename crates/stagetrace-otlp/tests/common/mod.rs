@@ -1,3 +1,4 @@
 pub mod collector;
 pub mod jaeger;
 pub mod prometheus;
+pub mod tool;

@@ -14,22 +14,18 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::jaeger::{free_ports, port_open};
+use super::tool::ToolProcess;
 
 /// One running (or stopped) Prometheus.
 pub struct Prometheus {
-    bin: PathBuf,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+    tool: ToolProcess,
     /// Web port: the query API and the OTLP receiver (`/api/v1/otlp`).
     pub port: u16,
-    http: reqwest::blocking::Client,
 }
 
 impl Prometheus {
@@ -37,39 +33,22 @@ impl Prometheus {
     /// message when no binary is configured (a failure under CI or with
     /// `STAGETRACE_REQUIRE_PROMETHEUS=1`).
     pub fn start_or_skip(test: &str) -> Option<Prometheus> {
-        let bin = match std::env::var_os("STAGETRACE_PROMETHEUS_BIN") {
-            Some(b) if !b.is_empty() => PathBuf::from(b),
-            _ => {
-                stagetrace_test_support::prereq::missing(
-                    test,
-                    "prometheus",
-                    "STAGETRACE_PROMETHEUS_BIN is not set: run `cargo xtask test` (it builds \
-                     Prometheus), or `cargo xtask prometheus` and set STAGETRACE_PROMETHEUS_BIN \
-                     to the path it prints",
-                );
-                return None;
-            }
-        };
-        assert!(
-            bin.exists(),
-            "STAGETRACE_PROMETHEUS_BIN={} does not exist: run `cargo xtask prometheus`",
-            bin.display()
-        );
+        let tool = ToolProcess::locate(
+            test,
+            "Prometheus",
+            "prometheus",
+            "STAGETRACE_PROMETHEUS_BIN",
+            "prometheus",
+        )?;
         let mut p = Prometheus {
-            bin,
-            dir: tempfile::tempdir().unwrap(),
-            child: None,
+            tool,
             port: free_ports(1)[0],
-            http: reqwest::blocking::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
         };
         // No scrape jobs: everything arrives over OTLP. The robot's identity
         // attributes become labels (service.name → job, service.instance.id
         // → instance by default).
         std::fs::write(
-            p.dir.path().join("prometheus.yml"),
+            p.tool.dir().join("prometheus.yml"),
             "global:\n  evaluation_interval: 1s\notlp:\n  promote_resource_attributes: [host.name]\n",
         )
         .unwrap();
@@ -83,72 +62,28 @@ impl Prometheus {
         format!("http://127.0.0.1:{}/api/v1/otlp", self.port)
     }
 
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("prometheus.log")
-    }
-
     fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap();
-        let child = Command::new(&self.bin)
-            .arg(format!(
-                "--config.file={}",
-                self.dir.path().join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                self.dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{}", self.port))
-            .arg("--web.enable-otlp-receiver")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("Prometheus exited with {status}:\n{}", self.log());
-            }
-            if port_open(self.port) && self.ready() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Prometheus was not ready within 60 s:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn ready(&self) -> bool {
-        let url = format!("http://127.0.0.1:{}/-/ready", self.port);
-        self.http
-            .get(&url)
-            .send()
-            .is_ok_and(|r| r.status().is_success())
+        let dir = self.tool.dir().to_owned();
+        let port = self.port;
+        let args = [
+            format!("--config.file={}", dir.join("prometheus.yml").display()),
+            format!("--storage.tsdb.path={}", dir.join("data").display()),
+            format!("--web.listen-address=127.0.0.1:{port}"),
+            "--web.enable-otlp-receiver".to_owned(),
+        ];
+        self.tool.spawn(&args, |tool| {
+            port_open(port)
+                && tool
+                    .http
+                    .get(format!("http://127.0.0.1:{port}/-/ready"))
+                    .send()
+                    .is_ok_and(|r| r.status().is_success())
+        });
     }
 
     /// Stops Prometheus (its data directory stays).
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while port_open(self.port) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.tool.stop(self.port);
     }
 
     /// Starts Prometheus again on the same port and data.
@@ -159,23 +94,19 @@ impl Prometheus {
 
     /// The process id while it runs (for its CPU time and memory).
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.tool.pid()
     }
 
     /// Prometheus's own metrics, text format (`prometheus_tsdb_head_samples_appended_total`
     /// and the like; empty when unreachable).
     pub fn metrics_text(&self) -> String {
-        let url = format!("http://127.0.0.1:{}/metrics", self.port);
-        self.http
-            .get(&url)
-            .send()
-            .and_then(|r| r.text())
-            .unwrap_or_default()
+        self.tool
+            .get_text(&format!("http://127.0.0.1:{}/metrics", self.port))
     }
 
     /// Prometheus's log so far (for failure messages).
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        self.tool.log()
     }
 
     /// An instant PromQL query: each series' labels and value (NaN values
@@ -186,7 +117,7 @@ impl Prometheus {
             self.port,
             percent_encode(promql)
         );
-        let resp = match self.http.get(&url).send() {
+        let resp = match self.tool.http.get(&url).send() {
             Ok(r) => r,
             Err(_) => return Vec::new(),
         };
@@ -222,15 +153,6 @@ impl Prometheus {
                 return v;
             }
             std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
         }
     }
 }
