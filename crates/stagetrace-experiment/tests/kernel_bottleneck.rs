@@ -71,7 +71,13 @@ fn a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it() {
         "#,
     )
     .unwrap();
-    let support::Finished { report, json, .. } = support::run_to_end(&plan);
+    // The experiment's pipeline at real-time priority: the plan loads the
+    // network alone, and beside busy loops on every core the CPU was
+    // loaded too (100 %, 89 ms/s of run-queue wait), which moved infer's
+    // p99 by 2.5 ms — rightly "dragged along" on such a host, but not the
+    // one-factor premise this test checks.
+    let support::Finished { report, json, .. } =
+        timing::at_realtime("kernel_bottleneck tbf ramp", || support::run_to_end(&plan));
     assert_eq!(
         json["verdict"]["first_stage"], "uplink",
         "{}",

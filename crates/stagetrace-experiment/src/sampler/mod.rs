@@ -153,12 +153,6 @@ pub(crate) fn now_unix_ms() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64() * 1e3)
 }
 
-/// CPU time of the calling thread, ns (`/proc/thread-self/schedstat`).
-pub fn thread_cpu_ns() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    s.split_whitespace().next()?.parse().ok()
-}
-
 /// The sampler thread: a sample every `period` until `stop`, the first
 /// only priming the counters; returns what sampling cost.
 fn sample_loop(
@@ -169,7 +163,7 @@ fn sample_loop(
     tx: &SyncSender<ResourceSample>,
     dropped: &AtomicU64,
 ) -> SamplerCost {
-    let cpu0 = thread_cpu_ns();
+    let cpu0 = stagetrace::host::thread_cpu_ns();
     let start = Instant::now();
     let mut prev = Snapshot::default();
     let mut samples = 0u64;
@@ -204,7 +198,7 @@ fn sample_loop(
         }
     }
     let wall_s = start.elapsed().as_secs_f64();
-    let cpu_ms = match (cpu0, thread_cpu_ns()) {
+    let cpu_ms = match (cpu0, stagetrace::host::thread_cpu_ns()) {
         (Some(a), Some(b)) => b.saturating_sub(a) as f64 / 1e6,
         _ => f64::NAN,
     };

@@ -215,6 +215,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     }
     let logs = root.join("target/timing-failures");
     let _ = std::fs::create_dir_all(&logs);
+    let partial = logs.join(if o.load {
+        "table-load.md"
+    } else {
+        "table-idle.md"
+    });
     let load = o.load.then(Load::start);
     let started = Instant::now();
     let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
@@ -278,9 +283,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             o.runs,
             started.elapsed().as_secs_f64()
         );
+        // The table so far, after every round: a run cut off after an hour
+        // still leaves what it saw.
+        let _ = std::fs::write(&partial, table(&tests, &tallies, &o, run));
     }
     drop(load);
-    print_table(&tests, &tallies, &o);
+    print!("{}", table(&tests, &tallies, &o, o.runs));
     let failed = tallies.values().filter(|t| t.passed < t.runs).count();
     if failed > 0 {
         return Err(format!("{failed} timing test(s) failed at least once"));
@@ -288,9 +296,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn print_table(tests: &[&TimingTest], tallies: &BTreeMap<usize, Tally>, o: &Options) {
-    println!(
-        "\n{} run(s) per test, {}\n",
+/// The markdown table of `tallies` after `done` round(s) of `o.runs`.
+fn table(
+    tests: &[&TimingTest],
+    tallies: &BTreeMap<usize, Tally>,
+    o: &Options,
+    done: usize,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{done} of {} run(s) per test, {}\n",
         o.runs,
         if o.load {
             "beside a busy loop on every core"
@@ -298,22 +315,24 @@ fn print_table(tests: &[&TimingTest], tallies: &BTreeMap<usize, Tally>, o: &Opti
             "no added load"
         }
     );
-    println!("| test | passed | worst error / bound | figure |");
-    println!("|---|---|---|---|");
+    let _ = writeln!(out, "| test | passed | worst error / bound | figure |");
+    let _ = writeln!(out, "|---|---|---|---|");
     for (i, test) in tests.iter().enumerate() {
         let Some(t) = tallies.get(&i) else { continue };
         let worst = t.worst.as_ref().map_or_else(
             || ("not reported".to_owned(), String::new()),
             |(_, e, b, what)| (format!("{e:.4} / {b:.4}"), what.clone()),
         );
-        println!(
+        let _ = writeln!(
+            out,
             "| {}::{} | {} of {} | {} | {} |",
             test.target, test.name, t.passed, t.runs, worst.0, worst.1
         );
         if let Some(log) = &t.failure_log {
-            println!("|   first failure: {} | | | |", log.display());
+            let _ = writeln!(out, "|   first failure: {} | | | |", log.display());
         }
     }
+    out
 }
 
 #[cfg(test)]
