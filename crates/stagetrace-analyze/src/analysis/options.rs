@@ -27,6 +27,12 @@ impl Default for AnalyzeOptions {
 /// Fewest values a shape or periodicity test runs on.
 pub(crate) const MIN_N: usize = 20;
 
+/// Fewest calls that make a verdict, whatever the share: from fewer the
+/// rate cannot be told (three in 300 calls fit a true rate from 0.2 % to
+/// 3 %), and a host's rare hiccup in a short run is not a stage's fault to
+/// chase. They stay in the outlier list.
+pub(crate) const MIN_SPIKES: usize = 5;
+
 /// The records' resolution (ms): figures are written with 1 µs resolution.
 pub(crate) const RESOLUTION_MS: f64 = 0.001;
 

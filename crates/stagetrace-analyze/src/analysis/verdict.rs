@@ -5,6 +5,7 @@ use serde_json::json;
 use stagetrace_schema::Figure;
 
 use super::moves::{dedupe, e2e_moved, moves, Context};
+use super::options::MIN_SPIKES;
 use super::report::{GroupReport, Verdict};
 use crate::figures;
 use crate::format::fmt_ms;
@@ -83,12 +84,6 @@ pub(super) fn advice(f: Figure) -> &'static str {
 /// show them as spikes and the verdict must.
 const SPIKE_SHARE: f64 = 0.01;
 
-/// Fewest spikes that make a verdict, whatever the share: from fewer the
-/// rate cannot be told (three in 300 calls fit a true rate from 0.2 % to
-/// 3 %), and a host's rare hiccup in a short run is not a stage's fault to
-/// chase. They stay in the outlier list.
-const MIN_SPIKES: u64 = 5;
-
 /// Without a baseline: figures above their outlier threshold on at least
 /// [`SPIKE_SHARE`] of the calls and [`MIN_SPIKES`] calls, when no other verdict already names them
 /// (periodic spikes), and each spike costs its call at least the practical
@@ -98,7 +93,9 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
     let flagged: Vec<Figure> = o
         .by_stage
         .iter()
-        .filter(|(_, s)| s.rounds >= MIN_SPIKES && s.rounds as f64 >= SPIKE_SHARE * r.steady as f64)
+        .filter(|(_, s)| {
+            s.rounds >= MIN_SPIKES as u64 && s.rounds as f64 >= SPIKE_SHARE * r.steady as f64
+        })
         .filter_map(|(name, _)| Figure::from_name(name))
         .filter(|f| !periodic.contains(f))
         .collect();
