@@ -145,7 +145,7 @@ impl FromStr for Gate {
                     "median" => "p50",
                     s => s,
                 };
-                if crate::stats::Summary::default().get(stat).is_none() {
+                if crate::stats::Distribution::default().get(stat).is_none() {
                     return Err(bad(&format!("unknown statistic '{stat}'")));
                 }
                 Target::Stage {

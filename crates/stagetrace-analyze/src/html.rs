@@ -184,6 +184,18 @@ fn legend(s: &mut String, items: &[Figure]) {
     }
 }
 
+/// The plot's two axis lines: the y axis on the left, the x axis at the bottom.
+fn axes(s: &mut String) {
+    let _ = writeln!(
+            s,
+            "<line x1=\"{ML}\" x2=\"{ML}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#333\"/><line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>",
+            H - MB,
+            W - MR,
+            H - MB,
+            H - MB
+        );
+}
+
 /// Y axis with ~6 nice ticks from 0 to `max`; returns the rounded max.
 fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
     let (top, ticks) = axis::linear(max);
@@ -205,14 +217,7 @@ fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
         (MT + H - MB) / 2.0,
         label
     );
-    let _ = writeln!(
-        s,
-        "<line x1=\"{ML}\" x2=\"{ML}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#333\"/><line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>",
-        H - MB,
-        W - MR,
-        H - MB,
-        H - MB
-    );
+    axes(s);
     top
 }
 
@@ -343,14 +348,7 @@ fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
             y + 4.0
         );
     }
-    let _ = writeln!(
-        s,
-        "<line x1=\"{ML}\" x2=\"{ML}\" y1=\"{MT}\" y2=\"{:.1}\" stroke=\"#333\"/><line x1=\"{ML}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>",
-        H - MB,
-        W - MR,
-        H - MB,
-        H - MB
-    );
+    axes(s);
     let _ = writeln!(
         s,
         "<text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">fraction of calls ≤ x</text>",

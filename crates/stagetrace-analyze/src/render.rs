@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use stagetrace_schema::{Figure, BLACK_BOX_NOTE};
 
-use crate::analysis::{GroupReport, Report};
+use crate::analysis::{GroupReport, Report, StageVsBaseline};
 use crate::figures;
 use crate::format::{fmt_ms, iso_time, signed_ms};
 
@@ -39,6 +39,21 @@ pub fn json(report: &Report) -> Result<String, serde_json::Error> {
     let mut s = serde_json::to_string_pretty(report)?;
     s.push('\n');
     Ok(s)
+}
+
+/// A figure against its baseline, as the columns of the baseline tables:
+/// p50 before, after, ×p50 [CI], the same for p99, and the shape.
+fn baseline_cells(b: &StageVsBaseline) -> String {
+    format!(
+        "{:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  {}",
+        cell(b.p50.before),
+        cell(b.p50.after),
+        format!("{:.2} [{:.2} {:.2}]", b.p50.ratio, b.p50.lo, b.p50.hi),
+        cell(b.p99.before),
+        cell(b.p99.after),
+        format!("{:.2} [{:.2} {:.2}]", b.p99.ratio, b.p99.lo, b.p99.hi),
+        b.shape
+    )
 }
 
 /// A table cell: fixed three decimals.
@@ -225,18 +240,7 @@ fn baseline_table(s: &mut String, g: &GroupReport) {
         );
         for m in figures::read() {
             if let Some(b) = g.baseline.get(m.name()) {
-                let _ = writeln!(
-                    s,
-                    "  {:<10} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  {}",
-                    m.name(),
-                    cell(b.p50.before),
-                    cell(b.p50.after),
-                    format!("{:.2} [{:.2} {:.2}]", b.p50.ratio, b.p50.lo, b.p50.hi),
-                    cell(b.p99.before),
-                    cell(b.p99.after),
-                    format!("{:.2} [{:.2} {:.2}]", b.p99.ratio, b.p99.lo, b.p99.hi),
-                    b.shape
-                );
+                let _ = writeln!(s, "  {:<10} {}", m.name(), baseline_cells(b));
             }
         }
     }

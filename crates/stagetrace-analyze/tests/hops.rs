@@ -9,18 +9,9 @@
 #[path = "support/gen.rs"]
 mod gen;
 
-use gen::{Gateway, Scenario};
-use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
+use gen::{run, Gateway, Scenario};
+use stagetrace_analyze::analysis::{analyze, AnalyzeOptions};
 use stagetrace_analyze::{compare, render};
-
-fn run(s: &Scenario, base: Option<&Scenario>) -> (Report, String) {
-    let ds = gen::dataset(s);
-    let b = base.map(gen::dataset);
-    let a = analyze(&ds, b.as_ref(), &AnalyzeOptions::default());
-    let text = render::text(&a.report);
-    eprintln!("{text}");
-    (a.report, text)
-}
 
 fn through(seed: u64, g: Gateway) -> Scenario {
     Scenario {
@@ -86,16 +77,23 @@ fn report_shows_each_link_each_way_the_gateway_and_the_bounds() {
     assert!(!render::json(&plain).unwrap().contains("\"hops\""));
 }
 
-#[test]
-fn a_slower_link_is_named_with_its_direction_not_the_whole_path() {
+/// A baseline through the default gateway, and a run whose link 2
+/// (gateway → server) uplink is 5 ms slower, nothing else.
+fn link_2_uplink_slower() -> (Scenario, Scenario) {
     let base = through(203, Gateway::default());
-    let s = through(
+    let slower = through(
         204,
         Gateway {
             up: [3.0, 6.0],
             ..Gateway::default()
         },
     );
+    (base, slower)
+}
+
+#[test]
+fn a_slower_link_is_named_with_its_direction_not_the_whole_path() {
+    let (base, s) = link_2_uplink_slower();
     let (r, text) = run(&s, Some(&base));
     let v = &r.verdicts[0];
     assert_eq!(v.code, "hop_slower", "{text}");
@@ -232,14 +230,7 @@ fn compare_shows_the_link_that_moved() {
 /// p50 / p99, and the link and figure the verdict names marked (only them).
 #[test]
 fn the_html_report_has_a_row_per_link_and_marks_the_one_that_moved() {
-    let base = through(203, Gateway::default());
-    let s = through(
-        204,
-        Gateway {
-            up: [3.0, 6.0],
-            ..Gateway::default()
-        },
-    );
+    let (base, s) = link_2_uplink_slower();
     let (ds, b) = (gen::dataset(&s), gen::dataset(&base));
     let a = analyze(&ds, Some(&b), &AnalyzeOptions::default());
     let html = stagetrace_analyze::html::html(&a);

@@ -6,18 +6,8 @@
 #[path = "support/gen.rs"]
 mod gen;
 
-use gen::Scenario;
-use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
-use stagetrace_analyze::render;
-
-fn run(s: &Scenario, base: Option<&Scenario>) -> (Report, String) {
-    let ds = gen::dataset(s);
-    let b = base.map(gen::dataset);
-    let a = analyze(&ds, b.as_ref(), &AnalyzeOptions::default());
-    let text = render::text(&a.report);
-    eprintln!("{text}");
-    (a.report, text)
-}
+use gen::{run, Scenario};
+use stagetrace_analyze::analysis::Report;
 
 fn codes(r: &Report) -> Vec<(&'static str, Option<&'static str>)> {
     r.verdicts.iter().map(|v| (v.code, v.stage)).collect()

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::gen::{self, Scenario};
-use support::{assert_usage_error, p, seeded, stagetrace, stderr};
+use support::{assert_usage_error, p, seeded, stagetrace, stderr, window};
 
 /// The real binary.
 fn bin() -> Command {
@@ -93,28 +93,8 @@ fn ctrl_c(child: &Child) {
 }
 
 // ---------------------------------------------------------------------------
-// `tail` summary lines
+// `tail` (summary lines: `support::window`)
 // ---------------------------------------------------------------------------
-
-fn stats(p50: f64) -> Value {
-    json!({"count": 500, "min": p50 * 0.8, "p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3,
-           "p99.9": p50 * 1.5, "max": p50 * 2.0, "mean": p50 * 1.02})
-}
-
-/// One summary line in the layer's format (as in tail_cli.rs).
-fn window(run: &str, index: u64, infer_p50: f64) -> String {
-    json!({
-        "run": run, "window": "rolling", "index": index,
-        "start_unix_ms": 1_764_000_000_000.0 + 10_000.0 * index as f64,
-        "end_unix_ms": 1_764_000_010_000.0 + 10_000.0 * index as f64,
-        "calls": 500, "warmup_calls": 0, "failed_calls": 0,
-        "stages": {"capture": stats(2.0), "infer": stats(infer_p50), "e2e": stats(infer_p50 + 6.0)},
-        "kinds": {"call": {"calls": 500, "stages": {"infer": stats(infer_p50)}}},
-        "queue_drops": 0, "write_failures": 0
-    })
-    .to_string()
-        + "\n"
-}
 
 /// `stagetrace tail DIR --interval 0.1 EXTRA…`, its stdout as lines on a channel.
 fn start_tail(dir: &Path, extra: &[&str]) -> (Child, mpsc::Receiver<String>) {

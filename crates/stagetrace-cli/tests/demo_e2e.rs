@@ -138,6 +138,17 @@ fn low_decile_of(records: &[&Value], name: &str) -> f64 {
     v[(v.len() - 1) / 10]
 }
 
+/// The low decile of `name` within `bound` ms of its `truth`, reported
+/// for `cargo xtask timing` before it is asserted.
+fn assert_low_decile(records: &[&Value], name: &str, truth: f64, bound: f64) {
+    let v = low_decile_of(records, name);
+    timing::error(&format!("{name} low decile err (ms)"), v - truth, bound);
+    assert!(
+        (v - truth).abs() <= bound,
+        "{name} low decile {v:.3} vs truth {truth:.3} ms (bound {bound} ms)"
+    );
+}
+
 /// Reports `x` against the window [lo, hi]: its distance from the middle
 /// against half the width, so 1.0 at either edge.
 fn report_window(what: &str, x: f64, lo: f64, hi: f64) {
@@ -211,18 +222,9 @@ fn ground_truth_skew_250_uplink_20_downlink_5() {
     let recs = measured(&run.records);
     assert!(recs.len() >= 70, "only {} measured calls", recs.len());
 
-    let net = low_decile_of(&recs, "net_ms");
-    timing::error("net low decile err (ms)", net - (25.0 + base_net), 1.5);
-    assert!(
-        (net - (25.0 + base_net)).abs() <= 1.5,
-        "net_ms low decile {net:.3} vs injected 25 + loopback {base_net:.3}"
-    );
-    let infer = low_decile_of(&recs, "infer_ms");
-    timing::error("infer low decile err (ms)", infer - 12.0, 1.0);
-    assert!(
-        (infer - 12.0).abs() <= 1.0,
-        "infer_ms low decile {infer:.3} vs model 12 ms"
-    );
+    // The injected 25 ms plus the loopback's own (measured before).
+    assert_low_decile(&recs, "net_ms", 25.0 + base_net, 1.5);
+    assert_low_decile(&recs, "infer_ms", 12.0, 1.0);
 
     // The loop below asserts every call: report the one nearest its bound
     // first (the same truth, from the same fields).
@@ -317,18 +319,8 @@ fn trusted_clocks_without_skew_give_the_injected_split() {
     let recs = measured(&run.records);
     assert!(recs.len() >= 50, "only {} measured calls", recs.len());
     assert!(recs.iter().all(|r| r["clock"] == "trusted"));
-    let up = low_decile_of(&recs, "uplink_ms");
-    let down = low_decile_of(&recs, "downlink_ms");
-    timing::error("uplink low decile err (ms)", up - 20.0, 1.5);
-    timing::error("downlink low decile err (ms)", down - 5.0, 1.5);
-    assert!(
-        (up - 20.0).abs() <= 1.5,
-        "uplink low decile {up:.3} vs injected 20 ms"
-    );
-    assert!(
-        (down - 5.0).abs() <= 1.5,
-        "downlink low decile {down:.3} vs injected 5 ms"
-    );
+    assert_low_decile(&recs, "uplink_ms", 20.0, 1.5);
+    assert_low_decile(&recs, "downlink_ms", 5.0, 1.5);
 }
 
 /// The figures every completed call of the clock-step run has, each under 1 s.
@@ -577,24 +569,9 @@ fn http_transport_traces_the_same_stages() {
     ]);
     let recs = measured(&run.records);
     assert_eq!(recs.len(), 35, "every call completes");
-    let up = low_decile_of(&recs, "uplink_ms");
-    let down = low_decile_of(&recs, "downlink_ms");
-    timing::error("uplink low decile err (ms)", up - 6.0, 1.5);
-    timing::error("downlink low decile err (ms)", down - 3.0, 1.5);
-    assert!(
-        (up - 6.0).abs() <= 1.5,
-        "uplink low decile {up:.3} vs injected 6 ms"
-    );
-    assert!(
-        (down - 3.0).abs() <= 1.5,
-        "downlink low decile {down:.3} vs injected 3 ms"
-    );
-    let infer = low_decile_of(&recs, "infer_ms");
-    timing::error("infer low decile err (ms)", infer - 12.0, 1.0);
-    assert!(
-        (infer - 12.0).abs() <= 1.0,
-        "infer low decile {infer:.3} vs model 12 ms"
-    );
+    assert_low_decile(&recs, "uplink_ms", 6.0, 1.5);
+    assert_low_decile(&recs, "downlink_ms", 3.0, 1.5);
+    assert_low_decile(&recs, "infer_ms", 12.0, 1.0);
     assert_eq!(run.json["transport"], "http");
 }
 

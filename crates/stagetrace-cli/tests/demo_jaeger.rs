@@ -29,6 +29,37 @@ use serde_json::Value;
 const CLIENT: &str = "stagetrace-demo-client";
 const SERVER: &str = "stagetrace-demo-server";
 
+/// Runs the demo with 8 calls (2 of them warm-up) at 20 Hz, 10 kB
+/// payloads and a 4 ms model, plus `extra`, exporting to `jaeger`; its
+/// records go to `dir`. Returns the demo's stderr.
+fn demo_into(jaeger: &Jaeger, dir: &Path, extra: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["demo", "--calls", "8", "--warmup", "2", "--hz", "20"])
+        .args(["--payload-kb", "10", "--model-ms", "4", "--json"])
+        .args(extra)
+        .arg("--out")
+        .arg(dir)
+        .arg("--otlp")
+        .arg(jaeger.otlp_endpoint())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_SERVICE_NAME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "demo failed: {stderr}");
+    stderr
+}
+
+/// The completed calls' records in `dir` (at least 6 of the 8).
+fn completed(dir: &Path) -> Vec<Value> {
+    let done: Vec<Value> = records(dir)
+        .into_iter()
+        .filter(|r| r.get("failed").is_none())
+        .collect();
+    assert!(done.len() >= 6, "{} completed calls of 8", done.len());
+    done
+}
+
 fn records(dir: &Path) -> Vec<Value> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -63,40 +94,13 @@ fn demo_calls_arrive_in_jaeger_as_one_trace_across_client_and_server() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
-        .args([
-            "demo",
-            "--calls",
-            "8",
-            "--warmup",
-            "2",
-            "--hz",
-            "20",
-            "--payload-kb",
-            "10",
-        ])
-        .args(["--model-ms", "4", "--json", "--out"])
-        .arg(dir.path())
-        .arg("--otlp")
-        .arg(jaeger.otlp_endpoint())
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_SERVICE_NAME")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "demo failed: {stderr}");
+    let stderr = demo_into(&jaeger, dir.path(), &[]);
     assert!(
         stderr.contains("otlp"),
         "the demo reports its export: {stderr}"
     );
 
-    let records = records(dir.path());
-    let done: Vec<&Value> = records
-        .iter()
-        .filter(|r| r.get("failed").is_none())
-        .collect();
-    assert!(done.len() >= 6, "{} completed calls of 8", done.len());
-    for rec in done {
+    for rec in &completed(dir.path()) {
         let trace_id = rec["trace_id"].as_str().unwrap();
         let spans = jaeger.wait_trace(trace_id, Duration::from_secs(30), |s| {
             s.iter().filter(|s| s.service == CLIENT).count() == 6
@@ -167,7 +171,7 @@ fn demo_calls_arrive_in_jaeger_as_one_trace_across_client_and_server() {
 const GATEWAY: &str = "stagetrace-demo-gateway";
 const EXECUTOR: &str = "stagetrace-demo-executor";
 
-/// Issue 11, item 4 (OTLP): `stagetrace demo --gateway --executor --otlp`
+/// `stagetrace demo --gateway --executor --otlp`
 /// puts each call into Jaeger as one trace of four services — the robot,
 /// the gateway, the policy server, the executor — each span under exactly
 /// the span it belongs to, with the robot's synthesized per-link spans.
@@ -178,22 +182,22 @@ fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger()
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
-        .args(["demo", "--calls", "8", "--warmup", "2", "--hz", "20"])
-        .args(["--payload-kb", "10", "--model-ms", "4", "--json"])
-        .args(["--gateway", "--gateway-skew-ms", "300"])
-        .args(["--executor", "--executor-skew-ms", "-40"])
-        .args(["--executor-busy-ms", "5", "--executor-busy-every", "3"])
-        .arg("--out")
-        .arg(dir.path())
-        .arg("--otlp")
-        .arg(jaeger.otlp_endpoint())
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("OTEL_SERVICE_NAME")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "demo failed: {stderr}");
+    let stderr = demo_into(
+        &jaeger,
+        dir.path(),
+        &[
+            "--gateway",
+            "--gateway-skew-ms",
+            "300",
+            "--executor",
+            "--executor-skew-ms",
+            "-40",
+            "--executor-busy-ms",
+            "5",
+            "--executor-busy-every",
+            "3",
+        ],
+    );
     for service in [CLIENT, SERVER, GATEWAY, EXECUTOR] {
         assert!(
             stderr.contains(&format!("{service} -> ")),
@@ -201,13 +205,7 @@ fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger()
         );
     }
 
-    let records = records(dir.path());
-    let done: Vec<&Value> = records
-        .iter()
-        .filter(|r| r.get("failed").is_none())
-        .collect();
-    assert!(done.len() >= 6, "{} completed calls of 8", done.len());
-    for rec in done {
+    for rec in &completed(dir.path()) {
         let trace_id = rec["trace_id"].as_str().unwrap();
         let queue = rec.get("queue_ms").is_some();
         let policy_spans: &[&str] = if queue {

@@ -216,15 +216,12 @@ fn take_turn() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn netns_or_skip(test: &str) -> bool {
-    if stagetrace_experiment::netns::kernel_bottleneck_available() {
-        return true;
-    }
-    stagetrace_test_support::prereq::missing(
+    stagetrace_test_support::prereq::have(
         test,
         "netns",
+        stagetrace_experiment::netns::kernel_bottleneck_available(),
         "the kernel bottleneck needs root and iproute2 (ip, tc)",
-    );
-    false
+    )
 }
 
 /// What of process `pid` is left in the root namespace: namespaces listed

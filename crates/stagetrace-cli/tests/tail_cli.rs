@@ -12,32 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::{assert_usage_error, p, stagetrace, stderr, stdout};
-
-fn stats(p50: f64) -> serde_json::Value {
-    json!({"count": 500, "min": p50 * 0.8, "p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3,
-           "p99.9": p50 * 1.5, "max": p50 * 2.0, "mean": p50 * 1.02})
-}
-
-/// One summary line in the layer's format (`stagetrace::summary::WindowSummary`).
-fn window(run: &str, index: u64, infer_p50: f64) -> String {
-    json!({
-        "run": run, "window": "rolling", "index": index,
-        "start_unix_ms": 1_764_000_000_000.0 + 10_000.0 * index as f64,
-        "end_unix_ms": 1_764_000_010_000.0 + 10_000.0 * index as f64,
-        "calls": 500, "warmup_calls": 0, "failed_calls": 0,
-        "stages": {"capture": stats(2.0), "infer": stats(infer_p50), "e2e": stats(infer_p50 + 6.0)},
-        "kinds": {"call": {"calls": 500, "stages": {"infer": stats(infer_p50)}}},
-        "observer_us": {"p50": 2.5, "p99": 6.0},
-        "queue_drops": 0, "write_failures": 0, "rejected_headers": 0, "clamped": 0,
-        "ignored_spans": 0, "empty_calls": 0,
-        "deadline": {"target_hz": 50.0, "misses": 3, "skipped_ticks": 0, "effective_hz": 49.8,
-                     "late_ms": {"p50": 0.1, "p99": 2.0}, "jitter_ms": {"p50": 0.2, "p99": 1.5}}
-    })
-    .to_string()
-        + "\n"
-}
+use support::{assert_usage_error, p, stagetrace, stderr, stdout, window};
 
 #[test]
 fn once_shows_the_newest_complete_window() {

@@ -3,11 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use stagetrace_experiment::{thread_names, Plan};
+use stagetrace_experiment::Plan;
 
 mod support;
 
@@ -35,25 +34,17 @@ fn stop_mid_level(factor: &str, levels: &str, load_thread: &str) {
         .as_deref()
         .unwrap()
         .contains("interrupted"));
-    let names = thread_names();
-    for gone in [
-        load_thread,
-        "stagetrace-proxy",
-        "experiment-robot",
-        "st-sampler",
-    ] {
-        assert!(
-            !names.iter().any(|n| n == gone),
-            "{gone} still running: {names:?}"
-        );
-    }
-    // The proxy and the server no longer accept connections.
-    for addr in report.addresses.values() {
-        assert!(
-            TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(1)).is_err(),
-            "{addr} still accepts connections"
-        );
-    }
+    // No thread of the run is left; the proxy and the server no longer
+    // accept connections.
+    support::assert_gone(
+        &report,
+        &[
+            load_thread,
+            "stagetrace-proxy",
+            "experiment-robot",
+            "st-sampler",
+        ],
+    );
     // The partial report is on disk and says so.
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("experiment.json")).unwrap())

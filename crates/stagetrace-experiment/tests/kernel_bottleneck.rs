@@ -6,13 +6,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpStream;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use stagetrace_experiment::netns::{kernel_bottleneck_available, namespaces_of, remove_stale};
+use stagetrace_experiment::netns::{namespaces_of, remove_stale};
 use stagetrace_experiment::{thread_names, Plan};
 use stagetrace_test_support::timing;
 
@@ -20,18 +19,6 @@ mod support;
 
 /// One kernel path at a time (they share two cores).
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn netns_or_skip(test: &str) -> bool {
-    if kernel_bottleneck_available() {
-        return true;
-    }
-    stagetrace_test_support::prereq::missing(
-        test,
-        "netns",
-        "the kernel bottleneck needs root and iproute2 (ip, tc)",
-    );
-    false
-}
 
 /// Interfaces of the root namespace whose name starts with `prefix`.
 fn links_with(prefix: &str) -> Vec<String> {
@@ -46,7 +33,7 @@ fn links_with(prefix: &str) -> Vec<String> {
 
 #[test]
 fn a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it() {
-    if !netns_or_skip("a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it") {
+    if !support::netns_or_skip("a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it") {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -125,7 +112,7 @@ fn a_tbf_rate_ramp_moves_uplink_first_and_cross_traffic_adds_to_it() {
 
 #[test]
 fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender() {
-    if !netns_or_skip(
+    if !support::netns_or_skip(
         "stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender",
     ) {
         return;
@@ -179,26 +166,17 @@ fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender
         "ip netns list: {listed}"
     );
     assert!(links_with(&format!("st{pid}-")).is_empty());
-    let names = thread_names();
-    for gone in [
-        "st-cross-udp",
-        "st-netns-fwd",
-        "st-netns-probe",
-        "stagetrace-proxy",
-        "experiment-robot",
-        "st-sampler",
-    ] {
-        assert!(
-            !names.iter().any(|n| n == gone),
-            "{gone} still running: {names:?}"
-        );
-    }
-    for addr in report.addresses.values() {
-        assert!(
-            TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(1)).is_err(),
-            "{addr} still accepts connections"
-        );
-    }
+    support::assert_gone(
+        &report,
+        &[
+            "st-cross-udp",
+            "st-netns-fwd",
+            "st-netns-probe",
+            "stagetrace-proxy",
+            "experiment-robot",
+            "st-sampler",
+        ],
+    );
     for undone in [
         "proxy links reset",
         "tbf removed",
@@ -215,7 +193,7 @@ fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender
 
 #[test]
 fn namespaces_of_a_dead_process_are_removed() {
-    if !netns_or_skip("namespaces_of_a_dead_process_are_removed") {
+    if !support::netns_or_skip("namespaces_of_a_dead_process_are_removed") {
         return;
     }
     // The other tests' runs also remove stale namespaces: one at a time.
@@ -253,7 +231,7 @@ fn namespaces_of_a_dead_process_are_removed() {
 /// own `/proc/net` sees none of it; the namespaces' probes do.
 #[test]
 fn udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline() {
-    if !netns_or_skip("udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline") {
+    if !support::netns_or_skip("udp_errors_of_the_bottleneck_namespaces_move_on_the_timeline") {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

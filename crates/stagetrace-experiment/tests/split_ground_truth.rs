@@ -15,13 +15,15 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stagetrace::clock::{ClientTimes, ClockMode, Stitcher};
 use stagetrace::{CallRecord, Figure, ServerRecord, ServerTiming, StageLayer};
-use stagetrace_experiment::netns::{kernel_bottleneck_available, KernelPath};
+use stagetrace_experiment::netns::KernelPath;
 use stagetrace_experiment::plan::Direction;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, ServerClock};
@@ -36,18 +38,6 @@ const SIZES_KIB: [usize; 4] = [64, 256, 1024, 2048];
 const CALLS: usize = 20;
 /// Uplink bandwidth, Mbit/s.
 const RATE_MBIT: f64 = 200.0;
-
-fn netns_or_skip(test: &str) -> bool {
-    if kernel_bottleneck_available() {
-        return true;
-    }
-    stagetrace_test_support::prereq::missing(
-        test,
-        "netns",
-        "the tbf bottleneck needs root and iproute2 (ip, tc)",
-    );
-    false
-}
 
 /// One call: its size, the truth, the layer's estimate and today's.
 #[derive(Debug)]
@@ -264,7 +254,9 @@ fn inside(c: &Call) -> bool {
 
 #[test]
 fn big_uplink_frames_through_a_tbf_bottleneck_split_within_1ms_of_the_truth() {
-    if !netns_or_skip("big_uplink_frames_through_a_tbf_bottleneck_split_within_1ms_of_the_truth") {
+    if !support::netns_or_skip(
+        "big_uplink_frames_through_a_tbf_bottleneck_split_within_1ms_of_the_truth",
+    ) {
         return;
     }
     let calls = run(Duration::from_millis(2), Duration::from_millis(2));
@@ -316,7 +308,7 @@ fn big_uplink_frames_through_a_tbf_bottleneck_split_within_1ms_of_the_truth() {
 
 #[test]
 fn an_asymmetric_latency_stays_inside_a_bound_no_wider_than_today() {
-    if !netns_or_skip("an_asymmetric_latency_stays_inside_a_bound_no_wider_than_today") {
+    if !support::netns_or_skip("an_asymmetric_latency_stays_inside_a_bound_no_wider_than_today") {
         return;
     }
     let calls = run(Duration::from_millis(6), Duration::from_millis(1));

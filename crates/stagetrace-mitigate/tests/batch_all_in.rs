@@ -136,6 +136,21 @@ fn queue_ms(seen: &[Seen]) -> Vec<f64> {
     seen.iter().flatten().map(|&(q, _)| q).collect()
 }
 
+/// Every one of the ten batches ran because all callers were in, and no
+/// robot's call waited anywhere near the long window.
+fn ten_all_in_batches_and_nobody_waited_for_the_window(stats: &BatchStats, seen: &[Seen]) {
+    assert_eq!(
+        (stats.ran_full, stats.ran_all_in, stats.ran_at_window),
+        (0, 10, 0),
+        "{stats:?}"
+    );
+    let max = queue_ms(seen).into_iter().fold(0.0, f64::max);
+    assert!(
+        max < LONG_WINDOW.as_secs_f64() * 1e3 / 2.0,
+        "a robot waited {max:.1} ms in the queue"
+    );
+}
+
 fn config(policy: BatchPolicy, window: Duration) -> BatchConfig {
     BatchConfig::default()
         .max_batch(6)
@@ -257,16 +272,7 @@ fn a_robot_that_leaves_does_not_hold_the_others() {
     assert!(seen[3].iter().all(|&(_, n)| n == 4), "{seen:?}");
     // Three batches of four, then seven of the three who stayed.
     assert_eq!(stats.by_size, vec![0, 0, 7, 3, 0, 0]);
-    assert_eq!(
-        (stats.ran_full, stats.ran_all_in, stats.ran_at_window),
-        (0, 10, 0),
-        "{stats:?}"
-    );
-    let max = queue_ms(&seen).into_iter().fold(0.0, f64::max);
-    assert!(
-        max < LONG_WINDOW.as_secs_f64() * 1e3 / 2.0,
-        "a robot waited {max:.1} ms in the queue"
-    );
+    ten_all_in_batches_and_nobody_waited_for_the_window(&stats, &seen);
 }
 
 #[test]
@@ -309,14 +315,5 @@ fn a_robot_that_joins_mid_run_gets_into_the_batches() {
     assert!(seen[3].iter().all(|&(_, n)| n == 4), "{seen:?}");
     // 3 × 10 + 4 calls: four batches of four, six of three.
     assert_eq!(stats.by_size, vec![0, 0, 6, 4, 0, 0]);
-    assert_eq!(
-        (stats.ran_full, stats.ran_all_in, stats.ran_at_window),
-        (0, 10, 0),
-        "{stats:?}"
-    );
-    let max = queue_ms(&seen).into_iter().fold(0.0, f64::max);
-    assert!(
-        max < LONG_WINDOW.as_secs_f64() * 1e3 / 2.0,
-        "a robot waited {max:.1} ms in the queue"
-    );
+    ten_all_in_batches_and_nobody_waited_for_the_window(&stats, &seen);
 }

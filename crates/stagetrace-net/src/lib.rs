@@ -29,7 +29,7 @@
 //!   [`PolicyServer`], [`PolicyClient`], [`BlockingPolicyClient`].
 //!   The client also works, degraded (`infer` and `net`, no split), against an
 //!   unmodified openpi server that only returns `server_timing.infer_ms`.
-//! - [`relay`]: a [`Relay`] (gateway) between robots and a policy server
+//! - [`ws::relay`]: a [`Relay`] (gateway) between robots and a policy server
 //!   that continues the trace and nests the downstream's timing in its own,
 //!   so the client's record carries per-hop figures.
 //! - [`http`]: a tower [`TimingLayer`] for axum servers and a reqwest
@@ -70,9 +70,8 @@ mod first_bytes;
 pub mod http;
 pub mod msg;
 pub mod proxy;
-pub mod relay;
 mod server;
-mod timing_map;
+mod timing_msgpack;
 mod transport;
 pub mod ws;
 
@@ -81,10 +80,10 @@ pub use http::{
     TimingService, TracedHttpClient,
 };
 pub use msg::{DecodeError, MsgMap, NdArray};
-pub use relay::{Relay, RelayBuilder, RelayError};
 pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
-pub use timing_map::TimingMsgpackExt;
+pub use timing_msgpack::TimingMsgpackExt;
 pub use ws::{
     BlockingPolicyClient, ClientError, ClientOptions, ConnectionGuard, Handler, HandlerError,
-    PolicyClient, PolicyServer, PolicyServerBuilder, Reply, ServeError, ServerHandle,
+    PolicyClient, PolicyServer, PolicyServerBuilder, Relay, RelayBuilder, RelayError, Reply,
+    ServeError, ServerHandle,
 };

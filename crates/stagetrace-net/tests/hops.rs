@@ -25,7 +25,10 @@ use stagetrace::wire::RelayTiming;
 use stagetrace::{Figure, ServerRecord, ServerTiming};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay, ServerClock};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
-use support::{proxy, report_share, service, share, true_ns, Call, Link, Thread};
+use support::{
+    assert_inside_on_99_percent, assert_link_offsets, proxy, service, share, true_ns, Call, Link,
+    Thread,
+};
 use tracing::Instrument;
 
 const MS: i64 = 1_000_000;
@@ -239,25 +242,9 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
         "{up0} {down1}"
     );
     for i in 0..2 {
-        let inside = share(&t, |x| x.links[i].inside());
-        let ratios = t.iter().map(|x| x.links[i].ratio()).collect();
-        report_share(
-            &format!("link {i} share-deciding call error/bound"),
-            ratios,
-            0.99,
-        );
-        assert!(
-            inside >= 0.99,
-            "link {i}: truth inside the bound on {inside}"
-        );
+        assert_inside_on_99_percent(&format!("link {i}"), t.iter().map(|x| &x.links[i]));
     }
-    let path = share(&t, |x| x.path.inside());
-    let ratios = t.iter().map(|x| x.path.ratio()).collect();
-    report_share("path share-deciding call error/bound", ratios, 0.99);
-    assert!(
-        path >= 0.99,
-        "path uplink/downlink inside ± split_err on {path}"
-    );
+    assert_inside_on_99_percent("path", t.iter().map(|x| &x.path));
     timing::worst("net vs truth (ms)", t.iter().map(|x| x.net_err), 1.0);
     timing::worst(
         "gateway time vs truth (ms)",
@@ -270,27 +257,7 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
         assert!(x.relay_err <= 1.0, "gateway time off by {} ms", x.relay_err);
         assert!(x.infer_err <= 1.0, "infer off by {} ms", x.infer_err);
     }
-    // Each link's offset is its own pair of clocks: gateway − robot, then
-    // server − gateway; they compose into the record's offset.
-    let last = &calls.last().unwrap().rec;
-    let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
-    let (off0, off1) = (off(last.hops[0].offset_ns), off(last.hops[1].offset_ns));
-    timing::error("link 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
-    timing::error("link 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
-    assert!(
-        (off(last.hops[0].offset_ns) - 300.0).abs() < 5.0,
-        "{:?}",
-        last.hops
-    );
-    assert!(
-        (off(last.hops[1].offset_ns) + 380.0).abs() < 5.0,
-        "{:?}",
-        last.hops
-    );
-    assert_eq!(
-        last.get(Figure::Offset),
-        Some(last.hops[0].offset_ns.unwrap() + last.hops[1].offset_ns.unwrap())
-    );
+    assert_link_offsets(&calls.last().unwrap().rec);
 }
 
 #[test]
@@ -324,22 +291,12 @@ fn drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm() {
         &t[settled..],
     );
     for i in 0..2 {
-        let inside = share(&t[settled..], |x| x.links[i].inside());
-        let ratios = t[settled..].iter().map(|x| x.links[i].ratio()).collect();
-        report_share(
-            &format!("link {i} share-deciding call error/bound"),
-            ratios,
-            0.99,
-        );
-        assert!(
-            inside >= 0.99,
-            "link {i}: truth inside the bound on {inside}"
+        assert_inside_on_99_percent(
+            &format!("link {i}"),
+            t[settled..].iter().map(|x| &x.links[i]),
         );
     }
-    let path = share(&t[settled..], |x| x.path.inside());
-    let ratios = t[settled..].iter().map(|x| x.path.ratio()).collect();
-    report_share("path share-deciding call error/bound", ratios, 0.99);
-    assert!(path >= 0.99, "path inside ± split_err on {path}");
+    assert_inside_on_99_percent("path", t[settled..].iter().map(|x| &x.path));
     let last = &calls.last().unwrap().rec;
     let d0 = last.hops[0].drift_ppm.unwrap();
     let d1 = last.hops[1].drift_ppm.unwrap();

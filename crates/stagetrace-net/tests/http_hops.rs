@@ -28,7 +28,10 @@ use stagetrace::wire::RelayTiming;
 use stagetrace::{Figure, ServerRecord, ServerTiming};
 use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
-use support::{proxy, report_share, service, share, true_ns, Call, Link, Thread};
+use support::{
+    assert_inside_on_99_percent, assert_link_offsets, proxy, service, share, true_ns, Call, Link,
+    Thread,
+};
 use tracing::Instrument;
 
 const MS: i64 = 1_000_000;
@@ -221,17 +224,7 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
         "{up0} {down1}"
     );
     for i in 0..2 {
-        let inside = share(&links, |l| l[i].inside());
-        let ratios = links.iter().map(|l| l[i].ratio()).collect();
-        report_share(
-            &format!("link {i} share-deciding call error/bound"),
-            ratios,
-            0.99,
-        );
-        assert!(
-            inside >= 0.99,
-            "link {i}: truth inside the bound on {inside}"
-        );
+        assert_inside_on_99_percent(&format!("link {i}"), links.iter().map(|l| &l[i]));
     }
     timing::error("net vs truth (ms)", worst.0, 1.0);
     timing::error("gateway time vs truth (ms)", worst.1, 1.0);
@@ -239,26 +232,7 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
     assert!(worst.0 <= 1.0, "net off by {} ms", worst.0);
     assert!(worst.1 <= 1.0, "gateway time off by {} ms", worst.1);
     assert!(worst.2 <= 1.0, "infer off by {} ms", worst.2);
-    // Each link's offset is its own pair of clocks; they compose.
-    let last = &calls.last().unwrap().rec;
-    let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
-    let (off0, off1) = (off(last.hops[0].offset_ns), off(last.hops[1].offset_ns));
-    timing::error("link 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
-    timing::error("link 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
-    assert!(
-        (off(last.hops[0].offset_ns) - 300.0).abs() < 5.0,
-        "{:?}",
-        last.hops
-    );
-    assert!(
-        (off(last.hops[1].offset_ns) + 380.0).abs() < 5.0,
-        "{:?}",
-        last.hops
-    );
-    assert_eq!(
-        last.get(Figure::Offset),
-        Some(last.hops[0].offset_ns.unwrap() + last.hops[1].offset_ns.unwrap())
-    );
+    assert_link_offsets(&calls.last().unwrap().rec);
 }
 
 #[test]

@@ -73,6 +73,16 @@ pub fn missing(test: &str, name: &str, why: &str) {
     }
 }
 
+/// `present`, after saying [`missing`] when it is not: `if !have(…) {
+/// return; }` at the top of a test whose prerequisite is `name`.
+#[track_caller]
+pub fn have(test: &str, name: &str, present: bool, why: &str) -> bool {
+    if !present {
+        missing(test, name, why);
+    }
+    present
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,11 @@
-//! What the host gives a thread: its own CPU time.
+//! What the host gives a thread: its own CPU time, and the counters of
+//! what the host did to it — run-queue wait, involuntary switches, page
+//! faults — and to everyone (CPU pressure stall).
+
+use std::cell::OnceCell;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::OnceLock;
 
 /// CPU time the calling thread has used, ns (`CLOCK_THREAD_CPUTIME_ID`,
 /// exact to the moment of the call, unlike `/proc/thread-self/schedstat`,
@@ -20,7 +27,146 @@ pub fn thread_cpu_ns() -> Option<u64> {
     secs.checked_mul(1_000_000_000)?.checked_add(nanos)
 }
 
+/// What the host had done to the calling thread, and the CPU stall of the
+/// host (or the container's cgroup), by now. Every counter only grows, so
+/// [`HostCounters::since`] of two samples on one thread is what happened
+/// between them. A counter the kernel does not offer is `None`, never 0.
+///
+/// A sample costs two `pread`s of files kept open (the thread's
+/// `schedstat`, the pressure file) and one `getrusage`: no allocation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCounters {
+    /// Time the thread waited on a run queue for a core, ns
+    /// (`/proc/thread-self/schedstat`, second field).
+    pub run_wait_ns: Option<u64>,
+    /// Times the kernel took the core away from the thread (`ru_nivcsw`).
+    pub involuntary_switches: Option<u64>,
+    /// Page faults served from memory (`ru_minflt`).
+    pub minor_faults: Option<u64>,
+    /// Page faults that waited for I/O (`ru_majflt`).
+    pub major_faults: Option<u64>,
+    /// Time at least one task waited for a CPU, ns: the cgroup's
+    /// `cpu.pressure` inside a container, else `/proc/pressure/cpu`
+    /// (`some total`, µs there).
+    pub cpu_stall_ns: Option<u64>,
+}
+
+impl HostCounters {
+    /// The calling thread's counters now.
+    pub fn now() -> HostCounters {
+        let usage = thread_usage();
+        HostCounters {
+            run_wait_ns: run_wait_ns(),
+            involuntary_switches: usage.map(|u| u.0),
+            minor_faults: usage.map(|u| u.1),
+            major_faults: usage.map(|u| u.2),
+            cpu_stall_ns: cpu_stall_ns(),
+        }
+    }
+
+    /// What happened between `earlier` and `self` (both of one thread): each
+    /// counter's growth, `None` where either sample lacks it.
+    pub fn since(&self, earlier: &HostCounters) -> HostCounters {
+        let d = |a: Option<u64>, b: Option<u64>| Some(a?.saturating_sub(b?));
+        HostCounters {
+            run_wait_ns: d(self.run_wait_ns, earlier.run_wait_ns),
+            involuntary_switches: d(self.involuntary_switches, earlier.involuntary_switches),
+            minor_faults: d(self.minor_faults, earlier.minor_faults),
+            major_faults: d(self.major_faults, earlier.major_faults),
+            cpu_stall_ns: d(self.cpu_stall_ns, earlier.cpu_stall_ns),
+        }
+    }
+}
+
+thread_local! {
+    // The thread's own schedstat, opened once per thread: `thread-self`
+    // names the thread that opens it.
+    static SCHEDSTAT: OnceCell<Option<File>> = const { OnceCell::new() };
+}
+
+/// The calling thread's run-queue wait so far, ns.
+fn run_wait_ns() -> Option<u64> {
+    SCHEDSTAT.with(|cell| {
+        let file = cell
+            .get_or_init(|| File::open("/proc/thread-self/schedstat").ok())
+            .as_ref()?;
+        let mut buf = [0u8; 96];
+        let n = file.read_at(&mut buf, 0).ok()?;
+        parse_schedstat(&buf[..n])
+    })
+}
+
+/// `"<cpu ns> <run-queue wait ns> <timeslices>"` → the wait.
+fn parse_schedstat(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text)
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The calling thread's (involuntary switches, minor faults, major faults).
+#[cfg(target_os = "linux")]
+fn thread_usage() -> Option<(u64, u64, u64)> {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage through a valid pointer.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if rc != 0 {
+        return None;
+    }
+    let n = |v: libc::c_long| u64::try_from(v).ok();
+    Some((n(ru.ru_nivcsw)?, n(ru.ru_minflt)?, n(ru.ru_majflt)?))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn thread_usage() -> Option<(u64, u64, u64)> {
+    None
+}
+
+/// The CPU pressure file: the cgroup's inside a container (cgroup v2), the
+/// host's otherwise; `None` without PSI.
+fn pressure_file() -> Option<&'static File> {
+    static FILE: OnceLock<Option<File>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let cgroup = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+            });
+        cgroup
+            .and_then(|path| {
+                let path = path.trim_end_matches('/');
+                File::open(format!("/sys/fs/cgroup{path}/cpu.pressure")).ok()
+            })
+            .or_else(|| File::open("/proc/pressure/cpu").ok())
+    })
+    .as_ref()
+}
+
+/// The stall total so far, ns.
+fn cpu_stall_ns() -> Option<u64> {
+    let mut buf = [0u8; 256];
+    let n = pressure_file()?.read_at(&mut buf, 0).ok()?;
+    parse_pressure_some_total_us(&buf[..n])?.checked_mul(1000)
+}
+
+/// `"some avg10=… avg60=… avg300=… total=<µs>"` → the `some` total, µs.
+fn parse_pressure_some_total_us(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("some "))?
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -39,5 +185,141 @@ mod tests {
         // A sleep costs a few µs of CPU, not its 30 ms.
         assert!(slept < 5_000_000, "slept {slept} ns of CPU");
         assert!(worked >= 20_000_000, "worked {worked} ns of CPU");
+    }
+
+    #[test]
+    fn schedstat_and_pressure_lines_give_the_wait_and_the_some_total() {
+        assert_eq!(parse_schedstat(b"58212578 65132111 55\n"), Some(65_132_111));
+        assert_eq!(parse_schedstat(b"58212578\n"), None);
+        assert_eq!(parse_schedstat(b"x y z"), None);
+        let psi = b"some avg10=14.16 avg60=14.93 avg300=19.64 total=532908105\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(parse_pressure_some_total_us(psi), Some(532_908_105));
+        assert_eq!(parse_pressure_some_total_us(b"full total=3\n"), None);
+    }
+
+    #[test]
+    fn a_thread_that_touches_new_pages_counts_minor_faults_and_only_its_own() {
+        let before = HostCounters::now();
+        if before.minor_faults.is_none() {
+            // Not Linux: nothing to count, and nothing claimed.
+            return;
+        }
+        // 64 fresh anonymous pages (mmap: never touched before, whatever
+        // the allocator holds), each written once: 64 faults on this thread.
+        const PAGES: usize = 64;
+        let len = PAGES * 4096;
+        // SAFETY: a private anonymous mapping of `len` bytes, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        for page in 0..PAGES {
+            // SAFETY: inside the mapping.
+            unsafe { std::ptr::write_volatile(at.cast::<u8>().add(page * 4096), 1) };
+        }
+        let d = HostCounters::now().since(&before);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(at, len) };
+        assert!(d.minor_faults.unwrap() >= PAGES as u64, "{d:?}");
+        // Another thread's faults are not ours.
+        let quiet = HostCounters::now();
+        std::thread::spawn(|| {
+            let v = vec![1u8; 256 * 4096];
+            std::hint::black_box(v);
+        })
+        .join()
+        .unwrap();
+        let d = HostCounters::now().since(&quiet);
+        assert!(d.minor_faults.unwrap() < PAGES as u64, "{d:?}");
+    }
+
+    #[test]
+    fn a_missing_counter_stays_missing_in_a_difference() {
+        let a = HostCounters {
+            run_wait_ns: Some(10),
+            cpu_stall_ns: None,
+            ..HostCounters::default()
+        };
+        let b = HostCounters {
+            run_wait_ns: Some(25),
+            cpu_stall_ns: Some(7),
+            ..HostCounters::default()
+        };
+        let d = b.since(&a);
+        assert_eq!(d.run_wait_ns, Some(15));
+        assert_eq!(d.cpu_stall_ns, None);
+    }
+
+    /// Pins the calling thread to CPU 0.
+    fn pin_to_cpu0() {
+        // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and
+        // sched_setaffinity only touch it and the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+    }
+
+    #[test]
+    fn a_runnable_thread_s_run_queue_wait_is_its_wall_time_less_its_cpu_time() {
+        // Two threads that never sleep share CPU 0: whatever one of them
+        // does not run, it waits on the run queue. So its wait is its wall
+        // time less its CPU time (the CPU clock is exact), whatever else
+        // the machine does.
+        if HostCounters::now().run_wait_ns.is_none() {
+            return;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rival = {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                pin_to_cpu0();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let (wall, cpu, wait) = std::thread::spawn(|| {
+            pin_to_cpu0();
+            let (t0, c0, h0) = (
+                std::time::Instant::now(),
+                thread_cpu_ns().unwrap(),
+                HostCounters::now(),
+            );
+            while t0.elapsed() < std::time::Duration::from_millis(300) {
+                std::hint::spin_loop();
+            }
+            let h = HostCounters::now().since(&h0);
+            let cpu = thread_cpu_ns().unwrap() - c0;
+            (
+                t0.elapsed().as_nanos() as f64,
+                cpu as f64,
+                h.run_wait_ns.unwrap() as f64,
+            )
+        })
+        .join()
+        .unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        rival.join().unwrap();
+        let truth = wall - cpu;
+        // The rival took a real share of the core.
+        assert!(truth > 0.2 * wall, "wall {wall} cpu {cpu}");
+        // schedstat adds a wait when the thread gets the core back: the
+        // last few µs of reading are the only slack.
+        assert!(
+            (wait - truth).abs() <= 0.02 * wall,
+            "run-queue wait {wait} ns, wall − cpu {truth} ns"
+        );
     }
 }

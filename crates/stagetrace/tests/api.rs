@@ -297,10 +297,18 @@ fn true_lateness_ms(calls: &[LoopCall], period: Duration) -> Vec<((f64, f64), u6
         .map(|c| {
             let paced = prev_end.is_some_and(|e| c.before_open > e + Duration::from_millis(1));
             if let (true, Some(l)) = (paced, last) {
-                let due = (l + 1) as f64 * p;
+                // The documented rule: early by under half a period for the
+                // due tick, by under 1 ms for a later one after a stall.
+                let due = (l + 1) as f64;
                 for (origin, start) in [(&mut lo, ns(c.before_open)), (&mut hi, ns(c.after_open))] {
-                    let early = *origin + due - start;
-                    if early > 0.0 && early < p / 2.0 {
+                    let next = ((start - *origin) / p).ceil().max(due);
+                    let limit = if next == due {
+                        p / 2.0
+                    } else {
+                        1e6_f64.min(p / 2.0)
+                    };
+                    let early = *origin + next * p - start;
+                    if early > 0.0 && early < limit {
                         *origin -= early;
                     }
                 }

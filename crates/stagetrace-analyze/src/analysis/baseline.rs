@@ -3,7 +3,7 @@
 
 use super::options::{AnalyzeOptions, MIN_N};
 use super::report::StageVsBaseline;
-use crate::stats::{self, Summary};
+use crate::stats::{self, Distribution};
 
 /// A figure's sorted values against the baseline's (`None` below [`MIN_N`]
 /// values on either side).
@@ -15,7 +15,7 @@ pub(super) fn vs_baseline(
     if base.len() < MIN_N || run.len() < MIN_N {
         return None;
     }
-    let b = Summary::of_sorted(base)?;
+    let b = Distribution::of_sorted(base)?;
     let p50 = stats::quantile_ratio(base, run, 0.5, opts.seed)?;
     let p99 = stats::quantile_ratio(base, run, 0.99, opts.seed)?;
     let mw = stats::mann_whitney(base, run)?;

@@ -6,7 +6,7 @@ use stagetrace_schema::{Figure, FIGURE_COUNT};
 
 use super::report::{Deadline, ErrorCount, Inputs, Mitigations, Rate, ALL_KINDS};
 use crate::load::{Dataset, HopFig, F_DEADLINE_MISS, F_HAS_DEADLINE};
-use crate::stats::{self, Summary};
+use crate::stats::{self, Distribution};
 
 /// Per-group working data the renderers need (not serialised).
 #[derive(Debug)]
@@ -200,7 +200,7 @@ pub(super) fn rate_of(ds: &Dataset, calls: &[u32]) -> Rate {
         .map(|w| (w[2] - 2.0 * w[1] + w[0]).abs() as f32)
         .collect();
     stats::sort_f32(&mut d2);
-    let jitter = Summary::of_sorted(&d2);
+    let jitter = Distribution::of_sorted(&d2);
     let (mut with, mut misses) = (0u64, 0u64);
     for &i in calls {
         let f = ds.flags[i as usize];
@@ -217,7 +217,7 @@ pub(super) fn rate_of(ds: &Dataset, calls: &[u32]) -> Rate {
         .map(|v| v as f32)
         .collect();
     stats::sort_f32(&mut late);
-    let late = Summary::of_sorted(&late);
+    let late = Distribution::of_sorted(&late);
     let deadline = (with > 0 || late.is_some()).then(|| Deadline {
         calls: with,
         misses,

@@ -23,7 +23,7 @@ use super::report::{StageVsBaseline, Verdict};
 use super::verdict::advice;
 use crate::format::{fmt_ms, signed_ms};
 use crate::load::HopFig;
-use crate::stats::{self, Summary};
+use crate::stats::{self, Distribution};
 
 /// One link of the path, robot → first gateway first.
 #[derive(Clone, Debug, Serialize)]
@@ -37,7 +37,7 @@ pub struct HopReport {
     pub to: String,
     /// Per figure (ms), keyed by the `hops` entry's key (`up_ms`, `down_ms`,
     /// `net_ms`, `relay_ms`, `err_ms`).
-    pub figures: BTreeMap<&'static str, Summary>,
+    pub figures: BTreeMap<&'static str, Distribution>,
     /// Per figure against the baseline, when one was given.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub baseline: BTreeMap<&'static str, StageVsBaseline>,
@@ -82,7 +82,7 @@ pub(super) fn hop_reports(
             let mut vs = BTreeMap::new();
             for fig in HopFig::ALL {
                 let run = g.hop_sorted(l, fig);
-                if let Some(s) = Summary::of_sorted(run) {
+                if let Some(s) = Distribution::of_sorted(run) {
                     figures.insert(fig.field(), s);
                 }
                 if let Some(b) = base {

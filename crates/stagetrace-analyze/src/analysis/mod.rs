@@ -26,7 +26,7 @@ use stagetrace_schema::Figure;
 
 use crate::figures;
 use crate::load::Dataset;
-use crate::stats::{self, Summary};
+use crate::stats::{self, Distribution};
 
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
@@ -133,7 +133,7 @@ fn analyze_group(
     let (calls, warm, failed) = counts(ds, kind_idx, pooled);
     let mut stages = BTreeMap::new();
     for m in figures::read() {
-        if let Some(s) = Summary::of_sorted(g.sorted(m)) {
+        if let Some(s) = Distribution::of_sorted(g.sorted(m)) {
             stages.insert(m.name(), s);
         }
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::stats::{MannWhitney, RatioCi, Shift, Summary};
+use crate::stats::{Distribution, MannWhitney, RatioCi, Shift};
 
 /// Version tag of the `--json` document.
 pub const REPORT_SCHEMA: &str = "stagetrace-report/1";
@@ -115,7 +115,7 @@ pub struct GroupReport {
     /// Call rate, completion jitter, deadlines.
     pub rate: Rate,
     /// Per-stage distributions (ms), keyed by stage name.
-    pub stages: BTreeMap<&'static str, Summary>,
+    pub stages: BTreeMap<&'static str, Distribution>,
     /// Per-stage comparison with the baseline, keyed by stage name.
     pub baseline: BTreeMap<&'static str, StageVsBaseline>,
     /// Rounds that stand out.
@@ -170,7 +170,7 @@ pub struct Rate {
     /// Steady calls per second over the run.
     pub effective_hz: Option<f64>,
     /// `|Δ²t|` of call completions (ms): how unevenly calls finish.
-    pub jitter: Option<Summary>,
+    pub jitter: Option<Distribution>,
     /// Deadline figures, when the records carry a target rate.
     pub deadline: Option<Deadline>,
 }
@@ -185,14 +185,14 @@ pub struct Deadline {
     /// `misses / calls`.
     pub miss_rate: f64,
     /// Lateness against the scheduled tick (ms), when recorded.
-    pub late: Option<Summary>,
+    pub late: Option<Distribution>,
 }
 
 /// One stage against the baseline.
 #[derive(Clone, Debug, Serialize)]
 pub struct StageVsBaseline {
     /// Baseline distribution.
-    pub baseline: Summary,
+    pub baseline: Distribution,
     /// Median ratio with its 95 % bootstrap interval.
     pub p50: RatioCi,
     /// p99 ratio with its 95 % bootstrap interval.

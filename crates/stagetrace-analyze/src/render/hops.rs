@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::analysis::GroupReport;
 use crate::load::HopFig;
 
-use super::cell;
+use super::{baseline_cells, cell};
 
 /// Writes the hops section of a group (nothing without gateways).
 pub(super) fn table(s: &mut String, g: &GroupReport) {
@@ -62,16 +62,10 @@ pub(super) fn table(s: &mut String, g: &GroupReport) {
             };
             let _ = writeln!(
                 s,
-                "  {:<28} {:<6} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  {}",
+                "  {:<28} {:<6} {}",
                 if first { name.as_str() } else { "" },
                 fig.name(),
-                cell(b.p50.before),
-                cell(b.p50.after),
-                format!("{:.2} [{:.2} {:.2}]", b.p50.ratio, b.p50.lo, b.p50.hi),
-                cell(b.p99.before),
-                cell(b.p99.after),
-                format!("{:.2} [{:.2} {:.2}]", b.p99.ratio, b.p99.lo, b.p99.hi),
-                b.shape
+                baseline_cells(b)
             );
             first = false;
         }

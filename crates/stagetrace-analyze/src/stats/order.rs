@@ -8,7 +8,7 @@ pub const QUANTILES: [f64; 4] = [0.5, 0.9, 0.99, 0.999];
 
 /// Distribution of one figure: exact, from the raw values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Summary {
+pub struct Distribution {
     /// Number of values.
     pub n: u64,
     /// Smallest value (ms).
@@ -29,9 +29,9 @@ pub struct Summary {
     pub stddev: f64,
 }
 
-impl Summary {
+impl Distribution {
     /// Summarises a sorted column (`None` when empty).
-    pub fn of_sorted(sorted: &[f32]) -> Option<Summary> {
+    pub fn of_sorted(sorted: &[f32]) -> Option<Distribution> {
         let (first, last) = (sorted.first()?, sorted.last()?);
         let n = sorted.len() as f64;
         let mean = sorted.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
@@ -43,7 +43,7 @@ impl Summary {
             })
             .sum::<f64>()
             / n;
-        Some(Summary {
+        Some(Distribution {
             n: sorted.len() as u64,
             min: f64::from(*first),
             p50: quantile(sorted, 0.5),

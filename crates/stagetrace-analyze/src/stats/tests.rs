@@ -44,7 +44,7 @@ fn nearest_rank_quantiles() {
     assert_eq!(quantile(&v, 0.999), 999.0);
     assert_eq!(quantile(&v, 1.0), 1000.0);
     assert_eq!(quantile(&v, 0.0), 1.0);
-    let s = Summary::of_sorted(&v).unwrap();
+    let s = Distribution::of_sorted(&v).unwrap();
     assert_eq!(s.mean, 500.5);
 }
 

@@ -359,3 +359,21 @@ pub(crate) fn dataset(s: &Scenario) -> stagetrace_analyze::load::Dataset {
     )
     .unwrap()
 }
+
+/// A scenario analyzed (against a baseline scenario if given): the report
+/// and its text, printed for `--nocapture`.
+pub(crate) fn run(
+    s: &Scenario,
+    base: Option<&Scenario>,
+) -> (stagetrace_analyze::analysis::Report, String) {
+    let ds = dataset(s);
+    let b = base.map(dataset);
+    let a = stagetrace_analyze::analysis::analyze(
+        &ds,
+        b.as_ref(),
+        &stagetrace_analyze::analysis::AnalyzeOptions::default(),
+    );
+    let text = stagetrace_analyze::render::text(&a.report);
+    eprintln!("{text}");
+    (a.report, text)
+}

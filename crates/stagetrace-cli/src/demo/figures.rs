@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use stagetrace::CallRecord;
 use stagetrace_analyze::analysis::{AnalyzeOptions, GroupReport, Report, ALL_KINDS};
-use stagetrace_analyze::stats::{self, Summary};
+use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Unit};
 
 use super::error::{err, DemoError};
@@ -54,18 +54,18 @@ pub(super) fn steady(rec: &CallRecord) -> bool {
 
 /// Distribution of one figure over the steady calls, by the analysis' own
 /// order statistics.
-pub(super) fn summarize(values: impl Iterator<Item = f64>) -> Option<Summary> {
+pub(super) fn summarize(values: impl Iterator<Item = f64>) -> Option<Distribution> {
     let mut v: Vec<f32> = values.filter(|x| x.is_finite()).map(|x| x as f32).collect();
     stats::sort_f32(&mut v);
-    Summary::of_sorted(&v)
+    Distribution::of_sorted(&v)
 }
 
 /// A summary in ms restated in `fig`'s record unit, rounded to the
 /// record's resolution (a thousandth of the unit).
-fn in_unit(s: Summary, fig: Figure) -> Summary {
+fn in_unit(s: Distribution, fig: Figure) -> Distribution {
     let k = Unit::Millis.ns() as f64 / fig.unit().ns() as f64;
     let f = |v: f64| (v * k * 1000.0).round() / 1000.0;
-    Summary {
+    Distribution {
         n: s.n,
         min: f(s.min),
         p50: f(s.p50),
@@ -83,7 +83,7 @@ fn in_unit(s: Summary, fig: Figure) -> Summary {
 pub(super) fn stage_table(
     group: Option<&GroupReport>,
     records: &[CallRecord],
-) -> BTreeMap<&'static str, Summary> {
+) -> BTreeMap<&'static str, Distribution> {
     let mut table = BTreeMap::new();
     for fig in Figure::ALL {
         // Figures the analysis does not read (today the clock's: `offset`,

@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
-use stagetrace::{CallRecord, ClockBasis, Summary as LayerSummary};
+use stagetrace::{CallRecord, ClockBasis, WindowSummary};
 use stagetrace_analyze::analysis::Report;
 use stagetrace_analyze::render;
-use stagetrace_analyze::stats::Summary;
+use stagetrace_analyze::stats::Distribution;
 use stagetrace_sim::{RobotStats, SimServerStats};
 
 use super::args::{DemoArgs, TransportArg};
@@ -27,7 +27,7 @@ pub(super) struct Run<'a> {
     /// Every record, in the order the layer finished them.
     pub(super) records: &'a [CallRecord],
     /// The layer's cumulative summary (its own counters).
-    pub(super) summary: &'a LayerSummary,
+    pub(super) summary: &'a WindowSummary,
     pub(super) robot: &'a RobotStats,
     pub(super) server: &'a SimServerStats,
     pub(super) proxy_bytes: (u64, u64),
@@ -96,7 +96,7 @@ struct DemoJson<'a> {
     clock: Option<ClockBasis>,
     out: String,
     config: Config,
-    stages: &'a BTreeMap<&'static str, Summary>,
+    stages: &'a BTreeMap<&'static str, Distribution>,
     counters: Counters,
     truth: &'a Truth,
     /// Analyze's verdicts, then the comparison with the truth, as printed.

@@ -106,3 +106,33 @@ pub fn levels_with_records(dir: &Path) -> BTreeSet<u64> {
         .map(|r| r["level"].as_u64().unwrap())
         .collect()
 }
+
+/// After a run: none of the `threads` is running and none of the run's
+/// `addresses` accepts a connection any more.
+pub fn assert_gone(report: &ExperimentReport, threads: &[&str]) {
+    let names = thread_names();
+    for gone in threads {
+        assert!(
+            !names.iter().any(|n| n == gone),
+            "{gone} still running: {names:?}"
+        );
+    }
+    for addr in report.addresses.values() {
+        assert!(
+            std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(1))
+                .is_err(),
+            "{addr} still accepts connections"
+        );
+    }
+}
+
+/// Whether the kernel bottleneck (root, iproute2) is here; says SKIPPED,
+/// or fails under CI, when it is not.
+pub fn netns_or_skip(test: &str) -> bool {
+    stagetrace_test_support::prereq::have(
+        test,
+        "netns",
+        stagetrace_experiment::netns::kernel_bottleneck_available(),
+        "the kernel bottleneck needs root and iproute2 (ip, tc)",
+    )
+}

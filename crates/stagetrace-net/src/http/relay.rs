@@ -43,8 +43,8 @@ use tokio::sync::oneshot;
 
 use super::client::{HttpCallError, TracedHttpClient};
 use super::server::TimingLayer;
-use crate::relay::RelayError;
 use crate::server::{Downstream, InferTimer, ServerClock, ServerStats};
+use crate::ws::relay::RelayError;
 use crate::ws::ServeError;
 
 /// A relay in HTTP. Build with [`HttpRelay::builder`].

@@ -19,7 +19,7 @@ use tracing::Instrument;
 use super::limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
 use crate::first_bytes::FirstBytes;
 use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
-use crate::timing_map::TimingMsgpackExt;
+use crate::timing_msgpack::TimingMsgpackExt;
 use crate::transport;
 
 /// Why a client call failed. Every failure of [`PolicyClient::infer`] also

@@ -21,15 +21,15 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
 
+use super::error::ServeError;
 use super::handler::{Handler, HandlerError};
-use super::server::ServeError;
 use crate::first_bytes::FirstBytes;
 use crate::msg::{MapWriter, MsgMap};
 use crate::server::{
     handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
     ServerCounters,
 };
-use crate::timing_map::TimingMsgpackExt;
+use crate::timing_msgpack::TimingMsgpackExt;
 
 /// A server side WebSocket, its stream stamping each message's first byte.
 type Ws = WebSocketStream<FirstBytes<TcpStream>>;

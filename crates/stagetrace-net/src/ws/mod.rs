@@ -40,18 +40,22 @@
 //!
 //! One file per side: [`PolicyServer`] (`server`) runs a [`Handler`]
 //! (`handler`) on each of its connections (`connection`); [`PolicyClient`] (`client`) and its blocking wrapper
-//! [`BlockingPolicyClient`] (`blocking`); `limits` holds the defaults both
-//! sides share. This file only names things: no file below imports it.
+//! [`BlockingPolicyClient`] (`blocking`); a [`Relay`] (`relay`) is a server
+//! whose handler is a client; `limits` holds the defaults both sides share. This file only names things: no file below imports it.
 
 pub(crate) mod blocking;
 mod client;
 mod connection;
+mod error;
 mod handler;
 mod limits;
+pub mod relay;
 mod server;
 
 pub use blocking::BlockingPolicyClient;
 pub use client::{ClientError, ClientOptions, PolicyClient, Reply};
+pub use error::ServeError;
 pub use handler::{ConnectionGuard, Handler, HandlerError, HandlerFuture};
 pub use limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
-pub use server::{PolicyServer, PolicyServerBuilder, ServeError, ServerHandle};
+pub use relay::{Relay, RelayBuilder, RelayError};
+pub use server::{PolicyServer, PolicyServerBuilder, ServerHandle};

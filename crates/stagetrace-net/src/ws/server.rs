@@ -1,5 +1,5 @@
-//! The WebSocket policy server's outside: [`PolicyServer`]'s builder, the
-//! [`ServerHandle`] of a running server and why one stops ([`ServeError`]).
+//! The WebSocket policy server's outside: [`PolicyServer`]'s builder and the
+//! [`ServerHandle`] of a running server (why one stops is `error`).
 //! What it does with each connection is in `connection`.
 
 use std::fmt;
@@ -11,48 +11,11 @@ use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::{watch, Semaphore};
 
 use super::connection::Shared;
+use super::error::ServeError;
 use super::handler::Handler;
 use super::limits::DEFAULT_MAX_MESSAGE_BYTES;
 use crate::msg::MsgMap;
 use crate::server::{RequestHook, ServerClock, ServerCounters, ServerStats};
-
-/// Why a server could not start or stopped.
-#[derive(Debug)]
-pub enum ServeError {
-    /// Binding the listening address failed.
-    Bind(std::io::Error),
-    /// Accepting connections failed.
-    Accept(std::io::Error),
-    /// `spawn` was awaited outside a tokio runtime.
-    NoRuntime,
-}
-
-impl fmt::Display for ServeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServeError::Bind(e) => write!(
-                f,
-                "policy server could not bind its address ({e}); pick a free port or stop the process holding it"
-            ),
-            ServeError::Accept(e) => write!(
-                f,
-                "policy server stopped accepting connections ({e}); check the process's file descriptor limit"
-            ),
-            ServeError::NoRuntime => f.write_str(
-                "policy server needs a tokio runtime; await spawn/serve inside one (e.g. #[tokio::main])",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for ServeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ServeError::Bind(e) | ServeError::Accept(e) => Some(e),
-            ServeError::NoRuntime => None,
-        }
-    }
-}
 
 /// A policy server speaking the openpi / LingBot-VA WebSocket protocol, with
 /// stagetrace's server timing in every response. Build with

@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use stagetrace::wire::RelayTiming;
-use stagetrace::{CallRecord, ServerTiming};
+use stagetrace::{CallRecord, Figure, ServerTiming};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::ServerClock;
 use stagetrace_test_support::{rt, timing, Observed};
@@ -126,4 +126,33 @@ pub fn report_share(what: &str, mut ratios: Vec<f64>, min_share: f64) {
     if let Some(need) = (1..=n).find(|m| *m as f64 / n as f64 >= min_share) {
         timing::error(what, ratios[need - 1], 1.0);
     }
+}
+
+/// The truth inside each estimate's bound on at least 99 % of `links`
+/// (one link's split over the calls, or the whole path's), reported first.
+pub fn assert_inside_on_99_percent<'a>(what: &str, links: impl IntoIterator<Item = &'a Link>) {
+    let links: Vec<&Link> = links.into_iter().collect();
+    let inside = share(&links, |l| l.inside());
+    report_share(
+        &format!("{what} share-deciding call error/bound"),
+        links.iter().map(|l| l.ratio()).collect(),
+        0.99,
+    );
+    assert!(inside >= 0.99, "{what}: truth inside the bound on {inside}");
+}
+
+/// Each link's offset is its own pair of clocks — gateway − robot
+/// (+300 ms), then server − gateway (−80 − 300 = −380 ms) — each within
+/// 5 ms, and they compose into the record's offset exactly.
+pub fn assert_link_offsets(last: &CallRecord) {
+    let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
+    let (off0, off1) = (off(last.hops[0].offset_ns), off(last.hops[1].offset_ns));
+    timing::error("link 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
+    timing::error("link 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
+    assert!((off0 - 300.0).abs() < 5.0, "{:?}", last.hops);
+    assert!((off1 + 380.0).abs() < 5.0, "{:?}", last.hops);
+    assert_eq!(
+        last.get(Figure::Offset),
+        Some(last.hops[0].offset_ns.unwrap() + last.hops[1].offset_ns.unwrap())
+    );
 }

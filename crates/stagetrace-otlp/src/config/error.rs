@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use super::env::ENV_TIMEOUT;
-
 /// Where a setting came from, for error messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Origin {
@@ -57,8 +55,11 @@ pub enum BuildError {
         /// Where it came from.
         origin: Origin,
     },
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT` is not a number of milliseconds.
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (or its traces twin) is not a number of
+    /// milliseconds.
     InvalidTimeout {
+        /// The variable that held it.
+        var: &'static str,
         /// The rejected value.
         value: String,
     },
@@ -112,9 +113,9 @@ impl fmt::Display for BuildError {
                 "OTLP header {header:?} from {origin} cannot be sent: write headers as \
                  key=value pairs separated by commas, with URL-encoded values"
             ),
-            BuildError::InvalidTimeout { value } => write!(
+            BuildError::InvalidTimeout { var, value } => write!(
                 f,
-                "{ENV_TIMEOUT}={value:?} is not a timeout: give whole milliseconds, e.g. 10000"
+                "{var}={value:?} is not a timeout: give whole milliseconds, e.g. 10000"
             ),
             BuildError::InvalidCertificate { reason } => write!(
                 f,

@@ -157,13 +157,7 @@ fn resolve_timeout(explicit: Option<Duration>, env: EnvLookup<'_>) -> Result<Dur
                 .trim()
                 .parse::<u64>()
                 .map(Duration::from_millis)
-                .map_err(|_| BuildError::InvalidTimeout {
-                    value: if var == ENV_TIMEOUT {
-                        v
-                    } else {
-                        format!("{v} (from {var})")
-                    },
-                }),
+                .map_err(|_| BuildError::InvalidTimeout { var, value: v }),
             None => Ok(DEFAULT_TIMEOUT),
         },
     }
@@ -306,6 +300,7 @@ mod tests {
         assert_eq!(
             e,
             BuildError::InvalidTimeout {
+                var: ENV_TIMEOUT,
                 value: "soon".into()
             }
         );

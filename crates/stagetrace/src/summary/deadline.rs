@@ -24,8 +24,10 @@ pub(crate) struct DeadlineObs {
 /// Ticks are `origin + k·period`, `origin` = the first call's start, moved
 /// earlier when a paced call (one the loop slept before: it started more
 /// than [`PACED_GAP`] after the previous call ended) starts less than half a
-/// period before the tick it is due on — the loop's ticks are then earlier
-/// than the first call's start said (that call started late). A call
+/// period before the tick it is due on, or less than [`PACED_GAP`] before a
+/// later one the loop skipped ahead to after a stall — a loop that slept
+/// wakes at its tick or after it, never before: the loop's ticks are then
+/// earlier than the first call's start said (that call started late). A call
 /// belongs to the last tick at or before its start: a call that started late
 /// is measured from its tick, not from when it got round to starting, and
 /// ticks no call started in are skipped (counted apart). A second call in an
@@ -59,17 +61,29 @@ impl DeadlineTracker {
         let mut origin = *self.origin.get_or_insert(start);
         let paced = self.ends[1].is_some_and(|e| start > e + PACED_GAP);
         if let (true, Some(last)) = (paced, self.last_tick) {
-            let due = u128::from(last + 1) * u128::from(self.period_ns);
-            let due_at = u64::try_from(due)
-                .ok()
-                .and_then(|d| origin.checked_add(Duration::from_nanos(d)));
-            if let Some(due_at) = due_at {
-                let early = due_at.saturating_duration_since(start);
-                if !early.is_zero() && early.as_nanos() < u128::from(self.period_ns / 2) {
-                    if let Some(o) = origin.checked_sub(early) {
-                        origin = o;
-                        self.origin = Some(o);
-                    }
+            // The tick boundary at or after the start: the due tick, or
+            // after a stall a later one the loop skipped ahead to. Before the
+            // due tick a start is early by up to half a period (the first
+            // call may have started that late); before a later tick only by
+            // what the origin is still off once paced calls have set it,
+            // under PACED_GAP — more is a late wake for the tick before.
+            let since = start.saturating_duration_since(origin).as_nanos();
+            let period = u128::from(self.period_ns);
+            let due = u128::from(last) + 1;
+            let next = since.div_ceil(period).max(due);
+            let limit = if next == due {
+                period / 2
+            } else {
+                PACED_GAP.as_nanos().min(period / 2)
+            };
+            let early = next * period - since.min(next * period);
+            if early > 0 && early < limit {
+                if let Some(o) = u64::try_from(early)
+                    .ok()
+                    .and_then(|e| origin.checked_sub(Duration::from_nanos(e)))
+                {
+                    origin = o;
+                    self.origin = Some(o);
                 }
             }
         }
@@ -196,5 +210,28 @@ mod tests {
         // Ticks 11–12 (the catch-up started in tick 13), 15 (no call started
         // in 495–528) and 31–33.
         assert_eq!(skipped, 2 + 1 + 3, "skipped");
+    }
+
+    /// After a stall the loop sleeps to a later tick and wakes a little
+    /// after it, but sooner than its first call started after its origin:
+    /// that call belongs to the tick the loop slept to, not the one before
+    /// (which made it +2 ms late instead of 8 ms early, and hid a skipped
+    /// tick, once in five runs beside busy loops).
+    #[test]
+    fn a_paced_call_after_a_stall_belongs_to_the_tick_it_woke_for() {
+        let t0 = Instant::now();
+        let mut d = DeadlineTracker::new(100.0); // 10 ms ticks
+        let us = |x: u64| t0 + Duration::from_micros(x);
+        // The loop's ticks are at 0, 10, 20 … ms; its first call started
+        // 3 ms late (the tracker's first origin), the next ones 1 ms late.
+        d.observe(us(3_000), us(5_000));
+        d.observe(us(11_000), us(13_000));
+        // A 25 ms stall on tick 2; the loop skips ticks 3 and 4 and sleeps
+        // until tick 5 (50 ms), waking 0.5 ms after it.
+        d.observe(us(21_000), us(46_000));
+        let after = d.observe(us(50_500), us(52_500));
+        // Tick 5: deadline 60 ms (the origin now 0.5 ms after the loop's).
+        assert_eq!(after.skipped, 2);
+        assert_eq!(after.late_ns, 52_500_000 - 60_500_000);
     }
 }

@@ -5,7 +5,7 @@
 //! `stagetrace-timing:`); the table keeps the worst against its bound.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -227,29 +227,8 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     // does meanwhile falls on every test alike.
     for run in 1..=o.runs {
         for (i, (test, bin)) in tests.iter().zip(&bins).enumerate() {
-            let out = match (&python, test.target) {
-                (Some((py, path)), "pytest") => Command::new(py)
-                    .current_dir(root.join("crates").join(test.package))
-                    .envs(env.iter().cloned())
-                    .env("PATH", path)
-                    .args([
-                        "-m",
-                        "pytest",
-                        "-q",
-                        "-s",
-                        "-p",
-                        "no:cacheprovider",
-                        test.name,
-                    ])
-                    .output(),
-                _ => Command::new(bin)
-                    .current_dir(root.join("crates").join(test.package))
-                    .envs(env.iter().cloned())
-                    .env("CARGO_MANIFEST_DIR", root.join("crates").join(test.package))
-                    .args(["--exact", test.name, "--nocapture", "--test-threads=1"])
-                    .output(),
-            }
-            .map_err(|e| format!("cannot start {}: {e}", test.name))?;
+            let out = run_once(test, bin, python.as_ref(), &env, &root)
+                .map_err(|e| format!("cannot start {}: {e}", test.name))?;
             let text = format!(
                 "{}{}",
                 String::from_utf8_lossy(&out.stdout),
@@ -261,18 +240,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             if out.status.success() && text.contains("1 passed") {
                 tally.passed += 1;
             } else if tally.failure_log.is_none() {
-                let file: String = test
-                    .name
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '_' {
-                            c
-                        } else {
-                            '-'
-                        }
-                    })
-                    .collect();
-                let path = logs.join(format!("{file}-run{run}.log"));
+                let path = logs.join(format!("{}-run{run}.log", file_name(test.name)));
                 let _ = std::fs::write(&path, &text);
                 tally.failure_log = Some(path);
             }
@@ -294,6 +262,53 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         return Err(format!("{failed} timing test(s) failed at least once"));
     }
     Ok(())
+}
+
+/// One run of `test`: its test binary `bin` with the test's exact name, or
+/// for a pytest node, the Python of `python` (its executable and `PATH`).
+fn run_once(
+    test: &TimingTest,
+    bin: &Path,
+    python: Option<&(PathBuf, String)>,
+    env: &[(String, String)],
+    root: &Path,
+) -> std::io::Result<std::process::Output> {
+    let dir = root.join("crates").join(test.package);
+    match (python, test.target) {
+        (Some((py, path)), "pytest") => Command::new(py)
+            .current_dir(&dir)
+            .envs(env.iter().cloned())
+            .env("PATH", path)
+            .args([
+                "-m",
+                "pytest",
+                "-q",
+                "-s",
+                "-p",
+                "no:cacheprovider",
+                test.name,
+            ])
+            .output(),
+        _ => Command::new(bin)
+            .current_dir(&dir)
+            .envs(env.iter().cloned())
+            .env("CARGO_MANIFEST_DIR", &dir)
+            .args(["--exact", test.name, "--nocapture", "--test-threads=1"])
+            .output(),
+    }
+}
+
+/// A test's name as a file name: anything but letters, digits and `_` as `-`.
+fn file_name(test: &str) -> String {
+    test.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }
 
 /// The markdown table of `tallies` after `done` round(s) of `o.runs`.

@@ -9,8 +9,8 @@ mod table;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use stagetrace::{CallRecord, Summary as LayerSummary};
-use stagetrace_analyze::stats::{self, Summary};
+use stagetrace::{CallRecord, WindowSummary};
+use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Group};
 
 use super::args::{ClockArg, DemoArgs};
@@ -93,7 +93,7 @@ pub(super) struct DriftTruth {
     injected_ppm: f64,
 }
 
-fn p50(stages: &BTreeMap<&'static str, Summary>, fig: Figure) -> Option<f64> {
+fn p50(stages: &BTreeMap<&'static str, Distribution>, fig: Figure) -> Option<f64> {
     stages.get(fig.field()).map(|s| s.p50)
 }
 
@@ -113,9 +113,9 @@ impl Truth {
     /// Compare the figures (`stages`, keyed by record field) with the knobs.
     pub(super) fn of(
         a: &DemoArgs,
-        stages: &BTreeMap<&'static str, Summary>,
+        stages: &BTreeMap<&'static str, Distribution>,
         records: &[CallRecord],
-        summary: &LayerSummary,
+        summary: &WindowSummary,
         hops: &HopRun,
     ) -> Truth {
         // Through a gateway the robot's link adds its own delays.
@@ -237,7 +237,7 @@ impl SplitCheck {
     /// The split figure `fig` against its injected delay.
     fn against(
         &self,
-        stages: &BTreeMap<&'static str, Summary>,
+        stages: &BTreeMap<&'static str, Distribution>,
         fig: Figure,
         injected: f64,
     ) -> Option<Against> {
@@ -272,7 +272,7 @@ impl Against {
     /// estimate` only).
     fn offset(
         a: &DemoArgs,
-        stages: &BTreeMap<&'static str, Summary>,
+        stages: &BTreeMap<&'static str, Distribution>,
         bound: Option<f64>,
     ) -> Option<Against> {
         if a.clock != ClockArg::Estimate {
@@ -312,7 +312,7 @@ impl Step {
 
 impl Dominant {
     /// The stage with the largest median, against the median call.
-    fn of(stages: &BTreeMap<&'static str, Summary>) -> Option<Dominant> {
+    fn of(stages: &BTreeMap<&'static str, Distribution>) -> Option<Dominant> {
         // The stages of a call, the two link stages counted as the network
         // (exact, while its split carries an error bar).
         let candidates = Figure::STAGES
@@ -341,7 +341,7 @@ impl Dominant {
 impl Disagree {
     /// Clocks declared trusted whose negative splits were clamped on most
     /// calls (none otherwise).
-    fn of(a: &DemoArgs, records: &[CallRecord], summary: &LayerSummary) -> Option<Disagree> {
+    fn of(a: &DemoArgs, records: &[CallRecord], summary: &WindowSummary) -> Option<Disagree> {
         let calls = records.iter().filter(|r| r.failed.is_none()).count() as u64;
         if a.clock == ClockArg::Trusted && calls > 0 && summary.clamped * 2 > calls {
             Some(Disagree {
@@ -357,7 +357,7 @@ impl Disagree {
 impl DriftTruth {
     /// The server clock's estimated drift against the injected one, on a
     /// direct call with drift injected (none otherwise).
-    fn of(a: &DemoArgs, summary: &LayerSummary) -> Option<DriftTruth> {
+    fn of(a: &DemoArgs, summary: &WindowSummary) -> Option<DriftTruth> {
         if a.server_drift_ppm == 0.0 || a.hops.gateway {
             return None;
         }

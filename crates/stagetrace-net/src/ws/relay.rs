@@ -30,11 +30,12 @@ use stagetrace::{ServerRecord, ServiceRole, StageSpanExt};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
+use super::client::{ClientOptions, PolicyClient};
+use super::error::ServeError;
+use super::handler::{Handler, HandlerError, HandlerFuture};
+use super::server::{PolicyServer, ServerHandle};
 use crate::msg::MsgMap;
 use crate::server::{Downstream, InferTimer, ServerClock};
-use crate::ws::{
-    ClientOptions, Handler, HandlerError, PolicyClient, PolicyServer, ServeError, ServerHandle,
-};
 
 /// A relay in the openpi / LingBot-VA WebSocket protocol. Build with
 /// [`Relay::builder`].
@@ -217,7 +218,7 @@ impl Forward {
 struct RelayHandler(Arc<Forward>);
 
 impl Handler for RelayHandler {
-    fn call(&self, request: MsgMap, timer: InferTimer) -> crate::ws::HandlerFuture {
+    fn call(&self, request: MsgMap, timer: InferTimer) -> HandlerFuture {
         let forward = Arc::clone(&self.0);
         Box::pin(async move { forward.call(request, timer).await })
     }
