@@ -262,3 +262,28 @@ def test_codec_random_bytes_only_malformed() -> None:
             pass
     with pytest.raises(st.MalformedRequest):
         st.unpackb("text frame")  # type: ignore[arg-type]
+
+
+def test_a_slewed_wall_clock_still_gives_the_wall_time_of_the_receive(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A wall clock an NTP daemon slews 5 ms/s fast against the monotonic
+    # clock (one CI machine's did): two seconds after any earlier reading,
+    # the receive stamp is still the wall time at the receive, to the ns.
+    from stagetrace import timer
+
+    mono = [10_000_000_000]
+
+    def perf_counter_ns() -> int:
+        return mono[0]
+
+    def time_ns() -> int:
+        return 1_700_000_000_000_000_000 + mono[0] * 1005 // 1000
+
+    monkeypatch.setattr(timer.time, "perf_counter_ns", perf_counter_ns)
+    monkeypatch.setattr(timer.time, "time_ns", time_ns)
+    timer._ANCHOR.wall_ns(mono[0])
+    mono[0] += 2_000_000_000
+    recv = mono[0]
+    mono[0] += 50_000  # converted 50 µs after the receive reading
+    truth = 1_700_000_000_000_000_000 + recv * 1005 // 1000
+    # 50 µs carried back on the monotonic clock: 250 ns of slew, no more.
+    assert abs(timer._ANCHOR.wall_ns(recv) - truth) <= 250

@@ -54,8 +54,8 @@ actuator controller acknowledging action chunks is :mod:`stagetrace.executor`.
 
 Time sources: ``time.perf_counter_ns()`` for every duration (never a
 difference of wall times); ``recv_unix_ns`` is the receive reading of that
-clock turned into wall time through a (``time.time_ns()``, monotonic) anchor
-refreshed every second. The wire format is ``docs/protocol.md``.
+clock turned into wall time through a (``time.time_ns()``, monotonic) pair
+read right then, so a slewed wall clock cannot move it. The wire format is ``docs/protocol.md``.
 
 The module is this file (the servers) and its parts, whose names it
 re-exports: :mod:`stagetrace.codec` (msgpack with numpy arrays),

@@ -37,14 +37,16 @@ _INFER_PARTS = ("pre", "infer", "post")
 
 
 class _WallAnchor:
-    """A (wall, monotonic) pair, refreshed every second: a monotonic reading
-    becomes wall time without a second wall-clock read (docs/protocol.md)."""
+    """Turns a recent monotonic reading into wall time: the wall clock read
+    now, carried back by the monotonic time since (docs/protocol.md).
 
-    _REFRESH_NS = 1_000_000_000
+    Read at every conversion, not once a second: an NTP daemon slewing the
+    wall clock (chrony slews up to 83 ms/s; a CI machine ran 5 ms/s fast)
+    would put a receive stamp up to that far off the wall clock a client on
+    the same host reads, a sawtooth its offset filter takes for the network.
+    The reading converted is microseconds old, so the slew over it is nil."""
+
     _TIGHT_NS = 20_000
-
-    def __init__(self) -> None:
-        self._pair = self._read()
 
     @classmethod
     def _read(cls) -> tuple[int, int]:
@@ -54,7 +56,7 @@ class _WallAnchor:
             wall = time.time_ns()
             m1 = time.perf_counter_ns()
             # The pair is as good as the two monotonic reads are close: a
-            # preemption between them would shift every wall time derived.
+            # preemption between them would shift the wall time derived.
             if best is None or m1 - m0 < best[0]:
                 best = (m1 - m0, wall, (m0 + m1) // 2)
             if m1 - m0 <= cls._TIGHT_NS:
@@ -62,11 +64,8 @@ class _WallAnchor:
         return best[1], best[2]
 
     def wall_ns(self, mono_ns: int) -> int:
-        wall, mono = self._pair  # one tuple: consistent without a lock
-        if mono_ns - mono > self._REFRESH_NS:
-            self._pair = self._read()
-            wall, mono = self._pair
-        return wall + (mono_ns - mono)
+        wall, mono = self._read()
+        return wall - (mono - mono_ns)
 
 
 _ANCHOR = _WallAnchor()

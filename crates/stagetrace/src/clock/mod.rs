@@ -25,7 +25,7 @@ mod hops;
 mod sample;
 mod stitch;
 
-pub use anchor::{Anchor, ANCHOR_REFRESH};
+pub use anchor::{Anchor, WallClock, ANCHOR_REFRESH, RATE_BASELINE};
 pub use filter::{FilterConfig, OffsetEstimate, OffsetFilter};
 pub use sample::NtpSample;
 pub use stitch::{ClientTimes, ClockMode, Stitched, Stitcher, MAX_PEERS};

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::advice::AdviceFor;
-use crate::clock::{Anchor, ClockMode, ANCHOR_REFRESH};
+use crate::clock::{ClockMode, WallClock, ANCHOR_REFRESH};
 use crate::health::Health;
 use crate::queue::{Msg, RawCall};
 use crate::sink::RecordSink;
@@ -86,7 +86,9 @@ pub(crate) struct Worker {
     target_hz: Option<f64>,
     queue_capacity: usize,
     advice: AdviceFor,
-    anchor: Anchor,
+    wall: WallClock,
+    /// When the fast clock's calibration was last refined.
+    refined: Instant,
     cal: Calibration,
     converter: Converter,
     window: Accum,
@@ -104,8 +106,8 @@ pub(crate) struct Worker {
 
 impl Worker {
     pub(crate) fn new(cfg: WorkerConfig, health: Arc<Health>) -> Self {
-        let anchor = Anchor::now();
-        let now_ms = anchor.wall_unix_ns() as f64 / 1e6;
+        let mut wall = WallClock::new();
+        let now_ms = wall.now_unix_ns() as f64 / 1e6;
         let deadline = cfg.target_hz.map(DeadlineTracker::new);
         let period_ns = deadline.as_ref().map(DeadlineTracker::period_ns);
         let base = health.counters();
@@ -114,7 +116,8 @@ impl Worker {
             target_hz: cfg.target_hz,
             queue_capacity: cfg.queue_capacity,
             advice: cfg.advice,
-            anchor,
+            wall,
+            refined: Instant::now(),
             cal: Calibration::unmeasured(),
             converter: Converter::new(
                 cfg.clock_mode,
@@ -186,16 +189,19 @@ impl Worker {
         let _ = done.send(summary);
     }
 
-    fn refresh_anchor(&mut self) {
-        if self.anchor.refresh_if_older(ANCHOR_REFRESH) {
+    fn refine_calibration(&mut self) {
+        if self.refined.elapsed() >= ANCHOR_REFRESH {
+            self.refined = Instant::now();
             self.cal.refine();
         }
     }
 
     fn on_call(&mut self, raw: &RawCall) {
-        self.refresh_anchor();
-        let (rec, deadline_obs) = self.converter.convert(raw, self.cal, &self.anchor);
+        self.refine_calibration();
         let (start, end) = (self.cal.instant(raw.state.start), self.cal.instant(raw.end));
+        // The call's own anchor: its start on the wall clock as read now.
+        let anchor = self.wall.anchor_at(start);
+        let (rec, deadline_obs) = self.converter.convert(raw, self.cal, &anchor);
         self.window.add(&rec, start, end, deadline_obs);
         self.cumulative.add(&rec, start, end, deadline_obs);
         let drift = self.converter.drift();
@@ -273,10 +279,10 @@ impl Worker {
         // Before the counters are read, so lines a sink failed to write
         // count in this window.
         self.drained();
-        self.refresh_anchor();
+        self.refined = Instant::now();
         self.cal.refine();
         self.report_once();
-        let now_ms = self.anchor.to_unix_ns(Instant::now()) as f64 / 1e6;
+        let now_ms = self.wall.now_unix_ns() as f64 / 1e6;
         let counters = self.health.counters();
         let span = Span {
             run: &self.run,
@@ -304,7 +310,7 @@ impl Worker {
         each_sink(&mut self.sinks, false, |sink| sink.flush());
         // The last (partial) window, then the cumulative line.
         self.roll_window();
-        let now_ms = self.anchor.to_unix_ns(Instant::now()) as f64 / 1e6;
+        let now_ms = self.wall.now_unix_ns() as f64 / 1e6;
         let counters = self.health.counters();
         let span = Span {
             run: &self.run,
