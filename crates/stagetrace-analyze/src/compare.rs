@@ -51,17 +51,17 @@ pub struct GroupComparison {
     pub after_n: u64,
     /// One row per stage and statistic.
     pub rows: Vec<Row>,
-    /// Calls through gateways: per link of the records' `hops`, one row per
+    /// Calls through gateways: per hop of the records' `hops`, one row per
     /// figure (`up`, `down`, `net`, `relay`) and statistic. Absent without.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hops: Vec<HopRows>,
 }
 
-/// One link's rows.
+/// One hop's rows.
 #[derive(Clone, Debug, Serialize)]
 pub struct HopRows {
-    /// The link's number ("link 2"): the records' `hops[link − 1]`.
-    pub link: usize,
+    /// The hop's number ("hop 2"): the records' `hops[hop − 1]`.
+    pub hop: usize,
     /// The node before it (`robot`, a gateway).
     pub from: String,
     /// The node at its end (a gateway, or `server`).
@@ -293,7 +293,7 @@ struct Change {
     p: f64,
 }
 
-/// The rows of the links both runs have (the same path: link `n` is the
+/// The rows of the hops both runs have (the same path: hop `n` is the
 /// same hop on both sides).
 fn hop_rows(
     b: &GroupData,
@@ -302,9 +302,9 @@ fn hop_rows(
     floor: f64,
     pvals: &mut Vec<f64>,
 ) -> Vec<HopRows> {
-    let links = b.hop_sorted.len().min(a.hop_sorted.len());
-    let names = crate::analysis::hop_nodes(links);
-    (0..links)
+    let hops = b.hop_sorted.len().min(a.hop_sorted.len());
+    let names = crate::analysis::hop_nodes(hops);
+    (0..hops)
         .map(|l| {
             let mut rows = Vec::new();
             for fig in [HopFig::Up, HopFig::Down, HopFig::Net, HopFig::Relay] {
@@ -319,7 +319,7 @@ fn hop_rows(
                 rows.extend(rows_of(fig.name(), &side, seed, pvals));
             }
             HopRows {
-                link: l + 1,
+                hop: l + 1,
                 from: names[l].clone(),
                 to: names[l + 1].clone(),
                 rows,
@@ -432,13 +432,13 @@ pub fn text(c: &Comparison) -> String {
         if !g.hops.is_empty() {
             let _ = writeln!(
                 s,
-                "  hops (per link: up / down each way, net both ways, relay = the gateway's own time at its end):"
+                "  hops (per hop: up / down each way, net both ways, relay = the gateway's own time at its end):"
             );
         }
         for h in &g.hops {
             for r in &h.rows {
-                // `link 2 relay`: wider than a stage's column.
-                row_line(&mut s, &format!("link {} {}", h.link, r.stage), 12, r);
+                // `hop 2 relay`: wider than a stage's column.
+                row_line(&mut s, &format!("hop {} {}", h.hop, r.stage), 12, r);
             }
         }
     }

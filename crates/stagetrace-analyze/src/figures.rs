@@ -60,12 +60,12 @@ pub(crate) fn finest_parts(f: Figure) -> Vec<Figure> {
     out
 }
 
-/// A link stage: one of the parts of `net`.
-fn is_link(stage: Figure) -> bool {
+/// A one-way stage: one of the parts of `net`.
+fn is_one_way(stage: Figure) -> bool {
     Figure::Net.parts().contains(&stage)
 }
 
-/// A stage between send and response (link or server): one of the parts
+/// A stage between send and response (one-way stage or server): one of the parts
 /// of `roundtrip`.
 fn is_in_roundtrip(stage: Figure) -> bool {
     Figure::Roundtrip.parts().contains(&stage)
@@ -95,7 +95,7 @@ fn present(figures: impl Iterator<Item = Figure>, has: impl Fn(Figure) -> bool) 
 }
 
 /// The figures stacked per call on the HTML timeline, in display order: the
-/// stages and the gap. Without the link split `net` stands in for the link
+/// stages and the gap. Without the one-way split `net` stands in for the one-way
 /// stages, and without `net` the black box of a server that reports no
 /// timing (`ttfb`, `rx`), or else `roundtrip`, for everything between send
 /// and response; figures the run lacks are left out.
@@ -105,7 +105,7 @@ pub(crate) fn stacked(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
         if link_split || !is_in_roundtrip(stage) {
             stage
         } else if has(Figure::Net) {
-            if is_link(stage) {
+            if is_one_way(stage) {
                 Figure::Net
             } else {
                 stage
@@ -122,7 +122,7 @@ pub(crate) fn stacked(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
 }
 
 /// The figures that make up e2e without overlap, for its variance shares:
-/// the client stages, the link stages (or `net`, or the black box `ttfb` +
+/// the client stages, the one-way stages (or `net`, or the black box `ttfb` +
 /// `rx`, or `roundtrip`), the server
 /// total (or its stages), and the gap. Figures the run lacks are left out.
 pub(crate) fn e2e_parts(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
@@ -131,23 +131,23 @@ pub(crate) fn e2e_parts(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
         if !is_in_roundtrip(stage) {
             return Some(stage);
         }
-        let link = is_link(stage);
+        let one_way = is_one_way(stage);
         if link_split {
             // The server total also covers what lies between its stages.
-            Some(if !link && has(Figure::Server) {
+            Some(if !one_way && has(Figure::Server) {
                 Figure::Server
             } else {
                 stage
             })
         } else if has(Figure::Net) && has(Figure::Server) {
-            Some(if link { Figure::Net } else { Figure::Server })
+            Some(if one_way { Figure::Net } else { Figure::Server })
         } else if let Some(part) = black_box_part(stage, &has) {
             Some(part)
         } else if has(Figure::Roundtrip) {
             Some(Figure::Roundtrip)
         } else {
             // No transport figure at all: the server stages alone.
-            (!link).then_some(stage)
+            (!one_way).then_some(stage)
         }
     };
     let figures = Figure::STAGES
@@ -205,7 +205,7 @@ mod tests {
                 F::Gap
             ]
         );
-        // No clock split: net stands in for the link stages.
+        // No clock split: net stands in for the one-way stages.
         let no_split = [
             F::Queue,
             F::Infer,

@@ -3,7 +3,7 @@
 //! stage timeline with outlier rounds marked, and a CDF, per kind.
 //!
 //! `timeline` draws the timeline; `hops` and `robots` the tables of the
-//! gateways' links and of the fleet's robots.
+//! gateways' hops and of the fleet's robots.
 
 mod hops;
 mod robots;

@@ -1,8 +1,8 @@
 //! Calls through a gateway, on generated runs with a
-//! known truth: `report` shows each link of the records' `hops` (each way,
-//! both ways, the gateway's own time, the link's bound), the verdict names
-//! the link and direction or the gateway that moved — and the executor's
-//! wait — largest first, and `compare` shows the link that moved.
+//! known truth: `report` shows each hop of the records' `hops` (each way,
+//! both ways, the gateway's own time, the hop's bound), the verdict names
+//! the hop and direction or the gateway that moved — and the executor's
+//! wait — largest first, and `compare` shows the hop that moved.
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,15 +22,15 @@ fn through(seed: u64, g: Gateway) -> Scenario {
 }
 
 #[test]
-fn report_shows_each_link_each_way_the_gateway_and_the_bounds() {
+fn report_shows_each_hop_each_way_the_gateway_and_the_bounds() {
     let (r, text) = run(&through(201, Gateway::default()), None);
     let hops = &r.groups[0].hops;
     assert_eq!(hops.len(), 2, "{text}");
     assert_eq!(
         (hops[0].name(), hops[1].name()),
         (
-            "link 1 (robot → gateway)".to_owned(),
-            "link 2 (gateway → server)".to_owned()
+            "hop 1 (robot → gateway)".to_owned(),
+            "hop 2 (gateway → server)".to_owned()
         )
     );
     let p50 = |l: usize, key: &str| hops[l].figures[key].p50;
@@ -46,7 +46,7 @@ fn report_shows_each_link_each_way_the_gateway_and_the_bounds() {
     ] {
         assert!(
             (p50(l, key) - truth).abs() <= 0.01,
-            "link {} {key}: {} against {truth}",
+            "hop {} {key}: {} against {truth}",
             l + 1,
             p50(l, key)
         );
@@ -57,13 +57,13 @@ fn report_shows_each_link_each_way_the_gateway_and_the_bounds() {
     exactly(hops[0].figures["err_ms"].min, 0.05);
     exactly(hops[0].figures["err_ms"].max, 0.05);
     exactly(hops[1].figures["err_ms"].p50, 0.04);
-    // The last link ends at the server: no gateway time there.
+    // The last hop ends at the server: no gateway time there.
     assert!(!hops[1].figures.contains_key("relay_ms"));
     assert_eq!(hops[0].figures["up_ms"].n, 3000);
     for line in [
-        "hops (per link",
-        "link 1 (robot → gateway)     up",
-        "link 2 (gateway → server)    up",
+        "hops (per hop",
+        "hop 1 (robot → gateway)      up",
+        "hop 2 (gateway → server)     up",
     ] {
         assert!(text.contains(line), "{line}: {text}");
     }
@@ -73,11 +73,11 @@ fn report_shows_each_link_each_way_the_gateway_and_the_bounds() {
     // Without gateways, nothing changes: no hops section.
     let (plain, text) = run(&Scenario::default(), None);
     assert!(plain.groups[0].hops.is_empty());
-    assert!(!text.contains("hops (per link"), "{text}");
+    assert!(!text.contains("hops (per hop"), "{text}");
     assert!(!render::json(&plain).unwrap().contains("\"hops\""));
 }
 
-/// A baseline through the default gateway, and a run whose link 2
+/// A baseline through the default gateway, and a run whose hop 2
 /// (gateway → server) uplink is 5 ms slower, nothing else.
 fn link_2_uplink_slower() -> (Scenario, Scenario) {
     let base = through(203, Gateway::default());
@@ -92,34 +92,34 @@ fn link_2_uplink_slower() -> (Scenario, Scenario) {
 }
 
 #[test]
-fn a_slower_link_is_named_with_its_direction_not_the_whole_path() {
+fn a_slower_hop_is_named_with_its_direction_not_the_whole_path() {
     let (base, s) = link_2_uplink_slower();
     let (r, text) = run(&s, Some(&base));
     let v = &r.verdicts[0];
     assert_eq!(v.code, "hop_slower", "{text}");
     assert!(
         v.text
-            .starts_with("link 2 (gateway → server) uplink got slower as a whole: median"),
+            .starts_with("hop 2 (gateway → server) uplink got slower as a whole: median"),
         "{}",
         v.text
     );
-    assert_eq!(v.evidence["link"], 2);
+    assert_eq!(v.evidence["hop"], 2);
     assert_eq!(v.evidence["figure"], "up_ms");
     // +5 ms, as injected.
     let cost = v.evidence["cost_ms"].as_f64().unwrap();
     assert!((cost - 5.0).abs() <= 0.02, "{cost}");
     assert!(v.text.contains("bandwidth, frame size"), "{}", v.text);
-    // Only that link: not link 1, not the path's uplink or network.
+    // Only that hop: not hop 1, not the path's uplink or network.
     assert_eq!(
         r.verdicts.iter().map(|v| v.code).collect::<Vec<_>>(),
         ["hop_slower"],
         "{text}"
     );
     assert!(
-        !text.contains("link 1 (robot → gateway) uplink got"),
+        !text.contains("hop 1 (robot → gateway) uplink got"),
         "{text}"
     );
-    // The table shows the change per link.
+    // The table shows the change per hop.
     assert!(text.contains("hops against the baseline"), "{text}");
 }
 
@@ -169,7 +169,7 @@ fn the_executor_wait_and_the_gateway_are_named_largest_first() {
     let gw = &r.verdicts[gw_at];
     assert!(
         gw.text.starts_with(
-            "the gateway's own time (where link 1, robot → gateway, ends) got slower as a whole"
+            "the gateway's own time (where hop 1, robot → gateway, ends) got slower as a whole"
         ),
         "{}",
         gw.text
@@ -187,7 +187,7 @@ fn the_executor_wait_and_the_gateway_are_named_largest_first() {
 }
 
 #[test]
-fn compare_shows_the_link_that_moved() {
+fn compare_shows_the_hop_that_moved() {
     let before = gen::dataset(&through(207, Gateway::default()));
     let after = gen::dataset(&through(
         208,
@@ -201,35 +201,35 @@ fn compare_shows_the_link_that_moved() {
     eprintln!("{text}");
     let g = &c.groups[0];
     assert_eq!(g.hops.len(), 2);
-    let row = |link: usize, stage: &str, stat: &str| {
-        g.hops[link - 1]
+    let row = |hop: usize, stage: &str, stat: &str| {
+        g.hops[hop - 1]
             .rows
             .iter()
             .find(|r| r.stage == stage && r.stat == stat)
             .unwrap()
     };
-    // Link 1's downlink 1 → 4 ms: +300 %.
+    // Hop 1's downlink 1 → 4 ms: +300 %.
     let d = row(1, "down", "p50");
     assert!(d.significant, "{text}");
     assert!((d.delta_pct - 300.0).abs() <= 5.0, "{}", d.delta_pct);
-    for (link, stage) in [(1, "up"), (2, "up"), (2, "down"), (1, "relay")] {
+    for (hop, stage) in [(1, "up"), (2, "up"), (2, "down"), (1, "relay")] {
         assert!(
-            !row(link, stage, "p50").significant,
-            "link {link} {stage}: {text}"
+            !row(hop, stage, "p50").significant,
+            "hop {hop} {stage}: {text}"
         );
     }
-    assert!(text.contains("link 1 down  p50"), "{text}");
-    assert!(text.contains("link 1 relay p50"), "{text}");
+    assert!(text.contains("hop 1 down   p50"), "{text}");
+    assert!(text.contains("hop 1 relay  p50"), "{text}");
     assert_eq!(
         (g.hops[0].from.as_str(), g.hops[0].to.as_str()),
         ("robot", "gateway")
     );
 }
 
-/// The HTML report has the hops too: a row per link with each figure's
-/// p50 / p99, and the link and figure the verdict names marked (only them).
+/// The HTML report has the hops too: a row per hop with each figure's
+/// p50 / p99, and the hop and figure the verdict names marked (only them).
 #[test]
-fn the_html_report_has_a_row_per_link_and_marks_the_one_that_moved() {
+fn the_html_report_has_a_row_per_hop_and_marks_the_one_that_moved() {
     let (base, s) = link_2_uplink_slower();
     let (ds, b) = (gen::dataset(&s), gen::dataset(&base));
     let a = analyze(&ds, Some(&b), &AnalyzeOptions::default());
@@ -240,22 +240,22 @@ fn the_html_report_has_a_row_per_link_and_marks_the_one_that_moved() {
     let table = &html[start..start + html[start..].find("</table>").unwrap()];
     let rows: Vec<&str> = table
         .lines()
-        .filter(|l| l.starts_with("<tr data-link="))
+        .filter(|l| l.starts_with("<tr data-hop="))
         .collect();
     assert_eq!(rows.len(), 2, "{table}");
     assert!(
-        rows[0].starts_with("<tr data-link=\"1\"><td>link 1 (robot → gateway)</td><td>3000</td>"),
+        rows[0].starts_with("<tr data-hop=\"1\"><td>hop 1 (robot → gateway)</td><td>3000</td>"),
         "{table}"
     );
     let up = a.report.groups[0].hops[1].figures["up_ms"];
     let cell = format!("<td class=\"differs\">{:.2} / {:.2}</td>", up.p50, up.p99);
     assert!(
         rows[1].starts_with(
-            "<tr data-link=\"2\" class=\"differs\"><td>link 2 (gateway → server)</td><td>3000</td>"
+            "<tr data-hop=\"2\" class=\"differs\"><td>hop 2 (gateway → server)</td><td>3000</td>"
         ),
         "{table}"
     );
-    // Link 2's uplink cell, its p50 6 ms as generated: the cell is the
+    // Hop 2's uplink cell, its p50 6 ms as generated: the cell is the
     // first figure after the calls.
     assert!(rows[1].contains(&cell), "{cell} not in {}", rows[1]);
     assert!((up.p50 - 6.0).abs() <= 0.01, "{}", up.p50);

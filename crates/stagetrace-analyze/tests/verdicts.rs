@@ -179,7 +179,7 @@ fn e2e_moving_with_flat_stages_is_not_steady() {
 /// split error of 3.5 ms a side: the network moved, direction undetermined.
 /// With a split error of 0.05 ms the same rises are each a verdict.
 #[test]
-fn links_moving_within_split_err_blame_no_direction() {
+fn one_way_stages_moving_within_split_err_blame_no_direction() {
     let pair = |split_err_ms: f64| {
         let base = Scenario {
             seed: 141,

@@ -45,7 +45,7 @@ pub(crate) fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                         .and_then(|n| n.to_str())
                         .is_some_and(|n| n.starts_with("records") && n.ends_with(".jsonl"))
                 })
-                // Regular files only (through links): a FIFO or a device
+                // Regular files only (through symlinks): a FIFO or a device
                 // would block the read forever.
                 .filter(|f| f.is_file())
                 .collect();

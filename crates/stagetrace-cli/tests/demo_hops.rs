@@ -1,14 +1,14 @@
 //! Issue 11 item 4's "Must show", end to end through the `stagetrace demo`
 //! binary: robot → gateway → policy server across three clocks (gateway
 //! +300 ms and drifting +200 ppm, server −80 ms and −150 ppm against the
-//! robot), asymmetric delays on each link, and a remote executor (its own
+//! robot), asymmetric delays on each hop, and a remote executor (its own
 //! clock −40 ms, +100 ppm; its own delays) busy 20 ms on every 4th chunk.
 //!
 //! The demo states each hop's truth from the real stamps of both ends of
-//! each link less each machine's known clock error (`truth.hops`, never
+//! each hop less each machine's known clock error (`truth.hops`, never
 //! from the estimate), and the executor's from its controller's own record
 //! (`truth.executor`); the test holds them to the Must-show bounds and
-//! checks the records themselves: every steady call has both links, and
+//! checks the records themselves: every steady call has both hops, and
 //! exactly the busy calls wait.
 //!
 //! `cargo test -p stagetrace-cli --test demo_hops -- --nocapture` prints
@@ -24,7 +24,7 @@ use serde_json::Value;
 use stagetrace_test_support::timing;
 use support::assert_usage_error;
 
-/// 60 s at 20 Hz: each link's drift estimate within a few ppm on a loaded
+/// 60 s at 20 Hz: each hop's drift estimate within a few ppm on a loaded
 /// machine. The slope's noise falls as the run's length to the power 1.5:
 /// 30 s left it 5.1 ppm off in one loaded run of four (idle: at most 2.1
 /// in eight), 20 s 6 ppm.
@@ -96,10 +96,10 @@ fn gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact() 
         "--executor-busy-every",
         &every,
     ];
-    // The demo's machines and links at real-time priority
+    // The demo's machines and hops at real-time priority
     // (`timing::realtime`, inherited by the child): a busy host woke the
     // proxies' threads late on one direction for seconds at a time, which
-    // tilted a link's one-way minima — the emulated path's fault, not the
+    // tilted a hop's one-way minima — the emulated path's fault, not the
     // drift estimate's. This test measures the estimate on a path whose
     // floor holds, not the host's scheduling.
     let out = timing::at_realtime("demo_hops", || {
@@ -134,13 +134,13 @@ fn gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact() 
     assert_eq!(json["failed"].as_u64(), Some(0), "{}", json["diagnosis"]);
 
     let hops = &json["truth"]["hops"];
-    let links = hops["links"].as_array().unwrap();
-    assert_eq!(links.len(), 2, "{hops}");
-    // (injected up, down, drift difference) per link.
+    let per_hop = hops["hops"].as_array().unwrap();
+    assert_eq!(per_hop.len(), 2, "{hops}");
+    // (injected up, down, drift difference) per hop.
     let injected = [(6.0, 1.0, 200.0), (2.0, 5.0, -350.0)];
-    for (l, (up, down, drift)) in links.iter().zip(injected) {
+    for (l, (up, down, drift)) in per_hop.iter().zip(injected) {
         let i = l["index"].as_u64().unwrap();
-        assert_eq!(f(l, "calls") as u64, CALLS - WARMUP, "link {i}");
+        assert_eq!(f(l, "calls") as u64, CALLS - WARMUP, "hop {i}");
         assert_eq!(
             (f(l, "injected_up_ms"), f(l, "injected_down_ms")),
             (up, down)
@@ -148,49 +148,49 @@ fn gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact() 
         // The proxies really delayed each direction (truth from the stamps):
         // within [injected, injected + 1.5 ms), reported from its middle.
         timing::error(
-            &format!("link {i} true up median vs window (ms)"),
+            &format!("hop {i} true up median vs window (ms)"),
             f(l, "true_up_ms") - (up + 0.75),
             0.75,
         );
         timing::error(
-            &format!("link {i} true down median vs window (ms)"),
+            &format!("hop {i} true down median vs window (ms)"),
             f(l, "true_down_ms") - (down + 0.75),
             0.75,
         );
         assert!(
             (up..up + 1.5).contains(&f(l, "true_up_ms"))
                 && (down..down + 1.5).contains(&f(l, "true_down_ms")),
-            "link {i}: {l}"
+            "hop {i}: {l}"
         );
         // Every hop's true network time inside its stated bound on ≥ 99 %.
-        report_inside(&format!("link {i} calls outside ± err (%)"), f(l, "inside"));
-        assert!(f(l, "inside") >= 0.99, "link {i}: {l}");
+        report_inside(&format!("hop {i} calls outside ± err (%)"), f(l, "inside"));
+        assert!(f(l, "inside") >= 0.99, "hop {i}: {l}");
         timing::error(
-            &format!("link {i} net max err (ms)"),
+            &format!("hop {i} net max err (ms)"),
             f(l, "net_max_err_ms"),
             1.0,
         );
-        assert!(f(l, "net_max_err_ms") <= 1.0, "link {i}: {l}");
+        assert!(f(l, "net_max_err_ms") <= 1.0, "hop {i}: {l}");
         // Estimated drift within a few ppm of the injected difference.
         assert_eq!(f(l, "injected_drift_ppm"), drift);
         timing::error(
-            &format!("link {i} drift err (ppm)"),
+            &format!("hop {i} drift err (ppm)"),
             f(l, "drift_ppm") - drift,
             5.0,
         );
         assert!(
             (f(l, "drift_ppm") - drift).abs() <= 5.0,
-            "link {i} drift: {l}"
+            "hop {i} drift: {l}"
         );
         // The offset estimate holds the truth within its bound.
         timing::error(
-            &format!("link {i} offset err (ms)"),
+            &format!("hop {i} offset err (ms)"),
             f(l, "offset_ms") - f(l, "injected_offset_ms"),
             f(l, "err_ms") + 0.1,
         );
         assert!(
             (f(l, "offset_ms") - f(l, "injected_offset_ms")).abs() <= f(l, "err_ms") + 0.1,
-            "link {i} offset: {l}"
+            "hop {i} offset: {l}"
         );
     }
     report_inside(
@@ -223,7 +223,7 @@ fn gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact() 
     );
     assert!(f(ex, "offset_inside") >= 0.99, "{ex}");
 
-    // The records themselves: both links on every steady call, and the
+    // The records themselves: both hops on every steady call, and the
     // wait on exactly the busy calls.
     let records = &json["records"];
     let steady: Vec<&Value> = records

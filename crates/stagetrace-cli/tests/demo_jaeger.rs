@@ -174,7 +174,7 @@ const EXECUTOR: &str = "stagetrace-demo-executor";
 /// `stagetrace demo --gateway --executor --otlp`
 /// puts each call into Jaeger as one trace of four services — the robot,
 /// the gateway, the policy server, the executor — each span under exactly
-/// the span it belongs to, with the robot's synthesized per-link spans.
+/// the span it belongs to, with the robot's synthesized per-hop spans.
 #[test]
 fn demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger() {
     let test = "demo_with_a_gateway_and_an_executor_is_one_trace_of_four_services_in_jaeger";

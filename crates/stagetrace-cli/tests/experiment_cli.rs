@@ -174,7 +174,7 @@ fn ctrl_c_mid_way_restores_and_closes_the_proxy() {
     let (child, run_dir) = start_until_level(dir.path(), &PLAN.replace("HOLD", "60"));
     let (code, err) = interrupt(child);
     assert_eq!(code, Some(130), "{err}");
-    assert!(err.contains("restored: proxy links reset"), "{err}");
+    assert!(err.contains("restored: proxy shaping reset"), "{err}");
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(run_dir.join("experiment.json")).unwrap())
             .unwrap();
@@ -239,7 +239,7 @@ fn leftovers(pid: u32) -> Vec<String> {
         .map(str::to_owned)
         .collect();
     left.extend(
-        text(&["-o", "link"])
+        text(&["-o", "hop"])
             .lines()
             .filter_map(|l| l.split(": ").nth(1))
             .filter(|n| n.starts_with(&dev))
@@ -265,7 +265,7 @@ fn ctrl_c_mid_way_removes_the_kernel_bottleneck() {
     let (code, err) = interrupt(child);
     assert_eq!(code, Some(130), "{err}");
     for undone in [
-        "proxy links reset",
+        "proxy shaping reset",
         "cross traffic stopped",
         "tbf removed",
         "deleted",

@@ -178,7 +178,7 @@ fn stopping_a_kernel_bottleneck_run_mid_level_removes_namespaces_veth_and_sender
         ],
     );
     for undone in [
-        "proxy links reset",
+        "proxy shaping reset",
         "tbf removed",
         "cross traffic stopped",
         "deleted",

@@ -76,7 +76,7 @@ fn every_shipped_plan_is_valid() {
 
 /// Runs `plan` with every phase held for `calls` calls: its report is
 /// written, with a level for each of the plan's and records for every level.
-/// Held by calls, not seconds, so a level whose link stalls for a while
+/// Held by calls, not seconds, so a level whose path stalls for a while
 /// (TCP backing off after the qdisc change drops packets) still ends with
 /// records; the runner's own limit bounds the wait.
 fn run_short(mut plan: Plan, calls: u64) {

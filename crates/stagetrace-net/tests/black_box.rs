@@ -242,7 +242,7 @@ fn check(
             "{label} seq {}: ttfb {ttfb:.3} (truth {true_ttfb:.3}), rx {rx:.3} (truth {true_rx:.3})",
             r.seq
         );
-        // A black box: never inference, queue, a server total or a link split.
+        // A black box: never inference, queue, a server total or a hop split.
         for f in [
             Figure::Infer,
             Figure::Queue,
@@ -314,8 +314,8 @@ fn http_server_without_timing_splits_at_the_first_byte_within_1ms() {
 /// the host's scheduling, which a user-space stamp cannot avoid, not where
 /// the record cuts the roundtrip, which is what this test measures.
 fn http_calls() {
-    let link = proxy(silent_http_server());
-    let tap = Tap::start(link.local_addr());
+    let hop = proxy(silent_http_server());
+    let tap = Tap::start(hop.local_addr());
     let mut obs = Observed::new();
     let url = format!("http://{}/infer", tap.addr);
     let mut sent = Vec::new();
@@ -345,8 +345,8 @@ fn websocket_server_without_timing_splits_at_the_first_byte_within_1ms() {
 
 /// At real-time priority for the reason given at [`http_calls`].
 fn websocket_calls() {
-    let link = proxy(silent_ws_server());
-    let tap = Tap::start(link.local_addr());
+    let hop = proxy(silent_ws_server());
+    let tap = Tap::start(hop.local_addr());
     let mut obs = Observed::new();
     let mut sent = Vec::new();
     rt().block_on(async {

@@ -10,7 +10,7 @@
 //! controller: that is wait too). `dispatch_ms` must end at the executor's
 //! start: `exec_tx + exec_wait`, the truth inside the stated
 //! `exec_err_ms`. Behind the proxy the executor's clock is off by +300 ms
-//! and the links are asymmetric; the wait stays exact (one clock), the rest
+//! and the hops are asymmetric; the wait stays exact (one clock), the rest
 //! within its bound.
 //!
 //! `cargo test -p stagetrace-net --test executor -- --nocapture` prints the
@@ -280,7 +280,7 @@ fn an_executor_busy_on_every_nth_chunk_shows_exactly_that_wait() {
 }
 
 #[test]
-fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
+fn behind_a_slow_asymmetric_path_to_a_skewed_executor_the_wait_stays_exact() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const UP: Duration = Duration::from_millis(15);
     const DOWN: Duration = Duration::from_millis(5);
@@ -316,7 +316,7 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
     );
     for Run { rec: r, .. } in &runs {
         let err = ms(r, Figure::ExecErr);
-        // The bound covers the link's asymmetry: half the network time.
+        // The bound covers the hop's asymmetry: half the network time.
         assert!(err >= (up_ms + down_ms) / 2.0 - 0.5, "{r:?}");
         // Never less than the injected delay (more when the machine is loaded).
         let tx = ms(r, Figure::ExecTx);
@@ -335,11 +335,11 @@ fn behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact() {
 
 /// Dispatch through a gateway: robot → (6 / 1 ms) → gateway, clock +300 ms
 /// → (2 / 5 ms) → executor, clock +220 ms (the gateway's − 80 ms). Each
-/// link is stitched with its own offset, so the executor's start is placed
+/// hop is stitched with its own offset, so the executor's start is placed
 /// with the composed offset and bound; the gateway's forwarding time is
 /// `exec_relay_ms`, exactly what the gateway itself stamped (its record).
 #[test]
-fn through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exec_relay() {
+fn through_a_gateway_each_hop_has_its_offset_and_the_gateways_forwarding_is_exec_relay() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ms_of = |d: Duration| d.as_secs_f64() * 1e3;
     let (link0, link1) = (
@@ -414,7 +414,7 @@ fn through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exe
             r.seq
         );
         assert!(r.get(Figure::ExecRelay).unwrap() <= r.get(Figure::ExecTx).unwrap());
-        // Offsets compose along the path (300 − 80), bounds too: each link's
+        // Offsets compose along the path (300 − 80), bounds too: each hop's
         // covers half its network time.
         let (off, err) = (ms(r, Figure::ExecOffset), ms(r, Figure::ExecErr));
         assert!(

@@ -1,7 +1,7 @@
 //! Ground truth across three machines' clocks: robot →
 //! gateway ([`Relay`]) → policy server on loopback, each with its own
 //! injected clock (skewed, and in the drift test drifting), and a userspace
-//! proxy on each link with asymmetric delays.
+//! proxy on each hop with asymmetric delays.
 //!
 //! Every process runs on this host, so the truth comes from the real stamps
 //! of each side less its known clock error (as
@@ -11,7 +11,7 @@
 //! skew — never from the estimate.
 //!
 //! `cargo test -p stagetrace-net --test hops -- --nocapture` prints the
-//! per-link errors and bounds.
+//! per-hop errors and bounds.
 
 #![allow(clippy::unwrap_used)]
 
@@ -26,7 +26,7 @@ use stagetrace::{Figure, ServerRecord, ServerTiming};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay, ServerClock};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{
-    assert_inside_on_99_percent, assert_link_offsets, proxy, service, share, true_ns, Call, Link,
+    assert_hop_offsets, assert_inside_on_99_percent, proxy, service, share, true_ns, Call, Hop,
     Thread,
 };
 use tracing::Instrument;
@@ -35,7 +35,7 @@ const MS: i64 = 1_000_000;
 /// The server's handler time.
 const INFER: Duration = Duration::from_millis(4);
 
-/// The clocks and links of one run.
+/// The clocks and hops of one run.
 struct Setup {
     gateway_clock: ServerClock,
     server_clock: ServerClock,
@@ -131,15 +131,15 @@ fn run(s: &Setup) -> Vec<Call> {
         .collect()
 }
 
-/// Per call: link 0, link 1, and the path's own figures vs the truth.
+/// Per call: hop 0, hop 1, and the path's own figures vs the truth.
 struct Truth {
-    links: [Link; 2],
+    hops: [Hop; 2],
     /// |net − truth|, |gateway time − truth|, |infer − truth|, ms.
     net_err: f64,
     relay_err: f64,
     infer_err: f64,
     /// Whole-path uplink / downlink against ± split_err.
-    path: Link,
+    path: Hop,
 }
 
 fn truth(s: &Setup, c: &Call) -> Truth {
@@ -155,8 +155,8 @@ fn truth(s: &Setup, c: &Call) -> Truth {
     let s_recv = true_ns(&s.server_clock, c.server.recv_unix_ns.unwrap());
     let s_sent = s_recv + c.server.total_ns.unwrap() as i64;
     let h = &c.rec.hops;
-    assert_eq!(h.len(), 2, "two links: {:?}", c.rec.hops);
-    let link = |i: usize, true_up: i64, true_down: i64| Link {
+    assert_eq!(h.len(), 2, "two hops: {:?}", c.rec.hops);
+    let hop = |i: usize, true_up: i64, true_down: i64| Hop {
         true_up: ms(true_up),
         true_down: ms(true_down),
         up: ms(h[i].up_ns.unwrap()),
@@ -165,14 +165,14 @@ fn truth(s: &Setup, c: &Call) -> Truth {
     };
     let true_relay = r.total_ns as i64 - (r.reply_ns - r.forward_ns) as i64;
     Truth {
-        links: [
-            link(0, g_recv - t0, t3 - g_sent),
-            link(1, s_recv - g_fwd, g_reply - s_sent),
+        hops: [
+            hop(0, g_recv - t0, t3 - g_sent),
+            hop(1, s_recv - g_fwd, g_reply - s_sent),
         ],
         net_err: (c.rec.ms(Figure::Net).unwrap() - ms((s_recv - t0) + (t3 - s_sent))).abs(),
         relay_err: (ms(h[0].relay_ns.unwrap()) - ms(true_relay)).abs(),
         infer_err: (c.rec.ms(Figure::Infer).unwrap() - ms(c.server.infer_ns.unwrap() as i64)).abs(),
-        path: Link {
+        path: Hop {
             true_up: ms(s_recv - t0),
             true_down: ms(t3 - s_sent),
             up: c.rec.ms(Figure::Uplink).unwrap(),
@@ -183,23 +183,23 @@ fn truth(s: &Setup, c: &Call) -> Truth {
 }
 
 fn print(label: &str, t: &[Truth]) {
-    eprintln!("{label}: per link |estimate − truth| p50 / max and bound p50, ms");
+    eprintln!("{label}: per hop |estimate − truth| p50 / max and bound p50, ms");
     for i in 0..2 {
         let e: Vec<f64> = t
             .iter()
-            .map(|x| (x.links[i].up - x.links[i].true_up).abs())
+            .map(|x| (x.hops[i].up - x.hops[i].true_up).abs())
             .collect();
-        let b: Vec<f64> = t.iter().map(|x| x.links[i].err).collect();
-        let up: Vec<f64> = t.iter().map(|x| x.links[i].true_up).collect();
-        let down: Vec<f64> = t.iter().map(|x| x.links[i].true_down).collect();
+        let b: Vec<f64> = t.iter().map(|x| x.hops[i].err).collect();
+        let up: Vec<f64> = t.iter().map(|x| x.hops[i].true_up).collect();
+        let down: Vec<f64> = t.iter().map(|x| x.hops[i].true_down).collect();
         eprintln!(
-            "  link {i}: truth up {:.2} down {:.2} | up err p50 {:.3} max {:.3} | bound p50 {:.3} | inside {:.3}",
+            "  hop {i}: truth up {:.2} down {:.2} | up err p50 {:.3} max {:.3} | bound p50 {:.3} | inside {:.3}",
             quantile(&up, 0.5),
             quantile(&down, 0.5),
             quantile(&e, 0.5),
             quantile(&e, 1.0),
             quantile(&b, 0.5),
-            share(t, |x| x.links[i].inside()),
+            share(t, |x| x.hops[i].inside()),
         );
     }
     let q = |f: &dyn Fn(&Truth) -> f64| quantile(&t.iter().map(f).collect::<Vec<_>>(), 1.0);
@@ -224,25 +224,25 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
     };
     let calls = run(&s);
     let t: Vec<Truth> = calls.iter().map(|c| truth(&s, c)).collect();
-    print("skews +300 / −80 ms, links 6/1 and 2/5 ms", &t);
-    // The links really had their delays (the proxies added them).
+    print("skews +300 / −80 ms, hops 6/1 and 2/5 ms", &t);
+    // The hops really had their delays (the proxies added them).
     let up0 = quantile(
-        &t.iter().map(|x| x.links[0].true_up).collect::<Vec<_>>(),
+        &t.iter().map(|x| x.hops[0].true_up).collect::<Vec<_>>(),
         0.5,
     );
     let down1 = quantile(
-        &t.iter().map(|x| x.links[1].true_down).collect::<Vec<_>>(),
+        &t.iter().map(|x| x.hops[1].true_down).collect::<Vec<_>>(),
         0.5,
     );
     // Their upper ends: at most 2 ms above the injected delay.
-    timing::error("link 0 uplink p50 over its 6 ms (ms)", up0 - 6.0, 2.0);
-    timing::error("link 1 downlink p50 over its 5 ms (ms)", down1 - 5.0, 2.0);
+    timing::error("hop 0 uplink p50 over its 6 ms (ms)", up0 - 6.0, 2.0);
+    timing::error("hop 1 downlink p50 over its 5 ms (ms)", down1 - 5.0, 2.0);
     assert!(
         (6.0..8.0).contains(&up0) && (5.0..7.0).contains(&down1),
         "{up0} {down1}"
     );
     for i in 0..2 {
-        assert_inside_on_99_percent(&format!("link {i}"), t.iter().map(|x| &x.links[i]));
+        assert_inside_on_99_percent(&format!("hop {i}"), t.iter().map(|x| &x.hops[i]));
     }
     assert_inside_on_99_percent("path", t.iter().map(|x| &x.path));
     timing::worst("net vs truth (ms)", t.iter().map(|x| x.net_err), 1.0);
@@ -257,7 +257,7 @@ fn three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms() {
         assert!(x.relay_err <= 1.0, "gateway time off by {} ms", x.relay_err);
         assert!(x.infer_err <= 1.0, "infer off by {} ms", x.infer_err);
     }
-    assert_link_offsets(&calls.last().unwrap().rec);
+    assert_hop_offsets(&calls.last().unwrap().rec);
 }
 
 #[test]
@@ -275,15 +275,15 @@ fn drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm() {
     };
     let calls = run(&s);
     let t: Vec<Truth> = calls.iter().map(|c| truth(&s, c)).collect();
-    // Enough calls: the drift is estimated on both links (≥ 5 s of buckets).
+    // Enough calls: the drift is estimated on both hops (≥ 5 s of buckets).
     let settled = calls
         .iter()
         .position(|c| c.rec.hops.iter().all(|h| h.drift_ppm.is_some()))
-        .expect("drift estimated on every link");
+        .expect("drift estimated on every hop");
     eprintln!(
-        "drift estimated on both links from call {settled}; before it, truth inside the bound on link 0 {:.3}, link 1 {:.3}",
-        share(&t[..settled], |x| x.links[0].inside()),
-        share(&t[..settled], |x| x.links[1].inside()),
+        "drift estimated on both hops from call {settled}; before it, truth inside the bound on hop 0 {:.3}, hop 1 {:.3}",
+        share(&t[..settled], |x| x.hops[0].inside()),
+        share(&t[..settled], |x| x.hops[1].inside()),
     );
 
     print(
@@ -291,20 +291,17 @@ fn drifting_clocks_every_split_inside_its_bound_and_drift_within_a_few_ppm() {
         &t[settled..],
     );
     for i in 0..2 {
-        assert_inside_on_99_percent(
-            &format!("link {i}"),
-            t[settled..].iter().map(|x| &x.links[i]),
-        );
+        assert_inside_on_99_percent(&format!("hop {i}"), t[settled..].iter().map(|x| &x.hops[i]));
     }
     assert_inside_on_99_percent("path", t[settled..].iter().map(|x| &x.path));
     let last = &calls.last().unwrap().rec;
     let d0 = last.hops[0].drift_ppm.unwrap();
     let d1 = last.hops[1].drift_ppm.unwrap();
-    eprintln!("estimated drift: link 0 {d0:.2} ppm (200), link 1 {d1:.2} ppm (−350)");
-    timing::error("drift link 0 (ppm)", d0 - 200.0, 5.0);
-    timing::error("drift link 1 (ppm)", d1 + 350.0, 5.0);
-    assert!((d0 - 200.0).abs() <= 5.0, "link 0 drift {d0}");
-    assert!((d1 + 350.0).abs() <= 5.0, "link 1 drift {d1}");
+    eprintln!("estimated drift: hop 0 {d0:.2} ppm (200), hop 1 {d1:.2} ppm (−350)");
+    timing::error("drift hop 0 (ppm)", d0 - 200.0, 5.0);
+    timing::error("drift hop 1 (ppm)", d1 + 350.0, 5.0);
+    assert!((d0 - 200.0).abs() <= 5.0, "hop 0 drift {d0}");
+    assert!((d1 + 350.0).abs() <= 5.0, "hop 1 drift {d1}");
 }
 
 #[test]
@@ -354,7 +351,7 @@ fn a_failing_downstream_fails_the_call_counted_and_the_relay_recovers() {
     let records = obs.finish();
     let failed: Vec<bool> = records.iter().map(|r| r.failed == Some(true)).collect();
     assert_eq!(failed, [false, true, false, true]);
-    // The calls that went through carry the gateway's link and time.
+    // The calls that went through carry the gateway's hop and time.
     assert_eq!(records[2].hops.len(), 2);
     assert!(records[2].get(Figure::Relay).is_some());
 }

@@ -2,7 +2,7 @@
 //! in `stagetrace-net`, WebSocket and HTTP): robot
 //! ([`TracedHttpClient`]) → gateway ([`HttpRelay`]) → policy server (axum
 //! behind a [`TimingLayer`]) on loopback, each with its own injected clock
-//! (+300 ms, −80 ms), and the project's delay proxy on each link with
+//! (+300 ms, −80 ms), and the project's delay proxy on each hop with
 //! asymmetric delays. The twin of `tests/hops.rs` (WebSocket).
 //!
 //! The truth comes from the real stamps of each side less its known clock
@@ -12,7 +12,7 @@
 //! never from the estimate.
 //!
 //! `cargo test -p stagetrace-net --test http_hops -- --nocapture` prints the
-//! per-link errors and bounds.
+//! per-hop errors and bounds.
 
 #![allow(clippy::unwrap_used)]
 
@@ -29,7 +29,7 @@ use stagetrace::{Figure, ServerRecord, ServerTiming};
 use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{
-    assert_inside_on_99_percent, assert_link_offsets, proxy, service, share, true_ns, Call, Link,
+    assert_hop_offsets, assert_inside_on_99_percent, proxy, service, share, true_ns, Call, Hop,
     Thread,
 };
 use tracing::Instrument;
@@ -152,7 +152,7 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
         .collect();
 
     let ms = |ns: i64| ns as f64 / 1e6;
-    let mut links: Vec<[Link; 2]> = Vec::new();
+    let mut hops: Vec<[Hop; 2]> = Vec::new();
     let mut worst = (0.0f64, 0.0f64, 0.0f64);
     for c in &calls {
         assert_eq!(c.rec.failed, None, "{:?}", c.rec);
@@ -167,17 +167,17 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
         let s_recv = true_ns(&server_clock, c.server.recv_unix_ns.unwrap());
         let s_sent = s_recv + c.server.total_ns.unwrap() as i64;
         let h = &c.rec.hops;
-        assert_eq!(h.len(), 2, "two links: {h:?}");
-        let link = |i: usize, true_up: i64, true_down: i64| Link {
+        assert_eq!(h.len(), 2, "two hops: {h:?}");
+        let hop = |i: usize, true_up: i64, true_down: i64| Hop {
             true_up: ms(true_up),
             true_down: ms(true_down),
             up: ms(h[i].up_ns.unwrap()),
             down: ms(h[i].down_ns.unwrap()),
             err: ms(h[i].err_ns.unwrap()),
         };
-        links.push([
-            link(0, g_recv - t0, t3 - g_sent),
-            link(1, s_recv - g_fwd, g_reply - s_sent),
+        hops.push([
+            hop(0, g_recv - t0, t3 - g_sent),
+            hop(1, s_recv - g_fwd, g_reply - s_sent),
         ]);
         let true_relay = r.total_ns as i64 - (r.reply_ns - r.forward_ns) as i64;
         let net_err = (c.rec.ms(Figure::Net).unwrap() - ms((s_recv - t0) + (t3 - s_sent))).abs();
@@ -191,40 +191,40 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
         );
     }
     for i in 0..2 {
-        let e: Vec<f64> = links
+        let e: Vec<f64> = hops
             .iter()
             .map(|l| (l[i].up - l[i].true_up).abs())
             .collect();
-        let b: Vec<f64> = links.iter().map(|l| l[i].err).collect();
+        let b: Vec<f64> = hops.iter().map(|l| l[i].err).collect();
         eprintln!(
-            "link {i}: truth up p50 {:.2} down p50 {:.2} | up err p50 {:.3} max {:.3} | bound p50 {:.3} | inside {:.3}",
-            quantile(&links.iter().map(|l| l[i].true_up).collect::<Vec<_>>(), 0.5),
-            quantile(&links.iter().map(|l| l[i].true_down).collect::<Vec<_>>(), 0.5),
+            "hop {i}: truth up p50 {:.2} down p50 {:.2} | up err p50 {:.3} max {:.3} | bound p50 {:.3} | inside {:.3}",
+            quantile(&hops.iter().map(|l| l[i].true_up).collect::<Vec<_>>(), 0.5),
+            quantile(&hops.iter().map(|l| l[i].true_down).collect::<Vec<_>>(), 0.5),
             quantile(&e, 0.5),
             quantile(&e, 1.0),
             quantile(&b, 0.5),
-            share(&links, |l| l[i].inside()),
+            share(&hops, |l| l[i].inside()),
         );
     }
     eprintln!(
         "max |error|: net {:.3} gateway {:.3} infer {:.3} ms",
         worst.0, worst.1, worst.2
     );
-    // The links really had their delays (the proxies added them).
-    let up0 = quantile(&links.iter().map(|l| l[0].true_up).collect::<Vec<_>>(), 0.5);
+    // The hops really had their delays (the proxies added them).
+    let up0 = quantile(&hops.iter().map(|l| l[0].true_up).collect::<Vec<_>>(), 0.5);
     let down1 = quantile(
-        &links.iter().map(|l| l[1].true_down).collect::<Vec<_>>(),
+        &hops.iter().map(|l| l[1].true_down).collect::<Vec<_>>(),
         0.5,
     );
     // Their upper ends: at most 2 ms above the injected delay.
-    timing::error("link 0 uplink p50 over its 6 ms (ms)", up0 - 6.0, 2.0);
-    timing::error("link 1 downlink p50 over its 5 ms (ms)", down1 - 5.0, 2.0);
+    timing::error("hop 0 uplink p50 over its 6 ms (ms)", up0 - 6.0, 2.0);
+    timing::error("hop 1 downlink p50 over its 5 ms (ms)", down1 - 5.0, 2.0);
     assert!(
         (6.0..8.0).contains(&up0) && (5.0..7.0).contains(&down1),
         "{up0} {down1}"
     );
     for i in 0..2 {
-        assert_inside_on_99_percent(&format!("link {i}"), links.iter().map(|l| &l[i]));
+        assert_inside_on_99_percent(&format!("hop {i}"), hops.iter().map(|l| &l[i]));
     }
     timing::error("net vs truth (ms)", worst.0, 1.0);
     timing::error("gateway time vs truth (ms)", worst.1, 1.0);
@@ -232,7 +232,7 @@ fn http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right() {
     assert!(worst.0 <= 1.0, "net off by {} ms", worst.0);
     assert!(worst.1 <= 1.0, "gateway time off by {} ms", worst.1);
     assert!(worst.2 <= 1.0, "infer off by {} ms", worst.2);
-    assert_link_offsets(&calls.last().unwrap().rec);
+    assert_hop_offsets(&calls.last().unwrap().rec);
 }
 
 #[test]

@@ -20,8 +20,8 @@
 //!   under the client's `transport`, its `forward` span (the id it sent on)
 //!   above the policy server's spans, the executor's `exec_wait` under the
 //!   client's `dispatch`; the client adds one synthesized network span per
-//!   link (`uplink client → gateway`, `uplink gateway → server`, …), each
-//!   placed with that link's clock offset. Four services, one trace.
+//!   hop (`uplink client → gateway`, `uplink gateway → server`, …), each
+//!   placed with that hop's clock offset. Four services, one trace.
 //! - Start and end times come from the records (the call's timeline), never
 //!   from when the exporter ran.
 //! - Export runs on a thread of its own behind a bounded queue: handing a

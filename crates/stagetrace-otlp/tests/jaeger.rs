@@ -195,7 +195,7 @@ fn each_call_is_one_trace_across_client_and_server() {
             );
         }
 
-        // Parent links: the tree of the call, the server under the transport.
+        // Parents: the tree of the call, the server under the transport.
         let call = named["call"];
         let transport = named["transport"];
         assert!(call.parent_span_id.is_empty(), "call is the root");

@@ -8,7 +8,7 @@
 //! (`/api/v3/traces/{id}`) and checks that it is one trace holding the four
 //! services, that every span's parent is exactly the span it belongs under,
 //! and that the robot's synthesized network spans sit where the record's
-//! per-link figures put them.
+//! per-hop figures put them.
 //!
 //! Needs `STAGETRACE_JAEGER_BIN` (set by `cargo xtask test`); without it the
 //! test says loudly that it was SKIPPED (a failure under `CI=true`).
@@ -317,11 +317,11 @@ fn a_call_through_a_gateway_and_to_an_executor_is_one_trace_of_four_services() {
             hex(at_server.trace_parent.map(|tp| tp.parent_id))
         );
 
-        // The robot's network spans where the record's links put them:
+        // The robot's network spans where the record's hops put them:
         // client → gateway leaves with the transport, gateway → client
-        // arrives with its end, each link as long as its figure.
-        assert_eq!(rec.hops.len(), 2, "two links");
-        let link = |name| span(ROBOT, name);
+        // arrives with its end, each hop as long as its figure.
+        assert_eq!(rec.hops.len(), 2, "two hops");
+        let hop = |name| span(ROBOT, name);
         let close = |what: &str, jaeger_ms: f64, record_ns: Option<i64>| {
             let record_ms = record_ns.unwrap() as f64 / 1e6;
             assert!(
@@ -329,40 +329,40 @@ fn a_call_through_a_gateway_and_to_an_executor_is_one_trace_of_four_services() {
                 "{what}: {jaeger_ms:.6} ms in Jaeger, {record_ms:.6} ms in the record"
             );
         };
-        let first = link("uplink client → gateway");
-        let back = link("downlink gateway → client");
+        let first = hop("uplink client → gateway");
+        let back = hop("downlink gateway → client");
         assert_eq!(first.start_unix_ns, transport.start_unix_ns);
         assert_eq!(back.end_unix_ns, transport.end_unix_ns);
         close("client → gateway", first.dur_ms(), rec.hops[0].up_ns);
         close("gateway → client", back.dur_ms(), rec.hops[0].down_ns);
         close(
             "gateway → server",
-            link("uplink gateway → server").dur_ms(),
+            hop("uplink gateway → server").dur_ms(),
             rec.hops[1].up_ns,
         );
         close(
             "server → gateway",
-            link("downlink server → gateway").dur_ms(),
+            hop("downlink server → gateway").dur_ms(),
             rec.hops[1].down_ns,
         );
-        for (name, hop) in [
+        for (name, index) in [
             ("uplink client → gateway", 0.0),
             ("downlink gateway → client", 0.0),
             ("uplink gateway → server", 1.0),
             ("downlink server → gateway", 1.0),
         ] {
-            assert_eq!(link(name).attr_f64("stagetrace.hop"), Some(hop), "{name}");
+            assert_eq!(hop(name).attr_f64("stagetrace.hop"), Some(index), "{name}");
         }
         // The request reaches the server after the gateway forwarded it.
         assert!(
-            link("uplink gateway → server").start_unix_ns >= first.end_unix_ns,
+            hop("uplink gateway → server").start_unix_ns >= first.end_unix_ns,
             "{}",
             dump()
         );
-        // The executor's links: the chunk leaves with the dispatch span, the
+        // The executor's hops: the chunk leaves with the dispatch span, the
         // ack arrives with its end.
-        let tx = link("uplink client → executor");
-        let ack = link("ack executor → client");
+        let tx = hop("uplink client → executor");
+        let ack = hop("ack executor → client");
         assert_eq!(tx.start_unix_ns, dispatch.start_unix_ns);
         assert_eq!(ack.end_unix_ns, dispatch.end_unix_ns);
         close("exec_tx", tx.dur_ms(), rec.get(Figure::ExecTx));

@@ -616,7 +616,7 @@ fn a_silent_servers_roundtrip_is_a_labelled_black_box_never_inference() {
 const DISPATCH_ID: [u8; 8] = [0xd1; 8];
 const FORWARD_ID: [u8; 8] = [0xf0, 1, 2, 3, 4, 5, 6, 7];
 
-/// `record()` through one gateway: transport 3–15 ms, links client →
+/// `record()` through one gateway: transport 3–15 ms, hops client →
 /// gateway 3–4, gateway → server 4.5–5, server → gateway 13–13.5, gateway
 /// → client 14–15; dispatch 15–19 to a remote executor: the chunk 15–16,
 /// its wait 16–17.5, the ack 17.5–19.
@@ -653,7 +653,7 @@ fn relayed_record() -> CallRecord {
 }
 
 #[test]
-fn relayed_links_and_the_executors_links_are_spans_of_their_own_where_the_record_puts_them() {
+fn relayed_hops_and_the_executors_hops_are_spans_of_their_own_where_the_record_puts_them() {
     let rec = relayed_record();
     let spans = export(OtlpExporter::builder(), |e| assert!(e.export_call(&rec)));
     let id = |name: &str| spans[name].span_context.span_id();

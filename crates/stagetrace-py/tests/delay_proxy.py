@@ -1,5 +1,5 @@
-"""A TCP proxy on loopback that delays each direction by a known time (the
-link of a test), on an asyncio loop of the caller's. Bytes keep their
+"""A TCP proxy on loopback that delays each direction by a known time (one
+hop of a test), on an asyncio loop of the caller's. Bytes keep their
 order; each read is written on once ``delay`` has passed since it arrived.
 """
 

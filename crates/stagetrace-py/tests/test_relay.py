@@ -3,7 +3,7 @@ Must-show "the Python server module continues the trace and reports the same
 hop timing"): robot → delaying proxy → Python relay → delaying proxy →
 policy server (the Rust ``policy_server`` example, or the Python
 ``PolicyServer``), driven by the Rust ``policy_client`` example, whose
-records must carry the relay's link and time as behind the Rust ``Relay``
+records must carry the relay's hop and time as behind the Rust ``Relay``
 (``crates/stagetrace-net/tests/hops.rs``).
 
 Truths, per call, from the relay's own stamps (its ``on_request`` record:
@@ -12,11 +12,11 @@ the downstream sent it), never from the estimate:
 
 - ``relay_ms`` = the relay's received → forwarded + reply received → sent,
   and at least the gateway work injected in its forward path;
-- link 0's ``net_ms`` = the client's round trip − the relay's total, link 1's
+- hop 0's ``net_ms`` = the client's round trip − the relay's total, hop 1's
   = the relay's forward → reply − the server's total, each at least the
   proxy's two delays;
-- every process runs on this host's clock, so the true offset of each link
-  is 0: the truth is inside a link's stated bound exactly when
+- every process runs on this host's clock, so the true offset of each hop
+  is 0: the truth is inside a hop's stated bound exactly when
   ``|offset_ms| ≤ err_ms``.
 """
 
@@ -144,7 +144,7 @@ def check_hops(records: list[dict[str, Any]], relayed: list[RelayRecord]) -> Non
         assert r["relay_ms"] >= GATEWAY_MS
         hops = r["hops"]
         assert len(hops) == 2, hops
-        # Link 0: robot ↔ relay; link 1: relay ↔ server (exact, one clock each side).
+        # Hop 0: robot ↔ relay; hop 1: relay ↔ server (exact, one clock each side).
         assert hops[0]["net_ms"] == pytest.approx(r["roundtrip_ms"] - t["total_ns"] / 1e6, abs=2 * US), (hops, t)
         link1 = (t["reply_ns"] - t["forward_ns"] - server["total_ns"]) / 1e6
         assert hops[1]["net_ms"] == pytest.approx(link1, abs=2 * US), (hops, t)
@@ -155,7 +155,7 @@ def check_hops(records: list[dict[str, Any]], relayed: list[RelayRecord]) -> Non
         # The two-party figures keep their meaning: the policy server's.
         assert r["server_ms"] == pytest.approx(server["total_ns"] / 1e6, abs=US)
         assert r["infer_ms"] == pytest.approx(server["infer_ns"] / 1e6, abs=US)
-        # net = roundtrip − server: both links and the relay between them.
+        # net = roundtrip − server: both hops and the relay between them.
         assert r["net_ms"] == pytest.approx(hops[0]["net_ms"] + hops[1]["net_ms"] + r["relay_ms"], abs=4 * US)
         for i, h in enumerate(hops):
             # One clock on this host: the truth (offset 0) inside the bound.
@@ -164,10 +164,10 @@ def check_hops(records: list[dict[str, Any]], relayed: list[RelayRecord]) -> Non
         assert r["offset_ms"] == pytest.approx(hops[0]["offset_ms"] + hops[1]["offset_ms"], abs=2 * US)
     for i in range(2):
         # At least 99 % of the calls: with 30 calls, every one.
-        report_timing(f"link {i} calls outside the bound", CALLS - inside[i], 0.01 * CALLS)
-        assert inside[i] >= 0.99 * CALLS, f"link {i}: truth inside the bound on {inside[i]} of {CALLS}"
+        report_timing(f"hop {i} calls outside the bound", CALLS - inside[i], 0.01 * CALLS)
+        assert inside[i] >= 0.99 * CALLS, f"hop {i}: truth inside the bound on {inside[i]} of {CALLS}"
     print(
-        "relay_ms p50 %.3f (gateway work %.1f); link 0 net p50 %.3f (delays %.1f); link 1 net p50 %.3f (delays %.1f)"
+        "relay_ms p50 %.3f (gateway work %.1f); hop 0 net p50 %.3f (delays %.1f); hop 1 net p50 %.3f (delays %.1f)"
         % (
             sorted(r["relay_ms"] for r in records)[CALLS // 2],
             GATEWAY_MS,
@@ -315,7 +315,7 @@ def test_the_python_client_through_the_python_relay_records_the_same_hops(
     rust_server: int, net: LoopThread, tmp_path: Path
 ) -> None:
     """``TracedClientPolicy`` (openpi's real client underneath) through the
-    Python relay: its records carry the relay's link and time exactly as the
+    Python relay: its records carry the relay's hop and time exactly as the
     Rust client's do (the same checks, against the relay's own stamps)."""
     relay, port, relayed, _ = start_path(net, rust_server)
     rec = stagetrace.Recorder(str(tmp_path))
@@ -336,7 +336,7 @@ def test_two_python_relays_nest_and_the_record_has_three_links(
     policy_client: Path, start_server, net: LoopThread, tmp_path: Path
 ) -> None:
     """Relays compose: robot → relay A → relay B → Python policy server gives
-    three links, and relay_ms is the two relays' own times summed."""
+    three hops, and relay_ms is the two relays' own times summed."""
     _, server_port = start_server(EchoPolicy(MODEL_MS))
     inner: list[RelayRecord] = []
     b = Relay(f"ws://127.0.0.1:{server_port}", "127.0.0.1", 0, on_request=inner.append)

@@ -24,8 +24,8 @@ pub enum FieldType {
     Bool,
     /// Present (and `true`) or absent.
     Flag,
-    /// The `hops` array: one object per link of a call that went through
-    /// relays (at most `MAX_HOP_LINKS`), absent without a relay.
+    /// The `hops` array: one object per hop of a call that went through
+    /// relays (at most `MAX_HOPS_READ`), absent without a relay.
     Hops,
 }
 
@@ -62,7 +62,7 @@ pub enum Field {
     Cache,
     /// `stale_dropped`: action chunks of this call dropped as too old.
     StaleDropped,
-    /// `hops`: per-link figures of a call that went through relays.
+    /// `hops`: per-hop figures of a call that went through relays.
     Hops,
 }
 
@@ -81,9 +81,9 @@ pub struct FieldInfo {
 
 /// `clock` values.
 pub const CLOCK_VALUES: &[&str] = &["estimate", "trusted", "none", "degraded"];
-/// Most entries of the `hops` array: one link per relay (at most 4) plus
+/// Most entries of the `hops` array: one hop per relay (at most 4) plus
 /// the last one to the policy server.
-pub const MAX_HOP_LINKS: usize = 5;
+pub const MAX_HOPS_READ: usize = 5;
 /// The keys of one `hops` entry: ms figures (only `offset_ms` may be
 /// negative), then `drift_ppm`.
 pub const HOP_KEYS: [&str; 7] = [

@@ -46,7 +46,7 @@ mod kind;
 pub use convert::{ms_to_ns, ns_to_ms};
 pub use field::{
     Field, FieldInfo, FieldType, CACHE_VALUES, CLOCK_VALUES, FIELDS, FIELD_COUNT, HOP_KEYS,
-    MAX_HOP_LINKS,
+    MAX_HOPS_READ,
 };
 pub use figure::{Figure, FigureInfo, BLACK_BOX_NOTE, FIGURE_COUNT};
 pub use kind::{Group, Side, Unit};

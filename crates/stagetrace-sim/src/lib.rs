@@ -1,6 +1,6 @@
 //! The simulated robot and policy server that `stagetrace demo` and the
 //! experiments' demo target run: a camera, a model with a batch cost model,
-//! a paced control loop, the link between them — and one call that starts a
+//! a paced control loop, the connection between them — and one call that starts a
 //! policy server with the chosen mitigations.
 //!
 //! # Core concepts
@@ -91,8 +91,8 @@ pub use executor::{ExecStart, ExecutorConfig, SimExecutor};
 pub use gateway::{GatewayConfig, SimGateway};
 pub use model::{ClockStep, SimModel, ACTION_CHUNK};
 pub use robot::{
-    observation, CallProgress, Camera, ControlLoop, Fleet, FleetStats, Knobs, Link, Pacer, Refresh,
-    Robot, RobotConfig, RobotStats,
+    observation, CallProgress, Camera, Connection, ControlLoop, Fleet, FleetStats, Knobs, Pacer,
+    Refresh, Robot, RobotConfig, RobotStats,
 };
 pub use run_dir::default_out_dir;
 pub use server::{CacheConfig, ServerConfig, SimServer, SimServerStats};

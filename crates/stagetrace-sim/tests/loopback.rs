@@ -11,8 +11,9 @@ use std::time::Duration;
 use stagetrace_mitigate::{AdmissionConfig, BatchConfig, KeySpec};
 use stagetrace_sim::robot::{scene, PROMPT};
 use stagetrace_sim::{
-    observation, Camera, ClockStep, ControlLoop, Fleet, Knobs, Link, Refresh, Robot, RobotConfig,
-    RobotStats, ServerConfig, SimError, SimModel, SimServer, Spin, Transport, ACTION_CHUNK,
+    observation, Camera, ClockStep, Connection, ControlLoop, Fleet, Knobs, Refresh, Robot,
+    RobotConfig, RobotStats, ServerConfig, SimError, SimModel, SimServer, Spin, Transport,
+    ACTION_CHUNK,
 };
 
 fn rt() -> tokio::runtime::Runtime {
@@ -34,11 +35,11 @@ fn robot_calls_the_model_over_loopback_and_the_clock_steps_once() {
     .unwrap();
     let rt = rt();
     let (stats, sent) = rt.block_on(async {
-        let link = Link::connect(Transport::Ws, server.addr(), Duration::from_secs(10))
+        let connection = Connection::connect(Transport::Ws, server.addr(), Duration::from_secs(10))
             .await
             .unwrap();
         let mut robot = Robot::new(
-            link,
+            connection,
             RobotConfig {
                 capture: Duration::from_millis(1),
                 dispatch: Duration::from_millis(1),
@@ -78,27 +79,31 @@ fn model_answers_an_action_chunk_from_the_frame() {
             SimServer::start(ServerConfig::new(SimModel::new(Duration::ZERO)).transport(transport))
                 .unwrap();
         rt().block_on(async {
-            let mut link = Link::connect(transport, server.addr(), Duration::from_secs(10))
-                .await
-                .unwrap();
+            let mut connection =
+                Connection::connect(transport, server.addr(), Duration::from_secs(10))
+                    .await
+                    .unwrap();
             let mut cam = Camera::new(Refresh::Touch);
             let obs = observation(7, cam.capture(16));
             assert_eq!(
                 obs.get("prompt").and_then(rmpv::Value::as_str),
                 Some(PROMPT)
             );
-            let a = link.infer(&obs).await.unwrap();
+            let a = connection.infer(&obs).await.unwrap();
             let a = a.array("actions").unwrap();
             assert_eq!(a.shape, ACTION_CHUNK.to_vec());
-            let again = link.infer(&obs).await.unwrap();
+            let again = connection.infer(&obs).await.unwrap();
             assert_eq!(
                 again.array("actions").unwrap().data,
                 a.data,
                 "deterministic"
             );
-            let b = link.infer(&observation(8, cam.capture(16))).await.unwrap();
+            let b = connection
+                .infer(&observation(8, cam.capture(16)))
+                .await
+                .unwrap();
             assert_ne!(b.array("actions").unwrap().data, a.data, "a new frame");
-            link.close().await;
+            connection.close().await;
         });
         server.stop();
     }
@@ -205,10 +210,10 @@ fn admission_sheds_what_does_not_fit_over_both_transports() {
         let addr = server.addr();
         rt().block_on(async {
             let calls = (0..4u8).map(|i| async move {
-                let mut link = Link::connect(transport, addr, Duration::from_secs(10))
+                let mut connection = Connection::connect(transport, addr, Duration::from_secs(10))
                     .await
                     .unwrap();
-                link.infer(&scene(i)).await.is_ok()
+                connection.infer(&scene(i)).await.is_ok()
             });
             let mut ok = 0;
             for h in calls.map(tokio::spawn).collect::<Vec<_>>() {

@@ -203,8 +203,8 @@ fn every_figure_of_the_table_reaches_every_consumer() {
         }
     }
 
-    // The per-link `hops` array: on every call through the gateway, in the
-    // file as in memory (the comparison above), two links each.
+    // The per-hop `hops` array: on every call through the gateway, in the
+    // file as in memory (the comparison above), two hops each.
     for r in &records {
         assert_eq!(r.hops.len(), if silent(r.seq) { 0 } else { 2 }, "{r:?}");
     }

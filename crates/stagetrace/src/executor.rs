@@ -47,7 +47,7 @@ impl<'a> ExecutorAck<'a> {
     }
 
     /// The gateways the chunk and its ack came through (outermost first,
-    /// from the ack's timing chain): each link is then stitched with its own
+    /// from the ack's timing chain): each hop is then stitched with its own
     /// clock offset, as a policy call's, and their forwarding time becomes
     /// `exec_relay` (part of `exec_tx`).
     pub fn hops(mut self, hops: Hops) -> Self {

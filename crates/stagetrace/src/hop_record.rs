@@ -1,5 +1,5 @@
 //! The record's per-hop figures: one [`HopFigures`] per
-//! link between the client and the policy server when the call went through
+//! hop between the client and the policy server when the call went through
 //! relays, written as the record's `hops` array (`docs/stages.md`, "Hops").
 //!
 //! A neutral module: the clock stitching fills it, the record writes and
@@ -8,23 +8,23 @@
 use serde::de::{Error, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-pub use stagetrace_schema::MAX_HOP_LINKS;
+pub use stagetrace_schema::MAX_HOPS_READ;
 use stagetrace_schema::{ms_to_ns, Figure, HOP_KEYS as KEYS};
 
-// One link per relay plus the last one to the policy server.
-const _: () = assert!(MAX_HOP_LINKS == crate::wire::MAX_HOPS + 1);
+// One hop per relay plus the last one to the policy server.
+const _: () = assert!(MAX_HOPS_READ == crate::wire::MAX_HOPS + 1);
 
-/// One link of the path, from the node before it (the client, or a relay)
+/// One hop of the path, from the node before it (the client, or a relay)
 /// to the node at its end (a relay, or the policy server), and that node's
 /// own time. Integer ns; the record writes ms (µs resolution).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HopFigures {
     /// The previous node sends → this node has the whole request,
-    /// clock-corrected with this link's offset.
+    /// clock-corrected with this hop's offset.
     pub up_ns: Option<i64>,
     /// This node sends its reply → the previous node has it whole.
     pub down_ns: Option<i64>,
-    /// `up + down`: the link's network time, exact without clock sync (the
+    /// `up + down`: the hop's network time, exact without clock sync (the
     /// previous node's forward → reply span less this node's total).
     pub net_ns: Option<i64>,
     /// A relay's own time (received → forwarded plus reply received →
@@ -32,9 +32,9 @@ pub struct HopFigures {
     /// time is `server_ms`.
     pub relay_ns: Option<i64>,
     /// This node's clock − the previous node's, as estimated from this
-    /// link's stamps (the path's `offset_ms` is the sum).
+    /// hop's stamps (the path's `offset_ms` is the sum).
     pub offset_ns: Option<i64>,
-    /// ± bound on `up` / `down` (and on `offset`): this link's own; the
+    /// ± bound on `up` / `down` (and on `offset`): this hop's own; the
     /// path's `split_err_ms` is the sum.
     pub err_ns: Option<i64>,
     /// Frequency error of this node's clock against the previous node's, ppm,
@@ -120,7 +120,7 @@ impl<'de> Visitor<'de> for HopVisitor {
                 out.drift_ppm = Some(v);
                 continue;
             }
-            // Only the link's offset may be negative; a bound is one day at most.
+            // Only the hop's offset may be negative; a bound is one day at most.
             let ns = ms_to_ns(v)
                 .filter(|ns| (i == 4 || *ns >= 0) && ns.abs() <= 86_400_000_000_000)
                 .ok_or_else(|| A::Error::custom(format_args!("hops: {} out of range", KEYS[i])))?;
@@ -132,7 +132,7 @@ impl<'de> Visitor<'de> for HopVisitor {
     }
 }
 
-/// Read a record's `hops` array: at most [`MAX_HOP_LINKS`] entries.
+/// Read a record's `hops` array: at most [`MAX_HOPS_READ`] entries.
 pub(crate) struct HopsSeed;
 
 impl<'de> serde::de::DeserializeSeed<'de> for HopsSeed {
@@ -147,13 +147,13 @@ impl<'de> Visitor<'de> for HopsSeed {
     type Value = Vec<HopFigures>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "an array of at most {MAX_HOP_LINKS} hop entries")
+        write!(f, "an array of at most {MAX_HOPS_READ} hop entries")
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(MAX_HOP_LINKS);
+        let mut out = Vec::with_capacity(MAX_HOPS_READ);
         while let Some(h) = seq.next_element::<HopFigures>()? {
-            if out.len() == MAX_HOP_LINKS {
+            if out.len() == MAX_HOPS_READ {
                 return Err(A::Error::custom("hops: too many entries"));
             }
             out.push(h);

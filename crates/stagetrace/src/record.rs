@@ -80,14 +80,14 @@ pub struct SpanTime {
     pub dur_ns: u64,
 }
 
-/// One link of a relayed call on the call's timeline: its request's way
-/// (the node before sends → this link's node has the whole request) and its
+/// One hop of a relayed call on the call's timeline: its request's way
+/// (the node before sends → this hop's node has the whole request) and its
 /// reply's way back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HopTime {
-    /// The request on this link (the record's `hops[i].up_ms`).
+    /// The request on this hop (the record's `hops[i].up_ms`).
     pub up: Option<SpanTime>,
-    /// The reply on this link (`hops[i].down_ms`).
+    /// The reply on this hop (`hops[i].down_ms`).
     pub down: Option<SpanTime>,
 }
 
@@ -125,11 +125,11 @@ pub struct Timeline {
     /// executor. Exporters give the exported `dispatch` span this id, so the
     /// executor's spans join under it.
     pub dispatch_span_id: Option<[u8; 8]>,
-    /// Through relays: where each link's request and reply were on the
-    /// wire, index `i` as the record's `hops[i]` (link `i` ends at relay
+    /// Through relays: where each hop's request and reply were on the
+    /// wire, index `i` as the record's `hops[i]` (hop `i` ends at relay
     /// `i`, the last one at the policy server), each placed with that
-    /// link's own clock offset. Empty (all `None`) for a direct call.
-    pub hops: [HopTime; crate::hop_record::MAX_HOP_LINKS],
+    /// hop's own clock offset. Empty (all `None`) for a direct call.
+    pub hops: [HopTime; crate::hop_record::MAX_HOPS_READ],
     /// The call's trace id and the `call` / `transport` span ids were taken
     /// from another tracing layer (e.g. `tracing-opentelemetry`, see
     /// [`crate::context`]), which exports the call and its stage spans itself:
@@ -217,9 +217,9 @@ pub struct CallRecord {
     /// Action chunks of this call dropped as too old to execute (at least 1;
     /// absent when none was).
     pub stale_dropped: Option<u32>,
-    /// Per-link figures when the call went through relays (client → first
+    /// Per-hop figures when the call went through relays (client → first
     /// relay, …, last relay → policy server; at most
-    /// [`MAX_HOP_LINKS`](crate::hop_record::MAX_HOP_LINKS)); empty, and
+    /// [`MAX_HOPS_READ`](crate::hop_record::MAX_HOPS_READ)); empty, and
     /// absent from the JSON, without a relay.
     pub hops: Vec<crate::hop_record::HopFigures>,
     /// Where each span sat; for exporters, not written to the JSON record.

@@ -159,7 +159,7 @@ fn the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx() {
         diff(st.last, st.first_byte) - slack <= x && x <= diff(st.after, st.first_byte) + slack,
         "rx {x} ns, {st:?}"
     );
-    // A black box: nothing of it is called inference, queue or a link stage.
+    // A black box: nothing of it is called inference, queue or a one-way stage.
     for f in [Figure::Infer, Figure::Queue, Figure::Server, Figure::Net] {
         assert!(r.ms(f).is_none(), "{f} on a silent server's call: {r:?}");
     }

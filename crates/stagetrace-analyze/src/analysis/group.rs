@@ -22,16 +22,16 @@ pub struct GroupData {
     pub thresholds: [Option<f64>; FIGURE_COUNT],
     /// Spike threshold per figure (periodicity): the robust rule alone.
     pub spike_thresholds: [Option<f64>; FIGURE_COUNT],
-    /// Sorted values per link of the `hops` array, per [`HopFig`] (ms;
+    /// Sorted values per hop of the `hops` array, per [`HopFig`] (ms;
     /// empty without gateways).
     pub hop_sorted: Vec<[Vec<f32>; HopFig::ALL.len()]>,
 }
 
 impl GroupData {
-    /// Sorted values of `fig` on `link` (0: robot → first gateway), ms.
-    pub fn hop_sorted(&self, link: usize, fig: HopFig) -> &[f32] {
+    /// Sorted values of `fig` on `hop` (0: robot → first gateway), ms.
+    pub fn hop_sorted(&self, hop: usize, fig: HopFig) -> &[f32] {
         self.hop_sorted
-            .get(link)
+            .get(hop)
             .map_or(&[], |l| l[fig.index()].as_slice())
     }
 
@@ -123,8 +123,8 @@ fn make_group(ds: &Dataset, kind: String, calls: Vec<u32>) -> GroupData {
         stats::sort_f32(&mut v);
         v
     };
-    let hop_sorted = (0..ds.hop_links())
-        .map(|link| std::array::from_fn(|k| sorted_of(&|i| ds.hop_value(link, HopFig::ALL[k], i))))
+    let hop_sorted = (0..ds.hop_count())
+        .map(|hop| std::array::from_fn(|k| sorted_of(&|i| ds.hop_value(hop, HopFig::ALL[k], i))))
         .collect();
     GroupData {
         kind,

@@ -1,13 +1,13 @@
-//! The hops of calls through gateways: per link of the
+//! The hops of calls through gateways: per hop of the
 //! records' `hops` array, the network each way, both ways, the gateway's
-//! own time at the link's end and the link's clock bound — their
+//! own time at the hop's end and the hop's clock bound — their
 //! distributions, their change against the baseline, and the verdicts that
-//! name the link (or the gateway) that moved, with what to do.
+//! name the hop (or the gateway) that moved, with what to do.
 //!
-//! A link's direction is named only when it moved by more than that link's
+//! A hop's direction is named only when it moved by more than that hop's
 //! own clock bound allows (its median `err_ms`, run plus baseline), as the
 //! whole path's `uplink` / `downlink` are (`moves.rs`, `network`); else the
-//! link's `net` (exact) is named with the direction undetermined.
+//! hop's `net` (exact) is named with the direction undetermined.
 
 use std::collections::BTreeMap;
 
@@ -25,12 +25,12 @@ use crate::format::{fmt_ms, signed_ms};
 use crate::load::HopFig;
 use crate::stats::{self, Distribution};
 
-/// One link of the path, robot → first gateway first.
+/// One hop of the path, robot → first gateway first.
 #[derive(Clone, Debug, Serialize)]
 pub struct HopReport {
-    /// The link's number as the text says it ("link 2"): the record's
-    /// `hops[link − 1]`.
-    pub link: usize,
+    /// The hop's number as the text says it ("hop 2"): the record's
+    /// `hops[hop − 1]`.
+    pub hop: usize,
     /// The node before it (`robot`, `gateway`, `gateway 1`, …).
     pub from: String,
     /// The node at its end (a gateway, or `server`).
@@ -41,21 +41,21 @@ pub struct HopReport {
     /// Per figure against the baseline, when one was given.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub baseline: BTreeMap<&'static str, StageVsBaseline>,
-    /// The baseline's median `err_ms` on this link, when it has the link.
+    /// The baseline's median `err_ms` on this hop, when it has the hop.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline_err_ms: Option<f64>,
 }
 
 impl HopReport {
-    /// `link 2 (gateway → server)`.
+    /// `hop 2 (gateway → server)`.
     pub fn name(&self) -> String {
-        format!("link {} ({} → {})", self.link, self.from, self.to)
+        format!("hop {} ({} → {})", self.hop, self.from, self.to)
     }
 }
 
-/// The nodes of a path of `links` links: the robot, its gateways, the server.
-pub(crate) fn nodes(links: usize) -> Vec<String> {
-    let gateways = links.saturating_sub(1);
+/// The nodes of a path of `hops` hops: the robot, its gateways, the server.
+pub(crate) fn nodes(hops: usize) -> Vec<String> {
+    let gateways = hops.saturating_sub(1);
     let mut v = vec!["robot".to_owned()];
     for g in 1..=gateways {
         v.push(if gateways == 1 {
@@ -68,15 +68,15 @@ pub(crate) fn nodes(links: usize) -> Vec<String> {
     v
 }
 
-/// The group's links (none without gateways), against the baseline's.
+/// The group's hops (none without gateways), against the baseline's.
 pub(super) fn hop_reports(
     g: &GroupData,
     base: Option<&GroupData>,
     opts: &AnalyzeOptions,
 ) -> Vec<HopReport> {
-    let links = g.hop_sorted.len();
-    let names = nodes(links);
-    (0..links)
+    let hops = g.hop_sorted.len();
+    let names = nodes(hops);
+    (0..hops)
         .map(|l| {
             let mut figures = BTreeMap::new();
             let mut vs = BTreeMap::new();
@@ -98,7 +98,7 @@ pub(super) fn hop_reports(
                 .filter(|v| !v.is_empty())
                 .map(|v| stats::quantile(v, 0.5));
             HopReport {
-                link: l + 1,
+                hop: l + 1,
                 from: names[l].clone(),
                 to: names[l + 1].clone(),
                 figures,
@@ -119,7 +119,7 @@ fn cost(s: &StageVsBaseline) -> Option<f64> {
     }
 }
 
-/// The path-level figure a link figure is part of.
+/// The path-level figure a hop figure is part of.
 fn figure(fig: HopFig) -> Figure {
     match fig {
         HopFig::Up => Figure::Uplink,
@@ -129,12 +129,12 @@ fn figure(fig: HopFig) -> Figure {
     }
 }
 
-/// The verdicts naming a link or a gateway that got slower against the
+/// The verdicts naming a hop or a gateway that got slower against the
 /// baseline by at least `floor_ms`, with their cost.
 pub(super) fn hop_verdicts(kind: &str, hops: &[HopReport], floor_ms: f64) -> Vec<Verdict> {
     let mut out = Vec::new();
     for h in hops {
-        // The link's clock bound on a change: its median err, run + baseline.
+        // The hop's clock bound on a change: its median err, run + baseline.
         let err = h.figures.get(HopFig::Err.field()).map_or(0.0, |s| s.p50)
             + h.baseline_err_ms.unwrap_or(0.0);
         let moved = |fig: HopFig| {
@@ -173,8 +173,8 @@ fn verdict(
 ) -> Verdict {
     let what = match fig {
         HopFig::Relay => format!(
-            "the {}'s own time (where link {}, {} → {}, ends)",
-            h.to, h.link, h.from, h.to
+            "the {}'s own time (where hop {}, {} → {}, ends)",
+            h.to, h.hop, h.from, h.to
         ),
         HopFig::Net => format!("{}'s network", h.name()),
         _ => format!("{} {}", h.name(), fig.label()),
@@ -194,18 +194,18 @@ fn verdict(
     };
     let bound = match fig {
         HopFig::Up | HopFig::Down => format!(
-            ", beyond the ±{} this link's clock split allows (its err_ms, run + baseline)",
+            ", beyond the ±{} this hop's clock split allows (its err_ms, run + baseline)",
             fmt_ms(err)
         ),
         HopFig::Net => format!(
-            "; which direction is undetermined within the ±{} this link's clock split allows (net itself is exact)",
+            "; which direction is undetermined within the ±{} this hop's clock split allows (net itself is exact)",
             fmt_ms(err)
         ),
         _ => String::new(),
     };
     let todo = match fig {
         HopFig::Relay => advice(Figure::Relay).to_owned(),
-        _ => format!("on that link: {}", advice(Figure::Net)),
+        _ => format!("on that hop: {}", advice(Figure::Net)),
     };
     let f = figure(fig);
     Verdict {
@@ -216,7 +216,7 @@ fn verdict(
         text: format!("{what} {how}{bound} — {todo}."),
         evidence: json!({
             "cost_ms": cost,
-            "link": h.link, "from": h.from, "to": h.to, "figure": fig.field(),
+            "hop": h.hop, "from": h.from, "to": h.to, "figure": fig.field(),
             "shape": s.shape, "split_err_ms": err,
             "p50_before_ms": s.p50.before, "p50_after_ms": s.p50.after,
             "p99_before_ms": s.p99.before, "p99_after_ms": s.p99.after,
@@ -225,7 +225,7 @@ fn verdict(
     }
 }
 
-/// Path-level verdicts a hop verdict says better: the path's link stages,
+/// Path-level verdicts a hop verdict says better: the path's one-way stages,
 /// its network and the gateways' time together, and the verdicts saying
 /// nothing (or no stage) moved.
 pub(super) fn superseded(v: &Verdict) -> bool {

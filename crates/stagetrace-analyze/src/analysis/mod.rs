@@ -207,8 +207,8 @@ fn analyze_group(
         };
         let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
         report.verdicts = verdicts(&report, &cx, baseline_n);
-        // A link or a gateway that moved is named instead of the whole
-        // path's link stages (which it is part of).
+        // A hop or a gateway that moved is named instead of the whole
+        // path's one-way stages (which it is part of).
         let named = hops::hop_verdicts(&report.kind, &report.hops, floor);
         if !named.is_empty() {
             report.verdicts.retain(|v| !hops::superseded(v));

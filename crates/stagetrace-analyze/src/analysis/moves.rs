@@ -20,7 +20,7 @@ use crate::format::{fmt_ms, signed_ms};
 pub(super) struct Context {
     /// A baseline was given.
     pub(super) has_baseline: bool,
-    /// How far the clock split may put a link stage's change on the wrong
+    /// How far the clock split may put a one-way stage's change on the wrong
     /// side (ms): the median `split_err_ms` of the run plus the baseline's.
     /// `None` when the records carry none (trusted clocks, or no split).
     pub(super) split_err_ms: Option<f64>,
@@ -168,11 +168,11 @@ fn shape_verdict(
     }
 }
 
-/// Link stages (the parts of `net`) that got slower by no more than the
+/// One-way stages (the parts of `net`) that got slower by no more than the
 /// clock split's error allows cannot be told apart: their rise may belong
 /// to the other direction. When none of them rose by more, the network
 /// moved and the direction is undetermined: one verdict on `net` replaces
-/// theirs (and is returned). A link stage that rose by more keeps its
+/// theirs (and is returned). A one-way stage that rose by more keeps its
 /// verdict; the others lose theirs.
 fn network(
     kind: &str,
@@ -182,28 +182,31 @@ fn network(
     advice: Advice,
 ) -> Option<Verdict> {
     let err = cx.split_err_ms?;
-    let is_link = |m: Figure| Figure::Net.parts().contains(&m);
+    let is_one_way = |m: Figure| Figure::Net.parts().contains(&m);
     let slower = |code: &str| matches!(code, "median_shift" | "tail_only");
-    let links: Vec<(Figure, f64)> = kept
+    let one_way: Vec<(Figure, f64)> = kept
         .iter()
-        .filter(|(c, m, _)| slower(c) && is_link(*m))
+        .filter(|(c, m, _)| slower(c) && is_one_way(*m))
         .map(|(_, m, cost)| (*m, *cost))
         .collect();
-    if links.is_empty() {
+    if one_way.is_empty() {
         return None;
     }
-    let told = links.iter().any(|(_, cost)| *cost > err);
-    kept.retain(|(c, m, cost)| !(slower(c) && is_link(*m) && *cost <= err));
+    let told = one_way.iter().any(|(_, cost)| *cost > err);
+    kept.retain(|(c, m, cost)| !(slower(c) && is_one_way(*m) && *cost <= err));
     if told {
         return None;
     }
     let n = vs.get(Figure::Net.name());
-    let net_shift = n.map_or_else(|| links.iter().map(|(_, c)| c).sum(), |s| s.shift.estimate);
+    let net_shift = n.map_or_else(
+        || one_way.iter().map(|(_, c)| c).sum(),
+        |s| s.shift.estimate,
+    );
     let each: Vec<String> = Figure::Net
         .parts()
         .iter()
         .map(|p| {
-            let d = links
+            let d = one_way
                 .iter()
                 .find(|(m, _)| m == p)
                 .map_or_else(|| "flat".to_string(), |(_, c)| signed_ms(*c));
@@ -232,7 +235,7 @@ fn network(
         evidence: json!({
             "cost_ms": net_shift,
             "split_err_ms": err,
-            "links": links.iter().map(|(m, c)| (m.name(), *c)).collect::<std::collections::BTreeMap<_, _>>(),
+            "one_way": one_way.iter().map(|(m, c)| (m.name(), *c)).collect::<std::collections::BTreeMap<_, _>>(),
         }),
     })
 }

@@ -131,7 +131,7 @@ pub struct GroupReport {
     /// record of the group says).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mitigations: Option<Mitigations>,
-    /// Per link of calls through gateways (the records' `hops`): its
+    /// Per hop of calls through gateways (the records' `hops`): its
     /// figures and their change against the baseline. Absent without.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hops: Vec<super::HopReport>,

@@ -37,13 +37,13 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::Uplink | Figure::Downlink | Figure::Roundtrip | Figure::Net => {
             "look at bandwidth, frame size and retransmits (compress or lower the frame rate; retries only hide jitter)"
         }
-        // A gateway on the way: its own time, apart from the links.
+        // A gateway on the way: its own time, apart from the hops.
         Figure::Relay => {
-            "a relay (gateway) between robot and policy server takes longer: look at its load, its queue and its own links (the record's hops show which)"
+            "a relay (gateway) between robot and policy server takes longer: look at its load, its queue and its own hops (the record's hops show which)"
         }
         // The server reports no timing: its wait and the network's are one.
         Figure::Ttfb => {
-            "the wait for the first byte is server and network together (a black box: the server reports no timing); add server timing (docs/protocol.md) to split it into queue, infer and the links"
+            "the wait for the first byte is server and network together (a black box: the server reports no timing); add server timing (docs/protocol.md) to split it into queue, infer and the hops"
         }
         Figure::Rx => {
             "the response's transfer moved: look at downlink bandwidth and the response's size"
@@ -55,16 +55,16 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::ExecWait => {
             "the executor waited before starting the chunk: look at its task queue, bus occupancy and a control cycle blocked by the previous action (merge commands, drop stale actions)"
         }
-        // A gateway on the chunk's way: its own time, apart from the links.
+        // A gateway on the chunk's way: its own time, apart from the hops.
         Figure::ExecRelay => {
-            "a gateway on the way to the executor holds the chunk longer before forwarding it: look at its load, its queue and its own links"
+            "a gateway on the way to the executor holds the chunk longer before forwarding it: look at its load, its queue and its own hops"
         }
         Figure::ExecTx => {
-            "the chunk's way to the executor moved: look at the link to the executor (bandwidth, chunk size, a gateway on the way) and the client's encoding"
+            "the chunk's way to the executor moved: look at the network to the executor (bandwidth, chunk size, a gateway on the way) and the client's encoding"
         }
         // Inside the gap: the robot waits for the ack after the executor started.
         Figure::ExecAck => {
-            "the ack from the executor came back later: look at the link from the executor; the action had already started (dispatch does not include it)"
+            "the ack from the executor came back later: look at the network back from the executor; the action had already started (dispatch does not include it)"
         }
         Figure::Capture => "look at the camera driver, frame buffering and exposure settings",
         Figure::Gap | Figure::Observer | Figure::E2e | Figure::Late => {

@@ -1,7 +1,7 @@
 //! The hops of a group in the HTML report (calls through gateways): one row
-//! per link — each way, both ways, the gateway's own time at its end, the
-//! link's clock bound, as p50 / p99 — with the link and figure a
-//! `hop_slower` verdict names marked, so the slow link stands out without
+//! per hop — each way, both ways, the gateway's own time at its end, the
+//! hop's clock bound, as p50 / p99 — with the hop and figure a
+//! `hop_slower` verdict names marked, so the slow hop stands out without
 //! reading the text tables.
 
 use std::fmt::Write as _;
@@ -23,26 +23,26 @@ pub(super) fn table(s: &mut String, g: &GroupReport, suffix: &str) {
         .filter(|v| v.code == "hop_slower")
         .filter_map(|v| {
             Some((
-                v.evidence.get("link")?.as_u64()?,
+                v.evidence.get("hop")?.as_u64()?,
                 v.evidence.get("figure")?.as_str()?,
             ))
         })
         .collect();
     let _ = writeln!(
         s,
-        "<h3>Hops (per link, p50 / p99, ms; up / down split with the link's own clock offset, ± err; marked: the link and figure a verdict names)</h3>\n\
+        "<h3>Hops (per hop, p50 / p99, ms; up / down split with the hop's own clock offset, ± err; marked: the hop and figure a verdict names)</h3>\n\
          <table id=\"hops{suffix}\" class=\"robots\">"
     );
-    let _ = write!(s, "<tr><th>link</th><th>calls</th>");
+    let _ = write!(s, "<tr><th>hop</th><th>calls</th>");
     for fig in HopFig::ALL {
         let _ = write!(s, "<th>{}</th>", escape(fig.name()));
     }
     let _ = writeln!(s, "</tr>");
     for h in &g.hops {
-        let link = h.link as u64;
+        let hop = h.hop as u64;
         let marked: Vec<&str> = named
             .iter()
-            .filter(|(l, _)| *l == link)
+            .filter(|(l, _)| *l == hop)
             .map(|(_, f)| *f)
             .collect();
         let class = if marked.is_empty() {
@@ -57,7 +57,7 @@ pub(super) fn table(s: &mut String, g: &GroupReport, suffix: &str) {
             .map_or(0, |st| st.n);
         let _ = write!(
             s,
-            "<tr data-link=\"{link}\"{class}><td>{}</td><td>{calls}</td>",
+            "<tr data-hop=\"{hop}\"{class}><td>{}</td><td>{calls}</td>",
             escape(&h.name())
         );
         for fig in HopFig::ALL {

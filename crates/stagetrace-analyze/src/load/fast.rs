@@ -167,7 +167,7 @@ impl<'a> Cursor<'a> {
         loop {
             self.ws();
             self.eat(b'{')?;
-            out.next_link();
+            out.next_hop();
             self.ws();
             if self.eat(b'}').is_none() {
                 loop {

@@ -1,15 +1,15 @@
 //! The record's `hops` array (a call through gateways):
-//! per link, the network each way, both ways, the gateway's own time at the
-//! link's end and the link's clock bound, kept as columns like the figures.
+//! per hop, the network each way, both ways, the gateway's own time at the
+//! hop's end and the hop's clock bound, kept as columns like the figures.
 //!
 //! Read loosely: a value that is not a number within what a latency can be
 //! is left out (as an unknown key is), never a corrupt line; entries past
-//! [`MAX_HOP_LINKS`] are ignored. Runs without gateways hold no hop column.
+//! [`MAX_HOPS_READ`] are ignored. Runs without gateways hold no hop column.
 
 use stagetrace_schema::bounds::MAX_LATENCY_MS;
-use stagetrace_schema::{HOP_KEYS, MAX_HOP_LINKS};
+use stagetrace_schema::{HOP_KEYS, MAX_HOPS_READ};
 
-/// A per-link figure the analysis reads from a `hops` entry.
+/// A per-hop figure the analysis reads from a `hops` entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HopFig {
     /// `up_ms`: the node before sends → this node has the whole request.
@@ -18,9 +18,9 @@ pub enum HopFig {
     Down,
     /// `net_ms`: up + down, exact without clock sync.
     Net,
-    /// `relay_ms`: the gateway's own time at the link's end.
+    /// `relay_ms`: the gateway's own time at the hop's end.
     Relay,
-    /// `err_ms`: ± bound on this link's up / down.
+    /// `err_ms`: ± bound on this hop's up / down.
     Err,
 }
 
@@ -87,9 +87,9 @@ impl HopFig {
 /// One record's `hops`, as parsed (ms, NaN when absent).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RawHops {
-    values: [[f64; HopFig::ALL.len()]; MAX_HOP_LINKS],
-    /// Entries read (at most [`MAX_HOP_LINKS`]).
-    pub(crate) links: usize,
+    values: [[f64; HopFig::ALL.len()]; MAX_HOPS_READ],
+    /// Entries read (at most [`MAX_HOPS_READ`]).
+    pub(crate) hops: usize,
     /// Entries seen, past the bound too.
     seen: usize,
 }
@@ -97,8 +97,8 @@ pub(crate) struct RawHops {
 impl Default for RawHops {
     fn default() -> Self {
         RawHops {
-            values: [[f64::NAN; HopFig::ALL.len()]; MAX_HOP_LINKS],
-            links: 0,
+            values: [[f64::NAN; HopFig::ALL.len()]; MAX_HOPS_READ],
+            hops: 0,
             seen: 0,
         }
     }
@@ -107,23 +107,23 @@ impl Default for RawHops {
 impl RawHops {
     /// Back to none (only the entries used are cleared).
     pub(crate) fn reset(&mut self) {
-        for link in self.values.iter_mut().take(self.links) {
-            *link = [f64::NAN; HopFig::ALL.len()];
+        for hop in self.values.iter_mut().take(self.hops) {
+            *hop = [f64::NAN; HopFig::ALL.len()];
         }
-        self.links = 0;
+        self.hops = 0;
         self.seen = 0;
     }
 
     /// The next entry of the array starts.
-    pub(crate) fn next_link(&mut self) {
+    pub(crate) fn next_hop(&mut self) {
         self.seen += 1;
-        self.links = self.seen.min(MAX_HOP_LINKS);
+        self.hops = self.seen.min(MAX_HOPS_READ);
     }
 
     /// `key` = `v` in the current entry (loosely: an unknown key, a value
     /// out of range or an entry past the bound is ignored).
     pub(crate) fn set(&mut self, key: &[u8], v: f64) {
-        if self.seen == 0 || self.seen > MAX_HOP_LINKS {
+        if self.seen == 0 || self.seen > MAX_HOPS_READ {
             return;
         }
         let Some(fig) = HopFig::of_key(key) else {
@@ -141,7 +141,7 @@ impl RawHops {
             return;
         };
         for e in entries {
-            self.next_link();
+            self.next_hop();
             if let Some(map) = e.as_object() {
                 for (k, x) in map {
                     if let Some(x) = x.as_f64() {
@@ -153,24 +153,23 @@ impl RawHops {
     }
 }
 
-/// The hop columns of a dataset: per link, per [`HopFig`], one `f32` per
-/// call (NaN where the call has no such link). Empty until a record has hops.
+/// The hop columns of a dataset: per hop, per [`HopFig`], one `f32` per
+/// call (NaN where the call has no such hop). Empty until a record has hops.
 #[derive(Debug, Default)]
 pub(crate) struct HopColumns {
-    links: Vec<[Vec<f32>; HopFig::ALL.len()]>,
+    hops: Vec<[Vec<f32>; HopFig::ALL.len()]>,
 }
 
 impl HopColumns {
     /// Adds call `idx` (the dataset's length before it).
     pub(crate) fn push(&mut self, idx: usize, raw: &RawHops) {
-        while self.links.len() < raw.links {
-            // A link seen for the first time: earlier calls did not have it.
-            self.links
-                .push(std::array::from_fn(|_| vec![f32::NAN; idx]));
+        while self.hops.len() < raw.hops {
+            // A hop seen for the first time: earlier calls did not have it.
+            self.hops.push(std::array::from_fn(|_| vec![f32::NAN; idx]));
         }
-        for (l, cols) in self.links.iter_mut().enumerate() {
+        for (l, cols) in self.hops.iter_mut().enumerate() {
             for (k, col) in cols.iter_mut().enumerate() {
-                let v = if l < raw.links {
+                let v = if l < raw.hops {
                     raw.values[l][k]
                 } else {
                     f64::NAN
@@ -180,15 +179,15 @@ impl HopColumns {
         }
     }
 
-    /// Links any call had.
-    pub(crate) fn links(&self) -> usize {
-        self.links.len()
+    /// Hops any call had.
+    pub(crate) fn hops(&self) -> usize {
+        self.hops.len()
     }
 
-    /// The column of `fig` on `link` (empty past the links).
-    pub(crate) fn column(&self, link: usize, fig: HopFig) -> &[f32] {
-        self.links
-            .get(link)
+    /// The column of `fig` on `hop` (empty past the hops).
+    pub(crate) fn column(&self, hop: usize, fig: HopFig) -> &[f32] {
+        self.hops
+            .get(hop)
             .map_or(&[], |cols| cols[fig.index()].as_slice())
     }
 }

@@ -88,7 +88,7 @@ pub struct Dataset {
     /// What the mitigations did, for the calls whose records say (sparse:
     /// nothing for runs without batcher, cache or stale filter).
     pub(crate) mitigated: Vec<Mitigated>,
-    /// The `hops` of calls through gateways, per link (empty without).
+    /// The `hops` of calls through gateways, per hop (empty without).
     pub(crate) hops: hops::HopColumns,
     /// Failure reasons and how often each occurred.
     pub errors: Vec<(String, u64)>,
@@ -255,7 +255,7 @@ impl Dataset {
             let i = u32::try_from(idx).unwrap_or(u32::MAX);
             self.digests.push((i, raw.digest.clone().into_boxed_str()));
         }
-        if raw.hops.links > 0 || self.hops.links() > 0 {
+        if raw.hops.hops > 0 || self.hops.hops() > 0 {
             self.hops.push(idx, &raw.hops);
         }
         if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 {
@@ -327,15 +327,15 @@ impl Dataset {
         }
     }
 
-    /// Links of the widest `hops` array read (0: no call went through a gateway).
-    pub fn hop_links(&self) -> usize {
-        self.hops.links()
+    /// Hops of the widest `hops` array read (0: no call went through a gateway).
+    pub fn hop_count(&self) -> usize {
+        self.hops.hops()
     }
 
-    /// `fig` of `link` (0: robot → first gateway) for call `i` in ms, when
+    /// `fig` of `hop` (0: robot → first gateway) for call `i` in ms, when
     /// the record's `hops` carries it.
-    pub fn hop_value(&self, link: usize, fig: HopFig, i: usize) -> Option<f64> {
-        let v = *self.hops.column(link, fig).get(i)?;
+    pub fn hop_value(&self, hop: usize, fig: HopFig, i: usize) -> Option<f64> {
+        let v = *self.hops.column(hop, fig).get(i)?;
         (!v.is_nan()).then_some(f64::from(v))
     }
 

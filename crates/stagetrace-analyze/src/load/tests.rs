@@ -399,7 +399,7 @@ fn hops_are_read_by_both_paths_and_loosely() {
     for text in [line.as_str(), odd.as_str()] {
         let ds =
             Dataset::load_reader(text.as_bytes(), Path::new("t"), LoadOptions::default()).unwrap();
-        assert_eq!(ds.hop_links(), 2);
+        assert_eq!(ds.hop_count(), 2);
         let v = |l, f| ds.hop_value(l, f, 0);
         use super::HopFig::*;
         assert_eq!(
@@ -425,11 +425,11 @@ fn hops_are_read_by_both_paths_and_loosely() {
         .replace(r#"-350.0}]"#, r#"-350.0},{},{},{},{},{"up_ms":1.0}]"#);
     let ds =
         Dataset::load_reader(loose.as_bytes(), Path::new("t"), LoadOptions::default()).unwrap();
-    assert_eq!(ds.hop_links(), 5);
+    assert_eq!(ds.hop_count(), 5);
     assert_eq!(ds.hop_value(0, super::HopFig::Up, 0), None);
     assert_eq!(ds.hop_value(1, super::HopFig::Down, 0), None);
     assert_eq!(ds.hop_value(1, super::HopFig::Up, 0), Some(2.0));
-    // A call without hops after one with: its links are absent, not 0.
+    // A call without hops after one with: its hops are absent, not 0.
     let two = format!(
         "{line}\n{}",
         line.replace(&format!(r#","hops":{hops}"#), "")

@@ -1,6 +1,6 @@
-//! The hops section of a group (calls through gateways): per link, the
+//! The hops section of a group (calls through gateways): per hop, the
 //! network each way and both ways, the gateway's own time at its end and
-//! the link's clock bound, then their change against the baseline.
+//! the hop's clock bound, then their change against the baseline.
 
 use std::fmt::Write as _;
 
@@ -16,12 +16,12 @@ pub(super) fn table(s: &mut String, g: &GroupReport) {
     }
     let _ = writeln!(
         s,
-        "\n  hops (per link of the records' hops: up / down = each way, split with that link's own clock offset, ± err; net exact; relay = the gateway's own time at the link's end):"
+        "\n  hops (per hop of the records' hops: up / down = each way, split with that hop's own clock offset, ± err; net exact; relay = the gateway's own time at the hop's end):"
     );
     let _ = writeln!(
         s,
         "  {:<28} {:<6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
-        "link", "figure", "n", "min", "p50", "p90", "p99", "max"
+        "hop", "figure", "n", "min", "p50", "p90", "p99", "max"
     );
     for h in &g.hops {
         let name = h.name();
@@ -51,7 +51,7 @@ pub(super) fn table(s: &mut String, g: &GroupReport) {
     let _ = writeln!(
         s,
         "  {:<28} {:<6} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  shape",
-        "link", "figure", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
+        "hop", "figure", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
     );
     for h in &g.hops {
         let name = h.name();

@@ -62,8 +62,8 @@ pub(crate) struct Scenario {
     /// action for `busy_ms`.
     pub(crate) remote_executor: Option<(usize, f64)>,
     /// Calls through one gateway: the records carry `relay_ms` and a
-    /// two-link `hops` array, and the path's uplink / downlink are the
-    /// links' plus half the gateway's time each way.
+    /// two-hop `hops` array, and the path's uplink / downlink are the
+    /// hops' plus half the gateway's time each way.
     pub(crate) gateway: Option<Gateway>,
     /// A second mode of infer: on this fraction of the calls, this much
     /// (ms) is added (a healthy timer or a cache miss when small).
@@ -84,17 +84,17 @@ pub(crate) struct Scenario {
     pub(crate) stall: Option<(usize, f64)>,
 }
 
-/// The links of a call through one gateway (medians, ms; spread 0.1 ms on
-/// a link, 0.02 ms on the gateway's time).
+/// The hops of a call through one gateway (medians, ms; spread 0.1 ms on
+/// a hop, 0.02 ms on the gateway's time).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Gateway {
-    /// Uplink of link 1 (robot → gateway) and link 2 (gateway → server).
+    /// Uplink of hop 1 (robot → gateway) and hop 2 (gateway → server).
     pub(crate) up: [f64; 2],
-    /// Downlink of each link.
+    /// Downlink of each hop.
     pub(crate) down: [f64; 2],
     /// The gateway's own time.
     pub(crate) relay_ms: f64,
-    /// Each link's `err_ms` (the path's `split_err_ms` is their sum).
+    /// Each hop's `err_ms` (the path's `split_err_ms` is their sum).
     pub(crate) err_ms: [f64; 2],
 }
 

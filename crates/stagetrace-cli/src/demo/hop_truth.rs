@@ -1,4 +1,4 @@
-//! The truth of the hops: per call, each link's true
+//! The truth of the hops: per call, each hop's true
 //! uplink and downlink from the real stamps of both its ends less each
 //! machine's known clock error (never from the estimate, as
 //! `crates/stagetrace-net/tests/hops.rs` does), against the record's
@@ -37,12 +37,12 @@ fn true_ns(clock: &ServerClock, stamp: u64) -> i64 {
     stamp as i64 - clock.offset_at(approx.max(0) as u64)
 }
 
-/// One link: the truth, what the record says, and whether the truth lies
+/// One hop: the truth, what the record says, and whether the truth lies
 /// inside the stated bound.
 #[derive(Debug, Serialize)]
 pub(super) struct LinkTruth {
     /// Its index in the record's `hops` array (0: robot → gateway, 1:
-    /// gateway → server); the text says link 1, link 2.
+    /// gateway → server); the text says hop 1, hop 2.
     pub(super) index: usize,
     pub(super) from: &'static str,
     pub(super) to: &'static str,
@@ -71,10 +71,10 @@ pub(super) struct LinkTruth {
     pub(super) injected_drift_ppm: f64,
 }
 
-/// The gateway path: per link, the gateway's own time, `net`, `infer`.
+/// The gateway path: per hop, the gateway's own time, `net`, `infer`.
 #[derive(Debug, Serialize)]
 pub(super) struct HopTruth {
-    pub(super) links: Vec<LinkTruth>,
+    pub(super) hops: Vec<LinkTruth>,
     /// The gateway's own time (`hops[0].relay_ms`), median, and its largest
     /// error against the gateway's own stamps.
     pub(super) gateway_ms: f64,
@@ -117,9 +117,9 @@ pub(super) struct ExecTruth {
     pub(super) offset_inside: f64,
 }
 
-/// Per call: link 0, link 1 (true up, true down, up, down, err), path.
+/// Per call: hop 0, hop 1 (true up, true down, up, down, err), path.
 struct CallTruth {
-    links: [[f64; 7]; 2],
+    hops: [[f64; 7]; 2],
     net_err: f64,
     relay: (f64, f64),
     infer_err: f64,
@@ -141,7 +141,7 @@ fn call_truth(run: &HopRun, gw: &ServerClock, rec: &CallRecord) -> Option<CallTr
     let g_sent = g_recv + r.total_ns as i64;
     let s_recv = true_ns(&run.server_clock, server.recv_unix_ns?);
     let s_sent = s_recv + server.total_ns? as i64;
-    let link = |i: usize, up: i64, down: i64| -> Option<[f64; 7]> {
+    let hop = |i: usize, up: i64, down: i64| -> Option<[f64; 7]> {
         Some([
             ns_to_ms(up),
             ns_to_ms(down),
@@ -157,9 +157,9 @@ fn call_truth(run: &HopRun, gw: &ServerClock, rec: &CallRecord) -> Option<CallTr
     let inside = |m: f64, t: f64, e: f64| (m - t).abs() <= e + ROUND_MS;
     let err = rec.ms(Figure::SplitErr)?;
     Some(CallTruth {
-        links: [
-            link(0, g_recv - t0, t3 - g_sent)?,
-            link(1, s_recv - g_fwd, g_reply - s_sent)?,
+        hops: [
+            hop(0, g_recv - t0, t3 - g_sent)?,
+            hop(1, s_recv - g_fwd, g_reply - s_sent)?,
         ],
         net_err: (rec.ms(Figure::Net)? - ns_to_ms(true_path.0 + true_path.1)).abs(),
         relay: (ns_to_ms(h[0].relay_ns?), ns_to_ms(true_relay)),
@@ -184,7 +184,7 @@ impl HopTruth {
             .iter()
             .rev()
             .find(|r| steady(r) && r.hops.len() == 2);
-        // The truth of each link's offset at the last call: that node's
+        // The truth of each hop's offset at the last call: that node's
         // clock − the previous node's, both read at the call's start.
         let at = last.map_or(0, |r| r.timeline.call_start_unix_ns);
         let (g_off, s_off) = (gw.offset_at(at), run.server_clock.offset_at(at));
@@ -208,11 +208,11 @@ impl HopTruth {
             ),
         ];
         let n = calls.len() as f64;
-        let links = injected
+        let hops = injected
             .iter()
             .enumerate()
             .map(|(i, &(from, to, up, down, off, drift))| {
-                let col = |k: usize| median(calls.iter().map(|c| c.links[i][k]).collect());
+                let col = |k: usize| median(calls.iter().map(|c| c.hops[i][k]).collect());
                 let hop = last.and_then(|r| r.hops.get(i));
                 LinkTruth {
                     index: i,
@@ -228,13 +228,11 @@ impl HopTruth {
                     err_ms: col(4),
                     net_ms: col(5),
                     true_net_ms: col(6),
-                    net_max_err_ms: max(calls
-                        .iter()
-                        .map(|c| (c.links[i][5] - c.links[i][6]).abs())),
+                    net_max_err_ms: max(calls.iter().map(|c| (c.hops[i][5] - c.hops[i][6]).abs())),
                     inside: calls
                         .iter()
                         .filter(|c| {
-                            let l = c.links[i];
+                            let l = c.hops[i];
                             (l[2] - l[0]).abs() <= l[4] + ROUND_MS
                                 && (l[3] - l[1]).abs() <= l[4] + ROUND_MS
                         })
@@ -248,7 +246,7 @@ impl HopTruth {
             })
             .collect();
         Some(HopTruth {
-            links,
+            hops,
             gateway_ms: median(calls.iter().map(|c| c.relay.0).collect()),
             true_gateway_ms: median(calls.iter().map(|c| c.relay.1).collect()),
             gateway_max_err_ms: max(calls.iter().map(|c| (c.relay.0 - c.relay.1).abs())),
@@ -352,13 +350,13 @@ impl HopTruth {
         use std::fmt::Write as _;
         let _ = writeln!(
             s,
-            "  through the gateway, per link (medians of {} calls; truth from each end's own stamps):",
-            self.links.first().map_or(0, |l| l.calls)
+            "  through the gateway, per hop (medians of {} calls; truth from each end's own stamps):",
+            self.hops.first().map_or(0, |l| l.calls)
         );
-        for l in &self.links {
+        for l in &self.hops {
             let _ = writeln!(
                 s,
-                "    link {} ({} → {}): up {:.3} ms (truth {:.3}, injected {}), down {:.3} ms (truth {:.3}, injected {}), ± {:.3} ms: truth inside on {:.1} % of calls; net {:.3} ms (truth {:.3}, worst call off by {:.3})",
+                "    hop {} ({} → {}): up {:.3} ms (truth {:.3}, injected {}), down {:.3} ms (truth {:.3}, injected {}), ± {:.3} ms: truth inside on {:.1} % of calls; net {:.3} ms (truth {:.3}, worst call off by {:.3})",
                 l.index + 1, l.from, l.to, l.up_ms, l.true_up_ms, l.injected_up_ms, l.down_ms,
                 l.true_down_ms, l.injected_down_ms, l.err_ms, 100.0 * l.inside, l.net_ms,
                 l.true_net_ms, l.net_max_err_ms

@@ -38,7 +38,7 @@ pub(super) fn proxy(
 }
 
 /// The server's record of each request, by trace id (what the truth of the
-/// last link and of `net` rests on: its receive stamp on its own clock).
+/// last hop and of `net` rests on: its receive stamp on its own clock).
 #[derive(Clone, Default)]
 pub(super) struct ServerSeen {
     seen: Arc<Mutex<Vec<ServerRecord>>>,

@@ -45,7 +45,7 @@ impl RecordSink for Collect {
 
 /// The policy server: its own runtime, a skewed clock that may step once;
 /// hot waits (one call at a time on a quiet machine, timed to the µs).
-/// With a gateway it keeps each request's record (the truth of each link).
+/// With a gateway it keeps each request's record (the truth of each hop).
 fn start_server(
     args: &DemoArgs,
     otlp: Option<&DemoOtlp>,
@@ -71,7 +71,7 @@ fn start_server(
             jump_ns: ms_to_ns(args.server_step_ms).unwrap_or_default(),
         });
     }
-    // With a gateway the truth of each link needs the server's own record
+    // With a gateway the truth of each hop needs the server's own record
     // of each request.
     let seen = ServerSeen::new(args.calls as usize);
     let otlp_hook = otlp.map(DemoOtlp::server_hook);
@@ -105,7 +105,7 @@ pub(super) fn run(
 
     // The network between them: the built-in proxy delays each direction.
     let proxy = hops::proxy(server.addr(), args.uplink_delay_ms, args.downlink_delay_ms)?;
-    // A gateway in front of that link and a remote executor, when asked.
+    // A gateway in front of that hop and a remote executor, when asked.
     let mut hop_parts = Hops::start(args, proxy.local_addr(), otlp.as_ref())?;
 
     let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));

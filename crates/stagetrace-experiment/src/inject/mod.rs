@@ -152,7 +152,7 @@ impl Injector {
         }
     }
 
-    /// Undo every change: standing link settings, payload, pause, load
+    /// Undo every change: standing shaping, payload, pause, load
     /// threads. Idempotent.
     pub(crate) fn restore(&mut self, p: Option<&Pipeline>) {
         if self.infer.is_some() {
@@ -169,7 +169,7 @@ impl Injector {
                 if let Some(proxy) = p.proxy.as_ref() {
                     proxy.set_uplink(p.base_uplink);
                     proxy.set_downlink(p.base_downlink);
-                    self.restored.push("proxy links reset".into());
+                    self.restored.push("proxy shaping reset".into());
                 }
                 if let Some(k) = &p.kernel {
                     let mut k = k.lock().unwrap_or_else(|e| e.into_inner());

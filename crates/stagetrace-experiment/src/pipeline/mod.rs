@@ -31,7 +31,7 @@ use robot::{ChannelSink, RobotSetup};
 const RECORD_QUEUE: usize = 65_536;
 
 /// The network in front of the target's server: the proxy with the
-/// target's standing link shaping and, optionally, a kernel bottleneck on
+/// target's standing path shaping and, optionally, a kernel bottleneck on
 /// its upstream leg.
 struct Network {
     proxy: ProxyHandle,
@@ -89,7 +89,7 @@ pub(crate) struct Pipeline {
     client: Option<Client>,
     /// The process the sampler follows (this one, or the command's).
     pub(crate) pid: Arc<AtomicI32>,
-    /// The standing link settings of the target (what "restore" returns to).
+    /// The standing shaping of the target (what "restore" returns to).
     pub(crate) base_uplink: LinkConfig,
     pub(crate) base_downlink: LinkConfig,
     pub(crate) base_payload_kb: u64,
@@ -112,7 +112,7 @@ pub(crate) struct HttpReplay {
     pub(crate) content_type: String,
 }
 
-/// The target's standing link shaping, one direction.
+/// The target's standing path shaping, one direction.
 pub(crate) fn base_link(delay_ms: f64, bandwidth_mbps: Option<f64>) -> LinkConfig {
     let mut l = LinkConfig::delay(ms(delay_ms));
     if let Some(mbps) = bandwidth_mbps {

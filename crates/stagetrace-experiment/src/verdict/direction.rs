@@ -2,9 +2,9 @@
 //! moving with no stage to name.
 //!
 //! In estimate mode the uplink/downlink split rests on an estimated clock
-//! offset: a link stage's change may sit on the wrong side by up to the
-//! split's error (`split_err_ms`, at the level plus at the baseline). A link
-//! stage that moved by no more than that is not blamed: when no link stage
+//! offset: a one-way stage's change may sit on the wrong side by up to the
+//! split's error (`split_err_ms`, at the level plus at the baseline). A one-way
+//! stage that moved by no more than that is not blamed: when no one-way stage
 //! moved by more, the network moved and the direction is undetermined.
 
 use stagetrace::Figure;
@@ -30,12 +30,12 @@ pub(crate) fn split_err(obs: &[Obs], phases: &[PhaseSpan], level: usize) -> Opti
     }
 }
 
-/// A link stage: one of the parts of `net`.
-pub(crate) fn is_link(f: Figure) -> bool {
+/// A one-way stage: one of the parts of `net`.
+pub(crate) fn is_one_way(f: Figure) -> bool {
     Figure::Net.parts().contains(&f)
 }
 
-/// Whether a link stage's move at `level` can be told from the split's
+/// Whether a one-way stage's move at `level` can be told from the split's
 /// error: its shift exceeds what the split allows there (always, without
 /// split errors).
 pub(crate) fn told(
@@ -55,16 +55,16 @@ pub(crate) fn told(
         .is_none_or(|c| c.abs_shift() > err)
 }
 
-/// The shifts of `links` at level `l` and the split's error, in words:
+/// The shifts of `one_way` at level `l` and the split's error, in words:
 /// "uplink +3.00 ms, downlink +3.00 ms lie within the ±7.00 ms …".
 pub(crate) fn detail(
     obs: &[Obs],
     phases: &[PhaseSpan],
     l: &LevelResult,
-    links: &[Figure],
+    one_way: &[Figure],
 ) -> String {
     let err = split_err(obs, phases, l.level).unwrap_or(0.0);
-    let each: Vec<String> = links
+    let each: Vec<String> = one_way
         .iter()
         .map(|p| {
             let d = l.components.get(p.name()).map_or(0.0, |c| {

@@ -126,7 +126,7 @@ pub(crate) fn decide(
         dragged,
         undetermined,
         unnamed,
-    } = name_told_links(obs, phases, levels, fl, first_fig, fc, dragged);
+    } = name_told_one_way(obs, phases, levels, fl, first_fig, fc, dragged);
 
     let shape = fc.shape;
     let res = &fl.resources;
@@ -208,17 +208,17 @@ struct Named<'a> {
     first: Figure,
     result: &'a ComponentResult,
     dragged: Vec<(Figure, usize)>,
-    /// The link stages' shifts and the split's error, when the network
+    /// The one-way stages' shifts and the split's error, when the network
     /// moved in a direction that cannot be told.
     undetermined: Option<String>,
-    /// The shift of a link stage left out, and the split's error.
+    /// The shift of a one-way stage left out, and the split's error.
     unnamed: Option<String>,
 }
 
-/// Name only the link stages whose move the clock split can tell apart:
-/// an untold first mover gives way to a told link stage of its level, or to
-/// the network as a whole; untold dragged links are left out.
-fn name_told_links<'a>(
+/// Name only the one-way stages whose move the clock split can tell apart:
+/// an untold first mover gives way to a told one-way stage of its level, or to
+/// the network as a whole; untold dragged one-way stages are left out.
+fn name_told_one_way<'a>(
     obs: &[Obs],
     phases: &[PhaseSpan],
     levels: &[LevelResult],
@@ -227,20 +227,20 @@ fn name_told_links<'a>(
     fc: &'a ComponentResult,
     mut dragged: Vec<(Figure, usize)>,
 ) -> Named<'a> {
-    // A link stage whose move the clock split cannot tell from its error is
-    // not named: when no link stage's move can be told, the network moved
+    // A one-way stage whose move the clock split cannot tell from its error is
+    // not named: when no one-way stage's move can be told, the network moved
     // and its direction is undetermined.
     let told = |f: Figure, level: usize| {
-        !direction::is_link(f) || direction::told(obs, phases, levels, f, level)
+        !direction::is_one_way(f) || direction::told(obs, phases, levels, f, level)
     };
-    let links = Figure::Net.parts();
+    let one_way = Figure::Net.parts();
     let (mut first_fig, mut fc) = (first, fc);
     let mut undetermined: Option<String> = None;
     let mut unnamed: Option<String> = None;
     if !told(first_fig, fl.level) {
         let other = dragged
             .iter()
-            .find(|(f, lv)| *lv == fl.level && direction::is_link(*f) && told(*f, *lv))
+            .find(|(f, lv)| *lv == fl.level && direction::is_one_way(*f) && told(*f, *lv))
             .and_then(|(f, _)| fl.components.get(f.name()).map(|c| (*f, c)));
         if let Some((f, c)) = other {
             unnamed = Some(direction::detail(obs, phases, fl, &[first_fig]));
@@ -249,7 +249,7 @@ fn name_told_links<'a>(
         } else if let Some(c) = fl.components.get(Figure::Net.name()) {
             first_fig = Figure::Net;
             fc = c;
-            undetermined = Some(direction::detail(obs, phases, fl, links));
+            undetermined = Some(direction::detail(obs, phases, fl, one_way));
         }
     }
     let untold: Vec<(Figure, usize)> = dragged
@@ -260,18 +260,18 @@ fn name_told_links<'a>(
     dragged.retain(|(f, lv)| *f != first_fig && told(*f, *lv));
     if let Some(&(f, lv)) = untold.first() {
         let direction_known = first_fig == Figure::Net
-            || direction::is_link(first_fig)
-            || dragged.iter().any(|(d, _)| direction::is_link(*d));
+            || direction::is_one_way(first_fig)
+            || dragged.iter().any(|(d, _)| direction::is_one_way(*d));
         let at = |lv: usize| levels.iter().find(|l| l.level == lv);
         if direction_known {
-            // The direction is named already: an unclear link is only left out.
+            // The direction is named already: an unclear one-way stage is only left out.
             if let Some(l) = at(lv) {
                 unnamed = Some(direction::detail(obs, phases, l, &[f]));
             }
         } else {
             dragged.push((Figure::Net, lv));
             if let Some(l) = at(lv) {
-                undetermined = Some(direction::detail(obs, phases, l, links));
+                undetermined = Some(direction::detail(obs, phases, l, one_way));
             }
         }
     }

@@ -239,9 +239,9 @@ mod tests {
 
     /// Issue 16 item 3: in estimate mode uplink and downlink both rise by
     /// 3 ms at level 1 with a split error of 3.5 ms a side: the network
-    /// moved, which direction is undetermined; no link stage is named.
+    /// moved, which direction is undetermined; no one-way stage is named.
     #[test]
-    fn links_within_the_split_error_name_no_direction() {
+    fn one_way_stages_within_the_split_error_name_no_direction() {
         let phases = vec![
             phase("baseline", 0, 0.0, 3000.0),
             phase("level", 1, 3000.0, 6000.0),
@@ -279,7 +279,7 @@ mod tests {
             v.summary
         );
         assert!(!v.summary.contains("Dragged along"), "{}", v.summary);
-        // Trusted clocks (no split error): the same rises name the link stages.
+        // Trusted clocks (no split error): the same rises name the one-way stages.
         for o in obs.iter_mut() {
             o.vals[Figure::SplitErr.index()] = f32::NAN;
         }

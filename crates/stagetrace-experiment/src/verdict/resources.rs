@@ -367,7 +367,7 @@ mod tests {
         assert!(step("saturated").ends_with("; resources saturated: capacity"));
         assert!(step("unsaturated")
             .ends_with("; resources not saturated while slower: locks, queues, scheduling"));
-        // A link that moved says nothing about the host's locks.
+        // A one-way stage that moved says nothing about the host's locks.
         assert!(!next_step(Figure::Uplink, None, Some("unsaturated")).contains("locks"));
         // No clock and no throttle files: nothing of either in the summary.
         let r = resources(&[(0, ResourceSample::default())], 0, Some(&base)).unwrap();

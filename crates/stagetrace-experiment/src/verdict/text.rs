@@ -25,11 +25,11 @@ pub(crate) struct Findings<'a> {
     pub(crate) flat: &'a [Figure],
     /// What the resources say.
     pub(crate) resource_note: Option<&'a str>,
-    /// The link stages' moves the clock split cannot tell apart, in words
+    /// The one-way stages' moves the clock split cannot tell apart, in words
     /// (the network moved; which direction is undetermined).
     pub(crate) undetermined: Option<&'a str>,
-    /// A link stage's move the split cannot tell from its error, left out
-    /// while another link stage's is named.
+    /// A one-way stage's move the split cannot tell from its error, left out
+    /// while another one-way stage's is named.
     pub(crate) unnamed: Option<&'a str>,
 }
 
@@ -44,10 +44,10 @@ fn figure_step(f: Figure) -> &'static str {
             "transport moved first: look at bandwidth, frame size and retransmits — compress or lower the frame rate; retries only hide jitter"
         }
         Figure::Relay => {
-            "the relay (gateway) on the way moved first: its load, its queue and its own links — the record's hops show which link or relay"
+            "the relay (gateway) on the way moved first: its load, its queue and its own hops — the record's hops show which link or relay"
         }
         Figure::Ttfb => {
-            "the wait for the response's first byte moved first: server and network together, a black box (the server reports no timing) — add server timing (docs/protocol.md) to tell inference from the links"
+            "the wait for the response's first byte moved first: server and network together, a black box (the server reports no timing) — add server timing (docs/protocol.md) to tell inference from the network"
         }
         Figure::Rx => {
             "the response's transfer moved first: downlink bandwidth or the response's size"
@@ -59,13 +59,13 @@ fn figure_step(f: Figure) -> &'static str {
             "the executor's wait moved first: its task queue, bus occupancy, or a control cycle blocked by the previous action — merge commands, drop stale actions"
         }
         Figure::ExecRelay => {
-            "the gateway on the way to the executor moved first: its load, its queue and its own links"
+            "the gateway on the way to the executor moved first: its load, its queue and its own hops"
         }
         Figure::ExecTx => {
-            "the chunk's way to the executor moved first: the link to the executor (bandwidth, chunk size, a gateway on the way)"
+            "the chunk's way to the executor moved first: the network to the executor (bandwidth, chunk size, a gateway on the way)"
         }
         Figure::ExecAck => {
-            "the executor's ack came back later first: the link from the executor (the action had already started)"
+            "the executor's ack came back later first: the network back from the executor (the action had already started)"
         }
         Figure::Capture => {
             "capture moved first: the camera path (driver, exposure, copies) competes for the same resource"
@@ -96,9 +96,9 @@ pub(crate) fn next_step(f: Figure, shape: Option<&str>, res_state: Option<&str>)
     let res_step = match res_state {
         Some("saturated") => "resources saturated: capacity",
         Some("throttled") => "CPU clock throttled: the same work runs slower — cooling, power limits or the frequency governor, not load",
-        // A link that got slower on unsaturated hosts is the network's: the
+        // A one-way stage that got slower on unsaturated hosts is the network's: the
         // hosts' locks and queues are not where to look.
-        Some(_) if direction::is_link(f) || f == Figure::Net => "",
+        Some(_) if direction::is_one_way(f) || f == Figure::Net => "",
         Some(_) => "resources not saturated while slower: locks, queues, scheduling",
         None => "",
     };

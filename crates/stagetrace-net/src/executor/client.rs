@@ -68,7 +68,7 @@ impl ExecutorClient {
         let started = x.reply.get(STARTED_KEY).and_then(|v| v.as_bool()) == Some(true);
         let reason = x.reply.get_str(REASON_KEY).map(str::to_owned);
         // Through gateways the chain also holds their stamps: the executor's
-        // own map is the innermost one, as for a policy call, and each link
+        // own map is the innermost one, as for a policy call, and each hop
         // is stitched with its own offset.
         let hops = x.timing.as_ref().map(|c| c.hops).unwrap_or_default();
         let timing = x.timing.map(|c| c.map.timing).filter(|t| !t.is_empty());

@@ -16,7 +16,7 @@
 //!   and the whole chain in `stagetrace-timing-chain` (JSON: its
 //!   `forward_ns` / `reply_ns` with the downstream's timing nested as
 //!   `downstream`; `docs/protocol.md`, "Relays"). A client's record then
-//!   carries per-link figures (`hops`) and the relay's time (`relay_ms`).
+//!   carries per-hop figures (`hops`) and the relay's time (`relay_ms`).
 //!
 //! A downstream that answers an error status is passed through as it
 //! answered; one that cannot be reached or does not answer in time gets
@@ -288,8 +288,8 @@ async fn relay_request(State(f): State<Arc<Forward>>, req: Request<Body>) -> Res
         .request(parts.method.clone(), format!("{}{path}", f.base))
         .headers(headers)
         .body(body);
-    // Handed to the downstream client: the link's send stamp (the client's
-    // own request building, µs, falls in the link, on the safe side of its
+    // Handed to the downstream client: the hop's send stamp (the client's
+    // own request building, µs, falls in the hop, on the safe side of its
     // bound), and its whole reply read: the reply stamp.
     let forward = Instant::now();
     let result = f.client.send(request).await;

@@ -220,7 +220,7 @@ impl Shared {
         let span = handler_span(context);
         let start = Instant::now();
         // A panicking handler fails its request (openpi answers an
-        // exception the same way) instead of silently dropping the link.
+        // exception the same way) instead of silently dropping the connection.
         let call = span.in_scope(|| self.handler.call(request, timer.clone()));
         let result = AssertUnwindSafe(call.instrument(span))
             .catch_unwind()

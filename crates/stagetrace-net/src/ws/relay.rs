@@ -13,7 +13,7 @@
 //!   downstream client, and `reply_ns`: received → the downstream's whole
 //!   reply in), with the downstream's `server_timing` nested as
 //!   `downstream`. Relays behind relays nest the same way; the client's
-//!   record then carries per-link figures (`hops`), each link stitched with
+//!   record then carries per-hop figures (`hops`), each hop stitched with
 //!   its own clock estimate (`docs/protocol.md`, "Relays").
 //!
 //! Downstream connections are pooled: one per request in flight, at most
@@ -185,9 +185,9 @@ impl Forward {
                 .await
                 .map_err(|e| HandlerError::new(format!("relay: {e}")))?,
         };
-        // Handed to the downstream client: the link's send stamp. The
+        // Handed to the downstream client: the hop's send stamp. The
         // client's own encoding (µs for a control-loop frame) falls in the
-        // link, on the safe side of its bound.
+        // hop, on the safe side of its bound.
         // The transport span the client would open, opened here to learn
         // its id: the parent id sent downstream, which the relay's record
         // carries so its exported forward span is the downstream's parent.

@@ -1,6 +1,6 @@
 //! What the two three-clock tests (`hops.rs` over WebSocket, `http_hops.rs`
 //! over HTTP) share: services on threads of their own, the delay proxy on
-//! a link, the truth of a stamp, and one link's truth against its bound.
+//! a hop, the truth of a stamp, and one hop's truth against its bound.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
@@ -85,9 +85,9 @@ pub fn true_ns(clock: &ServerClock, stamp: u64) -> i64 {
     stamp as i64 - clock.offset_at(approx as u64)
 }
 
-/// One link's truth and what the record says about it (ms).
+/// One hop's truth and what the record says about it (ms).
 #[derive(Clone, Copy, Debug)]
-pub struct Link {
+pub struct Hop {
     pub true_up: f64,
     pub true_down: f64,
     pub up: f64,
@@ -95,7 +95,7 @@ pub struct Link {
     pub err: f64,
 }
 
-impl Link {
+impl Hop {
     /// Truth inside the stated bound (1 µs of rounding).
     pub fn inside(&self) -> bool {
         (self.up - self.true_up).abs() <= self.err + 1e-3
@@ -103,7 +103,7 @@ impl Link {
     }
 
     /// The larger of up's and down's error over the bound: at most 1 when
-    /// [`Link::inside`].
+    /// [`Hop::inside`].
     pub fn ratio(&self) -> f64 {
         let e = (self.up - self.true_up)
             .abs()
@@ -128,27 +128,27 @@ pub fn report_share(what: &str, mut ratios: Vec<f64>, min_share: f64) {
     }
 }
 
-/// The truth inside each estimate's bound on at least 99 % of `links`
-/// (one link's split over the calls, or the whole path's), reported first.
-pub fn assert_inside_on_99_percent<'a>(what: &str, links: impl IntoIterator<Item = &'a Link>) {
-    let links: Vec<&Link> = links.into_iter().collect();
-    let inside = share(&links, |l| l.inside());
+/// The truth inside each estimate's bound on at least 99 % of `hops`
+/// (one hop's split over the calls, or the whole path's), reported first.
+pub fn assert_inside_on_99_percent<'a>(what: &str, hops: impl IntoIterator<Item = &'a Hop>) {
+    let hops: Vec<&Hop> = hops.into_iter().collect();
+    let inside = share(&hops, |l| l.inside());
     report_share(
         &format!("{what} share-deciding call error/bound"),
-        links.iter().map(|l| l.ratio()).collect(),
+        hops.iter().map(|l| l.ratio()).collect(),
         0.99,
     );
     assert!(inside >= 0.99, "{what}: truth inside the bound on {inside}");
 }
 
-/// Each link's offset is its own pair of clocks — gateway − robot
+/// Each hop's offset is its own pair of clocks — gateway − robot
 /// (+300 ms), then server − gateway (−80 − 300 = −380 ms) — each within
 /// 5 ms, and they compose into the record's offset exactly.
-pub fn assert_link_offsets(last: &CallRecord) {
+pub fn assert_hop_offsets(last: &CallRecord) {
     let off = |v: Option<i64>| v.unwrap() as f64 / 1e6;
     let (off0, off1) = (off(last.hops[0].offset_ns), off(last.hops[1].offset_ns));
-    timing::error("link 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
-    timing::error("link 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
+    timing::error("hop 0 offset vs +300 ms (ms)", off0 - 300.0, 5.0);
+    timing::error("hop 1 offset vs -380 ms (ms)", off1 + 380.0, 5.0);
     assert!((off0 - 300.0).abs() < 5.0, "{:?}", last.hops);
     assert!((off1 + 380.0).abs() < 5.0, "{:?}", last.hops);
     assert_eq!(

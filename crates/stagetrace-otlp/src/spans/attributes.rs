@@ -19,7 +19,7 @@ pub(crate) mod key {
     pub(crate) const PRE_MS: &str = "stagetrace.pre_ms";
     /// Post-processing part of the server's `infer`.
     pub(crate) const POST_MS: &str = "stagetrace.post_ms";
-    /// On a link's network span: the link's index in the record's `hops`;
+    /// On a hop's network span: the hop's index in the record's `hops`;
     /// `stagetrace.hop.<key>` its figures there (`up_ms`, `offset_ms`, …).
     pub(crate) const HOP: &str = "stagetrace.hop";
     /// On a service's own spans: which service on the path made them
@@ -116,7 +116,7 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
                 Some(n) => Value::I64(i64::from(n)),
                 None => continue,
             },
-            // The per-link figures as the record writes them (a JSON array).
+            // The per-hop figures as the record writes them (a JSON array).
             Field::Hops if rec.hops.is_empty() => continue,
             Field::Hops => Value::String(stagetrace::HopFigures::list_to_json(&rec.hops).into()),
         };

@@ -87,7 +87,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             self.queue_infer_spans(rec, trace_id, None, transport_id, at, out);
         }
         if let Some(dispatch_id) = valid_span_id(tl.dispatch_span_id) {
-            self.executor_link_spans(rec, trace_id, dispatch_id, at, out);
+            self.executor_hop_spans(rec, trace_id, dispatch_id, at, out);
         }
     }
 
@@ -124,7 +124,7 @@ impl<G: IdGenerator> SpanMaker<G> {
     }
 
     /// The `transport` span `transport_id` under the call, with its
-    /// synthesized links and black box; nothing when the call has no
+    /// synthesized hops and black box; nothing when the call has no
     /// transport.
     fn transport_spans(
         &self,
@@ -163,7 +163,7 @@ impl<G: IdGenerator> SpanMaker<G> {
         self.black_box_spans(rec, trace_id, transport_id, at, out);
     }
 
-    /// The `dispatch` span under the call and its executor's links;
+    /// The `dispatch` span under the call and its executor's hops;
     /// nothing when the call dispatched nothing.
     fn dispatch_spans(
         &self,
@@ -193,7 +193,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             attrs,
             Status::Unset,
         ));
-        self.executor_link_spans(rec, trace_id, dispatch_id, at, out);
+        self.executor_hop_spans(rec, trace_id, dispatch_id, at, out);
     }
 
     /// `queue` / `infer`. Inside the transport they ran on the server: its own
@@ -267,12 +267,12 @@ impl<G: IdGenerator> SpanMaker<G> {
                 at(time),
                 attrs,
             ));
-            // Through relays: each link of the path under it.
+            // Through relays: each hop of the path under it.
             let path = out.last().map(|s| s.span_context.span_id());
             self.hop_spans(rec, trace_id, path.unwrap_or(transport_id), figure, at, out);
         }
         if rec.timeline.uplink.is_none() && rec.timeline.downlink.is_none() {
-            // Links the clocks split though the whole path's split is
+            // Hops the clocks split though the whole path's split is
             // missing: under the transport.
             for figure in [Figure::Uplink, Figure::Downlink] {
                 self.hop_spans(rec, trace_id, transport_id, figure, at, out);

@@ -7,14 +7,14 @@
 //! ├── capture
 //! ├── transport             id = the parent id sent in traceparent
 //! │   ├── uplink            synthesized, placed with the clock offset
-//! │   │   └── uplink client → gateway, …   through gateways: one per link (`links`)
+//! │   │   └── uplink client → gateway, …   through gateways: one per hop (`hops`)
 //! │   ├── (queue, infer)    from the server's own exporter (or synthesized on request)
 //! │   ├── downlink          synthesized
 //! │   │   └── downlink server → gateway, …
 //! │   ├── ttfb (black box)  a server that reports no timing: send → the response's first byte
 //! │   └── rx                … → the whole response
 //! └── dispatch              id = the parent id sent to a remote executor
-//!     ├── uplink client → executor          exec_tx (`links`)
+//!     ├── uplink client → executor          exec_tx (`hops`)
 //!     └── ack executor → client             exec_ack
 //! ```
 //!
@@ -24,15 +24,15 @@
 //! `exec_wait` (`relay`).
 
 //!
-//! `call` makes the client's spans (`links` those of its gateways' and
-//! executor's links), `server` the policy server's, `relay` a gateway's and
+//! `call` makes the client's spans (`hops` those of its gateways' and
+//! executor's hops), `server` the policy server's, `relay` a gateway's and
 //! an executor's, `attributes` what they carry; every span is made by
 //! [`SpanMaker`] here.
 
 mod attributes;
 mod call;
 pub use call::BLACK_BOX_SPAN;
-mod links;
+mod hop_spans;
 mod relay;
 mod server;
 

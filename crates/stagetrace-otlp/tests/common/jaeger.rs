@@ -437,7 +437,7 @@ pub struct GatewayTree<'a> {
 }
 
 /// Every span of a call through one gateway with a remote executor under
-/// its parent exactly: the robot's stages under the call, each link under
+/// its parent exactly: the robot's stages under the call, each hop under
 /// its direction, the gateway under the robot's transport span (the parent
 /// id the robot sent), its forward under it, the policy server's inference
 /// under the forward and the executor under the robot's dispatch.

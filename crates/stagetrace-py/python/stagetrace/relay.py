@@ -17,7 +17,7 @@ answers with the downstream's action. What it adds:
   ``forward_ns`` (→ request handed to the downstream's send), ``reply_ns``
   (→ the downstream's whole reply in) and ``total_ns`` (→ reply handed to
   the upstream socket), with the downstream's ``server_timing`` nested
-  unchanged as ``downstream``. A stagetrace client then records every link
+  unchanged as ``downstream``. A stagetrace client then records every hop
   (``hops``) and the relay's own time (``relay_ms``).
 
 Start one in front of a policy server::

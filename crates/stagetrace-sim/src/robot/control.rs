@@ -11,7 +11,7 @@ use stagetrace::wire::Hops;
 use stagetrace_net::executor::ExecutorClient;
 use stagetrace_net::{ClientOptions, MsgMap};
 
-use super::{Link, Pacer, Robot, RobotConfig, RobotStats};
+use super::{Connection, Pacer, Robot, RobotConfig, RobotStats};
 use crate::{SimError, Transport};
 
 /// Knobs of a running control loop, read before every call: a change takes
@@ -103,7 +103,7 @@ impl ControlLoop {
         stop: &AtomicBool,
         mut on_call: impl FnMut(CallProgress<'_>),
     ) -> Result<RobotStats, SimError> {
-        let link = Link::connect(transport, addr, self.call_timeout).await?;
+        let connection = Connection::connect(transport, addr, self.call_timeout).await?;
         let pacer = Pacer::new(self.hz).ok_or_else(|| {
             SimError::Config(format!(
                 "the control rate {} Hz is not a rate above 0 calls per second",
@@ -111,7 +111,7 @@ impl ControlLoop {
             ))
         })?;
         let spin = self.robot.spin;
-        let mut robot = Robot::new(link, self.robot);
+        let mut robot = Robot::new(connection, self.robot);
         if let Some(addr) = executor {
             let options = ClientOptions {
                 call_timeout: self.call_timeout,

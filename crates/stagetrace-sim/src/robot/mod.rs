@@ -1,13 +1,13 @@
 //! The simulated robot: one control cycle — a simulated camera
-//! (`capture`), one request over a [`Link`] (`transport`), a simulated
+//! (`capture`), one request over a [`Connection`] (`transport`), a simulated
 //! actuator (`dispatch`) — inside a `call` span, the output digest attached;
 //! the paced [`ControlLoop`] that repeats it, and the closed-loop [`Fleet`]
 //! of the mitigation scenario.
 
 mod camera;
+mod connection;
 mod control;
 mod fleet;
-mod link;
 mod pacer;
 
 use std::time::{Duration, Instant};
@@ -19,9 +19,9 @@ use stagetrace_net::MsgMap;
 use tracing::Instrument;
 
 pub use camera::{observation, scene, Camera, Refresh, FRAME_WIDTH, IMAGE_KEY, PROMPT};
+pub use connection::Connection;
 pub use control::{CallProgress, ControlLoop, Knobs};
 pub use fleet::{Fleet, FleetStats};
-pub use link::Link;
 pub use pacer::Pacer;
 
 use crate::checksum::fnv1a;
@@ -41,11 +41,11 @@ pub struct RobotConfig {
     pub refresh: Refresh,
 }
 
-/// The simulated robot: camera, link to the policy server, actuator
+/// The simulated robot: camera, connection to the policy server, actuator
 /// (local, or a remote executor).
 #[derive(Debug)]
 pub struct Robot {
-    link: Link,
+    connection: Connection,
     camera: Camera,
     cfg: RobotConfig,
     executor: Option<ExecutorClient>,
@@ -53,10 +53,10 @@ pub struct Robot {
 }
 
 impl Robot {
-    /// A robot calling the server over `link`.
-    pub fn new(link: Link, cfg: RobotConfig) -> Self {
+    /// A robot calling the server over `connection`.
+    pub fn new(connection: Connection, cfg: RobotConfig) -> Self {
         Robot {
-            link,
+            connection,
             camera: Camera::new(cfg.refresh),
             cfg,
             executor: None,
@@ -103,7 +103,7 @@ impl Robot {
             let obs = observation(seq, frame);
             before_send(&obs);
             self.hops = Hops::new();
-            let (action, hops) = self.link.infer_via(&obs).await?;
+            let (action, hops) = self.connection.infer_via(&obs).await?;
             self.hops = hops;
             let digest = match &mut self.executor {
                 Some(executor) => {
@@ -145,9 +145,9 @@ impl Robot {
         .await
     }
 
-    /// Close the link to the server (and to the executor).
+    /// Close the connection to the server (and to the executor).
     pub async fn close(self) {
-        self.link.close().await;
+        self.connection.close().await;
         if let Some(executor) = self.executor {
             executor.close().await;
         }

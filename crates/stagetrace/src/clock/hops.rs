@@ -1,15 +1,15 @@
 //! Stitching a call that went through relays: one clock
-//! estimate per link, composed along the path.
+//! estimate per hop, composed along the path.
 //!
-//! Every machine has its own clock. Link `i` ends at node `i` (relay `i`, or
+//! Every machine has its own clock. Hop `i` ends at node `i` (relay `i`, or
 //! the policy server after the last relay) and starts at the node before it
-//! (the client, or relay `i − 1`). Each link is an NTP sample of its own:
+//! (the client, or relay `i − 1`). Each hop is an NTP sample of its own:
 //! the client's send / receive against the first relay's receive / total,
 //! then each relay's forward / reply stamps (its clock) against the next
-//! node's receive / total (that node's clock). Each link keeps its own
+//! node's receive / total (that node's clock). Each hop keeps its own
 //! [`OffsetFilter`](super::OffsetFilter) (peer `"<peer>#hop<i>"`), so each
 //! gets its own offset, bound and drift. The policy server's offset from the
-//! client is the sum of the links' offsets, and its bound the sum of their
+//! client is the sum of the hops' offsets, and its bound the sum of their
 //! bounds: that is what `uplink` / `downlink` (client send → the policy
 //! server has the whole request, however many hops between) rest on.
 
@@ -19,7 +19,7 @@ use crate::wire::{Hops, RelayTiming, ServerTiming};
 use super::sample::{diff, NtpSample};
 use super::stitch::{ClientTimes, ClockMode, Stitched, Stitcher};
 
-/// The clamp arithmetic of `stitch.rs`, for one link.
+/// The clamp arithmetic of `stitch.rs`, for one hop.
 fn clamp(v: f64, max: f64, clamped: &mut bool) -> f64 {
     if v < 0.0 || v.is_nan() {
         *clamped = true;
@@ -36,10 +36,10 @@ fn whole(ns: f64) -> i64 {
     ns.round() as i64
 }
 
-/// One link's stamps: the sender's send / receive (sender's clock, ns since
-/// the epoch, with the client's first-byte stamps on the first link) and
+/// One hop's stamps: the sender's send / receive (sender's clock, ns since
+/// the epoch, with the client's first-byte stamps on the first hop) and
 /// the receiving node's timing.
-struct Link {
+struct Hop {
     from: ClientTimes,
     to: ServerTiming,
     relay: Option<RelayTiming>,
@@ -49,8 +49,8 @@ impl Stitcher {
     /// Stitch one call whose response came through `hops` (outermost first)
     /// from the policy server, whose timing is `server`: the path's figures
     /// (as [`stitch`](Self::stitch) gives for a direct call, with the offset
-    /// and bound composed along the path) and one [`HopFigures`] per link.
-    /// Without hops, [`stitch`](Self::stitch) and no links.
+    /// and bound composed along the path) and one [`HopFigures`] per hop.
+    /// Without hops, [`stitch`](Self::stitch) and no hops.
     pub fn stitch_hops(
         &mut self,
         peer: &str,
@@ -64,15 +64,15 @@ impl Stitcher {
         let Some(first) = hops.as_slice().first() else {
             return (out, Vec::new());
         };
-        let mut links: Vec<Link> = Vec::with_capacity(hops.len() + 1);
-        links.push(Link {
+        let mut path: Vec<Hop> = Vec::with_capacity(hops.len() + 1);
+        path.push(Hop {
             from: client,
             to: first.as_server(),
             relay: Some(*first),
         });
         for (i, r) in hops.as_slice().iter().enumerate() {
             let next = hops.as_slice().get(i + 1);
-            links.push(Link {
+            path.push(Hop {
                 from: ClientTimes {
                     send_unix_ns: r.recv_unix_ns.saturating_add(r.forward_ns),
                     recv_unix_ns: r.recv_unix_ns.saturating_add(r.reply_ns),
@@ -84,25 +84,25 @@ impl Stitcher {
             });
         }
         let mut clamped = false;
-        let mut figures = Vec::with_capacity(links.len());
-        // Σ offsets and Σ bounds, while every link has an estimate.
+        let mut figures = Vec::with_capacity(path.len());
+        // Σ offsets and Σ bounds, while every hop has an estimate.
         let mut composed: Option<(f64, f64)> = Some((0.0, 0.0));
-        for (i, link) in links.iter().enumerate() {
-            let span = diff(link.from.recv_unix_ns, link.from.send_unix_ns);
-            let inside = link.to.total_ns.or(link.to.infer_ns);
+        for (i, hop) in path.iter().enumerate() {
+            let span = diff(hop.from.recv_unix_ns, hop.from.send_unix_ns);
+            let inside = hop.to.total_ns.or(hop.to.infer_ns);
             let net = inside.map(|s| clamp(span - s as f64, f64::INFINITY, &mut clamped));
             let mut h = HopFigures {
                 net_ns: net.map(whole),
-                relay_ns: link
+                relay_ns: hop
                     .relay
                     .map(|r| i64::try_from(r.own_ns()).unwrap_or(i64::MAX)),
                 ..HopFigures::default()
             };
-            let sample = NtpSample::from_call(link.from, &link.to);
+            let sample = NtpSample::from_call(hop.from, &hop.to);
             let est = match (self.mode(), sample) {
                 (ClockMode::Trusted, Some(_)) => Some((0.0, 0.0, None)),
                 (ClockMode::Estimate, Some(_)) => {
-                    let (from, _) = NtpSample::first_byte(link.from, &link.to);
+                    let (from, _) = NtpSample::first_byte(hop.from, &hop.to);
                     let key = format!("{peer}#hop{i}");
                     from.and_then(|s| self.filter_mut(&key).add(s))
                         .map(|e| (e.offset_ns, e.err_ns, e.drift_ppm))
@@ -118,7 +118,7 @@ impl Stitcher {
                     h.err_ns = Some(whole(err));
                     h.drift_ppm = drift;
                     // The path's offset and bound are the sums of the
-                    // links' as the record shows them (whole ns), so the
+                    // hops' as the record shows them (whole ns), so the
                     // numbers a user adds up agree to the nanosecond.
                     let (o_ns, e_ns) = (whole(offset) as f64, whole(err) as f64);
                     composed = composed.map(|(o, e)| (o + o_ns, e + e_ns));
@@ -152,7 +152,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     /// Client → relay (+300 ms) → server (relay − 80 ms), with known one-way
-    /// delays: 3 / 1 ms on the first link, 5 / 2 ms on the second, relay
+    /// delays: 3 / 1 ms on the first hop, 5 / 2 ms on the second, relay
     /// 0.2 ms in and 0.3 ms out, server 10 ms.
     fn call(at: u64) -> (ClientTimes, Hops, ServerTiming) {
         let relay_skew = 300 * MS;
@@ -189,24 +189,24 @@ mod tests {
     }
 
     #[test]
-    fn links_split_within_their_bounds_and_offsets_compose() {
+    fn hops_split_within_their_bounds_and_offsets_compose() {
         let mut st = Stitcher::new(ClockMode::Estimate);
         let (client, hops, server) = call(1_700_000_000 * 1_000 * MS);
-        let (out, links) = st.stitch_hops("gw", client, &hops, &server);
-        assert_eq!(links.len(), 2);
-        let (a, b) = (links[0], links[1]);
-        // Network time per link is exact; the relay's own time too.
+        let (out, figures) = st.stitch_hops("gw", client, &hops, &server);
+        assert_eq!(figures.len(), 2);
+        let (a, b) = (figures[0], figures[1]);
+        // Network time per hop is exact; the relay's own time too.
         assert_eq!(a.net_ns, Some(4 * MS as i64));
         assert_eq!(b.net_ns, Some(7 * MS as i64));
         assert_eq!(a.relay_ns, Some(500_000));
         assert_eq!(b.relay_ns, None);
-        // The split: truth 3 / 1 and 5 / 2 ms, inside each link's bound.
+        // The split: truth 3 / 1 and 5 / 2 ms, inside each hop's bound.
         let inside = |v: Option<i64>, truth: u64, err: Option<i64>| {
             (v.unwrap() - truth as i64).abs() <= err.unwrap()
         };
         assert!(inside(a.up_ns, 3 * MS, a.err_ns), "{a:?}");
         assert!(inside(b.down_ns, 2 * MS, b.err_ns), "{b:?}");
-        // One sample each: the bound is δ/2 of the link.
+        // One sample each: the bound is δ/2 of the hop.
         assert_eq!((a.err_ns, b.err_ns), (Some(2 * MS as i64), Some(3_500_000)));
         // Offsets and bounds compose along the path.
         assert_eq!(

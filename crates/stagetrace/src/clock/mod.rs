@@ -11,7 +11,7 @@
 //!   window, drift followed by regression, clock steps detected and the
 //!   window reset.
 //! - [`Stitcher::stitch_hops`] (`hops.rs`): a call through relays, one
-//!   estimate per link, offsets and bounds composed along the path.
+//!   estimate per hop, offsets and bounds composed along the path.
 //! - [`Stitcher`] (`stitch.rs`): per-peer filters plus the [`ClockMode`];
 //!   turns a call's [`ClientTimes`] and [`ServerTiming`](crate::ServerTiming)
 //!   into [`Stitched`] stage times, in integer nanoseconds.

@@ -58,7 +58,7 @@ pub trait StageSpanExt: sealed::Sealed {
     /// span enclosing it; the [`ServerTiming`] given to
     /// [`record_server_timing`](Self::record_server_timing) is then the
     /// policy server's (the innermost level). The worker adds the record's
-    /// per-link `hops` figures and composes the clock offset along the path
+    /// per-hop `hops` figures and composes the clock offset along the path
     /// (`docs/stages.md`, "Hops"). Copies a fixed-size value; no allocation.
     fn record_hops(&self, hops: Hops);
 

@@ -51,7 +51,7 @@ impl RelayTiming {
             .saturating_sub(self.reply_ns.saturating_sub(self.forward_ns))
     }
 
-    /// As the [`ServerTiming`] of the link that ends at this relay: what
+    /// As the [`ServerTiming`] of the hop that ends at this relay: what
     /// the previous node's clock sample needs (receive time, total, transfer).
     pub fn as_server(&self) -> ServerTiming {
         ServerTiming {

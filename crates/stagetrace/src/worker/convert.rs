@@ -202,7 +202,7 @@ impl Converter {
                 .filter_map(|h| h.relay_ns)
                 .reduce(i64::saturating_add);
             rec.figures.set(Figure::Relay, relay);
-            super::links::place(span, &hops, t.hops.as_slice(), &mut tl.hops);
+            super::hop_spans::place(span, &hops, t.hops.as_slice(), &mut tl.hops);
             rec.hops = hops;
             self.stitched(&st, rec);
             place_split(&st, span, tl);

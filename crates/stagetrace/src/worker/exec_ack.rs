@@ -3,7 +3,7 @@
 //! estimate per executor, the same per-peer stitcher as a policy server's)
 //! the executor's start on the client's timeline, where `dispatch` ends:
 //! `dispatch = exec_tx + exec_wait`; the rest of the span is `exec_ack`.
-//! Through gateways each link is stitched with its own offset (as a policy
+//! Through gateways each hop is stitched with its own offset (as a policy
 //! call's, `clock/hops.rs`), so the start is placed with the path's composed
 //! offset, and the gateways' forwarding time is `exec_relay` (inside `exec_tx`).
 
@@ -102,7 +102,7 @@ pub(super) fn split(
         first_byte_unix_ns: ack.ack_first_byte.map(|at| anchor.to_unix_ns(at)),
         request_first_byte_unix_ns: ack.sent_first_byte.map(|at| anchor.to_unix_ns(at)),
     };
-    // Without gateways `stitch_hops` is `stitch`: one link, one offset.
+    // Without gateways `stitch_hops` is `stitch`: one hop, one offset.
     let (st, _links) = stitcher.stitch_hops(ack.peer.as_str(), client, &ack.hops, t);
     if !ack.hops.is_empty() {
         let forwarding = ack
@@ -163,7 +163,7 @@ mod tests {
             total_ns: Some(wait_ms * MS + MS / 10),
             ..ServerTiming::default()
         };
-        // Symmetric 3 ms links: the offset estimate is exact.
+        // Symmetric 3 ms hops: the offset estimate is exact.
         let acked = sent + Duration::from_nanos(3 * MS + wait_ms * MS + MS / 10 + 3 * MS);
         (
             ExecutorAck::new("ws://e", timing, sent, acked).into(),
@@ -195,9 +195,9 @@ mod tests {
     /// The chunk through one gateway: client → gateway (clock +300 ms, 3 ms
     /// each way) → executor (gateway − 80 ms, 2 ms each way); the gateway
     /// forwards 2 ms after it has the chunk and sends the ack on 0.5 ms after
-    /// it has it. Symmetric links: every link's offset estimate is exact.
+    /// it has it. Symmetric hops: every hop's offset estimate is exact.
     #[test]
-    fn through_a_gateway_each_link_has_its_offset_and_the_forwarding_is_exec_relay() {
+    fn through_a_gateway_each_hop_has_its_offset_and_the_forwarding_is_exec_relay() {
         let call = Instant::now();
         let anchor = Anchor::from_parts(1_700_000_000_000_000_000, call);
         let at = |ms_x10: u64| anchor.to_unix_ns(call) + ms_x10 * MS / 10;
@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(x.err_ns, Some((5 * MS) as i64));
         assert!(!x.clamped && !x.rejected);
 
-        // The same ack read as one link (today's two-party view) puts the
+        // The same ack read as one hop (today's two-party view) puts the
         // start with one blended offset: the gateway time is not told apart.
         let direct: ExecAcc = ExecutorAck::new("ws://e2", timing, sent, acked).into();
         let y = split(

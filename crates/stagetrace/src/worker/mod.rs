@@ -6,7 +6,7 @@
 pub(crate) mod convert;
 mod exec_ack;
 pub(crate) mod files;
-mod links;
+mod hop_spans;
 mod run_id;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -80,12 +80,12 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t(
         "stagetrace-net",
         "executor",
-        "behind_a_slow_asymmetric_link_to_a_skewed_executor_the_wait_stays_exact",
+        "behind_a_slow_asymmetric_path_to_a_skewed_executor_the_wait_stays_exact",
     ),
     t(
         "stagetrace-net",
         "executor",
-        "through_a_gateway_each_link_has_its_offset_and_the_gateways_forwarding_is_exec_relay",
+        "through_a_gateway_each_hop_has_its_offset_and_the_gateways_forwarding_is_exec_relay",
     ),
     t(
         "stagetrace-net",

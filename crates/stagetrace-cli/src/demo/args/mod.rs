@@ -166,7 +166,7 @@ impl DemoArgs {
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub(crate) struct HopArgs {
     /// Put a gateway (the WebSocket relay) between the robot and the policy
-    /// server: the robot's link is then robot → gateway
+    /// server: the robot's first hop is then robot → gateway
     /// (--gateway-uplink-delay-ms / --gateway-downlink-delay-ms), and
     /// --uplink-delay-ms / --downlink-delay-ms delay gateway → server.
     #[arg(long)]

@@ -77,9 +77,9 @@ pub(super) struct Truth {
     /// Set when `--clock trusted` was given but the clocks disagree.
     clocks_disagree: Option<Disagree>,
     /// The server clock's estimated drift against the injected one (a
-    /// direct call; through a gateway each link has its own, in `hops`).
+    /// direct call; through a gateway each hop has its own, in `hops`).
     drift: Option<DriftTruth>,
-    /// Through a gateway: every link against its truth.
+    /// Through a gateway: every hop against its truth.
     hops: Option<HopTruth>,
     /// A remote executor: its wait against the controller's own.
     executor: Option<ExecTruth>,
@@ -118,7 +118,7 @@ impl Truth {
         summary: &WindowSummary,
         hops: &HopRun,
     ) -> Truth {
-        // Through a gateway the robot's link adds its own delays.
+        // Through a gateway the robot's hop adds its own delays.
         let (gw_up, gw_down) = if a.hops.gateway {
             (
                 a.hops.gateway_uplink_delay_ms,
@@ -181,7 +181,7 @@ impl Truth {
                 Some(Figure::Ttfb) => {
                     "the wait for the first byte (ttfb: server and network, a black box)".to_owned()
                 }
-                // `net`: the link stages together (dispatch has parts too,
+                // `net`: the one-way stages together (dispatch has parts too,
                 // a remote executor's, but is named as itself).
                 Some(f)
                     if !f.parts().is_empty()
@@ -313,13 +313,13 @@ impl Step {
 impl Dominant {
     /// The stage with the largest median, against the median call.
     fn of(stages: &BTreeMap<&'static str, Distribution>) -> Option<Dominant> {
-        // The stages of a call, the two link stages counted as the network
+        // The stages of a call, the two one-way stages counted as the network
         // (exact, while its split carries an error bar).
         let candidates = Figure::STAGES
             .into_iter()
             .filter(|f| f.group() != Group::LinkStage)
             .chain(Figure::ALL.into_iter().filter(|f| {
-                // What stands in for the link stages inside the roundtrip
+                // What stands in for the one-way stages inside the roundtrip
                 // (`net`, a silent server's `ttfb` / `rx`), not the parts
                 // of dispatch or the gap.
                 f.group() == Group::Derived

@@ -1,20 +1,20 @@
-//! A relayed call's links on the call's timeline, for exporters that draw
-//! one network span per link (`Timeline::hops`).
+//! A relayed call's hops on the call's timeline, for exporters that draw
+//! one network span per hop (`Timeline::hops`).
 //!
-//! Link 0's request leaves when the transport span starts and its reply
-//! ends when the transport span ends. Link `i` ends at relay `i`, whose
-//! receive is where that link's request ends (`up` already holds the link's
+//! Hop 0's request leaves when the transport span starts and its reply
+//! ends when the transport span ends. Hop `i` ends at relay `i`, whose
+//! receive is where that hop's request ends (`up` already holds the hop's
 //! own clock offset); the relay forwards `forward_ns` after it and has the
 //! reply back `reply_ns` after it (its monotonic clock): there the next
-//! link's request leaves and its reply ends.
+//! hop's request leaves and its reply ends.
 
 use crate::hop_record::HopFigures;
 use crate::record::{HopTime, SpanTime};
 use crate::wire::RelayTiming;
 
-/// Places the links of `figures` (the record's `hops`, with `relays` the
+/// Places the hops of `figures` (the record's `hops`, with `relays` the
 /// relays' stamps, outermost first) inside `transport` into `out`; stops at
-/// the first link the clocks could not split. Every span stays inside the
+/// the first hop the clocks could not split. Every span stays inside the
 /// transport span.
 pub(super) fn place(
     transport: SpanTime,
@@ -26,7 +26,7 @@ pub(super) fn place(
     let last = first.saturating_add(transport.dur_ns);
     let clip = |t: u64| t.clamp(first, last);
     let ns = |v: i64| u64::try_from(v).unwrap_or(0);
-    // Where this link's request leaves and where its reply ends.
+    // Where this hop's request leaves and where its reply ends.
     let (mut send, mut back) = (first, last);
     for (i, (h, slot)) in figures.iter().zip(out.iter_mut()).enumerate() {
         let (Some(up), Some(down)) = (h.up_ns, h.down_ns) else {
@@ -49,7 +49,7 @@ pub(super) fn place(
         };
         send = clip(arrive.saturating_add(relay.forward_ns));
         // Not `clamp`: stamps that contradict each other (clamped splits)
-        // must not panic; the next link then gets no length.
+        // must not panic; the next hop then gets no length.
         back = clip(arrive.saturating_add(relay.reply_ns))
             .min(back)
             .max(send);
@@ -78,7 +78,7 @@ mod tests {
     }
 
     #[test]
-    fn each_link_sits_where_its_sender_sent_and_its_receiver_received() {
+    fn each_hop_sits_where_its_sender_sent_and_its_receiver_received() {
         // Transport 10 → 40 ms. Client → relay 3 ms, relay forwards 1 ms
         // after, relay → server 5 ms, server 10 ms, back 2 ms, relay
         // answers 2 ms after the reply, back to the client 7 ms.
@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn contradicting_stamps_stay_inside_the_transport_and_never_panic() {
         // Relay 1 has the reply 2 ms after it received the request, but
-        // its link's request alone took 5 ms: the second relay then
+        // its hop's request alone took 5 ms: the second relay then
         // forwards after the first one had the reply.
         let transport = SpanTime {
             start_ns: 0,
@@ -119,10 +119,10 @@ mod tests {
             reply_ns,
         };
         let mut out = [HopTime::default(); 3];
-        let links = [hop(1, 1), hop(5, 1), hop(1, 1)];
+        let hops = [hop(1, 1), hop(5, 1), hop(1, 1)];
         place(
             transport,
-            &links,
+            &hops,
             &[relay(0, 2 * MS), relay(MS, MS)],
             &mut out,
         );
@@ -134,7 +134,7 @@ mod tests {
     }
 
     #[test]
-    fn a_link_without_a_split_ends_the_placement() {
+    fn a_hop_without_a_split_ends_the_placement() {
         let transport = SpanTime {
             start_ns: 0,
             dur_ns: 30 * MS,

@@ -1,7 +1,7 @@
 //! The client's synthesized network spans of the services in the middle and
-//! at the end of a call's path: one per link through relays (gateways),
+//! at the end of a call's path: one per hop through relays (gateways),
 //! under the path's `uplink` / `downlink`, and the way to and from a remote
-//! executor under `dispatch`. Each is named after its link, so the trace view
+//! executor under `dispatch`. Each is named after its hop, so the trace view
 //! says which one it is: `uplink client → gateway`, `uplink gateway →
 //! server`, `downlink server → gateway`, `downlink gateway → client`;
 //! `uplink client → executor`, `ack executor → client`.
@@ -18,27 +18,27 @@ use stagetrace::{CallRecord, Figure, HopFigures};
 use super::attributes::{key, stage_attributes};
 use super::SpanMaker;
 
-/// The node at each end of link `i` of `links` (client, gateways, server).
-fn node(i: usize, links: usize) -> String {
+/// The node at each end of hop `i` of `hops` (client, gateways, server).
+fn node(i: usize, hops: usize) -> String {
     match i {
         0 => "client".to_owned(),
-        i if i == links => "server".to_owned(),
+        i if i == hops => "server".to_owned(),
         // One gateway needs no number.
-        _ if links == 2 => "gateway".to_owned(),
+        _ if hops == 2 => "gateway".to_owned(),
         i => format!("gateway {i}"),
     }
 }
 
-/// The name of link `i`'s span in `direction` (`uplink` / `downlink`).
-pub(super) fn link_name(direction: Figure, i: usize, links: usize) -> String {
-    let (near, far) = (node(i, links), node(i + 1, links));
+/// The name of hop `i`'s span in `direction` (`uplink` / `downlink`).
+pub(super) fn hop_span_name(direction: Figure, i: usize, hops: usize) -> String {
+    let (near, far) = (node(i, hops), node(i + 1, hops));
     match direction {
         Figure::Downlink => format!("downlink {far} → {near}"),
         _ => format!("uplink {near} → {far}"),
     }
 }
 
-/// A link's figures as `stagetrace.hop.<key>` attributes (the record's
+/// A hop's figures as `stagetrace.hop.<key>` attributes (the record's
 /// `hops[i]` keys and units), with its index.
 fn hop_attributes(i: usize, h: &HopFigures, out: &mut Vec<KeyValue>) {
     out.push(KeyValue::new(
@@ -64,7 +64,7 @@ fn hop_attributes(i: usize, h: &HopFigures, out: &mut Vec<KeyValue>) {
 }
 
 impl<G: IdGenerator> SpanMaker<G> {
-    /// Link by link, the request's way (`direction` = uplink) or the
+    /// Hop by hop, the request's way (`direction` = uplink) or the
     /// reply's (downlink) through the record's relays, as children of the
     /// path's span `parent`. Nothing for a direct call.
     pub(super) fn hop_spans(
@@ -76,7 +76,7 @@ impl<G: IdGenerator> SpanMaker<G> {
         at: &dyn Fn(SpanTime) -> (SystemTime, SystemTime),
         out: &mut Vec<SpanData>,
     ) {
-        let links = rec.hops.len();
+        let hops = rec.hops.len();
         for (i, (h, place)) in rec.hops.iter().zip(rec.timeline.hops).enumerate() {
             let time = match direction {
                 Figure::Downlink => place.down,
@@ -89,7 +89,7 @@ impl<G: IdGenerator> SpanMaker<G> {
             out.push(self.child(
                 trace_id,
                 parent,
-                link_name(direction, i, links),
+                hop_span_name(direction, i, hops),
                 SpanKind::Internal,
                 at(time),
                 attrs,
@@ -97,12 +97,12 @@ impl<G: IdGenerator> SpanMaker<G> {
         }
     }
 
-    /// A remote executor's links under the `dispatch` span `parent`: the
+    /// A remote executor's hops under the `dispatch` span `parent`: the
     /// chunk's way (`exec_tx`: the dispatch's start → the executor has the
     /// chunk, placed with the executor's clock offset) and the ack's way
     /// back (`exec_ack`: the executor's start → the dispatch span's end).
     /// The executor's own wait between them is the executor's span.
-    pub(super) fn executor_link_spans(
+    pub(super) fn executor_hop_spans(
         &self,
         rec: &CallRecord,
         trace_id: TraceId,
@@ -151,23 +151,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn links_are_named_by_their_ends() {
-        assert_eq!(link_name(Figure::Uplink, 0, 2), "uplink client → gateway");
-        assert_eq!(link_name(Figure::Uplink, 1, 2), "uplink gateway → server");
+    fn hops_are_named_by_their_ends() {
         assert_eq!(
-            link_name(Figure::Downlink, 1, 2),
+            hop_span_name(Figure::Uplink, 0, 2),
+            "uplink client → gateway"
+        );
+        assert_eq!(
+            hop_span_name(Figure::Uplink, 1, 2),
+            "uplink gateway → server"
+        );
+        assert_eq!(
+            hop_span_name(Figure::Downlink, 1, 2),
             "downlink server → gateway"
         );
         assert_eq!(
-            link_name(Figure::Downlink, 0, 2),
+            hop_span_name(Figure::Downlink, 0, 2),
             "downlink gateway → client"
         );
         assert_eq!(
-            link_name(Figure::Uplink, 1, 3),
+            hop_span_name(Figure::Uplink, 1, 3),
             "uplink gateway 1 → gateway 2"
         );
         assert_eq!(
-            link_name(Figure::Downlink, 2, 3),
+            hop_span_name(Figure::Downlink, 2, 3),
             "downlink server → gateway 2"
         );
     }

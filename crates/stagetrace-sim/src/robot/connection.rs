@@ -11,8 +11,8 @@ use crate::{SimError, Transport};
 /// The robot's connection to the policy server; each call runs in a
 /// `transport` span (the clients of `stagetrace-net` open it).
 #[derive(Debug)]
-pub enum Link {
-    /// A WebSocket client, reconnected before a call if the link dropped.
+pub enum Connection {
+    /// A WebSocket client, reconnected before a call if the connection dropped.
     Ws(Box<PolicyClient>),
     /// A traced HTTP client and the URL it posts to.
     Http(TracedHttpClient, String),
@@ -22,14 +22,14 @@ fn call_err(e: impl std::fmt::Display) -> SimError {
     SimError::Call(e.to_string())
 }
 
-impl Link {
+impl Connection {
     /// Connect to the server at `addr` (WebSocket) or prepare the client
     /// (HTTP); every call gives up after `call_timeout`.
     pub async fn connect(
         transport: Transport,
         addr: SocketAddr,
         call_timeout: Duration,
-    ) -> Result<Link, SimError> {
+    ) -> Result<Connection, SimError> {
         let unreachable = |e: &dyn std::fmt::Display| SimError::Connect {
             addr,
             reason: e.to_string(),
@@ -42,11 +42,11 @@ impl Link {
                 };
                 PolicyClient::connect_with(&format!("ws://{addr}"), options)
                     .await
-                    .map(|c| Link::Ws(Box::new(c)))
+                    .map(|c| Connection::Ws(Box::new(c)))
                     .map_err(|e| unreachable(&e))
             }
             Transport::Http => TracedHttpClient::new()
-                .map(|c| Link::Http(c.timeout(call_timeout), format!("http://{addr}/infer")))
+                .map(|c| Connection::Http(c.timeout(call_timeout), format!("http://{addr}/infer")))
                 .map_err(|e| unreachable(&e)),
         }
     }
@@ -60,7 +60,7 @@ impl Link {
     /// and their own timing (empty for a direct call or over HTTP).
     pub async fn infer_via(&mut self, obs: &MsgMap) -> Result<(MsgMap, Hops), SimError> {
         match self {
-            Link::Ws(client) => {
+            Connection::Ws(client) => {
                 if !client.is_connected() {
                     client.reconnect().await.map_err(call_err)?;
                 }
@@ -70,7 +70,7 @@ impl Link {
                     .map(|r| (r.action, r.hops))
                     .map_err(call_err)
             }
-            Link::Http(client, url) => {
+            Connection::Http(client, url) => {
                 let req = client
                     .inner()
                     .post(url.as_str())
@@ -86,7 +86,7 @@ impl Link {
 
     /// Close the connection (WebSocket: a close handshake).
     pub async fn close(self) {
-        if let Link::Ws(client) = self {
+        if let Connection::Ws(client) = self {
             client.close().await;
         }
     }
