@@ -53,7 +53,7 @@ fn color(f: Figure) -> &'static str {
         Figure::Gap => "#ff7f0e",
         Figure::Observer => "#e377c2",
         Figure::Late => "#c49c94",
-        // Not drawn today (the analysis does not read the clock figures).
+        // Not drawn: the analysis does not read the clock figures.
         Figure::Offset => "#dbdb8d",
         Figure::SplitErr => "#c7c7c7",
         Figure::ExecOffset => "#e7e7a0",

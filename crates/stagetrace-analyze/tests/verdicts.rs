@@ -216,7 +216,7 @@ fn one_way_stages_moving_within_split_err_blame_no_direction() {
     );
 }
 
-/// Issue 11 item 3: a remote executor still busy with the previous action
+/// A remote executor still busy with the previous action
 /// on every 4th chunk. The verdict names the executor's wait, not dispatch
 /// as a whole, with the seed's next steps.
 #[test]

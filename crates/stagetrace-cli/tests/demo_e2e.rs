@@ -1,4 +1,4 @@
-//! Issue 3's "Must show", end to end: the `stagetrace demo` binary runs a
+//! The demo's truth, end to end: the `stagetrace demo` binary runs a
 //! real client and server over loopback, through the built-in proxy, with a
 //! known server clock skew and known per-direction delays; the records it
 //! writes are checked against that truth and against the record schema.

@@ -1,4 +1,4 @@
-//! Issue 11 item 4's "Must show", end to end through the `stagetrace demo`
+//! Hops end to end through the `stagetrace demo`
 //! binary: robot → gateway → policy server across three clocks (gateway
 //! +300 ms and drifting +200 ppm, server −80 ms and −150 ppm against the
 //! robot), asymmetric delays on each hop, and a remote executor (its own

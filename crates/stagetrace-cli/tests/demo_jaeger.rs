@@ -1,4 +1,4 @@
-//! Issue 4's "Must show", end to end: `stagetrace demo --otlp` exports the
+//! The demo in Jaeger, end to end: `stagetrace demo --otlp` exports the
 //! demo's robot client and policy server to a real Jaeger (one of the test's
 //! own, on free loopback ports); every call is read back through Jaeger's
 //! query API and checked against the record the demo wrote for it.

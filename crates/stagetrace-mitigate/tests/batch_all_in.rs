@@ -1,4 +1,4 @@
-//! Issue 14 item 4, a batcher that never waits for nobody: robots on real
+//! A batcher that never waits for nobody: robots on real
 //! loopback WebSocket connections; each open connection is a caller the
 //! batcher counts. Batches that can fill run full exactly as before; a batch
 //! that holds a request from every connected robot runs at once instead of

@@ -1,4 +1,4 @@
-//! Issue 11, item 4 (OTLP): the gateway ([`Relay`]) and the remote executor
+//! Services' own records (OTLP): the gateway ([`Relay`]) and the remote executor
 //! hand their exporters a record of their own, as the policy server does:
 //! the context the request came with, what kind of service they are and, for
 //! the gateway, the parent id it sent on and when it forwarded and had the

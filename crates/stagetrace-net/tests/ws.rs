@@ -85,7 +85,7 @@ fn round_trip_attaches_server_timing_and_trace_context() {
             assert!(t.recv_unix_ns.is_some() && t.total_ns.is_some());
             // The server stamped the request's first byte: a 48 KiB frame
             // on loopback arrives whole well within 100 ms.
-            let transfer = t.transfer_ns.expect("transfer_ns (issue 16)");
+            let transfer = t.transfer_ns.expect("the server sends transfer_ns");
             assert!(transfer < 100_000_000, "transfer {transfer}");
             let (queue, infer) = (t.queue_ns.unwrap(), t.infer_ns.unwrap());
             assert!(queue >= 2_000_000, "queue {queue}");

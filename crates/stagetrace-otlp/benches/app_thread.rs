@@ -213,7 +213,7 @@ impl Observer {
     }
 }
 
-/// Issue 12: the app thread's cost per call with the fleet set-up (files,
+/// The app thread's cost per call with the fleet set-up (files,
 /// OTLP metrics, tail-sampled traces) against local files only, in the app
 /// thread's own CPU time. The app thread does the same work in both: the
 /// layer ends a call by pushing one `Msg` on its queue, and the histograms,

@@ -1,4 +1,4 @@
-//! Issue 11, item 4 (OTLP): a call through a gateway and a dispatch to a
+//! Hops in Jaeger (OTLP): a call through a gateway and a dispatch to a
 //! remote executor are one trace of four services in a real Jaeger.
 //!
 //! Robot → gateway ([`Relay`]) → policy server, and the robot's dispatch to

@@ -1,5 +1,5 @@
-"""The Python executor helper (``stagetrace.executor``, issue 11 item 3 "the
-same in the Python server module"), driven by the Rust
+"""The Python executor helper (``stagetrace.executor``, the
+same as the Rust one), driven by the Rust
 ``BlockingExecutorClient`` (the ``executor_client`` example): an executor
 busy with the previous action for a known time on every n-th chunk shows
 exactly those calls' wait, as ``crates/stagetrace-net/tests/executor.rs``

@@ -2,7 +2,7 @@
 against the Rust ``PolicyServer`` (``examples/examples/policy_server.rs``), the
 Python ``stagetrace.server`` and a plain openpi-style server; Python and Rust
 clients write records with the same fields, and ``stagetrace report`` reads
-both (issue 13, Must show)."""
+both."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_openpi_client_drives_the_rust_server(rust_server: int) -> None:
         assert timing["total_ns"] >= timing["infer_ns"] >= MODEL_MS * 1e6
         assert timing["recv_unix_ns"] > 1.7e18
     # An impossible array (a 96x96x3 header over 96x96 bytes) never reaches
-    # the policy: openpi's client raises the server's message (issue 13 item 4).
+    # the policy: openpi's client raises the server's message.
     bad = {
         b"__ndarray__": True,
         b"data": bytes(96 * 96),

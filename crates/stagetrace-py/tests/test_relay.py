@@ -1,6 +1,5 @@
-"""The Python relay (``stagetrace.relay``) as a hop (issue 11, item 2 and the
-Must-show "the Python server module continues the trace and reports the same
-hop timing"): robot → delaying proxy → Python relay → delaying proxy →
+"""The Python relay (``stagetrace.relay``) as a hop: the Python
+server module continues the trace and reports the same hop timing: robot → delaying proxy → Python relay → delaying proxy →
 policy server (the Rust ``policy_server`` example, or the Python
 ``PolicyServer``), driven by the Rust ``policy_client`` example, whose
 records must carry the relay's hop and time as behind the Rust ``Relay``

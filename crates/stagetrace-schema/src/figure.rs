@@ -51,7 +51,7 @@ pub enum Figure {
     /// The observer's own time spent on the call.
     Observer,
     /// A remote executor started → the dispatch span ended (the ack's way
-    /// back): inside `gap`, no longer in `dispatch`.
+    /// back): inside `gap`, not in `dispatch`.
     ExecAck,
     /// Lateness against the scheduled tick (negative: early), with a target rate.
     Late,

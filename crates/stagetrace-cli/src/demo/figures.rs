@@ -86,7 +86,7 @@ pub(super) fn stage_table(
 ) -> BTreeMap<&'static str, Distribution> {
     let mut table = BTreeMap::new();
     for fig in Figure::ALL {
-        // Figures the analysis does not read (today the clock's: `offset`,
+        // Figures the analysis does not read (the clock's: `offset`,
         // `split_err`) by the same order statistics, from the records.
         let s = match group.and_then(|g| g.stages.get(fig.name())) {
             Some(s) => Some(*s),

@@ -237,7 +237,7 @@ mod tests {
         assert!(v.summary.starts_with("all stages flat"));
     }
 
-    /// Issue 16 item 3: in estimate mode uplink and downlink both rise by
+    /// In estimate mode uplink and downlink both rise by
     /// 3 ms at level 1 with a split error of 3.5 ms a side: the network
     /// moved, which direction is undetermined; no one-way stage is named.
     #[test]
@@ -308,7 +308,7 @@ mod tests {
         );
     }
 
-    /// Issue 16 item 6: a short level (30 calls) where one call's infer
+    /// A short level (30 calls) where one call's infer
     /// spikes: e2e's p99 moved, no test can name a stage — said so, never
     /// "absorbs this factor".
     #[test]

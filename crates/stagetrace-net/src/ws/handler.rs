@@ -39,7 +39,7 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<MsgMap, HandlerError
 /// Turns one request (observation) into one response (action).
 ///
 /// Implemented for every `Fn(MsgMap, InferTimer) -> impl Future<Output =
-/// Result<MsgMap, HandlerError>>`. The request map no longer holds
+/// Result<MsgMap, HandlerError>>`. The request map arrives without
 /// `traceparent` / `tracestate`; the response must not hold `server_timing`
 /// (the server adds it).
 pub trait Handler: Send + Sync + 'static {

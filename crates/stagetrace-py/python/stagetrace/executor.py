@@ -1,4 +1,4 @@
-"""The executor helper in Python (issue 11, item 3): an actuator controller
+"""The executor helper in Python: an actuator controller
 that receives action chunks over the network acknowledges each one when it
 **starts** executing it. The wire is the Rust ``ExecutorServer``'s
 (``docs/protocol.md``, "Executor ack"), so a Rust ``ExecutorClient`` on the

@@ -1,6 +1,6 @@
 """A relay (gateway) between robots and a policy server, in Python: the same
-wire as the Rust ``stagetrace_net::Relay`` (issue 11, item 2;
-``docs/protocol.md``, "Relays").
+wire as the Rust ``stagetrace_net::Relay`` (``docs/protocol.md``,
+"Relays").
 
 It forwards each request of the openpi / LingBot-VA WebSocket + msgpack
 protocol to the downstream server (a policy server, or another relay) and

@@ -1,8 +1,7 @@
 """W3C Trace Context in the Python server module: reading a request's
 ``traceparent`` / ``tracestate`` (:func:`read_trace`, re-exported by
 :mod:`stagetrace.server`), and trace continuation for Python services in the
-middle (issue 11, item 1):
-a relay, or a policy server whose handler calls another service, sends on
+middle: a relay, or a policy server whose handler calls another service, sends on
 its caller's trace by the Rust core's W3C Trace Context Level 2 rules
 (``docs/protocol.md``, "Trace continuation").
 

@@ -38,7 +38,7 @@ pub struct ServerTiming {
     /// it the client takes the request's arrival time out of the clock
     /// estimate, so a big uplink frame does not widen the split
     /// (`docs/clocks.md`). Absent from older servers: the estimate then rests
-    /// on the whole request, as before.
+    /// on the whole request.
     pub transfer_ns: Option<u64>,
     /// How many requests the batch that ran this one held (1 ..=
     /// [`MAX_BATCH_SIZE`]), when the server batches.

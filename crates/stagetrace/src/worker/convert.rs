@@ -128,8 +128,8 @@ impl Converter {
 
     /// A remote executor's ack → dispatch's split (`exec_tx`, `exec_relay`,
     /// `exec_wait`, `exec_ack` and the executor's clock); returns `exec_ack`
-    /// (ns), the ack's way back: covered by the dispatch span, no longer
-    /// dispatch, so part of the gap.
+    /// (ns), the ack's way back: after the dispatch span, so part
+    /// of the gap.
     fn executor_split(
         &mut self,
         ack: &ExecAcc,

@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(x.err_ns, Some((5 * MS) as i64));
         assert!(!x.clamped && !x.rejected);
 
-        // The same ack read as one hop (today's two-party view) puts the
+        // The same ack read as one hop (a two-party view) puts the
         // start with one blended offset: the gateway time is not told apart.
         let direct: ExecAcc = ExecutorAck::new("ws://e2", timing, sent, acked).into();
         let y = split(

@@ -162,7 +162,7 @@ impl DemoArgs {
 }
 
 /// The gateway and remote-executor knobs of `stagetrace demo` (off by
-/// default: today's robot → server call with a local actuator).
+/// default: a direct robot → server call with a local actuator).
 #[derive(Debug, Clone, clap::Args, serde::Serialize)]
 pub(crate) struct HopArgs {
     /// Put a gateway (the WebSocket relay) between the robot and the policy

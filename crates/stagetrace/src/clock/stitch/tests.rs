@@ -280,7 +280,7 @@ fn contradicting_first_byte_inputs_are_ignored_and_flagged() {
     ] {
         let out = Stitcher::new(ClockMode::Estimate).stitch("", c2, &s2);
         assert!(out.rejected_first_byte, "{c2:?} {s2:?}");
-        // Falls back to today's figures, exactly.
+        // Falls back to the figures without first-byte stamps, exactly.
         assert_eq!(
             (out.offset_ns, out.uplink_ns, out.split_err_ns),
             (today.offset_ns, today.uplink_ns, today.split_err_ns)
@@ -301,7 +301,7 @@ fn contradicting_first_byte_inputs_are_ignored_and_flagged() {
 fn first_byte_bound_holds_under_asymmetric_latency_and_is_never_wider() {
     // Latency 6 ms up / 1 ms down (invisible to two clocks), transfers
     // of 0–40 ms up: the truth stays inside the bound, which is never
-    // wider than today's.
+    // wider than the bound without first-byte stamps.
     let w = World {
         skew_ns: 80 * MS as i64,
         drift_ppm: 10.0,
