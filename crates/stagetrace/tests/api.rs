@@ -320,9 +320,15 @@ fn true_lateness_ms(calls: &[LoopCall], period: Duration) -> Vec<((f64, f64), u6
                 _ => 0,
             };
             last = Some(last.map_or(floor, |l| l.max(floor)));
-            let deadline = (floor + 1) as f64 * p;
-            let least = (ns(c.before_close) - hi - deadline) / 1e6;
-            let most = (ns(c.after_close) - lo - deadline) / 1e6;
+            // The layer's start stamp lies between the loop's two stamps and
+            // its origin between `hi` and `lo`: when the thread was
+            // preempted across a tick boundary there, either tick is the
+            // truth, so the range covers both.
+            let tick = |start: f64, origin: f64| ((start - origin) / p).floor().max(0.0);
+            let latest_tick = tick(ns(c.after_open), lo).max(floor as f64);
+            let earliest_tick = tick(ns(c.before_open), hi).min(floor as f64);
+            let least = (ns(c.before_close) - hi - (latest_tick + 1.0) * p) / 1e6;
+            let most = (ns(c.after_close) - lo - (earliest_tick + 1.0) * p) / 1e6;
             ((least, most), skipped)
         })
         .collect()
