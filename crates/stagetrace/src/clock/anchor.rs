@@ -170,6 +170,13 @@ impl WallClock {
         self.ppm
     }
 
+    /// [`wall_ppm`](Self::wall_ppm) once a rate was believed in this process
+    /// (two baselines agreed), rounded to 0.1 ppm; `None` before.
+    pub fn measured_ppm(&self) -> Option<f64> {
+        let learned = f64::from_bits(LEARNED_PPM.load(Ordering::Relaxed));
+        (!learned.is_nan()).then(|| (self.ppm * 10.0).round() / 10.0)
+    }
+
     /// An anchor at `start`: the wall clock read now, carried back to
     /// `start` at the wall clock's rate. Convert one call's instants with
     /// it, so its intervals stay monotonic.

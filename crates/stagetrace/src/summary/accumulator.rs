@@ -237,6 +237,7 @@ impl Accum {
             deadline,
             clock: self.clock.summary(),
             executor_clock: self.exec_clock.summary(),
+            wall_slew_ppm: None,
             sink_counters: BTreeMap::new(),
         }
     }

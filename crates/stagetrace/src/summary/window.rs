@@ -173,6 +173,12 @@ pub struct WindowSummary {
     /// its offset (`docs/stages.md`, "dispatch").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor_clock: Option<super::ExecutorClockSummary>,
+    /// How much faster this host's wall clock runs than its monotonic clock
+    /// (ppm), once measured: non-zero while an NTP daemon slews it. Calls
+    /// are placed on the wall clock as read at each call, so the figures
+    /// stay right; a large value says the host's clock is being corrected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_slew_ppm: Option<f64>,
     /// Counters the record sinks report about themselves, cumulative
     /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -295,6 +295,7 @@ impl Worker {
         let mut summary = self
             .window
             .summary(&span, counters.since(self.last), self.target_hz);
+        summary.wall_slew_ppm = self.wall.measured_ppm();
         self.last = counters;
         self.emit(&mut summary);
         self.window.reset();
@@ -323,6 +324,7 @@ impl Worker {
         let mut summary = self
             .cumulative
             .summary(&span, counters.since(self.base), self.target_hz);
+        summary.wall_slew_ppm = self.wall.measured_ppm();
         self.emit(&mut summary);
         // Again, for what the two summaries added to a sink's buffers.
         each_sink(&mut self.sinks, false, |sink| sink.flush());
