@@ -102,6 +102,13 @@ impl WindowSummary {
                 c.exec_err_ms.p99
             );
         }
+        // Read noise is a few ppm; past this the wall clock is being slewed.
+        if let Some(ppm) = self.wall_slew_ppm.filter(|p| p.abs() >= 50.0) {
+            let _ = writeln!(
+                out,
+                "host clock: the wall clock runs {ppm:+.0} ppm against the monotonic clock (being slewed); each call is placed on the wall clock as read at that call"
+            );
+        }
         out
     }
 }
