@@ -72,6 +72,13 @@ impl WindowSummary {
                 d.jitter_ms.p99
             );
         }
+        self.clock_lines(&mut out);
+        out
+    }
+
+    /// The clock lines under the table: the server's, the executor's and
+    /// this host's wall clock.
+    fn clock_lines(&self, out: &mut String) {
         if let Some(c) = self.clock {
             let _ = writeln!(
                 out,
@@ -109,6 +116,5 @@ impl WindowSummary {
                 "host clock: the wall clock runs {ppm:+.0} ppm against the monotonic clock (being slewed); each call is placed on the wall clock as read at that call"
             );
         }
-        out
     }
 }
