@@ -1,0 +1,126 @@
+//! One request's server-side stamps, from receive to send: the
+//! [`ServerTiming`] a response carries.
+
+use std::time::Instant;
+
+use stagetrace::wire::{RelayTiming, TimingChain};
+use stagetrace::ServerTiming;
+
+use super::clock::ServerClock;
+use super::timer::{ns_between, InferTimer};
+
+/// One request's server-side stamps, from receive to send.
+#[derive(Debug)]
+pub(crate) struct RequestStamps {
+    pub(crate) recv: Instant,
+    pub(crate) recv_unix_ns: u64,
+    /// The request's first byte arrived, when the transport saw it.
+    first_byte: Option<Instant>,
+    handler: Option<(Instant, Instant, InferTimer)>,
+}
+
+impl RequestStamps {
+    /// Stamp the receive time now: call it when the whole request has arrived.
+    pub(crate) fn received(clock: &ServerClock) -> Self {
+        let recv = Instant::now();
+        RequestStamps {
+            recv,
+            recv_unix_ns: clock.now_unix_ns(),
+            first_byte: None,
+            handler: None,
+        }
+    }
+
+    /// The request's first byte arrived at `at` (before the receive time):
+    /// sent as `transfer_ns`, so the client's clock estimate can leave the
+    /// request's transfer out. `None` (or a stamp after the receive time)
+    /// sends no `transfer_ns`.
+    pub(crate) fn first_byte(mut self, at: Option<Instant>) -> Self {
+        self.first_byte = at.filter(|a| *a <= self.recv);
+        self
+    }
+
+    /// A timer for a handler that starts now (its marks are relative to `recv`).
+    pub(crate) fn timer(&self) -> InferTimer {
+        InferTimer::new(self.recv)
+    }
+
+    /// The handler ran from `start` to `end`.
+    pub(crate) fn handled(&mut self, start: Instant, end: Instant, timer: InferTimer) {
+        self.handler = Some((start, end, timer));
+    }
+
+    /// The timing to send, with `total` ending now (just before the send).
+    pub(crate) fn timing_now(&self) -> ServerTiming {
+        self.timing_at(Instant::now())
+    }
+
+    pub(crate) fn timing_at(&self, send: Instant) -> ServerTiming {
+        let mut t = ServerTiming {
+            recv_unix_ns: Some(self.recv_unix_ns),
+            total_ns: Some(ns_between(self.recv, send)),
+            transfer_ns: self.first_byte.map(|f| ns_between(f, self.recv)),
+            ..ServerTiming::default()
+        };
+        if let Some((start, end, timer)) = &self.handler {
+            let start_ns = ns_between(self.recv, *start);
+            let end_ns = ns_between(self.recv, *end);
+            let infer_from = timer
+                .mark(&timer.inner.infer_start)
+                .map_or(start_ns, |m| m.clamp(start_ns, end_ns));
+            t.queue_ns = Some(infer_from);
+            t.infer_ns = Some(end_ns - infer_from);
+            if let Some(pre) = timer.mark(&timer.inner.pre_done) {
+                t.pre_ns = Some(pre.clamp(infer_from, end_ns) - infer_from);
+            }
+            if let Some(post) = timer.mark(&timer.inner.post_start) {
+                t.post_ns = Some(end_ns - post.clamp(infer_from, end_ns));
+            }
+            t.batch_size = timer.batch_size();
+            t.cache_hit = timer.cache_hit();
+        }
+        t
+    }
+}
+
+impl RequestStamps {
+    /// For a relay whose handler forwarded the request: the timing chain to
+    /// answer with, its own stamps in front of the downstream's chain
+    /// (`timing` is [`timing_now`](Self::timing_now)'s). `None` for a plain
+    /// server, or when the downstream's chain already holds
+    /// [`MAX_HOPS`](stagetrace::wire::MAX_HOPS) relays (the relay then
+    /// answers with its own timing alone).
+    pub(crate) fn relayed(&self, timing: &ServerTiming) -> Option<TimingChain> {
+        let (_, _, timer) = self.handler.as_ref()?;
+        let d = timer.inner.downstream.get()?;
+        let relay = RelayTiming {
+            recv_unix_ns: timing.recv_unix_ns?,
+            total_ns: timing.total_ns?,
+            transfer_ns: timing.transfer_ns,
+            forward_ns: ns_between(self.recv, d.forward),
+            reply_ns: ns_between(self.recv, d.reply),
+        };
+        // Stamps taken in order on one monotonic clock; a total read before
+        // the reply (it cannot be) would only shorten the relay's own time.
+        let relay = RelayTiming {
+            reply_ns: relay.reply_ns.min(relay.total_ns),
+            forward_ns: relay.forward_ns.min(relay.reply_ns.min(relay.total_ns)),
+            ..relay
+        };
+        d.chain.behind(relay)
+    }
+}
+
+impl RequestStamps {
+    /// For a relay whose handler forwarded the request: its downstream call
+    /// as the relay's record tells it (`None` for a plain server).
+    pub(crate) fn forwarded(&self) -> Option<stagetrace::Forwarded> {
+        let (_, _, timer) = self.handler.as_ref()?;
+        let d = timer.inner.downstream.get()?;
+        Some(stagetrace::Forwarded {
+            span_id: d.span_id,
+            forward_ns: ns_between(self.recv, d.forward),
+            reply_ns: ns_between(self.recv, d.reply),
+        })
+    }
+}

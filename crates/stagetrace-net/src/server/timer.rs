@@ -1,0 +1,163 @@
+//! The [`InferTimer`] a handler marks its inference with, and what a
+//! relay's handler saw of its downstream call.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use stagetrace::wire::TimingChain;
+
+/// Handed to a request handler so it can say where its inference starts and
+/// ends; the server stamps everything else.
+///
+/// Without any mark, the whole handler counts as `infer` (pre- and
+/// post-processing belong to inference: they compete for the same CPU/GPU).
+/// [`InferTimer::infer_start`] moves the start of inference later (time
+/// before it is `queue`, e.g. the handler's own batcher); [`InferTimer::pre_done`]
+/// and [`InferTimer::post_start`] report the pre- / post-processing parts.
+/// [`InferTimer::set_batch_size`] and [`InferTimer::set_cache_hit`] say what
+/// a batcher or a result cache did with the request: they travel back in the
+/// response's server timing and land on the client's call record
+/// (`batch_size`, `cache`).
+#[derive(Clone)]
+pub struct InferTimer {
+    pub(super) inner: Arc<TimerMarks>,
+}
+
+pub(super) struct TimerMarks {
+    pub(super) base: Instant,
+    /// ns after `base` + 1 (0 = unset).
+    pub(super) infer_start: AtomicU64,
+    pub(super) pre_done: AtomicU64,
+    pub(super) post_start: AtomicU64,
+    /// 0 = unset.
+    pub(super) batch_size: AtomicU32,
+    /// 0 = unset, 1 = miss, 2 = hit.
+    pub(super) cache: AtomicU8,
+    /// A relay's handler forwarded the request (set once): see
+    /// [`InferTimer::set_downstream`].
+    pub(super) downstream: OnceLock<Downstream>,
+}
+
+/// What a relay's handler saw of the downstream call.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Downstream {
+    /// The request was handed to the downstream client's send API.
+    pub(crate) forward: Instant,
+    /// The downstream's whole reply had arrived.
+    pub(crate) reply: Instant,
+    /// The downstream's `server_timing`, with its own relays.
+    pub(crate) chain: TimingChain,
+    /// The parent id sent downstream in `traceparent`, when one was sent.
+    pub(crate) span_id: Option<[u8; 8]>,
+}
+
+impl fmt::Debug for InferTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InferTimer")
+            .field("infer_start", &self.mark(&self.inner.infer_start))
+            .field("pre_done", &self.mark(&self.inner.pre_done))
+            .field("post_start", &self.mark(&self.inner.post_start))
+            .field("batch_size", &self.batch_size())
+            .field("cache_hit", &self.cache_hit())
+            .finish()
+    }
+}
+
+impl InferTimer {
+    pub(crate) fn new(base: Instant) -> Self {
+        InferTimer {
+            inner: Arc::new(TimerMarks {
+                base,
+                infer_start: AtomicU64::new(0),
+                pre_done: AtomicU64::new(0),
+                post_start: AtomicU64::new(0),
+                batch_size: AtomicU32::new(0),
+                cache: AtomicU8::new(0),
+                downstream: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The instant the marks are relative to: the request's receive stamp.
+    pub(crate) fn received(&self) -> Instant {
+        self.inner.base
+    }
+
+    fn set(&self, slot: &AtomicU64) {
+        let ns = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        slot.store(ns + 1, Ordering::Relaxed);
+    }
+
+    pub(super) fn mark(&self, slot: &AtomicU64) -> Option<u64> {
+        match slot.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(v - 1),
+        }
+    }
+
+    /// Inference starts now: the time before (since the handler started) is
+    /// reported as `queue`.
+    pub fn infer_start(&self) {
+        self.set(&self.inner.infer_start);
+    }
+
+    /// Pre-processing is done, the model starts now.
+    pub fn pre_done(&self) {
+        self.set(&self.inner.pre_done);
+    }
+
+    /// The model is done, post-processing starts now.
+    pub fn post_start(&self) {
+        self.set(&self.inner.post_start);
+    }
+
+    /// The request ran in a batch of `n` requests (itself included). Sent as
+    /// the server timing's `batch_size`; 0 is ignored, and values above
+    /// [`MAX_BATCH_SIZE`](stagetrace::wire::MAX_BATCH_SIZE) are capped to it.
+    pub fn set_batch_size(&self, n: usize) {
+        if n > 0 {
+            let max = stagetrace::wire::MAX_BATCH_SIZE;
+            let n = u32::try_from(n).unwrap_or(max).min(max);
+            self.inner.batch_size.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// A result cache answered the request (`true`: the model did not run)
+    /// or missed (`false`). Sent as the server timing's `cache`.
+    pub fn set_cache_hit(&self, hit: bool) {
+        self.inner
+            .cache
+            .store(if hit { 2 } else { 1 }, Ordering::Relaxed);
+    }
+
+    /// A relay forwarded the request at `forward` and had the downstream's
+    /// whole reply at `reply`, with its timing `chain`: the response then
+    /// carries the relay's own timing with `chain` nested in it
+    /// (`docs/protocol.md`, "Relays"). The first call wins.
+    pub(crate) fn set_downstream(&self, d: Downstream) {
+        let _ = self.inner.downstream.set(d);
+    }
+
+    /// The batch size set so far, if any.
+    pub fn batch_size(&self) -> Option<u32> {
+        match self.inner.batch_size.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// The cache outcome set so far, if any.
+    pub fn cache_hit(&self) -> Option<bool> {
+        match self.inner.cache.load(Ordering::Relaxed) {
+            1 => Some(false),
+            2 => Some(true),
+            _ => None,
+        }
+    }
+}
+
+pub(super) fn ns_between(a: Instant, b: Instant) -> u64 {
+    u64::try_from(b.saturating_duration_since(a).as_nanos()).unwrap_or(u64::MAX)
+}

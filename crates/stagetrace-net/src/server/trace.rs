@@ -1,0 +1,48 @@
+//! A request's trace context (W3C Trace Context, each rejected header
+//! counted), the span its handler runs in, and the record the hook gets.
+
+use stagetrace::wire::TraceContext;
+use stagetrace::{ServerRecord, ServerTiming};
+
+use super::counters::ServerCounters;
+
+/// The trace context of one request, from all its `traceparent` values and
+/// `tracestate` lines in the order received (W3C Trace Context Level 2: see
+/// [`TraceContext::extract`]); each rejected header is counted.
+pub(crate) fn take_context(
+    counters: &ServerCounters,
+    traceparents: &[&[u8]],
+    tracestates: &[&[u8]],
+) -> Option<TraceContext> {
+    let found = TraceContext::extract(traceparents, tracestates);
+    for _ in 0..found.rejected() {
+        counters.reject_header();
+    }
+    found.context
+}
+
+/// The span a request's handler runs in: under the caller's context, so the
+/// calls it makes continue the trace; no span (the current one stays) when
+/// the request carried none.
+pub(crate) fn handler_span(context: Option<TraceContext>) -> tracing::Span {
+    context.map_or_else(tracing::Span::none, stagetrace::remote_parent_span)
+}
+
+/// Build the record handed to the hook.
+pub(crate) fn server_record(
+    trace_parent: Option<stagetrace::wire::TraceParent>,
+    kind: Option<&str>,
+    timing: ServerTiming,
+    error: Option<String>,
+) -> ServerRecord {
+    ServerRecord {
+        trace_parent,
+        kind: kind
+            .filter(|k| !k.is_empty() && k.len() <= 64)
+            .unwrap_or("call")
+            .to_owned(),
+        timing,
+        error,
+        ..ServerRecord::default()
+    }
+}
