@@ -15,7 +15,8 @@ use crate::{exit, input, robots, stdout};
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReportArgs {
     /// Record files (`records-*.jsonl`) of the run, or directories holding
-    /// them; `-` reads records from standard input.
+    /// them; Parquet files or trees (`robot=…/date=…/*.parquet`); `-` reads
+    /// records from standard input.
     #[arg(required = true, value_name = "FILES")]
     files: Vec<PathBuf>,
     /// Record file or run directory of an idle run to hold each stage against
@@ -54,6 +55,8 @@ pub(crate) struct ReportArgs {
     /// (robot_differs; see docs/fleet.md).
     #[arg(long)]
     per_robot: bool,
+    #[command(flatten)]
+    select: crate::parquet_input::SelectArgs,
 }
 
 fn sanitize(name: &str) -> String {
@@ -124,11 +127,12 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         skip_bad: args.skip_bad,
         keep_digests: false,
     };
-    let run = input::load(&args.files, load_opts, "run")?;
+    let sel = args.select.selection()?;
+    let run = input::load(&args.files, load_opts, "run", &sel)?;
     let baseline = if args.baseline.is_empty() {
         None
     } else {
-        Some(input::load(&args.baseline, load_opts, "baseline")?)
+        Some(input::load(&args.baseline, load_opts, "baseline", &sel)?)
     };
     let mut opts = AnalyzeOptions {
         outlier_k: args.outlier_k,

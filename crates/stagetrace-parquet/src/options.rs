@@ -15,6 +15,7 @@ pub struct ParquetOptions {
     pub(crate) max_file_age: Duration,
     pub(crate) max_file_bytes: u64,
     pub(crate) retry_after: Duration,
+    pub(crate) run: Option<String>,
 }
 
 /// Rows per row group (DuckDB and Spark read one row group per task).
@@ -34,6 +35,7 @@ impl ParquetOptions {
             max_file_age: MAX_FILE_AGE,
             max_file_bytes: MAX_FILE_BYTES,
             retry_after: RETRY_AFTER,
+            run: None,
         }
     }
 
@@ -61,6 +63,14 @@ impl ParquetOptions {
     /// Close a file once it holds this many bytes (default 128 MiB).
     pub fn max_file_bytes(mut self, bytes: u64) -> ParquetOptions {
         self.max_file_bytes = bytes.max(1);
+        self
+    }
+
+    /// The run id in the files' names (default: the UTC start time and the
+    /// process id, `20261204T131500Z-4242`, as the JSON-line files have it);
+    /// `stagetrace convert` keeps the converted run's.
+    pub fn run(mut self, run: &str) -> ParquetOptions {
+        self.run = Some(partition_value(run));
         self
     }
 

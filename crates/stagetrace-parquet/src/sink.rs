@@ -98,9 +98,10 @@ impl ParquetSink {
             dir: opts.root.clone(),
             source,
         })?;
+        let run = opts.run.clone().unwrap_or_else(run_id);
         Ok(ParquetSink {
             opts,
-            run: run_id(),
+            run,
             buffer: RowBuffer::new(),
             buffer_day: None,
             started: None,

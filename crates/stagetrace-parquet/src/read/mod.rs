@@ -84,6 +84,10 @@ pub fn is_parquet(path: &Path) -> bool {
     if has_extension(path) {
         return true;
     }
+    // Regular files only: opening a FIFO to look would block.
+    if !path.is_file() {
+        return false;
+    }
     let mut magic = [0u8; 4];
     File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))
