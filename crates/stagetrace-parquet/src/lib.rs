@@ -28,6 +28,12 @@
 //!     tracing::info_span!("capture").in_scope(|| { /* grab frames */ });
 //! });
 //! guard.finish();
+//!
+//! // Or with the defaults (robot: STAGETRACE_ROBOT, else the host name):
+//! use stagetrace_parquet::ParquetBuilderExt;
+//! let (stages, guard) = StageLayer::builder().parquet(dir.path())?.build()?;
+//! let _subscriber = tracing_subscriber::registry().with(stages);
+//! guard.finish();
 //! // robot=arm-3/date=<today>/part-<run>-00000.parquet
 //! let listing = stagetrace_parquet::read::list(dir.path(), &Default::default())?;
 //! assert_eq!(listing.files.len(), 1);
@@ -40,6 +46,7 @@
 //! `max_file_age` of calls, 5 minutes by default), which stays behind as a
 //! hidden `.part-….parquet.inprogress` file that readers skip and count.
 
+mod builder_ext;
 mod cells;
 mod file;
 mod layout;
@@ -49,6 +56,7 @@ mod rows;
 mod schema;
 mod sink;
 
+pub use builder_ext::ParquetBuilderExt;
 pub use layout::{date_string, parse_date, partition_value};
 pub use options::ParquetOptions;
 pub use schema::arrow_schema;
