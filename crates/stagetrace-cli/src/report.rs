@@ -49,7 +49,8 @@ pub(crate) struct ReportArgs {
     /// Seed of the bootstrap (reports are reproducible; change it to check stability).
     #[arg(long, value_name = "SEED")]
     seed: Option<u64>,
-    /// A fleet: each of FILES is one robot (named after its directory).
+    /// A fleet: each of FILES is one robot (named after its directory); a
+    /// Parquet tree is one robot per `robot=` partition.
     /// The tables merge them; each stage gets every robot's p50 / p99, and
     /// a robot slower than the others pooled is named in the verdict
     /// (robot_differs; see docs/fleet.md).
@@ -118,8 +119,9 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         ));
     }
     input::stdin_at_most_once(args.files.iter().chain(&args.baseline))?;
+    let sel = args.select.selection()?;
     let robots = if args.per_robot {
-        robots::robots(&args.files)?
+        robots::robots(&args.files, &sel)?
     } else {
         Vec::new()
     };
@@ -127,7 +129,6 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         skip_bad: args.skip_bad,
         keep_digests: false,
     };
-    let sel = args.select.selection()?;
     let run = input::load(&args.files, load_opts, "run", &sel)?;
     let baseline = if args.baseline.is_empty() {
         None

@@ -53,7 +53,11 @@ fn run_dir(root: &Path, name: &str, infer_factor: f64) -> std::path::PathBuf {
 }
 
 fn convert(from: &Path, to: &Path) {
-    let out = stagetrace(&["convert", p(from), "--to", p(to), "--robot", "arm-3"]);
+    convert_robot(from, to, "arm-3");
+}
+
+fn convert_robot(from: &Path, to: &Path, robot: &str) {
+    let out = stagetrace(&["convert", p(from), "--to", p(to), "--robot", robot]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
@@ -165,4 +169,32 @@ fn walk_one(dir: &Path) -> std::path::PathBuf {
         }
     }
     panic!("no parquet file under {}", dir.display());
+}
+
+#[test]
+fn a_tree_of_two_robots_is_a_fleet_and_a_robot_filter_opens_only_its_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let arm1 = run_dir(tmp.path(), "arm-1", 1.0);
+    let arm2 = run_dir(tmp.path(), "arm-2", 1.3);
+    let tree = tmp.path().join("tree");
+    convert_robot(&arm1, &tree, "arm-1");
+    convert_robot(&arm2, &tree, "arm-2");
+
+    let from_lines = json_without_paths(&["report", p(&arm1), p(&arm2), "--per-robot", "--json"]);
+    let from_tree = json_without_paths(&["report", p(&tree), "--per-robot", "--json"]);
+    assert_eq!(from_lines, from_tree);
+    assert!(from_tree.to_string().contains("robot_differs"));
+
+    // A damaged file in arm-2's partition is never opened for arm-1.
+    std::fs::write(
+        tree.join("robot=arm-2/date=2025-11-24/part-broken.parquet"),
+        b"PAR1 not parquet",
+    )
+    .unwrap();
+    let only_arm1 = json_without_paths(&["report", p(&tree), "--robot", "arm-1", "--json"]);
+    assert_eq!(
+        only_arm1,
+        json_without_paths(&["report", p(&arm1), "--json"])
+    );
+    assert_usage_error(&["report", p(&tree)], "part-broken.parquet");
 }
