@@ -94,3 +94,26 @@ def test_duckdb_quantiles_per_stage_agree_with_the_report(cli: Path, run: tuple[
         assert disc_p50 == pytest.approx(want["p50"], abs=0.002), (stage, disc_p50, want)
         assert disc_p99 == pytest.approx(want["p99"], abs=0.002), (stage, disc_p99, want)
         assert cont_p50 == pytest.approx(want["p50"], rel=0.05), (stage, cont_p50, want)
+
+
+def test_a_query_for_one_robot_and_day_reads_only_that_partition(run: tuple[Path, Path], tmp_path: Path) -> None:
+    import shutil
+
+    _, tree = run
+    copy = tmp_path / "tree"
+    shutil.copytree(tree, copy)
+    (day,) = [d.name for d in (copy / "robot=arm-7").iterdir()]
+    # Another robot's partition holds a file no engine could read: a query
+    # that opened it would fail.
+    other = copy / "robot=arm-8" / day
+    other.mkdir(parents=True)
+    (other / "part-broken.parquet").write_bytes(b"PAR1 not a parquet file")
+    glob = str(copy / "**" / "*.parquet")
+    (n,) = duckdb.sql(
+        f"""SELECT count(*) FROM read_parquet('{glob}', hive_partitioning = true)
+            WHERE robot = 'arm-7' AND date = '{day.removeprefix("date=")}'"""
+    ).fetchone()
+    assert n == CALLS
+    with pytest.raises(duckdb.Error):
+        duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning = true)").fetchone()
+    assert len(stagetrace.load(copy, robot="arm-7")) == CALLS
