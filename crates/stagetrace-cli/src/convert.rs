@@ -100,27 +100,46 @@ fn convert(args: &ConvertArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Hands every record of `file` to the sink; the number of records.
+/// Hands every record of `file` to the sink; the number of records. A last
+/// line cut short (the writer was killed mid-line) is left out with a
+/// note, as `report` leaves it out.
 fn feed(file: &Path, sink: &mut ParquetSink) -> Result<u64, String> {
     let f = File::open(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
-    let mut n = 0;
-    for (i, line) in BufReader::with_capacity(1 << 20, f).lines().enumerate() {
-        let line = line.map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
-        if line.trim().is_empty() {
+    let mut reader = BufReader::with_capacity(1 << 20, f);
+    let mut line = Vec::new();
+    let (mut n, mut line_no) = (0u64, 0u64);
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
+        if read == 0 {
+            return Ok(n);
+        }
+        line_no += 1;
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let rec: CallRecord = serde_json::from_str(&line).map_err(|e| {
-            format!(
-                "{}:{}: not a stagetrace record: {e} (fix or delete that line)",
-                file.display(),
-                i + 1
-            )
-        })?;
+        let rec: CallRecord = match serde_json::from_slice(&line) {
+            Ok(rec) => rec,
+            Err(e) if line.last() != Some(&b'\n') && e.is_eof() => {
+                eprintln!(
+                    "note: {}:{line_no}: the last line is cut short (the writer stopped mid-line): left out",
+                    file.display()
+                );
+                return Ok(n);
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{}:{line_no}: not a stagetrace record: {e} (fix or delete that line)",
+                    file.display()
+                ))
+            }
+        };
         sink.on_record(&rec);
         n += 1;
         if n % 4096 == 0 {
             sink.on_drained();
         }
     }
-    Ok(n)
 }

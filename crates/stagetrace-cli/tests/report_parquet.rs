@@ -198,3 +198,26 @@ fn a_tree_of_two_robots_is_a_fleet_and_a_robot_filter_opens_only_its_files() {
     );
     assert_usage_error(&["report", p(&tree)], "part-broken.parquet");
 }
+
+#[test]
+fn convert_leaves_out_a_last_line_cut_short_as_report_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(tmp.path(), "run", 1.0);
+    let file = std::fs::read_dir(&run)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str("{\"seq\":99999,\"ts_unix_ms\":17640");
+    std::fs::write(&file, text).unwrap();
+    let pq = tmp.path().join("pq");
+    let out = stagetrace(&["convert", p(&run), "--to", p(&pq), "--robot", "arm-3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cut short"), "{}", stderr(&out));
+    let records = |path: &Path| {
+        json_without_paths(&["report", p(path), "--json"])["inputs"]["records"].clone()
+    };
+    assert_eq!(records(&pq), records(&run));
+}
