@@ -2,6 +2,9 @@
 //! like a real run's (every client and server stage, the clock split, a
 //! trace id, figures with microsecond noise). Prints the figures:
 //! `cargo test -p stagetrace-parquet --release --test size -- --nocapture`.
+//! With `STAGETRACE_SIZE_OUT=DIR` it keeps both (`DIR/lines/records-size.jsonl`,
+//! `DIR/parquet/`) for timing `stagetrace report` on each;
+//! `STAGETRACE_SIZE_CALLS=N` sets the number of calls (default 200 000).
 
 use stagetrace::record::ClockBasis;
 use stagetrace::{CallRecord, Figure, RecordSink};
@@ -67,30 +70,44 @@ fn call(i: u64, noise: &mut Noise) -> CallRecord {
 
 #[test]
 fn parquet_takes_a_fraction_of_json_lines() {
-    const CALLS: u64 = 200_000;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut sink = ParquetSink::builder(dir.path())
+    use std::io::Write;
+    let calls: u64 = std::env::var("STAGETRACE_SIZE_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200_000);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = std::env::var_os("STAGETRACE_SIZE_OUT")
+        .map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
+    let lines_dir = out.join("lines");
+    std::fs::create_dir_all(&lines_dir).expect("mkdir");
+    let mut lines = std::io::BufWriter::new(
+        std::fs::File::create(lines_dir.join("records-size.jsonl")).expect("jsonl"),
+    );
+    let mut sink = ParquetSink::builder(out.join("parquet"))
         .robot("arm-1")
         .build()
         .expect("sink");
     let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
     let mut json_bytes = 0u64;
-    for i in 0..CALLS {
+    for i in 0..calls {
         let rec = call(i, &mut noise);
-        json_bytes += rec.to_json_line().len() as u64 + 1;
+        let line = rec.to_json_line();
+        json_bytes += line.len() as u64 + 1;
+        writeln!(lines, "{line}").expect("write");
         sink.on_record(&rec);
         if i % 1_000 == 0 {
             sink.on_drained();
         }
     }
     sink.flush();
-    let listing = read::list(dir.path(), &Selection::default()).expect("list");
+    lines.flush().expect("flush");
+    let listing = read::list(&out.join("parquet"), &Selection::default()).expect("list");
     let parquet_bytes: u64 = listing
         .files
         .iter()
         .map(|f| std::fs::metadata(f).expect("size").len())
         .sum();
-    let per_million = |b: u64| b as f64 * 1e6 / CALLS as f64 / 1e6;
+    let per_million = |b: u64| b as f64 / calls as f64;
     println!(
         "bytes per million calls: JSON lines {:.1} MB, Parquet {:.1} MB ({:.1}x smaller, {} files)",
         per_million(json_bytes),
@@ -98,8 +115,9 @@ fn parquet_takes_a_fraction_of_json_lines() {
         json_bytes as f64 / parquet_bytes as f64,
         listing.files.len()
     );
+    // 8.2x when written; the margin keeps a change of encoder from failing it.
     assert!(
-        parquet_bytes * 3 < json_bytes,
+        parquet_bytes * 6 < json_bytes,
         "{parquet_bytes} vs {json_bytes}"
     );
 }
