@@ -75,6 +75,8 @@ pub struct ParquetSink {
     /// When the first call of the file being filled arrived.
     started: Option<Instant>,
     open: Option<OpenFile>,
+    /// Rows handed to a write or close that has not returned yet.
+    in_flight: u64,
     next_part: u64,
     retry_at: Option<Instant>,
     warned: bool,
@@ -106,6 +108,7 @@ impl ParquetSink {
             buffer_day: None,
             started: None,
             open: None,
+            in_flight: 0,
             next_part: 0,
             retry_at: None,
             warned: false,
@@ -136,22 +139,25 @@ impl ParquetSink {
 
     fn try_write_out(&mut self, close: bool) -> Result<(), WriteError> {
         if !self.buffer.is_empty() {
-            let day = self.buffer_day.unwrap_or_default();
-            let file = match self.open.take() {
-                Some(f) => f,
-                None => {
-                    let n = self.next_part;
-                    self.next_part += 1;
-                    let o = &self.opts;
-                    OpenFile::create(&o.root, &o.robot, day, &self.run, n, o.row_group_rows)?
-                }
-            };
-            let file = self.open.insert(file);
+            if self.open.is_none() {
+                let n = self.next_part;
+                self.next_part += 1;
+                let o = &self.opts;
+                let day = self.buffer_day.unwrap_or_default();
+                let file =
+                    OpenFile::create(&o.root, &o.robot, day, &self.run, n, o.row_group_rows)?;
+                self.open = Some(file);
+            }
+            // Rows between the buffer and the file: lost with either if this fails.
+            self.in_flight = self.buffer.len() as u64;
             let batch = self
                 .buffer
                 .take()
-                .map_err(|e| WriteError::Parquet(PathBuf::new(), e.into()))?;
-            file.write(&batch)?;
+                .map_err(|e| WriteError::Parquet(self.opts.root.clone(), e.into()))?;
+            if let Some(file) = self.open.as_mut() {
+                file.write(&batch)?;
+            }
+            self.in_flight = 0;
             self.retry_at = None;
         }
         let full = self
@@ -161,7 +167,9 @@ impl ParquetSink {
         if close || full {
             if let Some(file) = self.open.take() {
                 let rows = file.rows;
+                self.in_flight = rows;
                 file.close()?;
+                self.in_flight = 0;
                 self.counts.rows += rows;
                 self.counts.files += 1;
             }
@@ -173,7 +181,8 @@ impl ParquetSink {
     /// A write failed: the open file and the buffer are lost, and counted.
     fn failed(&mut self, e: &WriteError) {
         let lost_in_file = self.open.as_ref().map_or(0, |f| f.rows);
-        let lost = lost_in_file + self.buffer.len() as u64;
+        let lost = lost_in_file + self.buffer.len() as u64 + self.in_flight;
+        self.in_flight = 0;
         if let Some(f) = self.open.take() {
             f.abandon();
         }

@@ -202,3 +202,24 @@ fn a_directory_that_cannot_be_written_counts_the_lost_calls() {
     let c = sink.counters();
     assert!(c.contains(&("parquet.rows", 10)), "{c:?}");
 }
+
+#[test]
+fn a_file_that_cannot_be_closed_counts_every_row_it_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sink = ParquetSink::builder(dir.path())
+        .robot("arm-1")
+        .row_group_rows(10)
+        .build()
+        .expect("sink");
+    for i in 0..15 {
+        sink.on_record(&record(i));
+    }
+    // One row group is in the open file, five rows are buffered; then the
+    // partition goes away, so the finished file cannot be given its name.
+    std::fs::remove_dir_all(dir.path().join("robot=arm-1")).expect("rm");
+    sink.flush();
+    let c = sink.counters();
+    assert!(c.contains(&("parquet.dropped", 15)), "{c:?}");
+    assert!(c.contains(&("parquet.write_errors", 1)), "{c:?}");
+    assert!(c.contains(&("parquet.rows", 0)), "{c:?}");
+}
