@@ -11,8 +11,8 @@ use crate::{exit, input, stdout};
 /// Arguments of `stagetrace compare`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct CompareArgs {
-    /// Record file (or run directory) before the change; `-` reads it from
-    /// standard input.
+    /// Record file (or run directory, or Parquet file or tree) before the
+    /// change; `-` reads it from standard input.
     #[arg(value_name = "BEFORE")]
     before: PathBuf,
     /// Record file (or run directory) after the change; `-` reads it from
@@ -28,6 +28,8 @@ pub(crate) struct CompareArgs {
     /// Seed of the bootstrap.
     #[arg(long, value_name = "SEED", default_value_t = 0x5eed_57a9e)]
     seed: u64,
+    #[command(flatten)]
+    select: crate::parquet_input::SelectArgs,
 }
 
 pub(crate) fn run(args: CompareArgs) -> ExitCode {
@@ -46,8 +48,9 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
         skip_bad: args.skip_bad,
         keep_digests: true,
     };
-    let before = input::load(std::slice::from_ref(&args.before), opts, "before")?;
-    let after = input::load(std::slice::from_ref(&args.after), opts, "after")?;
+    let sel = args.select.selection()?;
+    let before = input::load(std::slice::from_ref(&args.before), opts, "before", &sel)?;
+    let after = input::load(std::slice::from_ref(&args.after), opts, "after", &sel)?;
     let c = compare::compare(&before, &after, args.seed);
     // A reader that stopped early (`| head`) does not change the verdict on
     // the outputs below.

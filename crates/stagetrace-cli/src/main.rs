@@ -1,4 +1,4 @@
-//! The `stagetrace` command: demo, report, compare, tail, experiment.
+//! The `stagetrace` command: demo, report, compare, convert, tail, experiment.
 //!
 //! Every subcommand follows the same conventions: the exit codes of
 //! [`exit`], `-` for records on standard input ([`input`]), a closed stdout
@@ -10,12 +10,14 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod compare;
+mod convert;
 mod demo;
 mod exit;
 mod experiment;
 mod input;
 mod interrupt;
 mod mitigate_demo;
+mod parquet_input;
 mod report;
 mod robots;
 mod stdout;
@@ -38,6 +40,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Per-stage change between two runs, with confidence (`~` when it is noise).
     Compare(compare::CompareArgs),
+    /// JSON-line runs into a Parquet tree by robot and day (for DuckDB, pandas, polars, Spark).
+    Convert(convert::ConvertArgs),
     /// A live table from the rolling summary files of a run directory.
     Tail(tail::TailArgs),
     /// Baseline, then one factor in steps while resources are sampled: which stage moves first.
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         }
         Command::Report(args) => report::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Tail(args) => tail::run(args),
         Command::Experiment(args) => experiment::run(args),
     }

@@ -15,7 +15,8 @@ use crate::{exit, input, robots, stdout};
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReportArgs {
     /// Record files (`records-*.jsonl`) of the run, or directories holding
-    /// them; `-` reads records from standard input.
+    /// them; Parquet files or trees (`robot=…/date=…/*.parquet`); `-` reads
+    /// records from standard input.
     #[arg(required = true, value_name = "FILES")]
     files: Vec<PathBuf>,
     /// Record file or run directory of an idle run to hold each stage against
@@ -48,12 +49,15 @@ pub(crate) struct ReportArgs {
     /// Seed of the bootstrap (reports are reproducible; change it to check stability).
     #[arg(long, value_name = "SEED")]
     seed: Option<u64>,
-    /// A fleet: each of FILES is one robot (named after its directory).
+    /// A fleet: each of FILES is one robot (named after its directory); a
+    /// Parquet tree is one robot per `robot=` partition.
     /// The tables merge them; each stage gets every robot's p50 / p99, and
     /// a robot slower than the others pooled is named in the verdict
     /// (robot_differs; see docs/fleet.md).
     #[arg(long)]
     per_robot: bool,
+    #[command(flatten)]
+    select: crate::parquet_input::SelectArgs,
 }
 
 fn sanitize(name: &str) -> String {
@@ -115,8 +119,9 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         ));
     }
     input::stdin_at_most_once(args.files.iter().chain(&args.baseline))?;
+    let sel = args.select.selection()?;
     let robots = if args.per_robot {
-        robots::robots(&args.files)?
+        robots::robots(&args.files, &sel)?
     } else {
         Vec::new()
     };
@@ -124,11 +129,11 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         skip_bad: args.skip_bad,
         keep_digests: false,
     };
-    let run = input::load(&args.files, load_opts, "run")?;
+    let run = input::load(&args.files, load_opts, "run", &sel)?;
     let baseline = if args.baseline.is_empty() {
         None
     } else {
-        Some(input::load(&args.baseline, load_opts, "baseline")?)
+        Some(input::load(&args.baseline, load_opts, "baseline", &sel)?)
     };
     let mut opts = AnalyzeOptions {
         outlier_k: args.outlier_k,

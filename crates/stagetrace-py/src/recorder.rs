@@ -33,7 +33,7 @@ impl Recorder {
     #[pyo3(signature = (
         output_dir=None, *, window=10.0, target_hz=None, clock="estimate",
         warmup_calls=None, queue_capacity=None, stages=None,
-        otlp_endpoint=None, service_name=None,
+        otlp_endpoint=None, service_name=None, parquet_dir=None, robot=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -46,6 +46,8 @@ impl Recorder {
         stages: Option<HashMap<String, String>>,
         otlp_endpoint: Option<String>,
         service_name: Option<String>,
+        parquet_dir: Option<PathBuf>,
+        robot: Option<String>,
     ) -> PyResult<Self> {
         if !(window.is_finite() && window > 0.0 && window < 1e9) {
             return Err(PyValueError::new_err(format!(
@@ -87,6 +89,16 @@ impl Recorder {
                 .build()
                 .map_err(|e| PyValueError::new_err(format!("OTLP exporter: {e}")))?;
             b = b.sink(Box::new(exporter));
+        }
+        if let Some(dir) = parquet_dir {
+            let mut p = stagetrace_parquet::ParquetSink::builder(dir);
+            if let Some(r) = robot {
+                p = p.robot(&r);
+            }
+            let sink = p
+                .build()
+                .map_err(|e| PyValueError::new_err(format!("Parquet records: {e}")))?;
+            b = b.sink(Box::new(sink));
         }
         let (layer, guard) = b
             .build_unfiltered::<tracing_subscriber::Registry>()

@@ -135,6 +135,27 @@ impl Dataset {
         Ok(ds)
     }
 
+    /// Reads records from named sources, in order, as [`load`](Self::load)
+    /// reads files: each source is one file of the dataset (its name in
+    /// messages and in [`files`](Self::files)). For records that reach the
+    /// reader as JSON lines from elsewhere (a Parquet file, decoded).
+    pub fn load_sources<R: Read>(
+        sources: impl IntoIterator<Item = Result<(PathBuf, R), LoadError>>,
+        opts: LoadOptions,
+    ) -> Result<Dataset, LoadError> {
+        let mut ds = Dataset::empty();
+        let mut errors = HashMap::new();
+        for source in sources {
+            let (name, reader) = source?;
+            ds.read_from(reader, &name, opts, &mut errors)?;
+        }
+        ds.finish(errors);
+        if ds.is_empty() {
+            return Err(LoadError::Empty { paths: ds.files });
+        }
+        Ok(ds)
+    }
+
     fn empty() -> Dataset {
         Dataset {
             columns: vec![Vec::new(); FIGURE_COUNT],

@@ -46,6 +46,7 @@ from . import _native
 from ._native import FIELDS, STAGES, Call, Recorder, Span
 from ._native import call as call
 from ._native import stage as stage
+from .frames import load as load
 
 __all__ = [
     "Call",
@@ -58,6 +59,7 @@ __all__ = [
     "current_span",
     "finish",
     "init",
+    "load",
     "recorder",
     "stage",
     "timed",
@@ -84,6 +86,8 @@ def init(
     stages: Optional[Mapping[str, str]] = None,
     otlp_endpoint: Optional[str] = None,
     service_name: Optional[str] = None,
+    parquet_dir: Optional[os.PathLike[str] | str] = None,
+    robot: Optional[str] = None,
 ) -> Recorder:
     """Start the process's recorder (the Rust builder's settings).
 
@@ -93,7 +97,10 @@ def init(
     ``"estimate"`` (default), ``"trusted"`` (clocks synced) or ``"none"``.
     ``stages``: sub-stage names mapped onto canonical stages. ``otlp_endpoint``
     / ``service_name``: export every call as a trace (the ``OTEL_*``
-    variables apply when only one is given).
+    variables apply when only one is given). ``parquet_dir``: also write
+    every record as Parquet under ``robot=<robot>/date=<day>/`` there
+    (``robot``: default ``STAGETRACE_ROBOT``, else the host name); read it
+    back with :func:`load` (docs/records.md).
     """
     global _default
     if _default is not None:
@@ -108,6 +115,8 @@ def init(
         stages=dict(stages) if stages else None,
         otlp_endpoint=otlp_endpoint,
         service_name=service_name,
+        parquet_dir=None if parquet_dir is None else os.fspath(parquet_dir),
+        robot=robot,
     )
     _native.set_default(_default)
     return _default

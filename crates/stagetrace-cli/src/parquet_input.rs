@@ -1,0 +1,178 @@
+//! Parquet inputs (a file, a directory, a `robot=…/date=…` tree): the files
+//! a path stands for under `--robot` / `--since` / `--until`, pruned by
+//! partition, each read as the JSON lines of its calls so the tables and
+//! verdicts are those of the same calls in JSON lines.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use stagetrace_analyze::load::{Dataset, LoadError, LoadOptions};
+use stagetrace_parquet::read::{self, Selection};
+
+use crate::input;
+
+/// Which calls of a Parquet tree to read.
+#[derive(Debug, Default, clap::Args)]
+pub(crate) struct SelectArgs {
+    /// Only this robot's calls: a Parquet tree's `robot=ROBOT` partition
+    /// (repeatable); the other robots' files are not opened.
+    #[arg(long, value_name = "ROBOT")]
+    robot: Vec<String>,
+    /// Only calls that started at or after TIME (UTC): `2026-12-03` (that
+    /// day's start) or `2026-12-03T10:00:00Z`. Parquet inputs; days before
+    /// it are not opened.
+    #[arg(long, value_name = "TIME")]
+    since: Option<String>,
+    /// Only calls that started before TIME (as --since).
+    #[arg(long, value_name = "TIME")]
+    until: Option<String>,
+}
+
+impl SelectArgs {
+    /// The selection, or what is wrong with a time.
+    pub(crate) fn selection(&self) -> Result<Selection, String> {
+        Ok(Selection {
+            robots: self
+                .robot
+                .iter()
+                .map(|r| stagetrace_parquet::partition_value(r))
+                .collect(),
+            since_ms: self
+                .since
+                .as_deref()
+                .map(|t| unix_ms("--since", t))
+                .transpose()?,
+            until_ms: self
+                .until
+                .as_deref()
+                .map(|t| unix_ms("--until", t))
+                .transpose()?,
+        })
+    }
+}
+
+fn unix_ms(flag: &str, text: &str) -> Result<f64, String> {
+    if let Some(day) = stagetrace_parquet::parse_date(text) {
+        return Ok(day as f64 * 86_400_000.0);
+    }
+    humantime::parse_rfc3339_weak(text)
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .ok_or_else(|| {
+            format!(
+                "{flag} {text}: not a time; give a UTC day (2026-12-03) or 2026-12-03T10:00:00Z"
+            )
+        })
+}
+
+fn is_selective(sel: &Selection) -> bool {
+    !sel.robots.is_empty() || sel.since_ms.is_some() || sel.until_ms.is_some()
+}
+
+/// Whether `paths` must go through this reader: one of them is Parquet, or
+/// calls are selected.
+pub(crate) fn wanted(paths: &[PathBuf], sel: &Selection) -> bool {
+    is_selective(sel)
+        || paths
+            .iter()
+            .any(|p| !input::is_stdin(p) && read::is_parquet(p))
+}
+
+/// One input file: Parquet (decoded) or JSON lines (as it is).
+enum Source {
+    Parquet(PathBuf),
+    Lines(PathBuf),
+}
+
+/// The files `paths` stand for, in order; footers checked now, so a damaged
+/// file is refused by name before anything is read.
+fn sources(paths: &[PathBuf], sel: &Selection, what: &str) -> Result<Vec<Source>, String> {
+    let mut out = Vec::new();
+    for p in paths {
+        if input::is_stdin(p) {
+            return Err(format!(
+                "{what}: `-` (standard input) cannot be read with Parquet inputs or \
+                 --robot/--since/--until; save it to a file"
+            ));
+        }
+        if !read::is_parquet(p) {
+            if is_selective(sel) {
+                return Err(format!(
+                    "{what}: {}: --robot/--since/--until select partitions of a Parquet tree, \
+                     and this is JSON lines: convert it first (stagetrace convert {} --to DIR)",
+                    p.display(),
+                    p.display()
+                ));
+            }
+            out.extend(
+                input::expand_dirs(std::slice::from_ref(p))?
+                    .into_iter()
+                    .map(Source::Lines),
+            );
+            continue;
+        }
+        let listing = read::list(p, sel).map_err(|e| format!("{what}: {e}"))?;
+        if !listing.unfinished.is_empty() {
+            eprintln!(
+                "warning: {what}: {} unfinished Parquet file(s) not read (a writer still running, \
+                 or killed before it closed them: their calls are lost): {}",
+                listing.unfinished.len(),
+                names(&listing.unfinished)
+            );
+        }
+        if listing.files.is_empty() {
+            return Err(format!(
+                "{what}: {}: no Parquet file for this selection ({} in other partitions)",
+                p.display(),
+                listing.pruned
+            ));
+        }
+        for f in listing.files {
+            read::open(&f, sel).map_err(|e| format!("{what}: {e}"))?;
+            out.push(Source::Parquet(f));
+        }
+    }
+    Ok(out)
+}
+
+fn names(paths: &[PathBuf]) -> String {
+    let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    v.join(", ")
+}
+
+fn open(source: Source, sel: &Selection) -> Result<(PathBuf, Box<dyn Read>), LoadError> {
+    let io = |path: &Path, source: std::io::Error| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    match source {
+        Source::Lines(path) => {
+            let file = File::open(&path).map_err(|e| io(&path, e))?;
+            Ok((path, Box::new(file)))
+        }
+        Source::Parquet(path) => {
+            let lines = read::open(&path, sel).map_err(|e| {
+                io(
+                    &path,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.reason),
+                )
+            })?;
+            Ok((path, Box::new(lines)))
+        }
+    }
+}
+
+/// Loads `paths` (Parquet and JSON-line inputs, in order) under `sel`.
+pub(crate) fn load(
+    paths: &[PathBuf],
+    opts: LoadOptions,
+    what: &str,
+    sel: &Selection,
+) -> Result<Dataset, String> {
+    let sources = sources(paths, sel, what)?;
+    Dataset::load_sources(sources.into_iter().map(|s| open(s, sel)), opts)
+        .map_err(|e| format!("{what}: {e}"))
+}

@@ -1,0 +1,178 @@
+//! Reading Parquet records back: which files a path stands for (a file, a
+//! directory, a partitioned tree, pruned by robot and day), each streamed as
+//! the JSON lines of the same calls, for `stagetrace report` and `compare`.
+
+mod json;
+
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+
+use crate::layout::{parse_date, IN_PROGRESS_SUFFIX, PART_EXTENSION};
+
+pub use json::JsonLines;
+
+/// Which calls to read: robots (any when empty) and a time range.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Robot names (`robot=` partition values); every robot when empty.
+    pub robots: Vec<String>,
+    /// Calls that started at or after this Unix time (ms).
+    pub since_ms: Option<f64>,
+    /// Calls that started before this Unix time (ms).
+    pub until_ms: Option<f64>,
+}
+
+impl Selection {
+    fn keeps_robot(&self, robot: Option<&str>) -> bool {
+        match robot {
+            Some(r) => self.robots.is_empty() || self.robots.iter().any(|x| x == r),
+            // A file outside a robot partition is kept only without a robot filter.
+            None => self.robots.is_empty(),
+        }
+    }
+
+    fn keeps_day(&self, day: Option<i64>) -> bool {
+        const DAY_MS: f64 = 86_400_000.0;
+        let Some(day) = day else { return true };
+        let start = day as f64 * DAY_MS;
+        self.since_ms.is_none_or(|s| start + DAY_MS > s) && self.until_ms.is_none_or(|u| start < u)
+    }
+
+    pub(crate) fn keeps_time(&self, ts_ms: f64) -> bool {
+        self.since_ms.is_none_or(|s| ts_ms >= s) && self.until_ms.is_none_or(|u| ts_ms < u)
+    }
+}
+
+/// The files an input stands for.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// Finished files the selection keeps, in path order.
+    pub files: Vec<PathBuf>,
+    /// Files a writer never finished (a crash, or a run still going): not read.
+    pub unfinished: Vec<PathBuf>,
+    /// Finished files left out by the robot or date partition.
+    pub pruned: usize,
+}
+
+/// Why Parquet records could not be read.
+#[derive(Debug)]
+pub struct ReadError {
+    /// The file or directory.
+    pub path: PathBuf,
+    /// What is wrong, and what to do.
+    pub reason: String,
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Whether `path` holds Parquet records: a `.parquet` file, a file that
+/// starts with Parquet's magic bytes, or a directory with a `.parquet`
+/// file anywhere under it.
+pub fn is_parquet(path: &Path) -> bool {
+    if path.is_dir() {
+        return walk(path).iter().any(|p| has_extension(p));
+    }
+    if has_extension(path) {
+        return true;
+    }
+    // Regular files only: opening a FIFO to look would block.
+    if !path.is_file() {
+        return false;
+    }
+    let mut magic = [0u8; 4];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"PAR1")
+}
+
+/// The finished Parquet files under `path` that `sel` keeps.
+pub fn list(path: &Path, sel: &Selection) -> Result<Listing, ReadError> {
+    let mut out = Listing::default();
+    if !path.is_dir() {
+        fs::metadata(path).map_err(|e| ReadError {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        out.files.push(path.to_path_buf());
+        return Ok(out);
+    }
+    for file in walk(path) {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.ends_with(IN_PROGRESS_SUFFIX) {
+            out.unfinished.push(file);
+        } else if has_extension(&file) {
+            let rel = file.strip_prefix(path).unwrap_or(&file);
+            let robot = partition(rel, "robot");
+            let day = partition(rel, "date").and_then(|d| parse_date(&d));
+            if sel.keeps_robot(robot.as_deref()) && sel.keeps_day(day) {
+                out.files.push(file);
+            } else {
+                out.pruned += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Opens one file: its footer is read now, so a cut-short or foreign file
+/// is refused here, by name.
+pub fn open(path: &Path, sel: &Selection) -> Result<JsonLines, ReadError> {
+    let refuse = |reason: String| ReadError {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = File::open(path).map_err(|e| refuse(format!("cannot read: {e}")))?;
+    let reader: ParquetRecordBatchReader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .and_then(|b| b.build())
+        .map_err(|e| {
+            refuse(format!(
+                "not a readable Parquet file ({e}): a file cut short by a crash has no footer; \
+                 delete or move it and read the others"
+            ))
+        })?;
+    Ok(JsonLines::new(path.to_path_buf(), reader, sel.clone()))
+}
+
+fn has_extension(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == PART_EXTENSION)
+}
+
+/// The value of `key=` among the directories of `rel`.
+fn partition(rel: &Path, key: &str) -> Option<String> {
+    rel.parent()?.components().find_map(|c| {
+        let s = c.as_os_str().to_str()?;
+        let (k, v) = s.split_once('=')?;
+        (k == key).then(|| v.to_owned())
+    })
+}
+
+/// Every regular file under `dir`, sorted by path (directories that cannot
+/// be listed are skipped: an unreadable corner of a tree does not hide the rest).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
