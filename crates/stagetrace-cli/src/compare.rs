@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use stagetrace_analyze::compare;
 use stagetrace_analyze::load::LoadOptions;
 
-use crate::{exit, input, stdout};
+use crate::{exit, input, run_input, stdout};
 
 /// Arguments of `stagetrace compare`.
 #[derive(Debug, clap::Args)]
@@ -49,8 +49,8 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
         keep_digests: true,
     };
     let sel = args.select.selection()?;
-    let before = input::load(std::slice::from_ref(&args.before), opts, "before", &sel)?;
-    let after = input::load(std::slice::from_ref(&args.after), opts, "after", &sel)?;
+    let before = run_input::load(std::slice::from_ref(&args.before), opts, "before", &sel)?;
+    let after = run_input::load(std::slice::from_ref(&args.after), opts, "after", &sel)?;
     let c = compare::compare(&before, &after, args.seed);
     // A reader that stopped early (`| head`) does not change the verdict on
     // the outputs below.

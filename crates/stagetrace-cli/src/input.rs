@@ -1,13 +1,12 @@
 //! Where records come from: record files, run directories, or `-` for
-//! standard input (`zcat run.jsonl.gz | stagetrace report -`); Parquet
-//! files and trees through `parquet_input`.
+//! standard input (`zcat run.jsonl.gz | stagetrace report -`), read as JSON
+//! lines. `run_input` picks between these and Parquet.
 
 use std::fs;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use stagetrace_analyze::load::{Dataset, LoadOptions};
-use stagetrace_parquet::read::Selection;
 
 /// The path that stands for standard input.
 const STDIN_ARG: &str = "-";
@@ -120,17 +119,13 @@ pub(crate) fn pooled_warning(what: &str, runs: &[String]) -> String {
     )
 }
 
-/// Loads the records of `paths` (files, run directories, or a lone `-`);
-/// `what` names the input in errors ("run", "baseline", "before", …).
-pub(crate) fn load(
+/// Loads the JSON-line records of `paths` (files, run directories, or a
+/// lone `-`); `what` names the input in errors ("run", "baseline", …).
+pub(crate) fn load_json_lines(
     paths: &[PathBuf],
     opts: LoadOptions,
     what: &str,
-    sel: &Selection,
 ) -> Result<Dataset, String> {
-    if crate::parquet_input::wanted(paths, sel) {
-        return crate::parquet_input::load(paths, opts, what, sel);
-    }
     if paths.iter().any(|p| is_stdin(p)) {
         if paths.len() > 1 {
             return Err(format!(

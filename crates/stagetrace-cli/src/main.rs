@@ -20,6 +20,7 @@ mod mitigate_demo;
 mod parquet_input;
 mod report;
 mod robots;
+mod run_input;
 mod stdout;
 mod tail;
 

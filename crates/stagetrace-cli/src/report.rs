@@ -9,7 +9,7 @@ use stagetrace_analyze::gate::Gate;
 use stagetrace_analyze::load::LoadOptions;
 use stagetrace_analyze::{figures, hgrm, html, Format};
 
-use crate::{exit, input, robots, stdout};
+use crate::{exit, input, robots, run_input, stdout};
 
 /// Arguments of `stagetrace report`.
 #[derive(Debug, clap::Args)]
@@ -129,11 +129,16 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         skip_bad: args.skip_bad,
         keep_digests: false,
     };
-    let run = input::load(&args.files, load_opts, "run", &sel)?;
+    let run = run_input::load(&args.files, load_opts, "run", &sel)?;
     let baseline = if args.baseline.is_empty() {
         None
     } else {
-        Some(input::load(&args.baseline, load_opts, "baseline", &sel)?)
+        Some(run_input::load(
+            &args.baseline,
+            load_opts,
+            "baseline",
+            &sel,
+        )?)
     };
     let mut opts = AnalyzeOptions {
         outlier_k: args.outlier_k,
