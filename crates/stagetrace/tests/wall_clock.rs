@@ -6,29 +6,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use stagetrace::clock::Anchor;
 use stagetrace::StageLayer;
 use stagetrace_test_support::{run_collecting, spin_for};
 use tracing::info_span;
 
-/// The wall clock and the monotonic clock read together: of five tries, the
-/// one whose two monotonic reads lie closest (a preemption in between
-/// would misplace the wall reading).
+/// The wall clock and the monotonic clock read together ([`Anchor::now`]:
+/// the closest of a few tries).
 fn pair() -> (i128, Instant) {
-    (0..5)
-        .map(|_| {
-            let before = Instant::now();
-            let wall = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as i128;
-            let after = Instant::now();
-            (after - before, wall, before + (after - before) / 2)
-        })
-        .min_by_key(|(gap, _, _)| *gap)
-        .map(|(_, wall, mono)| (wall, mono))
-        .unwrap()
+    let read = Anchor::now();
+    (i128::from(read.wall_unix_ns()), read.instant())
 }
 
 #[test]
