@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::advice::AdviceFor;
-use crate::clock::{ClockMode, WallClock, ANCHOR_REFRESH};
+use crate::clock::{ClockMode, WallClock};
 use crate::health::Health;
 use crate::queue::{Msg, RawCall};
 use crate::sink::RecordSink;
@@ -33,6 +33,8 @@ pub(crate) use run_id::run_id;
 /// at control-loop rates and the worker is always asleep). Records reach the
 /// outputs at most this much later, while calls keep coming.
 const POLL: Duration = Duration::from_millis(10);
+/// How often the fast clock's calibration against `Instant` is refined.
+const REFINE_CALIBRATION: Duration = Duration::from_secs(1);
 
 /// The longest sleep between looks once calls come slowly: each look that
 /// finds fewer than a 64th of the queue's capacity doubles the sleep from
@@ -190,7 +192,7 @@ impl Worker {
     }
 
     fn refine_calibration(&mut self) {
-        if self.refined.elapsed() >= ANCHOR_REFRESH {
+        if self.refined.elapsed() >= REFINE_CALIBRATION {
             self.refined = Instant::now();
             self.cal.refine();
         }
