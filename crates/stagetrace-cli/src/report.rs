@@ -106,6 +106,41 @@ pub(crate) fn run(args: ReportArgs) -> ExitCode {
     }
 }
 
+/// Runs that share a directory are said to be pooled, in the report itself
+/// (with --per-robot, pooling the robots is the point), and every warning
+/// of the inputs goes to stderr.
+fn warn_of_pooling(args: &ReportArgs, a: &mut analysis::Analysis<'_>) {
+    let pooled_inputs = if args.per_robot {
+        Vec::new()
+    } else {
+        vec![("run", &args.files), ("baseline", &args.baseline)]
+    };
+    for (what, paths) in pooled_inputs {
+        let runs = input::pooled_runs(paths);
+        if !runs.is_empty() {
+            a.report
+                .inputs
+                .warnings
+                .push(input::pooled_warning(what, &runs));
+        }
+    }
+    let dirs = args.files.iter().filter(|p| p.is_dir()).count();
+    if !args.per_robot && dirs > 1 {
+        eprintln!(
+            "hint: {dirs} directories are pooled into one run; if each is a robot, add --per-robot to see each robot's column and which one differs"
+        );
+    }
+    for w in a
+        .report
+        .inputs
+        .warnings
+        .iter()
+        .chain(a.report.baseline.iter().flat_map(|b| b.warnings.iter()))
+    {
+        eprintln!("warning: {w}");
+    }
+}
+
 fn report(args: ReportArgs) -> Result<ExitCode, String> {
     let gates: Vec<Gate> = args
         .fail_if
@@ -149,37 +184,7 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     }
     let mut a = analysis::analyze(&run, baseline.as_ref(), &opts);
     analysis::per_robot(&mut a, &robots, &opts);
-    // Runs that share a directory are said to be pooled, in the report
-    // itself; with --per-robot pooling the robots is the point.
-    let pooled_inputs = if args.per_robot {
-        Vec::new()
-    } else {
-        vec![("run", &args.files), ("baseline", &args.baseline)]
-    };
-    for (what, paths) in pooled_inputs {
-        let runs = input::pooled_runs(paths);
-        if !runs.is_empty() {
-            a.report
-                .inputs
-                .warnings
-                .push(input::pooled_warning(what, &runs));
-        }
-    }
-    let dirs = args.files.iter().filter(|p| p.is_dir()).count();
-    if !args.per_robot && dirs > 1 {
-        eprintln!(
-            "hint: {dirs} directories are pooled into one run; if each is a robot, add --per-robot to see each robot's column and which one differs"
-        );
-    }
-    for w in a
-        .report
-        .inputs
-        .warnings
-        .iter()
-        .chain(a.report.baseline.iter().flat_map(|b| b.warnings.iter()))
-    {
-        eprintln!("warning: {w}");
-    }
+    warn_of_pooling(&args, &mut a);
     let format = if args.json {
         Format::Json
     } else {

@@ -9,11 +9,10 @@ mod common;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-use stagetrace::{FilteredStageLayer, FlushGuard, StageLayer, StageSpanExt, TraceParent};
+use stagetrace::{FlushGuard, StageLayer, StageSpanExt, TraceParent};
 use stagetrace_test_support::Collect;
 use tracing::Subscriber;
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::registry::LookupSpan;
 
 /// One call; returns the `traceparent` the transport would have sent.
 fn one_call() -> Option<TraceParent> {
@@ -36,10 +35,7 @@ where
 }
 
 /// The stage layer with the tracing-opentelemetry hook, keeping its records.
-fn shared_stages<S>() -> (FilteredStageLayer<S>, FlushGuard, Collect)
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
+fn shared_stages() -> (StageLayer, FlushGuard, Collect) {
     Collect::build(
         StageLayer::builder().share_trace_context(stagetrace_otlp::tracing_opentelemetry_context),
     )

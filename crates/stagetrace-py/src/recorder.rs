@@ -101,7 +101,7 @@ impl Recorder {
             b = b.sink(Box::new(sink));
         }
         let (layer, guard) = b
-            .build_unfiltered::<tracing_subscriber::Registry>()
+            .build()
             .map_err(|e| PyValueError::new_err(python_message(&e)))?;
         // The layer itself is not needed: no span of it is ever made. Its
         // worker lives until the guard finishes it.

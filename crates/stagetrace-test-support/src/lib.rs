@@ -17,12 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::{
-    CallRecord, FilteredStageLayer, FlushGuard, RecordSink, StageLayer, StageLayerBuilder,
-    WindowSummary,
+    CallRecord, FlushGuard, RecordSink, StageLayer, StageLayerBuilder, WindowSummary,
 };
-use tracing::Subscriber;
 use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::registry::LookupSpan;
 
 /// A sink that keeps every record and every summary window in memory.
 #[derive(Clone, Debug, Default)]
@@ -38,10 +35,7 @@ impl Collect {
     }
 
     /// Builds `builder` with this sink added last.
-    pub fn build<S>(builder: StageLayerBuilder) -> (FilteredStageLayer<S>, FlushGuard, Collect)
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
+    pub fn build(builder: StageLayerBuilder) -> (StageLayer, FlushGuard, Collect) {
         let kept = Collect::default();
         let (layer, guard) = builder.sink(kept.sink()).build().unwrap();
         (layer, guard, kept)

@@ -1,7 +1,10 @@
 //! App-thread cost of observing one call (a `call` span with the four stage
-//! spans inside) with no layer, with `StageLayer`, and with
+//! spans inside) with no layer, with `StageLayer` (plain, as `build()` makes
+//! it, and behind its per-layer filter, as `build_filtered()` does), and with
 //! `tracing-opentelemetry` (default settings, SDK tracer provider with no
 //! exporter); plus 100 spans that are not stages, with and without `StageLayer`.
+//! After the criterion groups, `--bench` prints the overhead table with the
+//! goals of `docs/stages.md` §8 (paired rounds, app-thread CPU time).
 //!
 //! `cargo bench -p stagetrace --bench overhead -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs, clippy::unwrap_used)]
@@ -70,22 +73,20 @@ fn call(c: &mut Criterion) {
         tracing::Dispatch::new(tracing_subscriber::registry()),
         one_call,
     );
-    let (layer, guard) = StageLayer::builder()
-        .queue_capacity(1 << 16)
-        .build()
-        .unwrap();
-    bench_with(
-        &mut g,
-        "stage_layer",
-        tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
-        one_call,
-    );
-    let s = guard.finish();
+    for (name, attach) in [
+        ("stage_layer", Attach::Plain),
+        ("stage_layer_filtered", Attach::Filtered),
+    ] {
+        let (dispatch, guard) = attach.dispatch(false);
+        bench_with(&mut g, name, dispatch, one_call);
+        let s = guard.finish();
+        eprintln!(
+            "{name}: {} calls summarised, {} dropped (queue full)",
+            s.calls, s.queue_drops
+        );
+    }
+    bench_with(&mut g, "noop_layer", Attach::Plain.floor(), one_call);
     bench_with(&mut g, "noop_filtered_layer", floor(), one_call);
-    eprintln!(
-        "stage_layer: {} calls summarised, {} dropped (queue full)",
-        s.calls, s.queue_drops
-    );
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
     bench_with(
@@ -107,29 +108,35 @@ fn other_spans(c: &mut Criterion) {
         tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer)),
         hundred_other_spans,
     );
-    let (layer, guard) = StageLayer::builder().build().unwrap();
-    bench_with(
-        &mut g,
-        "app_layer+stage_layer",
-        tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer)),
-        hundred_other_spans,
-    );
-    drop(guard);
-    // Nobody but StageLayer: the spans are never created at all.
     bench_with(
         &mut g,
         "bare_registry",
         tracing::Dispatch::new(tracing_subscriber::registry()),
         hundred_other_spans,
     );
-    let (layer, guard) = StageLayer::builder().build().unwrap();
-    bench_with(
-        &mut g,
-        "stage_layer_alone",
-        tracing::Dispatch::new(tracing_subscriber::registry().with(layer)),
-        hundred_other_spans,
-    );
-    drop(guard);
+    for (name, attach) in [
+        ("stage_layer", Attach::Plain),
+        ("stage_layer_filtered", Attach::Filtered),
+    ] {
+        let (dispatch, guard) = attach.dispatch(true);
+        bench_with(
+            &mut g,
+            &format!("app_layer+{name}"),
+            dispatch,
+            hundred_other_spans,
+        );
+        drop(guard);
+        // StageLayer alone: plain, the registry creates the spans; filtered,
+        // they are disabled at their callsites.
+        let (dispatch, guard) = attach.dispatch(false);
+        bench_with(
+            &mut g,
+            &format!("{name}_alone"),
+            dispatch,
+            hundred_other_spans,
+        );
+        drop(guard);
+    }
     g.finish();
 }
 
@@ -155,127 +162,207 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One way of attaching StageLayer, as the bench compares them.
+#[derive(Clone, Copy)]
+enum Attach {
+    /// `build_filtered()`: behind its per-layer filter.
+    Filtered,
+    /// `build()`: a plain layer that sees every span.
+    Plain,
+}
+
+impl Attach {
+    /// A fresh StageLayer attached this way, with `app` (an app layer that
+    /// wants every span) outside it when asked.
+    fn dispatch(self, app: bool) -> (tracing::Dispatch, stagetrace::FlushGuard) {
+        let builder = StageLayer::builder().queue_capacity(1 << 16);
+        match self {
+            Attach::Filtered => {
+                let (layer, guard) = builder.build_filtered().unwrap();
+                let registry = tracing_subscriber::registry().with(layer);
+                let d = if app {
+                    tracing::Dispatch::new(registry.with(AppLayer))
+                } else {
+                    tracing::Dispatch::new(registry)
+                };
+                (d, guard)
+            }
+            Attach::Plain => {
+                let (layer, guard) = builder.build().unwrap();
+                let registry = tracing_subscriber::registry().with(layer);
+                let d = if app {
+                    tracing::Dispatch::new(registry.with(AppLayer))
+                } else {
+                    tracing::Dispatch::new(registry)
+                };
+                (d, guard)
+            }
+        }
+    }
+
+    /// The floor for a layer attached this way: one that does nothing with
+    /// the same spans.
+    fn floor(self) -> tracing::Dispatch {
+        match self {
+            Attach::Filtered => floor(),
+            Attach::Plain => tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer)),
+        }
+    }
+}
+
+/// The ratios of one way of attaching StageLayer, medians over paired rounds.
+struct Ratios {
+    call_ns: f64,
+    over_bare: f64,
+    over_floor: f64,
+    over_otel: f64,
+    app_spans: f64,
+    alone_spans: f64,
+    observer_p50_us: Option<f64>,
+    queue_drops: u64,
+}
+
 /// Paired, interleaved rounds of app-thread CPU time: on a shared machine the
 /// load changes from one criterion benchmark to the next and wall time counts
 /// the waits for a core, so the ratios are taken round by round (each
 /// configuration in turn, same load, CPU time) and the median round is reported.
 /// All dispatchers here agree on every callsite's interest, so keeping them
 /// alive together does not tax any of them.
-fn paired_ratios() {
+fn paired(attach: Attach, otel: &tracing::Dispatch) -> Ratios {
     let rounds = 41;
-    // Calls: bare registry, StageLayer (filtered, as built; and unfiltered),
-    // tracing-opentelemetry.
-    let (layer, guard) = StageLayer::builder()
-        .queue_capacity(1 << 16)
-        .build()
-        .unwrap();
-    let staged = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
-    let (layer, guard_u) = StageLayer::builder()
-        .queue_capacity(1 << 16)
-        .build_unfiltered::<tracing_subscriber::Registry>()
-        .unwrap();
-    let unfiltered = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let (staged, guard) = attach.dispatch(false);
     let bare = tracing::Dispatch::new(tracing_subscriber::registry());
+    let floor = attach.floor();
+    let (mut s, mut rb, mut rf, mut ro) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let tb = time(&bare, one_call, 3000);
+        let ts = time(&staged, one_call, 3000);
+        let tf = time(&floor, one_call, 3000);
+        let to = time(otel, one_call, 3000);
+        s.push(ts);
+        rb.push(ts / tb);
+        rf.push(ts / tf);
+        ro.push(ts / to);
+    }
+    drop((staged, floor));
+    let summary = guard.finish();
+    // The app's own spans next to an app layer that wants them.
+    let (app_staged, guard) = attach.dispatch(true);
+    let app = tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer));
+    let mut ra = vec![];
+    for _ in 0..rounds {
+        let ta = time(&app, hundred_other_spans, 1000);
+        let tas = time(&app_staged, hundred_other_spans, 1000);
+        ra.push(tas / ta);
+    }
+    drop((app_staged, app, bare));
+    drop(guard);
+    Ratios {
+        call_ns: median(s),
+        over_bare: median(rb),
+        over_floor: median(rf),
+        over_otel: median(ro),
+        app_spans: median(ra),
+        alone_spans: f64::NAN,
+        observer_p50_us: summary.observer_us.map(|q| q.p50),
+        queue_drops: summary.queue_drops,
+    }
+}
+
+/// The overhead table: both ways of attaching StageLayer, the goals of
+/// `docs/stages.md` §8 beside them.
+fn overhead_table() {
     let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
     let otel = tracing::Dispatch::new(
         tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
     );
-    let noop = floor();
-    let (mut b, mut s, mut u, mut o, mut f) = (vec![], vec![], vec![], vec![], vec![]);
-    let (mut rs, mut ru, mut ro, mut rso, mut radd) = (vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..rounds {
-        let tb = time(&bare, one_call, 3000);
-        let ts = time(&staged, one_call, 3000);
-        let tu = time(&unfiltered, one_call, 3000);
-        let to = time(&otel, one_call, 3000);
-        f.push(time(&noop, one_call, 3000));
-        rs.push(ts / tb);
-        ru.push(tu / tb);
-        ro.push(to / tb);
-        rso.push(ts / to);
-        radd.push((ts - tb) / (to - tb));
-        b.push(tb);
-        s.push(ts);
-        u.push(tu);
-        o.push(to);
+    let mut filtered = paired(Attach::Filtered, &otel);
+    let mut plain = paired(Attach::Plain, &otel);
+    let sparse_f = sparse_ratio(Attach::Filtered, &otel);
+    let sparse_p = sparse_ratio(Attach::Plain, &otel);
+    drop(otel);
+    filtered.alone_spans = alone_ratio(Attach::Filtered);
+    plain.alone_spans = alone_ratio(Attach::Plain);
+    let x = |v: f64| format!("{v:.2}x");
+    let rows: [(&str, String, String, &str); 7] = [
+        (
+            "one call (5 spans), app-thread CPU ns",
+            format!("{:.0}", filtered.call_ns),
+            format!("{:.0}", plain.call_ns),
+            "",
+        ),
+        (
+            "one call / bare registry",
+            x(filtered.over_bare),
+            x(plain.over_bare),
+            "",
+        ),
+        (
+            "one call / the floor (a no-op layer seeing the same spans the same way)",
+            x(filtered.over_floor),
+            x(plain.over_floor),
+            "<= 1.3x",
+        ),
+        (
+            "one call / tracing-opentelemetry",
+            x(filtered.over_otel),
+            x(plain.over_otel),
+            "<= 0.25x",
+        ),
+        (
+            "100 app spans next to an app layer: with / without StageLayer",
+            x(filtered.app_spans),
+            x(plain.app_spans),
+            "<= 1.1x",
+        ),
+        (
+            "100 app spans, StageLayer the only layer / bare registry (each alone)",
+            x(filtered.alone_spans),
+            x(plain.alone_spans),
+            "",
+        ),
+        (
+            "one call every 2 ms (cold caches, wall) / tracing-opentelemetry",
+            x(sparse_f),
+            x(sparse_p),
+            "<= 0.3x",
+        ),
+    ];
+    println!("\noverhead, paired rounds (app-thread CPU time, median of 41 rounds):");
+    println!(
+        "| figure | build() (plain layer, default) | build_filtered() (per-layer filter) | goal |"
+    );
+    println!("|---|---|---|---|");
+    for (name, f, p, goal) in rows {
+        println!("| {name} | {p} | {f} | {goal} |");
     }
-    drop((staged, unfiltered, otel, bare, noop));
-    let summary = guard.finish();
-    drop(guard_u);
-
-    // Non-stage spans: alone, and next to an app layer that wants them.
-    let (layer, guard) = StageLayer::builder().build().unwrap();
-    let app_staged =
-        tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer));
-    let (layer, guard_u) = StageLayer::builder()
-        .build_unfiltered::<tracing_subscriber::Registry>()
-        .unwrap();
-    let app_unfiltered =
-        tracing::Dispatch::new(tracing_subscriber::registry().with(layer).with(AppLayer));
-    let (layer, guard_u2) = StageLayer::builder()
-        .build_unfiltered::<tracing_subscriber::Registry>()
-        .unwrap();
-    let unfiltered_alone = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
-    let app = tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer));
-    let bare = tracing::Dispatch::new(tracing_subscriber::registry());
-    let (mut a, mut as_, mut au, mut rn, mut rnu, mut rua) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    for _ in 0..rounds {
-        let ta = time(&app, hundred_other_spans, 100);
-        let tas = time(&app_staged, hundred_other_spans, 100);
-        let tau = time(&app_unfiltered, hundred_other_spans, 100);
-        let tb = time(&bare, hundred_other_spans, 100);
-        let tua = time(&unfiltered_alone, hundred_other_spans, 100);
-        rn.push(tas / ta);
-        rnu.push(tau / ta);
-        rua.push(tua / tb);
-        a.push(ta);
-        as_.push(tas);
-        au.push(tau);
+    for (name, r) in [("build()", &plain), ("build_filtered()", &filtered)] {
+        println!(
+            "{name}: observer's own cost per call as it reports itself p50 {:?} us, queue drops {}",
+            r.observer_p50_us, r.queue_drops
+        );
     }
-    drop((app_staged, app_unfiltered, unfiltered_alone));
-    drop((guard, guard_u, guard_u2));
+}
 
-    println!("\npaired rounds, app-thread CPU time (median of {rounds}):");
-    println!(
-        "  one call (5 spans): bare registry {:.0} ns, StageLayer {:.0} ns, tracing-opentelemetry {:.0} ns",
-        median(b),
-        median(s),
-        median(o)
-    );
-    println!(
-        "  StageLayer / bare = {:.2}x, tracing-opentelemetry / bare = {:.2}x, StageLayer / tracing-opentelemetry = {:.2}x",
-        median(rs),
-        median(ro),
-        median(rso)
-    );
-    println!(
-        "  added over bare: StageLayer / tracing-opentelemetry = {:.2}x",
-        median(radd)
-    );
-    println!(
-        "  floor: a no-op layer behind a per-layer filter enabling the same spans {:.0} ns",
-        median(f)
-    );
-    println!(
-        "  100 non-stage spans next to an app layer: app layer {:.0} ns, + StageLayer {:.0} ns = {:.2}x",
-        median(a),
-        median(as_),
-        median(rn)
-    );
-    println!(
-        "  build_unfiltered(): one call {:.0} ns = {:.2}x bare; 100 non-stage spans next to an app layer {:.0} ns = {:.2}x, alone {:.2}x bare registry",
-        median(u),
-        median(ru),
-        median(au),
-        median(rnu),
-        median(rua)
-    );
-    println!(
-        "  observer's own cost per call, as it reports itself: {:?} us, queue drops {}",
-        summary.observer_us, summary.queue_drops
-    );
+/// 100 of the app's spans with StageLayer the only layer, against the bare
+/// registry creating them. Each configuration is the only dispatcher alive
+/// while it runs: behind its filter StageLayer disables the spans at their
+/// callsites, which a second dispatcher wanting them would undo (the
+/// callsites' interest would become "sometimes" for both).
+fn alone_ratio(attach: Attach) -> f64 {
+    let ratios: Vec<f64> = (0..11)
+        .map(|_| {
+            let (alone, guard) = attach.dispatch(false);
+            let tl = time(&alone, hundred_other_spans, 1000);
+            drop(alone);
+            drop(guard);
+            let bare = tracing::Dispatch::new(tracing_subscriber::registry());
+            let tb = time(&bare, hundred_other_spans, 1000);
+            tl / tb
+        })
+        .collect();
+    median(ratios)
 }
 
 /// Median wall time of `f` when it runs once every 2 ms, as a control loop
@@ -296,38 +383,16 @@ fn sparse(dispatch: &tracing::Dispatch, f: fn(), calls: usize) -> f64 {
     })
 }
 
-/// The same configurations, called sparsely (see [`sparse`]).
-fn sparse_ratios() {
-    let (layer, guard) = StageLayer::builder().build().unwrap();
-    let staged = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
-    let bare = tracing::Dispatch::new(tracing_subscriber::registry());
-    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
-    let otel = tracing::Dispatch::new(
-        tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
-    );
-    let (mut b, mut s, mut o) = (vec![], vec![], vec![]);
-    for _ in 0..5 {
-        b.push(sparse(&bare, one_call, 200));
-        s.push(sparse(&staged, one_call, 200));
-        o.push(sparse(&otel, one_call, 200));
-    }
-    drop((staged, bare, otel));
-    let summary = guard.finish();
-    let (b, s, o) = (median(b), median(s), median(o));
-    println!("\none call every 2 ms (cold caches), median wall time per call:");
-    println!(
-        "  bare registry {:.0} ns, StageLayer {:.0} ns ({:.2}x bare), tracing-opentelemetry {:.0} ns; StageLayer / tracing-opentelemetry = {:.2}x",
-        b,
-        s,
-        s / b,
-        o,
-        s / o
-    );
-    println!(
-        "  observer's own cost per call, as it reports itself: {:?} us",
-        summary.observer_us
-    );
+/// One call every 2 ms (see [`sparse`]): StageLayer attached as `attach`
+/// against tracing-opentelemetry, median over 5 paired rounds.
+fn sparse_ratio(attach: Attach, otel: &tracing::Dispatch) -> f64 {
+    let (staged, guard) = attach.dispatch(false);
+    let ratios: Vec<f64> = (0..5)
+        .map(|_| sparse(&staged, one_call, 200) / sparse(otel, one_call, 200))
+        .collect();
+    drop(staged);
+    drop(guard);
+    median(ratios)
 }
 
 criterion_group!(benches, call, other_spans);
@@ -338,8 +403,7 @@ fn main() {
     // `--profile-time` (under a profiler) runs the chosen benchmark only.
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--profile-time") {
-        paired_ratios();
-        sparse_ratios();
+        overhead_table();
     }
     Criterion::default().configure_from_args().final_summary();
 }

@@ -256,34 +256,50 @@ impl StageLayerBuilder {
         self
     }
 
-    /// Start the worker and return the layer (with its per-layer filter) and
-    /// the guard that drains the worker when dropped.
+    /// Start the worker and return the layer and the guard that drains the
+    /// worker when dropped.
+    ///
+    /// The layer sees every span and skips the ones that are not stages
+    /// itself: a table probe when a span opens and one when it closes (see
+    /// `docs/stages.md`, "Cost"). Next to the app's own layers (a `fmt` or
+    /// OpenTelemetry layer) this is the cheapest way to attach it; when it is
+    /// the only layer, [`build_filtered`](Self::build_filtered) keeps the
+    /// app's other spans from being created at all.
     ///
     /// An unwritable output directory is not an error here: it is reported
     /// once on stderr, counted as `records_lost` / `summary_write_failures`
     /// and retried, and the app keeps running.
-    pub fn build<S>(self) -> Result<(FilteredStageLayer<S>, FlushGuard), BuildError>
+    pub fn build(self) -> Result<(StageLayer, FlushGuard), BuildError> {
+        self.start(WithScope::unset(), true)
+    }
+
+    /// Like [`build`](Self::build), but behind a per-layer filter that
+    /// enables call and stage spans only, for this layer.
+    ///
+    /// The trade-off: with stagetrace the only layer, the app's other spans
+    /// are disabled at their callsites and cost nothing (with `build()` the
+    /// registry creates them, as it does for any layer); next to another
+    /// layer that wants them, `tracing-subscriber`'s filter bookkeeping on
+    /// every enter, exit and close makes each of them cost about twice as
+    /// much. See `docs/stages.md`, section "Cost".
+    pub fn build_filtered<S>(self) -> Result<(FilteredStageLayer<S>, FlushGuard), BuildError>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let (layer, guard) = self.build_unfiltered::<S>()?;
+        let (layer, guard) = self.start(WithScope::for_subscriber::<S>(), false)?;
         let filter = StageFilter {
             names: Arc::clone(&layer.names),
         };
         Ok((layer.with_filter(filter), guard))
     }
 
-    /// Like [`build`](Self::build), but without the per-layer filter: the
-    /// layer sees every span and ignores the ones that are not stages itself.
-    ///
-    /// The trade-off: next to another layer that wants every span, non-stage
-    /// spans cost less (no per-layer-filter bookkeeping on each enter / exit /
-    /// close); but when stagetrace is the only layer, the registry now creates
-    /// every span instead of none. See `docs/stages.md`, section "Cost".
-    pub fn build_unfiltered<S>(self) -> Result<(StageLayer, FlushGuard), BuildError>
-    where
-        S: Subscriber + for<'a> LookupSpan<'a>,
-    {
+    /// Checks the configuration, starts the worker and makes the layer;
+    /// `plain`: it sees every span (keeps a table of the spans it tracks).
+    fn start(
+        self,
+        with_scope: WithScope,
+        plain: bool,
+    ) -> Result<(StageLayer, FlushGuard), BuildError> {
         if self.window.is_zero() {
             return Err(BuildError::ZeroWindow);
         }
@@ -354,9 +370,11 @@ impl StageLayerBuilder {
             tx: tx.clone(),
             health,
             next_ordinal: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            with_scope: WithScope::for_subscriber::<S>(),
+            with_scope,
             context_hook: self.context_hook,
             dispatch: std::sync::OnceLock::new(),
+            remote_open: std::sync::atomic::AtomicUsize::new(0),
+            live: plain.then(crate::layer::LiveSpans::new),
         };
         let guard = FlushGuard {
             tx,

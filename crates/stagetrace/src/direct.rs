@@ -16,7 +16,7 @@
 //! use stagetrace::{StageLayer, Stage};
 //!
 //! # fn main() -> Result<(), stagetrace::BuildError> {
-//! let (layer, guard) = StageLayer::builder().build_unfiltered::<tracing_subscriber::Registry>()?;
+//! let (layer, guard) = StageLayer::builder().build()?;
 //! let calls = layer.direct_calls();
 //! let mut call = calls.start(Some("infer"), None);
 //! let capture = Mark::now();

@@ -480,10 +480,7 @@ fn a_stage_nested_in_a_stage_is_reported_but_not_counted_twice_in_the_gap() {
 #[test]
 fn the_unfiltered_layer_records_the_same_calls() {
     let collect = Collect::default();
-    let (layer, guard) = StageLayer::builder()
-        .sink(collect.sink())
-        .build_unfiltered::<tracing_subscriber::Registry>()
-        .unwrap();
+    let (layer, guard) = StageLayer::builder().sink(collect.sink()).build().unwrap();
     let seen = Arc::new(AtomicUsize::new(0));
     let subscriber = tracing_subscriber::registry()
         .with(layer)

@@ -1,7 +1,7 @@
 //! The stage layer next to the app's own layers: they keep receiving every
 //! event and every span (stage spans, non-stage spans, spans outside any
-//! call), with their fields, whether the stage layer is filtered (the
-//! default) or not.
+//! call), with their fields, whether the stage layer is plain (the default)
+//! or behind its per-layer filter.
 
 #![allow(clippy::unwrap_used)]
 
@@ -84,7 +84,10 @@ const EXPECTED: [&str; 20] = [
 fn the_apps_own_layer_sees_everything_next_to_a_filtered_stage_layer() {
     let seen = Seen::default();
     let kept = Collect::default();
-    let (stages, guard) = StageLayer::builder().sink(kept.sink()).build().unwrap();
+    let (stages, guard) = StageLayer::builder()
+        .sink(kept.sink())
+        .build_filtered()
+        .unwrap();
     let subscriber = tracing_subscriber::registry()
         .with(stages)
         .with(seen.clone());
@@ -99,13 +102,10 @@ fn the_apps_own_layer_sees_everything_next_to_a_filtered_stage_layer() {
 }
 
 #[test]
-fn the_apps_own_layer_sees_everything_next_to_an_unfiltered_stage_layer() {
+fn the_apps_own_layer_sees_everything_next_to_a_plain_stage_layer() {
     let seen = Seen::default();
     let kept = Collect::default();
-    let (stages, guard) = StageLayer::builder()
-        .sink(kept.sink())
-        .build_unfiltered::<tracing_subscriber::Registry>()
-        .unwrap();
+    let (stages, guard) = StageLayer::builder().sink(kept.sink()).build().unwrap();
     let subscriber = tracing_subscriber::registry()
         .with(seen.clone())
         .with(stages);

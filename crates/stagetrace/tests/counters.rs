@@ -100,10 +100,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AppLayer {}
 #[test]
 fn the_layer_is_found_unfiltered_and_behind_other_layers() {
     let kept = Collect::default();
-    let (layer, guard) = StageLayer::builder()
-        .sink(kept.sink())
-        .build_unfiltered::<tracing_subscriber::layer::Layered<AppLayer, tracing_subscriber::Registry>>()
-        .unwrap();
+    let (layer, guard) = StageLayer::builder().sink(kept.sink()).build().unwrap();
     let subscriber = tracing_subscriber::registry().with(AppLayer).with(layer);
     tracing::subscriber::with_default(subscriber, || {
         stagetrace::count_rejected_header();

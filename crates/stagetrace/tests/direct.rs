@@ -47,7 +47,7 @@ fn a_direct_call_writes_the_record_a_call_of_spans_writes() {
         .clock_mode(ClockMode::Trusted)
         .warmup_calls(0)
         .sink(collect.sink())
-        .build_unfiltered::<tracing_subscriber::Registry>()
+        .build()
         .unwrap();
     let direct = layer.direct_calls();
     let subscriber = tracing_subscriber::registry().with(layer);
@@ -140,7 +140,7 @@ fn a_full_queue_drops_direct_calls_and_counts_them_without_blocking() {
             release: release_rx,
             first: true,
         }))
-        .build_unfiltered::<tracing_subscriber::Registry>()
+        .build()
         .unwrap();
     let direct = layer.direct_calls();
     let one = || {
@@ -175,7 +175,7 @@ fn a_direct_call_continues_a_remote_parent_and_carries_its_transports_relays() {
         .clock_mode(ClockMode::Trusted)
         .warmup_calls(0)
         .sink(collect.sink())
-        .build_unfiltered::<tracing_subscriber::Registry>()
+        .build()
         .unwrap();
     let direct = layer.direct_calls();
     let caller =

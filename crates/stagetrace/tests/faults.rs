@@ -157,26 +157,19 @@ fn a_panicking_sink_is_disabled_and_the_files_keep_going() {
 
 #[test]
 fn bad_configuration_is_rejected_with_a_fix() {
-    type R = tracing_subscriber::Registry;
     let e = StageLayer::builder()
         .window(Duration::ZERO)
-        .build::<R>()
+        .build()
         .unwrap_err();
     assert!(e.to_string().contains(".window("), "{e}");
-    let e = StageLayer::builder()
-        .target_hz(-1.0)
-        .build::<R>()
-        .unwrap_err();
+    let e = StageLayer::builder().target_hz(-1.0).build().unwrap_err();
     assert!(e.to_string().contains("target_hz"), "{e}");
-    let e = StageLayer::builder()
-        .queue_capacity(0)
-        .build::<R>()
-        .unwrap_err();
+    let e = StageLayer::builder().queue_capacity(0).build().unwrap_err();
     assert!(e.to_string().contains("queue_capacity"), "{e}");
     let e = StageLayer::builder()
         .call_span_name("step")
         .map_span("step", stagetrace::Stage::Capture)
-        .build::<R>()
+        .build()
         .unwrap_err();
     assert!(e.to_string().contains("\"step\""), "{e}");
 }

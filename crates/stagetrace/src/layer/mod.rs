@@ -17,6 +17,7 @@
 
 pub(crate) mod callsite;
 mod fields;
+mod live;
 mod scope;
 pub(crate) mod span_ext;
 mod span_state;
@@ -45,12 +46,16 @@ use crate::wire::TraceParent;
 
 use callsite::{Names, Role};
 use fields::Fields;
+pub(crate) use live::LiveSpans;
+use live::Membership;
 pub(crate) use scope::WithScope;
 use span_state::{RemoteState, StageState, TransportState};
 
-/// The stage layer. Built by [`StageLayer::builder`]; what the builder returns
-/// is this layer wrapped in its per-layer filter ([`FilteredStageLayer`]), so
-/// spans that are not stages cost almost nothing and other layers still see them.
+/// The stage layer. Built by [`StageLayer::builder`]: as a plain layer that
+/// sees every span and skips the app's own in a table probe
+/// ([`build`](crate::StageLayerBuilder::build)), or wrapped in its per-layer
+/// filter ([`FilteredStageLayer`], [`build_filtered`](crate::StageLayerBuilder::build_filtered)).
+/// Other layers see every span either way.
 pub struct StageLayer {
     pub(crate) names: Arc<Names>,
     pub(crate) tx: Sender<Msg>,
@@ -66,6 +71,12 @@ pub struct StageLayer {
     /// The subscriber this layer sits in, for the hook. Weak: the subscriber
     /// owns the layer.
     pub(crate) dispatch: OnceLock<WeakDispatch>,
+    /// Request handlers' spans (`remote_parent`) open now: while there are
+    /// none, a new call has no remote parent to look for.
+    pub(crate) remote_open: std::sync::atomic::AtomicUsize,
+    /// The open spans this layer keeps state for, when no per-layer filter
+    /// keeps the other spans away (`None`: behind [`StageFilter`]).
+    pub(crate) live: Option<LiveSpans>,
 }
 
 impl fmt::Debug for StageLayer {
@@ -129,9 +140,14 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &span::Id, ctx: Context<'_, S>) {
-        let t0 = stamp::now();
         let meta = attrs.metadata();
         let class = self.names.class(meta);
+        // A span that can never be a stage costs one table probe, not a
+        // clock read (the app's own spans, when this layer sees them all).
+        if !class.interesting() {
+            return;
+        }
+        let t0 = stamp::now();
         let mut role = class.role();
         // Fields are read only where they matter: `stage` (if the callsite
         // has one), `kind` / `seq` on calls, `peer` on transport spans.
@@ -150,14 +166,21 @@ where
         let shared_ids = self.shared_ids(id, role);
         let Some(span) = ctx.span(id) else { return };
         // A call inside a server's handler continues the caller's trace,
-        // unless another layer owns the trace context.
+        // unless another layer owns the trace context. Looked for only while
+        // some handler's span is open: a robot's calls skip the walk.
         let remote = match (role, shared_ids) {
-            (Role::Call, None) => span_ext::remote_parent_of(span.parent()),
+            (Role::Call, None) if self.remote_open.load(Ordering::Acquire) > 0 => {
+                span_ext::remote_parent_of(span.parent())
+            }
             _ => None,
         };
+        if let Some(live) = &self.live {
+            live.insert(id.into_u64());
+        }
         let mut ext = span.extensions_mut();
         match role {
             Role::Remote => {
+                self.remote_open.fetch_add(1, Ordering::AcqRel);
                 ext.replace(RemoteState {
                     span_id: ids::span_id(),
                     parent: None,
@@ -165,33 +188,7 @@ where
                 });
             }
             Role::Call => {
-                let ordinal = self.next_ordinal.fetch_add(1, Ordering::Relaxed);
-                // Our own trace ids are random (at least the right-most 7
-                // bytes, as the Level 2 random flag promises); another layer's
-                // may not be.
-                let (trace_id, flags) = match (remote, shared_ids) {
-                    (Some(tp), _) => (
-                        u128::from_be_bytes(tp.trace_id),
-                        tp.flags & TraceParent::KNOWN_FLAGS,
-                    ),
-                    (None, Some(s)) => (s.trace_id, TraceParent::FLAG_SAMPLED),
-                    (None, None) => (
-                        ids::trace_id(),
-                        TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
-                    ),
-                };
-                let mut state = CallState::new(
-                    t0,
-                    ordinal,
-                    fields.seq,
-                    trace_id,
-                    flags,
-                    shared_ids.map_or_else(ids::span_id, |s| s.span_id),
-                    fields.kind.unwrap_or(InlineStr::new()),
-                    shared_ids.is_some(),
-                );
-                state.observer_ticks = stamp::now().ticks_since(t0);
-                ext.replace(state);
+                ext.replace(self.new_call(t0, &fields, remote, shared_ids));
             }
             Role::Stage(Stage::Transport) => {
                 ext.replace(TransportState {
@@ -225,6 +222,13 @@ where
     }
 
     fn on_record(&self, id: &span::Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if self
+            .live
+            .as_ref()
+            .is_some_and(|live| live.contains(id.into_u64()) == Membership::Untracked)
+        {
+            return;
+        }
         let mut fields = Fields::new(&self.names);
         values.record(&mut fields);
         if fields.kind.is_none() && fields.seq.is_none() && fields.peer.is_none() {
@@ -247,16 +251,37 @@ where
     }
 
     fn on_close(&self, id: span::Id, ctx: Context<'_, S>) {
+        let membership = match &self.live {
+            Some(live) => live.remove(id.into_u64()),
+            None => Membership::Tracked,
+        };
+        if membership == Membership::Untracked {
+            return;
+        }
         let end = stamp::now();
         let Some(span) = ctx.span(&id) else { return };
         let ext = span.extensions();
-        // (stage, start, observer ticks, transport part)
-        let mut dispatch_id = 0;
-        let (stage, start, observer_ticks, transport) = if let Some(st) = ext.get::<StageState>() {
-            dispatch_id = st.span_id;
-            (st.stage, st.start, st.observer_ticks, None)
+        if membership == Membership::Unknown && carries_state(&ext) {
+            if let Some(live) = &self.live {
+                live.overflowed_closed();
+            }
+        }
+        let closed = if let Some(st) = ext.get::<StageState>() {
+            ClosedStage {
+                stage: st.stage,
+                start: st.start,
+                observer_ticks: st.observer_ticks,
+                dispatch_id: st.span_id,
+                transport: None,
+            }
         } else if let Some(t) = ext.get::<TransportState>() {
-            (Stage::Transport, t.start, t.observer_ticks, Some(*t))
+            ClosedStage {
+                stage: Stage::Transport,
+                start: t.start,
+                observer_ticks: t.observer_ticks,
+                dispatch_id: 0,
+                transport: Some(*t),
+            }
         } else if ext.get::<CallState>().is_some() {
             drop(ext);
             if let Some(call) = span.extensions_mut().get_mut::<CallState>() {
@@ -264,22 +289,79 @@ where
             }
             return;
         } else {
+            if ext.get::<RemoteState>().is_some() {
+                let _ = self
+                    .remote_open
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            }
             return;
         };
         drop(ext);
+        self.credit_enclosing_call(span.parent(), closed, end);
+    }
+
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            Some(self as *const Self as *const ())
+        } else if id == TypeId::of::<WithScope>() {
+            Some(&self.with_scope as *const WithScope as *const ())
+        } else if id == TypeId::of::<Health>() {
+            // How `health::count_rejected_header` finds this layer's counters
+            // through the subscriber (`Layered` and `Filtered` pass the
+            // question on to their layers).
+            Some(Arc::as_ptr(&self.health) as *const ())
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether a span's extensions hold any state of this layer.
+fn carries_state(ext: &tracing_subscriber::registry::Extensions<'_>) -> bool {
+    ext.get::<CallState>().is_some()
+        || ext.get::<StageState>().is_some()
+        || ext.get::<TransportState>().is_some()
+        || ext.get::<RemoteState>().is_some()
+}
+
+/// What a closed stage span hands to its call.
+struct ClosedStage {
+    stage: Stage,
+    start: Stamp,
+    observer_ticks: u64,
+    /// A dispatch span's id (0 for the others).
+    dispatch_id: u64,
+    transport: Option<TransportState>,
+}
+
+impl StageLayer {
+    /// Adds a closed stage to the nearest enclosing call, walking up from
+    /// `next`; a stage under no call is counted as ignored.
+    fn credit_enclosing_call<S>(
+        &self,
+        mut next: Option<tracing_subscriber::registry::SpanRef<'_, S>>,
+        closed: ClosedStage,
+        end: Stamp,
+    ) where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
         let mut nested = false;
         let mut in_service = false;
-        let mut next = span.parent();
         while let Some(ancestor) = next {
-            {
+            // The app's own spans between a stage and its call hold nothing
+            // of ours: no lock on their extensions.
+            let untracked = self.live.as_ref().is_some_and(|live| {
+                live.contains(ancestor.id().into_u64()) == Membership::Untracked
+            });
+            if !untracked {
                 let mut ext = ancestor.extensions_mut();
                 if let Some(call) = ext.get_mut::<CallState>() {
                     // The first dispatch span is the one exporters draw.
                     if call.dispatch_span_id == 0 {
-                        call.dispatch_span_id = dispatch_id;
+                        call.dispatch_span_id = closed.dispatch_id;
                     }
-                    let transport = transport.map(|t| TransportAcc {
-                        start,
+                    let transport = closed.transport.map(|t| TransportAcc {
+                        start: closed.start,
                         end,
                         span_id: t.span_id,
                         timing: t.timing,
@@ -288,10 +370,10 @@ where
                         request_first_byte: t.request_first_byte,
                         hops: t.hops,
                     });
-                    call.add_stage(stage, start, end, nested, transport);
+                    call.add_stage(closed.stage, closed.start, end, nested, transport);
                     call.observer_ticks = call
                         .observer_ticks
-                        .saturating_add(observer_ticks)
+                        .saturating_add(closed.observer_ticks)
                         .saturating_add(stamp::now().ticks_since(end));
                     return;
                 }
@@ -312,23 +394,43 @@ where
         }
     }
 
-    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
-        if id == TypeId::of::<Self>() {
-            Some(self as *const Self as *const ())
-        } else if id == TypeId::of::<WithScope>() {
-            Some(&self.with_scope as *const WithScope as *const ())
-        } else if id == TypeId::of::<Health>() {
-            // How `health::count_rejected_header` finds this layer's counters
-            // through the subscriber (`Layered` and `Filtered` pass the
-            // question on to their layers).
-            Some(Arc::as_ptr(&self.health) as *const ())
-        } else {
-            None
-        }
+    /// The state of a call span opening at `t0`: its ids from the caller's
+    /// trace (`remote`), from another layer (`shared_ids`) or our own.
+    fn new_call(
+        &self,
+        t0: Stamp,
+        fields: &Fields<'_>,
+        remote: Option<TraceParent>,
+        shared_ids: Option<SharedIds>,
+    ) -> CallState {
+        let ordinal = self.next_ordinal.fetch_add(1, Ordering::Relaxed);
+        // Our own trace ids are random (at least the right-most 7 bytes, as
+        // the Level 2 random flag promises); another layer's may not be.
+        let (trace_id, flags) = match (remote, shared_ids) {
+            (Some(tp), _) => (
+                u128::from_be_bytes(tp.trace_id),
+                tp.flags & TraceParent::KNOWN_FLAGS,
+            ),
+            (None, Some(s)) => (s.trace_id, TraceParent::FLAG_SAMPLED),
+            (None, None) => (
+                ids::trace_id(),
+                TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
+            ),
+        };
+        let mut state = CallState::new(
+            t0,
+            ordinal,
+            fields.seq,
+            trace_id,
+            flags,
+            shared_ids.map_or_else(ids::span_id, |s| s.span_id),
+            fields.kind.unwrap_or(InlineStr::new()),
+            shared_ids.is_some(),
+        );
+        state.observer_ticks = stamp::now().ticks_since(t0);
+        state
     }
-}
 
-impl StageLayer {
     /// A handle for timing calls without `tracing` spans (language
     /// bindings: [`crate::direct`]): same queue, same worker, same counters
     /// and call numbering as this layer's call spans.

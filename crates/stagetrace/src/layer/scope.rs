@@ -16,6 +16,11 @@ use tracing_subscriber::registry::{ExtensionsMut, LookupSpan};
 pub(crate) struct WithScope(Option<WalkFn>);
 
 impl WithScope {
+    /// Not attached yet: set by the layer's `on_layer`.
+    pub(crate) fn unset() -> Self {
+        WithScope(None)
+    }
+
     pub(crate) fn for_subscriber<S>() -> Self
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
