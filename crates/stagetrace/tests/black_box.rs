@@ -83,6 +83,10 @@ fn call(seq: u64, reply: Reply) -> Option<Stamps> {
                 spin_for(Duration::from_millis(1));
             }
         });
+        // The span ends when its last handle goes: read `after` once it has
+        // (read before the drop, a preemption in between put the span's end
+        // after `after`).
+        drop(transport);
         if let Some(s) = &mut stamps {
             s.after = Instant::now();
         }
