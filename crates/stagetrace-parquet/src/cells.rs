@@ -43,8 +43,12 @@ pub(crate) fn cell<'a>(rec: &'a CallRecord, info: &FieldInfo) -> Cell<'a> {
 }
 
 /// One hop's values in `HOP_KEYS` order: the ms figures as every `_ms`
-/// figure is written, `drift_ppm` to three decimals.
-pub(crate) fn hop_values(hop: &HopFigures) -> [Option<f64>; 7] {
+/// figure is written, `drift_ppm` and its bound to three decimals.
+pub(crate) fn hop_values(hop: &HopFigures) -> [Option<f64>; 8] {
+    let ppm = |v: Option<f64>| {
+        v.filter(|d| d.is_finite())
+            .map(|d| (d * 1000.0).round() / 1000.0)
+    };
     let ms = |v: Option<i64>| v.map(|ns| Figure::Net.to_unit(ns));
     [
         ms(hop.up_ns),
@@ -53,9 +57,8 @@ pub(crate) fn hop_values(hop: &HopFigures) -> [Option<f64>; 7] {
         ms(hop.relay_ns),
         ms(hop.offset_ns),
         ms(hop.err_ns),
-        hop.drift_ppm
-            .filter(|d| d.is_finite())
-            .map(|d| (d * 1000.0).round() / 1000.0),
+        ppm(hop.drift_ppm),
+        ppm(hop.drift_err_ppm),
     ]
 }
 

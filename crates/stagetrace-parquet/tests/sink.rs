@@ -44,6 +44,7 @@ fn record(i: u64) -> CallRecord {
                 down_ns: Some(2_000_500),
                 offset_ns: Some(-3_000_000),
                 drift_ppm: Some(12.3456),
+                drift_err_ppm: Some(2.5),
                 ..HopFigures::default()
             },
             HopFigures {

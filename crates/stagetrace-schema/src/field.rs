@@ -85,8 +85,8 @@ pub const CLOCK_VALUES: &[&str] = &["estimate", "trusted", "none", "degraded"];
 /// the last one to the policy server.
 pub const MAX_HOPS_READ: usize = 5;
 /// The keys of one `hops` entry: ms figures (only `offset_ms` may be
-/// negative), then `drift_ppm`.
-pub const HOP_KEYS: [&str; 7] = [
+/// negative), then `drift_ppm` and its ± bound `drift_err_ppm`.
+pub const HOP_KEYS: [&str; 8] = [
     "up_ms",
     "down_ms",
     "net_ms",
@@ -94,6 +94,7 @@ pub const HOP_KEYS: [&str; 7] = [
     "offset_ms",
     "err_ms",
     "drift_ppm",
+    "drift_err_ppm",
 ];
 /// `cache` values.
 pub const CACHE_VALUES: &[&str] = &["hit", "miss"];

@@ -40,6 +40,9 @@ pub struct HopFigures {
     /// Frequency error of this node's clock against the previous node's, ppm,
     /// once estimated.
     pub drift_ppm: Option<f64>,
+    /// ± bound on `drift_ppm` (the fit's standard error times its
+    /// coverage factor, at least 2 ppm), with it.
+    pub drift_err_ppm: Option<f64>,
 }
 
 impl HopFigures {
@@ -83,8 +86,10 @@ impl Serialize for HopFigures {
                 map.serialize_entry(key, &Figure::Net.to_unit(ns))?;
             }
         }
-        if let Some(d) = self.drift_ppm.filter(|d| d.is_finite()) {
-            map.serialize_entry(KEYS[6], &((d * 1000.0).round() / 1000.0))?;
+        for (key, v) in KEYS[6..].iter().zip([self.drift_ppm, self.drift_err_ppm]) {
+            if let Some(d) = v.filter(|d| d.is_finite()) {
+                map.serialize_entry(key, &((d * 1000.0).round() / 1000.0))?;
+            }
         }
         map.end()
     }
@@ -113,11 +118,19 @@ impl<'de> Visitor<'de> for HopVisitor {
                 continue;
             };
             let v: f64 = map.next_value()?;
-            if i == 6 {
-                if !(v.is_finite() && v.abs() <= 1e6) {
-                    return Err(A::Error::custom("hops: drift_ppm out of range"));
+            if i >= 6 {
+                // A bound is never negative.
+                if !(v.is_finite() && v.abs() <= 1e6 && (i == 6 || v >= 0.0)) {
+                    return Err(A::Error::custom(format_args!(
+                        "hops: {} out of range",
+                        KEYS[i]
+                    )));
                 }
-                out.drift_ppm = Some(v);
+                *(if i == 6 {
+                    &mut out.drift_ppm
+                } else {
+                    &mut out.drift_err_ppm
+                }) = Some(v);
                 continue;
             }
             // Only the hop's offset may be negative; a bound is one day at most.
@@ -177,11 +190,13 @@ mod tests {
             offset_ns: Some(-80_000_000),
             err_ns: Some(120_000),
             drift_ppm: Some(199.5),
+            drift_err_ppm: Some(2.25),
         };
         let json = serde_json::to_string(&h).unwrap();
         assert!(json.contains("\"up_ms\":3.001"), "{json}");
         assert_eq!(serde_json::from_str::<HopFigures>(&json).unwrap(), h);
         assert!(serde_json::from_str::<HopFigures>(r#"{"up_ms": -1}"#).is_err());
         assert!(serde_json::from_str::<HopFigures>(r#"{"drift_ppm": 1e300}"#).is_err());
+        assert!(serde_json::from_str::<HopFigures>(r#"{"drift_err_ppm": -1}"#).is_err());
     }
 }

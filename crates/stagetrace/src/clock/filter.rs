@@ -89,14 +89,19 @@ fn coverage_factor(df: usize) -> f64 {
         .map_or(TABLE[0].1, |(_, t)| *t)
 }
 
-/// One drift bucket: the smallest value of each one-way quantity, with the
-/// client time it was seen at. `up = t1 − t0 = offset + uplink` and
-/// `down = t2 − t3 = offset − downlink` (ns): each follows the offset plus a
-/// delay that only queueing raises, so the bucket minima of each trace the
-/// offset over time, each on one direction of the path.
-/// Weighted least-squares line through `(x, y, weight)` points: (slope, its
-/// ± bound: the fit's standard error times [`coverage_factor`]); `None`
-/// with fewer than three points or no spread in x.
+/// Weighted least-squares line through `(x, y, weight)` points in x order:
+/// (slope, its ± bound: the fit's standard error times [`coverage_factor`]);
+/// `None` with fewer than three points or no spread in x.
+///
+/// Why the residuals' lag-1 correlation widens the bound: neighbouring
+/// buckets' minima share their cause — a robot loop and a proxy's timer on
+/// the same millisecond ticks keep the same phase for seconds, a busy host
+/// stays busy — so n correlated minima hold fewer than n independent
+/// errors, and the textbook standard error (which assumes n) states a bound
+/// the truth falls outside. With AR(1) residuals of correlation ρ a trend's
+/// slope varies (1 + ρ)/(1 − ρ) times more, on about n (1 − ρ)/(1 + ρ)
+/// effective points; both go into the bound. White residuals of few points
+/// (ρ = 0) widen it too, by the correction's (1 + 1/n)/(1 − 1/n).
 fn line_fit(points: &[(f64, f64, f64)]) -> Option<(f64, f64)> {
     let n = points.len();
     if n < 3 {
@@ -111,16 +116,33 @@ fn line_fit(points: &[(f64, f64, f64)]) -> Option<(f64, f64)> {
     }
     let sxy: f64 = points.iter().map(|p| p.2 * (p.0 - mx) * (p.1 - my)).sum();
     let slope = sxy / sxx;
-    let rss: f64 = points
+    // Residuals scaled by √weight: equal variance when the weights are right.
+    let r: Vec<f64> = points
         .iter()
-        .map(|p| p.2 * (p.1 - (my + slope * (p.0 - mx))).powi(2))
-        .sum();
+        .map(|p| p.2.sqrt() * (p.1 - (my + slope * (p.0 - mx))))
+        .collect();
+    let rss: f64 = r.iter().map(|v| v * v).sum();
+    let lag1: f64 = r.windows(2).map(|w| w[0] * w[1]).sum();
+    // The lag-1 correlation of few residuals reads low (Kendall: by about
+    // (1 + 4ρ)/n); corrected for it. Negative correlation would narrow the
+    // bound: never trusted.
+    let r1 = if rss > 0.0 { lag1 / rss } else { 0.0 };
+    let rho = (r1 + (1.0 + 4.0 * r1) / n as f64).clamp(0.0, 0.9);
+    let inflation = (1.0 + rho) / (1.0 - rho);
+    let df = ((n as f64 / inflation).floor() as usize)
+        .saturating_sub(2)
+        .max(1);
     Some((
         slope,
-        coverage_factor(n - 2) * (rss / (n as f64 - 2.0) / sxx).sqrt(),
+        coverage_factor(df) * (inflation * rss / (n as f64 - 2.0) / sxx).sqrt(),
     ))
 }
 
+/// One drift bucket: the smallest value of each one-way quantity, with the
+/// client time it was seen at. `up = t1 − t0 = offset + uplink` and
+/// `down = t2 − t3 = offset − downlink` (ns): each follows the offset plus a
+/// delay that only queueing raises, so the bucket minima of each trace the
+/// offset over time, each on one direction of the path.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Bucket {
     up: OneWay,
@@ -441,9 +463,13 @@ impl OffsetFilter {
         let down = line(|b| b.down)?;
         let (slope, bound) = if (up.0 - down.0).abs() <= up.1 + down.1 {
             let (wu, wd) = (up.1.max(1e-12).powi(-2), down.1.max(1e-12).powi(-2));
+            // Two lines further apart than their bounds explain (each a
+            // bound of about 3σ) widen the combined bound by their
+            // disagreement in σ (Birge's ratio): the bounds were too narrow.
+            let apart_sigma = (up.0 - down.0).abs() * 3.0 / (up.1.powi(2) + down.1.powi(2)).sqrt();
             (
                 (up.0 * wu + down.0 * wd) / (wu + wd),
-                (wu + wd).sqrt().recip(),
+                (wu + wd).sqrt().recip() * apart_sigma.max(1.0),
             )
         } else if up.1 <= down.1 {
             up

@@ -100,23 +100,24 @@ impl Stitcher {
             };
             let sample = NtpSample::from_call(hop.from, &hop.to);
             let est = match (self.mode(), sample) {
-                (ClockMode::Trusted, Some(_)) => Some((0.0, 0.0, None)),
+                (ClockMode::Trusted, Some(_)) => Some((0.0, 0.0, None, None)),
                 (ClockMode::Estimate, Some(_)) => {
                     let (from, _) = NtpSample::first_byte(hop.from, &hop.to);
                     let key = format!("{peer}#hop{i}");
                     from.and_then(|s| self.filter_mut(&key).add(s))
-                        .map(|e| (e.offset_ns, e.err_ns, e.drift_ppm))
+                        .map(|e| (e.offset_ns, e.err_ns, e.drift_ppm, e.drift_err_ppm))
                 }
                 _ => None,
             };
             match (est, sample, net) {
-                (Some((offset, err, drift)), Some(s), Some(net)) => {
+                (Some((offset, err, drift, drift_err)), Some(s), Some(net)) => {
                     let up = clamp(diff(s.t1, s.t0) - offset, net, &mut clamped);
                     h.up_ns = Some(whole(up));
                     h.down_ns = Some(whole(net - up));
                     h.offset_ns = Some(whole(offset));
                     h.err_ns = Some(whole(err));
                     h.drift_ppm = drift;
+                    h.drift_err_ppm = drift_err;
                     // The path's offset and bound are the sums of the
                     // hops' as the record shows them (whole ns), so the
                     // numbers a user adds up agree to the nanosecond.
