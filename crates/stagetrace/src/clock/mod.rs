@@ -21,6 +21,7 @@
 
 mod anchor;
 mod filter;
+mod fit;
 mod hops;
 mod sample;
 mod stitch;
