@@ -279,6 +279,15 @@ struct TrackerPath {
     skipped: u64,
 }
 
+impl TrackerPath {
+    fn same_as(&self, o: &TrackerPath) -> bool {
+        (self.origin - o.origin).abs() < 1e3
+            && self.last_tick == o.last_tick
+            && self.prev_end == o.prev_end
+            && self.skipped == o.skipped
+    }
+}
+
 /// One call through the documented rule (`docs/stages.md`, deadlines): ticks
 /// are `origin + k·period` from the first call's start, moved earlier when a
 /// paced call (started more than 1 ms after the previous one ended) starts
@@ -347,16 +356,13 @@ fn true_lateness_ms(calls: &[LoopCall], period: Duration) -> (Vec<(f64, f64)>, V
                     let (n, late) = tracker_step(*s, start, end, p);
                     least = least.min(late);
                     most = most.max(late);
-                    if !next.contains(&Some(n)) {
+                    // Origins within 1 µs are one path: the checks below
+                    // allow the record's µs rounding anyway.
+                    if !next.iter().flatten().any(|m| n.same_as(m)) {
                         next.push(Some(n));
                     }
                 }
             }
-        }
-        // Bounded: paths that agree on the tick, the previous end and the
-        // skips keep only their earliest and latest origin (the hull).
-        if next.len() > 256 {
-            next = hull_paths(next);
         }
         ranges.push((least / 1e6, most / 1e6));
         paths = next;
@@ -392,33 +398,6 @@ fn candidate_starts(s: Option<&TrackerPath>, lo: f64, hi: f64, p: f64) -> Vec<f6
         }
     }
     v
-}
-
-/// Of the paths that agree on all but the origin, the two extreme origins.
-fn hull_paths(paths: Vec<Option<TrackerPath>>) -> Vec<Option<TrackerPath>> {
-    let mut out: Vec<TrackerPath> = Vec::new();
-    for s in paths.into_iter().flatten() {
-        let same = |o: &TrackerPath| {
-            o.last_tick == s.last_tick && o.prev_end == s.prev_end && o.skipped == s.skipped
-        };
-        let kin: Vec<usize> = (0..out.len()).filter(|&i| same(&out[i])).collect();
-        match kin.as_slice() {
-            [] | [_] => out.push(s),
-            [a, b, ..] => {
-                let (lo, hi) = if out[*a].origin <= out[*b].origin {
-                    (*a, *b)
-                } else {
-                    (*b, *a)
-                };
-                if s.origin < out[lo].origin {
-                    out[lo].origin = s.origin;
-                } else if s.origin > out[hi].origin {
-                    out[hi].origin = s.origin;
-                }
-            }
-        }
-    }
-    out.into_iter().map(Some).collect()
 }
 
 #[test]
