@@ -195,7 +195,9 @@ pub fn record_schema() -> serde_json::Value {
 }
 
 /// Lines of every `PREFIX*.jsonl` in `dir`, files in name order; each file
-/// must end with a newline (no torn last line).
+/// must end with a newline (no torn last line) or be empty: a daily
+/// appender creates today's file when it opens, so a run that opens just
+/// before midnight and writes just after it leaves yesterday's file empty.
 #[track_caller]
 pub fn jsonl_lines(dir: &Path, prefix: &str) -> Vec<String> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -212,7 +214,11 @@ pub fn jsonl_lines(dir: &Path, prefix: &str) -> Vec<String> {
         .iter()
         .flat_map(|f| {
             let text = std::fs::read_to_string(f).unwrap();
-            assert!(text.ends_with('\n'), "{} ends mid-line", f.display());
+            assert!(
+                text.is_empty() || text.ends_with('\n'),
+                "{} ends mid-line",
+                f.display()
+            );
             text.lines().map(str::to_owned).collect::<Vec<_>>()
         })
         .collect()
@@ -245,3 +251,37 @@ pub fn read_summaries(dir: &Path) -> Vec<WindowSummary> {
 }
 
 pub use bench::thread_cpu_ns;
+
+#[cfg(test)]
+mod tests {
+    use super::jsonl_lines;
+
+    /// A run that opened its daily files at 23:59:59 and wrote after
+    /// midnight leaves yesterday's file empty: no line of it is torn.
+    #[test]
+    fn an_empty_file_from_before_midnight_has_no_lines_and_no_torn_one() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("summary.2026-12-04.jsonl"), "").unwrap();
+        std::fs::write(
+            dir.path().join("summary.2026-12-05.jsonl"),
+            "{\"a\":1}\n{\"a\":2}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            jsonl_lines(dir.path(), "summary"),
+            ["{\"a\":1}", "{\"a\":2}"]
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "ends mid-line")]
+    fn a_file_whose_last_line_has_no_newline_is_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("summary.2026-12-05.jsonl"),
+            "{\"a\":1}\n{\"a\"",
+        )
+        .unwrap();
+        jsonl_lines(dir.path(), "summary");
+    }
+}

@@ -626,6 +626,51 @@ fn one_sided_queueing_on_a_slow_path_does_not_tilt_the_drift() {
     }
 }
 
+/// A path whose floor sinks alike on both directions during the fit (a
+/// loaded host calming down: 90 µs each way over 30 s) tilts the uplink line
+/// 3 ppm low and the downlink line as much high. Each second's load moves
+/// each direction's floor by up to 0.1 ms on the uplink and 0.4 ms on the
+/// downlink, so the two lines agree within their bounds, the uplink's the
+/// narrower: the weighted mean is nearly the uplink line, and the stated
+/// bound must still reach the truth (the plain mean of the two).
+#[test]
+fn a_floor_that_sinks_on_both_directions_stays_inside_the_drift_bound() {
+    let w = World {
+        skew_ns: 300 * MS as i64,
+        drift_ppm: 200.0,
+        step: None,
+    };
+    let mut outside_weighted = 0;
+    for seed in 0..20u64 {
+        let mut st = Stitcher::new(ClockMode::Estimate);
+        let mut rng = Lcg(500 + seed);
+        let mut last = Stitched::default();
+        let (mut up_load, mut down_load) = (0, 0);
+        for i in 0..600u64 {
+            if i % 20 == 0 {
+                (up_load, down_load) = (rng.next(100_000), rng.next(400_000));
+            }
+            let sink = 90_000 - 90_000 * i / 600;
+            let up = 3 * MS + sink + up_load + rng.next(20_000);
+            let down = 3 * MS + sink + down_load + rng.next(20_000);
+            let (c, s) = w.call(i * 50 * MS, up, 5 * MS, down);
+            last = st.stitch("", c, &s);
+        }
+        let (ppm, err) = (last.drift_ppm.unwrap(), last.drift_err_ppm.unwrap());
+        eprintln!("seed {seed}: {ppm:.2} ± {err:.2} ppm");
+        assert!((ppm - 200.0).abs() <= err, "seed {seed}: {ppm} ± {err} ppm");
+        // The hop test's ceiling: a tenth of the drift.
+        assert!(err <= 20.0, "seed {seed}: bound {err} ppm");
+        outside_weighted += usize::from((ppm - 200.0).abs() > 2.0);
+    }
+    // The case this is about: the weighted estimate alone misses by more
+    // than the 2 ppm floor of a bound.
+    assert!(
+        outside_weighted >= 5,
+        "{outside_weighted} of 20 seeds tilted past 2 ppm"
+    );
+}
+
 /// A downlink that gets 3 ms slower, and stays so for two
 /// minutes, shows as downlink +3 ms and uplink +0, not +1.5 / +1.5. The
 /// offset stays on the minimum-delay exchange from before the change,
