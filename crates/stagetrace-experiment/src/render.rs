@@ -77,7 +77,7 @@ fn stage_table(o: &mut String, r: &ExperimentReport) {
     }
     let _ = writeln!(
         o,
-        "(* moved beyond noise: p50 ≥ {:.2} ms or p99 ≥ {:.2} ms and the 95 % CI above 1)",
+        "(* moved beyond noise: p50 ≥ {:.2} ms with its 95 % CI above 1, or p99 ≥ {:.2} ms at the low end of its 95 % CI)",
         r.thresholds.min_p50_ms, r.thresholds.min_p99_ms
     );
 }
