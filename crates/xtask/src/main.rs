@@ -36,7 +36,7 @@ fn main() -> ExitCode {
                 "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       \
                  cargo xtask jaeger                      build Jaeger into target/tools/\n       \
                  cargo xtask prometheus                  build Prometheus into target/tools/\n       \
-                 cargo xtask timing [--runs N] [--load] [--only TEXT]   run the timing tests N times \
+                 cargo xtask timing [--runs N] [--load] [--only TEXT] [--package NAME]   run the timing tests N times \
                  (default 20), with --load beside a busy loop on every core\n       \
                  cargo xtask fuzz [--target NAME] [--inputs N] [--seed S] [--replay FILE]   \
                  fuzz the parsers (release build, 10 M inputs per target)"

@@ -69,6 +69,9 @@ struct Options {
     runs: usize,
     load: bool,
     only: Option<String>,
+    /// Only the tests of this package (after a change to one crate, its
+    /// own timing tests again).
+    package: Option<String>,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -76,6 +79,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         runs: 20,
         load: false,
         only: None,
+        package: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -95,9 +99,16 @@ fn options(args: &[String]) -> Result<Options, String> {
                         .clone(),
                 )
             }
+            "--package" => {
+                o.package = Some(
+                    it.next()
+                        .ok_or("--package takes a package name, e.g. stagetrace-experiment")?
+                        .clone(),
+                )
+            }
             other => {
                 return Err(format!(
-                "unknown argument {other:?}: cargo xtask timing [--runs N] [--load] [--only TEXT]"
+                "unknown argument {other:?}: cargo xtask timing [--runs N] [--load] [--only TEXT] [--package NAME]"
             ))
             }
         }
@@ -195,9 +206,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let tests: Vec<&TimingTest> = TESTS
         .iter()
         .filter(|t| o.only.as_deref().is_none_or(|only| t.name.contains(only)))
+        .filter(|t| o.package.as_deref().is_none_or(|p| t.package == p))
         .collect();
     if tests.is_empty() {
-        return Err("no timing test matches --only".into());
+        return Err("no timing test matches --only / --package".into());
     }
     let env = prerequisite_env(&Prereqs::from_env())?;
     let root = root();
@@ -366,5 +378,23 @@ mod tests {
             "stagetrace-timing: a error=0.5 bound=1\nnoise\nstagetrace-timing: b error=3 bound=10",
         );
         assert_eq!(t.worst.map(|w| w.3), Some("a".to_owned()));
+    }
+
+    #[test]
+    fn options_name_runs_load_and_a_package() {
+        let args: Vec<String> = [
+            "--runs",
+            "3",
+            "--load",
+            "--package",
+            "stagetrace-experiment",
+        ]
+        .map(String::from)
+        .to_vec();
+        let o = options(&args).unwrap();
+        assert_eq!((o.runs, o.load), (3, true));
+        assert_eq!(o.package.as_deref(), Some("stagetrace-experiment"));
+        assert!(options(&["--package".to_owned()]).is_err());
+        assert!(TESTS.iter().any(|t| t.package == "stagetrace-experiment"));
     }
 }
