@@ -208,6 +208,7 @@ mod tests {
             transfer_ns: Some(41_000_000),
             batch_size: Some(3),
             cache_hit: Some(true),
+            host: Default::default(),
         };
         let m = TimingMap {
             timing: t,

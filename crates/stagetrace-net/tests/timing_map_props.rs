@@ -37,6 +37,7 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
                 transfer_ns: transfer,
                 batch_size: batch,
                 cache_hit: cache,
+                host: Default::default(),
             },
         )
 }

@@ -17,12 +17,14 @@
 //! - [`state`]: one call's state, shared by the call and its spans;
 //! - [`current`]: the context variable, the default recorder, `async with`;
 //! - [`shared`], [`recorder`]: the recorder; [`timing`]: `server_timing` maps;
-//! - [`trace`]: W3C trace continuation for Python services in the middle.
+//! - [`trace`]: W3C trace continuation for Python services in the middle;
+//! - [`gc_clock`]: the garbage collector's pauses, for the record's `gc_ms`.
 
 use pyo3::prelude::*;
 
 mod call;
 mod current;
+mod gc_clock;
 mod recorder;
 mod scope;
 mod shared;
@@ -41,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     current::register(m)?;
     scope::register(m)?;
     trace::register(m)?;
+    gc_clock::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",

@@ -52,6 +52,8 @@ struct Inner {
     handles: u32,
     /// The context variable's token while this call is the current one.
     token: Option<PyObject>,
+    /// The garbage collector's totals when the call started.
+    gc_at_start: (u64, u64),
 }
 
 /// One call of a recorder.
@@ -75,6 +77,7 @@ impl CallCell {
                 overflow: 0,
                 handles: 0,
                 token: None,
+                gc_at_start: (0, 0),
             }),
         }
     }
@@ -101,6 +104,7 @@ impl CallCell {
                 .start_continuing(parent, g.kind.as_deref(), g.seq),
         );
         g.phase = Phase::Running;
+        g.gc_at_start = crate::gc_clock::totals();
         true
     }
 
@@ -108,7 +112,10 @@ impl CallCell {
     pub(crate) fn end(&self) {
         let mut g = self.lock();
         if g.phase == Phase::Running {
-            if let Some(call) = &g.call {
+            let (ns, n) = crate::gc_clock::totals();
+            let (ns0, n0) = g.gc_at_start;
+            if let Some(call) = &mut g.call {
+                call.set_gc(ns.saturating_sub(ns0), n.saturating_sub(n0));
                 self.shared.calls.submit(call);
             }
             g.phase = Phase::Ended;

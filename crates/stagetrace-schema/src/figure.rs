@@ -64,10 +64,26 @@ pub enum Figure {
     /// ± bound on where the executor's start falls on the client's clock
     /// (`exec_tx`, and with it the end of `dispatch`).
     ExecErr,
+    /// Time the robot's call thread waited on a run queue for a core
+    /// during the call.
+    RunWait,
+    /// Time at least one task of the robot's host waited for a CPU during
+    /// the call (CPU pressure stall).
+    CpuStall,
+    /// Time the robot's garbage collector ran during the call (Python).
+    Gc,
+    /// Time the policy server's request thread waited on a run queue for a
+    /// core, receive → send.
+    ServerRunWait,
+    /// Time at least one task of the server's host waited for a CPU,
+    /// receive → send.
+    ServerCpuStall,
+    /// Time the server's garbage collector ran, receive → send.
+    ServerGc,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 24;
+pub const FIGURE_COUNT: usize = 30;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -188,6 +204,18 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "executor − client clock offset used for the call")),
     row("exec_err", "exec_err_ms", Unit::Millis, Group::Clock, Side::Call, &[],
         "± bound on the executor's start on the client's clock (exec_tx and the end of dispatch)"),
+    row("run_wait", "run_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the robot's call thread waited on a run queue for a core (/proc/thread-self/schedstat), call start → end"),
+    row("cpu_stall", "cpu_stall_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "some task of the robot's host (or container) waited for a CPU (/proc/pressure/cpu), call start → end"),
+    row("gc", "gc_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the robot's garbage collector ran (Python gc), call start → end"),
+    row("server_run_wait", "server_run_wait_ms", Unit::Millis, Group::Host, Side::Server, &[],
+        "the server's request thread waited on a run queue for a core, receive → send"),
+    row("server_cpu_stall", "server_cpu_stall_ms", Unit::Millis, Group::Host, Side::Server, &[],
+        "some task of the server's host (or container) waited for a CPU, receive → send"),
+    row("server_gc", "server_gc_ms", Unit::Millis, Group::Host, Side::Server, &[],
+        "the server's garbage collector ran, receive → send"),
 ];
 
 impl Figure {
@@ -217,6 +245,12 @@ impl Figure {
         F::SplitErr,
         F::ExecOffset,
         F::ExecErr,
+        F::RunWait,
+        F::CpuStall,
+        F::Gc,
+        F::ServerRunWait,
+        F::ServerCpuStall,
+        F::ServerGc,
     ];
 
     /// The six canonical stages of a call, in call order.
@@ -284,11 +318,19 @@ impl Figure {
         self.group().is_stage()
     }
 
-    /// A span of the call's own time (a stage or a figure derived from
-    /// stages: what rolling summaries keep), as opposed to the observer's
-    /// cost, the lateness against the tick and the clock figures.
+    /// A span of time per call (a stage, a figure derived from stages, or
+    /// what a host did to the call: what rolling summaries and metrics
+    /// keep), as opposed to the observer's cost, the lateness against the
+    /// tick and the clock figures.
     pub fn is_call_time(self) -> bool {
-        self.is_stage() || self.group() == Group::Derived
+        self.is_stage() || matches!(self.group(), Group::Derived | Group::Host)
+    }
+
+    /// What a host did to the call (run-queue wait, CPU stall, GC) on the
+    /// robot or the server: time that overlaps the stages, not a part of
+    /// the call's timeline.
+    pub fn is_host(self) -> bool {
+        self.group() == Group::Host
     }
 
     /// Looks a figure up by its short name or its record name (`"infer"`,

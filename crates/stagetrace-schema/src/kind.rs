@@ -46,6 +46,10 @@ pub enum Group {
     /// Figures about the call rather than a part of it: the observer's own
     /// cost and the lateness against the scheduled tick.
     Bookkeeping,
+    /// What a host did to the call while it ran (run-queue wait, CPU
+    /// stall, GC): time that overlaps the stages, on the robot
+    /// ([`Side::Client`]) or the policy server ([`Side::Server`]).
+    Host,
 }
 
 impl Group {

@@ -45,6 +45,7 @@ pub struct StageLayerBuilder {
     sinks: Vec<Box<dyn RecordSink>>,
     context_hook: Option<TraceContextHook>,
     advice: AdviceFor,
+    host_figures: bool,
 }
 
 impl fmt::Debug for StageLayerBuilder {
@@ -63,6 +64,7 @@ impl fmt::Debug for StageLayerBuilder {
             .field("sinks", &self.sinks.len())
             .field("shares_trace_context", &self.context_hook.is_some())
             .field("advice", &self.advice)
+            .field("host_figures", &self.host_figures)
             .finish()
     }
 }
@@ -83,6 +85,7 @@ impl Default for StageLayerBuilder {
             sinks: Vec::new(),
             context_hook: None,
             advice: AdviceFor::Rust,
+            host_figures: true,
         }
     }
 }
@@ -215,6 +218,16 @@ impl StageLayerBuilder {
     /// dropped and counted, never blocking the app.
     pub fn queue_capacity(mut self, n: usize) -> Self {
         self.queue_capacity = n;
+        self
+    }
+
+    /// Whether each call's record says what the host did to the call's
+    /// thread while it ran — run-queue wait, involuntary switches, page
+    /// faults — and the host's CPU stall (default `true`, where the kernel
+    /// offers them: `docs/stages.md`, "Host figures"). Each call samples the
+    /// counters twice, on the app thread: `false` saves those few µs.
+    pub fn host_figures(mut self, on: bool) -> Self {
+        self.host_figures = on;
         self
     }
 
@@ -375,6 +388,7 @@ impl StageLayerBuilder {
             dispatch: std::sync::OnceLock::new(),
             remote_open: std::sync::atomic::AtomicUsize::new(0),
             live: plain.then(crate::layer::LiveSpans::new),
+            host_figures: self.host_figures,
         };
         let guard = FlushGuard {
             tx,

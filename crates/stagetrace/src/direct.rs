@@ -35,6 +35,7 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use crate::health::Health;
+use crate::host_share::HostFigure;
 use crate::ids;
 use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::queue::{CallState, Msg, RawCall, TransportAcc};
@@ -65,6 +66,8 @@ pub struct DirectCalls {
     /// Shared with the layer: calls are numbered in the order they open,
     /// whichever way they are made.
     pub(crate) ordinals: Arc<AtomicU64>,
+    /// Sample the host's counters as each call opens and closes.
+    pub(crate) host_figures: bool,
 }
 
 impl DirectCalls {
@@ -102,6 +105,9 @@ impl DirectCalls {
             ),
         };
         let mut state = CallState::new(t0, ordinal, seq, trace_id, flags, ids::span_id(), k, false);
+        if self.host_figures {
+            state.open_host();
+        }
         state.observer_ticks = stamp::now().ticks_since(t0);
         DirectCall { state }
     }
@@ -116,6 +122,7 @@ impl DirectCalls {
             end,
             panicking: false,
         };
+        raw.state.close_host();
         raw.state.observer_ticks = raw
             .state
             .observer_ticks
@@ -144,6 +151,16 @@ pub struct DirectCall {
 }
 
 impl DirectCall {
+    /// The runtime's garbage collector ran for `gc_ns` in `collections`
+    /// collections while the call ran (language bindings: Python's
+    /// `gc.callbacks`); the record's `gc_ms`.
+    pub fn set_gc(&mut self, gc_ns: u64, collections: u64) {
+        let us = u32::try_from(gc_ns.saturating_add(500) / 1000).unwrap_or(u32::MAX);
+        let n = u32::try_from(collections).unwrap_or(u32::MAX);
+        self.state.host.set(HostFigure::Gc, Some(us));
+        self.state.host.set(HostFigure::GcCollections, Some(n));
+    }
+
     /// Adds stage `stage`, from `start` to now. `nested`: it ran inside
     /// another stage of this call (its time counts for its stage, and once
     /// in the call's `gap`, as a nested span). For the transport stage use

@@ -10,6 +10,7 @@
 use std::time::Instant;
 
 use crate::executor::ExecAcc;
+use crate::host_share::{HostShare, ThreadSample};
 use crate::inline_str::{InlineStr, KIND_LEN, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
@@ -77,6 +78,10 @@ pub(crate) struct CallState {
     pub(crate) observer_ticks: u64,
     /// `trace_id` / `span_id` came from another layer (see [`crate::context`]).
     pub(crate) shared_context: bool,
+    /// The host's counters when the call opened (with host figures on).
+    pub(crate) host_at_open: Option<ThreadSample>,
+    /// What the host did to the call, once it closed.
+    pub(crate) host: HostShare,
 }
 
 impl CallState {
@@ -120,6 +125,23 @@ impl CallState {
             stale_dropped: 0,
             observer_ticks: 0,
             shared_context,
+            host_at_open: None,
+            host: HostShare::default(),
+        }
+    }
+
+    /// Samples the host's counters as the call opens.
+    pub(crate) fn open_host(&mut self) {
+        self.host_at_open = Some(ThreadSample::now());
+    }
+
+    /// What the host did to the call since it opened: the thread's own
+    /// figures when it closes on the thread it opened on, the host's stall
+    /// always; nothing without [`open_host`](Self::open_host).
+    pub(crate) fn close_host(&mut self) {
+        if let Some(at_open) = &self.host_at_open {
+            // What a binding set already (its runtime's GC) stays.
+            self.host = ThreadSample::now().since(at_open).plus(&self.host);
         }
     }
 

@@ -38,6 +38,7 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
                 transfer_ns: transfer,
                 batch_size: batch,
                 cache_hit: cache,
+                host: Default::default(),
             },
         )
 }
@@ -55,6 +56,7 @@ fn to_us(t: ServerTiming) -> ServerTiming {
         transfer_ns: None,
         batch_size: None,
         cache_hit: None,
+        host: Default::default(),
     }
 }
 

@@ -10,6 +10,7 @@ mod baseline;
 mod fleet;
 mod gap;
 mod group;
+mod host_cause;
 mod hops;
 mod moves;
 mod options;
@@ -31,6 +32,7 @@ use crate::stats::{self, Distribution};
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
 pub use hops::HopReport;
+pub use host_cause::HostCause;
 pub use options::AnalyzeOptions;
 pub use report::{
     Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,

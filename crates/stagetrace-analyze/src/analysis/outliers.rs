@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use stagetrace_schema::Figure;
 
 use super::group::GroupData;
+use super::host_cause::host_cause;
 use super::options::AnalyzeOptions;
 use super::report::{OutlierRound, OutlierStage, Outliers, StageSpikes};
 use crate::format::iso_time;
@@ -25,6 +26,8 @@ pub(super) fn outliers(
     let mut rounds = Vec::new();
     // (rounds, sum of values) per figure, by index.
     let mut per_figure = [(0u64, 0.0f64); stagetrace_schema::FIGURE_COUNT];
+    // The calls each figure spiked on (indices into the dataset).
+    let mut spike_calls: Vec<Vec<usize>> = vec![Vec::new(); stagetrace_schema::FIGURE_COUNT];
     let call_time: Vec<Figure> = Figure::ALL
         .into_iter()
         .filter(|f| f.is_call_time())
@@ -43,6 +46,7 @@ pub(super) fn outliers(
                 let slot = &mut per_figure[f.index()];
                 slot.0 += 1;
                 slot.1 += v;
+                spike_calls[f.index()].push(i);
                 hit.push(OutlierStage {
                     stage: f.name(),
                     value_ms: v,
@@ -76,6 +80,7 @@ pub(super) fn outliers(
                     StageSpikes {
                         rounds: n,
                         mean_ms: sum / n as f64,
+                        host: host_cause(ds, g, f, &spike_calls[f.index()]),
                     },
                 )
             })

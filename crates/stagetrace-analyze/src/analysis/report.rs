@@ -253,6 +253,11 @@ pub struct StageSpikes {
     pub rounds: u64,
     /// Mean of those values (ms).
     pub mean_ms: f64,
+    /// The host figure that explains these spikes, when one does (the
+    /// same calls' run-queue wait, CPU stall or GC, on the end that can
+    /// delay this figure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<super::host_cause::HostCause>,
 }
 
 /// One round that stands out.

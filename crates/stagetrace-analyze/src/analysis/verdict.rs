@@ -75,6 +75,13 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::Offset | Figure::SplitErr | Figure::ExecOffset | Figure::ExecErr => {
             "look at the clock offset between the machines (docs/clocks.md)"
         }
+        // The host, not a stage: the remedies of docs/host.md.
+        Figure::RunWait | Figure::ServerRunWait | Figure::CpuStall | Figure::ServerCpuStall => {
+            "pin or reserve cores for the loop (taskset, a cgroup cpuset, isolcpus), move the other load off them, or raise the loop's priority (SCHED_FIFO for the control thread)"
+        }
+        Figure::Gc | Figure::ServerGc => {
+            "tune the garbage collector: preallocate buffers, keep cyclic garbage out of the loop, gc.freeze() after start-up and collect between calls, not during them"
+        }
     }
 }
 
@@ -97,7 +104,9 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
             s.rounds >= MIN_SPIKES as u64 && s.rounds as f64 >= SPIKE_SHARE * r.steady as f64
         })
         .filter_map(|(name, _)| Figure::from_name(name))
-        .filter(|f| !periodic.contains(f))
+        // A host figure overlaps the stages: it is named as their cause
+        // (below), never as a cost of its own.
+        .filter(|f| !periodic.contains(f) && !f.is_host())
         .collect();
     let mut out = Vec::new();
     for f in dedupe(&flagged) {
@@ -110,6 +119,10 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
             continue;
         }
         let threshold = o.thresholds.get(f.name()).copied().unwrap_or(f64::NAN);
+        if let Some(cause) = &s.host {
+            out.push(host_spikes(r, f, s.rounds, cost_ms, median.p50, cause));
+            continue;
+        }
         out.push(Verdict {
             code: "spikes",
             kind: r.kind.clone(),
@@ -132,6 +145,55 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
         });
     }
     out
+}
+
+/// Spikes of `f` that its calls' host figures explain: the host and the
+/// cause named, with the host's remedies; the stage's own advice would
+/// send the user after the wrong thing (the network, the model, the camera).
+fn host_spikes(
+    r: &GroupReport,
+    f: Figure,
+    rounds: u64,
+    cost_ms: f64,
+    median_ms: f64,
+    cause: &super::host_cause::HostCause,
+) -> Verdict {
+    let host = cause.host_figure().unwrap_or(Figure::RunWait);
+    let not = match f {
+        Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => "not the network",
+        Figure::Infer | Figure::Queue | Figure::Server => "not the model",
+        Figure::Capture => "not the camera",
+        Figure::Dispatch => "not the executor",
+        _ => "not the stage itself",
+    };
+    let code = if matches!(host, Figure::Gc | Figure::ServerGc) {
+        "host_gc"
+    } else {
+        "host_cpu"
+    };
+    Verdict {
+        code,
+        kind: r.kind.clone(),
+        stage: Some(f.name()),
+        group: Some(host.side().as_str()),
+        text: format!(
+            "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average) coincide with {} ({} on those calls, {} on a typical one): {}, {not}; {}.",
+            r.steady,
+            100.0 * rounds as f64 / r.steady as f64,
+            fmt_ms(cost_ms),
+            fmt_ms(median_ms),
+            cause.what(),
+            fmt_ms(cause.spike_median_ms),
+            fmt_ms(cause.median_ms),
+            cause.diagnosis(),
+            advice(host)
+        ),
+        evidence: json!({
+            "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
+            "median_ms": median_ms, "host_figure": cause.figure,
+            "host_spike_median_ms": cause.spike_median_ms, "host_median_ms": cause.median_ms,
+        }),
+    }
 }
 
 /// "2nd", "3rd", "4th", "11th", "22nd".

@@ -200,6 +200,9 @@ fn timing_map_seeds() -> Vec<Vec<u8>> {
             post_ns: Some(0),
             batch_size: Some(3),
             cache_hit: Some(true),
+            host: stagetrace::HostShare::default()
+                .with(stagetrace::HostFigure::RunWait, 40)
+                .with(stagetrace::HostFigure::MajorFaults, 1),
         },
         prev_total_ms: Some(30.5),
     };

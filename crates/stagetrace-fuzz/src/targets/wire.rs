@@ -199,6 +199,9 @@ fn timings() -> Vec<ServerTiming> {
             post_ns: Some(500_000),
             batch_size: Some(4),
             cache_hit: Some(false),
+            host: stagetrace::HostShare::default()
+                .with(stagetrace::HostFigure::RunWait, 40)
+                .with(stagetrace::HostFigure::MajorFaults, 1),
         },
         ServerTiming {
             infer_ns: Some(7),

@@ -59,6 +59,8 @@ struct LayerShared {
     permits: Option<Semaphore>,
     counters: ServerCounters,
     report_timing: bool,
+    /// Whether the timing carries the host figures.
+    host_figures: bool,
     /// What the records say this service is (`HttpRelay` sets `Relay`).
     role: ServiceRole,
 }
@@ -98,6 +100,7 @@ impl TimingLayer {
                 permits: None,
                 counters: ServerCounters::default(),
                 report_timing: true,
+                host_figures: true,
                 role: ServiceRole::PolicyServer,
             }),
         }
@@ -120,6 +123,7 @@ impl TimingLayer {
                         .map(|p| Semaphore::new(p.available_permits())),
                     counters: ServerCounters::default(),
                     report_timing: self.shared.report_timing,
+                    host_figures: self.shared.host_figures,
                     role: self.shared.role,
                 };
                 f(&mut shared);
@@ -160,6 +164,14 @@ impl TimingLayer {
     /// without them: the black box cut at the first byte (`ttfb`, `rx`).
     pub fn report_timing(self, on: bool) -> Self {
         self.edit(|s| s.report_timing = on)
+    }
+
+    /// Whether the timing carries what the host did to each request —
+    /// run-queue wait, CPU stall, involuntary switches, page faults
+    /// (`docs/protocol.md`, "Host figures"; default `true`, where the
+    /// kernel offers them). `false` saves their few µs per request.
+    pub fn host_figures(self, on: bool) -> Self {
+        self.edit(|s| s.host_figures = on)
     }
 
     /// Requests, failures and rejected headers so far.
@@ -222,6 +234,14 @@ where
 }
 
 impl LayerShared {
+    /// The whole request has arrived now (its head at `head`): the
+    /// receive stamps, with the host's counters when they are sent.
+    fn received(&self, head: Instant) -> RequestStamps {
+        RequestStamps::received(&self.clock)
+            .first_byte(Some(head))
+            .with_host(self.host_figures)
+    }
+
     async fn handle<S, ReqB, ResB>(
         &self,
         mut inner: S,
@@ -240,7 +260,7 @@ impl LayerShared {
         let (mut parts, body) = req.into_parts();
         let collected = Limited::new(body, self.max_body_bytes).collect().await;
         // The whole request has arrived (or failed to): the receive time.
-        let mut stamps = RequestStamps::received(&self.clock).first_byte(Some(head));
+        let mut stamps = self.received(head);
         let context = {
             let h = &parts.headers;
             let parents: Vec<&[u8]> = h

@@ -54,6 +54,8 @@ pub(super) struct Shared {
     pub(super) counters: Arc<ServerCounters>,
     /// [`PolicyServerBuilder::report_timing`](super::PolicyServerBuilder::report_timing).
     pub(super) report_timing: bool,
+    /// [`PolicyServerBuilder::host_figures`](super::PolicyServerBuilder::host_figures).
+    pub(super) host_figures: bool,
     /// What this service's records say it is.
     pub(super) role: ServiceRole,
 }
@@ -116,7 +118,9 @@ impl Shared {
             // The whole message has arrived: this is the server's receive
             // time; its first byte came with the first read since the last
             // message (a control frame in between restarts that stamp).
-            let stamps = RequestStamps::received(&self.clock).first_byte(ws.get_mut().take_first());
+            let stamps = RequestStamps::received(&self.clock)
+                .first_byte(ws.get_mut().take_first())
+                .with_host(self.host_figures);
             let bytes = match msg {
                 Some(Ok(Message::Binary(b))) => b,
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,

@@ -33,6 +33,7 @@ impl PolicyServer {
             max_concurrency: 1,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             report_timing: true,
+            host_figures: true,
             role: ServiceRole::PolicyServer,
         }
     }
@@ -46,6 +47,7 @@ pub struct PolicyServerBuilder {
     max_concurrency: usize,
     max_message_bytes: usize,
     report_timing: bool,
+    host_figures: bool,
     role: ServiceRole,
 }
 
@@ -58,6 +60,7 @@ impl fmt::Debug for PolicyServerBuilder {
             .field("max_concurrency", &self.max_concurrency)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("report_timing", &self.report_timing)
+            .field("host_figures", &self.host_figures)
             .field("role", &self.role)
             .finish()
     }
@@ -113,6 +116,16 @@ impl PolicyServerBuilder {
         self
     }
 
+    /// Whether the server timing carries what the host did to each request
+    /// — run-queue wait, CPU stall, involuntary switches, page faults of the
+    /// thread that handled it (`docs/protocol.md`, "Host figures"; default
+    /// `true`, where the kernel offers them). `false` saves their few µs
+    /// per request.
+    pub fn host_figures(mut self, on: bool) -> Self {
+        self.host_figures = on;
+        self
+    }
+
     /// Bind `addr` and serve until an accept error.
     pub async fn serve<H: Handler>(
         self,
@@ -157,6 +170,7 @@ impl PolicyServerBuilder {
             handler: Box::new(handler),
             counters: Arc::new(ServerCounters::default()),
             report_timing: self.report_timing,
+            host_figures: self.host_figures,
             role: self.role,
         })
     }

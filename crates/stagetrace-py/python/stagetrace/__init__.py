@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import gc
 import inspect
 import json
 import logging
@@ -47,6 +48,11 @@ from ._native import FIELDS, STAGES, Call, Recorder, Span
 from ._native import call as call
 from ._native import stage as stage
 from .frames import load as load
+
+# Python's collector, timed for every call's gc_ms (once per process: a
+# reload of this module must not time each collection twice).
+if _native._gc_event not in gc.callbacks:
+    gc.callbacks.append(_native._gc_event)
 
 __all__ = [
     "Call",

@@ -17,6 +17,7 @@ import msgpack
 import numpy as np
 
 from ._counters import _COUNTERS
+from ._host import HostSample
 from .codec import Packer
 from .trace import TraceParent, read_trace
 
@@ -135,13 +136,23 @@ class RequestTimer:
         "_sent",
         "_batch_size",
         "_cache_hit",
+        "_host",
         "trace",
         "tracestate",
         "span",
     )
 
-    def __init__(self, *, prev_total_ns: int | None = None, session: Session | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        prev_total_ns: int | None = None,
+        session: Session | None = None,
+        host_figures: bool = True,
+    ) -> None:
         self._recv_mono = time.perf_counter_ns()
+        # What the host does to the request from here to the send
+        # (docs/protocol.md, "Host figures"); a few µs per request.
+        self._host: HostSample | None = HostSample.now() if host_figures else None
         self.recv_unix_ns: int = _ANCHOR.wall_ns(self._recv_mono)
         self._prev_total_ns = prev_total_ns
         self._session = session
@@ -268,6 +279,8 @@ class RequestTimer:
             out[BATCH_SIZE_KEY] = self._batch_size
         if self._cache_hit is not None:
             out[CACHE_KEY] = _cache_word(self._cache_hit)
+        if self._host is not None:
+            out.update(HostSample.now().since(self._host))
         return out
 
     def stamp(self, response: MutableMapping[Any, Any]) -> MutableMapping[Any, Any]:

@@ -77,6 +77,9 @@ pub struct StageLayer {
     /// The open spans this layer keeps state for, when no per-layer filter
     /// keeps the other spans away (`None`: behind [`StageFilter`]).
     pub(crate) live: Option<LiveSpans>,
+    /// Sample the host's counters as each call opens and closes
+    /// ([`StageLayerBuilder::host_figures`](crate::StageLayerBuilder::host_figures)).
+    pub(crate) host_figures: bool,
 }
 
 impl fmt::Debug for StageLayer {
@@ -427,6 +430,9 @@ impl StageLayer {
             fields.kind.unwrap_or(InlineStr::new()),
             shared_ids.is_some(),
         );
+        if self.host_figures {
+            state.open_host();
+        }
         state.observer_ticks = stamp::now().ticks_since(t0);
         state
     }
@@ -439,6 +445,7 @@ impl StageLayer {
             tx: self.tx.clone(),
             health: Arc::clone(&self.health),
             ordinals: Arc::clone(&self.next_ordinal),
+            host_figures: self.host_figures,
         }
     }
 
@@ -474,6 +481,7 @@ impl StageLayer {
             end,
             panicking,
         };
+        raw.state.close_host();
         raw.state.observer_ticks = raw
             .state
             .observer_ticks

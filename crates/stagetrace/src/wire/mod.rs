@@ -32,6 +32,7 @@
 
 mod error;
 mod hops;
+mod host_fields;
 mod lex;
 mod timing;
 mod timing_map;

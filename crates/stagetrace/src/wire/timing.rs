@@ -4,7 +4,9 @@
 //! browser and devtools users).
 
 use super::error::{check_len, syntax, value_err, Codec, WireError};
+use super::host_fields::{host_header_field, HOST_FIELDS};
 use super::lex::{parse_u64_digits, trim_ows};
+use crate::host_share::HostShare;
 
 /// Longest `stagetrace-timing` / `Server-Timing` header accepted.
 pub const MAX_TIMING_HEADER_LEN: usize = 1024;
@@ -46,6 +48,11 @@ pub struct ServerTiming {
     /// `Some(true)` when a result cache answered the request, `Some(false)`
     /// when it missed (the model ran), `None` without a cache.
     pub cache_hit: Option<bool>,
+    /// What the server's host did to the request — run-queue wait, CPU
+    /// stall, GC pauses, involuntary switches, page faults
+    /// (`docs/protocol.md`, "Host figures"); empty from a server that sends
+    /// none.
+    pub host: HostShare,
 }
 
 /// One time field of [`ServerTiming`] as every encoding names it.
@@ -139,7 +146,10 @@ pub(super) fn map_field(key: &str) -> Option<&'static TimeField> {
 impl ServerTiming {
     /// True when no field is known (the server sent no timing).
     pub fn is_empty(&self) -> bool {
-        !self.has_times() && self.batch_size.is_none() && self.cache_hit.is_none()
+        !self.has_times()
+            && self.batch_size.is_none()
+            && self.cache_hit.is_none()
+            && self.host.is_empty()
     }
 
     /// True when at least one time field (`recv_unix_ns`, `total_ns`,
@@ -198,6 +208,14 @@ impl ServerTiming {
         if let Some(hit) = self.cache_hit {
             out.push_str(if hit { ";cache=hit" } else { ";cache=miss" });
         }
+        for f in &HOST_FIELDS {
+            if let Some(v) = f.get(self) {
+                out.push(';');
+                out.push_str(f.header_key);
+                out.push('=');
+                out.push_str(&v.to_string());
+            }
+        }
         out
     }
 
@@ -255,6 +273,15 @@ impl ServerTiming {
                 if t.cache_hit.replace(hit).is_some() {
                     return Err(value_err(C, "cache", "appears twice"));
                 }
+                continue;
+            }
+            if let Some(f) = host_header_field(k) {
+                let n = parse_u64_digits(v).ok_or(value_err(
+                    C,
+                    f.map_key,
+                    "is not a non-negative integer",
+                ))?;
+                f.put(&mut t, n).map_err(|why| value_err(C, f.map_key, why))?;
                 continue;
             }
             let Some(f) = header_field(k) else {
@@ -477,6 +504,7 @@ mod tests {
             transfer_ns: Some(4_200_000),
             batch_size: None,
             cache_hit: None,
+            host: Default::default(),
         };
         let h = t.to_timing_header();
         assert_eq!(

@@ -7,6 +7,7 @@
 //! write the same keys with the same checks.
 
 use super::error::{check_len, syntax, value_err, Codec, WireError};
+use super::host_fields::{host_map_field, HOST_FIELDS};
 use super::timing::{map_field, ServerTiming, MAX_DURATION_NS, TIME_FIELDS};
 
 /// Most entries in a `server_timing` map.
@@ -19,8 +20,10 @@ pub const MAX_TIMING_MAP_ENTRIES: usize = 64;
 /// Keys: `infer_ms` and `prev_total_ms` (float ms, openpi's),
 /// `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`, `post_ns`,
 /// `transfer_ns`
-/// (integer ns), `batch_size` (positive integer) and `cache` (`"hit"` or
-/// `"miss"`). When both `infer_ns` and `infer_ms` are present
+/// (integer ns), `batch_size` (positive integer), `cache` (`"hit"` or
+/// `"miss"`) and the host figures `run_wait_ns`, `cpu_stall_ns`, `gc_ns`
+/// (integer ns), `involuntary_switches`, `minor_faults`, `major_faults`,
+/// `gc_collections` (counts). When both `infer_ns` and `infer_ms` are present
 /// `infer_ns` wins; a map with only `infer_ms` gives a degraded
 /// [`ServerTiming`] (`infer_ns` only). Unknown keys are ignored.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -88,12 +91,16 @@ impl TimingMap {
         let cache = t
             .cache_hit
             .map(|hit| ("cache", MapValue::Str(cache_str(hit))));
+        let host = HOST_FIELDS
+            .iter()
+            .filter_map(move |f| f.get(&t).map(|v| (f.map_key, MapValue::Unsigned(v))));
         infer_ms
             .into_iter()
             .chain(prev_total_ms)
             .chain(fields)
             .chain(batch)
             .chain(cache)
+            .chain(host)
     }
 
     /// Read a map from its entries, as an encoding found them: the key when
@@ -157,6 +164,10 @@ impl TimingMap {
                     MapValue::Str("miss") => Some(false),
                     _ => return Err(value_err(C, "cache", "is not \"hit\" or \"miss\"")),
                 };
+                continue;
+            }
+            if let Some(f) = host_map_field(key) {
+                f.put_map_value(&mut out.timing, value)?;
                 continue;
             }
             let Some(f) = map_field(key) else {
@@ -278,6 +289,7 @@ mod tests {
             transfer_ns: Some(8_000_000),
             batch_size: Some(3),
             cache_hit: Some(true),
+            host: Default::default(),
         };
         let m = TimingMap {
             timing: t,

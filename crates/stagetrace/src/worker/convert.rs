@@ -14,6 +14,7 @@ use crate::record::{CacheOutcome, CallRecord, Figure, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
+use crate::host_share::{HostFigure, HostShare};
 use crate::wire::ServerTiming;
 
 /// Turns queued calls into records; keeps what spans calls: the per-peer
@@ -185,6 +186,7 @@ impl Converter {
         if let Some(timing) = t.timing {
             rec.batch_size = timing.batch_size;
             rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
+            set_host(&timing.host, SERVER_HOST, rec);
         }
         if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
             let client = ClientTimes {
@@ -293,6 +295,23 @@ impl Converter {
         }
         rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
         rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
+        set_host(&s.host, ROBOT_HOST, rec);
+    }
+}
+
+/// The robot's host figures, in [`HostFigure`] time order.
+const ROBOT_HOST: [Figure; 3] = [Figure::RunWait, Figure::CpuStall, Figure::Gc];
+/// The policy server's host figures, in [`HostFigure`] time order.
+const SERVER_HOST: [Figure; 3] = [Figure::ServerRunWait, Figure::ServerCpuStall, Figure::ServerGc];
+
+/// One end's host share onto the record's figures for that end; an absent
+/// figure stays absent.
+fn set_host(share: &HostShare, figures: [Figure; 3], rec: &mut CallRecord) {
+    let times = [HostFigure::RunWait, HostFigure::CpuStall, HostFigure::Gc];
+    for (figure, host) in figures.into_iter().zip(times) {
+        if let Some(ns) = share.get_ns(host) {
+            rec.set(figure, to_i64(ns));
+        }
     }
 }
 

@@ -1,0 +1,164 @@
+//! Which host, if any, explains a figure's spikes: the host figures
+//! (run-queue wait, CPU stall, GC) of the calls that spiked against those
+//! of the group's calls.
+//!
+//! Why per call: a loaded host shows as a low average utilisation and a
+//! high latency; only the calls that were slow, read next to what the host
+//! did to those very calls, tell "short of CPU" from "the network".
+
+use serde::Serialize;
+use stagetrace_schema::{Figure, Side};
+
+use super::group::GroupData;
+use crate::load::Dataset;
+
+/// Share of a spike's excess (mean spike − the figure's median) a host
+/// figure's own excess on the same calls must reach to be named as its
+/// cause. Half: a cause that explains less leaves most of the spike to
+/// the stage itself, and the stage's own advice stays.
+const EXPLAINED_SHARE: f64 = 0.5;
+
+/// A host figure that explains a figure's spikes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HostCause {
+    /// The host figure (`server_run_wait`).
+    pub figure: &'static str,
+    /// Its median on the spike calls (ms).
+    pub spike_median_ms: f64,
+    /// Its median on all the group's calls (ms).
+    pub median_ms: f64,
+}
+
+impl HostCause {
+    /// The figure.
+    pub fn host_figure(&self) -> Option<Figure> {
+        Figure::from_name(self.figure)
+    }
+
+    /// The end and what it lacked, as a sentence names them: "the policy
+    /// server was short of CPU".
+    pub fn diagnosis(&self) -> &'static str {
+        match self.host_figure() {
+            Some(Figure::ServerRunWait | Figure::ServerCpuStall) => {
+                "the policy server's host was short of CPU"
+            }
+            Some(Figure::ServerGc) => "the policy server paused for its garbage collector",
+            Some(Figure::Gc) => "the robot paused for its garbage collector",
+            _ => "the robot's host was short of CPU",
+        }
+    }
+
+    /// What the figure is, as a sentence names it: "the policy server's
+    /// run-queue wait".
+    pub fn what(&self) -> &'static str {
+        match self.host_figure() {
+            Some(Figure::ServerRunWait) => "the policy server's run-queue wait",
+            Some(Figure::ServerCpuStall) => "the policy server host's CPU stall",
+            Some(Figure::ServerGc) => "the policy server's GC pauses",
+            Some(Figure::RunWait) => "the robot's run-queue wait",
+            Some(Figure::CpuStall) => "the robot host's CPU stall",
+            Some(Figure::Gc) => "the robot's GC pauses",
+            _ => "a host figure",
+        }
+    }
+}
+
+/// The host figure whose excess on `spikes` (indices into `ds`) explains
+/// at least [`EXPLAINED_SHARE`] of `f`'s excess there, the largest; `None`
+/// when none does, when the run has no host figures, or for a host figure
+/// itself.
+pub(super) fn host_cause(
+    ds: &Dataset,
+    g: &GroupData,
+    f: Figure,
+    spikes: &[usize],
+) -> Option<HostCause> {
+    if f.is_host() || spikes.is_empty() {
+        return None;
+    }
+    let f_median = median_sorted(g.sorted(f))?;
+    let f_excess = mean(spikes.iter().filter_map(|&i| ds.value(f, i)))? - f_median;
+    if f_excess <= 0.0 {
+        return None;
+    }
+    candidates(f)
+        .filter_map(|h| {
+            let median_ms = median_sorted(g.sorted(h))?;
+            let mut on_spikes: Vec<f64> = spikes.iter().filter_map(|&i| ds.value(h, i)).collect();
+            let spike_median_ms = median(&mut on_spikes)?;
+            let excess = spike_median_ms - median_ms;
+            (excess >= EXPLAINED_SHARE * f_excess).then_some((
+                excess,
+                HostCause {
+                    figure: h.name(),
+                    spike_median_ms,
+                    median_ms,
+                },
+            ))
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, cause)| cause)
+}
+
+/// The host figures that can delay `f`: the server's for what the server
+/// stamps or runs (uplink ends at the server's receive stamp, queue and
+/// infer run there), the robot's for the rest; the host-wide stall of
+/// either end for both, since one loaded host (a demo, a robot running its
+/// own model) holds both ends.
+fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
+    let end = if f.side() == Side::Server || f == Figure::Uplink {
+        Side::Server
+    } else {
+        Side::Client
+    };
+    Figure::ALL.into_iter().filter(move |h| {
+        h.is_host() && (h.side() == end || matches!(h, Figure::CpuStall | Figure::ServerCpuStall))
+    })
+}
+
+fn median_sorted(sorted: &[f32]) -> Option<f64> {
+    (!sorted.is_empty()).then(|| f64::from(sorted[sorted.len() / 2]))
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, sum) = v.fold((0u32, 0.0), |(n, s), x| (n + 1, s + x));
+    (n > 0).then(|| sum / f64::from(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_looks_at_the_end_that_stamps_it_and_either_host_s_stall() {
+        let up: Vec<Figure> = candidates(Figure::Uplink).collect();
+        assert_eq!(
+            up,
+            [
+                Figure::CpuStall,
+                Figure::ServerRunWait,
+                Figure::ServerCpuStall,
+                Figure::ServerGc
+            ]
+        );
+        let down: Vec<Figure> = candidates(Figure::Downlink).collect();
+        assert_eq!(
+            down,
+            [
+                Figure::RunWait,
+                Figure::CpuStall,
+                Figure::Gc,
+                Figure::ServerCpuStall
+            ]
+        );
+        assert_eq!(candidates(Figure::Infer).count(), 4);
+    }
+}

@@ -1,0 +1,192 @@
+//! What the host did to each request, sent back in the server timing and
+//! landed on the client's record: a server thread that shares its core with
+//! a busy loop shows the run-queue wait it really had, and a server that
+//! sends none leaves the figures absent.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stagetrace::host::thread_cpu_ns;
+use stagetrace::Figure;
+use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_test_support::{rt, Observed};
+use tracing::Instrument;
+
+/// Pins the calling thread to CPU 0.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity
+    // only touch it and the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+/// One request's truth, taken by the handler on the server's thread:
+/// its wall time and its CPU time (`CLOCK_THREAD_CPUTIME_ID`, exact), so
+/// wall − CPU is the time it was ready and did not run.
+#[derive(Clone, Copy, Debug)]
+struct Truth {
+    wall_ns: f64,
+    cpu_ns: f64,
+}
+
+/// A running server beside its rival, and the handler's truths.
+struct Setup {
+    url: String,
+    truths: Arc<Mutex<Vec<Truth>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Setup {
+    /// Stops the server and the rival; the handler's truths.
+    fn finish(self) -> Vec<Truth> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let truths = self.truths.lock().unwrap().clone();
+        truths
+    }
+}
+
+/// A policy server on a current-thread runtime in a thread of its own,
+/// pinned to CPU 0 beside a busy loop pinned there too: every request is
+/// received, handled and answered on that one thread, and whatever of its
+/// time the rival takes is run-queue wait.
+fn server_sharing_cpu0(host_figures: bool) -> Setup {
+    let stop = Arc::new(AtomicBool::new(false));
+    let truths: Arc<Mutex<Vec<Truth>>> = Arc::default();
+    let rival = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            pin_to_cpu0();
+            while !stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let (url_tx, url_rx) = std::sync::mpsc::channel();
+    let server = {
+        let (stop, truths) = (Arc::clone(&stop), Arc::clone(&truths));
+        std::thread::spawn(move || {
+            pin_to_cpu0();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let server = PolicyServer::builder()
+                    .host_figures(host_figures)
+                    .spawn("127.0.0.1:0", move |_req: MsgMap, _timer: InferTimer| {
+                        let truths = Arc::clone(&truths);
+                        async move {
+                            // 20 ms of wall time, busy all along: the rival
+                            // takes about half of it.
+                            let (t0, c0) = (Instant::now(), thread_cpu_ns().unwrap());
+                            while t0.elapsed() < Duration::from_millis(20) {
+                                std::hint::spin_loop();
+                            }
+                            truths.lock().unwrap().push(Truth {
+                                wall_ns: t0.elapsed().as_nanos() as f64,
+                                cpu_ns: (thread_cpu_ns().unwrap() - c0) as f64,
+                            });
+                            Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.5; 7], &[7])))
+                        }
+                    })
+                    .await
+                    .unwrap();
+                url_tx.send(server.url()).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                server.shutdown().await;
+            });
+        })
+    };
+    let url = url_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    Setup {
+        url,
+        truths,
+        stop,
+        threads: vec![rival, server],
+    }
+}
+
+fn calls(url: &str, n: u64) {
+    rt().block_on(async {
+        let mut client = PolicyClient::connect(url).await.unwrap();
+        for seq in 0..n {
+            client
+                .infer(&MsgMap::new().with("state", 1.0))
+                .instrument(tracing::info_span!("call", seq = seq))
+                .await
+                .unwrap();
+        }
+    });
+}
+
+#[test]
+fn a_server_thread_sharing_its_core_sends_the_run_queue_wait_it_had() {
+    if stagetrace::host::HostCounters::now().run_wait_ns.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no /proc/thread-self/schedstat under CI"
+        );
+        return;
+    }
+    let mut obs = Observed::new();
+    let setup = server_sharing_cpu0(true);
+    calls(&setup.url, 8);
+    let truths = setup.finish();
+    let records = obs.finish();
+    assert_eq!((records.len(), truths.len()), (8, 8));
+    for (rec, truth) in records.iter().zip(&truths) {
+        let wait = rec.get(Figure::ServerRunWait).unwrap() as f64;
+        let server = rec.get(Figure::Server).unwrap() as f64;
+        let stall = rec.get(Figure::ServerCpuStall);
+        let missed = truth.wall_ns - truth.cpu_ns;
+        // The rival took a real share of the handler's core.
+        assert!(missed > 0.2 * truth.wall_ns, "{truth:?}");
+        // The figure covers receive → send: at least the handler's own
+        // wait, at most that plus the rest of the server's time (decoding,
+        // encoding); schedstat adds a wait when the thread gets the core
+        // back, so 2 % of the wall time is its only slack.
+        let slack = 0.02 * truth.wall_ns;
+        let outside_handler = server - truth.wall_ns;
+        assert!(
+            wait >= missed - slack && wait <= missed + outside_handler + slack,
+            "server run-queue wait {wait} ns; handler wall − cpu {missed} ns, server {server} ns"
+        );
+        // The host was short of a CPU: some task waited while the call ran
+        // (where the kernel has PSI).
+        if let Some(stall) = stall {
+            assert!(stall > 0, "{rec:?}");
+        }
+    }
+}
+
+#[test]
+fn a_server_that_sends_no_host_figures_leaves_them_absent() {
+    let mut obs = Observed::new();
+    let setup = server_sharing_cpu0(false);
+    calls(&setup.url, 2);
+    setup.finish();
+    let records = obs.finish();
+    assert_eq!(records.len(), 2);
+    for rec in &records {
+        for f in [Figure::ServerRunWait, Figure::ServerCpuStall, Figure::ServerGc] {
+            assert_eq!(rec.get(f), None, "{f} from a server that sends none");
+        }
+        // The rest of the split is there as before.
+        assert!(rec.get(Figure::Uplink).is_some() && rec.get(Figure::Infer).is_some());
+    }
+}

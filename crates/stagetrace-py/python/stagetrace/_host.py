@@ -1,0 +1,169 @@
+"""What the host did to a request or a call: run-queue wait, CPU stall,
+involuntary switches, page faults, and Python's garbage collector.
+
+Sampled at the start and at the end; the difference is what happened in
+between (``docs/protocol.md``, "Host figures"). A figure the platform does
+not offer is left out, never 0. Per-thread figures (run-queue wait,
+switches, faults) count only when both samples came from one thread; the
+host's CPU stall and the GC (which holds every Python thread) always.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from typing import Any
+
+try:  # Linux only
+    import resource
+
+    _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
+except ImportError:  # pragma: no cover - not Linux
+    resource = None  # type: ignore[assignment]
+    _RUSAGE_THREAD = None
+
+#: The keys this module adds to ``server_timing``, times in ns.
+TIME_KEYS = ("run_wait_ns", "cpu_stall_ns", "gc_ns")
+#: The count keys.
+COUNT_KEYS = ("involuntary_switches", "minor_faults", "major_faults", "gc_collections")
+_PER_THREAD = ("run_wait_ns", "involuntary_switches", "minor_faults", "major_faults")
+
+
+class _GcClock:
+    """Process-wide totals of the collector's pauses, from ``gc.callbacks``:
+    every collection's start → stop, and how many ran."""
+
+    def __init__(self) -> None:
+        self.total_ns = 0
+        self.collections = 0
+        self._start = 0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        # The collector holds the GIL from start to stop: no other Python
+        # code runs in between, so plain attributes are safe here.
+        if phase == "start":
+            self._start = time.perf_counter_ns()
+        elif phase == "stop" and self._start:
+            self.total_ns += time.perf_counter_ns() - self._start
+            self.collections += 1
+            self._start = 0
+
+
+_GC = _GcClock()
+_GC_LOCK = threading.Lock()
+_GC_INSTALLED = False
+
+
+def _install_gc_clock() -> None:
+    global _GC_INSTALLED
+    with _GC_LOCK:
+        if not _GC_INSTALLED:
+            gc.callbacks.append(_GC)
+            _GC_INSTALLED = True
+
+
+class _ThreadFiles(threading.local):
+    def __init__(self) -> None:
+        # thread-self names the thread that opens it: one per thread.
+        try:
+            self.schedstat: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self.schedstat = None
+
+
+_FILES = _ThreadFiles()
+
+
+def _pressure_fd() -> int | None:
+    """The CPU pressure file: the container's cgroup's (v2) when there is
+    one, else the host's; None without PSI."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    path = line[3:].strip().rstrip("/")
+                    try:
+                        return os.open(f"/sys/fs/cgroup{path}/cpu.pressure", os.O_RDONLY)
+                    except OSError:
+                        break
+    except OSError:
+        pass
+    try:
+        return os.open("/proc/pressure/cpu", os.O_RDONLY)
+    except OSError:
+        return None
+
+
+_PRESSURE = _pressure_fd()
+
+
+def _run_wait_ns() -> int | None:
+    fd = _FILES.schedstat
+    if fd is None:
+        return None
+    try:
+        fields = os.pread(fd, 96, 0).split()
+        return int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _stall_ns() -> int | None:
+    if _PRESSURE is None:
+        return None
+    try:
+        for line in os.pread(_PRESSURE, 256, 0).splitlines():
+            if line.startswith(b"some "):
+                for word in line.split():
+                    if word.startswith(b"total="):
+                        return int(word[6:]) * 1000
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class HostSample:
+    """The host's counters at one moment, on the calling thread."""
+
+    __slots__ = ("thread", "values")
+
+    def __init__(self, thread: int, values: dict[str, int]) -> None:
+        self.thread = thread
+        self.values = values
+
+    @classmethod
+    def now(cls) -> HostSample:
+        _install_gc_clock()
+        v: dict[str, int] = {}
+        wait = _run_wait_ns()
+        if wait is not None:
+            v["run_wait_ns"] = wait
+        stall = _stall_ns()
+        if stall is not None:
+            v["cpu_stall_ns"] = stall
+        if _RUSAGE_THREAD is not None:
+            try:
+                ru = resource.getrusage(_RUSAGE_THREAD)
+                v["involuntary_switches"] = ru.ru_nivcsw
+                v["minor_faults"] = ru.ru_minflt
+                v["major_faults"] = ru.ru_majflt
+            except OSError:
+                pass
+        v["gc_ns"] = _GC.total_ns
+        v["gc_collections"] = _GC.collections
+        return cls(threading.get_ident(), v)
+
+    def since(self, earlier: HostSample) -> dict[str, int]:
+        """What happened between ``earlier`` and this sample: each figure's
+        growth (never negative), per-thread figures only when both came from
+        one thread."""
+        same_thread = self.thread == earlier.thread
+        out: dict[str, int] = {}
+        for key, now in self.values.items():
+            then = earlier.values.get(key)
+            if then is None or (key in _PER_THREAD and not same_thread):
+                continue
+            out[key] = max(0, now - then)
+        return out
