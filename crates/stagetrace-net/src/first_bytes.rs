@@ -37,6 +37,11 @@ impl<S> FirstBytes<S> {
         self.first.take()
     }
 
+    /// The wrapped stream.
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
     /// When the first byte written since the last call left: a stamp taken
     /// just before the write that took it, so never after the byte left.
     pub(crate) fn take_first_write(&mut self) -> Option<Instant> {

@@ -55,13 +55,9 @@ impl KernelRx {
     }
 
     /// Whether the kernel stamps this socket's receives.
-    pub(crate) fn is_on(&self) -> bool {
+    #[cfg(test)]
+    fn is_on(&self) -> bool {
         self.on
-    }
-
-    /// The socket.
-    pub(crate) fn get_ref(&self) -> &TcpStream {
-        &self.inner
     }
 }
 

@@ -67,8 +67,6 @@ mod budget;
 mod dtype;
 pub mod executor;
 mod first_bytes;
-// Not yet wired into the servers and the client (their receive stamps).
-#[allow(dead_code)]
 mod kernel_rx;
 pub mod http;
 pub mod msg;

@@ -80,10 +80,16 @@ pub enum Figure {
     ServerCpuStall,
     /// Time the server's garbage collector ran, receive → send.
     ServerGc,
+    /// The kernel had the response's last byte → the robot's code read it
+    /// (kernel receive stamps): inside the call's gap.
+    RxWait,
+    /// The kernel had the request's last byte → the server's event loop
+    /// read it (kernel receive stamps): inside queue.
+    ServerRxWait,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 30;
+pub const FIGURE_COUNT: usize = 32;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -216,6 +222,10 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "some task of the server's host (or container) waited for a CPU, receive → send"),
     row("server_gc", "server_gc_ms", Unit::Millis, Group::Host, Side::Server, &[],
         "the server's garbage collector ran, receive → send"),
+    row("rx_wait", "rx_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the kernel had the response's last byte → the robot read it (kernel receive stamps; inside gap)"),
+    row("server_rx_wait", "server_rx_wait_ms", Unit::Millis, Group::Host, Side::Server, &[],
+        "the kernel had the request's last byte → the server's event loop read it (kernel receive stamps; inside queue)"),
 ];
 
 impl Figure {
@@ -251,6 +261,8 @@ impl Figure {
         F::ServerRunWait,
         F::ServerCpuStall,
         F::ServerGc,
+        F::RxWait,
+        F::ServerRxWait,
     ];
 
     /// The six canonical stages of a call, in call order.

@@ -27,11 +27,14 @@ pub enum HostFigure {
     MajorFaults,
     /// Garbage collections that ran during the call, all generations.
     GcCollections,
+    /// Time from the kernel having a message's last byte to the event loop
+    /// reading it (kernel receive stamps: the loop's own scheduling).
+    RxWait,
 }
 
 impl HostFigure {
     /// Every figure, in the order the wire and the record write them.
-    pub const ALL: [HostFigure; 7] = [
+    pub const ALL: [HostFigure; 8] = [
         HostFigure::RunWait,
         HostFigure::CpuStall,
         HostFigure::Gc,
@@ -39,11 +42,15 @@ impl HostFigure {
         HostFigure::MinorFaults,
         HostFigure::MajorFaults,
         HostFigure::GcCollections,
+        HostFigure::RxWait,
     ];
 
     /// A time (µs in a [`HostShare`], ns on the wire), not a count.
     pub const fn is_time(self) -> bool {
-        matches!(self, HostFigure::RunWait | HostFigure::CpuStall | HostFigure::Gc)
+        matches!(
+            self,
+            HostFigure::RunWait | HostFigure::CpuStall | HostFigure::Gc | HostFigure::RxWait
+        )
     }
 
     const fn bit(self) -> u8 {
@@ -53,12 +60,12 @@ impl HostFigure {
 
 /// What one end's host did to one call (or, sampled, so far: see
 /// [`HostShare::sample`]). Times in µs, counts as counts; a figure the
-/// host does not offer is absent, never 0. 32 bytes, `Copy`: it rides in
+/// host does not offer is absent, never 0. 36 bytes, `Copy`: it rides in
 /// the call state to the worker without an allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostShare {
     present: u8,
-    values: [u32; 7],
+    values: [u32; 8],
 }
 
 impl HostShare {
@@ -201,7 +208,7 @@ mod tests {
 
     #[test]
     fn a_share_is_small_and_an_absent_figure_stays_absent() {
-        assert!(std::mem::size_of::<HostShare>() <= 32);
+        assert!(std::mem::size_of::<HostShare>() <= 36);
         let mut s = HostShare::default();
         assert!(s.is_empty());
         s.set(HostFigure::MajorFaults, Some(0));

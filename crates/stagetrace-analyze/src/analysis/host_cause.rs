@@ -39,7 +39,7 @@ impl HostCause {
     /// server was short of CPU".
     pub fn diagnosis(&self) -> &'static str {
         match self.host_figure() {
-            Some(Figure::ServerRunWait | Figure::ServerCpuStall) => {
+            Some(Figure::ServerRunWait | Figure::ServerCpuStall | Figure::ServerRxWait) => {
                 "the policy server's host was short of CPU"
             }
             Some(Figure::ServerGc) => "the policy server paused for its garbage collector",
@@ -58,6 +58,10 @@ impl HostCause {
             Some(Figure::RunWait) => "the robot's run-queue wait",
             Some(Figure::CpuStall) => "the robot host's CPU stall",
             Some(Figure::Gc) => "the robot's GC pauses",
+            Some(Figure::ServerRxWait) => {
+                "the policy server's event loop reading the request late (kernel stamps)"
+            }
+            Some(Figure::RxWait) => "the robot reading the response late (kernel stamps)",
             _ => "a host figure",
         }
     }
@@ -146,7 +150,8 @@ mod tests {
                 Figure::CpuStall,
                 Figure::ServerRunWait,
                 Figure::ServerCpuStall,
-                Figure::ServerGc
+                Figure::ServerGc,
+                Figure::ServerRxWait
             ]
         );
         let down: Vec<Figure> = candidates(Figure::Downlink).collect();
@@ -156,9 +161,10 @@ mod tests {
                 Figure::RunWait,
                 Figure::CpuStall,
                 Figure::Gc,
-                Figure::ServerCpuStall
+                Figure::ServerCpuStall,
+                Figure::RxWait
             ]
         );
-        assert_eq!(candidates(Figure::Infer).count(), 4);
+        assert_eq!(candidates(Figure::Infer).count(), 5);
     }
 }

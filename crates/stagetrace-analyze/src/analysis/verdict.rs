@@ -76,7 +76,12 @@ pub(super) fn advice(f: Figure) -> &'static str {
             "look at the clock offset between the machines (docs/clocks.md)"
         }
         // The host, not a stage: the remedies of docs/host.md.
-        Figure::RunWait | Figure::ServerRunWait | Figure::CpuStall | Figure::ServerCpuStall => {
+        Figure::RunWait
+        | Figure::ServerRunWait
+        | Figure::CpuStall
+        | Figure::ServerCpuStall
+        | Figure::RxWait
+        | Figure::ServerRxWait => {
             "pin or reserve cores for the loop (taskset, a cgroup cpuset, isolcpus), move the other load off them, or raise the loop's priority (SCHED_FIFO for the control thread)"
         }
         Figure::Gc | Figure::ServerGc => {

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use stagetrace::wire::{RelayTiming, TimingChain};
-use stagetrace::{ServerTiming, ThreadSample};
+use stagetrace::{HostFigure, ServerTiming, ThreadSample};
 
 use super::clock::ServerClock;
 use super::timer::{ns_between, InferTimer};
@@ -19,6 +19,9 @@ pub(crate) struct RequestStamps {
     handler: Option<(Instant, Instant, InferTimer)>,
     /// The host's counters at receive, when the server sends host figures.
     host: Option<ThreadSample>,
+    /// The kernel had the request's last byte this long before the event
+    /// loop read it (kernel receive stamps), µs.
+    rx_wait_us: Option<u32>,
 }
 
 impl RequestStamps {
@@ -31,7 +34,29 @@ impl RequestStamps {
             first_byte: None,
             handler: None,
             host: None,
+            rx_wait_us: None,
         }
+    }
+
+    /// The kernel had the request's last byte at `at` (its receive stamp,
+    /// see `kernel_rx`): the receive moves there, so the uplink ends when
+    /// the bytes were in, and the wait until the event loop read them is
+    /// sent as `rx_wait_ns` (inside `queue`). Call it after
+    /// [`first_byte`](Self::first_byte). `None`, or a stamp after the
+    /// user-space one, keeps the user-space receive.
+    pub(crate) fn kernel_rx(mut self, at: Option<Instant>) -> Self {
+        let Some(at) = at.filter(|a| *a <= self.recv) else {
+            return self;
+        };
+        let wait = self.recv - at;
+        self.recv = at;
+        let wait_ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+        self.recv_unix_ns = self.recv_unix_ns.saturating_sub(wait_ns);
+        // A single segment is all in before the first read returns: its
+        // transfer is nil, not negative.
+        self.first_byte = self.first_byte.map(|f| f.min(at));
+        self.rx_wait_us = u32::try_from(wait_ns.saturating_add(500) / 1000).ok();
+        self
     }
 
     /// Samples the host's counters now (at receive), so the response says
@@ -77,6 +102,9 @@ impl RequestStamps {
                 .unwrap_or_default(),
             ..ServerTiming::default()
         };
+        if self.rx_wait_us.is_some() {
+            t.host.set(HostFigure::RxWait, self.rx_wait_us);
+        }
         if let Some((start, end, timer)) = &self.handler {
             let start_ns = ns_between(self.recv, *start);
             let end_ns = ns_between(self.recv, *end);

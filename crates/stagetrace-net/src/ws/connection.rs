@@ -24,6 +24,7 @@ use tracing::Instrument;
 use super::error::ServeError;
 use super::handler::{Handler, HandlerError};
 use crate::first_bytes::FirstBytes;
+use crate::kernel_rx::KernelRx;
 use crate::msg::{MapWriter, MsgMap};
 use crate::server::{
     handler_span, server_record, take_context, RequestHook, RequestStamps, ServerClock,
@@ -32,7 +33,7 @@ use crate::server::{
 use crate::timing_msgpack::TimingMsgpackExt;
 
 /// A server side WebSocket, its stream stamping each message's first byte.
-type Ws = WebSocketStream<FirstBytes<TcpStream>>;
+type Ws = WebSocketStream<FirstBytes<KernelRx>>;
 
 /// What a response says about its request besides the action: the
 /// caller's trace, the request's `kind` and the previous request's total.
@@ -120,6 +121,7 @@ impl Shared {
             // message (a control frame in between restarts that stamp).
             let stamps = RequestStamps::received(&self.clock)
                 .first_byte(ws.get_mut().take_first())
+                .kernel_rx(ws.get_ref().get_ref().last_rx())
                 .with_host(self.host_figures);
             let bytes = match msg {
                 Some(Ok(Message::Binary(b))) => b,
@@ -147,7 +149,10 @@ impl Shared {
             .max_message_size(Some(self.max_message_bytes))
             .max_frame_size(Some(self.max_message_bytes));
         let Ok(mut ws) =
-            tokio_tungstenite::accept_async_with_config(FirstBytes::new(stream), Some(config))
+            tokio_tungstenite::accept_async_with_config(
+                FirstBytes::new(KernelRx::new(stream)),
+                Some(config),
+            )
                 .await
         else {
             return None;

@@ -19,7 +19,7 @@ pub(super) struct HostField {
 }
 
 /// The host fields in the order every encoding writes them.
-pub(super) const HOST_FIELDS: [HostField; 7] = [
+pub(super) const HOST_FIELDS: [HostField; 8] = [
     HostField {
         map_key: "run_wait_ns",
         header_key: "runwait",
@@ -54,6 +54,11 @@ pub(super) const HOST_FIELDS: [HostField; 7] = [
         map_key: "gc_collections",
         header_key: "gcn",
         figure: HostFigure::GcCollections,
+    },
+    HostField {
+        map_key: "rx_wait_ns",
+        header_key: "rxwait",
+        figure: HostFigure::RxWait,
     },
 ];
 

@@ -299,15 +299,27 @@ impl Converter {
     }
 }
 
-/// The robot's host figures, in [`HostFigure`] time order.
-const ROBOT_HOST: [Figure; 3] = [Figure::RunWait, Figure::CpuStall, Figure::Gc];
-/// The policy server's host figures, in [`HostFigure`] time order.
-const SERVER_HOST: [Figure; 3] = [Figure::ServerRunWait, Figure::ServerCpuStall, Figure::ServerGc];
+/// The robot's host figures, in [`HOST_TIMES`] order.
+const ROBOT_HOST: [Figure; 4] = [Figure::RunWait, Figure::CpuStall, Figure::Gc, Figure::RxWait];
+/// The policy server's host figures, in [`HOST_TIMES`] order.
+const SERVER_HOST: [Figure; 4] = [
+    Figure::ServerRunWait,
+    Figure::ServerCpuStall,
+    Figure::ServerGc,
+    Figure::ServerRxWait,
+];
+/// The time figures of a host share the record carries.
+const HOST_TIMES: [HostFigure; 4] = [
+    HostFigure::RunWait,
+    HostFigure::CpuStall,
+    HostFigure::Gc,
+    HostFigure::RxWait,
+];
 
 /// One end's host share onto the record's figures for that end; an absent
 /// figure stays absent.
-fn set_host(share: &HostShare, figures: [Figure; 3], rec: &mut CallRecord) {
-    let times = [HostFigure::RunWait, HostFigure::CpuStall, HostFigure::Gc];
+fn set_host(share: &HostShare, figures: [Figure; 4], rec: &mut CallRecord) {
+    let times = HOST_TIMES;
     for (figure, host) in figures.into_iter().zip(times) {
         if let Some(ns) = share.get_ns(host) {
             rec.set(figure, to_i64(ns));
