@@ -19,11 +19,13 @@ use super::args::DemoArgs;
 use super::error::{err, DemoError};
 use super::otlp::DemoOtlp;
 
-/// A proxy delaying each direction, in front of `upstream`.
+/// A proxy delaying each direction, in front of `upstream`; its threads on
+/// `cpu` when given (`--proxy-cpu`).
 pub(super) fn proxy(
     upstream: SocketAddr,
     up_ms: f64,
     down_ms: f64,
+    cpu: Option<usize>,
 ) -> Result<ProxyHandle, DemoError> {
     Proxy::spawn_in_thread(
         SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -31,6 +33,7 @@ pub(super) fn proxy(
         ProxyConfig {
             uplink: LinkConfig::delay(ms(up_ms)),
             downlink: LinkConfig::delay(ms(down_ms)),
+            cpu,
             ..ProxyConfig::default()
         },
     )
@@ -113,6 +116,7 @@ impl Hops {
                 gw.addr(),
                 h.gateway_uplink_delay_ms,
                 h.gateway_downlink_delay_ms,
+                a.proxy_cpu,
             )?;
             Some((gw, p))
         } else {
@@ -134,6 +138,7 @@ impl Hops {
                 ex.addr(),
                 h.executor_uplink_delay_ms,
                 h.executor_downlink_delay_ms,
+                a.proxy_cpu,
             )?;
             Some((ex, p))
         } else {

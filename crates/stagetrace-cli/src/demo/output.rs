@@ -30,7 +30,9 @@ pub(super) struct Run<'a> {
     pub(super) summary: &'a WindowSummary,
     pub(super) robot: &'a RobotStats,
     pub(super) server: &'a SimServerStats,
-    pub(super) proxy_bytes: (u64, u64),
+    /// The delay proxy's counters; `None`: the robot connected to the
+    /// server directly (no delay asked).
+    pub(super) proxy: Option<stagetrace_net::proxy::ProxyStats>,
     pub(super) interrupted: bool,
     /// What the truth of the gateway and the executor rests on.
     pub(super) hops: &'a HopRun,
@@ -79,8 +81,11 @@ struct Counters {
     deadline_misses: Option<u64>,
     server_requests: u64,
     server_requests_with_traceparent: u64,
-    proxy_bytes_up: u64,
-    proxy_bytes_down: u64,
+    /// Absent when the robot connected directly (no delay proxy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy_bytes_up: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy_bytes_down: Option<u64>,
 }
 
 /// `--json` (and `demo.json`): the figures keyed by record field names,
@@ -112,7 +117,7 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
     let report = analyze(run)?;
     let group = report.as_ref().and_then(main_group);
     let stages = stage_table(group, run.records);
-    let truth = Truth::of(a, &stages, run.records, run.summary, run.hops);
+    let truth = Truth::of(a, &stages, run.records, run.summary, run.hops).with_proxy(run.proxy);
     let mut diagnosis: Vec<String> = report
         .iter()
         .flat_map(|r| r.verdicts.iter().map(|v| v.text.clone()))
@@ -192,8 +197,8 @@ impl Counters {
             deadline_misses: run.summary.deadline.map(|d| d.misses),
             server_requests: run.server.requests,
             server_requests_with_traceparent: run.server.with_trace_context,
-            proxy_bytes_up: run.proxy_bytes.0,
-            proxy_bytes_down: run.proxy_bytes.1,
+            proxy_bytes_up: run.proxy.map(|p| p.bytes_up),
+            proxy_bytes_down: run.proxy.map(|p| p.bytes_down),
         }
     }
 }

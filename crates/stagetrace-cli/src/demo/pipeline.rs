@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stagetrace::{CallRecord, ClockMode, FlushGuard, RecordSink, StageLayer};
+use stagetrace_net::proxy::ProxyHandle;
 use stagetrace_net::MsgMap;
 use stagetrace_otlp::OtlpMetrics;
 use stagetrace_schema::ms_to_ns;
@@ -104,18 +105,34 @@ pub(super) fn run(
     let (server, seen) = start_server(args, otlp.as_ref())?;
 
     // The network between them: the built-in proxy delays each direction.
-    let proxy = hops::proxy(server.addr(), args.uplink_delay_ms, args.downlink_delay_ms)?;
+    // With no delay to add the robot connects directly: the proxy is a
+    // process of ours on the same cores, and on a busy host it would delay
+    // the packets itself — host load the demo would inject as "network".
+    let proxy = (args.uplink_delay_ms > 0.0 || args.downlink_delay_ms > 0.0)
+        .then(|| {
+            hops::proxy(
+                server.addr(),
+                args.uplink_delay_ms,
+                args.downlink_delay_ms,
+                args.proxy_cpu,
+            )
+        })
+        .transpose()?;
+    let policy_addr = proxy.as_ref().map_or(server.addr(), ProxyHandle::local_addr);
     // A gateway in front of that hop and a remote executor, when asked.
-    let mut hop_parts = Hops::start(args, proxy.local_addr(), otlp.as_ref())?;
+    let mut hop_parts = Hops::start(args, policy_addr, otlp.as_ref())?;
 
     let records = Arc::new(Mutex::new(Vec::with_capacity(args.calls as usize)));
     let guard = install_layer(args, out, &records, otlp.as_ref(), metrics.as_ref())?;
 
-    let robot = drive_robot(args, rt, stop, &mut hop_parts, proxy.local_addr());
+    let robot = drive_robot(args, rt, stop, &mut hop_parts, policy_addr);
 
     let summary = guard.finish();
-    let proxy_stats = proxy.stats();
-    proxy.shutdown();
+    let proxy = proxy.map(|proxy| {
+        let stats = proxy.stats();
+        proxy.shutdown();
+        stats
+    });
     let hop_run = hop_parts.stop(server.clock(), &seen);
     let server = server.stop();
     if let Some(otlp) = &otlp {
@@ -134,7 +151,7 @@ pub(super) fn run(
         summary: &summary,
         robot: &robot,
         server: &server,
-        proxy_bytes: (proxy_stats.bytes_up, proxy_stats.bytes_down),
+        proxy,
         interrupted,
         hops: &hop_run,
     })?;

@@ -86,6 +86,9 @@ pub struct ProxyConfig {
     /// Most chunks in flight per direction of a connection; a full queue
     /// stops reading (back-pressure), memory stays bounded.
     pub max_in_flight: usize,
+    /// Run the proxy's threads on this CPU only (Linux), so its own
+    /// scheduling competes with a known load, or none; `None`: anywhere.
+    pub cpu: Option<usize>,
 }
 
 impl Default for ProxyConfig {
@@ -96,6 +99,7 @@ impl Default for ProxyConfig {
             seed: 0x5eed,
             max_connections: 256,
             max_in_flight: 256,
+            cpu: None,
         }
     }
 }

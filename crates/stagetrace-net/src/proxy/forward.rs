@@ -25,6 +25,8 @@ pub(super) struct Counters {
     pub(super) refused: AtomicU64,
     pub(super) bytes_up: AtomicU64,
     pub(super) bytes_down: AtomicU64,
+    /// How late the writers released their chunks.
+    pub(super) lateness: super::lateness::Lateness,
 }
 
 /// What every connection of a proxy reads: its settings, timer and counters.
@@ -194,6 +196,8 @@ async fn direction(
     let writer = async move {
         while let Some(chunk) = rx.recv().await {
             shared.timer.sleep_until(chunk.release).await;
+            let late = Instant::now().saturating_duration_since(chunk.release);
+            shared.counters.lateness.add(late);
             if wr.write_all(&chunk.data).await.is_err() {
                 return;
             }

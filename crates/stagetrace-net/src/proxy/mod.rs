@@ -34,10 +34,13 @@
 
 mod config;
 mod forward;
+mod lateness;
+mod pin;
 mod shape;
 mod timer;
 
 pub use config::{Jitter, LinkConfig, ProxyConfig, Stall};
+pub use lateness::ProxyLateness;
 
 use std::fmt;
 use std::io;
@@ -66,6 +69,9 @@ pub struct ProxyStats {
     pub bytes_up: u64,
     /// Bytes forwarded upstream → client.
     pub bytes_down: u64,
+    /// How late the proxy itself released its chunks (both directions):
+    /// delay its own scheduling added to the one asked for.
+    pub lateness: ProxyLateness,
 }
 
 /// The proxy. Start it inside a tokio runtime with [`Proxy::start`], or from
@@ -132,6 +138,7 @@ impl ProxyHandle {
             refused: c.refused.load(Ordering::Relaxed),
             bytes_up: c.bytes_up.load(Ordering::Relaxed),
             bytes_down: c.bytes_down.load(Ordering::Relaxed),
+            lateness: c.lateness.snapshot(),
         }
     }
 
@@ -180,6 +187,8 @@ impl Proxy {
         cfg: ProxyConfig,
     ) -> io::Result<ProxyHandle> {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| no_runtime())?;
+        // The caller's runtime runs the proxy: only the timer thread is ours to pin.
+        pin::check(cfg.cpu)?;
         let std_listener = std::net::TcpListener::bind(listen)?;
         std_listener.set_nonblocking(true)?;
         let (handle, shared) = Self::parts(std_listener.local_addr()?, upstream, cfg)?;
@@ -197,6 +206,8 @@ impl Proxy {
         upstream: SocketAddr,
         cfg: ProxyConfig,
     ) -> io::Result<ProxyHandle> {
+        pin::check(cfg.cpu)?;
+        let cpu = cfg.cpu;
         let std_listener = std::net::TcpListener::bind(listen)?;
         std_listener.set_nonblocking(true)?;
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -206,6 +217,7 @@ impl Proxy {
         let thread = thread::Builder::new()
             .name("stagetrace-proxy".into())
             .spawn(move || {
+                pin::pin_current(cpu);
                 rt.block_on(async move {
                     match TcpListener::from_std(std_listener) {
                         Ok(listener) => accept_loop(listener, shared).await,
@@ -222,7 +234,7 @@ impl Proxy {
         upstream: SocketAddr,
         cfg: ProxyConfig,
     ) -> io::Result<(ProxyHandle, Shared)> {
-        let (timer, timer_thread) = PreciseTimer::spawn()?;
+        let (timer, timer_thread) = PreciseTimer::spawn(cfg.cpu)?;
         let (up_tx, up_rx) = watch::channel(cfg.uplink);
         let (down_tx, down_rx) = watch::channel(cfg.downlink);
         let (stop_tx, stop_rx) = watch::channel(false);

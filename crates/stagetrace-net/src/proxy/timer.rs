@@ -61,12 +61,15 @@ impl Ord for Wake {
 
 impl PreciseTimer {
     /// Start the timer thread.
-    pub(super) fn spawn() -> io::Result<(Arc<Self>, thread::JoinHandle<()>)> {
+    pub(super) fn spawn(cpu: Option<usize>) -> io::Result<(Arc<Self>, thread::JoinHandle<()>)> {
         let timer = Arc::new(PreciseTimer::default());
         let t = timer.clone();
         let join = thread::Builder::new()
             .name("stagetrace-proxy-timer".into())
-            .spawn(move || t.run())?;
+            .spawn(move || {
+                super::pin::pin_current(cpu);
+                t.run()
+            })?;
         Ok((timer, join))
     }
 

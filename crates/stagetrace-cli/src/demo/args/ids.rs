@@ -17,6 +17,7 @@ const PACED: &[&str] = &[
     "server_skew_ms",
     "uplink_delay_ms",
     "downlink_delay_ms",
+    "proxy_cpu",
     "clock",
     "transport",
     "no_server_timing",

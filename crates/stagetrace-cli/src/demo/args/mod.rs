@@ -72,9 +72,15 @@ pub(crate) struct DemoArgs {
     /// Delay added to client → server traffic by the proxy, ms.
     #[arg(long, default_value_t = 3.0)]
     pub(crate) uplink_delay_ms: f64,
-    /// Delay added to server → client traffic by the proxy, ms.
+    /// Delay added to server → client traffic by the proxy, ms. With both
+    /// delays 0 the robot connects to the server directly, no proxy between.
     #[arg(long, default_value_t = 2.0)]
     pub(crate) downlink_delay_ms: f64,
+    /// Pin the delay proxies' threads to this CPU (Linux): the proxy is a
+    /// process of ours on the same cores, and a busy host delays its
+    /// packets too; the truth table shows how late it released them.
+    #[arg(long, value_name = "CPU")]
+    pub(crate) proxy_cpu: Option<usize>,
     /// What the uplink/downlink split rests on.
     #[arg(long, value_enum, default_value_t = ClockArg::Estimate)]
     pub(crate) clock: ClockArg,

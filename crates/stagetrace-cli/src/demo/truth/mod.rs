@@ -83,7 +83,26 @@ pub(super) struct Truth {
     hops: Option<HopTruth>,
     /// A remote executor: its wait against the controller's own.
     executor: Option<ExecTruth>,
+    /// The robot's way to the server: direct, or through the delay proxy
+    /// and how late the proxy itself released the chunks.
+    network: Option<ProxyTruth>,
 }
+
+/// The network the demo made between robot and server.
+#[derive(Debug, Serialize)]
+pub(super) struct ProxyTruth {
+    /// The robot connected to the server directly (no delay asked).
+    direct: bool,
+    /// How late the proxy's own scheduling released its chunks, ms: delay
+    /// the host added on top of the injected one.
+    late_mean_ms: Option<f64>,
+    late_p99_ms: Option<f64>,
+    late_max_ms: Option<f64>,
+}
+
+/// A proxy whose chunks left this much late at p99 (ms) gets a sentence:
+/// below it the proxy's own scheduling is noise against a ms-scale delay.
+const PROXY_LATE_NOTE_MS: f64 = 0.2;
 
 /// The server clock's drift: estimated (± its bound) against injected.
 #[derive(Debug, Serialize)]
@@ -160,7 +179,33 @@ impl Truth {
             drift: DriftTruth::of(a, summary),
             hops: HopTruth::of(a, hops, records),
             executor: ExecTruth::of(a, hops, records),
+            network: None,
         }
+    }
+
+    /// The network the robot's calls went through: `proxy`'s counters, or
+    /// a direct connection.
+    pub(super) fn with_proxy(mut self, proxy: Option<stagetrace_net::proxy::ProxyStats>) -> Truth {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        self.network = Some(match proxy {
+            None => ProxyTruth {
+                direct: true,
+                late_mean_ms: None,
+                late_p99_ms: None,
+                late_max_ms: None,
+            },
+            Some(p) => {
+                let l = p.lateness;
+                let seen = l.chunks > 0;
+                ProxyTruth {
+                    direct: false,
+                    late_mean_ms: seen.then(|| ms(l.mean_ns)),
+                    late_p99_ms: seen.then(|| ms(l.p99_ns)),
+                    late_max_ms: seen.then(|| ms(l.max_ns)),
+                }
+            }
+        });
+        self
     }
 
     /// The warning for trusted clocks that disagree.
@@ -218,6 +263,7 @@ impl Truth {
         if a.clock == ClockArg::None {
             out.push("no split (--clock none): net_ms only.".to_owned());
         }
+        out.extend(self.network.as_ref().and_then(ProxyTruth::sentence));
         out
     }
 }
@@ -365,6 +411,24 @@ impl DriftTruth {
             estimated_ppm: d.value,
             err_ppm: d.err,
             injected_ppm: a.server_drift_ppm,
+        })
+    }
+}
+
+impl ProxyTruth {
+    /// What the reader should know about the demo's network: a direct
+    /// connection, or a proxy whose own lateness matters.
+    fn sentence(&self) -> Option<String> {
+        if self.direct {
+            return Some(
+                "the robot connected to the server directly (no delay asked): uplink and downlink are loopback and the two ends' scheduling.".to_owned(),
+            );
+        }
+        let (mean, p99, max) = (self.late_mean_ms?, self.late_p99_ms?, self.late_max_ms?);
+        (p99 >= PROXY_LATE_NOTE_MS).then(|| {
+            format!(
+                "the delay proxy itself released its chunks {mean:.3} ms late on average (p99 ≤ {p99:.3} ms, max {max:.3} ms) on top of the injected delays: that is this host's scheduling, not the network (pin the proxy with --proxy-cpu N, away from the load)."
+            )
         })
     }
 }
