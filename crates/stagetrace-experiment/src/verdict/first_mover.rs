@@ -135,6 +135,7 @@ pub(crate) fn decide(
     let spike_period_s = (shape == Some("tail"))
         .then(|| spike_period(obs, phases, fl.level, first_fig))
         .flatten();
+    let host = super::host::host_first(levels, fl.level, fc.abs_shift());
     let summary = text::summary(&text::Findings {
         first: first_fig,
         level: fl,
@@ -159,8 +160,15 @@ pub(crate) fn decide(
         resources: res_state,
         resource_note,
         spike_period_s,
-        next_step: text::next_step(first_fig, shape, res_state),
-        summary,
+        next_step: match &host {
+            Some(_) => "the host, not the stage: pin or reserve cores for the loop and the server, move the other load, or tune the GC; then run the plan again".into(),
+            None => text::next_step(first_fig, shape, res_state),
+        },
+        summary: match &host {
+            Some(h) => format!("{}. {summary}", h.sentence(first_fig)),
+            None => summary,
+        },
+        host,
     }
 }
 

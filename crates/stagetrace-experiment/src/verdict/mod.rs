@@ -9,6 +9,7 @@
 mod compare;
 mod direction;
 mod first_mover;
+mod host;
 mod obs;
 mod resources;
 mod result;
@@ -23,6 +24,7 @@ use crate::figures;
 use crate::plan::VerdictSpec;
 use crate::sampler::ResourceSample;
 
+pub use host::HostMover;
 pub use obs::PhaseSpan;
 pub(crate) use obs::{column, Obs};
 pub use resources::ResourceSummary;
@@ -53,7 +55,7 @@ pub(crate) fn analyze(
     };
     // The baseline of every compared figure, by `Figure::index` (others empty).
     let mut base: Vec<Vec<f32>> = vec![Vec::new(); Figure::ALL.len()];
-    for f in figures::compared() {
+    for f in figures::compared().chain(host::host_figures()) {
         base[f.index()] = column(obs, base_idx, f);
     }
     let e2e_p50 = stats::quantile(&base[Figure::E2e.index()], 0.5);
@@ -78,7 +80,7 @@ pub(crate) fn analyze(
         .filter(|(_, p)| p.phase == "level")
     {
         let mut components = BTreeMap::new();
-        for (c, f) in figures::compared().enumerate() {
+        for (c, f) in figures::compared().chain(host::host_figures()).enumerate() {
             let lv = column(obs, pi, f);
             if lv.is_empty() {
                 continue;

@@ -90,6 +90,10 @@ pub struct Verdict {
     pub resource_note: Option<String>,
     /// Period of the spikes (s), when the first mover is a tail of periodic spikes.
     pub spike_period_s: Option<f64>,
+    /// The host figure that moved at the first mover's level or before it
+    /// (the host slowed first; the stage absorbed it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<super::host::HostMover>,
     /// The next step (`docs/architecture.md`, section 7).
     pub next_step: String,
     /// The verdict in a sentence or three.
@@ -111,6 +115,7 @@ impl Verdict {
             resources: None,
             resource_note: None,
             spike_period_s: None,
+            host: None,
             next_step: "run the plan again with more calls per level".into(),
             summary: why.to_owned(),
         }
