@@ -79,4 +79,4 @@ pub use render::text;
 pub use report::ExperimentReport;
 pub use runner::{default_out_dir, run, RunOptions};
 pub use sampler::{ResourceSample, Sampler, SamplerCost};
-pub use verdict::Verdict;
+pub use verdict::{HostMover, Verdict};
