@@ -77,7 +77,7 @@ fn call(c: &mut Criterion) {
         ("stage_layer", Attach::Plain),
         ("stage_layer_filtered", Attach::Filtered),
     ] {
-        let (dispatch, guard) = attach.dispatch(false);
+        let (dispatch, guard) = attach.dispatch(false, false);
         bench_with(&mut g, name, dispatch, one_call);
         let s = guard.finish();
         eprintln!(
@@ -118,7 +118,7 @@ fn other_spans(c: &mut Criterion) {
         ("stage_layer", Attach::Plain),
         ("stage_layer_filtered", Attach::Filtered),
     ] {
-        let (dispatch, guard) = attach.dispatch(true);
+        let (dispatch, guard) = attach.dispatch(true, false);
         bench_with(
             &mut g,
             &format!("app_layer+{name}"),
@@ -128,7 +128,7 @@ fn other_spans(c: &mut Criterion) {
         drop(guard);
         // StageLayer alone: plain, the registry creates the spans; filtered,
         // they are disabled at their callsites.
-        let (dispatch, guard) = attach.dispatch(false);
+        let (dispatch, guard) = attach.dispatch(false, false);
         bench_with(
             &mut g,
             &format!("{name}_alone"),
@@ -173,29 +173,20 @@ enum Attach {
 
 impl Attach {
     /// A fresh StageLayer attached this way, with `app` (an app layer that
-    /// wants every span) outside it when asked.
-    fn dispatch(self, app: bool) -> (tracing::Dispatch, stagetrace::FlushGuard) {
-        let builder = StageLayer::builder().queue_capacity(1 << 16);
+    /// wants every span) outside it when asked; `host`: the per-call host
+    /// figures on (off: the layer's own work alone).
+    fn dispatch(self, app: bool, host: bool) -> (tracing::Dispatch, stagetrace::FlushGuard) {
+        let builder = StageLayer::builder()
+            .queue_capacity(1 << 16)
+            .host_figures(host);
         match self {
             Attach::Filtered => {
                 let (layer, guard) = builder.build_filtered().unwrap();
-                let registry = tracing_subscriber::registry().with(layer);
-                let d = if app {
-                    tracing::Dispatch::new(registry.with(AppLayer))
-                } else {
-                    tracing::Dispatch::new(registry)
-                };
-                (d, guard)
+                (stack(layer, app), guard)
             }
             Attach::Plain => {
                 let (layer, guard) = builder.build().unwrap();
-                let registry = tracing_subscriber::registry().with(layer);
-                let d = if app {
-                    tracing::Dispatch::new(registry.with(AppLayer))
-                } else {
-                    tracing::Dispatch::new(registry)
-                };
-                (d, guard)
+                (stack(layer, app), guard)
             }
         }
     }
@@ -210,6 +201,19 @@ impl Attach {
     }
 }
 
+/// `layer` on the registry, with the app's own layer outside it when `app`.
+fn stack<L>(layer: L, app: bool) -> tracing::Dispatch
+where
+    L: tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+{
+    let registry = tracing_subscriber::registry().with(layer);
+    if app {
+        tracing::Dispatch::new(registry.with(AppLayer))
+    } else {
+        tracing::Dispatch::new(registry)
+    }
+}
+
 /// The ratios of one way of attaching StageLayer, medians over paired rounds.
 struct Ratios {
     call_ns: f64,
@@ -220,6 +224,10 @@ struct Ratios {
     alone_spans: f64,
     observer_p50_us: Option<f64>,
     queue_drops: u64,
+    /// App-thread CPU ns the host figures add to a call (two samples).
+    host_added_ns: f64,
+    /// One call with the host figures on / off.
+    host_ratio: f64,
 }
 
 /// Paired, interleaved rounds of app-thread CPU time: on a shared machine the
@@ -230,24 +238,30 @@ struct Ratios {
 /// alive together does not tax any of them.
 fn paired(attach: Attach, otel: &tracing::Dispatch) -> Ratios {
     let rounds = 41;
-    let (staged, guard) = attach.dispatch(false);
+    let (staged, guard) = attach.dispatch(false, false);
+    let (hosted, host_guard) = attach.dispatch(false, true);
     let bare = tracing::Dispatch::new(tracing_subscriber::registry());
     let floor = attach.floor();
     let (mut s, mut rb, mut rf, mut ro) = (vec![], vec![], vec![], vec![]);
+    let (mut rh, mut ah) = (vec![], vec![]);
     for _ in 0..rounds {
         let tb = time(&bare, one_call, 3000);
         let ts = time(&staged, one_call, 3000);
+        let th = time(&hosted, one_call, 3000);
         let tf = time(&floor, one_call, 3000);
         let to = time(otel, one_call, 3000);
         s.push(ts);
         rb.push(ts / tb);
         rf.push(ts / tf);
         ro.push(ts / to);
+        rh.push(th / ts);
+        ah.push(th - ts);
     }
-    drop((staged, floor));
+    drop((staged, floor, hosted));
+    drop(host_guard);
     let summary = guard.finish();
     // The app's own spans next to an app layer that wants them.
-    let (app_staged, guard) = attach.dispatch(true);
+    let (app_staged, guard) = attach.dispatch(true, false);
     let app = tracing::Dispatch::new(tracing_subscriber::registry().with(AppLayer));
     let mut ra = vec![];
     for _ in 0..rounds {
@@ -266,6 +280,8 @@ fn paired(attach: Attach, otel: &tracing::Dispatch) -> Ratios {
         alone_spans: f64::NAN,
         observer_p50_us: summary.observer_us.map(|q| q.p50),
         queue_drops: summary.queue_drops,
+        host_added_ns: median(ah),
+        host_ratio: median(rh),
     }
 }
 
@@ -285,7 +301,7 @@ fn overhead_table() {
     filtered.alone_spans = alone_ratio(Attach::Filtered);
     plain.alone_spans = alone_ratio(Attach::Plain);
     let x = |v: f64| format!("{v:.2}x");
-    let rows: [(&str, String, String, &str); 7] = [
+    let rows: [(&str, String, String, &str); 9] = [
         (
             "one call (5 spans), app-thread CPU ns",
             format!("{:.0}", filtered.call_ns),
@@ -328,6 +344,18 @@ fn overhead_table() {
             x(sparse_p),
             "<= 0.3x",
         ),
+        (
+            "one call, host figures on / off (the rows above: off)",
+            x(filtered.host_ratio),
+            x(plain.host_ratio),
+            "",
+        ),
+        (
+            "host figures: app-thread CPU ns added per call (two samples)",
+            format!("{:.0}", filtered.host_added_ns),
+            format!("{:.0}", plain.host_added_ns),
+            "<= 5000",
+        ),
     ];
     println!("\noverhead, paired rounds (app-thread CPU time, median of 41 rounds):");
     println!(
@@ -353,7 +381,7 @@ fn overhead_table() {
 fn alone_ratio(attach: Attach) -> f64 {
     let ratios: Vec<f64> = (0..11)
         .map(|_| {
-            let (alone, guard) = attach.dispatch(false);
+            let (alone, guard) = attach.dispatch(false, false);
             let tl = time(&alone, hundred_other_spans, 1000);
             drop(alone);
             drop(guard);
@@ -386,7 +414,7 @@ fn sparse(dispatch: &tracing::Dispatch, f: fn(), calls: usize) -> f64 {
 /// One call every 2 ms (see [`sparse`]): StageLayer attached as `attach`
 /// against tracing-opentelemetry, median over 5 paired rounds.
 fn sparse_ratio(attach: Attach, otel: &tracing::Dispatch) -> f64 {
-    let (staged, guard) = attach.dispatch(false);
+    let (staged, guard) = attach.dispatch(false, false);
     let ratios: Vec<f64> = (0..5)
         .map(|_| sparse(&staged, one_call, 200) / sparse(otel, one_call, 200))
         .collect();
