@@ -34,6 +34,7 @@ impl Recorder {
         output_dir=None, *, window=10.0, target_hz=None, clock="estimate",
         warmup_calls=None, queue_capacity=None, stages=None,
         otlp_endpoint=None, service_name=None, parquet_dir=None, robot=None,
+        host_figures=true,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -48,6 +49,7 @@ impl Recorder {
         service_name: Option<String>,
         parquet_dir: Option<PathBuf>,
         robot: Option<String>,
+        host_figures: bool,
     ) -> PyResult<Self> {
         if !(window.is_finite() && window > 0.0 && window < 1e9) {
             return Err(PyValueError::new_err(format!(
@@ -57,7 +59,8 @@ impl Recorder {
         let mut b = StageLayer::builder()
             .advice_for(AdviceFor::Python)
             .window(Duration::from_secs_f64(window))
-            .clock_mode(clock_mode(clock)?);
+            .clock_mode(clock_mode(clock)?)
+            .host_figures(host_figures);
         if let Some(dir) = output_dir {
             b = b.output_dir(dir);
         }

@@ -94,6 +94,7 @@ def init(
     service_name: Optional[str] = None,
     parquet_dir: Optional[os.PathLike[str] | str] = None,
     robot: Optional[str] = None,
+    host_figures: bool = True,
 ) -> Recorder:
     """Start the process's recorder (the Rust builder's settings).
 
@@ -106,7 +107,10 @@ def init(
     variables apply when only one is given). ``parquet_dir``: also write
     every record as Parquet under ``robot=<robot>/date=<day>/`` there
     (``robot``: default ``STAGETRACE_ROBOT``, else the host name); read it
-    back with :func:`load` (docs/records.md).
+    back with :func:`load` (docs/records.md). ``host_figures``: each record
+    says what the host did to the call — the thread's run-queue wait, the
+    host's CPU stall, Python's GC pauses (``run_wait_ms``, ``cpu_stall_ms``,
+    ``gc_ms``; docs/stages.md); ``False`` saves their few µs per call.
     """
     global _default
     if _default is not None:
@@ -123,6 +127,7 @@ def init(
         service_name=service_name,
         parquet_dir=None if parquet_dir is None else os.fspath(parquet_dir),
         robot=robot,
+        host_figures=host_figures,
     )
     _native.set_default(_default)
     return _default
