@@ -187,6 +187,61 @@ fn corpus() -> Vec<Case> {
             expect,
         });
     }
+    // The host, not the stage: spikes whose calls' host figures explain
+    // them name the host; host figures that explain nothing change nothing.
+    c.extend([
+        healthy(
+            "host figures with small waits and 0.3 ms bumps no stage shows",
+            Scenario {
+                host_figures: true,
+                host_bumps: true,
+                ..sc(40)
+            },
+        ),
+        Case {
+            name: "uplink spikes on 3 % of the calls, the server's run-queue wait on the same calls",
+            run: Scenario {
+                stage_spikes: Some(("uplink", 0.03, 8.0)),
+                host_figures: true,
+                host_cause: Some(("server_run_wait_ms", 0.9)),
+                ..sc(41)
+            },
+            baseline: None,
+            expect: &[("host_cpu", "uplink")],
+        },
+        Case {
+            name: "infer spikes on 2 % of the calls, the server's GC pauses on the same calls",
+            run: Scenario {
+                stage_spikes: Some(("infer", 0.02, 15.0)),
+                host_figures: true,
+                host_cause: Some(("server_gc_ms", 0.95)),
+                ..sc(42)
+            },
+            baseline: None,
+            expect: &[("host_gc", "infer")],
+        },
+        Case {
+            name: "downlink spikes on 3 % of the calls, the robot's run-queue wait on the same calls",
+            run: Scenario {
+                stage_spikes: Some(("downlink", 0.03, 6.0)),
+                host_figures: true,
+                host_cause: Some(("run_wait_ms", 0.8)),
+                ..sc(43)
+            },
+            baseline: None,
+            expect: &[("host_cpu", "downlink")],
+        },
+        Case {
+            name: "uplink spikes with flat host figures stay the network's",
+            run: Scenario {
+                stage_spikes: Some(("uplink", 0.03, 8.0)),
+                host_figures: true,
+                ..sc(44)
+            },
+            baseline: None,
+            expect: &[("spikes", "uplink")],
+        },
+    ]);
     c.extend([
         Case {
             name: "executor busy on every 4th chunk (20 Hz: every 0.2 s)",

@@ -82,6 +82,15 @@ pub(crate) struct Scenario {
     /// One call (by index after the warm-up) paused this long (ms) outside
     /// every stage: a stall.
     pub(crate) stall: Option<(usize, f64)>,
+    /// The records carry host figures (`run_wait_ms`, `cpu_stall_ms` and the
+    /// server's, tens of µs; with `host_bumps`, 0.3 ms on 5 % of the calls
+    /// that no stage shows).
+    pub(crate) host_figures: bool,
+    /// Healthy host noise: the occasional small run-queue wait.
+    pub(crate) host_bumps: bool,
+    /// The `stage_spikes` calls' cause: this host figure (record field)
+    /// carries this share of each spike's extra time on those calls.
+    pub(crate) host_cause: Option<(&'static str, f64)>,
 }
 
 /// The hops of a call through one gateway (medians, ms; spread 0.1 ms on
@@ -144,6 +153,9 @@ impl Default for Scenario {
             stage_spikes: None,
             hiccups: None,
             stall: None,
+            host_figures: false,
+            host_bumps: false,
+            host_cause: None,
         }
     }
 }
@@ -225,9 +237,11 @@ pub(crate) fn lines(s: &Scenario) -> String {
             "dispatch" => dispatch += extra,
             other => panic!("no stage {other} to spike"),
         };
+        let mut spiked: Option<f64> = None;
         if let Some((stage, frac, extra)) = s.stage_spikes {
             if rng.next_f64() < frac {
                 spike(stage, extra);
+                spiked = Some(extra);
             }
         }
         if let Some((stage, at, extra)) = s.hiccups {
@@ -332,6 +346,9 @@ pub(crate) fn lines(s: &Scenario) -> String {
         if s.fail_every.is_some_and(|n| i % n == n - 1) {
             l.push_str(",\"failed\":true,\"error\":\"timeout\"");
         }
+        if s.host_figures {
+            l.push_str(&host_fields(s, &mut rng, spiked));
+        }
         if s.digests {
             let mut d = seq.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234;
             if s.flip_digests.contains(&seq) {
@@ -341,6 +358,31 @@ pub(crate) fn lines(s: &Scenario) -> String {
         }
         l.push_str("}\n");
         out.push_str(&l);
+    }
+    out
+}
+
+/// The host figures of one call: small waits and stalls, the occasional
+/// 0.3 ms bump with `host_bumps`, and the spike's cause on a spiked call.
+fn host_fields(s: &Scenario, rng: &mut SplitMix64, spiked: Option<f64>) -> String {
+    let mut out = String::new();
+    let gc = s.host_cause.is_some_and(|(f, _)| f.contains("gc"));
+    let fields: &[&str] = if gc {
+        &["run_wait_ms", "cpu_stall_ms", "server_run_wait_ms", "server_cpu_stall_ms", "server_gc_ms", "gc_ms"]
+    } else {
+        &["run_wait_ms", "cpu_stall_ms", "server_run_wait_ms", "server_cpu_stall_ms"]
+    };
+    for f in fields {
+        let mut v = if f.contains("gc") { 0.0 } else { 0.01 - 0.02 * (1.0 - rng.next_f64()).ln() };
+        if s.host_bumps && f.contains("run_wait") && rng.next_f64() < 0.05 {
+            v += 0.3;
+        }
+        if let (Some((cause, share)), Some(extra)) = (s.host_cause, spiked) {
+            if cause == *f {
+                v += share * extra;
+            }
+        }
+        let _ = write!(out, ",\"{f}\":{}", r3(v));
     }
     out
 }
