@@ -102,9 +102,11 @@ pub fn analyze<'a>(
 }
 
 /// Figures that get shape, outlier and periodicity analysis: every figure
-/// read but lateness, which is a deadline figure rather than a stage.
+/// read but lateness, which is a deadline figure rather than a stage, and
+/// the host figures, which overlap the stages: they are read next to a
+/// stage's spikes as their cause (`host_cause`), never a verdict of their own.
 fn analysed() -> impl Iterator<Item = Figure> {
-    figures::read().filter(|f| *f != Figure::Late)
+    figures::read().filter(|f| *f != Figure::Late && !f.is_host())
 }
 
 /// Records of one kind (or of all, `pooled`): (all, warm-up, failed).
