@@ -64,6 +64,46 @@ pub enum Field {
     StaleDropped,
     /// `hops`: per-hop figures of a call that went through relays.
     Hops,
+    /// What a host did to the call, counted (`minor_faults`,
+    /// `server_minor_faults`, …): on the policy server's end when `server`.
+    HostCount {
+        /// The server's end (else the robot's).
+        server: bool,
+        /// What is counted.
+        count: HostCount,
+    },
+}
+
+/// A count of what a host did to a call (`docs/host.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostCount {
+    /// Times the kernel took the core away from the call's thread.
+    InvoluntarySwitches,
+    /// Page faults served from memory.
+    MinorFaults,
+    /// Page faults that waited for I/O.
+    MajorFaults,
+    /// Garbage collections that ran, all generations.
+    GcCollections,
+}
+
+impl HostCount {
+    /// Every count, in record order.
+    pub const ALL: [HostCount; 4] = [
+        HostCount::InvoluntarySwitches,
+        HostCount::MinorFaults,
+        HostCount::MajorFaults,
+        HostCount::GcCollections,
+    ];
+
+    /// Position in [`HostCount::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+const fn count(server: bool, count: HostCount, name: &'static str) -> FieldInfo {
+    plain(Field::HostCount { server, count }, name, FieldType::Count)
 }
 
 /// One row of the record's field table.
@@ -124,7 +164,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 39;
+pub const FIELD_COUNT: usize = 55;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -162,6 +202,22 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     plain(Field::Failed, "failed", FieldType::Flag),
     plain(Field::Error, "error", FieldType::Text),
     figure_field(F::Observer),
+    figure_field(F::RunWait),
+    figure_field(F::CpuStall),
+    figure_field(F::Gc),
+    figure_field(F::RxWait),
+    count(false, HostCount::InvoluntarySwitches, "involuntary_switches"),
+    count(false, HostCount::MinorFaults, "minor_faults"),
+    count(false, HostCount::MajorFaults, "major_faults"),
+    count(false, HostCount::GcCollections, "gc_collections"),
+    figure_field(F::ServerRunWait),
+    figure_field(F::ServerCpuStall),
+    figure_field(F::ServerGc),
+    figure_field(F::ServerRxWait),
+    count(true, HostCount::InvoluntarySwitches, "server_involuntary_switches"),
+    count(true, HostCount::MinorFaults, "server_minor_faults"),
+    count(true, HostCount::MajorFaults, "server_major_faults"),
+    count(true, HostCount::GcCollections, "server_gc_collections"),
     plain(Field::OutputDigest, "output_digest", FieldType::Hex),
     plain(Field::BatchSize, "batch_size", FieldType::Count),
     plain(Field::Cache, "cache", FieldType::Enum(CACHE_VALUES)),

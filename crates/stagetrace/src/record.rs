@@ -6,8 +6,33 @@
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
-pub use stagetrace_schema::{ns_to_ms, Figure, FIGURE_COUNT};
+pub use stagetrace_schema::{ns_to_ms, Figure, HostCount, FIGURE_COUNT};
 use stagetrace_schema::{Field, FIELDS};
+
+/// What the hosts did to a call, counted — involuntary switches, page
+/// faults, GC collections — on the robot's end and the server's
+/// (`docs/host.md`); a count the host does not offer is absent, never 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCounts {
+    /// The robot's, by [`HostCount::index`].
+    pub robot: [Option<u32>; 4],
+    /// The policy server's, by [`HostCount::index`].
+    pub server: [Option<u32>; 4],
+}
+
+impl HostCounts {
+    /// One count of one end (`server`: the policy server's).
+    pub fn get(&self, server: bool, count: HostCount) -> Option<u32> {
+        let end = if server { &self.server } else { &self.robot };
+        end.get(count.index()).copied().flatten()
+    }
+
+    /// Its place, to fill.
+    pub fn slot(&mut self, server: bool, count: HostCount) -> &mut Option<u32> {
+        let end = if server { &mut self.server } else { &mut self.robot };
+        &mut end[count.index()]
+    }
+}
 
 /// What the uplink/downlink split of a record rests on (`clock` field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,6 +247,8 @@ pub struct CallRecord {
     /// [`MAX_HOPS_READ`](crate::hop_record::MAX_HOPS_READ)); empty, and
     /// absent from the JSON, without a relay.
     pub hops: Vec<crate::hop_record::HopFigures>,
+    /// What the hosts did to the call, counted, per end (`docs/host.md`).
+    pub host_counts: HostCounts,
     /// Where each span sat; for exporters, not written to the JSON record.
     pub timeline: Timeline,
 }
@@ -298,6 +325,9 @@ impl Serialize for CallRecord {
                 Field::StaleDropped => entry(&mut map, name, &self.stale_dropped)?,
                 Field::Hops if self.hops.is_empty() => {}
                 Field::Hops => map.serialize_entry(name, &self.hops)?,
+                Field::HostCount { server, count } => {
+                    entry(&mut map, name, &self.host_counts.get(server, count))?
+                }
             }
         }
         map.end()
@@ -379,6 +409,9 @@ impl<'de> Visitor<'de> for RecordVisitor {
                 Field::Cache => rec.cache = map.next_value()?,
                 Field::StaleDropped => rec.stale_dropped = map.next_value()?,
                 Field::Hops => rec.hops = map.next_value_seed(crate::hop_record::HopsSeed)?,
+                Field::HostCount { server, count } => {
+                    *rec.host_counts.slot(server, count) = map.next_value()?
+                }
             }
         }
         for (seen, name) in [

@@ -139,7 +139,11 @@ impl Slot {
                 figure,
                 per_ms: figures::per_ms(figure.unit()),
             },
-            Field::TraceId | Field::Clock | Field::ClockStep => Slot::Ignored,
+            // Counts of what the hosts did: for tools; the analysis reads
+            // the host figures' times.
+            Field::TraceId | Field::Clock | Field::ClockStep | Field::HostCount { .. } => {
+                Slot::Ignored
+            }
             Field::DeadlineMiss => Slot::DeadlineMiss,
             Field::Warmup => Slot::Warmup,
             Field::Failed => Slot::Failed,

@@ -119,6 +119,10 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
             // The per-hop figures as the record writes them (a JSON array).
             Field::Hops if rec.hops.is_empty() => continue,
             Field::Hops => Value::String(stagetrace::HopFigures::list_to_json(&rec.hops).into()),
+            Field::HostCount { server, count } => match rec.host_counts.get(server, count) {
+                Some(n) => Value::I64(i64::from(n)),
+                None => continue,
+            },
         };
         out.push(KeyValue::new(record_key(info.name), value));
     }

@@ -10,7 +10,7 @@ use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
 use crate::queue::{CallState, RawCall, StageAcc, TransportAcc};
-use crate::record::{CacheOutcome, CallRecord, Figure, SpanTime, Timeline};
+use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
@@ -316,16 +316,27 @@ const HOST_TIMES: [HostFigure; 4] = [
     HostFigure::RxWait,
 ];
 
-/// One end's host share onto the record's figures for that end; an absent
-/// figure stays absent.
+/// One end's host share onto the record's figures and counts for that end
+/// (`figures`: the robot's or the server's); an absent figure stays absent.
 fn set_host(share: &HostShare, figures: [Figure; 4], rec: &mut CallRecord) {
-    let times = HOST_TIMES;
-    for (figure, host) in figures.into_iter().zip(times) {
+    for (figure, host) in figures.into_iter().zip(HOST_TIMES) {
         if let Some(ns) = share.get_ns(host) {
             rec.set(figure, to_i64(ns));
         }
     }
+    let server = figures == SERVER_HOST;
+    for (count, host) in HostCount::ALL.into_iter().zip(HOST_COUNTS) {
+        *rec.host_counts.slot(server, count) = share.get(host);
+    }
 }
+
+/// The counts of a host share, in [`HostCount::ALL`] order.
+const HOST_COUNTS: [HostFigure; 4] = [
+    HostFigure::InvoluntarySwitches,
+    HostFigure::MinorFaults,
+    HostFigure::MajorFaults,
+    HostFigure::GcCollections,
+];
 
 /// A figure from integer ns: durations fit i64 for 292 years.
 fn to_i64(v: u64) -> i64 {
