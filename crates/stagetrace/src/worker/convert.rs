@@ -186,7 +186,7 @@ impl Converter {
         if let Some(timing) = t.timing {
             rec.batch_size = timing.batch_size;
             rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
-            set_host(&timing.host, SERVER_HOST, rec);
+            set_host(&timing.host, true, rec);
         }
         if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
             let client = ClientTimes {
@@ -295,7 +295,7 @@ impl Converter {
         }
         rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
         rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
-        set_host(&s.host, ROBOT_HOST, rec);
+        set_host(&s.host, false, rec);
     }
 }
 
@@ -316,15 +316,15 @@ const HOST_TIMES: [HostFigure; 4] = [
     HostFigure::RxWait,
 ];
 
-/// One end's host share onto the record's figures and counts for that end
-/// (`figures`: the robot's or the server's); an absent figure stays absent.
-fn set_host(share: &HostShare, figures: [Figure; 4], rec: &mut CallRecord) {
+/// One end's host share (`server`: the policy server's) onto the record's
+/// figures and counts for that end; an absent figure stays absent.
+fn set_host(share: &HostShare, server: bool, rec: &mut CallRecord) {
+    let figures = if server { SERVER_HOST } else { ROBOT_HOST };
     for (figure, host) in figures.into_iter().zip(HOST_TIMES) {
         if let Some(ns) = share.get_ns(host) {
             rec.set(figure, to_i64(ns));
         }
     }
-    let server = figures == SERVER_HOST;
     for (count, host) in HostCount::ALL.into_iter().zip(HOST_COUNTS) {
         *rec.host_counts.slot(server, count) = share.get(host);
     }
