@@ -6,15 +6,20 @@ kernel offers them."""
 from __future__ import annotations
 
 import gc
+import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from websockets.sync.client import connect
+
+from conftest import cargo_artifact
 
 from stagetrace import server as st
 from stagetrace.timer import RequestTimer
@@ -28,8 +33,9 @@ class GarbagePolicy:
     ``EVERY``-th: which calls collected, and how long each collection took
     (its own clock around ``gc.collect()``), is known."""
 
-    def __init__(self, cycles: int = 100_000) -> None:
+    def __init__(self, cycles: int = 100_000, every: int = EVERY) -> None:
         self.cycles = cycles
+        self.every = every
         #: Per call: (collections, ns spent in gc.collect()).
         self.collected: list[tuple[int, int]] = []
 
@@ -40,7 +46,7 @@ class GarbagePolicy:
             a.append(a)  # a cycle: only the collector frees it
             junk.append(a)
         del junk
-        if len(self.collected) % EVERY == EVERY - 1:
+        if len(self.collected) % self.every == self.every - 1:
             t0 = time.perf_counter_ns()
             gc.collect()
             self.collected.append((1, time.perf_counter_ns() - t0))
@@ -105,3 +111,46 @@ def test_a_timer_without_host_figures_sends_none() -> None:
     keys = set(timer.server_timing())
     assert not keys & {"run_wait_ns", "cpu_stall_ns", "gc_ns", "gc_collections", "minor_faults"}
     assert {"run_wait_ns", "gc_ns", "gc_collections"} <= set(RequestTimer().server_timing())
+
+
+@pytest.fixture(scope="module")
+def policy_client() -> Path:
+    return cargo_artifact("-p", "examples", "--example", "policy_client", name="policy_client")
+
+
+@pytest.fixture(scope="module")
+def stagetrace_cli() -> Path:
+    return cargo_artifact("-p", "stagetrace-cli", "--bin", "stagetrace", name="stagetrace")
+
+
+def test_a_rust_robot_names_the_servers_gc_as_the_cause_of_its_infer_spikes(
+    policy_client: Path, stagetrace_cli: Path, start_server, explicit_gc, tmp_path: Path
+) -> None:
+    calls = 200
+    policy = GarbagePolicy(every=25)  # 8 collections: 4 % of the calls
+    _, port = start_server(policy)
+    run = subprocess.run(
+        [str(policy_client), f"ws://127.0.0.1:{port}", "--calls", str(calls), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    files = sorted(tmp_path.glob("records*.jsonl"))
+    records = [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+    assert len(records) == calls == len(policy.collected)
+    # Each record counts the collections its call's request saw, and their time.
+    for r, (n, collect_ns) in zip(records, policy.collected):
+        assert r["server_gc_collections"] == n, r
+        if n:
+            assert 0 <= collect_ns / 1e6 - r["server_gc_ms"] <= 0.05 * collect_ns / 1e6 + 0.5, (r, collect_ns)
+        else:
+            assert r["server_gc_ms"] == 0, r
+    # The report names the server's GC as the cause of infer's spikes, not the model.
+    report = subprocess.run(
+        [str(stagetrace_cli), "report", str(tmp_path), "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert report.returncode == 0, report.stderr[-4000:]
+    verdicts = json.loads(report.stdout)["verdicts"]
+    assert any(v["code"] == "host_gc" and v["stage"] == "infer" and v["group"] == "server" for v in verdicts), verdicts
+    assert not any(v["code"] == "spikes" and v["stage"] == "infer" for v in verdicts), verdicts
