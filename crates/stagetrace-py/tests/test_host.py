@@ -127,7 +127,7 @@ def test_a_rust_robot_names_the_servers_gc_as_the_cause_of_its_infer_spikes(
     policy_client: Path, stagetrace_cli: Path, start_server, explicit_gc, tmp_path: Path
 ) -> None:
     calls = 200
-    policy = GarbagePolicy(every=25)  # 8 collections: 4 % of the calls
+    policy = GarbagePolicy(cycles=50_000, every=25)  # 8 collections: 4 % of the calls
     _, port = start_server(policy)
     run = subprocess.run(
         [str(policy_client), f"ws://127.0.0.1:{port}", "--calls", str(calls), "--out", str(tmp_path)],
