@@ -115,7 +115,9 @@ impl CallCell {
             let (ns, n) = crate::gc_clock::totals();
             let (ns0, n0) = g.gc_at_start;
             if let Some(call) = &mut g.call {
-                call.set_gc(ns.saturating_sub(ns0), n.saturating_sub(n0));
+                if self.shared.calls.host_figures() {
+                    call.set_gc(ns.saturating_sub(ns0), n.saturating_sub(n0));
+                }
                 self.shared.calls.submit(call);
             }
             g.phase = Phase::Ended;

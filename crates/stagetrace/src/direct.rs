@@ -71,6 +71,13 @@ pub struct DirectCalls {
 }
 
 impl DirectCalls {
+    /// Whether calls carry host figures
+    /// ([`StageLayerBuilder::host_figures`](crate::StageLayerBuilder::host_figures)):
+    /// a binding adds its runtime's own (GC) only then.
+    pub fn host_figures(&self) -> bool {
+        self.host_figures
+    }
+
     /// A call started now, with a trace of its own (random trace id,
     /// flags sampled | random, as a call span outside any remote parent).
     /// `kind` and `seq` land on its record (`kind` truncated to 32 bytes).
