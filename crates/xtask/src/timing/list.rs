@@ -185,6 +185,16 @@ pub(crate) const TESTS: &[TimingTest] = &[
     ),
     t(
         "stagetrace-cli",
+        "demo_host",
+        "busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network",
+    ),
+    t(
+        "stagetrace-net",
+        "host_figures",
+        "a_server_thread_sharing_its_core_sends_the_run_queue_wait_it_had",
+    ),
+    t(
+        "stagetrace-cli",
         "demo_hops",
         "gateway_and_executor_every_hop_inside_its_bound_drift_and_busy_waits_exact",
     ),

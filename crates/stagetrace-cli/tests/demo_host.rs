@@ -1,0 +1,160 @@
+//! The host, not the network: the demo on loopback with no delay knobs (the
+//! robot connects to the server directly, no proxy of ours on the cores)
+//! beside a CPU-bound loop on every core. No verdict blames bandwidth or the
+//! camera; what the stages' spikes coincide with is named as the host's; and
+//! with the server's kernel receive stamps its uplink p90 stays within
+//! 0.5 ms of the idle run's while `server_rx_wait` takes the rest.
+//!
+//! The truth here is the idle run of the same demo: the busy loops add no
+//! network, so every millisecond the loaded run adds is the hosts'.
+
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+use stagetrace_test_support::timing;
+
+const ARGS: [&str; 14] = [
+    "--calls",
+    "300",
+    "--hz",
+    "20",
+    "--model-ms",
+    "15",
+    "--uplink-delay-ms",
+    "0",
+    "--downlink-delay-ms",
+    "0",
+    "--clock",
+    "trusted",
+    "--warmup",
+    "10",
+];
+
+/// A busy loop on every core until dropped.
+struct BusyLoops {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyLoops {
+    fn start() -> BusyLoops {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        BusyLoops { stop, threads }
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `stagetrace demo --json ARGS`: its JSON (records included).
+fn demo() -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args(["demo", "--json", "--out"])
+        .arg(dir.path())
+        .args(ARGS)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "demo failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The p90 of `field` over the steady calls.
+fn p90(run: &Value, field: &str) -> f64 {
+    let mut v: Vec<f64> = run["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("warmup").is_none() && r.get("failed").is_none())
+        .filter_map(|r| r.get(field).and_then(Value::as_f64))
+        .collect();
+    assert!(!v.is_empty(), "no {field} in the records");
+    v.sort_by(f64::total_cmp);
+    v[(v.len() * 9 / 10).min(v.len() - 1)]
+}
+
+fn verdicts(run: &Value) -> Vec<(String, String)> {
+    run["report"]["verdicts"]
+        .as_array()
+        .map(|vs| {
+            vs.iter()
+                .map(|v| {
+                    (
+                        v["code"].as_str().unwrap_or("").to_owned(),
+                        v["text"].as_str().unwrap_or("").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() {
+    let idle = demo();
+    let loaded = {
+        let _busy = BusyLoops::start();
+        demo()
+    };
+    // A direct connection: no proxy bytes, and the truth says so.
+    assert!(loaded["counters"].get("proxy_bytes_up").is_none(), "{}", loaded["counters"]);
+    // The server's receive is the kernel's: the uplink stays what loopback
+    // is, and the loop's wait for a core is server_rx_wait.
+    let (up_idle, up_loaded) = (p90(&idle, "uplink_ms"), p90(&loaded, "uplink_ms"));
+    timing::error("uplink p90 loaded − idle (ms)", up_loaded - up_idle, 0.5);
+    assert!(
+        up_loaded - up_idle <= 0.5,
+        "uplink p90 {up_idle:.3} ms idle, {up_loaded:.3} ms beside busy loops"
+    );
+    assert!(
+        p90(&loaded, "server_rx_wait_ms") > p90(&idle, "server_rx_wait_ms"),
+        "the event loop's wait for a core shows as server_rx_wait"
+    );
+    // No verdict sends the user after the network or the camera.
+    for (code, text) in verdicts(&loaded).iter().chain(&verdicts(&idle)) {
+        for blamed in ["bandwidth", "camera"] {
+            assert!(!text.contains(blamed), "{code}: {text}");
+        }
+    }
+    // What the loaded run's stages spiked on is named as a host's.
+    let host: Vec<_> = verdicts(&loaded)
+        .into_iter()
+        .filter(|(code, _)| code.starts_with("host_"))
+        .collect();
+    assert!(!host.is_empty(), "{:#?}", verdicts(&loaded));
+    assert!(
+        host.iter().all(|(_, t)| t.contains("short of CPU")),
+        "{host:#?}"
+    );
+    // A healthy, idle run gets no host verdict.
+    assert!(
+        !verdicts(&idle).iter().any(|(code, _)| code.starts_with("host_")),
+        "{:#?}",
+        verdicts(&idle)
+    );
+}
