@@ -58,6 +58,16 @@ fn color(f: Figure) -> &'static str {
         Figure::SplitErr => "#c7c7c7",
         Figure::ExecOffset => "#e7e7a0",
         Figure::ExecErr => "#d9d9d9",
+        // The hosts: dark for the robot, light for the server; what they
+        // lacked (a core, the collector) in its own hue.
+        Figure::RunWait => "#393b79",
+        Figure::ServerRunWait => "#9c9ede",
+        Figure::CpuStall => "#637939",
+        Figure::ServerCpuStall => "#b5cf6b",
+        Figure::Gc => "#8c6d31",
+        Figure::ServerGc => "#e7ba52",
+        Figure::RxWait => "#843c39",
+        Figure::ServerRxWait => "#d6616b",
     }
 }
 

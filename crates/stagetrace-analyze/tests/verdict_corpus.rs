@@ -199,7 +199,8 @@ fn corpus() -> Vec<Case> {
             },
         ),
         Case {
-            name: "uplink spikes on 3 % of the calls, the server's run-queue wait on the same calls",
+            name:
+                "uplink spikes on 3 % of the calls, the server's run-queue wait on the same calls",
             run: Scenario {
                 stage_spikes: Some(("uplink", 0.03, 8.0)),
                 host_figures: true,
@@ -221,7 +222,8 @@ fn corpus() -> Vec<Case> {
             expect: &[("host_gc", "infer")],
         },
         Case {
-            name: "downlink spikes on 3 % of the calls, the robot's run-queue wait on the same calls",
+            name:
+                "downlink spikes on 3 % of the calls, the robot's run-queue wait on the same calls",
             run: Scenario {
                 stage_spikes: Some(("downlink", 0.03, 6.0)),
                 host_figures: true,

@@ -119,7 +119,11 @@ fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() 
         demo()
     };
     // A direct connection: no proxy bytes, and the truth says so.
-    assert!(loaded["counters"].get("proxy_bytes_up").is_none(), "{}", loaded["counters"]);
+    assert!(
+        loaded["counters"].get("proxy_bytes_up").is_none(),
+        "{}",
+        loaded["counters"]
+    );
     // The server's receive is the kernel's: the uplink stays what loopback
     // is, and the loop's wait for a core is server_rx_wait.
     let (up_idle, up_loaded) = (p90(&idle, "uplink_ms"), p90(&loaded, "uplink_ms"));
@@ -153,7 +157,9 @@ fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() 
     );
     // A healthy, idle run gets no host verdict.
     assert!(
-        !verdicts(&idle).iter().any(|(code, _, _)| code.starts_with("host_")),
+        !verdicts(&idle)
+            .iter()
+            .any(|(code, _, _)| code.starts_with("host_")),
         "{:#?}",
         verdicts(&idle)
     );

@@ -74,9 +74,9 @@ impl AsyncRead for KernelRx {
         loop {
             ready!(this.inner.poll_read_ready(cx))?;
             let unfilled = buf.initialize_unfilled();
-            let read = this
-                .inner
-                .try_io(tokio::io::Interest::READABLE, || sys::recv_stamped(&this.inner, unfilled));
+            let read = this.inner.try_io(tokio::io::Interest::READABLE, || {
+                sys::recv_stamped(&this.inner, unfilled)
+            });
             match read {
                 Ok((n, stamp)) => {
                     if let Some(at) = stamp.and_then(sys::ago).and_then(to_instant) {
@@ -94,7 +94,9 @@ impl AsyncRead for KernelRx {
 
 /// A stamp `ago` before now, on the monotonic clock.
 fn to_instant(ago: Duration) -> Option<Instant> {
-    (ago <= MAX_AGE).then(|| Instant::now().checked_sub(ago)).flatten()
+    (ago <= MAX_AGE)
+        .then(|| Instant::now().checked_sub(ago))
+        .flatten()
 }
 
 impl AsyncWrite for KernelRx {
@@ -137,8 +139,8 @@ mod sys {
 
     /// Asks the kernel for software receive stamps on `s`.
     pub(super) fn enable(s: &TcpStream) -> bool {
-        let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE)
-            as libc::c_int;
+        let flags =
+            (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
         // SAFETY: setsockopt reads one c_int through a valid pointer.
         let rc = unsafe {
             libc::setsockopt(
@@ -283,7 +285,10 @@ mod tests {
         // reading skew, a few µs) and long before the read.
         let skew = Duration::from_micros(50);
         assert!(at + skew >= before_send, "{at:?} {before_send:?}");
-        assert!(at <= after_send + Duration::from_millis(5), "{at:?} {after_send:?}");
+        assert!(
+            at <= after_send + Duration::from_millis(5),
+            "{at:?} {after_send:?}"
+        );
         assert!(before_read.duration_since(at) >= Duration::from_millis(29));
     }
 }

@@ -183,7 +183,11 @@ fn a_server_that_sends_no_host_figures_leaves_them_absent() {
     let records = obs.finish();
     assert_eq!(records.len(), 2);
     for rec in &records {
-        for f in [Figure::ServerRunWait, Figure::ServerCpuStall, Figure::ServerGc] {
+        for f in [
+            Figure::ServerRunWait,
+            Figure::ServerCpuStall,
+            Figure::ServerGc,
+        ] {
             assert_eq!(rec.get(f), None, "{f} from a server that sends none");
         }
         // The rest of the split is there as before.

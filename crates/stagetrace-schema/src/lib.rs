@@ -45,8 +45,8 @@ mod kind;
 
 pub use convert::{ms_to_ns, ns_to_ms};
 pub use field::{
-    Field, FieldInfo, FieldType, HostCount, CACHE_VALUES, CLOCK_VALUES, FIELDS, FIELD_COUNT, HOP_KEYS,
-    MAX_HOPS_READ,
+    Field, FieldInfo, FieldType, HostCount, CACHE_VALUES, CLOCK_VALUES, FIELDS, FIELD_COUNT,
+    HOP_KEYS, MAX_HOPS_READ,
 };
 pub use figure::{Figure, FigureInfo, BLACK_BOX_NOTE, FIGURE_COUNT};
 pub use kind::{Group, Side, Unit};

@@ -103,8 +103,7 @@ pub use wire::TraceParent;
 pub use clock::ClockMode;
 pub use context::{SharedIds, TraceContextHook};
 pub use record::{
-    CacheOutcome, CallRecord, ClockBasis, Figures, Forwarded, HostCounts, ServerRecord,
-    ServiceRole,
+    CacheOutcome, CallRecord, ClockBasis, Figures, Forwarded, HostCounts, ServerRecord, ServiceRole,
 };
 pub use stage::Stage;
 pub use stagetrace_schema::{self as schema, Figure};

@@ -29,7 +29,11 @@ impl HostCounts {
 
     /// Its place, to fill.
     pub fn slot(&mut self, server: bool, count: HostCount) -> &mut Option<u32> {
-        let end = if server { &mut self.server } else { &mut self.robot };
+        let end = if server {
+            &mut self.server
+        } else {
+            &mut self.robot
+        };
         &mut end[count.index()]
     }
 }

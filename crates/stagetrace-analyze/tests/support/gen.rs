@@ -368,12 +368,28 @@ fn host_fields(s: &Scenario, rng: &mut SplitMix64, spiked: Option<f64>) -> Strin
     let mut out = String::new();
     let gc = s.host_cause.is_some_and(|(f, _)| f.contains("gc"));
     let fields: &[&str] = if gc {
-        &["run_wait_ms", "cpu_stall_ms", "server_run_wait_ms", "server_cpu_stall_ms", "server_gc_ms", "gc_ms"]
+        &[
+            "run_wait_ms",
+            "cpu_stall_ms",
+            "server_run_wait_ms",
+            "server_cpu_stall_ms",
+            "server_gc_ms",
+            "gc_ms",
+        ]
     } else {
-        &["run_wait_ms", "cpu_stall_ms", "server_run_wait_ms", "server_cpu_stall_ms"]
+        &[
+            "run_wait_ms",
+            "cpu_stall_ms",
+            "server_run_wait_ms",
+            "server_cpu_stall_ms",
+        ]
     };
     for f in fields {
-        let mut v = if f.contains("gc") { 0.0 } else { 0.01 - 0.02 * (1.0 - rng.next_f64()).ln() };
+        let mut v = if f.contains("gc") {
+            0.0
+        } else {
+            0.01 - 0.02 * (1.0 - rng.next_f64()).ln()
+        };
         if s.host_bumps && f.contains("run_wait") && rng.next_f64() < 0.05 {
             v += 0.3;
         }

@@ -118,7 +118,9 @@ pub(super) fn run(
             )
         })
         .transpose()?;
-    let policy_addr = proxy.as_ref().map_or(server.addr(), ProxyHandle::local_addr);
+    let policy_addr = proxy
+        .as_ref()
+        .map_or(server.addr(), ProxyHandle::local_addr);
     // A gateway in front of that hop and a remote executor, when asked.
     let mut hop_parts = Hops::start(args, policy_addr, otlp.as_ref())?;
 

@@ -47,17 +47,27 @@ pub(crate) fn host_first(
             })
         })
         // The lowest level first, then the largest shift.
-        .min_by(|a, b| a.level.cmp(&b.level).then(b.shift_ms.total_cmp(&a.shift_ms)))
+        .min_by(|a, b| {
+            a.level
+                .cmp(&b.level)
+                .then(b.shift_ms.total_cmp(&a.shift_ms))
+        })
 }
 
 impl HostMover {
     /// The sentence that goes before the stage's: the host and its cause.
     pub(crate) fn sentence(&self, stage: Figure) -> String {
         let (who, what) = match Figure::from_name(self.figure) {
-            Some(Figure::ServerRunWait) => ("the policy server's host", "its request thread's run-queue wait"),
+            Some(Figure::ServerRunWait) => (
+                "the policy server's host",
+                "its request thread's run-queue wait",
+            ),
             Some(Figure::ServerCpuStall) => ("the policy server's host", "its CPU stall"),
             Some(Figure::ServerGc) => ("the policy server", "its GC pauses"),
-            Some(Figure::ServerRxWait) => ("the policy server's host", "its event loop's wait to read the request"),
+            Some(Figure::ServerRxWait) => (
+                "the policy server's host",
+                "its event loop's wait to read the request",
+            ),
             Some(Figure::Gc) => ("the robot", "its GC pauses"),
             Some(Figure::CpuStall) => ("the robot's host", "its CPU stall"),
             Some(Figure::RxWait) => ("the robot's host", "its wait to read the response"),

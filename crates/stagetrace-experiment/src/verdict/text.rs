@@ -80,6 +80,17 @@ fn figure_step(f: Figure) -> &'static str {
         | Figure::ExecErr => {
             "all stages flat but the calls took longer: client scheduling, memory reclamation (GC), logging, or the observer — the gap and the observer's own figures show it"
         }
+        Figure::RunWait
+        | Figure::ServerRunWait
+        | Figure::CpuStall
+        | Figure::ServerCpuStall
+        | Figure::RxWait
+        | Figure::ServerRxWait => {
+            "the host ran short of CPU first: pin or reserve cores for the loop, move the other load off them (docs/host.md)"
+        }
+        Figure::Gc | Figure::ServerGc => {
+            "the garbage collector paused the loop first: preallocate, keep cyclic garbage out of the loop, gc.freeze() after start-up (docs/host.md)"
+        }
     }
 }
 

@@ -148,12 +148,11 @@ impl Shared {
         let config = WebSocketConfig::default()
             .max_message_size(Some(self.max_message_bytes))
             .max_frame_size(Some(self.max_message_bytes));
-        let Ok(mut ws) =
-            tokio_tungstenite::accept_async_with_config(
-                FirstBytes::new(KernelRx::new(stream)),
-                Some(config),
-            )
-                .await
+        let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(
+            FirstBytes::new(KernelRx::new(stream)),
+            Some(config),
+        )
+        .await
         else {
             return None;
         };

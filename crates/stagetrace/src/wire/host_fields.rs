@@ -95,7 +95,11 @@ impl HostField {
     /// Stores a timing map's value in `t`: an unsigned integer (or an
     /// integral float, as Python servers may send), else the map is
     /// rejected with the key named.
-    pub(super) fn put_map_value(&self, t: &mut ServerTiming, v: MapValue<'_>) -> Result<(), WireError> {
+    pub(super) fn put_map_value(
+        &self,
+        t: &mut ServerTiming,
+        v: MapValue<'_>,
+    ) -> Result<(), WireError> {
         const C: Codec = Codec::TimingMap;
         let n = match v {
             MapValue::Unsigned(u) => u,
@@ -107,7 +111,8 @@ impl HostField {
             MapValue::Negative(_) => return Err(value_err(C, self.map_key, "is negative")),
             _ => return Err(value_err(C, self.map_key, "is not a non-negative integer")),
         };
-        self.put(t, n).map_err(|why| value_err(C, self.map_key, why))
+        self.put(t, n)
+            .map_err(|why| value_err(C, self.map_key, why))
     }
 
     /// Stores a wire value in `t` (a time to the µs, rounded): why not when
@@ -177,7 +182,9 @@ mod tests {
             ("v=1;majflt=4294967296", "major_faults"),
             ("v=1;gcn=1;gcn=2", "gc_collections"),
         ] {
-            let e = ServerTiming::parse_timing_header(h).unwrap_err().to_string();
+            let e = ServerTiming::parse_timing_header(h)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key), "{h}: {e}");
         }
         let json = serde_json::json!({"gc_ns": -3});

@@ -281,7 +281,8 @@ impl ServerTiming {
                     f.map_key,
                     "is not a non-negative integer",
                 ))?;
-                f.put(&mut t, n).map_err(|why| value_err(C, f.map_key, why))?;
+                f.put(&mut t, n)
+                    .map_err(|why| value_err(C, f.map_key, why))?;
                 continue;
             }
             let Some(f) = header_field(k) else {

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
+use crate::host_share::{HostFigure, HostShare};
 use crate::queue::{CallState, RawCall, StageAcc, TransportAcc};
 use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
-use crate::host_share::{HostFigure, HostShare};
 use crate::wire::ServerTiming;
 
 /// Turns queued calls into records; keeps what spans calls: the per-peer
@@ -300,7 +300,12 @@ impl Converter {
 }
 
 /// The robot's host figures, in [`HOST_TIMES`] order.
-const ROBOT_HOST: [Figure; 4] = [Figure::RunWait, Figure::CpuStall, Figure::Gc, Figure::RxWait];
+const ROBOT_HOST: [Figure; 4] = [
+    Figure::RunWait,
+    Figure::CpuStall,
+    Figure::Gc,
+    Figure::RxWait,
+];
 /// The policy server's host figures, in [`HOST_TIMES`] order.
 const SERVER_HOST: [Figure; 4] = [
     Figure::ServerRunWait,
