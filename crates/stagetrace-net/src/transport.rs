@@ -55,6 +55,14 @@ pub(crate) fn first_bytes(
     }
 }
 
+/// Tell the span when the kernel had the response's last byte (`None`:
+/// the kernel does not stamp the socket).
+pub(crate) fn kernel_rx(span: &Span, at: Option<std::time::Instant>) {
+    if let Some(at) = at {
+        span.record_response_kernel_rx(at);
+    }
+}
+
 /// Flag the call as failed with a short reason.
 pub(crate) fn fail(span: &Span, reason: &'static str) {
     span.mark_failed(reason);

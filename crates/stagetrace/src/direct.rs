@@ -189,6 +189,7 @@ impl DirectCall {
             peer: transport.peer,
             first_byte: None,
             request_first_byte: None,
+            kernel_rx: None,
             hops: transport.hops,
         };
         self.state

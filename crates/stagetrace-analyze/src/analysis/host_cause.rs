@@ -106,18 +106,22 @@ pub(super) fn host_cause(
 
 /// The host figures that can delay `f`: the server's for what the server
 /// stamps or runs (uplink ends at the server's receive stamp, queue and
-/// infer run there), the robot's for the rest; the host-wide stall of
-/// either end for both, since one loaded host (a demo, a robot running its
-/// own model) holds both ends.
+/// infer run there), the robot's for what it stamps or runs (downlink ends
+/// at its receive, capture, dispatch, the gap), either end's for a sum of
+/// both (roundtrip, net, the first byte's cut). An end's figures name that
+/// end: a robot stage is never blamed on the server's host, even when one
+/// machine runs both.
 fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
-    let end = if f.side() == Side::Server || f == Figure::Uplink {
-        Side::Server
+    let ends: &[Side] = if f.side() == Side::Server || f == Figure::Uplink {
+        &[Side::Server]
+    } else if f.side() == Side::Transport && f != Figure::Downlink {
+        &[Side::Client, Side::Server]
     } else {
-        Side::Client
+        &[Side::Client]
     };
-    Figure::ALL.into_iter().filter(move |h| {
-        h.is_host() && (h.side() == end || matches!(h, Figure::CpuStall | Figure::ServerCpuStall))
-    })
+    Figure::ALL
+        .into_iter()
+        .filter(move |h| h.is_host() && ends.contains(&h.side()))
 }
 
 fn median_sorted(sorted: &[f32]) -> Option<f64> {
@@ -147,7 +151,6 @@ mod tests {
         assert_eq!(
             up,
             [
-                Figure::CpuStall,
                 Figure::ServerRunWait,
                 Figure::ServerCpuStall,
                 Figure::ServerGc,
@@ -161,10 +164,11 @@ mod tests {
                 Figure::RunWait,
                 Figure::CpuStall,
                 Figure::Gc,
-                Figure::ServerCpuStall,
                 Figure::RxWait
             ]
         );
-        assert_eq!(candidates(Figure::Infer).count(), 5);
+        assert_eq!(candidates(Figure::Infer).count(), 4);
+        assert_eq!(candidates(Figure::Dispatch).count(), 4);
+        assert_eq!(candidates(Figure::Roundtrip).count(), 8);
     }
 }

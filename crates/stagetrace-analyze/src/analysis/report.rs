@@ -309,6 +309,10 @@ pub struct SecondMode {
     /// True when it adds at least a tenth of the e2e median to its calls:
     /// then a verdict (`second_mode`), otherwise a line in the tables.
     pub matters: bool,
+    /// The host figure that explains the second mode's calls, if one does
+    /// (then the verdict names the host, not the stage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<super::host_cause::HostCause>,
 }
 
 /// Whether one stage's spikes recur with a period.

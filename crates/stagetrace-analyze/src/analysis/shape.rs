@@ -5,6 +5,7 @@ use stagetrace_schema::Figure;
 
 use super::analysed;
 use super::group::GroupData;
+use super::host_cause::host_cause;
 use super::options::MIN_N;
 use super::report::{Periodicity, SecondMode};
 use crate::load::Dataset;
@@ -45,11 +46,13 @@ pub(super) fn second_modes(
             continue;
         };
         let (mut n, mut sum) = (0usize, 0.0f64);
+        let mut mode_calls = Vec::new();
         for &i in &g.calls {
             if let Some(v) = ds.value(f, i as usize) {
                 if v > thr {
                     n += 1;
                     sum += v;
+                    mode_calls.push(i as usize);
                 }
             }
         }
@@ -66,6 +69,7 @@ pub(super) fn second_modes(
             median_ms: median,
             excess_ms,
             matters: e2e_median.is_finite() && excess_ms >= MODE_VERDICT_SHARE * e2e_median,
+            host: host_cause(ds, g, f, &mode_calls),
         });
     }
     out

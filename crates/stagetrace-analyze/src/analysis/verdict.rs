@@ -102,17 +102,7 @@ const SPIKE_SHARE: f64 = 0.01;
 /// floor.
 fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
     let o = &r.outliers;
-    let flagged: Vec<Figure> = o
-        .by_stage
-        .iter()
-        .filter(|(_, s)| {
-            s.rounds >= MIN_SPIKES as u64 && s.rounds as f64 >= SPIKE_SHARE * r.steady as f64
-        })
-        .filter_map(|(name, _)| Figure::from_name(name))
-        // A host figure overlaps the stages: it is named as their cause
-        // (below), never as a cost of its own.
-        .filter(|f| !periodic.contains(f) && !f.is_host())
-        .collect();
+    let flagged = spiking(r, periodic);
     let mut out = Vec::new();
     for f in dedupe(&flagged) {
         let (Some(s), Some(median)) = (o.by_stage.get(f.name()), r.stages.get(f.name())) else {
@@ -150,6 +140,21 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
         });
     }
     out
+}
+
+/// The figures that spike on enough calls to be a verdict's, periodic ones
+/// and host figures left out (a host figure overlaps the stages: it is
+/// named as their cause, never as a cost of its own).
+fn spiking(r: &GroupReport, periodic: &[Figure]) -> Vec<Figure> {
+    r.outliers
+        .by_stage
+        .iter()
+        .filter(|(_, s)| {
+            s.rounds >= MIN_SPIKES as u64 && s.rounds as f64 >= SPIKE_SHARE * r.steady as f64
+        })
+        .filter_map(|(name, _)| Figure::from_name(name))
+        .filter(|f| !periodic.contains(f) && !f.is_host())
+        .collect()
 }
 
 /// Spikes of `f` that its calls' host figures explain: the host and the
@@ -214,13 +219,23 @@ fn ordinal(n: u64) -> String {
 }
 
 /// Second modes large against the call (a tenth of its median or more);
-/// smaller ones are a shape the tables show, not a problem.
-fn second_modes(r: &GroupReport) -> Vec<Verdict> {
+/// smaller ones are a shape the tables show, not a problem. A sum whose
+/// part is bimodal or spikes itself is left to that part; a mode whose
+/// calls a host figure explains is named as that host's.
+fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
+    let mut flagged = spiking(r, periodic);
+    flagged.extend(r.modes.iter().filter_map(|m| Figure::from_name(m.stage)));
     r.modes
         .iter()
         .filter(|m| m.matters)
         .filter_map(|m| {
             let f = Figure::from_name(m.stage)?;
+            if f.parts().iter().any(|p| flagged.contains(p)) {
+                return None;
+            }
+            if let Some(cause) = &m.host {
+                return Some(host_spikes(r, f, m.calls, m.excess_ms, m.median_ms, cause));
+            }
             Some(Verdict {
                 code: "second_mode",
                 kind: r.kind.clone(),
@@ -379,7 +394,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
         .filter_map(|p| figure(p.stage))
         .collect();
     out.extend(periodic_verdicts(r, &periodic));
-    out.extend(second_modes(r));
+    out.extend(second_modes(r, &periodic));
     // With a baseline the median and tail tests judge each stage (and
     // `e2e_moved` says when the sample is too small for them).
     if !has_baseline {

@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use super::limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
 use crate::first_bytes::FirstBytes;
+use crate::kernel_rx::KernelRx;
 use crate::msg::{key_is, DecodeError, MapWriter, MsgMap};
 use crate::timing_msgpack::TimingMsgpackExt;
 use crate::transport;
@@ -109,7 +110,9 @@ impl Default for ClientOptions {
     }
 }
 
-type Ws = WebSocketStream<FirstBytes<TcpStream>>;
+/// The client's WebSocket: its stream stamps first bytes both ways and asks
+/// the kernel when the response's bytes arrived.
+type Ws = WebSocketStream<FirstBytes<KernelRx>>;
 
 /// What one [`PolicyClient::exchange`] gave: the reply without its
 /// `server_timing` map, that map when valid, and the client's stamps.
@@ -126,6 +129,9 @@ pub(crate) struct Exchanged {
     pub(crate) sent_first_byte: Option<Instant>,
     /// The reply's first byte arrived (the transport's stamp).
     pub(crate) first_byte: Option<Instant>,
+    /// The kernel had the reply's last byte (its receive stamp), where the
+    /// kernel stamps this socket.
+    pub(crate) kernel_rx: Option<Instant>,
 }
 
 /// An openpi / LingBot-VA policy client that traces each call: a
@@ -195,10 +201,11 @@ impl PolicyClient {
                 .await
                 .map_err(|e| ClientError::Connect(e.to_string()))?;
             let _ = tcp.set_nodelay(true);
-            // Our own TCP stream, wrapped to stamp each response's first byte.
+            // Our own TCP stream, wrapped to stamp each response's first
+            // byte and to read the kernel's receive stamps.
             let (mut ws, _) = tokio_tungstenite::client_async_with_config(
                 request,
-                FirstBytes::new(tcp),
+                FirstBytes::new(KernelRx::new(tcp)),
                 Some(config),
             )
             .await
@@ -252,6 +259,7 @@ impl PolicyClient {
             .exchange(observation, || transport::transport_span(&url))
             .await?;
         transport::first_bytes(&span, x.sent_first_byte, x.first_byte);
+        transport::kernel_rx(&span, x.kernel_rx);
         let (server_timing, prev_total_ms, hops) = match x.timing {
             Some(c) => (
                 Some(c.map.timing).filter(|t| !t.is_empty()),
@@ -328,6 +336,7 @@ impl PolicyClient {
                 received: trip.received,
                 sent_first_byte: trip.sent_first_byte,
                 first_byte: trip.first_byte,
+                kernel_rx: trip.kernel_rx,
             },
         ))
     }
@@ -386,6 +395,8 @@ struct Roundtrip {
     sent_first_byte: Option<Instant>,
     /// The reply's first byte arrived (the transport's stamp).
     first_byte: Option<Instant>,
+    /// The kernel had the reply's last byte.
+    kernel_rx: Option<Instant>,
 }
 
 /// Send the encoded request `out` and wait for the binary reply, skipping
@@ -411,6 +422,7 @@ async fn roundtrip(ws: &mut Ws, out: Bytes) -> Result<Roundtrip, ClientError> {
                     received,
                     sent_first_byte: s.take_first_write(),
                     first_byte: s.take_first(),
+                    kernel_rx: s.get_ref().last_rx(),
                 });
             }
             Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {

@@ -203,6 +203,7 @@ where
                     peer: fields.peer.unwrap_or(InlineStr::new()),
                     first_byte: None,
                     request_first_byte: None,
+                    kernel_rx: None,
                     hops: crate::wire::Hops::new(),
                 });
             }
@@ -371,6 +372,7 @@ impl StageLayer {
                         peer: t.peer,
                         first_byte: t.first_byte,
                         request_first_byte: t.request_first_byte,
+                        kernel_rx: t.kernel_rx,
                         hops: t.hops,
                     });
                     call.add_stage(closed.stage, closed.start, end, nested, transport);

@@ -80,6 +80,14 @@ pub trait StageSpanExt: sealed::Sealed {
     /// outside the transport span or after the response's first byte.
     fn record_request_first_byte(&self, at: Instant);
 
+    /// Tell the enclosing transport span when the kernel had the response's
+    /// last byte (a kernel receive stamp, `SO_TIMESTAMPING`): the roundtrip
+    /// then ends there, and the time until the app read the response is the
+    /// robot's `rx_wait` (its own scheduling, inside the call's `gap`, not
+    /// the downlink). A stamp outside the transport span, or before the
+    /// response's first byte, is ignored. No effect outside a transport span.
+    fn record_response_kernel_rx(&self, at: Instant);
+
     /// The W3C trace context to send with the request made inside this span:
     /// trace id = the call's trace id (the record's `trace_id`), parent id =
     /// the enclosing transport span's own id (or the call's when there is no
@@ -158,6 +166,10 @@ impl StageSpanExt for tracing::Span {
 
     fn record_request_first_byte(&self, at: Instant) {
         with_transport(self, |t| t.request_first_byte = Some(at));
+    }
+
+    fn record_response_kernel_rx(&self, at: Instant) {
+        with_transport(self, |t| t.kernel_rx = Some(at));
     }
 
     fn trace_parent(&self) -> Option<TraceParent> {

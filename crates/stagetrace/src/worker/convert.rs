@@ -100,9 +100,10 @@ impl Converter {
             Some(ack) => self.executor_split(ack, &mut rec, tl.dispatch, start, anchor),
             None => 0,
         };
-        if let Some(t) = &s.transport {
-            self.transport(s, t, cal, anchor, &mut rec, &mut tl);
-        }
+        let rx_wait_ns = match &s.transport {
+            Some(t) => self.transport(s, t, cal, anchor, &mut rec, &mut tl),
+            None => 0,
+        };
         // No server timing split them: the app's own queue and infer spans.
         if rec.get(Figure::Queue).is_none() {
             rec.figures.set(Figure::Queue, total(s, cal, Stage::Queue));
@@ -112,7 +113,8 @@ impl Converter {
             rec.figures.set(Figure::Infer, total(s, cal, Stage::Infer));
             tl.infer = placed(s, cal, Stage::Infer);
         }
-        self.gap_and_flags(raw, cal, e2e_ns, exec_ack_ns, &mut rec);
+        let outside_ns = exec_ack_ns.saturating_add(rx_wait_ns);
+        self.gap_and_flags(raw, cal, e2e_ns, outside_ns, &mut rec);
         let first = *self.first_start.get_or_insert(start);
         let warm_by_time = self.warmup_duration.is_some_and(|d| start < first + d);
         if s.ordinal < self.warmup_calls || warm_by_time {
@@ -154,7 +156,10 @@ impl Converter {
 
     /// The transport span: its roundtrip and first byte on the call's
     /// timeline, the server's timing stitched onto it (or, from a server
-    /// that reports none, the first byte's cut), retries summed.
+    /// that reports none, the first byte's cut), retries summed. Returns
+    /// the robot's `rx_wait` (ns, 0 without a kernel stamp): the roundtrip
+    /// ends when the kernel had the response, and the time until the app
+    /// read it goes to the gap, not the downlink.
     fn transport(
         &mut self,
         s: &CallState,
@@ -163,22 +168,36 @@ impl Converter {
         anchor: &Anchor,
         rec: &mut CallRecord,
         tl: &mut Timeline,
-    ) {
+    ) -> u64 {
         let start = cal.instant(s.start);
-        let span = SpanTime {
+        let mut span = SpanTime {
             start_ns: cal.ns(t.start.ticks_since(s.start)),
             dur_ns: cal.ns(t.end.ticks_since(t.start)),
         };
         tl.transport = Some(span);
         tl.transport_span_id = Some(t.span_id.to_be_bytes());
-        rec.set(Figure::Roundtrip, to_i64(span.dur_ns));
         let t_start_at = cal.instant(t.start);
-        let t_end_at = cal.instant(t.end);
+        let mut t_end_at = cal.instant(t.end);
+        // The kernel had the response's last byte before the app read it:
+        // the exchange ends there; the app's wait is the robot's rx_wait.
+        let kernel_end = t.kernel_rx.filter(|k| (t_start_at..=t_end_at).contains(k));
+        let rx_wait_ns = kernel_end.map_or(0, |k| {
+            u64::try_from(t_end_at.saturating_duration_since(k).as_nanos()).unwrap_or(u64::MAX)
+        });
+        if let Some(k) = kernel_end {
+            rec.set(Figure::RxWait, to_i64(rx_wait_ns));
+            t_end_at = k;
+            span.dur_ns = span.dur_ns.saturating_sub(rx_wait_ns);
+        }
+        rec.set(Figure::Roundtrip, to_i64(span.dur_ns));
         // The first byte on the call's timeline; a stamp outside the
-        // transport span is kept off it (the stitch counts it).
+        // transport span is kept off it (the stitch counts it). A response
+        // in one segment is all in before its first read: its first byte
+        // is then the kernel's stamp too.
         let first_byte = t
             .first_byte
-            .filter(|fb| (t_start_at..=t_end_at).contains(fb));
+            .filter(|fb| (t_start_at..=cal.instant(t.end)).contains(fb))
+            .map(|fb| fb.min(t_end_at));
         tl.response_first_byte_ns = first_byte.map(|fb| {
             let d = fb.saturating_duration_since(start);
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -192,7 +211,9 @@ impl Converter {
             let client = ClientTimes {
                 send_unix_ns: anchor.to_unix_ns(t_start_at),
                 recv_unix_ns: anchor.to_unix_ns(t_end_at),
-                first_byte_unix_ns: t.first_byte.map(|fb| anchor.to_unix_ns(fb)),
+                first_byte_unix_ns: t
+                    .first_byte
+                    .map(|fb| anchor.to_unix_ns(kernel_end.map_or(fb, |k| fb.min(k)))),
                 request_first_byte_unix_ns: t.request_first_byte.map(|at| anchor.to_unix_ns(at)),
             };
             let (st, hops) = self
@@ -223,8 +244,12 @@ impl Converter {
         }
         if all.count > 1 {
             // Retries: the roundtrip is every attempt; the split is the stitched one.
-            rec.set(Figure::Roundtrip, to_i64(cal.ns(all.sum_ticks)));
+            rec.set(
+                Figure::Roundtrip,
+                to_i64(cal.ns(all.sum_ticks).saturating_sub(rx_wait_ns)),
+            );
         }
+        rx_wait_ns
     }
 
     /// The stitched figures of a call, its clock basis and step, and the
@@ -255,14 +280,15 @@ impl Converter {
     }
 
     /// The gap (time inside the call no top-level stage covers, plus the
-    /// executor ack's way back), the observer's own cost, failure, the
+    /// executor ack's way back and the robot's wait to read a response the
+    /// kernel already had: `outside_ns`), the observer's own cost, failure, the
     /// output digest and stale drops.
     fn gap_and_flags(
         &mut self,
         raw: &RawCall,
         cal: Calibration,
         e2e_ns: u64,
-        exec_ack_ns: u64,
+        outside_ns: u64,
         rec: &mut CallRecord,
     ) {
         let s = &raw.state;
@@ -278,11 +304,7 @@ impl Converter {
         } else {
             rec.set(
                 Figure::Gap,
-                to_i64(
-                    (e2e_ns - covered_ns)
-                        .saturating_add(exec_ack_ns)
-                        .min(e2e_ns),
-                ),
+                to_i64((e2e_ns - covered_ns).saturating_add(outside_ns).min(e2e_ns)),
             );
         }
         rec.set(Figure::Observer, to_i64(cal.ns(s.observer_ticks)));
