@@ -341,6 +341,22 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
             Some(n) => format!("on every {} call ({period:.2} s)", ordinal(n)),
             None => format!("every {period:.2} s"),
         };
+        // A period whose spike calls a host figure explains (a collector
+        // that runs every n-th call) is that host's, named as such.
+        let spiked = r.outliers.by_stage.get(m.name());
+        let median = r.stages.get(m.name()).map(|s| s.p50);
+        if let (Some(s), Some(median)) = (spiked, median) {
+            if let Some(cause) = &s.host {
+                let mut v = host_spikes(r, m, s.rounds, s.mean_ms - median, median, cause);
+                v.text = v
+                    .text
+                    .replacen(" spikes on ", &format!(" spikes recur {every}: on "), 1);
+                v.evidence["period_s"] = json!(period);
+                v.evidence["period_calls"] = json!(p.period_calls);
+                out.push(v);
+                continue;
+            }
+        }
         out.push(Verdict {
             code: "periodic",
             kind: r.kind.clone(),
