@@ -17,6 +17,20 @@ from stagetrace import server as st
 MODEL_MS = 20.0
 
 
+HOST_KEYS = frozenset(
+    ("run_wait_ns", "cpu_stall_ns", "gc_ns", "rx_wait_ns")
+    + ("involuntary_switches", "minor_faults", "major_faults", "gc_collections")
+)
+
+
+def without_host(timing: dict) -> dict:
+    """A server timing map without its host figures (sent by default, each
+    only where the host offers it): each must be a non-negative int."""
+    for k in HOST_KEYS & set(timing):
+        assert type(timing[k]) is int and timing[k] >= 0, (k, timing[k])
+    return {k: v for k, v in timing.items() if k not in HOST_KEYS}
+
+
 def report_timing(what: str, error: float, bound: float) -> None:
     """A timing test's error against the most it allows, said before it
     asserts: ``cargo xtask timing`` runs such tests many times and keeps the
