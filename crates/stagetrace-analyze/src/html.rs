@@ -68,6 +68,9 @@ fn color(f: Figure) -> &'static str {
         Figure::ServerGc => "#e7ba52",
         Figure::RxWait => "#843c39",
         Figure::ServerRxWait => "#d6616b",
+        // The robot's wait inside its own stages: the run wait's hue.
+        Figure::CaptureRunWait => "#5254a3",
+        Figure::DispatchRunWait => "#6b6ecf",
     }
 }
 

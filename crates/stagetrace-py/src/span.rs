@@ -62,7 +62,7 @@ impl Span {
     }
 
     fn open(call: &Arc<CallCell>, stage: Stage, transport: Option<DirectTransport>) -> Span {
-        let start = Mark::now();
+        let start = Mark::of_stage(stage, call.shared.calls.host_figures());
         let (nested, running) = call.open_handle();
         Span {
             // A span of a call that has not started or has ended counts as

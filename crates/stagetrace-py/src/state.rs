@@ -135,7 +135,7 @@ impl CallCell {
     /// A `with stage` starts now. Outside a running call nothing is kept
     /// (its end counts it as ignored).
     pub(crate) fn enter_stage(&self, stage: Stage) {
-        let start = Mark::now();
+        let start = Mark::of_stage(stage, self.shared.calls.host_figures());
         let mut g = self.lock();
         if g.phase != Phase::Running {
             return;

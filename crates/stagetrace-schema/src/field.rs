@@ -206,6 +206,8 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::CpuStall),
     figure_field(F::Gc),
     figure_field(F::RxWait),
+    figure_field(F::CaptureRunWait),
+    figure_field(F::DispatchRunWait),
     count(
         false,
         HostCount::InvoluntarySwitches,

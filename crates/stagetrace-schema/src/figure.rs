@@ -86,10 +86,16 @@ pub enum Figure {
     /// The kernel had the request's last byte → the server's event loop
     /// read it (kernel receive stamps): inside queue.
     ServerRxWait,
+    /// Time the robot's thread waited on a run queue for a core inside its
+    /// capture spans: part of `capture` and of `run_wait`.
+    CaptureRunWait,
+    /// Time the robot's thread waited on a run queue for a core inside its
+    /// dispatch spans: part of `dispatch` and of `run_wait`.
+    DispatchRunWait,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 32;
+pub const FIGURE_COUNT: usize = 34;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -226,6 +232,10 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "the kernel had the response's last byte → the robot read it (kernel receive stamps; inside gap)"),
     row("server_rx_wait", "server_rx_wait_ms", Unit::Millis, Group::Host, Side::Server, &[],
         "the kernel had the request's last byte → the server's event loop read it (kernel receive stamps; inside queue)"),
+    row("capture_run_wait", "capture_run_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the robot's thread waited on a run queue for a core inside its capture spans (part of capture and of run_wait)"),
+    row("dispatch_run_wait", "dispatch_run_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the robot's thread waited on a run queue for a core inside its dispatch spans (part of dispatch and of run_wait)"),
 ];
 
 impl Figure {
@@ -263,6 +273,8 @@ impl Figure {
         F::ServerGc,
         F::RxWait,
         F::ServerRxWait,
+        F::CaptureRunWait,
+        F::DispatchRunWait,
     ];
 
     /// The six canonical stages of a call, in call order.
@@ -343,6 +355,16 @@ impl Figure {
     /// the call's timeline.
     pub fn is_host(self) -> bool {
         self.group() == Group::Host
+    }
+
+    /// The stage a host figure was read inside (`capture_run_wait` →
+    /// `capture`); `None` for a figure of the whole call or of no stage.
+    pub fn within_stage(self) -> Option<Figure> {
+        match self {
+            F::CaptureRunWait => Some(F::Capture),
+            F::DispatchRunWait => Some(F::Dispatch),
+            _ => None,
+        }
     }
 
     /// Looks a figure up by its short name or its record name (`"infer"`,

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use crossbeam_channel::Sender;
 
 use crate::health::Health;
-use crate::host_share::HostFigure;
+use crate::host_share::{HostFigure, RunWaitMark};
 use crate::ids;
 use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::queue::{CallState, Msg, RawCall, TransportAcc};
@@ -44,15 +44,28 @@ use crate::stamp::{self, Stamp};
 use crate::wire::{Hops, ServerTiming, TraceParent};
 
 /// A point in time on the layer's hot-path clock (the calibrated TSC or the
-/// monotonic clock, as for spans): where a stage started.
+/// monotonic clock, as for spans): where a stage started; for the robot's
+/// own stages with host figures on, also the thread's run-queue wait then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mark(Stamp);
+pub struct Mark(Stamp, Option<RunWaitMark>);
 
 impl Mark {
     /// Now.
     #[inline]
     pub fn now() -> Mark {
-        Mark(stamp::now())
+        Mark(stamp::now(), None)
+    }
+
+    /// Now, where a `stage` starts: a capture or dispatch stage of calls
+    /// with host figures on ([`DirectCalls::host_figures`]) also reads the
+    /// thread's run-queue wait (one `pread`), so the record says how much
+    /// of the stage was spent waiting for a core (`capture_run_wait_ms`).
+    #[inline]
+    pub fn of_stage(stage: Stage, host_figures: bool) -> Mark {
+        let run_wait = (host_figures && matches!(stage, Stage::Capture | Stage::Dispatch))
+            .then(RunWaitMark::now)
+            .flatten();
+        Mark(stamp::now(), run_wait)
     }
 }
 
@@ -175,6 +188,10 @@ impl DirectCall {
     pub fn add_stage(&mut self, stage: Stage, start: Mark, nested: bool) {
         let end = stamp::now();
         self.state.add_stage(stage, start.0, end, nested, None);
+        // A nested stage's wait is inside its outer stage's.
+        if let (Some(ns), false) = (start.1.and_then(RunWaitMark::elapsed), nested) {
+            self.state.add_stage_run_wait(stage, ns);
+        }
         self.add_observer(end);
     }
 

@@ -84,8 +84,10 @@ thread_local! {
     static SCHEDSTAT: OnceCell<Option<File>> = const { OnceCell::new() };
 }
 
-/// The calling thread's run-queue wait so far, ns.
-fn run_wait_ns() -> Option<u64> {
+/// The calling thread's run-queue wait so far, ns: one `pread` of a file
+/// kept open per thread (what a robot's own stage spans sample at open and
+/// close, `docs/host.md`).
+pub(crate) fn run_wait_ns() -> Option<u64> {
     SCHEDSTAT.with(|cell| {
         let file = cell
             .get_or_init(|| File::open("/proc/thread-self/schedstat").ok())

@@ -176,12 +176,17 @@ thread_local! {
     static THREAD_TAG: u8 = const { 0 };
 }
 
+/// The calling thread's tag: two samples with one tag came from one thread.
+pub(crate) fn thread_tag() -> usize {
+    THREAD_TAG.with(|t| std::ptr::from_ref(t) as usize)
+}
+
 impl ThreadSample {
     /// The calling thread's counters and the host's stall now.
     pub fn now() -> ThreadSample {
         ThreadSample {
             share: HostShare::sample(),
-            thread: THREAD_TAG.with(|t| std::ptr::from_ref(t) as usize),
+            thread: thread_tag(),
         }
     }
 
@@ -198,6 +203,32 @@ impl ThreadSample {
             }
         }
         d
+    }
+}
+
+/// A thread's run-queue wait (ns) at one moment and the thread it was read
+/// on: the difference of two marks is that thread's wait between them only
+/// when both came from one thread (an async stage may move).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RunWaitMark {
+    pub(crate) ns: u64,
+    pub(crate) thread: usize,
+}
+
+impl RunWaitMark {
+    /// The calling thread's mark now; `None` where the kernel has no
+    /// schedstat.
+    pub(crate) fn now() -> Option<RunWaitMark> {
+        Some(RunWaitMark {
+            ns: crate::host::run_wait_ns()?,
+            thread: thread_tag(),
+        })
+    }
+
+    /// The wait from `self` to now, on the same thread; `None` otherwise.
+    pub(crate) fn elapsed(self) -> Option<u64> {
+        let now = RunWaitMark::now()?;
+        (now.thread == self.thread).then(|| now.ns.saturating_sub(self.ns))
     }
 }
 

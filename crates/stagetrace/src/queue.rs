@@ -84,6 +84,10 @@ pub(crate) struct CallState {
     pub(crate) host_at_open: Option<ThreadSample>,
     /// What the host did to the call, once it closed.
     pub(crate) host: HostShare,
+    /// The robot's run-queue wait inside its capture and dispatch spans,
+    /// ns ([`Stage::Capture`], [`Stage::Dispatch`]; see
+    /// [`add_stage_run_wait`](Self::add_stage_run_wait)).
+    pub(crate) stage_run_wait_ns: [Option<u64>; 2],
 }
 
 impl CallState {
@@ -129,7 +133,25 @@ impl CallState {
             shared_context,
             host_at_open: None,
             host: HostShare::default(),
+            stage_run_wait_ns: [None; 2],
         }
+    }
+
+    /// Adds one span's run-queue wait to its stage's (capture and dispatch
+    /// only: the robot's own stages; the others are ignored). Only spans
+    /// not nested in another stage: a nested one's wait is in its outer's.
+    pub(crate) fn add_stage_run_wait(&mut self, stage: Stage, ns: u64) {
+        if let Some(slot) = stage_run_wait_slot(stage).and_then(|i| self.stage_run_wait_ns.get_mut(i)) {
+            *slot = Some(slot.unwrap_or(0).saturating_add(ns));
+        }
+    }
+
+    /// The run-queue wait inside `stage`'s spans (capture, dispatch).
+    pub(crate) fn stage_run_wait(&self, stage: Stage) -> Option<u64> {
+        self.stage_run_wait_ns
+            .get(stage_run_wait_slot(stage)?)
+            .copied()
+            .flatten()
     }
 
     /// Samples the host's counters as the call opens.
@@ -174,6 +196,15 @@ impl CallState {
                 self.transport = Some(t);
             }
         }
+    }
+}
+
+/// Where a stage's run-queue wait is kept in a [`CallState`].
+fn stage_run_wait_slot(stage: Stage) -> Option<usize> {
+    match stage {
+        Stage::Capture => Some(0),
+        Stage::Dispatch => Some(1),
+        _ => None,
     }
 }
 

@@ -71,7 +71,8 @@ fn a_direct_call_writes_the_record_a_call_of_spans_writes() {
     });
     // The same call, timed directly.
     let mut call = direct.start(Some("infer"), Some(8));
-    let t = Mark::now();
+    let host_figures = direct.host_figures();
+    let t = Mark::of_stage(Stage::Capture, host_figures);
     spin_for(MS);
     call.add_stage(Stage::Capture, t, false);
     let mut transport = DirectTransport::start(Some("ws://policy"));
@@ -80,8 +81,8 @@ fn a_direct_call_writes_the_record_a_call_of_spans_writes() {
     spin_for(MS);
     let tp_direct = call.trace_parent(Some(&transport));
     call.add_transport(&transport, false);
-    let outer = Mark::now();
-    let inner = Mark::now();
+    let outer = Mark::of_stage(Stage::Dispatch, host_figures);
+    let inner = Mark::of_stage(Stage::Dispatch, host_figures);
     spin_for(MS);
     call.add_stage(Stage::Dispatch, inner, true);
     call.add_stage(Stage::Dispatch, outer, false);

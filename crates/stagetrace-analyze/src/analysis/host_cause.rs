@@ -62,6 +62,8 @@ impl HostCause {
                 "the policy server's event loop reading the request late (kernel stamps)"
             }
             Some(Figure::RxWait) => "the robot reading the response late (kernel stamps)",
+            Some(Figure::CaptureRunWait) => "the robot's run-queue wait inside capture",
+            Some(Figure::DispatchRunWait) => "the robot's run-queue wait inside dispatch",
             _ => "a host figure",
         }
     }
@@ -110,7 +112,8 @@ pub(super) fn host_cause(
 /// at its receive, capture, dispatch, the gap), either end's for a sum of
 /// both (roundtrip, net, the first byte's cut). An end's figures name that
 /// end: a robot stage is never blamed on the server's host, even when one
-/// machine runs both.
+/// machine runs both. A figure read inside one stage (`capture_run_wait`)
+/// is a candidate for that stage alone.
 fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
     let ends: &[Side] = if f.side() == Side::Server || f == Figure::Uplink {
         &[Side::Server]
@@ -119,9 +122,11 @@ fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
     } else {
         &[Side::Client]
     };
-    Figure::ALL
-        .into_iter()
-        .filter(move |h| h.is_host() && ends.contains(&h.side()))
+    // A figure read inside one stage (the robot's run wait in capture)
+    // speaks for that stage only.
+    Figure::ALL.into_iter().filter(move |h| {
+        h.is_host() && ends.contains(&h.side()) && h.within_stage().is_none_or(|s| s == f)
+    })
 }
 
 fn median_sorted(sorted: &[f32]) -> Option<f64> {
@@ -168,7 +173,26 @@ mod tests {
             ]
         );
         assert_eq!(candidates(Figure::Infer).count(), 4);
-        assert_eq!(candidates(Figure::Dispatch).count(), 4);
         assert_eq!(candidates(Figure::Roundtrip).count(), 8);
+    }
+
+    /// The robot's wait inside capture is a candidate for capture only.
+    #[test]
+    fn a_stage_s_own_run_wait_speaks_for_that_stage_alone() {
+        let capture: Vec<Figure> = candidates(Figure::Capture).collect();
+        assert_eq!(
+            capture,
+            [
+                Figure::RunWait,
+                Figure::CpuStall,
+                Figure::Gc,
+                Figure::RxWait,
+                Figure::CaptureRunWait
+            ]
+        );
+        let dispatch: Vec<Figure> = candidates(Figure::Dispatch).collect();
+        assert_eq!(dispatch.last(), Some(&Figure::DispatchRunWait));
+        assert!(!dispatch.contains(&Figure::CaptureRunWait));
+        assert!(!candidates(Figure::Gap).any(|h| h.within_stage().is_some()));
     }
 }

@@ -81,7 +81,9 @@ pub(super) fn advice(f: Figure) -> &'static str {
         | Figure::CpuStall
         | Figure::ServerCpuStall
         | Figure::RxWait
-        | Figure::ServerRxWait => {
+        | Figure::ServerRxWait
+        | Figure::CaptureRunWait
+        | Figure::DispatchRunWait => {
             "pin or reserve cores for the loop (taskset, a cgroup cpuset, isolcpus), move the other load off them, or raise the loop's priority (SCHED_FIFO for the control thread)"
         }
         Figure::Gc | Figure::ServerGc => {

@@ -135,7 +135,7 @@ pub(crate) fn decide(
     let spike_period_s = (shape == Some("tail"))
         .then(|| spike_period(obs, phases, fl.level, first_fig))
         .flatten();
-    let host = super::host::host_first(levels, fl.level, fc.abs_shift());
+    let host = super::host::host_first(levels, fl.level, first_fig, fc.abs_shift());
     let summary = text::summary(&text::Findings {
         first: first_fig,
         level: fl,

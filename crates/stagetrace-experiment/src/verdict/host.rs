@@ -26,10 +26,12 @@ pub(crate) fn host_figures() -> impl Iterator<Item = Figure> {
 
 /// The host figure with the largest shift that moved at `first_level` or
 /// below by at least half of `stage_shift_ms`: a smaller move leaves most
-/// of the stage's slowdown to the stage itself.
+/// of the stage's slowdown to the stage itself. A figure read inside one
+/// stage (`capture_run_wait`) speaks for that `stage` only.
 pub(crate) fn host_first(
     levels: &[LevelResult],
     first_level: usize,
+    stage: Figure,
     stage_shift_ms: f64,
 ) -> Option<HostMover> {
     levels
@@ -37,6 +39,9 @@ pub(crate) fn host_first(
         .filter(|l| l.level <= first_level)
         .flat_map(|l| {
             host_figures().filter_map(move |f| {
+                if f.within_stage().is_some_and(|s| s != stage) {
+                    return None;
+                }
                 let c = l.components.get(f.name())?;
                 let shift = c.abs_shift();
                 (c.moved && shift >= 0.5 * stage_shift_ms).then_some(HostMover {
@@ -71,6 +76,14 @@ impl HostMover {
             Some(Figure::Gc) => ("the robot", "its GC pauses"),
             Some(Figure::CpuStall) => ("the robot's host", "its CPU stall"),
             Some(Figure::RxWait) => ("the robot's host", "its wait to read the response"),
+            Some(Figure::CaptureRunWait) => (
+                "the robot's host",
+                "its thread's run-queue wait inside capture",
+            ),
+            Some(Figure::DispatchRunWait) => (
+                "the robot's host",
+                "its thread's run-queue wait inside dispatch",
+            ),
             _ => ("the robot's host", "its call thread's run-queue wait"),
         };
         format!(

@@ -85,7 +85,9 @@ fn figure_step(f: Figure) -> &'static str {
         | Figure::CpuStall
         | Figure::ServerCpuStall
         | Figure::RxWait
-        | Figure::ServerRxWait => {
+        | Figure::ServerRxWait
+        | Figure::CaptureRunWait
+        | Figure::DispatchRunWait => {
             "the host ran short of CPU first: pin or reserve cores for the loop, move the other load off them (docs/host.md)"
         }
         Figure::Gc | Figure::ServerGc => {

@@ -37,6 +37,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::context::{SharedIds, TraceContextHook};
 use crate::health::Health;
+use crate::host_share::RunWaitMark;
 use crate::ids;
 use crate::inline_str::InlineStr;
 use crate::queue::{CallState, Msg, RawCall, TransportAcc};
@@ -214,12 +215,20 @@ where
                     Stage::Dispatch => shared_ids.map_or_else(ids::span_id, |s| s.span_id),
                     _ => 0,
                 };
+                // The robot's own stages get their thread's run-queue wait
+                // (one pread at open, one at close): a call's whole wait
+                // cannot say which stage it fell in.
+                let run_wait_at_open = (self.host_figures
+                    && matches!(stage, Stage::Capture | Stage::Dispatch))
+                .then(RunWaitMark::now)
+                .flatten();
                 ext.replace(StageState {
                     stage,
                     start: t0,
                     observer_ticks: stamp::now().ticks_since(t0),
                     span_id,
                     shared: shared_ids.is_some(),
+                    run_wait_at_open,
                 });
             }
         }
@@ -277,6 +286,7 @@ where
                 observer_ticks: st.observer_ticks,
                 dispatch_id: st.span_id,
                 transport: None,
+                run_wait_ns: st.run_wait_at_open.and_then(RunWaitMark::elapsed),
             }
         } else if let Some(t) = ext.get::<TransportState>() {
             ClosedStage {
@@ -285,6 +295,7 @@ where
                 observer_ticks: t.observer_ticks,
                 dispatch_id: 0,
                 transport: Some(*t),
+                run_wait_ns: None,
             }
         } else if ext.get::<CallState>().is_some() {
             drop(ext);
@@ -336,6 +347,9 @@ struct ClosedStage {
     /// A dispatch span's id (0 for the others).
     dispatch_id: u64,
     transport: Option<TransportState>,
+    /// The thread's run-queue wait inside the span (a robot's own stage,
+    /// opened and closed on one thread, with host figures on).
+    run_wait_ns: Option<u64>,
 }
 
 impl StageLayer {
@@ -376,6 +390,10 @@ impl StageLayer {
                         hops: t.hops,
                     });
                     call.add_stage(closed.stage, closed.start, end, nested, transport);
+                    // A nested span's wait is inside its outer stage's.
+                    if let (Some(ns), false) = (closed.run_wait_ns, nested) {
+                        call.add_stage_run_wait(closed.stage, ns);
+                    }
                     call.observer_ticks = call
                         .observer_ticks
                         .saturating_add(closed.observer_ticks)

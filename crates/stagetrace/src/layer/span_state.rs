@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::host_share::RunWaitMark;
 use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
@@ -22,6 +23,9 @@ pub(crate) struct StageState {
     pub(crate) span_id: u64,
     /// `span_id` came from another layer (see [`crate::context`]).
     pub(crate) shared: bool,
+    /// The thread's run-queue wait when a robot's own stage (capture,
+    /// dispatch) opened, and the thread's tag, with host figures on.
+    pub(crate) run_wait_at_open: Option<RunWaitMark>,
 }
 
 /// Per-transport-span state: also the span id sent in `traceparent`, the

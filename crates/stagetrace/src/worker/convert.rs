@@ -318,6 +318,14 @@ impl Converter {
         rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
         rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
         set_host(&s.host, false, rec);
+        for (figure, stage) in [
+            (Figure::CaptureRunWait, Stage::Capture),
+            (Figure::DispatchRunWait, Stage::Dispatch),
+        ] {
+            if let Some(ns) = s.stage_run_wait(stage) {
+                rec.set(figure, to_i64(ns));
+            }
+        }
     }
 }
 
