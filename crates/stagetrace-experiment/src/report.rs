@@ -60,6 +60,9 @@ pub struct Timeline {
     pub t0_unix_ms: f64,
     /// Windows: (start, s after t0; windowed p90 of each figure drawn,
     /// indexed by [`stagetrace::Figure::index`]; NaN = none or not drawn).
+    /// Not serialised (serde has no arrays above 32; the report skips the
+    /// timeline anyway).
+    #[serde(skip)]
     pub windows: Vec<(f64, [f64; FIGURE_COUNT])>,
     /// Resource tracks: (s after t0; CPU %, CPU pressure %, run-queue wait %
     /// of a core, target CPU % of a core, busiest GPU's utilisation %).

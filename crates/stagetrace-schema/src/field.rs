@@ -164,7 +164,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 55;
+pub const FIELD_COUNT: usize = 57;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [

@@ -141,7 +141,9 @@ impl CallState {
     /// only: the robot's own stages; the others are ignored). Only spans
     /// not nested in another stage: a nested one's wait is in its outer's.
     pub(crate) fn add_stage_run_wait(&mut self, stage: Stage, ns: u64) {
-        if let Some(slot) = stage_run_wait_slot(stage).and_then(|i| self.stage_run_wait_ns.get_mut(i)) {
+        if let Some(slot) =
+            stage_run_wait_slot(stage).and_then(|i| self.stage_run_wait_ns.get_mut(i))
+        {
             *slot = Some(slot.unwrap_or(0).saturating_add(ns));
         }
     }

@@ -169,8 +169,15 @@ pub struct Timeline {
 /// Every duration figure of one call, integer nanoseconds indexed by
 /// [`Figure`]. `None` is a figure that does not apply (absent from the JSON
 /// record, never 0 or null).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Figures([Option<i64>; FIGURE_COUNT]);
+
+// By hand: arrays of more than 32 have no derived `Default`.
+impl Default for Figures {
+    fn default() -> Self {
+        Figures([None; FIGURE_COUNT])
+    }
+}
 
 impl Figures {
     /// The figure in nanoseconds, when it applies.

@@ -136,11 +136,18 @@ fn a_capture_span_that_waits_for_a_core_carries_exactly_that_wait() {
     // The rival took a real share of the core inside capture.
     assert!(capture.inner > 10_000_000, "{capture:?}");
     let c = rec.get(Figure::CaptureRunWait).unwrap();
-    assert!(capture.holds(c), "capture_run_wait {c} ns outside {capture:?}");
+    assert!(
+        capture.holds(c),
+        "capture_run_wait {c} ns outside {capture:?}"
+    );
     let d = rec.get(Figure::DispatchRunWait).unwrap();
-    assert!(dispatch.holds(d), "dispatch_run_wait {d} ns outside {dispatch:?}");
-    // Both are parts of the call's whole wait.
-    assert!(rec.get(Figure::RunWait).unwrap() >= c + d);
+    assert!(
+        dispatch.holds(d),
+        "dispatch_run_wait {d} ns outside {dispatch:?}"
+    );
+    // Both are parts of the call's whole wait (which a call's host share
+    // keeps in whole µs: 1 µs of rounding).
+    assert!(rec.get(Figure::RunWait).unwrap() + 1_000 >= c + d);
 }
 
 #[test]

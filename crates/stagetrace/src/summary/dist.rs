@@ -97,9 +97,18 @@ fn ms_rounded(ns: i64) -> f64 {
 
 /// One [`Dist`] per summarised figure (indexed by [`Figure::index`]),
 /// created on first use.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FigureSet {
     figs: [Option<Dist>; FIGURE_COUNT],
+}
+
+// By hand: arrays of more than 32 have no derived `Default`.
+impl Default for FigureSet {
+    fn default() -> Self {
+        FigureSet {
+            figs: std::array::from_fn(|_| None),
+        }
+    }
 }
 
 impl FigureSet {
