@@ -224,7 +224,9 @@ struct Ratios {
     alone_spans: f64,
     observer_p50_us: Option<f64>,
     queue_drops: u64,
-    /// App-thread CPU ns the host figures add to a call (two samples).
+    /// App-thread CPU ns the host figures add to a call (the call's two
+    /// samples, and a run-wait read at the open and close of its capture
+    /// and dispatch spans).
     host_added_ns: f64,
     /// One call with the host figures on / off.
     host_ratio: f64,
@@ -351,7 +353,7 @@ fn overhead_table() {
             "",
         ),
         (
-            "host figures: app-thread CPU ns added per call (two samples)",
+            "host figures: app-thread CPU ns added per call (two samples, four stage reads)",
             format!("{:.0}", filtered.host_added_ns),
             format!("{:.0}", plain.host_added_ns),
             "<= 5000",
