@@ -71,6 +71,7 @@ fn color(f: Figure) -> &'static str {
         // The robot's wait inside its own stages: the run wait's hue.
         Figure::CaptureRunWait => "#5254a3",
         Figure::DispatchRunWait => "#6b6ecf",
+        Figure::TxWait => "#a55194",
     }
 }
 

@@ -362,6 +362,20 @@ fn cpu_ramp_carries_the_clock_and_tells_saturated_from_throttled() {
         level["state"]
     );
     assert!(level["cpu_total_pct"].as_f64().unwrap() >= 85.0, "{level}");
+    // Busy threads beside the robot and the server: a stage absorbs the
+    // wait for a core, and the verdict names the host that slowed first.
+    let v = &json["verdict"];
+    assert!(v["first_stage"].is_string(), "nothing moved: {v}");
+    let host = v["host"]["figure"].as_str();
+    assert!(
+        host.and_then(stagetrace::Figure::from_name)
+            .is_some_and(stagetrace::Figure::is_host),
+        "no host named: {v}"
+    );
+    assert!(
+        v["summary"].as_str().unwrap_or("").contains("slowed first"),
+        "{v}"
+    );
     if !clock {
         assert_eq!(level["state"], "saturated");
         return;

@@ -20,6 +20,8 @@ pub(crate) struct FirstBytes<S> {
     inner: S,
     first: Option<Instant>,
     first_write: Option<Instant>,
+    /// The write that took the first byte returned (the kernel had it).
+    written: Option<Instant>,
 }
 
 impl<S> FirstBytes<S> {
@@ -28,6 +30,7 @@ impl<S> FirstBytes<S> {
             inner,
             first: None,
             first_write: None,
+            written: None,
         }
     }
 
@@ -45,7 +48,16 @@ impl<S> FirstBytes<S> {
     /// When the first byte written since the last call left: a stamp taken
     /// just before the write that took it, so never after the byte left.
     pub(crate) fn take_first_write(&mut self) -> Option<Instant> {
+        self.written = None;
         self.first_write.take()
+    }
+
+    /// When the write that took the first byte written since the last
+    /// [`take_first_write`](Self::take_first_write) returned: the kernel
+    /// had the byte by then. Read it before `take_first_write`, which
+    /// clears it.
+    pub(crate) fn written(&self) -> Option<Instant> {
+        self.written
     }
 }
 
@@ -76,6 +88,8 @@ impl<S> FirstBytes<S> {
     fn note_write(&mut self, before: Option<Instant>, r: &Poll<io::Result<usize>>) {
         if self.first_write.is_none() && matches!(r, Poll::Ready(Ok(n)) if *n > 0) {
             self.first_write = before;
+            // One more clock read per message, not per write.
+            self.written = before.map(|_| Instant::now());
         }
     }
 }
@@ -146,8 +160,16 @@ mod tests {
         let before = Instant::now();
         r.write_all(b"xy").await.unwrap();
         let after = Instant::now();
+        let written = r.written().unwrap();
         let w = r.take_first_write().unwrap();
-        assert!(w >= before && w <= after);
+        assert!(w >= before && w <= written && written <= after);
         assert_eq!(r.take_first_write(), None);
+        assert_eq!(r.written(), None);
+        // A message in two writes: the first write's return, not the last's.
+        r.write_all(b"x").await.unwrap();
+        let between = Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        r.write_all(b"y").await.unwrap();
+        assert!(r.written().unwrap() <= between);
     }
 }

@@ -55,6 +55,14 @@ pub(crate) fn first_bytes(
     }
 }
 
+/// Tell the span when the write that took the request's first byte
+/// returned (`None`: the transport did not see it).
+pub(crate) fn written(span: &Span, at: Option<std::time::Instant>) {
+    if let Some(at) = at {
+        span.record_request_written(at);
+    }
+}
+
 /// Tell the span when the kernel had the response's last byte (`None`:
 /// the kernel does not stamp the socket).
 pub(crate) fn kernel_rx(span: &Span, at: Option<std::time::Instant>) {

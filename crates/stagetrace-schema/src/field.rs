@@ -164,7 +164,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 57;
+pub const FIELD_COUNT: usize = 58;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -208,6 +208,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::RxWait),
     figure_field(F::CaptureRunWait),
     figure_field(F::DispatchRunWait),
+    figure_field(F::TxWait),
     count(
         false,
         HostCount::InvoluntarySwitches,

@@ -92,10 +92,14 @@ pub enum Figure {
     /// Time the robot's thread waited on a run queue for a core inside its
     /// dispatch spans: part of `dispatch` and of `run_wait`.
     DispatchRunWait,
+    /// The uplink's start → the kernel took the request's first bytes (the
+    /// first write returned): the robot's own time inside `uplink`
+    /// (encoding, masking, its thread's wait for a core).
+    TxWait,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 34;
+pub const FIGURE_COUNT: usize = 35;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -236,6 +240,8 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "the robot's thread waited on a run queue for a core inside its capture spans (part of capture and of run_wait)"),
     row("dispatch_run_wait", "dispatch_run_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
         "the robot's thread waited on a run queue for a core inside its dispatch spans (part of dispatch and of run_wait)"),
+    row("tx_wait", "tx_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the uplink's start → the kernel took the request's first bytes (the robot's own time inside uplink: encoding, masking, waiting for a core)"),
 ];
 
 impl Figure {
@@ -275,6 +281,7 @@ impl Figure {
         F::ServerRxWait,
         F::CaptureRunWait,
         F::DispatchRunWait,
+        F::TxWait,
     ];
 
     /// The six canonical stages of a call, in call order.
@@ -358,11 +365,13 @@ impl Figure {
     }
 
     /// The stage a host figure was read inside (`capture_run_wait` →
-    /// `capture`); `None` for a figure of the whole call or of no stage.
+    /// `capture`, `tx_wait` → `uplink`); `None` for a figure of the whole
+    /// call or of no stage.
     pub fn within_stage(self) -> Option<Figure> {
         match self {
             F::CaptureRunWait => Some(F::Capture),
             F::DispatchRunWait => Some(F::Dispatch),
+            F::TxWait => Some(F::Uplink),
             _ => None,
         }
     }

@@ -206,6 +206,7 @@ impl DirectCall {
             peer: transport.peer,
             first_byte: None,
             request_first_byte: None,
+            request_written: None,
             kernel_rx: None,
             hops: transport.hops,
         };

@@ -39,6 +39,9 @@ pub(crate) struct TransportAcc {
     pub(crate) first_byte: Option<Instant>,
     /// The request's first byte left, when the transport stamped it.
     pub(crate) request_first_byte: Option<Instant>,
+    /// The write that took the request's first bytes returned, when the
+    /// transport stamped it.
+    pub(crate) request_written: Option<Instant>,
     /// The kernel had the response's last byte, when it stamped it.
     pub(crate) kernel_rx: Option<Instant>,
     /// The relays the response came through (none: a direct call).

@@ -64,6 +64,9 @@ impl HostCause {
             Some(Figure::RxWait) => "the robot reading the response late (kernel stamps)",
             Some(Figure::CaptureRunWait) => "the robot's run-queue wait inside capture",
             Some(Figure::DispatchRunWait) => "the robot's run-queue wait inside dispatch",
+            Some(Figure::TxWait) => {
+                "the robot handing the request to the kernel late (its own time inside uplink)"
+            }
             _ => "a host figure",
         }
     }
@@ -113,7 +116,9 @@ pub(super) fn host_cause(
 /// both (roundtrip, net, the first byte's cut). An end's figures name that
 /// end: a robot stage is never blamed on the server's host, even when one
 /// machine runs both. A figure read inside one stage (`capture_run_wait`)
-/// is a candidate for that stage alone.
+/// is a candidate for that stage alone, whichever end stamps the rest of
+/// it (`tx_wait`, the robot's time before the kernel had the request, for
+/// the uplink the server's receive ends).
 fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
     let ends: &[Side] = if f.side() == Side::Server || f == Figure::Uplink {
         &[Side::Server]
@@ -125,7 +130,11 @@ fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
     // A figure read inside one stage (the robot's run wait in capture)
     // speaks for that stage only.
     Figure::ALL.into_iter().filter(move |h| {
-        h.is_host() && ends.contains(&h.side()) && h.within_stage().is_none_or(|s| s == f)
+        h.is_host()
+            && match h.within_stage() {
+                Some(stage) => stage == f,
+                None => ends.contains(&h.side()),
+            }
     })
 }
 
@@ -159,7 +168,8 @@ mod tests {
                 Figure::ServerRunWait,
                 Figure::ServerCpuStall,
                 Figure::ServerGc,
-                Figure::ServerRxWait
+                Figure::ServerRxWait,
+                Figure::TxWait
             ]
         );
         let down: Vec<Figure> = candidates(Figure::Downlink).collect();

@@ -83,7 +83,8 @@ pub(super) fn advice(f: Figure) -> &'static str {
         | Figure::RxWait
         | Figure::ServerRxWait
         | Figure::CaptureRunWait
-        | Figure::DispatchRunWait => {
+        | Figure::DispatchRunWait
+        | Figure::TxWait => {
             "pin or reserve cores for the loop (taskset, a cgroup cpuset, isolcpus), move the other load off them, or raise the loop's priority (SCHED_FIFO for the control thread)"
         }
         Figure::Gc | Figure::ServerGc => {

@@ -84,6 +84,10 @@ impl HostMover {
                 "the robot's host",
                 "its thread's run-queue wait inside dispatch",
             ),
+            Some(Figure::TxWait) => (
+                "the robot's host",
+                "its time handing the request to the kernel",
+            ),
             _ => ("the robot's host", "its call thread's run-queue wait"),
         };
         format!(

@@ -87,7 +87,8 @@ fn figure_step(f: Figure) -> &'static str {
         | Figure::RxWait
         | Figure::ServerRxWait
         | Figure::CaptureRunWait
-        | Figure::DispatchRunWait => {
+        | Figure::DispatchRunWait
+        | Figure::TxWait => {
             "the host ran short of CPU first: pin or reserve cores for the loop, move the other load off them (docs/host.md)"
         }
         Figure::Gc | Figure::ServerGc => {

@@ -127,6 +127,8 @@ pub(crate) struct Exchanged {
     pub(crate) received: Instant,
     /// The request's first byte left (the transport's stamp).
     pub(crate) sent_first_byte: Option<Instant>,
+    /// The write that took the request's first byte returned.
+    pub(crate) written: Option<Instant>,
     /// The reply's first byte arrived (the transport's stamp).
     pub(crate) first_byte: Option<Instant>,
     /// The kernel had the reply's last byte (its receive stamp), where the
@@ -259,6 +261,7 @@ impl PolicyClient {
             .exchange(observation, || transport::transport_span(&url))
             .await?;
         transport::first_bytes(&span, x.sent_first_byte, x.first_byte);
+        transport::written(&span, x.written);
         transport::kernel_rx(&span, x.kernel_rx);
         let (server_timing, prev_total_ms, hops) = match x.timing {
             Some(c) => (
@@ -335,6 +338,7 @@ impl PolicyClient {
                 sent: trip.sent,
                 received: trip.received,
                 sent_first_byte: trip.sent_first_byte,
+                written: trip.written,
                 first_byte: trip.first_byte,
                 kernel_rx: trip.kernel_rx,
             },
@@ -393,6 +397,8 @@ struct Roundtrip {
     received: Instant,
     /// The request's first byte left (the transport's stamp).
     sent_first_byte: Option<Instant>,
+    /// The write that took it returned.
+    written: Option<Instant>,
     /// The reply's first byte arrived (the transport's stamp).
     first_byte: Option<Instant>,
     /// The kernel had the reply's last byte.
@@ -420,6 +426,7 @@ async fn roundtrip(ws: &mut Ws, out: Bytes) -> Result<Roundtrip, ClientError> {
                     bytes,
                     sent,
                     received,
+                    written: s.written(),
                     sent_first_byte: s.take_first_write(),
                     first_byte: s.take_first(),
                     kernel_rx: s.get_ref().last_rx(),

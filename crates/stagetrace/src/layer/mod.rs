@@ -204,6 +204,7 @@ where
                     peer: fields.peer.unwrap_or(InlineStr::new()),
                     first_byte: None,
                     request_first_byte: None,
+                    request_written: None,
                     kernel_rx: None,
                     hops: crate::wire::Hops::new(),
                 });
@@ -386,6 +387,7 @@ impl StageLayer {
                         peer: t.peer,
                         first_byte: t.first_byte,
                         request_first_byte: t.request_first_byte,
+                        request_written: t.request_written,
                         kernel_rx: t.kernel_rx,
                         hops: t.hops,
                     });

@@ -80,6 +80,14 @@ pub trait StageSpanExt: sealed::Sealed {
     /// outside the transport span or after the response's first byte.
     fn record_request_first_byte(&self, at: Instant);
 
+    /// Tell the enclosing transport span when the write that took the
+    /// request's first bytes returned: the kernel had them by then. The
+    /// time from the span's start to it is the robot's `tx_wait` (its own
+    /// encoding and its thread's wait for a core, inside `uplink`), which
+    /// a verdict names when the uplink's spikes are the robot's and not the
+    /// network's. No effect outside a transport span.
+    fn record_request_written(&self, at: Instant);
+
     /// Tell the enclosing transport span when the kernel had the response's
     /// last byte (a kernel receive stamp, `SO_TIMESTAMPING`): the roundtrip
     /// then ends there, and the time until the app read the response is the
@@ -166,6 +174,10 @@ impl StageSpanExt for tracing::Span {
 
     fn record_request_first_byte(&self, at: Instant) {
         with_transport(self, |t| t.request_first_byte = Some(at));
+    }
+
+    fn record_request_written(&self, at: Instant) {
+        with_transport(self, |t| t.request_written = Some(at));
     }
 
     fn record_response_kernel_rx(&self, at: Instant) {

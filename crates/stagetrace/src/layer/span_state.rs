@@ -44,6 +44,8 @@ pub(crate) struct TransportState {
     pub(crate) first_byte: Option<Instant>,
     /// The request's first byte left (the transport's stamp).
     pub(crate) request_first_byte: Option<Instant>,
+    /// The write that took the request's first bytes returned.
+    pub(crate) request_written: Option<Instant>,
     /// The kernel had the response's last byte (a kernel receive stamp).
     pub(crate) kernel_rx: Option<Instant>,
     /// The relays the response came through (none: a direct call).

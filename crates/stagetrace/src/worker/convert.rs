@@ -181,15 +181,20 @@ impl Converter {
         // The kernel had the response's last byte before the app read it:
         // the exchange ends there; the app's wait is the robot's rx_wait.
         let kernel_end = t.kernel_rx.filter(|k| (t_start_at..=t_end_at).contains(k));
-        let rx_wait_ns = kernel_end.map_or(0, |k| {
-            u64::try_from(t_end_at.saturating_duration_since(k).as_nanos()).unwrap_or(u64::MAX)
-        });
+        let rx_wait_ns = kernel_end.map_or(0, |k| ns_since(k, t_end_at));
         if let Some(k) = kernel_end {
             rec.set(Figure::RxWait, to_i64(rx_wait_ns));
             t_end_at = k;
             span.dur_ns = span.dur_ns.saturating_sub(rx_wait_ns);
         }
         rec.set(Figure::Roundtrip, to_i64(span.dur_ns));
+        // The robot's own time before the kernel had the request: inside
+        // the uplink, not the network's. One attempt only: a retry's
+        // write is not the first span's.
+        let written = t.request_written.filter(|w| (t_start_at..=t_end_at).contains(w));
+        if let (Some(w), true) = (written, s.stages[Stage::Transport.index()].count <= 1) {
+            rec.set(Figure::TxWait, to_i64(ns_since(t_start_at, w)));
+        }
         // The first byte on the call's timeline; a stamp outside the
         // transport span is kept off it (the stitch counts it). A response
         // in one segment is all in before its first read: its first byte
@@ -198,10 +203,7 @@ impl Converter {
             .first_byte
             .filter(|fb| (t_start_at..=cal.instant(t.end)).contains(fb))
             .map(|fb| fb.min(t_end_at));
-        tl.response_first_byte_ns = first_byte.map(|fb| {
-            let d = fb.saturating_duration_since(start);
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-        });
+        tl.response_first_byte_ns = first_byte.map(|fb| ns_since(start, fb));
         if let Some(timing) = t.timing {
             rec.batch_size = timing.batch_size;
             rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
@@ -372,6 +374,11 @@ const HOST_COUNTS: [HostFigure; 4] = [
     HostFigure::MajorFaults,
     HostFigure::GcCollections,
 ];
+
+/// `earlier` → `later` in ns (0 when `later` is not after it).
+fn ns_since(earlier: Instant, later: Instant) -> u64 {
+    u64::try_from(later.saturating_duration_since(earlier).as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// A figure from integer ns: durations fit i64 for 292 years.
 fn to_i64(v: u64) -> i64 {

@@ -44,6 +44,16 @@ pub(crate) const TESTS: &[TimingTest] = &[
     ),
     t(
         "stagetrace",
+        "tx_wait",
+        "the_robots_time_before_its_write_returned_is_tx_wait",
+    ),
+    t(
+        "stagetrace",
+        "stage_run_wait",
+        "a_capture_span_that_waits_for_a_core_carries_exactly_that_wait",
+    ),
+    t(
+        "stagetrace",
         "records",
         "injected_stage_costs_are_measured_within_1ms",
     ),
