@@ -39,7 +39,11 @@ struct Stamps {
 
 fn call(seq: u64, write: Write) -> Option<Stamps> {
     let _call = info_span!("call", seq = seq).entered();
-    let attempts = if matches!(write, Write::Retried) { 2 } else { 1 };
+    let attempts = if matches!(write, Write::Retried) {
+        2
+    } else {
+        1
+    };
     let mut stamps = None;
     for _ in 0..attempts {
         let before = Instant::now();

@@ -191,7 +191,9 @@ impl Converter {
         // The robot's own time before the kernel had the request: inside
         // the uplink, not the network's. One attempt only: a retry's
         // write is not the first span's.
-        let written = t.request_written.filter(|w| (t_start_at..=t_end_at).contains(w));
+        let written = t
+            .request_written
+            .filter(|w| (t_start_at..=t_end_at).contains(w));
         if let (Some(w), true) = (written, s.stages[Stage::Transport.index()].count <= 1) {
             rec.set(Figure::TxWait, to_i64(ns_since(t_start_at, w)));
         }
