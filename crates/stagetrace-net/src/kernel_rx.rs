@@ -271,6 +271,22 @@ mod tests {
             );
             return;
         }
+        // The kernel switches receive stamping on for the whole host through
+        // a deferred work item when the first socket asks for it
+        // (net_enable_timestamp): segments queued in the moments before it
+        // runs carry no stamp. Wait, bounded, until a byte comes stamped.
+        let mut warm = [0u8; 1];
+        let mut stamped = false;
+        for _ in 0..200 {
+            tx.write_all(b"w").await.unwrap();
+            rx.read_exact(&mut warm).await.unwrap();
+            if rx.last_rx().is_some() {
+                stamped = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(stamped, "no kernel receive stamp within 1 s of asking");
         let before_send = Instant::now();
         tx.write_all(b"hello").await.unwrap();
         let after_send = Instant::now();
