@@ -135,7 +135,10 @@ fn call_truth(run: &HopRun, gw: &ServerClock, rec: &CallRecord) -> Option<CallTr
     }
     let tr = rec.timeline.transport?;
     let t0 = (rec.timeline.call_start_unix_ns + tr.start_ns) as i64;
-    let t3 = t0 + tr.dur_ns as i64;
+    // The reply was in when the robot's kernel had it: the record's
+    // roundtrip ends there (kernel receive stamps), and the robot's late
+    // read (`rx_wait`) is its host's, not the way back's.
+    let t3 = t0 + tr.dur_ns as i64 - rec.get(Figure::RxWait).unwrap_or(0);
     let g_recv = true_ns(gw, r.recv_unix_ns);
     let (g_fwd, g_reply) = (g_recv + r.forward_ns as i64, g_recv + r.reply_ns as i64);
     let g_sent = g_recv + r.total_ns as i64;
