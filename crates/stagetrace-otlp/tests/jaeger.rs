@@ -102,6 +102,39 @@ fn control_cycle(
     reply.map(|_| ())
 }
 
+/// CPU time the hypervisor gave to others while this VM wanted it, all
+/// cores (ms, from `/proc/stat`); `None` where the file says nothing.
+fn steal_ms() -> Option<i64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: i64 = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .nth(8)?
+        .parse()
+        .ok()?;
+    Some(ticks * 10)
+}
+
+/// A call's stages in one line: where a slow call's time went.
+fn where_the_time_went(r: &stagetrace::CallRecord) -> String {
+    let parts: Vec<String> = [
+        Figure::E2e,
+        Figure::Capture,
+        Figure::Uplink,
+        Figure::Queue,
+        Figure::Infer,
+        Figure::Downlink,
+        Figure::Dispatch,
+        Figure::Gap,
+        Figure::Observer,
+    ]
+    .iter()
+    .filter_map(|f| Some(format!("{f} {:.3}", r.ms(*f)?)))
+    .collect();
+    format!("seq {}: {}", r.seq, parts.join(", "))
+}
+
 fn by_name(spans: &[JSpan]) -> HashMap<&str, &JSpan> {
     spans.iter().map(|s| (s.name.as_str(), s)).collect()
 }
@@ -333,7 +366,11 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     // Jaeger down: the calls keep their rate; export fails and drops, counted.
     jaeger.stop();
     let n_down = 100;
+    let steal_before = steal_ms();
     let took = run_at_rate(&mut client, HZ, n_up, n_down);
+    let steal = steal_ms()
+        .zip(steal_before)
+        .map_or_else(|| "unknown".to_owned(), |(a, b)| format!("{} ms", a - b));
     let nominal = Duration::from_secs_f64(n_down as f64 / HZ);
     timing::error(
         "calls with Jaeger down, wall time (s)",
@@ -365,8 +402,14 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     assert!(server_during.lost_records() > 0, "{server_during}");
 
     // Every call was recorded, and the outage cost them nothing: the call
-    // times during it are those before it (a call that waited on an export
-    // would add up to the 1 s export timeout).
+    // times during it are those before it. A call that waited on an export
+    // (a blocking hand-off, a lock held across the export) would wait on
+    // every call once the 16-slot queue is full (84 of the 100) for up to
+    // the 100 ms export interval or the 1 s timeout, so the p90 and the
+    // wall time above catch it. The p99 (the 2nd-slowest call of 100) is
+    // not the test: a host that stalls once for 50 ms holds up two calls
+    // at 25 Hz whatever the exporter does (1 of 19 idle runs did, 47 ms,
+    // before this test printed where a slow call's time went).
     let records = kept.records();
     let e2e = |keep: &dyn Fn(u64) -> bool| -> Vec<f64> {
         records
@@ -379,17 +422,27 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
     let up = e2e(&|seq| (2..n_up).contains(&seq));
     let down = e2e(&|seq| seq >= n_up);
     assert_eq!(down.len() as u64, n_down, "the layer kept recording");
-    let (p99_up, p99_down) = (quantile(&up, 0.99), quantile(&down, 0.99));
-    timing::error(
-        "call p99 with Jaeger down (ms)",
-        p99_down,
-        p99_up * 1.5 + 3.0,
-    );
+    let (p90_up, p90_down) = (quantile(&up, 0.90), quantile(&down, 0.90));
+    let bound = p90_up * 1.5 + 3.0;
+    timing::error("call p90 with Jaeger down (ms)", p90_down, bound);
+    let slow: Vec<String> = records
+        .iter()
+        .filter(|r| r.seq >= n_up && r.ms(Figure::E2e).unwrap() > bound)
+        .map(where_the_time_went)
+        .collect();
     assert!(
-        p99_down <= p99_up * 1.5 + 3.0,
-        "p99 call {p99_down:.3} ms with Jaeger down vs {p99_up:.3} ms with it up"
+        p90_down <= bound,
+        "p90 call {p90_down:.3} ms with Jaeger down vs {p90_up:.3} ms with it up; \
+         steal {steal} over the outage; slow calls:\n{}",
+        slow.join("\n")
     );
-    eprintln!("while Jaeger was down: {during}; p99 call {p99_down:.3} ms (up: {p99_up:.3} ms)");
+    eprintln!(
+        "while Jaeger was down: {during}; p90 call {p90_down:.3} ms (up: {p90_up:.3} ms), \
+         p99 {:.3} ms (up: {:.3} ms); {} calls over {bound:.3} ms: {slow:?}",
+        quantile(&down, 0.99),
+        quantile(&up, 0.99),
+        slow.len()
+    );
 
     // Jaeger back: new calls arrive in it, client and server.
     jaeger.restart();
