@@ -292,22 +292,34 @@ mod tests {
                 }
             })
         };
+        // The three clocks are read one after another; a preemption between
+        // two reads puts a slice into one and not the others. So each
+        // reading is taken again (bounded) until the wall clock moved less
+        // than 100 µs across it.
+        fn reading() -> (std::time::Instant, u64, HostCounters) {
+            let mut last = None;
+            for _ in 0..1000 {
+                let before = std::time::Instant::now();
+                let read = (before, thread_cpu_ns().unwrap(), HostCounters::now());
+                let tight = before.elapsed() < std::time::Duration::from_micros(100);
+                last = Some(read);
+                if tight {
+                    break;
+                }
+            }
+            last.unwrap()
+        }
         let (wall, cpu, wait) = std::thread::spawn(|| {
             pin_to_cpu0();
-            let (t0, c0, h0) = (
-                std::time::Instant::now(),
-                thread_cpu_ns().unwrap(),
-                HostCounters::now(),
-            );
+            let (t0, c0, h0) = reading();
             while t0.elapsed() < std::time::Duration::from_millis(300) {
                 std::hint::spin_loop();
             }
-            let h = HostCounters::now().since(&h0);
-            let cpu = thread_cpu_ns().unwrap() - c0;
+            let (t1, c1, h1) = reading();
             (
-                t0.elapsed().as_nanos() as f64,
-                cpu as f64,
-                h.run_wait_ns.unwrap() as f64,
+                t1.duration_since(t0).as_nanos() as f64,
+                (c1 - c0) as f64,
+                h1.since(&h0).run_wait_ns.unwrap() as f64,
             )
         })
         .join()
