@@ -234,6 +234,17 @@ fn corpus() -> Vec<Case> {
             expect: &[("host_cpu", "downlink")],
         },
         Case {
+            name: "uplink spikes on 3 % of the calls, the robot's write returning late on the same calls",
+            run: Scenario {
+                stage_spikes: Some(("uplink", 0.03, 8.0)),
+                host_figures: true,
+                host_cause: Some(("tx_wait_ms", 0.9)),
+                ..sc(45)
+            },
+            baseline: None,
+            expect: &[("host_cpu", "uplink")],
+        },
+        Case {
             name: "uplink spikes with flat host figures stay the network's",
             run: Scenario {
                 stage_spikes: Some(("uplink", 0.03, 8.0)),

@@ -367,24 +367,22 @@ pub(crate) fn lines(s: &Scenario) -> String {
 fn host_fields(s: &Scenario, rng: &mut SplitMix64, spiked: Option<f64>) -> String {
     let mut out = String::new();
     let gc = s.host_cause.is_some_and(|(f, _)| f.contains("gc"));
-    let fields: &[&str] = if gc {
-        &[
-            "run_wait_ms",
-            "cpu_stall_ms",
-            "server_run_wait_ms",
-            "server_cpu_stall_ms",
-            "server_gc_ms",
-            "gc_ms",
-        ]
-    } else {
-        &[
-            "run_wait_ms",
-            "cpu_stall_ms",
-            "server_run_wait_ms",
-            "server_cpu_stall_ms",
-        ]
-    };
-    for f in fields {
+    let mut fields = vec![
+        "run_wait_ms",
+        "cpu_stall_ms",
+        "server_run_wait_ms",
+        "server_cpu_stall_ms",
+    ];
+    if gc {
+        fields.extend(["server_gc_ms", "gc_ms"]);
+    }
+    // A cause outside the usual set (the robot's tx_wait) is on every call.
+    if let Some((cause, _)) = s.host_cause {
+        if !fields.contains(&cause) {
+            fields.push(cause);
+        }
+    }
+    for f in &fields {
         let mut v = if f.contains("gc") {
             0.0
         } else {
