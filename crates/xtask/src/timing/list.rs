@@ -18,6 +18,12 @@ const fn t(package: &'static str, target: &'static str, name: &'static str) -> T
     }
 }
 
+/// Tests that start busy loops of their own and compare against a run
+/// without them: `--load` runs them idle only in name, so it leaves them
+/// out (run them without `--load`; they bring the load).
+pub(crate) const OWN_LOAD: &[&str] =
+    &["busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network"];
+
 /// Every test whose verdict rests on a measured time against a truth or a
 /// bound that load can break: black-box, clock, split, hop, executor,
 /// batching, admission, outage, shutdown and demo tests. A test that only
