@@ -6,7 +6,7 @@
 //! high latency; only the calls that were slow, read next to what the host
 //! did to those very calls, tell "short of CPU" from "the network".
 
-use serde::Serialize;
+use super::report::HostCause;
 use stagetrace_schema::{Figure, Side};
 
 use super::group::GroupData;
@@ -17,17 +17,6 @@ use crate::load::Dataset;
 /// named as their cause. Half: a cause that explains less leaves most of the spike to
 /// the stage itself, and the stage's own advice stays.
 const EXPLAINED_SHARE: f64 = 0.5;
-
-/// A host figure that explains a figure's spikes.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct HostCause {
-    /// The host figure (`server_run_wait`).
-    pub figure: &'static str,
-    /// Its median on the spike calls it explains (ms).
-    pub spike_median_ms: f64,
-    /// Its median on all the group's calls (ms).
-    pub median_ms: f64,
-}
 
 impl HostCause {
     /// The figure.

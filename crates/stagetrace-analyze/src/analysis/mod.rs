@@ -32,8 +32,8 @@ use crate::stats::{self, Distribution};
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
 pub use hops::HopReport;
-pub use host_cause::HostCause;
 pub use options::AnalyzeOptions;
+pub use report::HostCause;
 pub use report::{
     Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
     Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, SecondMode,

@@ -257,7 +257,7 @@ pub struct StageSpikes {
     /// same calls' run-queue wait, CPU stall or GC, on the end that can
     /// delay this figure).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<super::host_cause::HostCause>,
+    pub host: Option<HostCause>,
 }
 
 /// One round that stands out.
@@ -312,7 +312,7 @@ pub struct SecondMode {
     /// The host figure that explains the second mode's calls, if one does
     /// (then the verdict names the host, not the stage).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<super::host_cause::HostCause>,
+    pub host: Option<HostCause>,
 }
 
 /// Whether one stage's spikes recur with a period.
@@ -379,4 +379,15 @@ pub struct Verdict {
     pub text: String,
     /// The numbers behind it (fields depend on `code`, see docs/report.md).
     pub evidence: serde_json::Value,
+}
+
+/// A host figure that explains a figure's spikes.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct HostCause {
+    /// The host figure (`server_run_wait`).
+    pub figure: &'static str,
+    /// Its median on the spike calls it explains (ms).
+    pub spike_median_ms: f64,
+    /// Its median on all the group's calls (ms).
+    pub median_ms: f64,
 }

@@ -169,7 +169,7 @@ fn host_spikes(
     rounds: u64,
     cost_ms: f64,
     median_ms: f64,
-    cause: &super::host_cause::HostCause,
+    cause: &super::report::HostCause,
 ) -> Verdict {
     let host = cause.host_figure().unwrap_or(Figure::RunWait);
     let not = match f {

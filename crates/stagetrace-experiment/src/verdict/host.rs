@@ -3,21 +3,9 @@
 //! server) moved at the first mover's level or before it, the host slowed
 //! first and the stage only absorbed it — the verdict names the host.
 
-use serde::Serialize;
 use stagetrace::Figure;
 
-use super::result::LevelResult;
-
-/// A host figure that moved before (or with) the first stage to move.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct HostMover {
-    /// The host figure (`server_run_wait`).
-    pub figure: &'static str,
-    /// The level it moved at (1-based).
-    pub level: usize,
-    /// Its median shift against the baseline, ms.
-    pub shift_ms: f64,
-}
+use super::result::{HostMover, LevelResult};
 
 /// The host figures an experiment compares (per level, beside the stages).
 pub(crate) fn host_figures() -> impl Iterator<Item = Figure> {

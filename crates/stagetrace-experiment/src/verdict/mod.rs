@@ -24,10 +24,10 @@ use crate::figures;
 use crate::plan::VerdictSpec;
 use crate::sampler::ResourceSample;
 
-pub use host::HostMover;
 pub use obs::PhaseSpan;
 pub(crate) use obs::{column, Obs};
 pub use resources::ResourceSummary;
+pub use result::HostMover;
 pub use result::{ComponentResult, LevelResult, Thresholds, Verdict};
 
 /// The full analysis: per-level results and the verdict.

@@ -93,7 +93,7 @@ pub struct Verdict {
     /// The host figure that moved at the first mover's level or before it
     /// (the host slowed first; the stage absorbed it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<super::host::HostMover>,
+    pub host: Option<HostMover>,
     /// The next step (`docs/architecture.md`, section 7).
     pub next_step: String,
     /// The verdict in a sentence or three.
@@ -129,4 +129,15 @@ pub struct Thresholds {
     pub min_p50_ms: f64,
     /// Smallest p99 shift that counts, ms.
     pub min_p99_ms: f64,
+}
+
+/// A host figure that moved before (or with) the first stage to move.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostMover {
+    /// The host figure (`server_run_wait`).
+    pub figure: &'static str,
+    /// The level it moved at (1-based).
+    pub level: usize,
+    /// Its median shift against the baseline, ms.
+    pub shift_ms: f64,
 }

@@ -4,10 +4,8 @@
 //! leaves the share empty, and a figure its host does not offer is absent,
 //! never 0.
 
-use super::error::{value_err, Codec, WireError};
-use super::timing::{ServerTiming, MAX_DURATION_NS};
-use super::timing_map::MapValue;
-use crate::host_share::HostFigure;
+use super::limits::MAX_DURATION_NS;
+use crate::host_share::{HostFigure, HostShare};
 
 /// One host field as every encoding names it.
 pub(super) struct HostField {
@@ -73,12 +71,12 @@ pub(super) fn host_map_field(key: &str) -> Option<&'static HostField> {
 }
 
 impl HostField {
-    /// The field's wire value in `t`: ns for a time, the count otherwise.
-    pub(super) fn get(&self, t: &ServerTiming) -> Option<u64> {
+    /// The field's wire value in `host`: ns for a time, the count otherwise.
+    pub(super) fn get(&self, host: &HostShare) -> Option<u64> {
         if self.figure.is_time() {
-            t.host.get_ns(self.figure)
+            host.get_ns(self.figure)
         } else {
-            t.host.get(self.figure).map(u64::from)
+            host.get(self.figure).map(u64::from)
         }
     }
 
@@ -92,33 +90,10 @@ impl HostField {
         }
     }
 
-    /// Stores a timing map's value in `t`: an unsigned integer (or an
-    /// integral float, as Python servers may send), else the map is
-    /// rejected with the key named.
-    pub(super) fn put_map_value(
-        &self,
-        t: &mut ServerTiming,
-        v: MapValue<'_>,
-    ) -> Result<(), WireError> {
-        const C: Codec = Codec::TimingMap;
-        let n = match v {
-            MapValue::Unsigned(u) => u,
-            MapValue::Float(x)
-                if x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= self.max() as f64 =>
-            {
-                x as u64
-            }
-            MapValue::Negative(_) => return Err(value_err(C, self.map_key, "is negative")),
-            _ => return Err(value_err(C, self.map_key, "is not a non-negative integer")),
-        };
-        self.put(t, n)
-            .map_err(|why| value_err(C, self.map_key, why))
-    }
-
     /// Stores a wire value in `t` (a time to the µs, rounded): why not when
     /// it is out of range or already there.
-    pub(super) fn put(&self, t: &mut ServerTiming, v: u64) -> Result<(), &'static str> {
-        if t.host.get(self.figure).is_some() {
+    pub(super) fn put(&self, host: &mut HostShare, v: u64) -> Result<(), &'static str> {
+        if host.get(self.figure).is_some() {
             return Err("appears twice");
         }
         if v > self.max() {
@@ -130,7 +105,7 @@ impl HostField {
             v
         };
         let stored = u32::try_from(stored).map_err(|_| "is out of range")?;
-        t.host.set(self.figure, Some(stored));
+        host.set(self.figure, Some(stored));
         Ok(())
     }
 }
@@ -139,7 +114,7 @@ impl HostField {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::wire::TimingMap;
+    use crate::wire::{ServerTiming, TimingMap};
 
     fn with_host() -> ServerTiming {
         let mut t = ServerTiming {

@@ -34,6 +34,7 @@ mod error;
 mod hops;
 mod host_fields;
 mod lex;
+mod limits;
 mod timing;
 mod timing_map;
 mod trace_context;

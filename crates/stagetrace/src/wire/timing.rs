@@ -8,15 +8,7 @@ use super::host_fields::{host_header_field, HOST_FIELDS};
 use super::lex::{parse_u64_digits, trim_ows};
 use crate::host_share::HostShare;
 
-/// Longest `stagetrace-timing` / `Server-Timing` header accepted.
-pub const MAX_TIMING_HEADER_LEN: usize = 1024;
-/// Largest duration accepted from a server: one hour. Anything longer is a
-/// broken clock or a hostile peer, not a control-loop call.
-pub const MAX_DURATION_NS: u64 = 3_600_000_000_000;
-/// Largest wall time accepted (`i64::MAX` ns, year 2262).
-pub const MAX_UNIX_NS: u64 = i64::MAX as u64;
-/// Largest batch size accepted from a server (`batch_size` / `batch=`).
-pub const MAX_BATCH_SIZE: u32 = 1 << 20;
+pub use super::limits::{MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN, MAX_UNIX_NS};
 
 /// Server timing carried back by a response: one absolute anchor plus
 /// monotonic durations, all measured on the server, and what a mitigation
@@ -209,7 +201,7 @@ impl ServerTiming {
             out.push_str(if hit { ";cache=hit" } else { ";cache=miss" });
         }
         for f in &HOST_FIELDS {
-            if let Some(v) = f.get(self) {
+            if let Some(v) = f.get(&self.host) {
                 out.push(';');
                 out.push_str(f.header_key);
                 out.push('=');
@@ -281,7 +273,7 @@ impl ServerTiming {
                     f.map_key,
                     "is not a non-negative integer",
                 ))?;
-                f.put(&mut t, n)
+                f.put(&mut t.host, n)
                     .map_err(|why| value_err(C, f.map_key, why))?;
                 continue;
             }

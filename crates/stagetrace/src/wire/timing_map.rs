@@ -93,7 +93,7 @@ impl TimingMap {
             .map(|hit| ("cache", MapValue::Str(cache_str(hit))));
         let host = HOST_FIELDS
             .iter()
-            .filter_map(move |f| f.get(&t).map(|v| (f.map_key, MapValue::Unsigned(v))));
+            .filter_map(move |f| f.get(&t.host).map(|v| (f.map_key, MapValue::Unsigned(v))));
         infer_ms
             .into_iter()
             .chain(prev_total_ms)
@@ -167,7 +167,20 @@ impl TimingMap {
                 continue;
             }
             if let Some(f) = host_map_field(key) {
-                f.put_map_value(&mut out.timing, value)?;
+                // An unsigned integer, or an integral float as Python
+                // servers may send; else the map is rejected, key named.
+                let n = match value {
+                    MapValue::Unsigned(u) => u,
+                    MapValue::Float(x)
+                        if x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= f.max() as f64 =>
+                    {
+                        x as u64
+                    }
+                    MapValue::Negative(_) => return Err(value_err(C, f.map_key, "is negative")),
+                    _ => return Err(value_err(C, f.map_key, "is not a non-negative integer")),
+                };
+                f.put(&mut out.timing.host, n)
+                    .map_err(|why| value_err(C, f.map_key, why))?;
                 continue;
             }
             let Some(f) = map_field(key) else {
