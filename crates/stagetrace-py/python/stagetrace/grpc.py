@@ -242,11 +242,14 @@ def _unary(behavior: Callable, metadata: Any) -> Callable:
 
 class _Arrival:
     """A streamed request's iterator: the request has arrived when it is
-    exhausted, and the timer starts then."""
+    exhausted, or when a message ``is_last`` says ends it (a handler that
+    stops reading there never sees the stream's end), and the timer starts
+    then."""
 
-    def __init__(self, inner: Iterator[Any], metadata: Any) -> None:
+    def __init__(self, inner: Iterator[Any], metadata: Any, is_last: Callable[[Any], bool] | None = None) -> None:
         self._inner = inner
         self._metadata = metadata
+        self._is_last = is_last
         self.timer: RequestTimer | None = None
 
     def __iter__(self) -> _Arrival:
@@ -254,12 +257,23 @@ class _Arrival:
 
     def __next__(self) -> Any:
         try:
-            return next(self._inner)
+            item = next(self._inner)
         except StopIteration:
-            if self.timer is None:
-                self.timer = _start(self._metadata)
-                _timer.set(self.timer)
+            self._arrived()
             raise
+        if self._is_last is not None:
+            try:
+                last = bool(self._is_last(item))
+            except Exception:  # noqa: BLE001 - a foreign message: keep reading
+                last = False
+            if last:
+                self._arrived()
+        return item
+
+    def _arrived(self) -> None:
+        if self.timer is None:
+            self.timer = _start(self._metadata)
+            _timer.set(self.timer)
 
 
 def _streamed(behavior: Callable, metadata: Any) -> Callable:

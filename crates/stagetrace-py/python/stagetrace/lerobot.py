@@ -37,6 +37,7 @@ classes traced.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -97,6 +98,14 @@ class _TracedQueue(Queue):
         return obs
 
 
+#: ``transport.TransferState.TRANSFER_END`` (LeRobot's services.proto).
+_TRANSFER_END = 3
+
+
+def _transfer_end(message: Any) -> bool:
+    return getattr(message, "transfer_state", None) == _TRANSFER_END
+
+
 def _timestep(obs: Any) -> int | None:
     try:
         return int(obs.get_timestep())
@@ -127,12 +136,16 @@ def trace_policy_server(server: Any) -> Any:
     cls_reset = type(server)._reset_server
 
     def send_observations(request_iterator: Any, context: grpc.ServicerContext) -> Any:
-        arrival = _Arrival(request_iterator, context.invocation_metadata())
+        # LeRobot's receiver returns at the chunk marked TRANSFER_END,
+        # before the stream's own end: the observation has arrived there.
+        arrival = _Arrival(request_iterator, context.invocation_metadata(), _transfer_end)
         outcome: dict[str, Any] = {}
         trace.replacing.outcome = outcome
         trace.replacing.arrival = arrival
         try:
-            return cls_send(server, arrival, context)
+            # In a context of its own: the timer the arrival sets ends with
+            # this request.
+            return contextvars.copy_context().run(cls_send, server, arrival, context)
         finally:
             trace.replacing.outcome = None
             if outcome:
@@ -375,10 +388,12 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
             return ok
         replaced = said.get("replaced")
         with trace.lock:
+            # The one pushed out first: a newer observation of the same
+            # timestep replaces its namesake.
+            gone = trace.in_flight.pop(replaced, None) if isinstance(replaced, int) else None
             if said.get("obs") == "queued" and ts is not None:
                 trace.in_flight[ts] = pending
                 pending = None
-            gone = trace.in_flight.pop(replaced, None) if isinstance(replaced, int) else None
         if pending is not None:
             _give_up(pending, "skipped")
         if gone is not None:
