@@ -144,6 +144,20 @@ impl Call {
         self.cell.with_call(|c| c.record_output_digest(digest));
     }
 
+    /// The call's `seq`, learnt after it started (an async robot's
+    /// observation gets its timestep once captured).
+    fn set_seq(&self, seq: u64) {
+        self.cell.with_call(|c| c.set_seq(seq));
+    }
+
+    /// The robot's action queue when this call's chunk arrived (async
+    /// inference): `margin_ns` of actions left (negative: dry that long)
+    /// and `dry_ticks` without an action before it (`margin_ms`,
+    /// `dry_ticks` on the record).
+    fn action_queue(&self, margin_ns: i64, dry_ticks: u32) {
+        self.cell.with_call(|c| c.set_action_queue(margin_ns, dry_ticks));
+    }
+
     /// End the call now (a second close does nothing). `failed` marks it
     /// failed with reason "exception" first.
     #[pyo3(signature = (failed=false))]

@@ -16,7 +16,7 @@ use crate::timing;
 /// Why a call failed, as its record says (`error`): the core takes a
 /// `&'static str`, so Python's reason is matched onto the Rust client's words.
 pub(crate) fn reason(r: &str) -> &'static str {
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 11] = [
         "timeout",
         "disconnected",
         "server error",
@@ -25,6 +25,12 @@ pub(crate) fn reason(r: &str) -> &'static str {
         "connect failed",
         "exception",
         "cancelled",
+        // An async server dropped the observation (stagetrace.lerobot):
+        // a newer one took its place, or it was skipped; or the server
+        // said nothing of it.
+        "replaced",
+        "skipped",
+        "no timing",
     ];
     KNOWN.into_iter().find(|k| *k == r).unwrap_or("error")
 }

@@ -62,6 +62,9 @@ pub enum Field {
     Cache,
     /// `stale_dropped`: action chunks of this call dropped as too old.
     StaleDropped,
+    /// `dry_ticks`: control ticks the robot ran without an action before
+    /// this call's chunk arrived (async inference).
+    DryTicks,
     /// `hops`: per-hop figures of a call that went through relays.
     Hops,
     /// What a host did to the call, counted (`minor_faults`,
@@ -164,7 +167,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 58;
+pub const FIELD_COUNT: usize = 61;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -233,6 +236,9 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     plain(Field::BatchSize, "batch_size", FieldType::Count),
     plain(Field::Cache, "cache", FieldType::Enum(CACHE_VALUES)),
     plain(Field::StaleDropped, "stale_dropped", FieldType::Count),
+    figure_field(F::PollWait),
+    figure_field(F::Margin),
+    plain(Field::DryTicks, "dry_ticks", FieldType::Count),
     plain(Field::Hops, "hops", FieldType::Hops),
 ];
 

@@ -96,10 +96,17 @@ pub enum Figure {
     /// first write returned): the robot's own time inside `uplink`
     /// (encoding, masking, its thread's wait for a core).
     TxWait,
+    /// An async server's chunk was ready → the reply that carries it was
+    /// sent (waiting for the robot's poll, padding, serialisation): part of
+    /// `server` after `infer`.
+    PollWait,
+    /// How long the robot's action queue would still have lasted when the
+    /// chunk arrived (negative: it had run dry that long): async inference.
+    Margin,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 35;
+pub const FIGURE_COUNT: usize = 37;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -242,6 +249,10 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "the robot's thread waited on a run queue for a core inside its dispatch spans (part of dispatch and of run_wait)"),
     row("tx_wait", "tx_wait_ms", Unit::Millis, Group::Host, Side::Client, &[],
         "the uplink's start → the kernel took the request's first bytes (the robot's own time inside uplink: encoding, masking, waiting for a core)"),
+    row("poll_wait", "poll_wait_ms", Unit::Millis, Group::ServerStage, Side::Server, &[],
+        "an async server's chunk was ready → the reply carrying it was sent (the robot's next poll, padding, serialisation)"),
+    signed(row("margin", "margin_ms", Unit::Millis, Group::Bookkeeping, Side::Client, &[],
+        "the robot's action queue had this much time left when the chunk arrived (negative: it had run dry that long)")),
 ];
 
 impl Figure {
@@ -282,6 +293,8 @@ impl Figure {
         F::CaptureRunWait,
         F::DispatchRunWait,
         F::TxWait,
+        F::PollWait,
+        F::Margin,
     ];
 
     /// The six canonical stages of a call, in call order.

@@ -252,6 +252,20 @@ impl DirectCall {
     pub fn record_output_digest(&mut self, digest: u64) {
         self.state.digest = Some(digest);
     }
+
+    /// The call's `seq`, when it is learnt after the call started (an
+    /// async robot's observation gets its timestep once captured).
+    pub fn set_seq(&mut self, seq: u64) {
+        self.state.seq = Some(seq);
+    }
+
+    /// The robot's action queue when this call's chunk arrived (async
+    /// inference): `margin_ns` of actions left (negative: it had run dry
+    /// that long) and `dry_ticks`, control ticks without an action before
+    /// it; the record's `margin_ms` and `dry_ticks`.
+    pub fn set_action_queue(&mut self, margin_ns: i64, dry_ticks: u32) {
+        self.state.action_queue = Some((margin_ns, dry_ticks));
+    }
 }
 
 /// The transport stage of a [`DirectCall`], open: started at

@@ -79,6 +79,9 @@ pub(crate) struct CallState {
     pub(crate) digest: Option<u64>,
     /// Action chunks dropped as stale in this call (0: none).
     pub(crate) stale_dropped: u32,
+    /// The robot's action queue when the chunk arrived (async inference):
+    /// its time left in ns (negative: dry that long) and the idle ticks.
+    pub(crate) action_queue: Option<(i64, u32)>,
     /// The layer's own time on this call so far.
     pub(crate) observer_ticks: u64,
     /// `trace_id` / `span_id` came from another layer (see [`crate::context`]).
@@ -132,6 +135,7 @@ impl CallState {
             failed: None,
             digest: None,
             stale_dropped: 0,
+            action_queue: None,
             observer_ticks: 0,
             shared_context,
             host_at_open: None,

@@ -137,6 +137,8 @@ pub struct Timeline {
     pub queue: Option<SpanTime>,
     /// Inference, placed with the clock offset when it ran on a server.
     pub infer: Option<SpanTime>,
+    /// An async server's chunk ready → its reply sent, after `infer`.
+    pub poll_wait: Option<SpanTime>,
     /// Synthesized downlink: server send → transport end (clock-corrected).
     pub downlink: Option<SpanTime>,
     /// The response's first byte, ns after the call's start, when the
@@ -253,6 +255,9 @@ pub struct CallRecord {
     /// Action chunks of this call dropped as too old to execute (at least 1;
     /// absent when none was).
     pub stale_dropped: Option<u32>,
+    /// Control ticks the robot ran without an action before this call's
+    /// chunk arrived (async inference; absent when it was not told).
+    pub dry_ticks: Option<u32>,
     /// Per-hop figures when the call went through relays (client → first
     /// relay, …, last relay → policy server; at most
     /// [`MAX_HOPS_READ`](crate::hop_record::MAX_HOPS_READ)); empty, and
@@ -334,6 +339,7 @@ impl Serialize for CallRecord {
                 Field::BatchSize => entry(&mut map, name, &self.batch_size)?,
                 Field::Cache => entry(&mut map, name, &self.cache)?,
                 Field::StaleDropped => entry(&mut map, name, &self.stale_dropped)?,
+                Field::DryTicks => entry(&mut map, name, &self.dry_ticks)?,
                 Field::Hops if self.hops.is_empty() => {}
                 Field::Hops => map.serialize_entry(name, &self.hops)?,
                 Field::HostCount { server, count } => {
@@ -419,6 +425,7 @@ impl<'de> Visitor<'de> for RecordVisitor {
                 Field::BatchSize => rec.batch_size = map.next_value()?,
                 Field::Cache => rec.cache = map.next_value()?,
                 Field::StaleDropped => rec.stale_dropped = map.next_value()?,
+                Field::DryTicks => rec.dry_ticks = map.next_value()?,
                 Field::Hops => rec.hops = map.next_value_seed(crate::hop_record::HopsSeed)?,
                 Field::HostCount { server, count } => {
                     *rec.host_counts.slot(server, count) = map.next_value()?

@@ -382,9 +382,7 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
         if not ok or said is None:
             # Not sent, or a server that says nothing: no chunk can be
             # matched to it; the record says why.
-            pending.transport.fail("disconnected" if not ok else "no timing")
-            pending.transport.close()
-            call.close(True)
+            _give_up(pending, "disconnected" if not ok else "no timing")
             return ok
         replaced = said.get("replaced")
         with trace.lock:
@@ -431,6 +429,7 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
 
 
 def _give_up(pending: _Pending, reason: str) -> None:
-    pending.transport.fail(reason)
+    # The call's reason, set last: `close(True)` would say "exception".
     pending.transport.close()
-    pending.call.close(True)
+    pending.call.fail(reason)
+    pending.call.close()

@@ -124,6 +124,8 @@ pub struct Stitched {
     pub queue_ns: Option<i64>,
     /// Server inference.
     pub infer_ns: Option<i64>,
+    /// An async server's chunk ready → its reply sent.
+    pub poll_wait_ns: Option<i64>,
     /// Server − client offset used.
     pub offset_ns: Option<i64>,
     /// ± bound on the split.
@@ -147,7 +149,7 @@ pub struct Stitched {
 impl Stitched {
     /// The record figures the stitch gives besides the roundtrip, each with
     /// its value (`None`: the inputs did not allow it).
-    pub fn figures(&self) -> [(Figure, Option<i64>); 8] {
+    pub fn figures(&self) -> [(Figure, Option<i64>); 9] {
         [
             (Figure::Server, self.server_ns),
             (Figure::Net, self.net_ns),
@@ -155,6 +157,7 @@ impl Stitched {
             (Figure::Downlink, self.downlink_ns),
             (Figure::Queue, self.queue_ns),
             (Figure::Infer, self.infer_ns),
+            (Figure::PollWait, self.poll_wait_ns),
             (Figure::Offset, self.offset_ns),
             (Figure::SplitErr, self.split_err_ns),
         ]
@@ -274,6 +277,7 @@ impl Stitcher {
             roundtrip_ns: Some(whole_ns(rt_ns)),
             queue_ns: server.queue_ns.map(|v| v as i64),
             infer_ns: server.infer_ns.map(|v| v as i64),
+            poll_wait_ns: server.poll_wait_ns.map(|v| v as i64),
             ..Stitched::default()
         };
         // Server time inside the roundtrip: the total when given, else (an

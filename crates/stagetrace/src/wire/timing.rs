@@ -34,6 +34,10 @@ pub struct ServerTiming {
     /// (`docs/clocks.md`). Absent from older servers: the estimate then rests
     /// on the whole request.
     pub transfer_ns: Option<u64>,
+    /// An async server's chunk was ready → the reply carrying it was sent
+    /// (waiting for the robot's poll, padding, serialisation): the part of
+    /// `total_ns` after inference.
+    pub poll_wait_ns: Option<u64>,
     /// How many requests the batch that ran this one held (1 ..=
     /// [`MAX_BATCH_SIZE`]), when the server batches.
     pub batch_size: Option<u32>,
@@ -73,7 +77,7 @@ impl TimeField {
 }
 
 /// The time fields in the order every encoding writes them.
-pub(super) const TIME_FIELDS: [TimeField; 7] = [
+pub(super) const TIME_FIELDS: [TimeField; 8] = [
     TimeField {
         map_key: "recv_unix_ns",
         header_key: "recv",
@@ -122,6 +126,13 @@ pub(super) const TIME_FIELDS: [TimeField; 7] = [
         max: MAX_DURATION_NS,
         get: |t| t.transfer_ns,
         slot: |t| &mut t.transfer_ns,
+    },
+    TimeField {
+        map_key: "poll_wait_ns",
+        header_key: "poll_wait",
+        max: MAX_DURATION_NS,
+        get: |t| t.poll_wait_ns,
+        slot: |t| &mut t.poll_wait_ns,
     },
 ];
 

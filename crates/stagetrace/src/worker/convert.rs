@@ -321,6 +321,10 @@ impl Converter {
         }
         rec.output_digest = s.digest.map(|d| format!("{d:016x}"));
         rec.stale_dropped = (s.stale_dropped > 0).then_some(s.stale_dropped);
+        if let Some((margin_ns, dry_ticks)) = s.action_queue {
+            rec.set(Figure::Margin, margin_ns);
+            rec.dry_ticks = Some(dry_ticks);
+        }
         set_host(&s.host, false, rec);
         for (figure, stage) in [
             (Figure::CaptureRunWait, Stage::Capture),
@@ -427,6 +431,13 @@ fn place_split(st: &Stitched, span: SpanTime, tl: &mut Timeline) {
         tl.infer = Some(SpanTime {
             start_ns: cursor,
             dur_ns: ns(i),
+        });
+        cursor = cursor.saturating_add(ns(i));
+    }
+    if let Some(p) = st.poll_wait_ns {
+        tl.poll_wait = Some(SpanTime {
+            start_ns: cursor,
+            dur_ns: ns(p),
         });
     }
     if let Some(down) = st.downlink_ns {
