@@ -59,6 +59,10 @@ class TimedAction:
         return self.action
 
 
+def _serial(obs: TimedObservation) -> int:
+    return int(obs.get_observation()["serial"])
+
+
 def chunks(data: bytes) -> Iterator[services_pb2.Observation]:
     """``data`` as LeRobot streams it: BEGIN, MIDDLE…, END (one chunk: END)."""
     sent = 0
@@ -89,8 +93,10 @@ def until_end(iterator: Any) -> bytes:
 
 @dataclasses.dataclass
 class ServerTruth:
-    """What the server did, per timestep, on its ``perf_counter_ns``."""
+    """What the server did with each observation (keyed by the serial the
+    robot gave it: timesteps repeat), on its ``perf_counter_ns``."""
 
+    timestep: dict[int, int] = dataclasses.field(default_factory=dict)
     arrived: dict[int, int] = dataclasses.field(default_factory=dict)
     outcome: dict[int, str] = dataclasses.field(default_factory=dict)
     enqueued: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -140,7 +146,8 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         data = until_end(request_iterator)
         arrived = time.perf_counter_ns()
         obs = pickle.loads(data)  # nosec B301
-        self.truth.arrived[obs.get_timestep()] = arrived
+        self.truth.timestep[_serial(obs)] = obs.get_timestep()
+        self.truth.arrived[_serial(obs)] = arrived
         self._enqueue_observation(obs)
         return services_pb2.Empty()
 
@@ -151,10 +158,10 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
     def _obs_sanity_checks(self, obs: TimedObservation, previous: TimedObservation) -> bool:
         with self._predicted_timesteps_lock:
             if obs.get_timestep() in self._predicted_timesteps:
-                self.truth.outcome[obs.get_timestep()] = "skipped_predicted"
+                self.truth.outcome[_serial(obs)] = "skipped_predicted"
                 return False
         if self._similar(obs, previous):
-            self.truth.outcome[obs.get_timestep()] = "skipped_similar"
+            self.truth.outcome[_serial(obs)] = "skipped_similar"
             return False
         return True
 
@@ -162,9 +169,9 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         if obs.must_go or self.last_processed_obs is None or self._obs_sanity_checks(obs, self.last_processed_obs):
             if self.observation_queue.full():
                 old = self.observation_queue.get_nowait()
-                self.truth.outcome[old.get_timestep()] = "replaced"
-            self.truth.enqueued[obs.get_timestep()] = time.perf_counter_ns()
-            self.truth.outcome[obs.get_timestep()] = "queued"
+                self.truth.outcome[_serial(old)] = "replaced"
+            self.truth.enqueued[_serial(obs)] = time.perf_counter_ns()
+            self.truth.outcome[_serial(obs)] = "queued"
             self.observation_queue.put(obs)
             return True
         return False
@@ -175,14 +182,14 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
             obs = self.observation_queue.get(timeout=self.obs_queue_timeout_s)
         except Empty:
             return services_pb2.Empty()
-        ts = obs.get_timestep()
-        self.truth.dequeued[ts] = time.perf_counter_ns()
+        serial = _serial(obs)
+        self.truth.dequeued[serial] = time.perf_counter_ns()
         with self._predicted_timesteps_lock:
-            self._predicted_timesteps.add(ts)
+            self._predicted_timesteps.add(obs.get_timestep())
         chunk = self._predict_action_chunk(obs)
         data = pickle.dumps(chunk)
         time.sleep(max(0.0, self.inference_latency_s - (time.perf_counter() - start)))
-        self.truth.replied[ts] = time.perf_counter_ns()
+        self.truth.replied[serial] = time.perf_counter_ns()
         return services_pb2.Actions(data=data)
 
     def _get_action_chunk(self, observation: dict[str, Any]) -> list[list[float]]:
@@ -193,14 +200,14 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         return out
 
     def _predict_action_chunk(self, obs: TimedObservation) -> list[TimedAction]:
-        self._predicting = obs.get_timestep()
+        self._predicting = _serial(obs)
         prepared = dict(obs.get_observation())
         self.last_processed_obs = obs
         actions = self._get_action_chunk(prepared)
         chunk = [
             TimedAction(obs.get_timestamp() + i * self.dt_s, obs.get_timestep() + i, a) for i, a in enumerate(actions)
         ]
-        self.truth.ready[obs.get_timestep()] = time.perf_counter_ns()
+        self.truth.ready[_serial(obs)] = time.perf_counter_ns()
         return chunk
 
 
@@ -208,6 +215,7 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
 class RobotTruth:
     """What the robot did, on its ``perf_counter_ns``."""
 
+    # serial -> capture's start and end.
     captured: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     chunk_in: dict[int, int] = dataclasses.field(default_factory=dict)
     # timestep of an action -> when it was executed.
@@ -258,7 +266,7 @@ class RobotClient:
         self.must_go = threading.Event()
         self.must_go.set()
         self.truth = RobotTruth()
-        self._timestep = 0
+        self._serial = 0
 
     @property
     def running(self) -> bool:
@@ -325,13 +333,14 @@ class RobotClient:
 
     def control_loop_observation(self) -> TimedObservation:
         start = time.perf_counter_ns()
-        raw = self.robot.get_observation()
+        raw = dict(self.robot.get_observation(), serial=self._serial)
+        self._serial += 1
         with self.latest_action_lock:
             ts = max(self.latest_action, 0)
         obs = TimedObservation(time.time(), ts, raw)
         with self.action_queue_lock:
             obs.must_go = self.must_go.is_set() and self.action_queue.empty()
-        self.truth.captured[ts] = (start, time.perf_counter_ns())
+        self.truth.captured[self._serial - 1] = (start, time.perf_counter_ns())
         self.send_observation(obs)
         if obs.must_go:
             self.must_go.clear()
