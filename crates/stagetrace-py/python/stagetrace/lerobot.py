@@ -433,3 +433,63 @@ def _give_up(pending: _Pending, reason: str) -> None:
     pending.transport.close()
     pending.call.fail(reason)
     pending.call.close()
+
+
+# --------------------------------------------------------------------------
+# No change to LeRobot: ``python -m stagetrace.lerobot <LeRobot module> …``.
+
+#: LeRobot's two entry modules: the class to trace, how, and the function
+#: its ``__main__`` calls.
+_ENTRIES: dict[str, tuple[str, Callable[..., Any], str]] = {
+    "lerobot.async_inference.robot_client": ("RobotClient", trace_robot_client, "async_client"),
+    "lerobot.async_inference.policy_server": ("PolicyServer", trace_policy_server, "serve"),
+}
+
+
+def _traced_init(cls: type, trace: Callable[..., Any]) -> None:
+    """Trace every instance of ``cls`` as its ``__init__`` returns."""
+    init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        trace(self)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run one of LeRobot's async inference modules with its class traced
+    (its own argument parsing: ``argv[1:]`` go to it). The robot's records
+    go to ``$STAGETRACE_OUT`` (default ``stagetrace-out``)."""
+    import importlib
+    import os
+    import sys
+
+    if not argv or argv[0] not in _ENTRIES:
+        names = ", ".join(_ENTRIES)
+        print(f"usage: python -m stagetrace.lerobot {{{names}}} [its arguments]", file=sys.stderr)
+        return 2
+    name, trace, entry = _ENTRIES[argv[0]]
+    module = importlib.import_module(argv[0])
+    if name == "RobotClient":
+        from . import init
+
+        init(os.environ.get("STAGETRACE_OUT", "stagetrace-out"))
+    _traced_init(getattr(module, name), trace)
+    sys.argv = [argv[0], *argv[1:]]
+    # What the module's `if __name__ == "__main__"` does, on the traced class.
+    register = getattr(module, "register_third_party_plugins", None)
+    if callable(register):
+        register()
+    getattr(module, entry)()
+    if name == "RobotClient":
+        from . import finish
+
+        finish()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    raise SystemExit(main(_sys.argv[1:]))
