@@ -72,6 +72,10 @@ fn color(f: Figure) -> &'static str {
         Figure::CaptureRunWait => "#5254a3",
         Figure::DispatchRunWait => "#6b6ecf",
         Figure::TxWait => "#a55194",
+        // The async shape: the chunk held for the robot's poll, and how far
+        // ahead of the action queue running dry it came.
+        Figure::PollWait => "#bcbd22",
+        Figure::Margin => "#17becf",
     }
 }
 

@@ -38,6 +38,7 @@ pub(crate) fn cell<'a>(rec: &'a CallRecord, info: &FieldInfo) -> Cell<'a> {
         Field::BatchSize => Cell::Count(rec.batch_size.map(u64::from)),
         Field::Cache => Cell::Text(rec.cache.map(|c| c.as_str())),
         Field::StaleDropped => Cell::Count(rec.stale_dropped.map(u64::from)),
+        Field::DryTicks => Cell::Count(rec.dry_ticks.map(u64::from)),
         Field::Hops => Cell::Hops(&rec.hops),
         Field::HostCount { server, count } => {
             Cell::Count(rec.host_counts.get(server, count).map(u64::from))

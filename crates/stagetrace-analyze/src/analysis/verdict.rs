@@ -90,6 +90,12 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::Gc | Figure::ServerGc => {
             "tune the garbage collector: preallocate buffers, keep cyclic garbage out of the loop, gc.freeze() after start-up and collect between calls, not during them"
         }
+        Figure::PollWait => {
+            "the chunk was ready before the robot asked for it: poll sooner, or lower the server's padding to its inference latency (docs/lerobot.md)"
+        }
+        Figure::Margin => {
+            "chunks arrive too close to the action queue running dry: raise the refill threshold or cut infer (docs/lerobot.md)"
+        }
     }
 }
 

@@ -152,6 +152,9 @@ impl Slot {
             Field::BatchSize => Slot::BatchSize,
             Field::Cache => Slot::Cache,
             Field::StaleDropped => Slot::StaleDropped,
+            // Ticks the robot's action queue ran dry before a chunk: read
+            // by the async-shape verdicts from the figures' side (margin).
+            Field::DryTicks => Slot::Ignored,
             Field::Hops => Slot::Hops,
         }
     }

@@ -94,6 +94,12 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::Gc | Figure::ServerGc => {
             "the garbage collector paused the loop first: preallocate, keep cyclic garbage out of the loop, gc.freeze() after start-up (docs/host.md)"
         }
+        Figure::PollWait => {
+            "the ready chunk waited for the robot's poll first: poll sooner (docs/lerobot.md)"
+        }
+        Figure::Margin => {
+            "the action queue's margin shrank first: raise the refill threshold or cut infer (docs/lerobot.md)"
+        }
     }
 }
 

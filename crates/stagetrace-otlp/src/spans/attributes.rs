@@ -116,6 +116,10 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
                 Some(n) => Value::I64(i64::from(n)),
                 None => continue,
             },
+            Field::DryTicks => match rec.dry_ticks {
+                Some(n) => Value::I64(i64::from(n)),
+                None => continue,
+            },
             // The per-hop figures as the record writes them (a JSON array).
             Field::Hops if rec.hops.is_empty() => continue,
             Field::Hops => Value::String(stagetrace::HopFigures::list_to_json(&rec.hops).into()),
