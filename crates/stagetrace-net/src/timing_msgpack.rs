@@ -205,6 +205,7 @@ mod tests {
             infer_ns: Some(12_345_678),
             pre_ns: None,
             post_ns: Some(0),
+            poll_wait_ns: Some(7),
             transfer_ns: Some(41_000_000),
             batch_size: Some(3),
             cache_hit: Some(true),

@@ -23,21 +23,25 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
         proptest::option::of(1..=MAX_BATCH_SIZE),
         proptest::option::of(any::<bool>()),
     )
         .prop_map(
-            |(recv, total, queue, infer, pre, post, transfer, batch, cache)| ServerTiming {
-                recv_unix_ns: recv,
-                total_ns: total,
-                queue_ns: queue,
-                infer_ns: infer,
-                pre_ns: pre,
-                post_ns: post,
-                transfer_ns: transfer,
-                batch_size: batch,
-                cache_hit: cache,
-                host: Default::default(),
+            |(recv, total, queue, infer, pre, post, transfer, poll_wait, batch, cache)| {
+                ServerTiming {
+                    recv_unix_ns: recv,
+                    total_ns: total,
+                    queue_ns: queue,
+                    infer_ns: infer,
+                    pre_ns: pre,
+                    post_ns: post,
+                    transfer_ns: transfer,
+                    poll_wait_ns: poll_wait,
+                    batch_size: batch,
+                    cache_hit: cache,
+                    host: Default::default(),
+                }
             },
         )
 }

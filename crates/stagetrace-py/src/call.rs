@@ -155,7 +155,8 @@ impl Call {
     /// and `dry_ticks` without an action before it (`margin_ms`,
     /// `dry_ticks` on the record).
     fn action_queue(&self, margin_ns: i64, dry_ticks: u32) {
-        self.cell.with_call(|c| c.set_action_queue(margin_ns, dry_ticks));
+        self.cell
+            .with_call(|c| c.set_action_queue(margin_ns, dry_ticks));
     }
 
     /// End the call now (a second close does nothing). `failed` marks it

@@ -14,8 +14,9 @@
 //! inside capture and dispatch) are read by the layer on every call; the
 //! server's share rides in its timing, and the robot's kernel receive
 //! stamp and request write on the calls with full timing. The robot's GC
-//! time is the one figure no span can carry (only a language binding sets
-//! it, `DirectCall::set_gc`): it is left out here and walked by the Python
+//! time and the action queue's margin are the figures no span can carry
+//! (only a language binding's direct call sets them, `DirectCall::set_gc`,
+//! `set_action_queue`): they are left out here and walked by the Python
 //! package's tests.
 
 #![allow(clippy::unwrap_used)]
@@ -74,6 +75,8 @@ fn call(seq: u64) {
             total_ns: Some(2_000_000),
             queue_ns: Some(250_000 + seq * 1000),
             infer_ns: Some(1_500_000 + seq * 1000),
+            // The chunk held for the robot's poll (LeRobot's async shape).
+            poll_wait_ns: Some(100_000),
             host: server_host(seq),
             ..ServerTiming::default()
         });
@@ -155,6 +158,12 @@ fn robot_host(f: Figure) -> bool {
     }
 }
 
+/// Figures only a language binding's direct call sets (the robot's GC
+/// time, the action queue's margin): no span carries them.
+fn binding_only(f: Figure) -> bool {
+    matches!(f, Figure::Gc | Figure::Margin)
+}
+
 /// Whether `key` is an object key anywhere in `v`.
 fn has_key(v: &serde_json::Value, key: &str) -> bool {
     match v {
@@ -206,7 +215,7 @@ fn every_figure_of_the_table_reaches_every_consumer() {
     assert_eq!(in_files, in_memory);
     let missing: Vec<Figure> = Figure::ALL
         .into_iter()
-        .filter(|&f| f != Figure::Gc && records.iter().all(|r| r.get(f).is_none()))
+        .filter(|&f| !binding_only(f) && records.iter().all(|r| r.get(f).is_none()))
         .collect();
     assert!(missing.is_empty(), "no record with {missing:?}");
     for r in &records {
@@ -218,7 +227,7 @@ fn every_figure_of_the_table_reaches_every_consumer() {
             // Full timing: every figure but the black box; none: the
             // black box and what needs no policy server (never queue or
             // infer; the executor has its own clock).
-            let expected = (f != Figure::Gc && black_box.contains(&f) == silent(r.seq)
+            let expected = (!binding_only(f) && black_box.contains(&f) == silent(r.seq)
                 || robot_host(f)
                 || matches!(
                     f,
@@ -256,7 +265,7 @@ fn every_figure_of_the_table_reaches_every_consumer() {
     let windows = read_summaries(dir.path());
     assert_eq!(windows.last().unwrap().window, "cumulative");
     let summary_json: serde_json::Value = serde_json::from_str(&cumulative.to_json_line()).unwrap();
-    for f in Figure::ALL.into_iter().filter(|&f| f != Figure::Gc) {
+    for f in Figure::ALL.into_iter().filter(|&f| !binding_only(f)) {
         let values: Vec<i64> = records.iter().filter_map(|r| r.get(f)).collect();
         if f.is_call_time() {
             let s = cumulative

@@ -24,21 +24,25 @@ fn timing() -> impl Strategy<Value = ServerTiming> {
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
         opt(MAX_DURATION_NS),
+        opt(MAX_DURATION_NS),
         proptest::option::of(1..=MAX_BATCH_SIZE),
         proptest::option::of(any::<bool>()),
     )
         .prop_map(
-            |(recv, total, queue, infer, pre, post, transfer, batch, cache)| ServerTiming {
-                recv_unix_ns: recv,
-                total_ns: total,
-                queue_ns: queue,
-                infer_ns: infer,
-                pre_ns: pre,
-                post_ns: post,
-                transfer_ns: transfer,
-                batch_size: batch,
-                cache_hit: cache,
-                host: Default::default(),
+            |(recv, total, queue, infer, pre, post, transfer, poll_wait, batch, cache)| {
+                ServerTiming {
+                    recv_unix_ns: recv,
+                    total_ns: total,
+                    queue_ns: queue,
+                    infer_ns: infer,
+                    pre_ns: pre,
+                    post_ns: post,
+                    transfer_ns: transfer,
+                    poll_wait_ns: poll_wait,
+                    batch_size: batch,
+                    cache_hit: cache,
+                    host: Default::default(),
+                }
             },
         )
 }
@@ -52,6 +56,7 @@ fn to_us(t: ServerTiming) -> ServerTiming {
         infer_ns: r(t.infer_ns),
         pre_ns: r(t.pre_ns),
         post_ns: r(t.post_ns),
+        poll_wait_ns: None,
         // `Server-Timing` carries the stage durations only.
         transfer_ns: None,
         batch_size: None,

@@ -198,6 +198,7 @@ fn timing_map_seeds() -> Vec<Vec<u8>> {
             infer_ns: Some(12_345_678),
             pre_ns: None,
             post_ns: Some(0),
+            poll_wait_ns: Some(3),
             batch_size: Some(3),
             cache_hit: Some(true),
             host: stagetrace::HostShare::default()

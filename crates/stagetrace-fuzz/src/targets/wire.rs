@@ -197,6 +197,7 @@ fn timings() -> Vec<ServerTiming> {
             infer_ns: Some(12_300_000),
             pre_ns: Some(1_000_000),
             post_ns: Some(500_000),
+            poll_wait_ns: Some(20_000_000),
             batch_size: Some(4),
             cache_hit: Some(false),
             host: stagetrace::HostShare::default()

@@ -506,6 +506,7 @@ mod tests {
             pre_ns: Some(1_000_000),
             post_ns: Some(500_000),
             transfer_ns: Some(4_200_000),
+            poll_wait_ns: None,
             batch_size: None,
             cache_hit: None,
             host: Default::default(),

@@ -300,6 +300,7 @@ mod tests {
             pre_ns: None,
             post_ns: Some(0),
             transfer_ns: Some(8_000_000),
+            poll_wait_ns: Some(7),
             batch_size: Some(3),
             cache_hit: Some(true),
             host: Default::default(),
