@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from queue import Empty, Queue
 from typing import Any
 
+import grpc
 from lerobot.transport import services_pb2, services_pb2_grpc
 
 CHUNK_BYTES = 2 * 1024 * 1024
@@ -223,6 +224,7 @@ class RobotTruth:
     # chunk (its first timestep) -> (actions left when it came, idle ticks just before it).
     queue_at_arrival: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     idle_ticks: int = 0
+    chunks_received: int = 0
 
 
 class Robot:
@@ -285,7 +287,14 @@ class RobotClient:
 
     def receive_actions(self) -> None:
         while self.running:
-            reply = self.stub.GetActions(services_pb2.Empty())
+            try:
+                reply = self.stub.GetActions(services_pb2.Empty())
+            except grpc.RpcError:
+                # LeRobot's receiver logs and goes on; at shutdown the
+                # channel's calls are cancelled.
+                if not self.running:
+                    return
+                raise
             if not reply.data:
                 continue
             now = time.perf_counter_ns()
@@ -296,6 +305,7 @@ class RobotClient:
             self.truth.chunk_in[first] = now
             self.truth.queue_at_arrival[first] = (left, self.truth.idle_ticks if left == 0 else 0)
             self._aggregate(chunk)
+            self.truth.chunks_received += 1
             self.must_go.set()
 
     def _aggregate(self, chunk: list[TimedAction]) -> None:
@@ -346,13 +356,18 @@ class RobotClient:
             self.must_go.clear()
         return obs
 
-    def control_loop(self, ticks: int) -> None:
+    def control_loop(self, ticks: int, *, observe: bool = True, until: Any = None) -> None:
+        """``ticks`` control ticks at most; with ``observe=False`` no new
+        observation is sent (the robot drains what is in flight), and the
+        loop ends early once ``until()`` says so."""
         for _ in range(ticks):
+            if until is not None and until():
+                return
             tick = time.perf_counter()
             if self.actions_available():
                 self.control_loop_action()
             else:
                 self.truth.idle_ticks += 1
-            if self._ready_to_send_observation():
+            if observe and self._ready_to_send_observation():
                 self.control_loop_observation()
             time.sleep(max(0.0, self.config.environment_dt - (time.perf_counter() - tick)))

@@ -151,14 +151,20 @@ fn chromium() -> Option<PathBuf> {
 
 /// The Python package's test environment: a venv under `target/py-venv`
 /// with `crates/stagetrace-py/requirements-test.txt` installed (maturin,
-/// pytest, the real openpi-client), rebuilt only when that file changes.
+/// pytest, the real openpi-client) and `requirements-nodeps.txt` without
+/// its dependencies (LeRobot's wire, not its torch), rebuilt only when
+/// either file changes.
 /// Returns the venv's directory.
 fn python_env(root: &Path) -> Result<PathBuf, String> {
     let venv = root.join("target/py-venv");
     let reqs = root.join("crates/stagetrace-py/requirements-test.txt");
     let stamp = venv.join("requirements.stamp");
-    let wanted =
+    let nodeps = root.join("crates/stagetrace-py/requirements-nodeps.txt");
+    let mut wanted =
         std::fs::read(&reqs).map_err(|e| format!("cannot read {}: {e}", reqs.display()))?;
+    wanted.extend(
+        std::fs::read(&nodeps).map_err(|e| format!("cannot read {}: {e}", nodeps.display()))?,
+    );
     if std::fs::read(&stamp).ok().as_deref() == Some(&wanted[..]) {
         return Ok(venv);
     }
@@ -175,6 +181,17 @@ fn python_env(root: &Path) -> Result<PathBuf, String> {
             "-r",
         ])
         .arg(&reqs))?;
+    run(Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-r",
+        ])
+        .arg(&nodeps))?;
     std::fs::write(&stamp, &wanted)
         .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
     Ok(venv)

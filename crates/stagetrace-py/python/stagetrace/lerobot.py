@@ -210,7 +210,8 @@ def trace_policy_server(server: Any) -> Any:
             timing = t.server_timing()
             ready = trace.serving.ready
             if ready is not None:
-                timing["poll_wait_ns"] = max(0, time.perf_counter_ns() - ready)
+                # Ends where total_ns does (the reply's send stamp).
+                timing["poll_wait_ns"] = max(0, t._recv_mono + timing["total_ns"] - ready)
             timing["timestep"] = ts
             _set_trailer(context, TIMING_KEY, timing)
             t.sent()
@@ -268,6 +269,21 @@ class _RobotTrace:
         self.dispatching: list[tuple[int, _Pending]] = []
         self.dry_since: int | None = None
         self.dry_ticks = 0
+        # Set by the client's stop(): what is still open then is closed as
+        # cancelled, and so is a reply that comes in after it.
+        self.stopped = False
+
+    def cancel_open(self) -> None:
+        """The robot stopped: every observation still waiting for its chunk,
+        and every chunk whose first action was never executed, ends as a
+        failed record (``cancelled``) — counted, never silently gone."""
+        with self.lock:
+            self.stopped = True
+            open_calls = list(self.in_flight.values()) + [p for _, p in self.dispatching]
+            self.in_flight.clear()
+            self.dispatching.clear()
+        for pending in open_calls:
+            _give_up(pending, "cancelled")
 
 
 class _RobotInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClientInterceptor):
@@ -306,7 +322,11 @@ class _RobotInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClient
         _action_queue_state(self._trace, self._client, pending.call)
         pending.dispatch = pending.call.stage("dispatch")
         with self._trace.lock:
-            self._trace.dispatching.append((ts, pending))
+            late = self._trace.stopped
+            if not late:
+                self._trace.dispatching.append((ts, pending))
+        if late:
+            _give_up(pending, "cancelled")
         return outcome
 
 
@@ -339,9 +359,9 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
     ``start()``): one call per observation, ending when the first action of
     its chunk is executed. ``recorder`` defaults to the process's
     (``stagetrace.init``). Returns ``client``."""
-    from . import _recorder
+    from . import recorder as process_recorder
 
-    rec = recorder if recorder is not None else _recorder()
+    rec = recorder if recorder is not None else process_recorder()
     trace = _RobotTrace(rec, f"grpc://{client.server_address}", float(client.config.environment_dt))
     client.channel = grpc.intercept_channel(client.channel, _RobotInterceptor(trace, client))
     stub_type = type(client.stub)
@@ -351,6 +371,7 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
     cls_send = type(client).send_observation
     cls_act = type(client).control_loop_action
     cls_available = type(client).actions_available
+    cls_stop = type(client).stop
 
     def get_observation(*args: Any, **kwargs: Any) -> Any:
         call = rec.call("lerobot")
@@ -421,7 +442,14 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
                 trace.dry_ticks += 1
         return available
 
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return cls_stop(client, *args, **kwargs)
+        finally:
+            trace.cancel_open()
+
     client.robot.get_observation = get_observation
+    client.stop = stop
     client.send_observation = send_observation
     client.control_loop_action = control_loop_action
     client.actions_available = actions_available
