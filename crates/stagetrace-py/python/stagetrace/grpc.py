@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from . import _mark
 from ._counters import _COUNTERS
 from ._native import current as _current_call
 from .codec import packb, unpackb
@@ -185,7 +186,11 @@ class _ClientInterceptor(
                 if timing is not None:
                     transport.server_timing(timing)
             else:
-                transport.fail(_reason(outcome.code()))
+                reason = _reason(outcome.code())
+                transport.fail(reason)
+                # The error the stub raises from here carries the reason,
+                # so the enclosing call keeps it (not "exception").
+                _mark(error, reason)
             return outcome
         except BaseException:
             transport.fail("exception")
