@@ -1,47 +1,41 @@
-//! [`WithTrailer`]: a response body that adds one entry to the trailers
-//! the inner body ends with (tonic's `grpc-status` frame), so the server's
+//! [`WithTrailer`]: a response body that adds entries to the trailers the
+//! inner body ends with (tonic's `grpc-status` frame), so the server's
 //! timing reaches the robot with the reply it times.
 //!
 //! gRPC carries a `-bin` metadata value base64-encoded on the HTTP/2 wire;
-//! tonic's `MetadataMap` does that only at its own level, so the entry is
-//! encoded here.
+//! the entries are added through tonic's `MetadataMap`, which encodes them.
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use base64::Engine;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
-/// `inner`, with `(name, value)` added to its trailers (or sent as the
-/// trailers when the inner body ends without any). `value` is computed
-/// when the trailers are due: the timing is complete only then.
-pub(crate) struct WithTrailer<B, F> {
+/// `inner`, with what `add` puts into its trailers (sent as the trailers
+/// when the inner body ends without any). `add` runs when the trailers are
+/// due, and sees the inner ones (`grpc-status`): the timing is complete only
+/// then. The response body of [`ServerService`](crate::ServerService).
+pub struct WithTrailer<B, F> {
     inner: B,
-    name: HeaderName,
-    value: Option<F>,
+    add: Option<F>,
+}
+
+impl<B, F> std::fmt::Debug for WithTrailer<B, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WithTrailer")
+            .field("trailers_due", &self.add.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<B, F> WithTrailer<B, F>
 where
-    F: FnOnce() -> Option<Vec<u8>>,
+    F: FnOnce(&mut HeaderMap),
 {
-    pub(crate) fn new(inner: B, name: HeaderName, value: F) -> Self {
+    pub(crate) fn new(inner: B, add: F) -> Self {
         WithTrailer {
             inner,
-            name,
-            value: Some(value),
-        }
-    }
-
-    /// Adds the entry to `map`, once.
-    fn add_to(&mut self, map: &mut HeaderMap) {
-        let Some(bytes) = self.value.take().and_then(|f| f()) else {
-            return;
-        };
-        let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(bytes);
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            map.insert(self.name.clone(), v);
+            add: Some(add),
         }
     }
 }
@@ -49,7 +43,7 @@ where
 impl<B, F> Body for WithTrailer<B, F>
 where
     B: Body + Unpin,
-    F: FnOnce() -> Option<Vec<u8>> + Unpin,
+    F: FnOnce(&mut HeaderMap) + Unpin,
 {
     type Data = B::Data;
     type Error = B::Error;
@@ -62,28 +56,65 @@ where
         match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(mut frame)) => {
                 if let Some(map) = frame.trailers_mut() {
-                    this.add_to(map);
+                    if let Some(add) = this.add.take() {
+                        add(map);
+                    }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
             Some(Err(e)) => Poll::Ready(Some(Err(e))),
             None => {
                 // The inner body ended without trailers: send ours alone.
-                if this.value.is_none() {
+                let Some(add) = this.add.take() else {
                     return Poll::Ready(None);
-                }
+                };
                 let mut map = HeaderMap::new();
-                this.add_to(&mut map);
+                add(&mut map);
                 Poll::Ready((!map.is_empty()).then(|| Ok(Frame::trailers(map))))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.value.is_none() && self.inner.is_end_stream()
+        self.add.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::HeaderValue;
+    use http_body_util::{BodyExt, Empty, Full};
+
+    fn add_x(map: &mut HeaderMap) {
+        map.insert("x-bin", HeaderValue::from_static("AQI"));
+    }
+
+    #[tokio::test]
+    async fn an_entry_joins_the_inner_trailers() {
+        let mut status = HeaderMap::new();
+        status.insert("grpc-status", HeaderValue::from_static("0"));
+        let inner =
+            Full::new(Bytes::from_static(b"hi")).with_trailers(async move { Some(Ok(status)) });
+        let body = WithTrailer::new(Box::pin(inner), add_x);
+        let collected = body.collect().await.unwrap();
+        let trailers = collected.trailers().cloned().unwrap();
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+        assert_eq!(trailers.get("x-bin").unwrap(), "AQI");
+        assert_eq!(collected.to_bytes(), Bytes::from_static(b"hi"));
+    }
+
+    #[tokio::test]
+    async fn a_body_without_trailers_gets_ours_alone() {
+        let body = WithTrailer::new(Empty::<Bytes>::new(), add_x);
+        assert!(!body.is_end_stream());
+        let collected = body.collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap().len(), 1);
     }
 }
