@@ -11,9 +11,12 @@ use stagetrace_schema::{Figure, Group, Unit};
 /// Whether the analysis reads a figure into its tables, shapes and verdicts:
 /// every figure but the clock's (`offset`, `split_err`), which say what the
 /// uplink/downlink split rests on rather than how long a part of the call
-/// took. The loader keeps those too ([`crate::load::Dataset::value`]).
+/// took, and the action queue's `margin`, which is not a time the call
+/// spent (a larger one is better: its spikes are no fault) and has a
+/// verdict of its own (`analysis/async_queue.rs`). The loader keeps those
+/// too ([`crate::load::Dataset::value`]).
 pub fn is_read(f: Figure) -> bool {
-    f.group() != Group::Clock
+    f.group() != Group::Clock && f != Figure::Margin
 }
 
 /// The figures the analysis reads ([`is_read`]), in display order.
@@ -162,9 +165,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_figure_but_the_clocks_is_read() {
+    fn every_figure_but_the_clocks_and_the_margin_is_read() {
         for f in Figure::ALL {
-            assert_eq!(is_read(f), f.group() != Group::Clock, "{f}");
+            let expected = f.group() != Group::Clock && f != Figure::Margin;
+            assert_eq!(is_read(f), expected, "{f}");
         }
         assert!(Figure::ALL
             .into_iter()

@@ -195,6 +195,23 @@ fn header(s: &mut String, g: &GroupReport) {
         }
         let _ = writeln!(s, "  mitigations: {}", parts.join("; "));
     }
+    if let Some(q) = &g.action_queue {
+        let dry = match q.dry_p50_ms {
+            Some(late) if q.dry_chunks > 0 => format!(
+                "; ran dry before {} ({} idle ticks, a median {} before the chunk came)",
+                q.dry_chunks,
+                q.dry_ticks,
+                fmt_ms(late)
+            ),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  action queue: {} chunks, margin p50 {}{dry}",
+            q.chunks,
+            fmt_ms(q.margin_p50_ms)
+        );
+    }
 }
 
 /// Per figure: n, min, p50, p90, p99, p99.9, max, mean.

@@ -244,6 +244,29 @@ fn corpus() -> Vec<Case> {
             baseline: None,
             expect: &[("host_cpu", "uplink")],
         },
+        healthy(
+            "async inference: every chunk before the action queue empties, some far ahead",
+            Scenario {
+                action_queue: Some((40.0, 0.0)),
+                ..sc(46)
+            },
+        ),
+        healthy(
+            "async inference: the queue ran dry before 0.5 % of the chunks (its p99.5)",
+            Scenario {
+                action_queue: Some((40.0, 0.005)),
+                ..sc(47)
+            },
+        ),
+        Case {
+            name: "async inference: the action queue ran dry before 4 % of the chunks",
+            run: Scenario {
+                action_queue: Some((25.0, 0.04)),
+                ..sc(48)
+            },
+            baseline: None,
+            expect: &[("queue_ran_dry", "margin")],
+        },
         Case {
             name: "uplink spikes with flat host figures stay the network's",
             run: Scenario {

@@ -250,3 +250,45 @@ fn a_busy_executor_is_named_by_its_wait() {
     }
     assert!(v.text.contains("drop stale actions"), "{}", v.text);
 }
+
+/// The action queue's figures are the records' own: 20 chunks with known
+/// margins, 5 of them after the queue ran dry with known idle ticks.
+#[test]
+fn the_action_queue_figures_and_verdict_are_the_records_own() {
+    use std::fmt::Write as _;
+    use std::path::Path;
+    use stagetrace_analyze::analysis::{analyze, AnalyzeOptions};
+    use stagetrace_analyze::load::{Dataset, LoadOptions};
+
+    let mut lines = String::new();
+    for i in 0..20u32 {
+        // Dry before calls 3, 7, 11, 15, 19: −4, −8, −12, −16, −20 ms, i/4 + 1 ticks.
+        let (margin, ticks) = if i % 4 == 3 {
+            (-f64::from(i + 1), Some(i / 4 + 1))
+        } else {
+            (f64::from(10 + i), None)
+        };
+        let _ = write!(
+            lines,
+            r#"{{"seq":{i},"ts_unix_ms":{},"kind":"lerobot","e2e_ms":50,"infer_ms":30,"margin_ms":{margin}"#,
+            1_764_000_000_000u64 + 50 * u64::from(i)
+        );
+        if let Some(t) = ticks {
+            let _ = write!(lines, r#","dry_ticks":{t}"#);
+        }
+        lines.push_str("}\n");
+    }
+    let ds = Dataset::load_reader(lines.as_bytes(), Path::new("async"), LoadOptions::default()).unwrap();
+    let a = analyze(&ds, None, &AnalyzeOptions::default());
+    let g = &a.report.groups[0];
+    let q = g.action_queue.as_ref().unwrap();
+    assert_eq!((q.chunks, q.dry_chunks, q.dry_ticks), (20, 5, 1 + 2 + 3 + 4 + 5));
+    // Margins: −20 … −4, then 10, 11, 12, 14, 15 | 16, 18 …: the median of
+    // the sorted 20 is (15 + 16) / 2.
+    assert_eq!(q.margin_p50_ms, 15.5);
+    assert_eq!(q.dry_p50_ms, Some(12.0));
+    let v = g.verdicts.iter().find(|v| v.code == "queue_ran_dry").unwrap();
+    assert!(v.text.starts_with("the action queue ran dry before 5 of 20 chunks (25.0%, 15 control ticks without an action): those chunks came a median 12"), "{}", v.text);
+    // The margin is not a duration of the call: no spike verdict for it.
+    assert!(a.report.groups.iter().flat_map(|g| &g.verdicts).all(|v| v.code == "queue_ran_dry" || v.stage != Some("margin")));
+}

@@ -6,6 +6,7 @@
 //! baseline), `outliers.rs`, `periodicity.rs`, `gap.rs` (the e2e variance),
 //! `verdict.rs` (the sentences), and `report.rs` (what `--json` prints).
 
+mod async_queue;
 mod baseline;
 mod fleet;
 mod gap;
@@ -35,7 +36,7 @@ pub use hops::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::HostCause;
 pub use report::{
-    Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
+    ActionQueue, Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
     Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, SecondMode,
     StageVsBaseline, Verdict, ALL_KINDS, REPORT_SCHEMA,
 };
@@ -46,6 +47,7 @@ pub(crate) use options::min_cost_ms;
 
 use baseline::vs_baseline;
 use gap::gap;
+use async_queue::action_queue;
 use group::{mitigations, rate};
 use moves::Context;
 use options::spike_floor_ms;
@@ -190,6 +192,7 @@ fn analyze_group(
         modes,
         gap,
         mitigations: mitigations(ds, kind_idx, pooled),
+        action_queue: action_queue(ds, g),
         hops: hops::hop_reports(g, base, opts),
         verdicts: Vec::new(),
         robots: BTreeMap::new(),

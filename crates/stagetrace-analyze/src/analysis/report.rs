@@ -131,6 +131,10 @@ pub struct GroupReport {
     /// record of the group says).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mitigations: Option<Mitigations>,
+    /// The robot's action queue when its chunks came (async inference;
+    /// absent when no record carries `margin_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_queue: Option<ActionQueue>,
     /// Per hop of calls through gateways (the records' `hops`): its
     /// figures and their change against the baseline. Absent without.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -162,6 +166,25 @@ pub struct Mitigations {
     pub stale_calls: u64,
     /// Action chunks dropped as stale, summed.
     pub stale_dropped: u64,
+}
+
+/// The robot's action queue when each chunk came (async inference, the
+/// records' `margin_ms` and `dry_ticks`), over the group's steady calls.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ActionQueue {
+    /// Chunks whose record says how long the queue would still have lasted.
+    pub chunks: u64,
+    /// Of them, chunks that came after the queue had run dry (a negative
+    /// margin or idle ticks before them).
+    pub dry_chunks: u64,
+    /// Control ticks without an action before those chunks, summed.
+    pub dry_ticks: u64,
+    /// Median margin over all the chunks (ms; negative: the queue had run
+    /// dry that long).
+    pub margin_p50_ms: f64,
+    /// How long the queue had been empty when a dry chunk came: median over
+    /// the dry chunks (ms; `null` without any).
+    pub dry_p50_ms: Option<f64>,
 }
 
 /// Call rate and timing regularity.

@@ -453,6 +453,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     if has_baseline && !moved {
         out.extend(e2e_moved(r, cx, baseline_n));
     }
+    out.extend(super::async_queue::queue_ran_dry(r));
     out.extend(deadline_verdict(r));
     if out.is_empty() {
         let text = if has_baseline {

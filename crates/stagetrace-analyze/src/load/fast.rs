@@ -324,6 +324,7 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
             // Anything unusual in these goes to serde (read loosely there).
             Slot::BatchSize => out.batch = count_of(Some(c.u64()?)),
             Slot::StaleDropped => out.stale = count_of(Some(c.u64()?)),
+            Slot::DryTicks => out.dry = count_of(Some(c.u64()?)),
             Slot::Cache => out.cache_hit = cache_of(c.plain_str()?),
             Slot::Hops => c.hops(&mut out.hops)?,
             Slot::Ignored => c.skip_value()?,

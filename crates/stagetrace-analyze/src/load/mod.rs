@@ -47,7 +47,8 @@ pub struct LoadOptions {
     pub keep_digests: bool,
 }
 
-/// A call's `batch_size`, `cache` and `stale_dropped`, when its record has any.
+/// A call's `batch_size`, `cache`, `stale_dropped` and `dry_ticks`, when its
+/// record has any.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Mitigated {
     /// Index of the call in the dataset.
@@ -58,6 +59,9 @@ pub(crate) struct Mitigated {
     pub(crate) cache_hit: Option<bool>,
     /// `stale_dropped` (0: absent).
     pub(crate) stale: u32,
+    /// `dry_ticks` (0: absent): control ticks without an action before the
+    /// call's chunk came (async inference).
+    pub(crate) dry: u32,
 }
 
 /// Flag bits per call.
@@ -279,12 +283,13 @@ impl Dataset {
         if raw.hops.hops > 0 || self.hops.hops() > 0 {
             self.hops.push(idx, &raw.hops);
         }
-        if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 {
+        if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 || raw.dry > 0 {
             self.mitigated.push(Mitigated {
                 call: u32::try_from(idx).unwrap_or(u32::MAX),
                 batch: raw.batch,
                 cache_hit: raw.cache_hit,
                 stale: raw.stale,
+                dry: raw.dry,
             });
         }
     }

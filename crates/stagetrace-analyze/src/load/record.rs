@@ -29,6 +29,8 @@ pub(crate) struct RawRecord {
     pub(crate) cache_hit: Option<bool>,
     /// `stale_dropped`, 0 when absent.
     pub(crate) stale: u32,
+    /// `dry_ticks`, 0 when absent.
+    pub(crate) dry: u32,
     /// `hops`, read loosely.
     pub(crate) hops: super::RawHops,
 }
@@ -49,6 +51,7 @@ impl Default for RawRecord {
             batch: 0,
             cache_hit: None,
             stale: 0,
+            dry: 0,
             hops: super::RawHops::default(),
         }
     }
@@ -70,6 +73,7 @@ impl RawRecord {
         self.batch = 0;
         self.cache_hit = None;
         self.stale = 0;
+        self.dry = 0;
         self.hops.reset();
     }
 
@@ -120,6 +124,8 @@ pub(crate) enum Slot {
     Cache,
     /// `stale_dropped` (read loosely).
     StaleDropped,
+    /// `dry_ticks` (read loosely).
+    DryTicks,
     /// `hops` (read loosely: `load/hops.rs`).
     Hops,
     /// A field of the record the analysis does not use (`trace_id`,
@@ -152,9 +158,7 @@ impl Slot {
             Field::BatchSize => Slot::BatchSize,
             Field::Cache => Slot::Cache,
             Field::StaleDropped => Slot::StaleDropped,
-            // Ticks the robot's action queue ran dry before a chunk: read
-            // by the async-shape verdicts from the figures' side (margin).
-            Field::DryTicks => Slot::Ignored,
+            Field::DryTicks => Slot::DryTicks,
             Field::Hops => Slot::Hops,
         }
     }

@@ -83,6 +83,7 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
                 // Read loosely: a value of another type is ignored, not a corrupt line.
                 Slot::BatchSize => out.batch = count_of(map.next_value::<Value>()?.as_u64()),
                 Slot::StaleDropped => out.stale = count_of(map.next_value::<Value>()?.as_u64()),
+                Slot::DryTicks => out.dry = count_of(map.next_value::<Value>()?.as_u64()),
                 Slot::Cache => {
                     let v = map.next_value::<Value>()?;
                     out.cache_hit = v.as_str().and_then(|s| cache_of(s.as_bytes()));

@@ -91,6 +91,11 @@ pub(crate) struct Scenario {
     /// The `stage_spikes` calls' cause: this host figure (record field)
     /// carries this share of each spike's extra time on those calls.
     pub(crate) host_cause: Option<(&'static str, f64)>,
+    /// Async inference: each record carries `margin_ms` (median this much,
+    /// spread a third of it, with the occasional chunk far ahead), and on
+    /// this fraction of the calls the chunk came after the action queue ran
+    /// dry (margin −2 to −20 ms, with the idle ticks).
+    pub(crate) action_queue: Option<(f64, f64)>,
 }
 
 /// The hops of a call through one gateway (medians, ms; spread 0.1 ms on
@@ -156,6 +161,7 @@ impl Default for Scenario {
             host_figures: false,
             host_bumps: false,
             host_cause: None,
+            action_queue: None,
         }
     }
 }
@@ -348,6 +354,21 @@ pub(crate) fn lines(s: &Scenario) -> String {
         }
         if s.host_figures {
             l.push_str(&host_fields(s, &mut rng, spiked));
+        }
+        if let Some((median, dry_share)) = s.action_queue {
+            let margin = if rng.next_f64() < dry_share {
+                -(2.0 + 18.0 * rng.next_f64())
+            } else if rng.next_f64() < 0.03 {
+                // A chunk that came far ahead: more margin, no fault.
+                median * (3.0 + rng.next_f64())
+            } else {
+                (median + median / 3.0 * rng.normal()).max(0.5)
+            };
+            let _ = write!(l, ",\"margin_ms\":{}", r3(margin));
+            if margin < 0.0 {
+                let ticks = (-margin / period).ceil().max(1.0);
+                let _ = write!(l, ",\"dry_ticks\":{ticks}");
+            }
         }
         if s.digests {
             let mut d = seq.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x1234;
