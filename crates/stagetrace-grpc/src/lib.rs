@@ -16,6 +16,7 @@ pub mod proto {
 }
 
 pub mod client;
+pub mod lerobot;
 pub mod server;
 mod trailers;
 pub mod wire;
