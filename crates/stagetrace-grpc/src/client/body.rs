@@ -127,7 +127,7 @@ fn reason(code: i32) -> &'static str {
     }
 }
 
-/// A response body that hands its trailers to the call's [`Reader`] as
+/// A response body that hands its trailers to the call's span and slot as
 /// they pass (tonic reads a unary response's trailers before the call
 /// returns).
 pub struct ReadTrailers<B> {

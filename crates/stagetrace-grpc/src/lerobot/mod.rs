@@ -15,9 +15,26 @@
 //! The messages carry this crate's msgpack payload ([`payload`]), not
 //! LeRobot's pickle: a Rust robot talks to a Rust server.
 
+use std::time::Duration;
+
 pub mod payload;
 mod robot;
 mod server;
 
 pub use robot::{Robot, RobotConfig, RobotReport};
 pub use server::{PolicyConfig, PolicyServer, ServerEvent};
+
+/// The longest time a config sets (longer ones are cut to it): adding a
+/// larger one to an `Instant` could overflow, a panic, and an hour is no
+/// control loop's wait.
+const MAX_WAIT: Duration = Duration::from_secs(3600);
+
+/// `fps` as a usable rate: a non-finite or non-positive one is LeRobot's
+/// default 30, the rest kept within 0.1 … 10 000 Hz.
+fn sane_fps(fps: f64) -> f64 {
+    if fps.is_finite() && fps > 0.0 {
+        fps.clamp(0.1, 10_000.0)
+    } else {
+        30.0
+    }
+}

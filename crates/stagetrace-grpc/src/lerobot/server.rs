@@ -124,8 +124,17 @@ fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 }
 
 impl PolicyServer {
-    /// A server with `cfg`.
+    /// A server with `cfg` (durations cut to an hour).
     pub fn new(cfg: PolicyConfig) -> Self {
+        let cap = |d: Duration| d.min(super::MAX_WAIT);
+        let cfg = PolicyConfig {
+            pre: cap(cfg.pre),
+            model: cap(cfg.model),
+            post: cap(cfg.post),
+            latency: cap(cfg.latency),
+            poll_timeout: cap(cfg.poll_timeout),
+            ..cfg
+        };
         PolicyServer {
             shared: Arc::new(Shared {
                 cfg,

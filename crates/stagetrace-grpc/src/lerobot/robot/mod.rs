@@ -132,7 +132,8 @@ fn unix_ns() -> u64 {
 }
 
 impl Robot {
-    /// A robot talking over `channel` (a [`ClientLayer`] is added), its
+    /// A robot talking over `channel` (a [`ClientLayer`] is added; `fps`
+    /// kept within 0.1 … 10 000, durations cut to an hour), its
     /// calls going to `calls`; `peer` names the server for the clock
     /// estimate (e.g. `grpc://host:port`).
     pub fn new(
@@ -141,13 +142,15 @@ impl Robot {
         cfg: RobotConfig,
         peer: impl Into<String>,
     ) -> Self {
+        let cfg = RobotConfig {
+            fps: super::sane_fps(cfg.fps),
+            capture: cfg.capture.min(super::MAX_WAIT),
+            drain: cfg.drain.min(super::MAX_WAIT),
+            ..cfg
+        };
         let layer = ClientLayer::new();
         let client = AsyncInferenceClient::new(tower::Layer::layer(&layer, channel));
-        let dt_ns = if cfg.fps > 0.0 {
-            (1e9 / cfg.fps) as i64
-        } else {
-            0
-        };
+        let dt_ns = (1e9 / cfg.fps) as i64;
         Robot {
             inner: Arc::new(Inner {
                 client,
@@ -172,7 +175,7 @@ impl Robot {
     pub async fn run(&self, mut observe: impl FnMut(u64) -> f64) -> RobotReport {
         let cfg = self.inner.cfg;
         let receiver = tokio::spawn(self.clone().receive());
-        let period = Duration::from_secs_f64(1.0 / cfg.fps.clamp(0.1, 10_000.0));
+        let period = Duration::from_secs_f64(1.0 / cfg.fps);
         let mut ticks = tokio::time::interval(period);
         // LeRobot sleeps out the rest of a tick: a late tick delays the next.
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
