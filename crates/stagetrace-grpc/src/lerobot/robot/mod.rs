@@ -172,6 +172,7 @@ impl Robot {
     /// Run [`RobotConfig::ticks`] sending ticks, then drain; `observe`
     /// gives the robot's state at a timestep (the value the server compares
     /// for similarity). Returns what happened; the calls are in the layer.
+    /// Run a robot once: a second run goes on from its state and report.
     pub async fn run(&self, mut observe: impl FnMut(u64) -> f64) -> RobotReport {
         let cfg = self.inner.cfg;
         let receiver = tokio::spawn(self.clone().receive());
