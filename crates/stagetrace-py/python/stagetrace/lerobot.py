@@ -264,7 +264,9 @@ class _RobotTrace:
         self.capturing: Any = None
         self.sending: _Pending | None = None
         self.sent_outcome: dict[str, Any] | None = None
-        self.in_flight: dict[int, _Pending] = {}
+        # timestep -> observations sent and queued, oldest first: a must-go
+        # observation can repeat the timestep of one still being predicted.
+        self.in_flight: dict[int, list[_Pending]] = {}
         # Chunks in, waiting for their first action: (first timestep, pending).
         self.dispatching: list[tuple[int, _Pending]] = []
         self.dry_since: int | None = None
@@ -279,7 +281,7 @@ class _RobotTrace:
         failed record (``cancelled``) — counted, never silently gone."""
         with self.lock:
             self.stopped = True
-            open_calls = list(self.in_flight.values()) + [p for _, p in self.dispatching]
+            open_calls = [p for ps in self.in_flight.values() for p in ps] + [p for _, p in self.dispatching]
             self.in_flight.clear()
             self.dispatching.clear()
         for pending in open_calls:
@@ -314,7 +316,8 @@ class _RobotInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClient
         timing = timing_of(outcome.trailing_metadata())
         ts = timing.get("timestep") if timing is not None else None
         with self._trace.lock:
-            pending = self._trace.in_flight.pop(ts, None) if isinstance(ts, int) else None
+            # A reply answers the oldest observation of its timestep.
+            pending = _take(self._trace.in_flight, ts, 0) if isinstance(ts, int) else None
         if pending is None:
             return outcome
         pending.transport.server_timing(timing)
@@ -409,9 +412,10 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
         with trace.lock:
             # The one pushed out first: a newer observation of the same
             # timestep replaces its namesake.
-            gone = trace.in_flight.pop(replaced, None) if isinstance(replaced, int) else None
+            # A replacement pushed out the newest queued one of that timestep.
+            gone = _take(trace.in_flight, replaced, -1) if isinstance(replaced, int) else None
             if said.get("obs") == "queued" and ts is not None:
-                trace.in_flight[ts] = pending
+                trace.in_flight.setdefault(ts, []).append(pending)
                 pending = None
         if pending is not None:
             _give_up(pending, "skipped")
@@ -454,6 +458,18 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
     client.control_loop_action = control_loop_action
     client.actions_available = actions_available
     return client
+
+
+def _take(in_flight: dict[int, list[_Pending]], ts: int, at: int) -> _Pending | None:
+    """Remove and return the observation of timestep ``ts`` at position
+    ``at`` (0: oldest, -1: newest), if any."""
+    queued = in_flight.get(ts)
+    if not queued:
+        return None
+    pending = queued.pop(at)
+    if not queued:
+        del in_flight[ts]
+    return pending
 
 
 def _give_up(pending: _Pending, reason: str) -> None:
