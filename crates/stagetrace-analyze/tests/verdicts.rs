@@ -255,10 +255,10 @@ fn a_busy_executor_is_named_by_its_wait() {
 /// margins, 5 of them after the queue ran dry with known idle ticks.
 #[test]
 fn the_action_queue_figures_and_verdict_are_the_records_own() {
-    use std::fmt::Write as _;
-    use std::path::Path;
     use stagetrace_analyze::analysis::{analyze, AnalyzeOptions};
     use stagetrace_analyze::load::{Dataset, LoadOptions};
+    use std::fmt::Write as _;
+    use std::path::Path;
 
     let mut lines = String::new();
     for i in 0..20u32 {
@@ -278,17 +278,30 @@ fn the_action_queue_figures_and_verdict_are_the_records_own() {
         }
         lines.push_str("}\n");
     }
-    let ds = Dataset::load_reader(lines.as_bytes(), Path::new("async"), LoadOptions::default()).unwrap();
+    let ds =
+        Dataset::load_reader(lines.as_bytes(), Path::new("async"), LoadOptions::default()).unwrap();
     let a = analyze(&ds, None, &AnalyzeOptions::default());
     let g = &a.report.groups[0];
     let q = g.action_queue.as_ref().unwrap();
-    assert_eq!((q.chunks, q.dry_chunks, q.dry_ticks), (20, 5, 1 + 2 + 3 + 4 + 5));
+    assert_eq!(
+        (q.chunks, q.dry_chunks, q.dry_ticks),
+        (20, 5, 1 + 2 + 3 + 4 + 5)
+    );
     // Margins: −20 … −4, then 10, 11, 12, 14, 15 | 16, 18 …: the median of
     // the sorted 20 is (15 + 16) / 2.
     assert_eq!(q.margin_p50_ms, 15.5);
     assert_eq!(q.dry_p50_ms, Some(12.0));
-    let v = g.verdicts.iter().find(|v| v.code == "queue_ran_dry").unwrap();
+    let v = g
+        .verdicts
+        .iter()
+        .find(|v| v.code == "queue_ran_dry")
+        .unwrap();
     assert!(v.text.starts_with("the action queue ran dry before 5 of 20 chunks (25.0%, 15 control ticks without an action): those chunks came a median 12"), "{}", v.text);
     // The margin is not a duration of the call: no spike verdict for it.
-    assert!(a.report.groups.iter().flat_map(|g| &g.verdicts).all(|v| v.code == "queue_ran_dry" || v.stage != Some("margin")));
+    assert!(a
+        .report
+        .groups
+        .iter()
+        .flat_map(|g| &g.verdicts)
+        .all(|v| v.code == "queue_ran_dry" || v.stage != Some("margin")));
 }

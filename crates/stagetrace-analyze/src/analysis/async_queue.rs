@@ -43,7 +43,13 @@ pub(super) fn action_queue(ds: &Dataset, g: &GroupData) -> Option<ActionQueue> {
     let median = |v: &mut Vec<f64>| {
         v.sort_unstable_by(f64::total_cmp);
         let n = v.len();
-        (n > 0).then(|| if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) })
+        (n > 0).then(|| {
+            if n % 2 == 1 {
+                v[n / 2]
+            } else {
+                0.5 * (v[n / 2 - 1] + v[n / 2])
+            }
+        })
     };
     Some(ActionQueue {
         chunks: margins.len() as u64,

@@ -36,18 +36,18 @@ pub use hops::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::HostCause;
 pub use report::{
-    ActionQueue, Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound, OutlierStage,
-    Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, SecondMode,
-    StageVsBaseline, Verdict, ALL_KINDS, REPORT_SCHEMA,
+    ActionQueue, Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound,
+    OutlierStage, Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages,
+    SecondMode, StageVsBaseline, Verdict, ALL_KINDS, REPORT_SCHEMA,
 };
 
 pub(crate) use group::inputs_of;
 pub(crate) use hops::nodes as hop_nodes;
 pub(crate) use options::min_cost_ms;
 
+use async_queue::action_queue;
 use baseline::vs_baseline;
 use gap::gap;
-use async_queue::action_queue;
 use group::{mitigations, rate};
 use moves::Context;
 use options::spike_floor_ms;

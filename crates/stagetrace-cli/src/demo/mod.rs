@@ -17,6 +17,7 @@
 pub(crate) mod args;
 pub(crate) mod error;
 pub(crate) mod figures;
+mod grpc_async;
 mod hop_truth;
 mod hops;
 mod otlp;
@@ -76,6 +77,8 @@ fn demo(args: &DemoArgs) -> Result<Ending, DemoError> {
     })?;
     let ran = if args.mitigate.active() {
         crate::mitigate_demo::run(args, &out, &rt, &stop)
+    } else if args.transport == args::TransportArg::GrpcAsync {
+        grpc_async::run(args, &out, &rt, &stop)
     } else {
         pipeline::run(args, &out, &rt, &stop)
     };

@@ -128,7 +128,7 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
         measured: group.map_or(0, |g| g.steady),
         warmup: group.map_or(0, |g| g.warmup_excluded),
         failed: group.map_or(0, |g| g.failed),
-        transport: a.transport.transport().as_str(),
+        transport: a.transport.transport().map_or("grpc-async", |t| t.as_str()),
         clock: basis(run.records),
         out: run.out.display().to_string(),
         config: Config::of(a),
@@ -251,6 +251,7 @@ fn injected(a: &DemoArgs) -> String {
         match a.transport {
             TransportArg::Ws => "WebSocket + msgpack",
             TransportArg::Http => "HTTP",
+            TransportArg::GrpcAsync => "gRPC, async (LeRobot)",
         },
         a.model_ms,
         a.payload_kb

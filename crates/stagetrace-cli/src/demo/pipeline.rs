@@ -15,7 +15,7 @@ use stagetrace_otlp::OtlpMetrics;
 use stagetrace_schema::ms_to_ns;
 use stagetrace_sim::{
     ms, ClockStep, ControlLoop, Knobs, Refresh, RobotConfig, RobotStats, ServerConfig, SimError,
-    SimModel, SimServer, Spin, ACTION_CHUNK,
+    SimModel, SimServer, Spin, Transport, ACTION_CHUNK,
 };
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -55,7 +55,8 @@ fn start_server(
         .checksum_stride(64)
         .spin(Spin::Hot);
     let mut config = ServerConfig::new(model)
-        .transport(args.transport.transport())
+        // `--transport grpc-async` has a run of its own (demo/mod.rs).
+        .transport(args.transport.transport().unwrap_or(Transport::Ws))
         .addr(args.server_addr)
         .metadata(
             MsgMap::new()
@@ -246,7 +247,7 @@ fn drive_robot(
     };
     let progress = Progress::new(args.calls);
     let robot = rt.block_on(control.run_with_executor(
-        args.transport.transport(),
+        args.transport.transport().unwrap_or(Transport::Ws),
         hop_parts.robot_target(server),
         hop_parts.executor_target(),
         &Knobs::new(args.payload_kb),

@@ -304,4 +304,20 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_rust_server"),
     t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_python_server"),
     t("stagetrace-py", "pytest", "tests/test_server.py::test_in_thread_serves_two_clients_concurrently"),
+    t("stagetrace-py", "pytest", "tests/test_lerobot.py::test_every_chunk_is_one_record_and_every_lost_observation_is_counted"),
+    t(
+        "stagetrace-grpc",
+        "async_inference",
+        "every_chunk_is_one_split_record_and_every_dropped_observation_is_counted",
+    ),
+    t(
+        "stagetrace-cli",
+        "demo_grpc_async",
+        "a_queue_that_never_empties_gets_no_verdict_and_the_truth_is_recovered",
+    ),
+    t(
+        "stagetrace-grpc",
+        "async_inference",
+        "a_unary_call_in_a_call_span_is_split_with_the_servers_timing",
+    ),
 ];

@@ -1,7 +1,8 @@
 //! The ranges of the demo's knobs, and the knobs each scenario refuses.
 
 use super::ids::{
-    DISPATCH_MS, EXECUTOR_ONLY, GATEWAY_ONLY, MITIGATION_ONLY, OTLP_SHUTDOWN_MS, SINGLE_CLIENT_ONLY,
+    DISPATCH_MS, EXECUTOR_ONLY, GATEWAY_ONLY, LEROBOT_ONLY, MITIGATION_ONLY, NOT_ASYNC,
+    OTLP_SHUTDOWN_MS, SINGLE_CLIENT_ONLY,
 };
 use super::{DemoArgs, TransportArg};
 use crate::demo::error::{err, DemoError};
@@ -57,6 +58,7 @@ pub(crate) fn validate(a: &DemoArgs) -> Result<(), DemoError> {
 
 /// A knob typed for the other scenario is an error, not silently ignored.
 fn check_scenario(a: &DemoArgs) -> Result<(), DemoError> {
+    check_async(a)?;
     if a.mitigate.active() {
         let ignored = a.typed_of(&SINGLE_CLIENT_ONLY.concat());
         if !ignored.is_empty() {
@@ -79,6 +81,49 @@ fn check_scenario(a: &DemoArgs) -> Result<(), DemoError> {
         }
     }
     Ok(())
+}
+
+/// The async knobs only with `--transport grpc-async`, and that run without
+/// the knobs it has no use for.
+fn check_async(a: &DemoArgs) -> Result<(), DemoError> {
+    if a.transport != TransportArg::GrpcAsync {
+        let stray = a.typed_of(LEROBOT_ONLY);
+        if !stray.is_empty() {
+            return Err(err(format!(
+                "{}: only used with --transport grpc-async",
+                stray.join(", ")
+            )));
+        }
+        return Ok(());
+    }
+    let ignored = a.typed_of(NOT_ASYNC);
+    if a.mitigate.active() || !ignored.is_empty() {
+        let mut names = ignored;
+        if a.mitigate.active() {
+            names.push("the mitigation knobs".into());
+        }
+        return Err(err(format!(
+            "{}: not used by --transport grpc-async (a LeRobot-style robot and server \
+             of its own; its knobs: --chunk-size, --refill-threshold, --similarity, \
+             --inference-latency-ms, --model-ms, --hz, --calls, the delays and the skew)",
+            names.join(", ")
+        )));
+    }
+    let l = &a.lerobot;
+    if !(1..=10_000).contains(&l.chunk_size) {
+        return Err(err("--chunk-size must be 1 to 10000 actions"));
+    }
+    if !(l.refill_threshold.is_finite() && (0.0..=1.0).contains(&l.refill_threshold)) {
+        return Err(err(
+            "--refill-threshold must be a share of a chunk from 0 to 1 (0.5: send when half a chunk is left)",
+        ));
+    }
+    if !(l.similarity.is_finite() && l.similarity >= 0.0) {
+        return Err(err(
+            "--similarity must be a distance of 0 or more (in steps)",
+        ));
+    }
+    check_ms("--inference-latency-ms", l.inference_latency_ms)
 }
 
 /// The gateway and executor knobs typed only with the hop they belong to,

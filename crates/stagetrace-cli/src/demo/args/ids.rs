@@ -79,6 +79,32 @@ pub(super) const MITIGATION_ONLY: &[&str] = &[
     "model_per_item_ms",
 ];
 
+/// Knobs only `--transport grpc-async` uses.
+pub(super) const LEROBOT_ONLY: &[&str] = &[
+    "chunk_size",
+    "refill_threshold",
+    "similarity",
+    "inference_latency_ms",
+];
+
+/// Knobs of the paced WebSocket/HTTP demo the async run has no use for
+/// (it has its own robot: no payload size, actuator, warm-up, server
+/// clock step or drift, gateway, executor or export).
+pub(super) const NOT_ASYNC: &[&str] = &[
+    "payload_kb",
+    "no_server_timing",
+    DISPATCH_MS,
+    "warmup",
+    "server_step_ms",
+    "server_step_at",
+    "server_drift_ppm",
+    "gateway",
+    "executor",
+    "otlp",
+    "metrics",
+    "tail_sample",
+];
+
 /// The ids of the arguments typed on the command line (not defaults).
 pub(crate) fn typed_flags(m: &clap::ArgMatches) -> Vec<String> {
     m.ids()
@@ -122,7 +148,9 @@ mod tests {
         let listed = SINGLE_CLIENT_ONLY
             .concat()
             .into_iter()
-            .chain(MITIGATION_ONLY.iter().copied());
+            .chain(MITIGATION_ONLY.iter().copied())
+            .chain(LEROBOT_ONLY.iter().copied())
+            .chain(NOT_ASYNC.iter().copied());
         for id in listed {
             assert!(
                 demo.get_arguments().any(|arg| arg.get_id() == id),

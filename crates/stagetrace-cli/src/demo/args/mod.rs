@@ -19,15 +19,44 @@ pub(crate) enum TransportArg {
     Ws,
     /// HTTP POST of a msgpack body (axum server, reqwest client).
     Http,
+    /// LeRobot's async inference over gRPC: streamed observations, a
+    /// one-slot server queue, polled action chunks, the robot's action
+    /// queue (docs/lerobot.md; knobs --chunk-size, --refill-threshold,
+    /// --similarity, --inference-latency-ms).
+    GrpcAsync,
 }
 
 impl TransportArg {
-    pub(crate) fn transport(self) -> Transport {
+    /// The request/response transport of the paced demo (`None` for the
+    /// async shape, which has a run of its own: `demo/grpc_async.rs`).
+    pub(crate) fn transport(self) -> Option<Transport> {
         match self {
-            TransportArg::Ws => Transport::Ws,
-            TransportArg::Http => Transport::Http,
+            TransportArg::Ws => Some(Transport::Ws),
+            TransportArg::Http => Some(Transport::Http),
+            TransportArg::GrpcAsync => None,
         }
     }
+}
+
+/// The knobs of `--transport grpc-async`: what LeRobot users tune.
+#[derive(Debug, Clone, clap::Args, serde::Serialize)]
+pub(crate) struct LeRobotArgs {
+    /// Actions per chunk (LeRobot's `actions_per_chunk`).
+    #[arg(long, default_value_t = 20)]
+    pub(crate) chunk_size: usize,
+    /// The robot sends its next observation when its action queue holds at
+    /// most this share of a chunk (LeRobot's `chunk_size_threshold`, 0–1).
+    #[arg(long, default_value_t = 0.5)]
+    pub(crate) refill_threshold: f64,
+    /// The server skips an observation within this many steps of the last
+    /// one it ran (LeRobot's similarity check; the demo robot moves one
+    /// step per action). 0: only identical ones.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) similarity: f64,
+    /// The server answers a poll no sooner than this after it came
+    /// (LeRobot's `inference_latency` padding), ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) inference_latency_ms: f64,
 }
 
 /// What the uplink/downlink split rests on.
@@ -155,6 +184,9 @@ pub(crate) struct DemoArgs {
     /// Mitigation knobs (docs/mitigations.md).
     #[command(flatten)]
     pub(crate) mitigate: MitigateArgs,
+    /// LeRobot async-inference knobs (`--transport grpc-async`).
+    #[command(flatten)]
+    pub(crate) lerobot: LeRobotArgs,
     /// The flags typed on the command line (clap ids, `uplink_delay_ms`).
     #[arg(skip)]
     pub(crate) given: Vec<String>,

@@ -1,0 +1,142 @@
+//! `stagetrace demo --transport grpc-async`: the truth table's counts are
+//! the records' (observations the server replaced or skipped, chunks, the
+//! robot's idle control ticks), the server's skewed clock is recovered
+//! within each record's stated bound, each direction carries at least the
+//! delay the proxy held it; a run whose action queue never empties gets no
+//! verdict, one whose chunks come after it empties gets `queue_ran_dry`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+
+use stagetrace::CallRecord;
+use stagetrace_schema::Figure;
+use stagetrace_test_support::read_records;
+
+const SKEW_MS: f64 = 250.0;
+const UP_MS: f64 = 3.0;
+const DOWN_MS: f64 = 5.0;
+
+fn demo(out: &Path, extra: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_stagetrace"))
+        .args([
+            "demo",
+            "--transport",
+            "grpc-async",
+            "--calls",
+            "240",
+            "--hz",
+            "30",
+        ])
+        .args(["--model-ms", "40", "--server-skew-ms", &SKEW_MS.to_string()])
+        .args(["--uplink-delay-ms", &UP_MS.to_string()])
+        .args(["--downlink-delay-ms", &DOWN_MS.to_string()])
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text
+}
+
+/// The truth table's row `name`: (truth, records).
+fn row(text: &str, name: &str) -> (String, String) {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(name))
+        .unwrap_or_else(|| panic!("no row {name:?} in\n{text}"));
+    let cols: Vec<&str> = line[line.find(name).unwrap() + name.len()..]
+        .split_whitespace()
+        .collect();
+    (cols[0].to_string(), cols[cols.len() - 1].to_string())
+}
+
+fn check_truth(text: &str, records: &[CallRecord]) {
+    for name in [
+        "chunks (server sent)",
+        "observations replaced",
+        "observations skipped",
+        "idle control ticks (robot counted)",
+    ] {
+        let (truth, got) = row(text, name);
+        assert_eq!(truth, got, "{name}\n{text}");
+    }
+    let chunks: Vec<&CallRecord> = records.iter().filter(|r| r.failed != Some(true)).collect();
+    assert!(chunks.len() >= 20, "{text}");
+    for r in chunks {
+        let offset = r.ms(Figure::Offset).unwrap();
+        let bound = r.ms(Figure::SplitErr).unwrap();
+        assert!((offset - SKEW_MS).abs() <= bound, "{r:?}");
+        // Placed with the true offset, each direction holds at least the
+        // proxy's delay (records carry µs: 0.0005 of rounding).
+        let error = offset - SKEW_MS;
+        assert!(
+            r.ms(Figure::Uplink).unwrap() + error >= UP_MS - 0.0005,
+            "{r:?}"
+        );
+        assert!(
+            r.ms(Figure::Downlink).unwrap() - error >= DOWN_MS - 0.0005,
+            "{r:?}"
+        );
+        for f in [
+            Figure::Capture,
+            Figure::Queue,
+            Figure::Infer,
+            Figure::PollWait,
+            Figure::Dispatch,
+            Figure::Margin,
+        ] {
+            assert!(r.ms(f).is_some(), "{f:?} missing: {r:?}");
+        }
+    }
+}
+
+fn verdict_codes(text: &str) -> Vec<String> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("verdict:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  *"))
+        .filter_map(|l| {
+            l.rsplit_once('(')
+                .map(|(_, c)| c.trim_end_matches(')').to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_queue_that_never_empties_gets_no_verdict_and_the_truth_is_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = demo(
+        dir.path(),
+        &["--chunk-size", "20", "--refill-threshold", "0.5"],
+    );
+    check_truth(&text, &read_records(dir.path()));
+    assert_eq!(verdict_codes(&text), ["steady"], "{text}");
+}
+
+#[test]
+fn chunks_that_come_after_the_queue_empties_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // Four actions a chunk, sent with one left: 33 ms of margin against a
+    // round trip of 50 ms and more.
+    let text = demo(
+        dir.path(),
+        &["--chunk-size", "4", "--refill-threshold", "0.25"],
+    );
+    let records = read_records(dir.path());
+    check_truth(&text, &records);
+    assert_eq!(verdict_codes(&text), ["queue_ran_dry"], "{text}");
+    let dry: u64 = records
+        .iter()
+        .filter_map(|r| r.dry_ticks)
+        .map(u64::from)
+        .sum();
+    assert!(dry > 0, "{text}");
+}
