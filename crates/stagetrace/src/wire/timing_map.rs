@@ -119,21 +119,7 @@ impl TimingMap {
         for (key, value) in entries {
             let Some(key) = key else { continue };
             if key == "infer_ms" || key == "prev_total_ms" {
-                let field = if key == "infer_ms" {
-                    "infer_ms"
-                } else {
-                    "prev_total_ms"
-                };
-                let ms = match value {
-                    MapValue::Unsigned(u) => u as f64,
-                    MapValue::Float(f) => f,
-                    MapValue::Negative(_) => return Err(value_err(C, field, "is negative")),
-                    MapValue::Str(_) | MapValue::Other => {
-                        return Err(value_err(C, field, "is not a number"))
-                    }
-                };
-                let ns =
-                    ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
+                let (ms, ns) = ms_entry(key, value)?;
                 if key == "infer_ms" {
                     infer_ms = Some(ns);
                 } else {
@@ -271,6 +257,25 @@ fn ms_to_ns(ms: f64) -> Option<u64> {
     stagetrace_schema::ms_to_ns(ms)
         .and_then(|ns| u64::try_from(ns).ok())
         .filter(|ns| *ns <= MAX_DURATION_NS)
+}
+
+/// A timing-map entry given in ms (`infer_ms`, `prev_total_ms`): the value
+/// in ms and in ns, or the map's error naming the key.
+fn ms_entry(key: &str, value: MapValue<'_>) -> Result<(f64, u64), WireError> {
+    const C: Codec = Codec::TimingMap;
+    let field = if key == "infer_ms" {
+        "infer_ms"
+    } else {
+        "prev_total_ms"
+    };
+    let ms = match value {
+        MapValue::Unsigned(u) => u as f64,
+        MapValue::Float(f) => f,
+        MapValue::Negative(_) => return Err(value_err(C, field, "is negative")),
+        MapValue::Str(_) | MapValue::Other => return Err(value_err(C, field, "is not a number")),
+    };
+    let ns = ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
+    Ok((ms, ns))
 }
 
 #[cfg(test)]
