@@ -119,7 +119,7 @@ fn truth(events: &[ServerEvent]) -> Truth {
                 }
                 t.replaced += u64::from(o.replaced.is_some());
             }
-            ServerEvent::Chunk { timestep } => t.chunks.push(*timestep),
+            ServerEvent::Chunk { timestep, .. } => t.chunks.push(*timestep),
             ServerEvent::EmptyPoll => {}
         }
     }

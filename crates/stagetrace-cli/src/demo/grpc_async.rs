@@ -11,6 +11,7 @@
 //! verdicts, the action queue's line), then the truth table: what was
 //! injected or counted where it happened, against what the records say.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,14 +66,26 @@ impl Drop for Served {
     }
 }
 
-/// What the server did, as it did it (the truth of the dropped observations).
+/// What the server did, as it did it: the dropped observations, and per
+/// chunk its own readings (queue, infer, the uplink on the one wall clock
+/// robot and server share in the demo).
 #[derive(Debug, Default)]
 struct ServerTruth {
     queued: u64,
     replaced: u64,
     skipped: u64,
     chunks: u64,
+    /// (timestep, queue, infer, uplink) per chunk, in ms; at most
+    /// [`MAX_CHUNK_TRUTHS`].
+    per_chunk: Vec<ChunkTruth>,
 }
+
+/// A chunk's timestep and the server's own queue, infer and one-clock
+/// uplink readings (ms).
+type ChunkTruth = (u64, f64, f64, f64);
+
+/// Chunks whose truth is kept: a chunk per control tick at most.
+const MAX_CHUNK_TRUTHS: usize = 1 << 20;
 
 fn serve(a: &DemoArgs, events: Arc<Mutex<ServerTruth>>) -> Result<Served, DemoError> {
     let policy = PolicyConfig {
@@ -146,7 +159,19 @@ fn record_event(events: &Mutex<ServerTruth>, e: ServerEvent) {
             }
             t.replaced += u64::from(o.replaced.is_some());
         }
-        ServerEvent::Chunk { .. } => t.chunks += 1,
+        ServerEvent::Chunk {
+            timestep,
+            queued,
+            inferred,
+            uplink_wall,
+        } => {
+            t.chunks += 1;
+            if t.per_chunk.len() < MAX_CHUNK_TRUTHS {
+                let ms = |d: Duration| d.as_secs_f64() * 1e3;
+                t.per_chunk
+                    .push((timestep, ms(queued), ms(inferred), ms(uplink_wall)));
+            }
+        }
         ServerEvent::EmptyPoll => {}
     }
 }
@@ -225,7 +250,7 @@ pub(crate) fn run(
     let records = records.lock().map(|v| v.clone()).unwrap_or_default();
     let truth = events
         .lock()
-        .map(|t| ServerTruth { ..*t })
+        .map(|mut t| std::mem::take(&mut *t))
         .unwrap_or_default();
     let analysis = analyze_run(out, &summary.run)?;
     let mut text = render::text(&analysis);
@@ -253,7 +278,32 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// The truth table: injected or counted where it happened, against the
+/// Per chunk, a record's figure against the server's own reading of the
+/// same chunk: (truth p50, records p50, worst |records − truth|), over the
+/// chunks whose timestep ran once (a must-go observation can repeat one).
+fn per_chunk(
+    records: &[&CallRecord],
+    truth: &[ChunkTruth],
+    f: Figure,
+    pick: fn(&ChunkTruth) -> f64,
+) -> Option<(f64, f64, f64)> {
+    let mut by_ts: HashMap<u64, Vec<f64>> = HashMap::new();
+    for t in truth {
+        by_ts.entry(t.0).or_default().push(pick(t));
+    }
+    let (mut tv, mut rv, mut worst) = (Vec::new(), Vec::new(), 0.0f64);
+    for r in records {
+        let (Some(v), Some([t])) = (r.ms(f), by_ts.get(&r.seq).map(Vec::as_slice)) else {
+            continue;
+        };
+        worst = worst.max((v - t).abs());
+        tv.push(*t);
+        rv.push(v);
+    }
+    Some((median(tv)?, median(rv)?, worst))
+}
+
+/// The truth table: measured or counted where it happened, against the
 /// records.
 fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks: u64) -> String {
     let chunks: Vec<&CallRecord> = records.iter().filter(|r| r.failed != Some(true)).collect();
@@ -269,55 +319,78 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
         .filter_map(|r| r.dry_ticks)
         .map(u64::from)
         .sum();
-    let mut s = String::from("\ntruth (injected or counted where it happened) vs the records:\n");
-    let mut row = |what: &str, truth: String, measured: String| {
-        s.push_str(&format!("  {what:<34} {truth:>14}   {measured:>14}\n"));
+    let mut s = String::from("\ntruth (measured or counted where it happened) vs the records:\n");
+    let mut row = |what: &str, truth: String, measured: String, worst: String| {
+        s.push_str(&format!(
+            "  {what:<38} {truth:>12} {measured:>12} {worst:>14}\n"
+        ));
     };
-    row("figure", "truth".into(), "records".into());
-    let fmt = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.3} ms"));
     row(
-        "uplink p50 (proxy delay)",
-        format!("{:.3} ms", a.uplink_delay_ms),
+        "figure",
+        "truth".into(),
+        "records".into(),
+        "worst |error|".into(),
+    );
+    let ms = |v: f64| format!("{v:.3} ms");
+    let uplink: fn(&ChunkTruth) -> f64 = |c| c.3;
+    let queue: fn(&ChunkTruth) -> f64 = |c| c.1;
+    let infer: fn(&ChunkTruth) -> f64 = |c| c.2;
+    for (name, f, pick) in [
+        ("uplink p50 (one wall clock)", Figure::Uplink, uplink),
+        ("queue p50 (server's own stamps)", Figure::Queue, queue),
+        ("infer p50 (server's own stamps)", Figure::Infer, infer),
+    ] {
+        if let Some((truth, got, worst)) = per_chunk(&chunks, &t.per_chunk, f, pick) {
+            row(name, ms(truth), ms(got), ms(worst));
+        }
+    }
+    let fmt = |v: Option<f64>| v.map_or("—".to_string(), ms);
+    let none = String::new;
+    row(
+        "uplink delay injected (proxy)",
+        ms(a.uplink_delay_ms),
         fmt(p50(Figure::Uplink)),
+        none(),
     );
     row(
-        "downlink p50 (proxy delay)",
-        format!("{:.3} ms", a.downlink_delay_ms),
+        "downlink delay injected (proxy)",
+        ms(a.downlink_delay_ms),
         fmt(p50(Figure::Downlink)),
-    );
-    row(
-        "infer p50 (the model's time)",
-        format!("{:.3} ms", a.model_ms),
-        fmt(p50(Figure::Infer)),
+        none(),
     );
     row(
         "clock offset p50 (server skew)",
-        format!("{:.3} ms", a.server_skew_ms),
+        ms(a.server_skew_ms),
         fmt(p50(Figure::Offset)),
+        none(),
     );
     row(
         "chunks (server sent)",
         t.chunks.to_string(),
         chunks.len().to_string(),
+        none(),
     );
     row(
         "observations replaced",
         t.replaced.to_string(),
         reason("replaced").to_string(),
+        none(),
     );
     row(
         "observations skipped",
         t.skipped.to_string(),
         reason("skipped").to_string(),
+        none(),
     );
     row(
         "idle control ticks (robot counted)",
         dry_ticks.to_string(),
         in_records.to_string(),
+        none(),
     );
-    s.push_str("  (queue and poll_wait are the server's own clock, placed on the robot's by the offset; cancelled: ");
     s.push_str(&format!(
-        "{} observations in flight at the end)\n",
+        "  (split_err p50 {}: each record's bound on its uplink/downlink; cancelled at the end: {})\n",
+        fmt(p50(Figure::SplitErr)),
         reason("cancelled")
     ));
     s

@@ -174,6 +174,13 @@ impl ActionChunk {
     }
 }
 
+/// Wall-clock now, ns since the Unix epoch (0 before it).
+pub(crate) fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

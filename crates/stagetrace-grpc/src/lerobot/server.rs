@@ -64,6 +64,16 @@ pub enum ServerEvent {
     Chunk {
         /// The observation's timestep (the chunk's first action's).
         timestep: u64,
+        /// The server's own reading, on its monotonic clock: the
+        /// observation whole (TRANSFER_END read) → the policy took it.
+        queued: Duration,
+        /// The server's own reading: the policy took it → the chunk was
+        /// built (pre-processing, model, post-processing).
+        inferred: Duration,
+        /// The robot's wall-clock stamp in the observation → the server's
+        /// wall clock when it was whole: the true uplink when both run on
+        /// one machine's clock (the demo), whatever the layer's skew.
+        uplink_wall: Duration,
     },
     /// A poll found no observation in time: an empty reply.
     EmptyPoll,
@@ -108,6 +118,11 @@ struct State {
 struct Queued {
     obs: TimedObservation,
     timer: Option<RequestTimer>,
+    /// When the whole observation was in (the truth [`ServerEvent::Chunk`]
+    /// reports, read apart from the layer's own stamps).
+    arrived: Instant,
+    /// Its send stamp (the robot's wall clock) → the server's wall clock then.
+    uplink_wall: Duration,
 }
 
 impl fmt::Debug for PolicyServer {
@@ -169,7 +184,12 @@ impl PolicyServer {
     }
 
     /// LeRobot's `_enqueue_observation`: the checks, then the one slot.
-    fn enqueue(&self, obs: TimedObservation, timer: Option<RequestTimer>) -> ObsOutcome {
+    fn enqueue(
+        &self,
+        obs: TimedObservation,
+        timer: Option<RequestTimer>,
+        arrived: (Instant, u64),
+    ) -> ObsOutcome {
         let ts = obs.timestep;
         let mut st = lock(&self.shared.state);
         let predicted = st.predicted.contains(&ts);
@@ -178,7 +198,13 @@ impl PolicyServer {
             .is_some_and(|last| (obs.value - last).abs() < self.shared.cfg.similarity);
         let outcome = if obs.must_go || st.last_value.is_none() || !(predicted || similar) {
             let replaced = st.slot.take().map(|q| q.obs.timestep);
-            st.slot = Some(Queued { obs, timer });
+            let uplink_wall = Duration::from_nanos(arrived.1.saturating_sub(obs.sent_unix_ns));
+            st.slot = Some(Queued {
+                obs,
+                timer,
+                arrived: arrived.0,
+                uplink_wall,
+            });
             ObsOutcome {
                 disposition: Disposition::Queued,
                 timestep: Some(ts),
@@ -287,10 +313,12 @@ impl AsyncInference for PolicyServer {
         if let Some(t) = &timer {
             t.received_now();
         }
+        // Read apart from the layer's stamps: the truth a demo checks.
+        let arrived = (Instant::now(), super::payload::unix_ns());
         let obs = TimedObservation::from_bytes(assembler.bytes()).ok_or_else(|| {
             Status::invalid_argument("observation is not a stagetrace msgpack observation")
         })?;
-        let outcome = self.enqueue(obs, timer.clone());
+        let outcome = self.enqueue(obs, timer.clone(), arrived);
         if let Some(t) = &timer {
             t.set_outcome(outcome);
             // The observation's timing travels with its chunk.
@@ -310,7 +338,9 @@ impl AsyncInference for PolicyServer {
             self.emit(ServerEvent::EmptyPoll);
             return Ok(Response::new(Actions { data: Vec::new() }));
         };
+        let taken = Instant::now();
         let chunk = self.infer(&q).await;
+        let inferred = taken.elapsed();
         let data = chunk.to_bytes();
         tokio::time::sleep_until(start + self.shared.cfg.latency).await;
         if let (Some(poll), Some(obs)) = (&poll, &q.timer) {
@@ -318,6 +348,9 @@ impl AsyncInference for PolicyServer {
         }
         self.emit(ServerEvent::Chunk {
             timestep: chunk.first_timestep,
+            queued: taken.saturating_duration_since(q.arrived),
+            inferred,
+            uplink_wall: q.uplink_wall,
         });
         Ok(Response::new(Actions { data }))
     }
