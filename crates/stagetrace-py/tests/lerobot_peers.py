@@ -130,6 +130,13 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         self._predicting: int | None = None
         self._reset_server()
 
+    def _loads(self, data: bytes) -> TimedObservation:
+        """An observation off the wire: LeRobot pickles its own."""
+        return pickle.loads(data)  # nosec B301
+
+    def _dumps(self, chunk: list[TimedAction]) -> bytes:
+        return pickle.dumps(chunk)
+
     def _reset_server(self) -> None:
         self.observation_queue: Queue = Queue(maxsize=1)
         self.last_processed_obs: TimedObservation | None = None
@@ -146,7 +153,7 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
     def SendObservations(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
         data = until_end(request_iterator)
         arrived = time.perf_counter_ns()
-        obs = pickle.loads(data)  # nosec B301
+        obs = self._loads(data)
         self.truth.timestep[_serial(obs)] = obs.get_timestep()
         self.truth.arrived[_serial(obs)] = arrived
         self._enqueue_observation(obs)
@@ -188,7 +195,7 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         with self._predicted_timesteps_lock:
             self._predicted_timesteps.add(obs.get_timestep())
         chunk = self._predict_action_chunk(obs)
-        data = pickle.dumps(chunk)
+        data = self._dumps(chunk)
         time.sleep(max(0.0, self.inference_latency_s - (time.perf_counter() - start)))
         self.truth.replied[serial] = time.perf_counter_ns()
         return services_pb2.Actions(data=data)

@@ -26,8 +26,10 @@ records):
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
+import subprocess
 import threading
 from collections import Counter
 from concurrent import futures
@@ -35,11 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgpack
 import pytest
-from conftest import LoopThread, report_timing
+from conftest import LoopThread, cargo_artifact, report_timing
 from delay_proxy import DelayProxy
 from lerobot.transport import services_pb2_grpc
-from lerobot_peers import PolicyServer, RobotClient
+from lerobot_peers import PolicyServer, RobotClient, TimedAction, TimedObservation
 
 import stagetrace
 from stagetrace import timer as st_timer
@@ -229,3 +232,62 @@ def test_observations_in_flight_when_the_robot_stops_are_counted_as_cancelled(tm
     assert by_reason["chunk"] + by_reason["cancelled"] == queued, by_reason
     assert by_reason["cancelled"] >= 1, by_reason
     assert set(by_reason) <= {"chunk", "cancelled", "replaced", "skipped"}, by_reason
+
+
+class MsgpackPolicyServer(PolicyServer):
+    """The same LeRobot-style server, reading the Rust robot's observations
+    (stagetrace-grpc's msgpack: the Rust side does not pickle) and answering
+    chunks the Rust robot reads; every observation gets the next serial."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._serials = itertools.count()
+
+    def _loads(self, data: bytes) -> TimedObservation:
+        m = msgpack.unpackb(data)
+        state = {"state": [float(m["value"]), 0.0], "serial": next(self._serials)}
+        return TimedObservation(m["timestamp_ns"] / 1e9, int(m["timestep"]), state, bool(m["must_go"]))
+
+    def _dumps(self, chunk: list[TimedAction]) -> bytes:
+        return msgpack.packb({"timestep": chunk[0].get_timestep(), "actions": [a.get_action()[0] for a in chunk]})
+
+
+def test_a_rust_robot_is_traced_through_a_python_server(tmp_path: Path, skewed_server_clock: None) -> None:
+    """Across languages on the same wire: the Rust robot
+    (``stagetrace-grpc``, the ``lerobot_robot`` example) against a Python
+    server traced with ``stagetrace.lerobot``. The robot's records are the
+    Python server's account, observation for observation, the split comes
+    from the Python trailers, and the Python server's skewed clock is
+    recovered within each record's bound."""
+    exe = cargo_artifact("-p", "examples", "--example", "lerobot_robot", name="lerobot_robot")
+    server = trace_policy_server(
+        MsgpackPolicyServer(model_s=MODEL_S, chunk_size=CHUNK, dt_s=DT_S, inference_latency_s=0.03, atol=0.5)
+    )
+    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
+    port = grpc_server.add_insecure_port("127.0.0.1:0")
+    grpc_server.start()
+    try:
+        run = subprocess.run(
+            [str(exe), "--server", f"127.0.0.1:{port}", "--out", str(tmp_path), "--ticks", "150",
+             "--fps", str(round(1 / DT_S)), "--chunk-size", str(CHUNK), "--threshold", "0.5"],
+            capture_output=True, text=True, timeout=120,
+        )
+    finally:
+        grpc_server.stop(grace=None)
+    assert run.returncode == 0, run.stderr
+    robot = json.loads(run.stdout.strip().splitlines()[-1])
+    records = _records(tmp_path)
+    t = server.truth
+    truth = Counter(
+        (t.timestep[serial], "chunk" if serial in t.replied else outcome.split("_")[0])
+        for serial, outcome in t.outcome.items()
+    )
+    seen = Counter((r["seq"], "chunk" if not r.get("failed") else r["error"]) for r in records)
+    assert seen == truth, f"records {seen - truth} beyond the truth, {truth - seen} missing; robot {robot}"
+    chunks = [r for r in records if not r.get("failed")]
+    assert len(chunks) == robot["completed"] >= 10, robot
+    for r in chunks:
+        for f in ("capture_ms", "uplink_ms", "queue_ms", "infer_ms", "poll_wait_ms", "downlink_ms", "dispatch_ms", "margin_ms"):
+            assert f in r, (f, r)
+        assert abs(r["offset_ms"] - SKEW_MS) <= r["split_err_ms"], r
