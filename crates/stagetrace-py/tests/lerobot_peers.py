@@ -277,6 +277,13 @@ class RobotClient:
         self.truth = RobotTruth()
         self._serial = 0
 
+    def _dumps_obs(self, obs: TimedObservation) -> bytes:
+        """An observation onto the wire: LeRobot pickles its own."""
+        return pickle.dumps(obs)
+
+    def _loads_chunk(self, data: bytes) -> list[TimedAction]:
+        return pickle.loads(data)  # nosec B301
+
     @property
     def running(self) -> bool:
         return not self.shutdown_event.is_set()
@@ -289,7 +296,7 @@ class RobotClient:
         self.shutdown_event.set()
 
     def send_observation(self, obs: TimedObservation) -> bool:
-        self.stub.SendObservations(chunks(pickle.dumps(obs)))
+        self.stub.SendObservations(chunks(self._dumps_obs(obs)))
         return True
 
     def receive_actions(self) -> None:
@@ -305,7 +312,7 @@ class RobotClient:
             if not reply.data:
                 continue
             now = time.perf_counter_ns()
-            chunk: list[TimedAction] = pickle.loads(reply.data)  # nosec B301
+            chunk = self._loads_chunk(reply.data)
             first = chunk[0].get_timestep()
             with self.action_queue_lock:
                 left = self.action_queue.qsize()

@@ -291,3 +291,74 @@ def test_a_rust_robot_is_traced_through_a_python_server(tmp_path: Path, skewed_s
         for f in ("capture_ms", "uplink_ms", "queue_ms", "infer_ms", "poll_wait_ms", "downlink_ms", "dispatch_ms", "margin_ms"):
             assert f in r, (f, r)
         assert abs(r["offset_ms"] - SKEW_MS) <= r["split_err_ms"], r
+
+
+class MsgpackRobotClient(RobotClient):
+    """The same LeRobot-style robot, speaking the Rust server's msgpack."""
+
+    def _dumps_obs(self, obs: TimedObservation) -> bytes:
+        return msgpack.packb(
+            {
+                "timestep": obs.get_timestep(),
+                "value": float(obs.get_observation()["state"][0]),
+                "timestamp_ns": int(obs.get_timestamp() * 1e9),
+                "must_go": bool(obs.must_go),
+                "frame": b"",
+            }
+        )
+
+    def _loads_chunk(self, data: bytes) -> list[TimedAction]:
+        m = msgpack.unpackb(data)
+        first = int(m["timestep"])
+        return [TimedAction(0.0, first + i, [a]) for i, a in enumerate(m["actions"])]
+
+
+def test_the_python_robot_is_traced_through_a_rust_server(tmp_path: Path) -> None:
+    """The other way across: the Python robot traced with
+    ``stagetrace.lerobot`` against the Rust server (``stagetrace-grpc``,
+    the ``lerobot_server`` example, its clock 250 ms ahead). Every
+    observation the robot sent is one record; the chunks carry the split
+    from the Rust trailers and the skew is recovered within each record's
+    bound."""
+    exe = cargo_artifact("-p", "examples", "--example", "lerobot_server", name="lerobot_server")
+    proc = subprocess.Popen(
+        [str(exe), "--port", "0", "--model-ms", str(MODEL_S * 1e3), "--skew-ms", str(SKEW_MS),
+         "--latency-ms", "30", "--chunk-size", str(CHUNK)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("listening on 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+        address = line.split()[-1]
+        rec = stagetrace.Recorder(str(tmp_path), clock="estimate")
+        # step 1: every observation differs from the last one run by a step.
+        client = MsgpackRobotClient(
+            grpc.insecure_channel(address), address, dt_s=DT_S, chunk_size=CHUNK, threshold=0.5, step=1.0
+        )
+        trace_robot_client(client, recorder=rec)
+        client.start()
+        receiver = threading.Thread(target=client.receive_actions, daemon=True)
+        receiver.start()
+        client.control_loop(TICKS)
+        client.control_loop(DRAIN_TICKS, observe=False, until=lambda: not client.actions_available())
+        client.stop()
+        receiver.join(timeout=5)
+        rec.finish()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    records = _records(tmp_path)
+    sent = len(client.truth.captured)
+    assert len(records) == sent >= 10, (len(records), sent)
+    reasons = Counter(r.get("error", "chunk") for r in records)
+    assert set(reasons) <= {"chunk", "replaced", "skipped", "cancelled"}, reasons
+    chunks = [r for r in records if not r.get("failed")]
+    # Every chunk the robot received is a chunk's record, or cancelled when
+    # its first action never ran.
+    assert len(chunks) + reasons["cancelled"] == client.truth.chunks_received, (reasons, client.truth.chunks_received)
+    assert len(chunks) >= 10, reasons
+    for r in chunks:
+        for f in ("uplink_ms", "queue_ms", "infer_ms", "poll_wait_ms", "downlink_ms", "dispatch_ms", "margin_ms"):
+            assert f in r, (f, r)
+        assert r["infer_ms"] >= MODEL_S * 1e3, r
+        assert abs(r["offset_ms"] - SKEW_MS) <= r["split_err_ms"], r
