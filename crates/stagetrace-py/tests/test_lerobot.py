@@ -362,3 +362,62 @@ def test_the_python_robot_is_traced_through_a_rust_server(tmp_path: Path) -> Non
             assert f in r, (f, r)
         assert r["infer_ms"] >= MODEL_S * 1e3, r
         assert abs(r["offset_ms"] - SKEW_MS) <= r["split_err_ms"], r
+
+
+def test_the_drop_in_traces_the_robot_client_of_lerobots_entry_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m stagetrace.lerobot lerobot.async_inference.robot_client …``
+    with no change to LeRobot: every ``RobotClient`` the module builds is
+    traced and the records land in ``$STAGETRACE_OUT``. LeRobot's real entry
+    module imports torch, which the test environment does not install
+    (gigabytes); a module of the same name and shape stands in for it here:
+    its ``RobotClient`` class (this file's peers) and its ``async_client()``
+    entry, which reads ``--server_address`` from ``sys.argv`` as LeRobot's
+    draccus config does."""
+    import sys
+    import types
+
+    from stagetrace.lerobot import main
+
+    server = trace_policy_server(
+        PolicyServer(model_s=MODEL_S, chunk_size=CHUNK, dt_s=DT_S, inference_latency_s=0.03, atol=0.05)
+    )
+    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
+    port = grpc_server.add_insecure_port("127.0.0.1:0")
+    grpc_server.start()
+
+    entry = types.ModuleType("lerobot.async_inference.robot_client")
+
+    class StandInRobotClient(RobotClient):
+        pass
+
+    def async_client() -> None:
+        address = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--server_address="))
+        client = entry.RobotClient(
+            grpc.insecure_channel(address), address, dt_s=DT_S, chunk_size=CHUNK, threshold=0.5, step=0.1
+        )
+        client.start()
+        receiver = threading.Thread(target=client.receive_actions, daemon=True)
+        receiver.start()
+        client.control_loop(TICKS // 2)
+        client.control_loop(DRAIN_TICKS, observe=False, until=lambda: not client.actions_available())
+        client.stop()
+        receiver.join(timeout=5)
+        entry.last = client
+
+    entry.RobotClient = StandInRobotClient
+    entry.async_client = async_client
+    monkeypatch.setitem(sys.modules, "lerobot.async_inference.robot_client", entry)
+    monkeypatch.setenv("STAGETRACE_OUT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    try:
+        assert main(["lerobot.async_inference.robot_client", f"--server_address=127.0.0.1:{port}"]) == 0
+    finally:
+        grpc_server.stop(grace=None)
+    records = _records(tmp_path)
+    # Every observation the robot captured is a record: the class was traced.
+    assert len(records) == len(entry.last.truth.captured) >= 5, len(records)
+    assert sum(1 for r in records if not r.get("failed")) >= 5
+    assert main([]) == 2  # no module named: the usage, not a crash
