@@ -454,7 +454,8 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
         out.extend(e2e_moved(r, cx, baseline_n));
     }
     let dry = super::async_queue::queue_ran_dry(r);
-    if r.action_queue.is_some() && dry.is_none() && !has_baseline {
+    let absorbed = r.action_queue.is_some() && dry.is_none() && !has_baseline;
+    if absorbed {
         // Async inference whose action queue never ran dry: the chunks came
         // in time, the stages' jitter was absorbed by the queue (the design
         // exists for that); a stage verdict would send the user after a
@@ -464,7 +465,20 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     out.extend(dry);
     out.extend(deadline_verdict(r));
     if out.is_empty() {
-        let text = if has_baseline {
+        let text = if let (true, Some(q)) = (absorbed, &r.action_queue) {
+            let empty = if q.dry_chunks == 0 {
+                "was never empty when a chunk came".to_string()
+            } else {
+                format!(
+                    "was empty before only {} of {} chunks",
+                    q.dry_chunks, q.chunks
+                )
+            };
+            format!(
+                "steady: the action queue {empty} (margin p50 {}): the chunks came in time and the queue absorbed the stages' jitter.",
+                fmt_ms(q.margin_p50_ms)
+            )
+        } else if has_baseline {
             "steady: no stage moved against the baseline (median and tail tests), no periodic spikes, and the stages explain the e2e jitter.".to_string()
         } else {
             "steady: no periodic spikes and the stages explain the e2e jitter (give --baseline IDLE_FILES to test for median shifts and longer tails).".to_string()
