@@ -6,13 +6,14 @@ use stagetrace::Figure;
 
 use crate::figures;
 use crate::report::ExperimentReport;
-use crate::verdict::{LevelResult, ResourceSummary};
+use crate::verdict::{ActionQueuePhase, LevelResult, ResourceSummary};
 
 /// The report as a terminal table and verdict.
 pub fn text(r: &ExperimentReport) -> String {
     let mut o = String::new();
     title(&mut o, r);
     stage_table(&mut o, r);
+    action_queue_table(&mut o, r);
     let _ = writeln!(o);
     let _ = writeln!(o, "levels:");
     for l in &r.levels {
@@ -80,6 +81,40 @@ fn stage_table(o: &mut String, r: &ExperimentReport) {
         "(* moved beyond noise: p50 ≥ {:.2} ms with its 95 % CI above 1, or p99 ≥ {:.2} ms at the low end of its 95 % CI)",
         r.thresholds.min_p50_ms, r.thresholds.min_p99_ms
     );
+}
+
+/// The robot's action queue at baseline and at every level (LeRobot's
+/// async pair): the margin's low end, dry ticks, actions run per second;
+/// a starred cell is the queue's move (the margin fell, it ran dry, the
+/// loop fell behind).
+fn action_queue_table(o: &mut String, r: &ExperimentReport) {
+    let Some(aq) = &r.verdict.action_queue else {
+        return;
+    };
+    let cells = |p: &ActionQueuePhase| {
+        [
+            format!("{:.1} ms", p.margin_p10),
+            format!("{:.1} %", 100.0 * p.dry_tick_share),
+            p.actions_per_s.map_or("–".into(), |v| format!("{v:.1}")),
+        ]
+    };
+    let base = cells(&aq.baseline);
+    let rows = ["margin p10", "dry ticks", "actions/s"];
+    let _ = writeln!(
+        o,
+        "\naction queue (its margin falling, dry ticks or a loop behind its rate is its move):"
+    );
+    for (i, name) in rows.iter().enumerate() {
+        let _ = write!(o, "{name:<10} {:>17}", base[i]);
+        for l in &r.levels {
+            let cell = l.action_queue.as_ref().map_or("–".to_owned(), |q| {
+                let moved = [q.margin_fell, q.ran_dry, q.fell_behind][i];
+                format!("{}{}", if moved { "*" } else { "" }, cells(&q.phase)[i])
+            });
+            let _ = write!(o, " {cell:>17}");
+        }
+        let _ = writeln!(o);
+    }
 }
 
 /// One level's resources: CPU, pressure and run-queue wait, then the clock,

@@ -4,9 +4,11 @@
 //! — so a level changes exactly one factor while everything else stays.
 //! The robot and the model are `stagetrace-sim`'s (shared with
 //! `stagetrace demo`); this module keeps them running and turns the knobs.
-//! The target may instead be the user's own client ([`command`]).
+//! The demo may instead run LeRobot's async pair over gRPC ([`lerobot`]),
+//! and the target may be the user's own client ([`command`]).
 
 mod command;
+mod lerobot;
 mod robot;
 
 use std::net::SocketAddr;
@@ -17,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use stagetrace::CallRecord;
+use stagetrace_grpc::lerobot::RobotReport;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::MsgMap;
 use stagetrace_sim::{ms, Knobs, RobotStats, ServerConfig, SimModel, SimServer, Spin};
@@ -85,6 +88,8 @@ pub(crate) struct Pipeline {
     pub(crate) dropped: Arc<AtomicU64>,
     pub(crate) server_addr: SocketAddr,
     server: Option<SimServer>,
+    /// The LeRobot pair's policy server (`transport = "grpc-async"`).
+    policy: Option<lerobot::PolicyServed>,
     stop: Arc<AtomicBool>,
     client: Option<Client>,
     /// The process the sampler follows (this one, or the command's).
@@ -93,6 +98,9 @@ pub(crate) struct Pipeline {
     pub(crate) base_uplink: LinkConfig,
     pub(crate) base_downlink: LinkConfig,
     pub(crate) base_payload_kb: u64,
+    /// What the LeRobot robot counted (ticks, dry ticks, chunks, …), once
+    /// it has stopped.
+    pub(crate) lerobot: Option<RobotReport>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -131,6 +139,8 @@ enum Client {
     Robot(JoinHandle<RobotStats>),
     /// The user's client, a child process whose records files are tailed.
     Command(CommandClient),
+    /// LeRobot's async robot, a thread of this process.
+    LeRobot(lerobot::RobotThread),
 }
 
 impl Pipeline {
@@ -139,6 +149,7 @@ impl Pipeline {
     /// bottleneck (two network namespaces, a veth pair; needs root).
     pub(crate) fn start(t: &Target, out: &Path, kernel: bool) -> Result<Pipeline, ExperimentError> {
         match t.kind {
+            TargetKind::Demo if t.is_async() => Pipeline::start_lerobot(t, kernel),
             TargetKind::Demo => Pipeline::start_demo(t, kernel),
             TargetKind::Command => Pipeline::start_command(t, out, kernel),
         }
@@ -231,12 +242,14 @@ impl Pipeline {
             dropped,
             server_addr: upstream,
             server: None,
+            policy: None,
             stop,
             client: Some(Client::Command(client)),
             pid,
             base_uplink: net.base_uplink,
             base_downlink: net.base_downlink,
             base_payload_kb: t.payload_kb,
+            lerobot: None,
         })
     }
 
@@ -299,12 +312,14 @@ impl Pipeline {
             dropped,
             server_addr,
             server: Some(server),
+            policy: None,
             stop,
             client: Some(Client::Robot(robot)),
             pid: Arc::new(AtomicI32::new(std::process::id() as i32)),
             base_uplink: net.base_uplink,
             base_downlink: net.base_downlink,
             base_payload_kb: t.payload_kb,
+            lerobot: None,
         })
     }
 
@@ -315,6 +330,7 @@ impl Pipeline {
                 .is_finished()
                 .then(|| "the demo's robot client stopped unexpectedly".to_owned()),
             Some(Client::Command(c)) => c.exited(),
+            Some(Client::LeRobot(r)) => r.stopped(),
             None => Some("the client was shut down".to_owned()),
         }
     }
@@ -331,6 +347,13 @@ impl Pipeline {
                 }
                 RobotStats::default()
             }
+            Some(Client::LeRobot(r)) => {
+                self.lerobot = r.join();
+                self.lerobot
+                    .as_ref()
+                    .map(lerobot::stats_of)
+                    .unwrap_or_default()
+            }
             None => RobotStats::default(),
         };
         if let Some(p) = self.proxy.take() {
@@ -343,6 +366,9 @@ impl Pipeline {
         }
         if let Some(s) = self.server.take() {
             let _ = s.stop();
+        }
+        if let Some(mut s) = self.policy.take() {
+            s.stop();
         }
         stats
     }

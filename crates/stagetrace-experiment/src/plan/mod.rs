@@ -22,6 +22,7 @@
 
 mod error;
 mod factor;
+mod lerobot;
 mod target;
 mod validate;
 
@@ -32,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::PlanError;
 pub use factor::{Direction, Factor, FactorKind, Hold, Level, LevelInput};
-pub use target::{Target, TargetKind};
+pub use target::{DemoTransport, Target, TargetKind, DEFAULT_CHUNK_SIZE, DEFAULT_REFILL_THRESHOLD};
 
 /// A whole experiment plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -134,7 +135,7 @@ impl Plan {
 
     /// Nominal run time: warm-up, baseline, every level.
     pub fn nominal_duration(&self) -> Duration {
-        let hz = self.target.hz;
+        let hz = self.target.call_hz();
         let levels = self.factor.levels.len() as u32;
         Duration::from_secs_f64(self.target.warmup_s.max(0.0))
             + self.baseline.duration(hz)

@@ -73,6 +73,62 @@ pub struct Target {
     /// Warm-up before the baseline (connections, caches), seconds.
     #[serde(default = "d_warmup_s")]
     pub warmup_s: f64,
+    /// `demo`: which pair runs — `"ws"` (default) the request/response
+    /// robot over WebSocket + msgpack, or `"grpc-async"` LeRobot's async
+    /// inference over gRPC (`docs/lerobot.md`).
+    #[serde(default)]
+    pub transport: DemoTransport,
+    /// `grpc-async`: actions per chunk (LeRobot's `actions_per_chunk`;
+    /// default [`DEFAULT_CHUNK_SIZE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<usize>,
+    /// `grpc-async`: the robot sends an observation while its action queue
+    /// holds at most this share of a chunk (LeRobot's
+    /// `chunk_size_threshold`, 0–1; default [`DEFAULT_REFILL_THRESHOLD`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refill_threshold: Option<f64>,
+    /// `grpc-async`: the server answers a poll no sooner than this after it
+    /// came (LeRobot's `inference_latency`: the wait lands in `poll_wait`), ms
+    /// (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_latency_ms: Option<f64>,
+}
+
+/// `chunk_size` of a `grpc-async` target when the plan gives none (the
+/// demo's `--chunk-size`).
+pub const DEFAULT_CHUNK_SIZE: usize = 20;
+/// `refill_threshold` of a `grpc-async` target when the plan gives none
+/// (LeRobot's `chunk_size_threshold` default).
+pub const DEFAULT_REFILL_THRESHOLD: f64 = 0.5;
+
+impl Target {
+    /// Whether this is the LeRobot async pair (`kind = "demo"`, `transport = "grpc-async"`).
+    pub fn is_async(&self) -> bool {
+        self.kind == TargetKind::Demo && self.transport == DemoTransport::GrpcAsync
+    }
+
+    /// Actions per chunk of the async pair.
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE)
+    }
+
+    /// Refill threshold of the async pair.
+    pub fn refill_threshold(&self) -> f64 {
+        self.refill_threshold.unwrap_or(DEFAULT_REFILL_THRESHOLD)
+    }
+
+    /// Calls (records) per second the target makes when healthy: `hz`, or
+    /// for the async pair one chunk per refill cycle — a chunk's actions
+    /// less the one already run and those still queued at the refill —
+    /// so that a phase held by `calls` lasts about as long as it will.
+    pub fn call_hz(&self) -> f64 {
+        if !self.is_async() {
+            return self.hz;
+        }
+        let n = self.chunk_size() as f64;
+        let queued_at_refill = (self.refill_threshold() * n).floor();
+        self.hz / (n - 1.0 - queued_at_refill).max(1.0)
+    }
 }
 
 fn d_hz() -> f64 {
@@ -105,4 +161,16 @@ pub enum TargetKind {
     Demo,
     /// The user's client as a command, the proxy in front of their server.
     Command,
+}
+
+/// The pair a `demo` target runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DemoTransport {
+    /// The request/response robot over WebSocket + msgpack (openpi / LingBot-VA).
+    #[default]
+    Ws,
+    /// LeRobot's async inference over gRPC: observations streamed, chunks
+    /// polled, an action queue refilled at a threshold.
+    GrpcAsync,
 }

@@ -49,6 +49,7 @@ impl Plan {
             return Err(invalid("target.warmup_s must be between 0 and 600 s"));
         }
         self.check_target_kind()?;
+        self.check_transport()?;
         check_hold("baseline", &self.baseline)?;
         check_hold("factor", &self.factor.hold())?;
         let f = &self.factor;

@@ -89,8 +89,16 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     }
 
     st.count_calls();
-    let (thresholds, baseline_resources, levels, verdict) =
+    let (thresholds, baseline_resources, mut levels, mut verdict) =
         verdict::analyze(&st.phases, &st.obs, &st.samples, &plan.verdict);
+    // LeRobot's async pair: its action queue moves like a stage.
+    verdict::attach_action_queue(
+        (&st.phases, &st.obs),
+        plan.target.hz,
+        (&thresholds, baseline_resources.as_ref()),
+        &mut levels,
+        &mut verdict,
+    );
     let baseline = tables::baseline_table(&st);
     let timeline = tables::timeline(&st);
     let counters = counters_of(&robot, &pipeline, &injector, &st);
@@ -205,6 +213,19 @@ fn counters_of(
         counters.insert("cross_traffic_bytes", bytes);
     }
     counters.insert("write_errors", st.write_errors);
+    // The LeRobot robot's own account: what the action queue's figures are
+    // held against (ticks run, ticks without an action, chunks, the
+    // observations the server replaced or skipped).
+    if let Some(r) = &pipeline.lerobot {
+        counters.insert("ticks", r.ticks);
+        counters.insert("dry_ticks", r.dry_ticks);
+        counters.insert("observations", r.observations);
+        counters.insert("chunks", r.chunks);
+        counters.insert("replaced", r.replaced);
+        counters.insert("skipped", r.skipped);
+        counters.insert("cancelled", r.cancelled);
+        counters.insert("poll_errors", r.poll_errors);
+    }
     counters
 }
 

@@ -122,7 +122,7 @@ pub(crate) fn drive(
         }
         let pi = open_phase(feed.st, &step);
         let began = Instant::now();
-        let (len, limit) = step.bounds(plan.target.hz);
+        let (len, limit) = step.bounds(plan.target.call_hz());
         let bar = if progress {
             let b = ProgressBar::with_draw_target(
                 Some(step.calls.unwrap_or(len.as_millis() as u64)),

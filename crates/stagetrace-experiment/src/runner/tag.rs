@@ -81,6 +81,8 @@ impl State {
             phase: pi,
             settling,
             failed,
+            seq: rec.seq,
+            dry_ticks: rec.dry_ticks.unwrap_or(0),
             vals,
         });
         let line = Tagged {

@@ -169,6 +169,7 @@ pub(crate) fn decide(
             None => summary,
         },
         host,
+        action_queue: None,
     }
 }
 

@@ -6,6 +6,7 @@
 //!
 //! The figures compared come from the schema table ([`crate::figures`]).
 
+mod action_queue;
 mod compare;
 mod direction;
 mod first_mover;
@@ -24,6 +25,8 @@ use crate::figures;
 use crate::plan::VerdictSpec;
 use crate::sampler::ResourceSample;
 
+pub(crate) use action_queue::attach as attach_action_queue;
+pub use action_queue::{ActionQueueLevel, ActionQueuePhase, ActionQueueVerdict};
 pub use obs::PhaseSpan;
 pub(crate) use obs::{column, Obs};
 pub use resources::ResourceSummary;
@@ -105,6 +108,7 @@ pub(crate) fn analyze(
             label: p.label.clone(),
             components,
             resources: resources::resources(samples, pi, base_res.as_ref()).unwrap_or_default(),
+            action_queue: None,
         });
     }
 
@@ -153,6 +157,8 @@ mod tests {
             phase,
             settling: false,
             failed: false,
+            seq: 0,
+            dry_ticks: 0,
             vals,
         }
     }

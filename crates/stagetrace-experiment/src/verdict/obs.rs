@@ -12,6 +12,12 @@ pub(crate) struct Obs {
     pub(crate) phase: usize,
     pub(crate) settling: bool,
     pub(crate) failed: bool,
+    /// The record's `seq`: for LeRobot's async pair the observation's
+    /// timestep, the index of the last action the robot had run.
+    pub(crate) seq: u64,
+    /// The record's `dry_ticks` (0 when absent): control ticks without an
+    /// action before this chunk came.
+    pub(crate) dry_ticks: u32,
     /// Every figure in ms (the verdict's statistics and thresholds are in
     /// ms), indexed by [`Figure::index`]; NaN when the record lacks it.
     pub(crate) vals: [f32; FIGURE_COUNT],

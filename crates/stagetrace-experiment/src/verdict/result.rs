@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use stagetrace_analyze::stats::RatioCi;
 
+use super::action_queue::{ActionQueueLevel, ActionQueueVerdict};
 use super::resources::ResourceSummary;
 
 /// One figure at one level against the baseline.
@@ -61,6 +62,10 @@ pub struct LevelResult {
     pub components: BTreeMap<&'static str, ComponentResult>,
     /// Resources during the level.
     pub resources: ResourceSummary,
+    /// The robot's action queue against the baseline (LeRobot's async
+    /// pair; absent for request/response targets).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_queue: Option<ActionQueueLevel>,
 }
 
 /// The answer.
@@ -94,6 +99,10 @@ pub struct Verdict {
     /// (the host slowed first; the stage absorbed it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostMover>,
+    /// What the robot's action queue did (LeRobot's async pair): its
+    /// margin, dry ticks and the control loop's rate by level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_queue: Option<ActionQueueVerdict>,
     /// The next step (`docs/architecture.md`, section 7).
     pub next_step: String,
     /// The verdict in a sentence or three.
@@ -116,6 +125,7 @@ impl Verdict {
             resource_note: None,
             spike_period_s: None,
             host: None,
+            action_queue: None,
             next_step: "run the plan again with more calls per level".into(),
             summary: why.to_owned(),
         }

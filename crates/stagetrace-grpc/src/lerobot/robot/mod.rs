@@ -173,15 +173,32 @@ impl Robot {
     /// gives the robot's state at a timestep (the value the server compares
     /// for similarity). Returns what happened; the calls are in the layer.
     /// Run a robot once: a second run goes on from its state and report.
-    pub async fn run(&self, mut observe: impl FnMut(u64) -> f64) -> RobotReport {
+    pub async fn run(&self, observe: impl FnMut(u64) -> f64) -> RobotReport {
+        self.run_until(observe, std::future::pending()).await
+    }
+
+    /// [`run`](Self::run) that also ends its sending ticks when `stop`
+    /// resolves (then drains as after the last tick): a robot that runs
+    /// until it is told, with [`RobotConfig::ticks`] at `u64::MAX`. A tick
+    /// under way (its observation being sent) finishes first.
+    pub async fn run_until(
+        &self,
+        mut observe: impl FnMut(u64) -> f64,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> RobotReport {
         let cfg = self.inner.cfg;
         let receiver = tokio::spawn(self.clone().receive());
         let period = Duration::from_secs_f64(1.0 / cfg.fps);
         let mut ticks = tokio::time::interval(period);
         // LeRobot sleeps out the rest of a tick: a late tick delays the next.
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stop = std::pin::pin!(stop);
         for _ in 0..cfg.ticks {
-            ticks.tick().await;
+            tokio::select! {
+                biased;
+                () = &mut stop => break,
+                _ = ticks.tick() => {}
+            }
             self.state().act();
             let wants = self
                 .state()
