@@ -89,3 +89,92 @@ impl Plan {
         )))
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::super::{DemoTransport, Plan};
+
+    fn plan(target: &str, factor: &str) -> Result<Plan, String> {
+        Plan::from_toml(&format!(
+            "[target]\n{target}\n[baseline]\nhold_s = 2\n[factor]\n{factor}\nhold_s = 2\n"
+        ))
+        .map_err(|e| e.to_string())
+    }
+
+    const ASYNC: &str = "kind = \"demo\"\ntransport = \"grpc-async\"";
+
+    #[test]
+    fn an_async_target_takes_the_lerobot_knobs_and_net_or_cpu() {
+        let p = plan(ASYNC, "kind = \"net\"\nlevels = [10]").unwrap();
+        assert_eq!(p.target.transport, DemoTransport::GrpcAsync);
+        assert!(p.target.is_async());
+        assert_eq!(
+            (p.target.chunk_size(), p.target.refill_threshold()),
+            (20, 0.5)
+        );
+        // A chunk every 20 − 1 − 10 = 9 ticks at 30 Hz.
+        assert!((p.target.call_hz() - 30.0 / 9.0).abs() < 1e-12);
+        let p = plan(
+            &format!("{ASYNC}\nchunk_size = 10\nrefill_threshold = 0.3\ninference_latency_ms = 5"),
+            "kind = \"cpu\"\nlevels = [2]",
+        )
+        .unwrap();
+        assert!((p.target.call_hz() - 30.0 / 6.0).abs() < 1e-12);
+        let ws = plan("kind = \"demo\"", "kind = \"net\"\nlevels = [10]").unwrap();
+        assert!(!ws.target.is_async());
+        assert_eq!(ws.target.call_hz(), 30.0);
+    }
+
+    /// The factors that drive the WebSocket demo's parts are refused, each
+    /// saying why and what to use instead.
+    #[test]
+    fn factors_the_lerobot_pair_does_not_have_are_refused_with_why() {
+        for (factor, why) in [
+            (
+                "kind = \"infer\"\nlevels = [2]",
+                "no concurrency to load. Use kind = \"net\" or \"cpu\" here",
+            ),
+            (
+                "kind = \"payload\"\nlevels = [256]",
+                "frame is fixed for the run",
+            ),
+            (
+                "kind = \"pause\"\nlevels = [20]",
+                "has no such pause. Use kind = \"cpu\"",
+            ),
+        ] {
+            let e = plan(ASYNC, factor).unwrap_err();
+            assert!(
+                e.contains("does not apply to transport = \"grpc-async\""),
+                "{e}"
+            );
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
+    #[test]
+    fn misplaced_or_out_of_range_lerobot_knobs_are_named() {
+        for (target, what) in [
+            ("kind = \"demo\"\nchunk_size = 10", "target.chunk_size is a knob of LeRobot's async inference"),
+            ("kind = \"demo\"\nrefill_threshold = 0.2", "target.refill_threshold is a knob"),
+            (
+                "kind = \"command\"\ntransport = \"grpc-async\"\ncommand = [\"x\"]\nrecords_dir = \"r\"\nupstream = \"127.0.0.1:9\"",
+                "target.transport applies to kind = \"demo\" only",
+            ),
+            (&format!("{ASYNC}\nchunk_size = 0"), "target.chunk_size = 0 must be between 1"),
+            (&format!("{ASYNC}\nrefill_threshold = 1.5"), "target.refill_threshold = 1.5 must be a share"),
+            (&format!("{ASYNC}\nserver_concurrency = 4"), "target.server_concurrency does not apply"),
+            (&format!("{ASYNC}\ndispatch_ms = 3"), "target.dispatch_ms does not apply"),
+        ] {
+            let e = plan(target, "kind = \"net\"\nlevels = [10]").unwrap_err();
+            assert!(e.contains(what), "{target}: {e}");
+        }
+        let e = plan(
+            "kind = \"demo\"\ntransport = \"grpc\"",
+            "kind = \"net\"\nlevels = [1]",
+        )
+        .unwrap_err();
+        assert!(e.contains("grpc-async"), "{e}");
+    }
+}

@@ -134,6 +134,9 @@ pub(super) fn tell(
             readings(aq, levels, hz, (None, ""))
         ),
     };
+    if !verdict.summary.ends_with('.') {
+        verdict.summary.push('.');
+    }
     verdict.summary.push(' ');
     verdict.summary.push_str(&aq.summary);
     if let Some(a) = advice(aq) {
