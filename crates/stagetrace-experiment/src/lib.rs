@@ -15,15 +15,19 @@
 //!   hold, one factor with its levels and hold per level.
 //! - The target: the built-in demo pipeline (a robot client, the proxy, a
 //!   policy server with a simulated model, over loopback), run long-lived so
-//!   a level changes one knob of a running system; or the user's own client
-//!   run as a command, the proxy in front of their server, its records
-//!   directory read as it is written.
+//!   a level changes one knob of a running system — or, with `transport =
+//!   "grpc-async"`, LeRobot's async pair over gRPC (observations streamed,
+//!   chunks polled, an action queue refilled at a threshold); or the user's
+//!   own client run as a command, the proxy in front of their server, its
+//!   records directory read as it is written.
 //! - Every record and resource sample is tagged with its phase and level
 //!   (`records-experiment.jsonl`, `resources.jsonl`).
 //! - The [`Verdict`]: per level, each stage against the baseline (bootstrap
 //!   intervals on the p50 and p99 ratios, a tail-exceedance test), a CUSUM
 //!   over windowed p90 to time each move, the first stage to move, the stages
-//!   it dragged along, what the resources did, and the next step.
+//!   it dragged along, what the resources did, and the next step. For the
+//!   LeRobot pair the robot's action queue is a stage of its own: its
+//!   margin falling, dry ticks, or the control loop falling behind its rate.
 //! - Injectors restore what they changed at the end, on a failure and on
 //!   Ctrl-C (set [`RunOptions::stop`]).
 //!

@@ -286,3 +286,32 @@ fn cpu_contention_moves_the_margin_only_as_the_robot_counts_it() {
     assert_queue_told_the_truth(&json, &recs, false);
     assert_eq!(json["levels"][1]["resources"]["state"], "saturated");
 }
+
+/// Ctrl-C during the baseline: the run stops within a second or two (the
+/// robot drains its chunks in flight for at most half a second, the server
+/// drops its waiting poll), the pair's threads are gone and neither the
+/// proxy nor the server accepts a connection any more.
+#[test]
+fn an_interrupted_run_leaves_no_thread_and_no_listener() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let toml = format!(
+        "{}[factor]\nkind = \"net\"\nhold_s = 4\nlevels = [10]\n",
+        target().replace("warmup_s = 1", "warmup_s = 0")
+    );
+    let plan = Plan::from_toml(&toml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let stopped = support::run_until_thread(&plan, dir.path(), "lerobot-robot", || {});
+    assert!(stopped.seen);
+    assert!(stopped.report.interrupted);
+    timing::error(
+        "interrupted run's length (s)",
+        stopped.took.as_secs_f64(),
+        4.0,
+    );
+    assert!(stopped.took.as_secs_f64() < 4.0, "{:?}", stopped.took);
+    support::assert_gone(&stopped.report, &["lerobot-robot", "lerobot-server"]);
+    assert_eq!(
+        stopped.report.restored,
+        vec!["proxy shaping reset".to_owned()]
+    );
+}
