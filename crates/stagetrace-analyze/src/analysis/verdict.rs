@@ -465,24 +465,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     out.extend(dry);
     out.extend(deadline_verdict(r));
     if out.is_empty() {
-        let text = if let (true, Some(q)) = (absorbed, &r.action_queue) {
-            let empty = if q.dry_chunks == 0 {
-                "was never empty when a chunk came".to_string()
-            } else {
-                format!(
-                    "was empty before only {} of {} chunks",
-                    q.dry_chunks, q.chunks
-                )
-            };
-            format!(
-                "steady: the action queue {empty} (margin p50 {}): the chunks came in time and the queue absorbed the stages' jitter.",
-                fmt_ms(q.margin_p50_ms)
-            )
-        } else if has_baseline {
-            "steady: no stage moved against the baseline (median and tail tests), no periodic spikes, and the stages explain the e2e jitter.".to_string()
-        } else {
-            "steady: no periodic spikes and the stages explain the e2e jitter (give --baseline IDLE_FILES to test for median shifts and longer tails).".to_string()
-        };
+        let text = steady_text(r, absorbed, has_baseline);
         out.push(Verdict {
             code: "steady",
             kind,
@@ -494,4 +477,27 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     }
     out.sort_by(verdict_order);
     out
+}
+
+/// The `steady` verdict's sentence: an async run whose action queue
+/// absorbed the jitter says so (`absorbed`); else what was tested.
+fn steady_text(r: &GroupReport, absorbed: bool, has_baseline: bool) -> String {
+    if let (true, Some(q)) = (absorbed, &r.action_queue) {
+        let empty = if q.dry_chunks == 0 {
+            "was never empty when a chunk came".to_string()
+        } else {
+            format!(
+                "was empty before only {} of {} chunks",
+                q.dry_chunks, q.chunks
+            )
+        };
+        format!(
+            "steady: the action queue {empty} (margin p50 {}): the chunks came in time and the queue absorbed the stages' jitter.",
+            fmt_ms(q.margin_p50_ms)
+        )
+    } else if has_baseline {
+        "steady: no stage moved against the baseline (median and tail tests), no periodic spikes, and the stages explain the e2e jitter.".to_string()
+    } else {
+        "steady: no periodic spikes and the stages explain the e2e jitter (give --baseline IDLE_FILES to test for median shifts and longer tails).".to_string()
+    }
 }

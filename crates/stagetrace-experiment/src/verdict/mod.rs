@@ -12,6 +12,7 @@ mod direction;
 mod first_mover;
 mod host;
 mod obs;
+mod queue_figures;
 mod resources;
 mod result;
 mod text;
@@ -26,9 +27,9 @@ use crate::plan::VerdictSpec;
 use crate::sampler::ResourceSample;
 
 pub(crate) use action_queue::attach as attach_action_queue;
-pub use action_queue::{ActionQueueLevel, ActionQueuePhase, ActionQueueVerdict};
 pub use obs::PhaseSpan;
 pub(crate) use obs::{column, Obs};
+pub use queue_figures::{ActionQueueLevel, ActionQueuePhase, ActionQueueVerdict};
 pub use resources::ResourceSummary;
 pub use result::HostMover;
 pub use result::{ComponentResult, LevelResult, Thresholds, Verdict};

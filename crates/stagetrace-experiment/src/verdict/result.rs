@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use stagetrace_analyze::stats::RatioCi;
 
-use super::action_queue::{ActionQueueLevel, ActionQueueVerdict};
+use super::queue_figures::{ActionQueueLevel, ActionQueueVerdict};
 use super::resources::ResourceSummary;
 
 /// One figure at one level against the baseline.

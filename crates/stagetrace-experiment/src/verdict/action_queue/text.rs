@@ -2,7 +2,7 @@
 //! terms, beside the stage that moved first — or in its place, when the
 //! queue moved at a lower level than any stage.
 
-use super::{ActionQueueLevel, ActionQueueVerdict};
+use crate::verdict::queue_figures::{ActionQueueLevel, ActionQueueVerdict};
 use crate::verdict::resources::{resource_note, ResourceSummary};
 use crate::verdict::result::{LevelResult, Verdict};
 
