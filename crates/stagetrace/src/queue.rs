@@ -94,15 +94,6 @@ pub(crate) struct CallState {
 }
 
 impl CallState {
-    /// The state to queue, leaving this one without its executor ack (moved,
-    /// not copied: no allocation on the app thread).
-    pub(crate) fn take(&mut self) -> CallState {
-        CallState {
-            executor: self.executor.take(),
-            ..*self
-        }
-    }
-
     /// A call started at `start` with no stage yet: the layer's call span
     /// and a call timed without spans ([`crate::direct`]) start alike.
     #[allow(clippy::too_many_arguments)]
@@ -138,6 +129,44 @@ impl CallState {
             host: HostShare::default(),
             stage_run_wait_ns: [None; 2],
         }
+    }
+
+    /// Makes this state a call started at `start` with no stage yet, in
+    /// place (the same as [`new`](Self::new), field by field: a call's state
+    /// reused in the layer's table is not built aside and copied in).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn begin(
+        &mut self,
+        start: Stamp,
+        ordinal: u64,
+        seq: Option<u64>,
+        trace_id: u128,
+        flags: u8,
+        span_id: u64,
+        kind: InlineStr<KIND_LEN>,
+        shared_context: bool,
+    ) {
+        self.start = start;
+        self.ordinal = ordinal;
+        self.seq = seq;
+        self.trace_id = trace_id;
+        self.flags = flags;
+        self.span_id = span_id;
+        self.kind = kind;
+        self.stages = [StageAcc::default(); Stage::ALL.len()];
+        self.covered_ticks = 0;
+        self.transport = None;
+        self.executor = None;
+        self.dispatch_span_id = 0;
+        self.failed = None;
+        self.digest = None;
+        self.stale_dropped = 0;
+        self.observer_ticks = 0;
+        self.shared_context = shared_context;
+        self.host_at_open = None;
+        self.host = HostShare::default();
+        self.stage_run_wait_ns = [None; 2];
     }
 
     /// Adds one span's run-queue wait to its stage's (capture and dispatch
@@ -178,6 +207,7 @@ impl CallState {
     /// inside another stage of the call, so its time is already covered
     /// (counted once in `gap`). `transport`: what a transport stage brought
     /// back; the one with the server's timing wins over one without.
+    #[inline]
     pub(crate) fn add_stage(
         &mut self,
         stage: Stage,
@@ -186,6 +216,17 @@ impl CallState {
         nested: bool,
         transport: Option<TransportAcc>,
     ) {
+        self.add_span(stage, start, end, nested);
+        if let Some(t) = transport {
+            if self.keeps_transport(t.timing.is_some()) {
+                self.transport = Some(t);
+            }
+        }
+    }
+
+    /// [`add_stage`](Self::add_stage) without a transport's findings.
+    #[inline]
+    pub(crate) fn add_span(&mut self, stage: Stage, start: Stamp, end: Stamp, nested: bool) {
         let dur = end.ticks_since(start);
         let acc = &mut self.stages[stage.index()];
         if acc.count == 0 {
@@ -196,11 +237,13 @@ impl CallState {
         if !nested {
             self.covered_ticks = self.covered_ticks.saturating_add(dur);
         }
-        if let Some(t) = transport {
-            if t.timing.is_some() || self.transport.is_none_or(|c| c.timing.is_none()) {
-                self.transport = Some(t);
-            }
-        }
+    }
+
+    /// Whether a closed transport span's findings replace the call's: the
+    /// one with the server's timing (`has_timing`) wins over one without.
+    #[inline]
+    pub(crate) fn keeps_transport(&self, has_timing: bool) -> bool {
+        has_timing || self.transport.as_ref().is_none_or(|c| c.timing.is_none())
     }
 }
 

@@ -128,8 +128,13 @@ impl StageLayer {
         state.observer_ticks = state
             .observer_ticks
             .saturating_add(stamp::now().ticks_since(end));
+        // Built in one expression, so the state is copied once on its way
+        // to the queue (the executor ack is moved out, not copied).
         let msg = Msg::Call(RawCall {
-            state: state.take(),
+            state: CallState {
+                executor: state.executor.take(),
+                ..*state
+            },
             end,
             panicking: std::thread::panicking(),
         });
@@ -146,19 +151,25 @@ fn add_stage(call: &mut CallState, closed: &ClosedStage<'_>, nested: bool, end: 
     if call.dispatch_span_id == 0 {
         call.dispatch_span_id = closed.dispatch_id;
     }
-    let transport = closed.transport.map(|t| TransportAcc {
-        start: closed.start,
-        end,
-        span_id: t.span_id,
-        timing: t.timing,
-        peer: t.peer,
-        first_byte: t.first_byte,
-        request_first_byte: t.request_first_byte,
-        request_written: t.request_written,
-        kernel_rx: t.kernel_rx,
-        hops: t.hops,
-    });
-    call.add_stage(closed.stage, closed.start, end, nested, transport);
+    call.add_span(closed.stage, closed.start, end, nested);
+    if let Some(t) = closed
+        .transport
+        .filter(|t| call.keeps_transport(t.timing.is_some()))
+    {
+        // Written in place: a transport's findings are half a call's state.
+        call.transport = Some(TransportAcc {
+            start: closed.start,
+            end,
+            span_id: t.span_id,
+            timing: t.timing,
+            peer: t.peer,
+            first_byte: t.first_byte,
+            request_first_byte: t.request_first_byte,
+            request_written: t.request_written,
+            kernel_rx: t.kernel_rx,
+            hops: t.hops,
+        });
+    }
     // A nested span's wait is inside its outer stage's.
     if let (Some(ns), false) = (closed.run_wait_ns, nested) {
         call.add_stage_run_wait(closed.stage, ns);

@@ -262,10 +262,13 @@ mod tests {
             assert!(live.insert(id, |s| *s = remote(id)).is_ok());
         }
         let last = same[BUCKET];
-        // The ninth id gets its state back: the caller keeps it elsewhere.
-        assert!(
-            matches!(live.insert(last, || remote(last)), Err(SpanState::Remote(r)) if r.span_id == last)
-        );
+        // The ninth id gets its filler back: the caller keeps it elsewhere.
+        let Err(fill) = live.insert(last, |s| *s = remote(last)) else {
+            panic!("a ninth id in a bucket of eight");
+        };
+        let mut elsewhere = SpanState::Vacant;
+        fill(&mut elsewhere);
+        assert!(matches!(elsewhere, SpanState::Remote(r) if r.span_id == last));
         live.overflowed();
         // It and every untracked id are unknown now.
         assert_eq!(live.find(last), Membership::Unknown);

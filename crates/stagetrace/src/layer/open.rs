@@ -52,7 +52,10 @@ impl StageLayer {
         }
         let Some(role) = role else { return };
         // Before any state is locked: the hook reads the other layer's.
-        let shared_ids = self.shared_ids(id, role);
+        let shared_ids = match self.context_hook {
+            Some(_) => self.shared_ids(id, role),
+            None => None,
+        };
         match role {
             Role::Remote => {
                 self.remote_open.fetch_add(1, Ordering::AcqRel);
@@ -349,20 +352,34 @@ struct NewCall {
 }
 
 impl NewCall {
-    /// Writes the call's state, opened at `t0`, into `slot`.
+    /// Writes the call's state, opened at `t0`, into `slot`: over the
+    /// call state a closed call left there when there is one (no 1 KB copy
+    /// of a new state built aside).
     #[inline]
     fn fill(self, slot: &mut SpanState, t0: Stamp) {
-        *slot = SpanState::Call(CallState::new(
-            t0,
-            self.ordinal,
-            self.seq,
-            self.trace_id,
-            self.flags,
-            self.span_id,
-            self.kind,
-            self.shared,
-        ));
+        if !matches!(slot, SpanState::Call(_)) {
+            *slot = SpanState::Call(CallState::new(
+                t0,
+                0,
+                None,
+                0,
+                0,
+                0,
+                InlineStr::new(),
+                false,
+            ));
+        }
         if let SpanState::Call(state) = slot {
+            state.begin(
+                t0,
+                self.ordinal,
+                self.seq,
+                self.trace_id,
+                self.flags,
+                self.span_id,
+                self.kind,
+                self.shared,
+            );
             state.host_at_open = self.host_at_open;
             state.observer_ticks = stamp::now().ticks_since(t0);
         }
