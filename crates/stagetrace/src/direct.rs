@@ -208,7 +208,8 @@ impl DirectCall {
             request_first_byte: None,
             request_written: None,
             kernel_rx: None,
-            hops: transport.hops,
+            // Boxed only when there are relays (see `TransportAcc::hops`).
+            hops: (!transport.hops.is_empty()).then(|| Box::new(transport.hops)),
         };
         self.state
             .add_stage(Stage::Transport, transport.start, end, nested, Some(acc));

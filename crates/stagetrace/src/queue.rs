@@ -28,7 +28,7 @@ pub(crate) struct StageAcc {
 }
 
 /// The transport span used for stitching.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct TransportAcc {
     pub(crate) start: Stamp,
     pub(crate) end: Stamp,
@@ -45,7 +45,9 @@ pub(crate) struct TransportAcc {
     /// The kernel had the response's last byte, when it stamped it.
     pub(crate) kernel_rx: Option<Instant>,
     /// The relays the response came through (none: a direct call).
-    pub(crate) hops: crate::wire::Hops,
+    /// Boxed: only relayed calls pay for their 200 bytes, and the call's
+    /// state, copied once per call onto the queue, stays small.
+    pub(crate) hops: Option<Box<crate::wire::Hops>>,
 }
 
 /// Per-call state, in the call span's extensions; sent whole to the worker.
@@ -94,6 +96,20 @@ pub(crate) struct CallState {
 }
 
 impl CallState {
+    /// The state to queue, leaving this one without what it owns (the
+    /// executor ack, the relays): moved, not copied, no allocation.
+    #[inline]
+    pub(crate) fn take(&mut self) -> CallState {
+        CallState {
+            executor: self.executor.take(),
+            transport: self.transport.as_mut().map(|t| TransportAcc {
+                hops: t.hops.take(),
+                ..*t
+            }),
+            ..*self
+        }
+    }
+
     /// A call started at `start` with no stage yet: the layer's call span
     /// and a call timed without spans ([`crate::direct`]) start alike.
     #[allow(clippy::too_many_arguments)]

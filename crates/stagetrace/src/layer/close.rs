@@ -24,10 +24,12 @@ struct ClosedStage<'a> {
     observer_ticks: u64,
     /// A dispatch span's id (0 for the others).
     dispatch_id: u64,
-    transport: Option<&'a TransportState>,
+    transport: Option<&'a mut TransportState>,
     /// The thread's run-queue wait inside the span (a robot's own stage,
     /// opened and closed on one thread, with host figures on).
     run_wait_ns: Option<u64>,
+    /// The call it belongs to.
+    to: Enclosing,
 }
 
 impl StageLayer {
@@ -61,29 +63,25 @@ impl StageLayer {
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         let end = stamp::now();
-        let (closed, to) = match state {
-            SpanState::Stage(st) => (
-                ClosedStage {
-                    stage: st.stage,
-                    start: st.start,
-                    observer_ticks: st.observer_ticks,
-                    dispatch_id: st.span_id,
-                    transport: None,
-                    run_wait_ns: st.run_wait_at_open.and_then(RunWaitMark::elapsed),
-                },
-                st.to,
-            ),
-            SpanState::Transport(t) => (
-                ClosedStage {
-                    stage: Stage::Transport,
-                    start: t.start,
-                    observer_ticks: t.observer_ticks,
-                    dispatch_id: 0,
-                    transport: Some(t),
-                    run_wait_ns: None,
-                },
-                t.to,
-            ),
+        let mut closed = match state {
+            SpanState::Stage(st) => ClosedStage {
+                stage: st.stage,
+                start: st.start,
+                observer_ticks: st.observer_ticks,
+                dispatch_id: st.span_id,
+                transport: None,
+                run_wait_ns: st.run_wait_at_open.and_then(RunWaitMark::elapsed),
+                to: st.to,
+            },
+            SpanState::Transport(t) => ClosedStage {
+                stage: Stage::Transport,
+                start: t.start,
+                observer_ticks: t.observer_ticks,
+                dispatch_id: 0,
+                run_wait_ns: None,
+                to: t.to,
+                transport: Some(t),
+            },
             SpanState::Call(call) => return self.finish_call(call, end),
             SpanState::Remote(_) => {
                 let _ = self
@@ -93,16 +91,17 @@ impl StageLayer {
             }
             SpanState::Vacant => return,
         };
-        self.credit(to, &closed, end, ctx);
+        self.credit(&mut closed, end, ctx);
     }
 
     /// Adds a closed stage to its call; a stage under no call is counted as
     /// ignored.
     #[inline]
-    fn credit<S>(&self, to: Enclosing, closed: &ClosedStage<'_>, end: Stamp, ctx: &Context<'_, S>)
+    fn credit<S>(&self, closed: &mut ClosedStage<'_>, end: Stamp, ctx: &Context<'_, S>)
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
+        let to = closed.to;
         let credited = to.call.and_then(|home| {
             self.with_home(home, ctx, |state, _| match state {
                 SpanState::Call(call) => {
@@ -130,15 +129,16 @@ impl StageLayer {
             .saturating_add(stamp::now().ticks_since(end));
         // Built in one expression, so the state is copied once on its way
         // to the queue (the executor ack is moved out, not copied).
-        let msg = Msg::Call(RawCall {
-            state: CallState {
-                executor: state.executor.take(),
-                ..*state
-            },
-            end,
-            panicking: std::thread::panicking(),
-        });
-        if self.tx.try_send(msg).is_err() {
+        let panicking = std::thread::panicking();
+        if self
+            .tx
+            .try_send(Msg::Call(RawCall {
+                state: state.take(),
+                end,
+                panicking,
+            }))
+            .is_err()
+        {
             Health::bump(&self.health.queue_drops);
         }
     }
@@ -146,7 +146,7 @@ impl StageLayer {
 
 /// Adds one closed stage to its call's state.
 #[inline]
-fn add_stage(call: &mut CallState, closed: &ClosedStage<'_>, nested: bool, end: Stamp) {
+fn add_stage(call: &mut CallState, closed: &mut ClosedStage<'_>, nested: bool, end: Stamp) {
     // The first dispatch span is the one exporters draw.
     if call.dispatch_span_id == 0 {
         call.dispatch_span_id = closed.dispatch_id;
@@ -154,6 +154,7 @@ fn add_stage(call: &mut CallState, closed: &ClosedStage<'_>, nested: bool, end: 
     call.add_span(closed.stage, closed.start, end, nested);
     if let Some(t) = closed
         .transport
+        .as_deref_mut()
         .filter(|t| call.keeps_transport(t.timing.is_some()))
     {
         // Written in place: a transport's findings are half a call's state.
@@ -167,7 +168,7 @@ fn add_stage(call: &mut CallState, closed: &ClosedStage<'_>, nested: bool, end: 
             request_first_byte: t.request_first_byte,
             request_written: t.request_written,
             kernel_rx: t.kernel_rx,
-            hops: t.hops,
+            hops: t.hops.take(),
         });
     }
     // A nested span's wait is inside its outer stage's.

@@ -74,7 +74,7 @@ impl StageLayer {
                 // for only while some handler's span is open.
                 let remote = match shared_ids {
                     None if self.remote_open.load(Ordering::Acquire) > 0 => {
-                        self.remote_parent(id, ctx)
+                        self.remote_parent(attrs, id, ctx)
                     }
                     _ => None,
                 };
@@ -136,7 +136,7 @@ impl StageLayer {
                     request_first_byte: None,
                     request_written: None,
                     kernel_rx: None,
-                    hops: crate::wire::Hops::new(),
+                    hops: None,
                     to,
                 });
             });
@@ -175,20 +175,10 @@ impl StageLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let current;
-        let parent = if attrs.is_root() {
-            return Enclosing::default();
-        } else if attrs.is_contextual() {
-            // The registry made the current span the parent.
-            current = ctx.current_span();
-            current.id()
-        } else {
-            attrs.parent()
-        };
-        let Some(parent) = parent else {
+        let Some(parent) = parent_of(attrs, ctx) else {
             return Enclosing::default();
         };
-        let known = self.with_state(parent, ctx, |state, home| match state {
+        let known = self.with_state(&parent, ctx, |state, home| match state {
             SpanState::Call(_) => Some(Enclosing {
                 call: Some(home),
                 nested: false,
@@ -262,10 +252,24 @@ impl StageLayer {
 
     /// The remote parent a call opening as span `id` continues: the nearest
     /// enclosing request handler's context, not past another call.
-    fn remote_parent<S>(&self, id: &span::Id, ctx: &Context<'_, S>) -> Option<TraceParent>
+    fn remote_parent<S>(
+        &self,
+        attrs: &Attributes<'_>,
+        id: &span::Id,
+        ctx: &Context<'_, S>,
+    ) -> Option<TraceParent>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
+        // Usually the handler's span is the call's parent: one look.
+        let parent = parent_of(attrs, ctx)?;
+        let direct = self.with_state(&parent, ctx, |state, _| match state {
+            SpanState::Remote(r) => r.parent,
+            _ => None,
+        });
+        if let Some(Some(found)) = direct {
+            return Some(found);
+        }
         let mut next = ctx.span(id).and_then(|s| s.parent());
         while let Some(ancestor) = next {
             let found = self.with_state(&ancestor.id(), ctx, |state, _| match state {
@@ -383,5 +387,21 @@ impl NewCall {
             state.host_at_open = self.host_at_open;
             state.observer_ticks = stamp::now().ticks_since(t0);
         }
+    }
+}
+
+/// The id of a new span's parent, as the registry chose it: the current
+/// span for a contextual span (one registry lookup), else the explicit one.
+#[inline]
+fn parent_of<S>(attrs: &Attributes<'_>, ctx: &Context<'_, S>) -> Option<span::Id>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if attrs.is_root() {
+        None
+    } else if attrs.is_contextual() {
+        ctx.current_span().id().cloned()
+    } else {
+        attrs.parent().cloned()
     }
 }

@@ -163,7 +163,10 @@ impl StageSpanExt for tracing::Span {
     }
 
     fn record_hops(&self, hops: Hops) {
-        with_transport(self, |t| t.hops = hops);
+        // Boxed before the span's state is locked; only relayed responses
+        // have hops, so only they pay for the box.
+        let mut hops = (!hops.is_empty()).then(|| Box::new(hops));
+        with_transport(self, |t| t.hops = hops.take());
     }
 
     fn record_response_first_byte(&self, at: Instant) {

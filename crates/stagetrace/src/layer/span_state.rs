@@ -34,7 +34,7 @@ pub(crate) struct StageState {
 
 /// Per-transport-span state: also the span id sent in `traceparent`, the
 /// server timing and the peer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct TransportState {
     pub(crate) start: Stamp,
     /// Non-zero: the parent id sent in `traceparent`.
@@ -52,8 +52,9 @@ pub(crate) struct TransportState {
     pub(crate) request_written: Option<Instant>,
     /// The kernel had the response's last byte (a kernel receive stamp).
     pub(crate) kernel_rx: Option<Instant>,
-    /// The relays the response came through (none: a direct call).
-    pub(crate) hops: Hops,
+    /// The relays the response came through (none: a direct call). Boxed:
+    /// only relayed responses pay for their 200 bytes.
+    pub(crate) hops: Option<Box<Hops>>,
     /// The call its time goes to, found once when it opened.
     pub(crate) to: Enclosing,
 }
