@@ -51,7 +51,7 @@ impl StageLayer {
         let Some(span) = ctx.span(id) else { return };
         let mut ext = span.extensions_mut();
         if let Some(state) = ext.get_mut::<SpanState>() {
-            self.live.overflowed_closed();
+            self.live.overflowed_closed(id.into_u64());
             self.closed(state, ctx);
         }
     }

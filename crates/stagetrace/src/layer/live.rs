@@ -9,9 +9,10 @@
 //! its own. A tracked span's id sits in its own bucket, so a lookup reads one
 //! line and needs no probe chain, no tombstones and no table-wide lock. A
 //! span whose bucket is full keeps its state in the registry's extensions
-//! instead and is counted in `overflow`; while that count is not 0, a span
-//! found in no bucket is looked up in the registry, so an overflow costs
-//! time, never a call.
+//! instead and is counted in its bucket's `overflow`; while that count is
+//! not 0, a span of that bucket found in no slot is looked up in the
+//! registry, so an overflow costs time (for that bucket's spans only),
+//! never a call.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,14 +39,22 @@ pub(crate) struct LiveSpans {
     buckets: Box<[Bucket]>,
     /// `states[b * BUCKET + i]` belongs to the id in `buckets[b].0[i]`.
     states: Box<[Mutex<SpanState>]>,
-    /// Tracked spans open but in no bucket (their state is in the registry).
-    overflow: AtomicUsize,
+    /// Per bucket: tracked spans open but in no slot (their state is in the
+    /// registry).
+    overflow: Box<[AtomicUsize]>,
 }
 
 impl fmt::Debug for LiveSpans {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LiveSpans")
-            .field("overflow", &self.overflow.load(Ordering::Relaxed))
+            .field(
+                "overflow",
+                &self
+                    .overflow
+                    .iter()
+                    .map(|n| n.load(Ordering::Relaxed))
+                    .sum::<usize>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -72,7 +81,7 @@ impl LiveSpans {
                 .map(|_| Bucket(std::array::from_fn(|_| AtomicU64::new(EMPTY))))
                 .collect(),
             states: (0..SLOTS).map(|_| Mutex::new(SpanState::Vacant)).collect(),
-            overflow: AtomicUsize::new(0),
+            overflow: (0..BUCKETS).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
 
@@ -121,9 +130,11 @@ impl LiveSpans {
         Err(fill)
     }
 
-    /// A span whose state went to the registry has opened.
-    pub(crate) fn overflowed(&self) {
-        self.overflow.fetch_add(1, Ordering::AcqRel);
+    /// Span `id`, whose state went to the registry, has opened.
+    pub(crate) fn overflowed(&self, id: u64) {
+        if let Some(n) = self.overflow.get(self.bucket(id).0) {
+            n.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Where span `id`'s state is.
@@ -137,7 +148,7 @@ impl LiveSpans {
                 }
             }
         }
-        self.unknown_if_overflowed()
+        self.unknown_if_overflowed(b)
     }
 
     /// Runs `f` on the state in `slot`, if it still belongs to span `id`.
@@ -170,8 +181,9 @@ impl LiveSpans {
         id: u64,
         f: impl FnOnce(&mut SpanState) -> R,
     ) -> Result<R, Membership> {
-        let Membership::Tracked(slot) = self.find(id) else {
-            return Err(self.unknown_if_overflowed());
+        let found = self.find(id);
+        let Membership::Tracked(slot) = found else {
+            return Err(found);
         };
         let i = slot.0 as usize;
         let cell = self
@@ -187,23 +199,22 @@ impl LiveSpans {
                 cell.store(EMPTY, Ordering::Release);
                 Ok(r)
             }
-            _ => Err(self.unknown_if_overflowed()),
+            _ => Err(self.unknown_if_overflowed(self.bucket(id).0)),
         }
     }
 
-    /// An overflowed span found in the registry has closed.
-    pub(crate) fn overflowed_closed(&self) {
-        let _ = self
-            .overflow
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    /// Overflowed span `id`, found in the registry, has closed.
+    pub(crate) fn overflowed_closed(&self, id: u64) {
+        if let Some(n) = self.overflow.get(self.bucket(id).0) {
+            let _ = n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
     }
 
     #[inline]
-    fn unknown_if_overflowed(&self) -> Membership {
-        if self.overflow.load(Ordering::Acquire) == 0 {
-            Membership::Untracked
-        } else {
-            Membership::Unknown
+    fn unknown_if_overflowed(&self, bucket: usize) -> Membership {
+        match self.overflow.get(bucket) {
+            Some(n) if n.load(Ordering::Acquire) != 0 => Membership::Unknown,
+            _ => Membership::Untracked,
         }
     }
 }
@@ -269,17 +280,23 @@ mod tests {
         let mut elsewhere = SpanState::Vacant;
         fill(&mut elsewhere);
         assert!(matches!(elsewhere, SpanState::Remote(r) if r.span_id == last));
-        live.overflowed();
-        // It and every untracked id are unknown now.
+        live.overflowed(last);
+        // It and every untracked id of its bucket are unknown now; other
+        // buckets' ids are not.
+        let neighbour = (same[BUCKET] + 1..)
+            .find(|&id| live.bucket(id).0 == home)
+            .unwrap_or(0);
+        let stranger = (1u64..).find(|&id| live.bucket(id).0 != home).unwrap_or(0);
         assert_eq!(live.find(last), Membership::Unknown);
-        assert_eq!(live.find(1_000_003), Membership::Unknown);
+        assert_eq!(live.find(neighbour), Membership::Unknown);
+        assert_eq!(live.find(stranger), Membership::Untracked);
         for &id in &same[..BUCKET] {
             assert_eq!(kept(&live, id), Some(id));
         }
         // Its close, found in the registry, ends the overflow.
         assert_eq!(live.remove(last, |_| ()), Err(Membership::Unknown));
-        live.overflowed_closed();
-        assert_eq!(live.find(1_000_003), Membership::Untracked);
+        live.overflowed_closed(last);
+        assert_eq!(live.find(neighbour), Membership::Untracked);
         for &id in &same[..BUCKET] {
             assert_eq!(live.remove(id, |_| ()), Ok(()));
         }
@@ -297,7 +314,7 @@ mod tests {
                         let mut overflowed = 0;
                         for &id in &ids {
                             if live.insert(id, |s| *s = remote(id)).is_err() {
-                                live.overflowed();
+                                live.overflowed(id);
                                 overflowed += 1;
                             }
                         }
@@ -310,7 +327,7 @@ mod tests {
                         }
                         for &id in &ids {
                             if live.remove(id, |_| ()).is_err() {
-                                live.overflowed_closed();
+                                live.overflowed_closed(id);
                                 overflowed -= 1;
                             }
                         }

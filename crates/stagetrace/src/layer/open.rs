@@ -100,7 +100,7 @@ impl StageLayer {
                 let mut state = SpanState::Vacant;
                 fill(&mut state);
                 span.extensions_mut().replace(state);
-                self.live.overflowed();
+                self.live.overflowed(id.into_u64());
             }
         }
     }
