@@ -175,16 +175,26 @@ impl LiveSpans {
     /// it was in the table. The state stays in the slot (the next span there
     /// overwrites it) unless it holds a shared `tracestate`: a call's 1 KB is
     /// not copied out to be thrown away.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn remove<R>(
         &self,
         id: u64,
         f: impl FnOnce(&mut SpanState) -> R,
     ) -> Result<R, Membership> {
-        let found = self.find(id);
-        let Membership::Tracked(slot) = found else {
-            return Err(found);
-        };
+        match self.find(id) {
+            Membership::Tracked(slot) => self.remove_at(slot, id, f),
+            other => Err(other),
+        }
+    }
+
+    /// [`remove`](Self::remove) for a span [`find`](Self::find) found at `slot`.
+    #[inline]
+    pub(crate) fn remove_at<R>(
+        &self,
+        slot: Slot,
+        id: u64,
+        f: impl FnOnce(&mut SpanState) -> R,
+    ) -> Result<R, Membership> {
         let i = slot.0 as usize;
         let cell = self
             .buckets

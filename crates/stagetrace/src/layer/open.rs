@@ -9,7 +9,7 @@ use tracing_core::Subscriber;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::callsite::Role;
+use super::callsite::{Class, Role};
 use super::fields::Fields;
 use super::span_state::{Enclosing, Home, RemoteState, SpanState, StageState, TransportState};
 use super::StageLayer;
@@ -24,18 +24,18 @@ use crate::stamp::{self, Stamp};
 use crate::wire::TraceParent;
 
 impl StageLayer {
-    /// `on_new_span`.
-    #[inline]
-    pub(super) fn open<S>(&self, attrs: &Attributes<'_>, id: &span::Id, ctx: &Context<'_, S>)
-    where
+    /// `on_new_span` of a span whose callsite may be a stage (`class`).
+    /// Kept out of line: the app's own spans do not pay for its frame.
+    #[inline(never)]
+    pub(super) fn open<S>(
+        &self,
+        class: Class,
+        attrs: &Attributes<'_>,
+        id: &span::Id,
+        ctx: &Context<'_, S>,
+    ) where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let class = self.names.class(attrs.metadata());
-        // A span that can never be a stage costs one table probe, not a
-        // clock read (the app's own spans, when this layer sees them all).
-        if !class.interesting() {
-            return;
-        }
         let t0 = stamp::now();
         let mut role = class.role();
         // Fields are read only where they matter: `stage` (if the callsite
