@@ -4,7 +4,8 @@
 //! `tracing-opentelemetry` (default settings, SDK tracer provider with no
 //! exporter); plus 100 spans that are not stages, with and without `StageLayer`.
 //! After the criterion groups, `--bench` prints the overhead table with the
-//! goals of `docs/stages.md` §8 (paired rounds, app-thread CPU time).
+//! goals of `docs/stages.md` §8, "Overhead" (paired rounds, app-thread CPU
+//! time), each marked `ok` or `MISSED`.
 //!
 //! `cargo bench -p stagetrace --bench overhead -- --warm-up-time 1 --measurement-time 3`
 #![allow(missing_docs, clippy::unwrap_used)]
