@@ -58,10 +58,7 @@ where
         let done = match live.find(raw) {
             Membership::Tracked(slot) => live.with(slot, raw, |state| f(state)),
             Membership::Untracked => None,
-            Membership::Unknown => s
-                .extensions_mut()
-                .get_mut::<SpanState>()
-                .map(|state| f(state)),
+            Membership::Unknown => s.extensions_mut().get_mut::<SpanState>().map(&mut *f),
         };
         if done == Some(true) {
             return;

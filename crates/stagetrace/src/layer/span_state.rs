@@ -74,6 +74,10 @@ pub(crate) struct RemoteState {
 }
 
 /// What the layer keeps for one tracked span.
+// Each table slot is sized for a call, and a call's state lives there in
+// place: boxing it would bring back the allocation per call the table is
+// there to avoid.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum SpanState {
     /// A table slot no span holds.
