@@ -487,7 +487,43 @@ fn sparse_ratio(attach: Attach, otel: &tracing::Dispatch) -> f64 {
     median(ratios)
 }
 
-criterion_group!(benches, call, other_spans);
+/// One call timed without spans, as the Python package times it
+/// (`stagetrace::direct`): three stages and a transport, then the call.
+#[inline(never)]
+fn one_direct_call(calls: &stagetrace::direct::DirectCalls) {
+    use stagetrace::direct::{DirectTransport, Mark};
+    let mut call = calls.start(None, None);
+    for stage in [
+        stagetrace::Stage::Capture,
+        stagetrace::Stage::Infer,
+        stagetrace::Stage::Dispatch,
+    ] {
+        let at = Mark::now();
+        call.add_stage(stage, std::hint::black_box(at), false);
+    }
+    let transport = DirectTransport::start(None);
+    call.add_transport(&transport, false);
+    calls.submit(&call);
+}
+
+/// The direct path's cost, so a change to the call's state does not make
+/// it slower unseen (`crates/stagetrace-py/bench/overhead.py` is the
+/// Python-side figure).
+fn direct(c: &mut Criterion) {
+    let (layer, guard) = StageLayer::builder()
+        .queue_capacity(1 << 16)
+        .host_figures(false)
+        .build()
+        .unwrap();
+    let calls = layer.direct_calls();
+    let mut g = c.benchmark_group("direct");
+    g.bench_function("one_call", |b| b.iter(|| one_direct_call(&calls)));
+    g.finish();
+    drop(layer);
+    drop(guard);
+}
+
+criterion_group!(benches, call, other_spans, direct);
 
 fn main() {
     benches();

@@ -208,11 +208,16 @@ impl DirectCall {
             request_first_byte: None,
             request_written: None,
             kernel_rx: None,
-            // Boxed only when there are relays (see `TransportAcc::hops`).
-            hops: (!transport.hops.is_empty()).then(|| Box::new(transport.hops)),
         };
-        self.state
-            .add_stage(Stage::Transport, transport.start, end, nested, Some(acc));
+        // Boxed only when there are relays (see `CallState::relays`).
+        let relays = (!transport.hops.is_empty()).then(|| Box::new(transport.hops));
+        self.state.add_stage(
+            Stage::Transport,
+            transport.start,
+            end,
+            nested,
+            Some((acc, relays)),
+        );
         self.add_observer(end);
     }
 

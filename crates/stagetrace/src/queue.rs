@@ -27,8 +27,9 @@ pub(crate) struct StageAcc {
     pub(crate) first_start_ticks: u64,
 }
 
-/// The transport span used for stitching.
-#[derive(Clone, Debug)]
+/// The transport span used for stitching (its relays, if any, are the
+/// call's [`relays`](CallState::relays)).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct TransportAcc {
     pub(crate) start: Stamp,
     pub(crate) end: Stamp,
@@ -44,10 +45,6 @@ pub(crate) struct TransportAcc {
     pub(crate) request_written: Option<Instant>,
     /// The kernel had the response's last byte, when it stamped it.
     pub(crate) kernel_rx: Option<Instant>,
-    /// The relays the response came through (none: a direct call).
-    /// Boxed: only relayed calls pay for their 200 bytes, and the call's
-    /// state, copied once per call onto the queue, stays small.
-    pub(crate) hops: Option<Box<crate::wire::Hops>>,
 }
 
 /// Per-call state, in the layer's table of open spans (or the call span's
@@ -75,6 +72,11 @@ pub(crate) struct CallState {
     /// Boxed: only calls that dispatch to a remote executor pay for it
     /// (one allocation when the ack arrives), the others keep the state small.
     pub(crate) executor: Option<Box<ExecAcc>>,
+    /// The relays the kept `transport`'s response came through (none: a
+    /// direct call). Boxed, and beside `transport` rather than in it, for
+    /// the same reason as `executor`: only relayed calls pay for their 200
+    /// bytes, and the rest of the state is copied whole.
+    pub(crate) relays: Option<Box<crate::wire::Hops>>,
     /// Id of the call's first `dispatch` span (0: none): the parent id sent
     /// to a remote executor.
     pub(crate) dispatch_span_id: u64,
@@ -103,10 +105,7 @@ impl CallState {
     pub(crate) fn take(&mut self) -> CallState {
         CallState {
             executor: self.executor.take(),
-            transport: self.transport.as_mut().map(|t| TransportAcc {
-                hops: t.hops.take(),
-                ..*t
-            }),
+            relays: self.relays.take(),
             ..*self
         }
     }
@@ -136,6 +135,7 @@ impl CallState {
             covered_ticks: 0,
             transport: None,
             executor: None,
+            relays: None,
             dispatch_span_id: 0,
             failed: None,
             digest: None,
@@ -175,6 +175,7 @@ impl CallState {
         self.covered_ticks = 0;
         self.transport = None;
         self.executor = None;
+        self.relays = None;
         self.dispatch_span_id = 0;
         self.failed = None;
         self.digest = None;
@@ -231,12 +232,13 @@ impl CallState {
         start: Stamp,
         end: Stamp,
         nested: bool,
-        transport: Option<TransportAcc>,
+        transport: Option<(TransportAcc, Option<Box<crate::wire::Hops>>)>,
     ) {
         self.add_span(stage, start, end, nested);
-        if let Some(t) = transport {
+        if let Some((t, relays)) = transport {
             if self.keeps_transport(t.timing.is_some()) {
                 self.transport = Some(t);
+                self.relays = relays;
             }
         }
     }

@@ -173,8 +173,8 @@ fn add_stage(call: &mut CallState, closed: &mut ClosedStage<'_>, nested: bool, e
             request_first_byte: t.request_first_byte,
             request_written: t.request_written,
             kernel_rx: t.kernel_rx,
-            hops: t.hops.take(),
         });
+        call.relays = t.hops.take();
     }
     // A nested span's wait is inside its outer stage's.
     if let (Some(ns), false) = (closed.run_wait_ns, nested) {

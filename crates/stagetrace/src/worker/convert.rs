@@ -221,7 +221,7 @@ impl Converter {
                 request_first_byte_unix_ns: t.request_first_byte.map(|at| anchor.to_unix_ns(at)),
             };
             let direct = Hops::new();
-            let relays = t.hops.as_deref().unwrap_or(&direct);
+            let relays = s.relays.as_deref().unwrap_or(&direct);
             let (st, hops) = self
                 .stitcher
                 .stitch_hops(t.peer.as_str(), client, relays, &timing);
