@@ -2,10 +2,10 @@
 //!
 //! The Python package (`crates/stagetrace-py`) times a call from Python
 //! context managers. Making a `tracing` span for each of them costs a
-//! registry slot, its extensions and the layer's callbacks (about 0.6 µs per
-//! span); here a call is a plain value instead: its stages are stamped on
-//! the layer's own clock ([`Mark::now`]) and added to the same per-call state
-//! the layer keeps in a call span's extensions, and the finished call is the
+//! registry slot and the layer's callbacks; here a call is a plain value
+//! instead: its stages are stamped on the layer's own clock ([`Mark::now`])
+//! and added to the same per-call state the layer keeps for a call span
+//! (`CallState`), and the finished call is the
 //! same [`Msg`] on the same bounded queue (`try_send`: a full queue drops the
 //! call and counts it in `queue_drops`, never blocks). The worker cannot
 //! tell the two apart, so records, summaries, clock stitching and every sink
