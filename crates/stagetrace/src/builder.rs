@@ -299,7 +299,9 @@ impl StageLayerBuilder {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let (layer, guard) = self.start(WithScope::for_subscriber::<S>())?;
+        let (mut layer, guard) = self.start(WithScope::for_subscriber::<S>())?;
+        // Behind its filter the layer does not see the app's spans enter.
+        layer.sees_every_enter = false;
         let filter = StageFilter {
             names: Arc::clone(&layer.names),
         };
@@ -384,6 +386,7 @@ impl StageLayerBuilder {
             remote_open: std::sync::atomic::AtomicUsize::new(0),
             live: crate::layer::LiveSpans::new(),
             host_figures: self.host_figures,
+            sees_every_enter: true,
         };
         let guard = FlushGuard {
             tx,

@@ -85,6 +85,13 @@ impl LiveSpans {
         }
     }
 
+    /// What tells this table's layer apart from other layers in the
+    /// process (the address of its buckets, fixed once built).
+    #[inline]
+    pub(crate) fn tag(&self) -> usize {
+        self.buckets.as_ptr() as usize
+    }
+
     #[inline]
     fn bucket(&self, id: u64) -> (usize, Option<&Bucket>) {
         // Fibonacci hashing: registry ids are slab indices, close together.

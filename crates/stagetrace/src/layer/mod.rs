@@ -19,6 +19,7 @@
 
 pub(crate) mod callsite;
 mod close;
+mod entered;
 mod fields;
 mod live;
 mod open;
@@ -78,6 +79,10 @@ pub struct StageLayer {
     /// Sample the host's counters as each call opens and closes
     /// ([`StageLayerBuilder::host_figures`](crate::StageLayerBuilder::host_figures)).
     pub(crate) host_figures: bool,
+    /// The layer sees every span enter and exit (a plain layer, `build()`):
+    /// it keeps its own stack of entered spans ([`entered`]) and asks it,
+    /// not the registry, for a new stage's parent.
+    pub(crate) sees_every_enter: bool,
 }
 
 impl fmt::Debug for StageLayer {
@@ -149,6 +154,18 @@ where
         // them all).
         if class.interesting() {
             self.open(class, attrs, id, &ctx);
+        }
+    }
+
+    fn on_enter(&self, id: &span::Id, _ctx: Context<'_, S>) {
+        if self.sees_every_enter {
+            entered::enter(self.live.tag(), id.into_u64());
+        }
+    }
+
+    fn on_exit(&self, id: &span::Id, _ctx: Context<'_, S>) {
+        if self.sees_every_enter {
+            entered::exit(self.live.tag(), id.into_u64());
         }
     }
 

@@ -10,6 +10,7 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::callsite::{Class, Role};
+use super::entered;
 use super::fields::Fields;
 use super::span_state::{Enclosing, Home, RemoteState, SpanState, StageState, TransportState};
 use super::StageLayer;
@@ -67,6 +68,7 @@ impl StageLayer {
                         state: None,
                     });
                 });
+                self.opened(id, None);
             }
             Role::Call => {
                 // A call inside a server's handler continues the caller's
@@ -79,29 +81,56 @@ impl StageLayer {
                     _ => None,
                 };
                 let call = self.new_call(&fields, remote, shared_ids);
-                self.keep(id, ctx, |s| call.fill(s, t0));
+                let home = self.keep(id, ctx, |s| call.fill(s, t0));
+                self.opened(
+                    id,
+                    home.map(|home| Enclosing {
+                        call: Some(home),
+                        nested: false,
+                        in_service: false,
+                    }),
+                );
             }
             Role::Stage(stage) => {
                 let to = self.enclosing(attrs, id, ctx);
                 self.open_stage(id, ctx, stage, t0, to, &fields, shared_ids);
+                self.opened(id, Some(Enclosing { nested: true, ..to }));
             }
         }
     }
 
     /// Keeps a new span's state, written by `fill`, in the table, or in its
-    /// registry extensions when its bucket is full.
+    /// registry extensions when its bucket is full; says where.
     #[inline]
-    fn keep<S>(&self, id: &span::Id, ctx: &Context<'_, S>, fill: impl FnOnce(&mut SpanState))
+    fn keep<S>(
+        &self,
+        id: &span::Id,
+        ctx: &Context<'_, S>,
+        fill: impl FnOnce(&mut SpanState),
+    ) -> Option<Home>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        if let Err(fill) = self.live.insert(id.into_u64(), fill) {
-            if let Some(span) = ctx.span(id) {
+        let raw = id.into_u64();
+        match self.live.insert(raw, fill) {
+            Ok(slot) => Some(Home::Table(slot, raw)),
+            Err(fill) => {
+                let span = ctx.span(id)?;
                 let mut state = SpanState::Vacant;
                 fill(&mut state);
                 span.extensions_mut().replace(state);
-                self.live.overflowed(id.into_u64());
+                self.live.overflowed(raw);
+                Some(Home::Registry(raw))
             }
+        }
+    }
+
+    /// Tracked span `id` opened on this thread; a stage inside it goes to
+    /// `child` (`None`: look at its state). Kept for its enter.
+    #[inline]
+    fn opened(&self, id: &span::Id, child: Option<Enclosing>) {
+        if self.sees_every_enter {
+            entered::opened(self.live.tag(), id.into_u64(), child);
         }
     }
 
@@ -124,7 +153,7 @@ impl StageLayer {
         if stage == Stage::Transport {
             let span_id = shared_ids.map_or_else(ids::span_id, |s| s.span_id);
             let peer = fields.peer.unwrap_or(InlineStr::new());
-            return self.keep(id, ctx, |s| {
+            self.keep(id, ctx, |s| {
                 *s = SpanState::Transport(TransportState {
                     start: t0,
                     span_id,
@@ -140,6 +169,7 @@ impl StageLayer {
                     to,
                 });
             });
+            return;
         }
         // Only a dispatch span sends a request of its own (to a remote
         // executor): only it needs an id.
@@ -175,7 +205,14 @@ impl StageLayer {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let Some(parent) = parent_of(attrs, ctx) else {
+        // The current span is a call or stage that opened on this thread:
+        // known without the registry or a look at its state.
+        if self.sees_every_enter && attrs.is_contextual() {
+            if let Some(to) = entered::current_child(self.live.tag()) {
+                return to;
+            }
+        }
+        let Some(parent) = self.parent_of(attrs, ctx) else {
             return Enclosing::default();
         };
         let known = self.with_state(&parent, ctx, |state, home| match state {
@@ -262,7 +299,7 @@ impl StageLayer {
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         // Usually the handler's span is the call's parent: one look.
-        let parent = parent_of(attrs, ctx)?;
+        let parent = self.parent_of(attrs, ctx)?;
         let direct = self.with_state(&parent, ctx, |state, _| match state {
             SpanState::Remote(r) => r.parent,
             _ => None,
@@ -390,18 +427,21 @@ impl NewCall {
     }
 }
 
-/// The id of a new span's parent, as the registry chose it: the current
-/// span for a contextual span (one registry lookup), else the explicit one.
-#[inline]
-fn parent_of<S>(attrs: &Attributes<'_>, ctx: &Context<'_, S>) -> Option<span::Id>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    if attrs.is_root() {
-        None
-    } else if attrs.is_contextual() {
-        ctx.current_span().id().cloned()
-    } else {
-        attrs.parent().cloned()
+impl StageLayer {
+    /// The id of a new span's parent, as the registry chose it: the current
+    /// span for a contextual span (one registry lookup), else the explicit
+    /// one.
+    #[inline]
+    fn parent_of<S>(&self, attrs: &Attributes<'_>, ctx: &Context<'_, S>) -> Option<span::Id>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        if attrs.is_root() {
+            None
+        } else if attrs.is_contextual() {
+            ctx.current_span().id().cloned()
+        } else {
+            attrs.parent().cloned()
+        }
     }
 }
