@@ -12,6 +12,8 @@
 //! - [`callsite`]: what each callsite is, classified once and cached;
 //! - [`fields`]: the field visitor (`stage`, `kind`, `seq`, `peer`);
 //! - [`live`]: the open spans this layer tracks and their state;
+//! - [`entered`]: the spans entered on each thread (a stage's parent
+//!   without the registry);
 //! - [`span_state`]: the per-span state;
 //! - [`open`], [`close`]: what a span's open and close do;
 //! - [`scope`]: walking a span's scope from a bare `tracing::Span`;
