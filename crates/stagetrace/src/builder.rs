@@ -283,7 +283,7 @@ impl StageLayerBuilder {
     /// once on stderr, counted as `records_lost` / `summary_write_failures`
     /// and retried, and the app keeps running.
     pub fn build(self) -> Result<(StageLayer, FlushGuard), BuildError> {
-        self.start(WithScope::unset(), true)
+        self.start(WithScope::unset())
     }
 
     /// Like [`build`](Self::build), but behind a per-layer filter that
@@ -299,20 +299,17 @@ impl StageLayerBuilder {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        let (layer, guard) = self.start(WithScope::for_subscriber::<S>(), false)?;
+        let (mut layer, guard) = self.start(WithScope::for_subscriber::<S>())?;
+        // Behind its filter the layer does not see the app's spans enter.
+        layer.sees_every_enter = false;
         let filter = StageFilter {
             names: Arc::clone(&layer.names),
         };
         Ok((layer.with_filter(filter), guard))
     }
 
-    /// Checks the configuration, starts the worker and makes the layer;
-    /// `plain`: it sees every span (keeps a table of the spans it tracks).
-    fn start(
-        self,
-        with_scope: WithScope,
-        plain: bool,
-    ) -> Result<(StageLayer, FlushGuard), BuildError> {
+    /// Checks the configuration, starts the worker and makes the layer.
+    fn start(self, with_scope: WithScope) -> Result<(StageLayer, FlushGuard), BuildError> {
         if self.window.is_zero() {
             return Err(BuildError::ZeroWindow);
         }
@@ -387,8 +384,9 @@ impl StageLayerBuilder {
             context_hook: self.context_hook,
             dispatch: std::sync::OnceLock::new(),
             remote_open: std::sync::atomic::AtomicUsize::new(0),
-            live: plain.then(crate::layer::LiveSpans::new),
+            live: crate::layer::LiveSpans::new(),
             host_figures: self.host_figures,
+            sees_every_enter: true,
         };
         let guard = FlushGuard {
             tx,

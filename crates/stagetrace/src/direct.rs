@@ -2,10 +2,10 @@
 //!
 //! The Python package (`crates/stagetrace-py`) times a call from Python
 //! context managers. Making a `tracing` span for each of them costs a
-//! registry slot, its extensions and the layer's callbacks (about 0.6 µs per
-//! span); here a call is a plain value instead: its stages are stamped on
-//! the layer's own clock ([`Mark::now`]) and added to the same per-call state
-//! the layer keeps in a call span's extensions, and the finished call is the
+//! registry slot and the layer's callbacks; here a call is a plain value
+//! instead: its stages are stamped on the layer's own clock ([`Mark::now`])
+//! and added to the same per-call state the layer keeps for a call span
+//! (`CallState`), and the finished call is the
 //! same [`Msg`] on the same bounded queue (`try_send`: a full queue drops the
 //! call and counts it in `queue_drops`, never blocks). The worker cannot
 //! tell the two apart, so records, summaries, clock stitching and every sink
@@ -208,10 +208,16 @@ impl DirectCall {
             request_first_byte: None,
             request_written: None,
             kernel_rx: None,
-            hops: transport.hops,
         };
-        self.state
-            .add_stage(Stage::Transport, transport.start, end, nested, Some(acc));
+        // Boxed only when there are relays (see `CallState::relays`).
+        let relays = (!transport.hops.is_empty()).then(|| Box::new(transport.hops));
+        self.state.add_stage(
+            Stage::Transport,
+            transport.start,
+            end,
+            nested,
+            Some((acc, relays)),
+        );
         self.add_observer(end);
     }
 

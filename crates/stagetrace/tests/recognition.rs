@@ -1,9 +1,10 @@
 //! A stage is a stage however it is named and however the layer is attached:
 //! by its default name, by `map_span`, by a `stage` field, or nested under the
 //! app's own spans inside the call; behind the per-layer filter, as a plain
-//! layer that skips the app's spans itself, and next to an app layer. And a
-//! plain layer that keeps more spans open than its table of live spans holds
-//! still measures every call.
+//! layer that skips the app's spans itself, and next to an app layer; and
+//! whichever way the stage reaches its call (an explicit parent, another
+//! thread, the app's spans in between). And a plain layer that keeps more
+//! spans open than its table of live spans holds still measures every call.
 
 #![allow(clippy::unwrap_used)]
 
@@ -172,4 +173,113 @@ fn more_open_calls_than_the_live_table_holds_are_all_measured() {
         .collect();
     seqs.sort_unstable();
     assert_eq!(seqs, (0..CALLS as u64).collect::<Vec<_>>());
+}
+
+/// The parent paths a stage can take to its call, each a different way to
+/// find it when the stage opens (the layer looks once and carries it down):
+/// an explicit `parent:`, a span opened and closed on another thread, a
+/// stage under the app's own span under another stage (nested: counted in
+/// the gap once), and a stage under no call at all.
+fn parent_paths(truth: &mut Truth) {
+    let call = info_span!("tick", seq = 0u64);
+    truth.capture.push(timed(
+        || info_span!(parent: &call, "grab_frames"),
+        Duration::from_millis(2),
+    ));
+    let on_another_thread = {
+        let call = call.clone();
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+        std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&dispatch, || {
+                call.in_scope(|| {
+                    timed(
+                        || info_span!("policy", stage = "infer"),
+                        Duration::from_millis(3),
+                    )
+                })
+            })
+        })
+    };
+    truth.infer.push(on_another_thread.join().unwrap());
+    call.in_scope(|| {
+        let outer = Instant::now();
+        let dispatch = info_span!("dispatch").entered();
+        let spun = info_span!("app_work").in_scope(|| {
+            // Nested in dispatch through the app's span: its time is
+            // already dispatch's.
+            info_span!("queue").in_scope(|| spin_for(Duration::from_millis(1)))
+        });
+        drop(dispatch);
+        truth.dispatch.push((ms(spun), ms(outer.elapsed())));
+    });
+    drop(call);
+    info_span!(parent: None, "dispatch").in_scope(|| std::hint::black_box(0));
+}
+
+fn check_parent_paths(
+    kept: &Collect,
+    summary: &stagetrace::WindowSummary,
+    truth: &Truth,
+    how: &str,
+) {
+    let records = kept.records();
+    assert_eq!(records.len(), 1, "{how}: {records:?}");
+    let r = &records[0];
+    for (figure, (spun, bracket)) in [
+        (Figure::Capture, truth.capture[0]),
+        (Figure::Infer, truth.infer[0]),
+        (Figure::Dispatch, truth.dispatch[0]),
+    ] {
+        let got = r
+            .ms(figure)
+            .unwrap_or_else(|| panic!("{how}: no {figure:?}: {r:?}"));
+        assert!(
+            got >= spun - 0.01 && got <= bracket + 0.01,
+            "{how}: {figure:?} {got} ms outside [{spun}, {bracket}]"
+        );
+    }
+    let queue = r
+        .ms(Figure::Queue)
+        .unwrap_or_else(|| panic!("{how}: no queue: {r:?}"));
+    assert!(queue >= 1.0, "{how}: {r:?}");
+    // The nested queue is inside dispatch: e2e = the three top-level
+    // stages + gap, not four.
+    let top: f64 = [Figure::Capture, Figure::Infer, Figure::Dispatch]
+        .iter()
+        .filter_map(|f| r.ms(*f))
+        .sum();
+    let residual = (r.ms(Figure::E2e).unwrap() - top - r.ms(Figure::Gap).unwrap()).abs();
+    assert!(residual <= 0.003, "{how}: {r:?}");
+    // The dispatch under no call is not a stage of any call.
+    assert_eq!(summary.ignored_spans, 1, "{how}");
+}
+
+#[test]
+fn stages_by_explicit_parent_another_thread_and_nesting_through_app_spans() {
+    for (how, filtered, app_layer) in [
+        ("build()", false, false),
+        ("build() + app layer", false, true),
+        ("build_filtered() + app layer", true, true),
+    ] {
+        let kept = Collect::default();
+        let mut truth = Truth::default();
+        let summary = if filtered {
+            let (layer, guard) = builder(&kept).build_filtered().unwrap();
+            let subscriber = tracing_subscriber::registry().with(layer).with(AppLayer);
+            tracing::subscriber::with_default(subscriber, || parent_paths(&mut truth));
+            guard.finish()
+        } else {
+            let (layer, guard) = builder(&kept).build().unwrap();
+            let registry = tracing_subscriber::registry().with(layer);
+            if app_layer {
+                tracing::subscriber::with_default(registry.with(AppLayer), || {
+                    parent_paths(&mut truth)
+                });
+            } else {
+                tracing::subscriber::with_default(registry, || parent_paths(&mut truth));
+            }
+            guard.finish()
+        };
+        check_parent_paths(&kept, &summary, &truth, how);
+    }
 }

@@ -1,24 +1,33 @@
-//! Which open spans carry this layer's state, answered without asking the
-//! registry: a layer without a per-layer filter is told of every span's
-//! close and record, and looking each one up in the registry (a slab access
-//! and an extension search) was most of what it cost the app's own spans.
+//! The open spans this layer keeps state for, and that state, without the
+//! registry: looking a span up in the registry (a slab access and a lock)
+//! and boxing its state into the span's extensions (a `HashMap` insert, a
+//! `malloc`, a `free` and a clear at close) was most of what the layer cost
+//! per span (`docs/stages.md`, "Overhead").
 //!
-//! [`LiveSpans`] is a fixed table of buckets, one cache line each, keyed by
-//! the span's id. A tracked span's id sits in its own bucket, so a lookup
-//! reads one line and needs no probe chain, no tombstones and no lock. A
-//! bucket that is full (more tracked spans open than the table expects) puts
-//! the id in no bucket and counts it in `overflow`; while that count is not
-//! 0, a span found in no bucket is looked up in the registry as before, so
-//! an overflow costs time, never a call.
+//! [`LiveSpans`] is a fixed table of buckets, one cache line of span ids
+//! each, and beside every id slot the span's [`SpanState`] under a lock of
+//! its own. A tracked span's id sits in its own bucket, so a lookup reads one
+//! line and needs no probe chain, no tombstones and no table-wide lock. A
+//! span whose bucket is full keeps its state in the registry's extensions
+//! instead and is counted in its bucket's `overflow`; while that count is
+//! not 0, a span of that bucket found in no slot is looked up in the
+//! registry, so an overflow costs time (for that bucket's spans only),
+//! never a call.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use super::span_state::SpanState;
 
 /// Ids per bucket: one 64-byte cache line of `u64`s.
 const BUCKET: usize = 8;
-/// Buckets (a power of two): 4096 open tracked spans fill it half, far more
-/// than a control loop or a server's concurrent calls keep open.
-const BUCKETS: usize = 1024;
+/// Buckets (a power of two). Each slot holds a call's whole state (under
+/// 1 KB), so the table is kept to 512 slots (about 0.5 MB): far more spans
+/// than a control loop or a server's concurrent calls keep open; a bucket
+/// that fills sends its ninth span to the registry.
+const BUCKETS: usize = 64;
+const SLOTS: usize = BUCKET * BUCKETS;
 const EMPTY: u64 = 0;
 
 /// One cache line of ids.
@@ -28,28 +37,42 @@ struct Bucket([AtomicU64; BUCKET]);
 /// The open spans this layer keeps state for.
 pub(crate) struct LiveSpans {
     buckets: Box<[Bucket]>,
-    /// Tracked spans open but in no bucket (their bucket was full).
-    overflow: AtomicUsize,
+    /// `states[b * BUCKET + i]` belongs to the id in `buckets[b].0[i]`.
+    states: Box<[Mutex<SpanState>]>,
+    /// Per bucket: tracked spans open but in no slot (their state is in the
+    /// registry).
+    overflow: Box<[AtomicUsize]>,
 }
 
 impl fmt::Debug for LiveSpans {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LiveSpans")
-            .field("overflow", &self.overflow.load(Ordering::Relaxed))
+            .field(
+                "overflow",
+                &self
+                    .overflow
+                    .iter()
+                    .map(|n| n.load(Ordering::Relaxed))
+                    .sum::<usize>(),
+            )
             .finish_non_exhaustive()
     }
 }
 
-/// Is a span this layer's, as far as the table can tell?
+/// Where a span's state is, as far as the table can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Membership {
-    /// In the table: this layer keeps state for it.
-    Tracked,
+    /// In the table, at this slot.
+    Tracked(Slot),
     /// In no bucket and no tracked span overflowed: not this layer's.
     Untracked,
     /// In no bucket, but some tracked spans overflowed: ask the registry.
     Unknown,
 }
+
+/// A slot of the table: where one open span's state lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot(u32);
 
 impl LiveSpans {
     pub(crate) fn new() -> Self {
@@ -57,75 +80,158 @@ impl LiveSpans {
             buckets: (0..BUCKETS)
                 .map(|_| Bucket(std::array::from_fn(|_| AtomicU64::new(EMPTY))))
                 .collect(),
-            overflow: AtomicUsize::new(0),
+            states: (0..SLOTS).map(|_| Mutex::new(SpanState::Vacant)).collect(),
+            overflow: (0..BUCKETS).map(|_| AtomicUsize::new(0)).collect(),
         }
     }
 
+    /// What tells this table's layer apart from other layers in the
+    /// process (the address of its buckets, fixed once built).
     #[inline]
-    fn bucket(&self, id: u64) -> Option<&Bucket> {
+    pub(crate) fn tag(&self) -> usize {
+        self.buckets.as_ptr() as usize
+    }
+
+    #[inline]
+    fn bucket(&self, id: u64) -> (usize, Option<&Bucket>) {
         // Fibonacci hashing: registry ids are slab indices, close together.
-        let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - BUCKETS.trailing_zeros());
-        self.buckets.get(h as usize)
+        let h =
+            (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - BUCKETS.trailing_zeros())) as usize;
+        (h, self.buckets.get(h))
     }
 
-    /// Notes that span `id` now carries this layer's state.
-    pub(crate) fn insert(&self, id: u64) {
-        if let Some(bucket) = self.bucket(id) {
-            for slot in &bucket.0 {
-                // Read before writing: a failed compare-exchange still takes
-                // the cache line from the other cores.
-                if slot.load(Ordering::Relaxed) == EMPTY
-                    && slot
-                        .compare_exchange(EMPTY, id, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    return;
+    #[inline]
+    fn lock(&self, slot: Slot) -> Option<MutexGuard<'_, SpanState>> {
+        // Nothing panics while holding a slot; a poisoned one is still whole.
+        let m = self.states.get(slot.0 as usize)?;
+        Some(m.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Keeps span `id`'s state, written in its slot by `fill` (built in
+    /// place: a call's state is not copied in). Gives `fill` back when the
+    /// span's bucket is full (the caller keeps the state in the registry
+    /// and calls [`overflowed`](Self::overflowed)).
+    #[inline]
+    pub(crate) fn insert<F: FnOnce(&mut SpanState)>(&self, id: u64, fill: F) -> Result<Slot, F> {
+        let (b, bucket) = self.bucket(id);
+        if let Some(bucket) = bucket {
+            for (i, cell) in bucket.0.iter().enumerate() {
+                // Read before locking: a full slot is skipped without
+                // taking its line from the other cores.
+                if cell.load(Ordering::Relaxed) != EMPTY {
+                    continue;
+                }
+                let slot = Slot((b * BUCKET + i) as u32);
+                let Some(mut state) = self.lock(slot) else {
+                    break;
+                };
+                // Ids are set and cleared under the slot's lock: empty here
+                // means free. The state is in place before the id shows.
+                if cell.load(Ordering::Acquire) == EMPTY {
+                    fill(&mut state);
+                    cell.store(id, Ordering::Release);
+                    return Ok(slot);
                 }
             }
         }
-        self.overflow.fetch_add(1, Ordering::AcqRel);
+        Err(fill)
     }
 
-    /// Whether span `id` is tracked, without forgetting it.
-    #[inline]
-    pub(crate) fn contains(&self, id: u64) -> Membership {
-        if let Some(bucket) = self.bucket(id) {
-            if bucket.0.iter().any(|s| s.load(Ordering::Acquire) == id) {
-                return Membership::Tracked;
-            }
+    /// Span `id`, whose state went to the registry, has opened.
+    pub(crate) fn overflowed(&self, id: u64) {
+        if let Some(n) = self.overflow.get(self.bucket(id).0) {
+            n.fetch_add(1, Ordering::AcqRel);
         }
-        self.unknown_if_overflowed()
     }
 
-    /// Whether span `id` is tracked, forgetting it (its close).
+    /// Where span `id`'s state is.
     #[inline]
-    pub(crate) fn remove(&self, id: u64) -> Membership {
-        if let Some(bucket) = self.bucket(id) {
-            for slot in &bucket.0 {
-                // Only the span's own close removes its id, so once read
-                // here it stays until this store.
-                if slot.load(Ordering::Acquire) == id {
-                    slot.store(EMPTY, Ordering::Release);
-                    return Membership::Tracked;
+    pub(crate) fn find(&self, id: u64) -> Membership {
+        let (b, bucket) = self.bucket(id);
+        if let Some(bucket) = bucket {
+            for (i, cell) in bucket.0.iter().enumerate() {
+                if cell.load(Ordering::Acquire) == id {
+                    return Membership::Tracked(Slot((b * BUCKET + i) as u32));
                 }
             }
         }
-        self.unknown_if_overflowed()
+        self.unknown_if_overflowed(b)
     }
 
-    /// An overflowed span found in the registry has closed.
-    pub(crate) fn overflowed_closed(&self) {
-        let _ = self
-            .overflow
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    /// Runs `f` on the state in `slot`, if it still belongs to span `id`.
+    #[inline]
+    pub(crate) fn with<R>(
+        &self,
+        slot: Slot,
+        id: u64,
+        f: impl FnOnce(&mut SpanState) -> R,
+    ) -> Option<R> {
+        let mut state = self.lock(slot)?;
+        (self.id_at(slot) == id).then(|| f(&mut state))
+    }
+
+    fn id_at(&self, slot: Slot) -> u64 {
+        let i = slot.0 as usize;
+        self.buckets
+            .get(i / BUCKET)
+            .and_then(|b| b.0.get(i % BUCKET))
+            .map_or(EMPTY, |cell| cell.load(Ordering::Acquire))
+    }
+
+    /// Forgets span `id` (its close), running `f` on its state first when
+    /// it was in the table. The state stays in the slot (the next span there
+    /// overwrites it) unless it holds a shared `tracestate`: a call's 1 KB is
+    /// not copied out to be thrown away.
+    #[cfg(test)]
+    pub(crate) fn remove<R>(
+        &self,
+        id: u64,
+        f: impl FnOnce(&mut SpanState) -> R,
+    ) -> Result<R, Membership> {
+        match self.find(id) {
+            Membership::Tracked(slot) => self.remove_at(slot, id, f),
+            other => Err(other),
+        }
+    }
+
+    /// [`remove`](Self::remove) for a span [`find`](Self::find) found at `slot`.
+    #[inline]
+    pub(crate) fn remove_at<R>(
+        &self,
+        slot: Slot,
+        id: u64,
+        f: impl FnOnce(&mut SpanState) -> R,
+    ) -> Result<R, Membership> {
+        let i = slot.0 as usize;
+        let cell = self
+            .buckets
+            .get(i / BUCKET)
+            .and_then(|b| b.0.get(i % BUCKET));
+        match (self.lock(slot), cell) {
+            (Some(mut state), Some(cell)) if cell.load(Ordering::Acquire) == id => {
+                let r = f(&mut state);
+                if matches!(*state, SpanState::Remote(_)) {
+                    *state = SpanState::Vacant;
+                }
+                cell.store(EMPTY, Ordering::Release);
+                Ok(r)
+            }
+            _ => Err(self.unknown_if_overflowed(self.bucket(id).0)),
+        }
+    }
+
+    /// Overflowed span `id`, found in the registry, has closed.
+    pub(crate) fn overflowed_closed(&self, id: u64) {
+        if let Some(n) = self.overflow.get(self.bucket(id).0) {
+            let _ = n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
     }
 
     #[inline]
-    fn unknown_if_overflowed(&self) -> Membership {
-        if self.overflow.load(Ordering::Acquire) == 0 {
-            Membership::Untracked
-        } else {
-            Membership::Unknown
+    fn unknown_if_overflowed(&self, bucket: usize) -> Membership {
+        match self.overflow.get(bucket) {
+            Some(n) if n.load(Ordering::Acquire) != 0 => Membership::Unknown,
+            _ => Membership::Untracked,
         }
     }
 }
@@ -133,45 +239,83 @@ impl LiveSpans {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layer::span_state::RemoteState;
+
+    fn remote(span_id: u64) -> SpanState {
+        SpanState::Remote(RemoteState {
+            span_id,
+            parent: None,
+            state: None,
+        })
+    }
+
+    fn tracked(m: Membership) -> bool {
+        matches!(m, Membership::Tracked(_))
+    }
+
+    /// The `span_id` kept for span `id`, read through the table.
+    fn kept(live: &LiveSpans, id: u64) -> Option<u64> {
+        let Membership::Tracked(slot) = live.find(id) else {
+            return None;
+        };
+        live.with(slot, id, |s| match s {
+            SpanState::Remote(r) => r.span_id,
+            _ => 0,
+        })
+    }
 
     #[test]
-    fn ids_in_and_out() {
+    fn ids_and_their_state_in_and_out() {
         let live = LiveSpans::new();
-        assert_eq!(live.contains(7), Membership::Untracked);
-        live.insert(7);
-        assert_eq!(live.contains(7), Membership::Tracked);
-        assert_eq!(live.contains(8), Membership::Untracked);
-        assert_eq!(live.remove(7), Membership::Tracked);
-        assert_eq!(live.remove(7), Membership::Untracked);
-        assert_eq!(live.contains(7), Membership::Untracked);
+        assert_eq!(live.find(7), Membership::Untracked);
+        assert!(live.insert(7, |s| *s = remote(70)).is_ok());
+        assert_eq!(kept(&live, 7), Some(70));
+        assert_eq!(live.find(8), Membership::Untracked);
+        let closed = live.remove(7, |s| matches!(s, SpanState::Remote(r) if r.span_id == 70));
+        assert_eq!(closed, Ok(true));
+        assert_eq!(live.remove(7, |_| ()), Err(Membership::Untracked));
+        assert_eq!(live.find(7), Membership::Untracked);
     }
 
     #[test]
     fn a_full_bucket_overflows_into_registry_lookups_until_its_span_closes() {
         let live = LiveSpans::new();
         // Ids that share one bucket: more than it holds.
-        let first = 1u64;
-        let home = live.bucket(first).map(|b| b as *const Bucket);
+        let home = live.bucket(1).0;
         let same: Vec<u64> = (1u64..)
-            .filter(|&id| live.bucket(id).map(|b| b as *const Bucket) == home)
+            .filter(|&id| live.bucket(id).0 == home)
             .take(BUCKET + 1)
             .collect();
-        for &id in &same {
-            live.insert(id);
+        for &id in &same[..BUCKET] {
+            assert!(live.insert(id, |s| *s = remote(id)).is_ok());
         }
         let last = same[BUCKET];
-        // The ninth id is in no bucket: it and every untracked id are unknown.
-        assert_eq!(live.contains(last), Membership::Unknown);
-        assert_eq!(live.contains(1_000_003), Membership::Unknown);
+        // The ninth id gets its filler back: the caller keeps it elsewhere.
+        let Err(fill) = live.insert(last, |s| *s = remote(last)) else {
+            panic!("a ninth id in a bucket of eight");
+        };
+        let mut elsewhere = SpanState::Vacant;
+        fill(&mut elsewhere);
+        assert!(matches!(elsewhere, SpanState::Remote(r) if r.span_id == last));
+        live.overflowed(last);
+        // It and every untracked id of its bucket are unknown now; other
+        // buckets' ids are not.
+        let neighbour = (same[BUCKET] + 1..)
+            .find(|&id| live.bucket(id).0 == home)
+            .unwrap_or(0);
+        let stranger = (1u64..).find(|&id| live.bucket(id).0 != home).unwrap_or(0);
+        assert_eq!(live.find(last), Membership::Unknown);
+        assert_eq!(live.find(neighbour), Membership::Unknown);
+        assert_eq!(live.find(stranger), Membership::Untracked);
         for &id in &same[..BUCKET] {
-            assert_eq!(live.contains(id), Membership::Tracked);
+            assert_eq!(kept(&live, id), Some(id));
         }
         // Its close, found in the registry, ends the overflow.
-        assert_eq!(live.remove(last), Membership::Unknown);
-        live.overflowed_closed();
-        assert_eq!(live.contains(1_000_003), Membership::Untracked);
+        assert_eq!(live.remove(last, |_| ()), Err(Membership::Unknown));
+        live.overflowed_closed(last);
+        assert_eq!(live.find(neighbour), Membership::Untracked);
         for &id in &same[..BUCKET] {
-            assert_eq!(live.remove(id), Membership::Tracked);
+            assert_eq!(live.remove(id, |_| ()), Ok(()));
         }
     }
 
@@ -184,15 +328,27 @@ mod tests {
                 std::thread::spawn(move || {
                     for round in 0..2_000u64 {
                         let ids: Vec<u64> = (0..16).map(|i| 1 + t + 4 * (i + 16 * round)).collect();
+                        let mut overflowed = 0;
                         for &id in &ids {
-                            live.insert(id);
+                            if live.insert(id, |s| *s = remote(id)).is_err() {
+                                live.overflowed(id);
+                                overflowed += 1;
+                            }
                         }
                         for &id in &ids {
-                            assert_ne!(live.contains(id), Membership::Untracked);
+                            let m = live.find(id);
+                            assert_ne!(m, Membership::Untracked);
+                            if tracked(m) {
+                                assert_eq!(kept(&live, id), Some(id));
+                            }
                         }
                         for &id in &ids {
-                            assert_ne!(live.remove(id), Membership::Untracked);
+                            if live.remove(id, |_| ()).is_err() {
+                                live.overflowed_closed(id);
+                                overflowed -= 1;
+                            }
                         }
+                        assert_eq!(overflowed, 0);
                     }
                 })
             })
@@ -200,6 +356,6 @@ mod tests {
         for t in threads {
             assert!(t.join().is_ok());
         }
-        assert_eq!(live.contains(5), Membership::Untracked);
+        assert_eq!(live.find(5), Membership::Untracked);
     }
 }

@@ -6,10 +6,13 @@
 use std::fmt;
 
 use tracing_core::{span, Dispatch, Subscriber};
-use tracing_subscriber::registry::{ExtensionsMut, LookupSpan};
+use tracing_subscriber::registry::LookupSpan;
 
-/// Walks the scope of a span, innermost first, handing each span's extensions
-/// to `f` until it returns `true`. Set when the layer is attached, because
+use super::live::{LiveSpans, Membership};
+use super::span_state::SpanState;
+
+/// Walks the scope of a span, innermost first, handing the state of each
+/// span the layer tracks to `f` until it returns `true`. Set when the layer is attached, because
 /// only then is the subscriber type known (tracing-opentelemetry's `WithContext`
 /// does the same).
 #[derive(Clone, Copy)]
@@ -29,7 +32,7 @@ impl WithScope {
     }
 }
 
-type WalkFn = fn(&Dispatch, &span::Id, &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool);
+type WalkFn = fn(&Dispatch, &span::Id, &mut dyn FnMut(&mut SpanState) -> bool);
 
 impl fmt::Debug for WithScope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -37,34 +40,40 @@ impl fmt::Debug for WithScope {
     }
 }
 
-fn walk_scope<S>(
-    dispatch: &Dispatch,
-    id: &span::Id,
-    f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool,
-) where
+fn walk_scope<S>(dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut SpanState) -> bool)
+where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
+    let (Some(subscriber), Some(live)) = (
+        dispatch.downcast_ref::<S>(),
+        dispatch.downcast_ref::<LiveSpans>(),
+    ) else {
         return;
     };
     let Some(span) = subscriber.span(id) else {
         return;
     };
     for s in span.scope() {
-        if f(&mut s.extensions_mut()) {
+        let raw = s.id().into_u64();
+        let done = match live.find(raw) {
+            Membership::Tracked(slot) => live.with(slot, raw, |state| f(state)),
+            Membership::Untracked => None,
+            Membership::Unknown => s.extensions_mut().get_mut::<SpanState>().map(&mut *f),
+        };
+        if done == Some(true) {
             return;
         }
     }
 }
 
-/// Runs `f` on the extensions of `span` and its ancestors, innermost first,
-/// until `f` returns `true`. Does nothing when no stage layer is installed.
+/// Runs `f` on the state of `span` and its ancestors (those the layer
+/// tracks), innermost first, until `f` returns `true`. Does nothing when no stage layer is installed.
 ///
 /// A span no layer enabled (e.g. a non-stage span when stagetrace is the only
 /// layer) has no scope of its own: the current span stands in for it.
-pub(crate) fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool) {
+pub(crate) fn walk(span: &tracing::Span, f: &mut dyn FnMut(&mut SpanState) -> bool) {
     let walk_from =
-        |dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut ExtensionsMut<'_>) -> bool| {
+        |dispatch: &Dispatch, id: &span::Id, f: &mut dyn FnMut(&mut SpanState) -> bool| {
             if let Some(WithScope(Some(walk))) = dispatch.downcast_ref::<WithScope>() {
                 walk(dispatch, id, f);
             }

@@ -6,15 +6,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing_subscriber::registry::{LookupSpan, SpanRef};
-
 use crate::executor::ExecutorAck;
 use crate::queue::CallState;
 use crate::wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
 use super::callsite::REMOTE_PARENT_SPAN;
 use super::scope::walk;
-use super::span_state::{RemoteState, StageState, TransportState};
+use super::span_state::{SpanState, TransportState};
 
 /// Keeps [`StageSpanExt`] implemented for `tracing::Span` only, so methods
 /// can be added to it without breaking anyone.
@@ -165,7 +163,10 @@ impl StageSpanExt for tracing::Span {
     }
 
     fn record_hops(&self, hops: Hops) {
-        with_transport(self, |t| t.hops = hops);
+        // Boxed before the span's state is locked; only relayed responses
+        // have hops, so only they pay for the box.
+        let mut hops = (!hops.is_empty()).then(|| Box::new(hops));
+        with_transport(self, |t| t.hops = hops.take());
     }
 
     fn record_response_first_byte(&self, at: Instant) {
@@ -194,15 +195,16 @@ impl StageSpanExt for tracing::Span {
 
     fn set_remote_parent(&self, context: TraceContext) {
         let mut context = Some(context);
-        walk(self, &mut |ext| {
-            if let Some(r) = ext.get_mut::<RemoteState>() {
+        walk(self, &mut |state| match state {
+            SpanState::Remote(r) => {
                 if let Some(c) = context.take() {
                     r.parent = Some(c.parent);
                     r.state = (!c.state.is_empty()).then(|| Arc::new(c.state));
                 }
-                return true;
+                true
             }
-            ext.get_mut::<CallState>().is_some()
+            SpanState::Call(_) => true,
+            _ => false,
         });
     }
 
@@ -229,23 +231,24 @@ impl StageSpanExt for tracing::Span {
 /// Runs `f` on the state of the transport span enclosing `span` (or `span`
 /// itself), stopping at the call.
 fn with_transport(span: &tracing::Span, mut f: impl FnMut(&mut TransportState)) {
-    walk(span, &mut |ext| {
-        if let Some(t) = ext.get_mut::<TransportState>() {
+    walk(span, &mut |state| match state {
+        SpanState::Transport(t) => {
             f(t);
-            return true;
+            true
         }
-        ext.get_mut::<CallState>().is_some()
+        SpanState::Call(_) => true,
+        _ => false,
     });
 }
 
 /// Runs `f` on the state of the call enclosing `span` (or `span` itself).
 fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
-    walk(span, &mut |ext| match ext.get_mut::<CallState>() {
-        Some(call) => {
+    walk(span, &mut |state| match state {
+        SpanState::Call(call) => {
             f(call);
             true
         }
-        None => false,
+        _ => false,
     });
 }
 
@@ -283,9 +286,9 @@ fn outgoing(
 ) -> Option<(TraceParent, Option<Arc<TraceState>>)> {
     let mut transport: Option<(u64, bool)> = None;
     let mut out: Option<(TraceParent, Option<Arc<TraceState>>)> = None;
-    walk(span, &mut |ext| {
+    walk(span, &mut |state| {
         if out.is_none() {
-            if let Some(t) = ext.get_mut::<TransportState>() {
+            if let SpanState::Transport(t) = state {
                 if transport.is_none() && t.span_id != 0 {
                     transport = Some((t.span_id, t.shared));
                 }
@@ -293,13 +296,13 @@ fn outgoing(
             }
             // A dispatch span (to a remote executor) is the parent of what
             // it sends, as a transport span is.
-            if let Some(st) = ext.get_mut::<StageState>() {
+            if let SpanState::Stage(st) = state {
                 if transport.is_none() && st.span_id != 0 {
                     transport = Some((st.span_id, st.shared));
                 }
                 return false;
             }
-            if let Some(call) = ext.get_mut::<CallState>() {
+            if let SpanState::Call(call) = state {
                 // A transport id from another layer's trace only makes sense in
                 // that trace: if the call kept ids of its own, so does the parent.
                 let parent_id = match transport {
@@ -319,7 +322,7 @@ fn outgoing(
                 return !with_state;
             }
         }
-        let Some(r) = ext.get_mut::<RemoteState>() else {
+        let SpanState::Remote(r) = state else {
             return false;
         };
         // A remote parent span the server never set is transparent.
@@ -346,26 +349,4 @@ fn outgoing(
         true
     });
     out
-}
-
-/// The remote parent a call opened under `parent` continues: the nearest
-/// enclosing remote parent span's context, not past another call.
-pub(crate) fn remote_parent_of<S>(mut next: Option<SpanRef<'_, S>>) -> Option<TraceParent>
-where
-    S: for<'a> LookupSpan<'a>,
-{
-    while let Some(span) = next {
-        {
-            let ext = span.extensions();
-            if let Some(r) = ext.get::<RemoteState>() {
-                if r.parent.is_some() {
-                    return r.parent;
-                }
-            } else if ext.get::<CallState>().is_some() {
-                return None;
-            }
-        }
-        next = span.parent();
-    }
-    None
 }

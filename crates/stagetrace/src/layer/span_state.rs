@@ -1,12 +1,14 @@
-//! What the layer keeps in the registry's extensions of a stage span. A call
-//! span keeps a [`CallState`](crate::queue::CallState), which is also what
-//! the worker receives when the call closes.
+//! What the layer keeps for each span it tracks: one [`SpanState`], in its
+//! own table ([`super::live`]) or, when that is full, in the span's registry
+//! extensions. A call span keeps a [`CallState`], which is also what the
+//! worker receives when the call closes.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::host_share::RunWaitMark;
 use crate::inline_str::{InlineStr, PEER_LEN};
+use crate::queue::CallState;
 use crate::stage::Stage;
 use crate::stamp::Stamp;
 use crate::wire::{Hops, ServerTiming, TraceParent, TraceState};
@@ -26,11 +28,13 @@ pub(crate) struct StageState {
     /// The thread's run-queue wait when a robot's own stage (capture,
     /// dispatch) opened, and the thread's tag, with host figures on.
     pub(crate) run_wait_at_open: Option<RunWaitMark>,
+    /// The call its time goes to, found once when it opened.
+    pub(crate) to: Enclosing,
 }
 
 /// Per-transport-span state: also the span id sent in `traceparent`, the
 /// server timing and the peer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct TransportState {
     pub(crate) start: Stamp,
     /// Non-zero: the parent id sent in `traceparent`.
@@ -48,8 +52,11 @@ pub(crate) struct TransportState {
     pub(crate) request_written: Option<Instant>,
     /// The kernel had the response's last byte (a kernel receive stamp).
     pub(crate) kernel_rx: Option<Instant>,
-    /// The relays the response came through (none: a direct call).
-    pub(crate) hops: Hops,
+    /// The relays the response came through (none: a direct call). Boxed:
+    /// only relayed responses pay for their 200 bytes.
+    pub(crate) hops: Option<Box<Hops>>,
+    /// The call its time goes to, found once when it opened.
+    pub(crate) to: Enclosing,
 }
 
 /// Per-remote-parent-span state: the trace context a server's request came
@@ -64,4 +71,43 @@ pub(crate) struct RemoteState {
     pub(crate) parent: Option<TraceParent>,
     /// The `tracestate` that came with it, when not empty.
     pub(crate) state: Option<Arc<TraceState>>,
+}
+
+/// What the layer keeps for one tracked span.
+// Each table slot is sized for a call, and a call's state lives there in
+// place: boxing it would bring back the allocation per call the table is
+// there to avoid.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum SpanState {
+    /// A table slot no span holds.
+    Vacant,
+    Call(CallState),
+    Stage(StageState),
+    Transport(TransportState),
+    Remote(RemoteState),
+}
+
+/// Where a stage span's time goes, worked out when it opens (its ancestors
+/// cannot change) and carried down to the stages opened inside it: its
+/// close then needs no walk up the registry.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Enclosing {
+    /// The nearest enclosing call (`None`: the stage is outside any call).
+    pub(crate) call: Option<Home>,
+    /// It runs inside another stage of the call (its time is covered).
+    pub(crate) nested: bool,
+    /// A request handler's span (`remote_parent`) is above it.
+    pub(crate) in_service: bool,
+}
+
+/// Where a span's state is kept. For a stage's call: a call outlives the
+/// spans inside it (the registry keeps a parent open while it has
+/// children), so the reference stays good until the stage closes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Home {
+    /// In the layer's table, at this slot, for the span with this id.
+    Table(super::live::Slot, u64),
+    /// In the registry's extensions of the span with this id.
+    Registry(u64),
 }

@@ -15,7 +15,7 @@ use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timel
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
-use crate::wire::ServerTiming;
+use crate::wire::{Hops, ServerTiming};
 
 /// Turns queued calls into records; keeps what spans calls: the per-peer
 /// clock estimates, the deadline ticks and the warm-up clock.
@@ -220,16 +220,18 @@ impl Converter {
                     .map(|fb| anchor.to_unix_ns(kernel_end.map_or(fb, |k| fb.min(k)))),
                 request_first_byte_unix_ns: t.request_first_byte.map(|at| anchor.to_unix_ns(at)),
             };
+            let direct = Hops::new();
+            let relays = s.relays.as_deref().unwrap_or(&direct);
             let (st, hops) = self
                 .stitcher
-                .stitch_hops(t.peer.as_str(), client, &t.hops, &timing);
+                .stitch_hops(t.peer.as_str(), client, relays, &timing);
             // The relays' own time, each on its own clock.
             let relay: Option<i64> = hops
                 .iter()
                 .filter_map(|h| h.relay_ns)
                 .reduce(i64::saturating_add);
             rec.figures.set(Figure::Relay, relay);
-            super::hop_spans::place(span, &hops, t.hops.as_slice(), &mut tl.hops);
+            super::hop_spans::place(span, &hops, relays.as_slice(), &mut tl.hops);
             rec.hops = hops;
             self.stitched(&st, rec);
             place_split(&st, span, tl);
