@@ -316,11 +316,13 @@ mod tests {
 #[cfg(test)]
 mod size {
     /// The call's state stays small (see [`super::CallState`]): 736 bytes
-    /// when the relays' hops were boxed (928 before), copied once per call.
+    /// when the relays' hops were boxed (928 before), 784 with the async
+    /// shape's fields (the server's `poll_wait`, the robot's action queue),
+    /// copied once per call.
     #[test]
     fn the_call_state_stays_small() {
         assert!(
-            std::mem::size_of::<super::CallState>() <= 768,
+            std::mem::size_of::<super::CallState>() <= 784,
             "{}",
             std::mem::size_of::<super::CallState>()
         );

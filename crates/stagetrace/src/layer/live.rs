@@ -18,7 +18,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::span_state::SpanState;
+use super::span_state::{Slot, SpanState};
 
 /// Ids per bucket: one 64-byte cache line of `u64`s.
 const BUCKET: usize = 8;
@@ -69,10 +69,6 @@ pub(crate) enum Membership {
     /// In no bucket, but some tracked spans overflowed: ask the registry.
     Unknown,
 }
-
-/// A slot of the table: where one open span's state lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Slot(u32);
 
 impl LiveSpans {
     pub(crate) fn new() -> Self {

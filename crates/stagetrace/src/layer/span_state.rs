@@ -101,13 +101,19 @@ pub(crate) struct Enclosing {
     pub(crate) in_service: bool,
 }
 
+/// A slot of the layer's table (`live.rs`): where one open span's state
+/// lives. Defined here, with the state it holds, so the table depends on
+/// the state and not the other way round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot(pub(super) u32);
+
 /// Where a span's state is kept. For a stage's call: a call outlives the
 /// spans inside it (the registry keeps a parent open while it has
 /// children), so the reference stays good until the stage closes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Home {
     /// In the layer's table, at this slot, for the span with this id.
-    Table(super::live::Slot, u64),
+    Table(Slot, u64),
     /// In the registry's extensions of the span with this id.
     Registry(u64),
 }
