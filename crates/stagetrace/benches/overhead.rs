@@ -507,7 +507,7 @@ fn one_direct_call(calls: &stagetrace::direct::DirectCalls) {
 }
 
 /// The direct path's cost, so a change to the call's state does not make
-/// it slower unseen (`crates/stagetrace-py/bench/overhead.py` is the
+/// it slower unseen (the Python package has a bench of its own for the
 /// Python-side figure).
 fn direct(c: &mut Criterion) {
     let (layer, guard) = StageLayer::builder()
