@@ -12,7 +12,6 @@
 //! injected or counted where it happened, against what the records say.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,14 +19,15 @@ use std::time::Duration;
 
 use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
 use stagetrace_analyze::render;
-use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer, Robot, RobotConfig, ServerEvent};
+use stagetrace_grpc::lerobot::{
+    PolicyConfig, PolicyServer, Robot, RobotConfig, ServerEvent, SpawnedServer,
+};
 use stagetrace_grpc::wire::Disposition;
 use stagetrace_grpc::ServerLayer;
 use stagetrace_net::ServerClock;
 use stagetrace_schema::{ms_to_ns, Figure};
 use stagetrace_sim::ms;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 
 use super::args::{ClockArg, DemoArgs};
 use super::error::{err, DemoError};
@@ -44,24 +44,6 @@ impl RecordSink for Collect {
             if v.len() < self.1 {
                 v.push(rec.clone());
             }
-        }
-    }
-}
-
-/// The policy server on a thread and runtime of its own, until dropped.
-struct Served {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
     }
 }
@@ -87,7 +69,7 @@ type ChunkTruth = (u64, f64, f64, f64);
 /// Chunks whose truth is kept: a chunk per control tick at most.
 const MAX_CHUNK_TRUTHS: usize = 1 << 20;
 
-fn serve(a: &DemoArgs, events: Arc<Mutex<ServerTruth>>) -> Result<Served, DemoError> {
+fn serve(a: &DemoArgs, events: Arc<Mutex<ServerTruth>>) -> Result<SpawnedServer, DemoError> {
     let policy = PolicyConfig {
         chunk_size: a.lerobot.chunk_size,
         pre: Duration::ZERO,
@@ -98,55 +80,10 @@ fn serve(a: &DemoArgs, events: Arc<Mutex<ServerTruth>>) -> Result<Served, DemoEr
         poll_timeout: Duration::from_millis(200),
     };
     let skew = ms_to_ns(a.server_skew_ms).unwrap_or_default();
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::Builder::new()
-        .name("demo-server".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = addr_tx.send(Err(format!("cannot start its runtime: {e}")));
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                // Without TCP_NODELAY the trailers, written apart from the
-                // reply's data, would wait out the robot's delayed ACK.
-                let incoming = match TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], 0))) {
-                    Ok(i) => i.with_nodelay(Some(true)),
-                    Err(e) => {
-                        let _ = addr_tx.send(Err(format!("cannot listen on loopback: {e}")));
-                        return;
-                    }
-                };
-                let _ = addr_tx.send(incoming.local_addr().map_err(|e| e.to_string()));
-                let svc = PolicyServer::new(policy)
-                    .on_event(move |e| record_event(&events, e))
-                    .into_service();
-                let _ = Server::builder()
-                    .layer(ServerLayer::new().clock(ServerClock::skewed_ns(skew)))
-                    .add_service(svc)
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        let _ = stop_rx.await;
-                    })
-                    .await;
-            });
-        })
-        .map_err(|e| err(format!("cannot start the policy server: {e}")))?;
-    let addr = addr_rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| err("the policy server did not start".to_string()))?
-        .map_err(|e| err(format!("the policy server did not start: {e}")))?;
-    Ok(Served {
-        addr,
-        stop: Some(stop_tx),
-        thread: Some(thread),
-    })
+    let policy = PolicyServer::new(policy).on_event(move |e| record_event(&events, e));
+    let layer = ServerLayer::new().clock(ServerClock::skewed_ns(skew));
+    SpawnedServer::start(policy, layer, "demo-server")
+        .map_err(|e| err(format!("cannot start the policy server: {e}")))
 }
 
 fn record_event(events: &Mutex<ServerTruth>, e: ServerEvent) {
@@ -188,14 +125,14 @@ pub(crate) fn run(
     let proxy = (a.uplink_delay_ms > 0.0 || a.downlink_delay_ms > 0.0)
         .then(|| {
             super::hops::proxy(
-                served.addr,
+                served.addr(),
                 a.uplink_delay_ms,
                 a.downlink_delay_ms,
                 a.proxy_cpu,
             )
         })
         .transpose()?;
-    let target = proxy.as_ref().map_or(served.addr, |p| p.local_addr());
+    let target = proxy.as_ref().map_or(served.addr(), |p| p.local_addr());
 
     let records = Arc::new(Mutex::new(Vec::new()));
     let (layer, guard) = StageLayer::builder()

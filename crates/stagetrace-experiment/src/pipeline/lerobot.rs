@@ -14,11 +14,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use stagetrace::{ClockMode, StageLayer};
-use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer, Robot, RobotConfig, RobotReport};
+use stagetrace_grpc::lerobot::{
+    PolicyConfig, PolicyServer, Robot, RobotConfig, RobotReport, SpawnedServer,
+};
 use stagetrace_grpc::ServerLayer;
 use stagetrace_sim::{ms, Knobs, RobotStats};
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 
 use super::robot::ChannelSink;
 use super::{Client, Network, Pipeline, RECORD_QUEUE};
@@ -35,31 +36,9 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(2);
 /// observations in flight; what is still open then ends `cancelled`.
 const DRAIN: Duration = Duration::from_millis(500);
 
-/// The policy server on a thread and runtime of its own, until stopped.
-pub(super) struct PolicyServed {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl PolicyServed {
-    /// Stop serving (the connections and any poll waiting are dropped at
-    /// once, not waited for) and join the thread. Idempotent.
-    pub(super) fn stop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for PolicyServed {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
+/// The policy server on a thread and runtime of its own, until stopped
+/// (idempotent; `addr()` where it listens).
+pub(super) type PolicyServed = SpawnedServer;
 
 /// The robot on a thread of its own; `why` says what ended it early.
 pub(super) struct RobotThread {
@@ -102,7 +81,7 @@ impl Pipeline {
     pub(super) fn start_lerobot(t: &Target, kernel: bool) -> Result<Pipeline, ExperimentError> {
         let mut policy = serve(t)?;
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-        let net = match Network::start(t, loopback, policy.addr, kernel) {
+        let net = match Network::start(t, loopback, policy.addr(), kernel) {
             Ok(n) => n,
             Err(e) => {
                 policy.stop();
@@ -128,7 +107,7 @@ impl Pipeline {
         };
         let robot = spawn_robot(cfg, proxy.local_addr(), Arc::clone(&stop), sink)
             .map_err(|e| ExperimentError::Start(format!("the LeRobot robot thread: {e}")))?;
-        let server_addr = policy.addr;
+        let server_addr = policy.addr();
         Ok(Pipeline {
             knobs: Arc::new(Knobs::new(t.payload_kb)),
             proxy: Some(proxy),
@@ -164,56 +143,12 @@ fn serve(t: &Target) -> Result<PolicyServed, ExperimentError> {
         similarity: 0.0,
         poll_timeout: POLL_TIMEOUT,
     };
-    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::Builder::new()
-        .name("lerobot-server".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("lerobot-server")
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = addr_tx.send(Err(format!("cannot start its runtime: {e}")));
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                // Without TCP_NODELAY the trailers, written apart from the
-                // reply's data, would wait out the robot's delayed ACK (~40 ms).
-                let incoming = match TcpIncoming::bind(SocketAddr::from(([127, 0, 0, 1], 0))) {
-                    Ok(i) => i.with_nodelay(Some(true)),
-                    Err(e) => {
-                        let _ = addr_tx.send(Err(format!("cannot listen on loopback: {e}")));
-                        return;
-                    }
-                };
-                let _ = addr_tx.send(incoming.local_addr().map_err(|e| e.to_string()));
-                let serving = Server::builder()
-                    .layer(ServerLayer::new())
-                    .add_service(PolicyServer::new(policy).into_service())
-                    .serve_with_incoming(incoming);
-                // Dropped at the stop, not shut down gracefully: a poll may
-                // wait up to POLL_TIMEOUT for an observation that never comes.
-                tokio::select! {
-                    _ = serving => {}
-                    _ = stop_rx => {}
-                }
-            });
-        })
-        .map_err(|e| ExperimentError::Start(format!("the LeRobot policy server: {e}")))?;
-    let addr = addr_rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| ExperimentError::Start("the LeRobot policy server did not start".into()))?
-        .map_err(|e| ExperimentError::Start(format!("the LeRobot policy server: {e}")))?;
-    Ok(PolicyServed {
-        addr,
-        stop: Some(stop_tx),
-        thread: Some(thread),
-    })
+    SpawnedServer::start(
+        PolicyServer::new(policy),
+        ServerLayer::new(),
+        "lerobot-server",
+    )
+    .map_err(|e| ExperimentError::Start(format!("the LeRobot policy server: {e}")))
 }
 
 /// Start the robot thread: it runs until `stop` is set, its calls going to

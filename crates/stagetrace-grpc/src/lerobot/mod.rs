@@ -20,9 +20,11 @@ use std::time::Duration;
 pub mod payload;
 mod robot;
 mod server;
+mod spawn;
 
 pub use robot::{Robot, RobotConfig, RobotReport};
 pub use server::{PolicyConfig, PolicyServer, ServerEvent};
+pub use spawn::SpawnedServer;
 
 /// The longest time a config sets (longer ones are cut to it): adding a
 /// larger one to an `Instant` could overflow, a panic, and an hour is no
