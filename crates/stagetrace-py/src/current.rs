@@ -3,11 +3,12 @@
 //! the context managers share: how an exception marks a call failed, and an
 //! awaitable for `async with`.
 
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
+use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
-use pyo3::sync::GILOnceCell;
+use pyo3::sync::{GILOnceCell, GILProtected};
 use pyo3::types::{IntoPyDict, PyString};
 use stagetrace::TraceParent;
 
@@ -25,8 +26,8 @@ static CURRENT: GILOnceCell<Current> = GILOnceCell::new();
 /// `stagetrace._native.incoming.get`, looked up once.
 static INCOMING: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
 /// The default recorder's shared part (what `call` / `stage` use when no
-/// recorder is given).
-static DEFAULT: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
+/// recorder is given). Read by every call, so no mutex: the GIL guards it.
+static DEFAULT: GILProtected<RefCell<Option<Arc<Shared>>>> = GILProtected::new(RefCell::new(None));
 
 /// Creates the context variable and adds it and `set_default` to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -80,8 +81,15 @@ pub(crate) fn current(py: Python<'_>) -> PyResult<&Current> {
 /// Make `rec` the recorder `call` / `stage` use when none is given (`None`:
 /// forget it).
 #[pyfunction]
-fn set_default(rec: Option<Py<Recorder>>) {
-    *DEFAULT.lock().unwrap_or_else(|e| e.into_inner()) = rec.map(|r| Arc::clone(&r.get().shared));
+fn set_default(py: Python<'_>, rec: Option<Py<Recorder>>) {
+    let new = rec.map(|r| Arc::clone(&r.get().shared));
+    // The one it replaces is dropped after the cell is let go (its drop
+    // runs no Python code, but keep the borrow short anyway).
+    // (`try_`: never a panic, though nothing else holds it here.)
+    let _old = DEFAULT
+        .get(py)
+        .try_borrow_mut()
+        .map(|mut d| std::mem::replace(&mut *d, new));
 }
 
 /// The shared part of `rec`, or of the default recorder (made, with a
@@ -90,8 +98,8 @@ pub(crate) fn shared_of(py: Python<'_>, rec: Option<&Py<Recorder>>) -> PyResult<
     if let Some(r) = rec {
         return Ok(Arc::clone(&r.get().shared));
     }
-    if let Some(s) = DEFAULT.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        return Ok(Arc::clone(s));
+    if let Some(s) = DEFAULT.get(py).try_borrow().ok().and_then(|d| d.clone()) {
+        return Ok(s);
     }
     let r: Py<Recorder> = py
         .import("stagetrace")?

@@ -12,7 +12,8 @@
 //! is what keeps `with stagetrace.stage()` cheap (`bench/overhead.py`).
 //!
 //! - [`call`]: `with stagetrace.call()`, the current call (a context variable);
-//! - [`scope`]: `with stagetrace.stage()`, cached per name;
+//! - [`scope`]: `with stagetrace.stage()`, cached per name; [`stage_entry`]:
+//!   the cache's C entry point;
 //! - [`span`]: stages opened by a method (`call.transport(peer)`);
 //! - [`state`]: one call's state, shared by the call and its spans;
 //! - [`current`]: the context variable, the default recorder, `async with`;
@@ -29,6 +30,7 @@ mod recorder;
 mod scope;
 mod shared;
 mod span;
+mod stage_entry;
 mod state;
 mod timing;
 mod trace;

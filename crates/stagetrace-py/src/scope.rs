@@ -24,17 +24,18 @@ const CACHE_MAX: usize = 256;
 
 static CACHE: GILOnceCell<Py<PyDict>> = GILOnceCell::new();
 
-/// Adds `stage` and its class to the module.
+/// Adds `stage` and its class to the module: `stage` is the C entry of
+/// `stage_entry` (the cache's hits), in front of the function below.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
     m.add_class::<StageScope>()?;
-    m.add_function(wrap_pyfunction!(stage, m)?)?;
-    Ok(())
+    let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
+    crate::stage_entry::register(m, cache, wrap_pyfunction!(stage, m)?.as_any())
 }
 
-/// `with stagetrace.stage("capture"):` a stage of the current call (nested
-/// in the stages open in it). The `with` gives the current call (`None`
-/// outside any call: the stage is then counted as ignored). `recorder`: the
-/// recorder whose names apply outside a call (default: the process's).
+/// `stagetrace.stage(name, *, recorder=None)` when `stage_entry` did not
+/// answer from the cache: makes the scope, and caches it when no recorder
+/// is given (the entry's docstring says what a user sees).
 #[pyfunction]
 #[pyo3(signature = (name, *, recorder=None))]
 fn stage(
@@ -45,9 +46,9 @@ fn stage(
     let cache = CACHE.get_or_init(py, || PyDict::new(py).unbind()).bind(py);
     if recorder.is_none() {
         if let Some(hit) = cache.get_item(name)? {
-            if let Ok(s) = hit.downcast_into::<StageScope>() {
-                return Ok(s.unbind());
-            }
+            // SAFETY: only `StageScope`s are put in the cache (below), and
+            // the cache is private to this module.
+            return Ok(unsafe { hit.downcast_into_unchecked::<StageScope>() }.unbind());
         }
     }
     let text = name.to_cow()?.into_owned();
@@ -89,13 +90,13 @@ impl StageScope {
 impl StageScope {
     fn __enter__(&self, py: Python<'_>) -> PyResult<PyObject> {
         let now = current(py)?.get.bind(py).call0()?;
-        match now.downcast::<Call>() {
-            Ok(call) => {
+        match Call::exactly(&now) {
+            Some(call) => {
                 let cell = &call.get().cell;
-                cell.enter_stage(self.resolve(&cell.shared)?);
+                cell.enter_stage(py, self.resolve(&cell.shared)?);
                 Ok(now.unbind())
             }
-            Err(_) => {
+            None => {
                 // Still say at once when the name means nothing.
                 self.resolve(&*self.outside(py)?)?;
                 Ok(py.None())
@@ -112,12 +113,12 @@ impl StageScope {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let now = current(py)?.get.bind(py).call0()?;
-        match now.downcast::<Call>() {
-            Ok(call) => {
+        match Call::exactly(&now) {
+            Some(call) => {
                 let cell = &call.get().cell;
-                cell.exit_stage(self.resolve(&cell.shared)?, first_failure(exc));
+                cell.exit_stage(py, self.resolve(&cell.shared)?, first_failure(exc));
             }
-            Err(_) => self.outside(py)?.calls.count_ignored_stage(),
+            None => self.outside(py)?.calls.count_ignored_stage(),
         }
         Ok(false)
     }

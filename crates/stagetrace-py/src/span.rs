@@ -3,7 +3,10 @@
 //! stage outside any call (`Recorder.stage`). Closing it (or dropping it)
 //! ends the stage; its time goes into its call as a Rust stage span's would.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::{RefCell, RefMut};
+use std::sync::Arc;
+
+use pyo3::sync::GILProtected;
 
 use pyo3::prelude::*;
 use stagetrace::direct::{DirectTransport, Mark};
@@ -51,25 +54,36 @@ pub(crate) struct Span {
     stage: Stage,
     start: Mark,
     nested: bool,
-    open: Mutex<Option<Open>>,
+    /// Touched with the GIL held only (see `CallCell`).
+    open: GILProtected<RefCell<Option<Open>>>,
 }
 
 impl Span {
     /// A stage `name` of `call`, started now.
-    pub(crate) fn stage_of(call: &Arc<CallCell>, name: &str) -> PyResult<Span> {
+    pub(crate) fn stage_of(py: Python<'_>, call: &Arc<CallCell>, name: &str) -> PyResult<Span> {
         let stage = call.shared.stage(name, None)?;
         let transport = (stage == Stage::Transport).then(|| DirectTransport::start(None));
-        Ok(Span::open(call, stage, transport))
+        Ok(Span::open(py, call, stage, transport))
     }
 
     /// The transport stage of `call`, started now, to `peer`.
-    pub(crate) fn transport_of(call: &Arc<CallCell>, peer: Option<&str>) -> Span {
-        Span::open(call, Stage::Transport, Some(DirectTransport::start(peer)))
+    pub(crate) fn transport_of(py: Python<'_>, call: &Arc<CallCell>, peer: Option<&str>) -> Span {
+        Span::open(
+            py,
+            call,
+            Stage::Transport,
+            Some(DirectTransport::start(peer)),
+        )
     }
 
-    fn open(call: &Arc<CallCell>, stage: Stage, transport: Option<DirectTransport>) -> Span {
+    fn open(
+        py: Python<'_>,
+        call: &Arc<CallCell>,
+        stage: Stage,
+        transport: Option<DirectTransport>,
+    ) -> Span {
         let start = Mark::of_stage(stage, call.shared.calls.host_figures());
-        let (nested, running) = call.open_handle();
+        let (nested, running) = call.open_handle(py);
         Span {
             // A span of a call that has not started or has ended counts as
             // outside any call.
@@ -78,7 +92,7 @@ impl Span {
             stage,
             start,
             nested,
-            open: Mutex::new(Some(Open { transport })),
+            open: GILProtected::new(RefCell::new(Some(Open { transport }))),
         }
     }
 
@@ -91,25 +105,33 @@ impl Span {
             stage,
             start: Mark::now(),
             nested: false,
-            open: Mutex::new(Some(Open { transport: None })),
+            open: GILProtected::new(RefCell::new(Some(Open { transport: None }))),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Open>> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    /// The open part; `None` when taken already (no Python code runs
+    /// while it is held, so that never happens: but never a panic).
+    fn lock<'a>(&'a self, py: Python<'a>) -> Option<RefMut<'a, Option<Open>>> {
+        self.open.get(py).try_borrow_mut().ok()
     }
 
     /// End the span now (once), marking its call failed first if asked.
-    fn end(&self, failed: bool) {
-        let Some(open) = self.lock().take() else {
+    fn end(&self, py: Python<'_>, failed: bool) {
+        let Some(open) = self.lock(py).and_then(|mut g| g.take()) else {
             return;
         };
         match &self.call {
             Some(call) => {
                 if failed {
-                    call.with_call(|c| c.mark_failed("exception"));
+                    call.with_call(py, |c| c.mark_failed("exception"));
                 }
-                call.close_handle(self.stage, self.start, self.nested, open.transport.as_ref());
+                call.close_handle(
+                    py,
+                    self.stage,
+                    self.start,
+                    self.nested,
+                    open.transport.as_ref(),
+                );
             }
             None => self.shared.calls.count_ignored_stage(),
         }
@@ -120,7 +142,8 @@ impl Drop for Span {
     /// A span Python collects without `close` (an exception skipped it)
     /// ends here.
     fn drop(&mut self) {
-        self.end(false);
+        // Python drops it holding the GIL; this only borrows it.
+        Python::with_gil(|py| self.end(py, false));
     }
 }
 
@@ -128,9 +151,9 @@ impl Drop for Span {
 impl Span {
     /// A stage inside this span, started now: `capture`, `infer`,
     /// `dispatch`, ... or a name mapped onto one.
-    fn stage(&self, name: &str) -> PyResult<Span> {
+    fn stage(&self, py: Python<'_>, name: &str) -> PyResult<Span> {
         match &self.call {
-            Some(call) => Span::stage_of(call, name),
+            Some(call) => Span::stage_of(py, call, name),
             None => Span::outside(Arc::clone(&self.shared), name),
         }
     }
@@ -139,27 +162,27 @@ impl Span {
     /// the send API → whole response received. `peer` names the server (one
     /// clock-offset estimate per peer).
     #[pyo3(signature = (peer=None))]
-    fn transport(&self, peer: Option<&str>) -> Span {
+    fn transport(&self, py: Python<'_>, peer: Option<&str>) -> Span {
         match &self.call {
-            Some(call) => Span::transport_of(call, peer),
+            Some(call) => Span::transport_of(py, call, peer),
             None => Span {
                 call: None,
                 shared: Arc::clone(&self.shared),
                 stage: Stage::Transport,
                 start: Mark::now(),
                 nested: false,
-                open: Mutex::new(Some(Open { transport: None })),
+                open: GILProtected::new(RefCell::new(Some(Open { transport: None }))),
             },
         }
     }
 
     /// The W3C `traceparent` to send with the request of this transport
     /// span (`None` outside a call).
-    fn traceparent(&self) -> Option<String> {
+    fn traceparent(&self, py: Python<'_>) -> Option<String> {
         let call = self.call.as_ref()?;
-        let g = self.lock();
-        let transport = g.as_ref().and_then(|o| o.transport.as_ref());
-        call.trace_parent(transport).map(|tp| tp.to_string())
+        let transport = self.lock(py)?.as_ref().and_then(|o| o.transport);
+        call.trace_parent(py, transport.as_ref())
+            .map(|tp| tp.to_string())
     }
 
     /// Attach the response's `server_timing` map (a dict as msgpack decoded
@@ -169,7 +192,9 @@ impl Span {
     /// whether it was taken.
     fn server_timing(&self, map: &Bound<'_, PyAny>) -> bool {
         let parsed = timing::chain_from_python(map);
-        let mut g = self.lock();
+        let Some(mut g) = self.lock(map.py()) else {
+            return false;
+        };
         let Some(open) = g.as_mut() else {
             return false;
         };
@@ -193,35 +218,36 @@ impl Span {
 
     /// Mark the enclosing call failed (`failed: true, error: reason` on its
     /// record; kept out of the stage figures).
-    fn fail(&self, why: &str) {
+    fn fail(&self, py: Python<'_>, why: &str) {
         let r = reason(why);
         if let Some(call) = &self.call {
-            call.with_call(|c| c.mark_failed(r));
+            call.with_call(py, |c| c.mark_failed(r));
         }
     }
 
     /// Attach a digest of the call's output (`output_digest` on the record).
-    fn output_digest(&self, digest: u64) {
+    fn output_digest(&self, py: Python<'_>, digest: u64) {
         if let Some(call) = &self.call {
-            call.with_call(|c| c.record_output_digest(digest));
+            call.with_call(py, |c| c.record_output_digest(digest));
         }
     }
 
     /// End the span now (a second close does nothing). `failed` marks the
     /// enclosing call failed with reason "exception" first.
     #[pyo3(signature = (failed=false))]
-    fn close(&self, failed: bool) {
-        self.end(failed);
+    fn close(&self, py: Python<'_>, failed: bool) {
+        self.end(py, failed);
     }
 
     /// Whether `close` has run.
     #[getter]
-    fn closed(&self) -> bool {
-        self.lock().is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.lock(py).is_some_and(|g| g.is_none())
     }
 
-    fn __repr__(&self) -> String {
-        let state = match (self.lock().is_some(), self.call.is_some()) {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let open = self.lock(py).is_some_and(|g| g.is_some());
+        let state = match (open, self.call.is_some()) {
             (false, _) => "closed",
             (true, false) => "outside any call",
             (true, true) => "open",

@@ -3,9 +3,12 @@
 //! transport, failure, digest: what a Rust call span keeps) plus the stages
 //! open right now, in a fixed array (no allocation per stage).
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::RefCell;
+use std::sync::Arc;
 
-use pyo3::PyObject;
+use pyo3::sync::GILProtected;
+use pyo3::types::{PyString, PyStringMethods};
+use pyo3::{Py, PyObject, Python};
 use stagetrace::direct::{DirectCall, DirectTransport, Mark};
 use stagetrace::{Stage, TraceParent};
 
@@ -38,7 +41,8 @@ enum Phase {
 struct Inner {
     phase: Phase,
     /// What to start the call with.
-    kind: Option<String>,
+    /// (The caller's string, kept: no copy unless the call starts.)
+    kind: Option<Py<PyString>>,
     seq: Option<u64>,
     /// The call's state, once started (kept in place: most of a KB, copied
     /// only when it is queued).
@@ -57,17 +61,20 @@ struct Inner {
 }
 
 /// One call of a recorder.
-#[derive(Debug)]
 pub(crate) struct CallCell {
     pub(crate) shared: Arc<Shared>,
-    inner: Mutex<Inner>,
+    /// Only ever touched with the GIL held (every caller is a Python
+    /// method), so a `RefCell` rather than a mutex: a call's stages take
+    /// the cell a dozen times, and a mutex's two atomic operations each
+    /// time were a tenth of the bindings' cost (`bench/overhead.py`).
+    inner: GILProtected<RefCell<Inner>>,
 }
 
 impl CallCell {
-    pub(crate) fn new(shared: Arc<Shared>, kind: Option<String>, seq: Option<u64>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, kind: Option<Py<PyString>>, seq: Option<u64>) -> Self {
         CallCell {
             shared,
-            inner: Mutex::new(Inner {
+            inner: GILProtected::new(RefCell::new(Inner {
                 phase: Phase::New,
                 kind,
                 seq,
@@ -78,162 +85,187 @@ impl CallCell {
                 handles: 0,
                 token: None,
                 gc_at_start: (0, 0),
-            }),
+            })),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // No user code runs under the lock, so it cannot be poisoned by a
-        // panic of ours that matters; take the value anyway rather than raise.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// Runs `f` on the state. No Python code runs inside `f` (nothing
+    /// here calls back into Python or drops a Python object), so the
+    /// cell is never taken twice; were it ever, `f` is skipped rather than
+    /// the `RefCell` panicking in the app.
+    fn with<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Inner) -> T) -> Option<T> {
+        let mut g = self.inner.get(py).try_borrow_mut().ok()?;
+        Some(f(&mut g))
     }
 
     /// Start the call now (a second start does nothing). Returns whether it
     /// started here.
     /// `parent`: the caller's context of the request being handled, whose
     /// trace the call continues.
-    pub(crate) fn start(&self, parent: Option<TraceParent>) -> bool {
-        let mut g = self.lock();
-        if g.phase != Phase::New {
-            return false;
-        }
-        let g = &mut *g;
-        g.call = Some(
-            self.shared
-                .calls
-                .start_continuing(parent, g.kind.as_deref(), g.seq),
-        );
-        g.phase = Phase::Running;
-        g.gc_at_start = crate::gc_clock::totals();
-        true
+    pub(crate) fn start(&self, py: Python<'_>, parent: Option<TraceParent>) -> bool {
+        self.with(py, |g| {
+            if g.phase != Phase::New {
+                return false;
+            }
+            // A kind that is not UTF-8 (lone surrogates) is left out.
+            let kind = g.kind.as_ref().and_then(|k| k.bind(py).to_str().ok());
+            g.call = Some(self.shared.calls.start_continuing(parent, kind, g.seq));
+            g.phase = Phase::Running;
+            g.gc_at_start = crate::gc_clock::totals();
+            true
+        })
+        .unwrap_or(false)
     }
 
     /// End the call now and queue it to the worker (once).
-    pub(crate) fn end(&self) {
-        let mut g = self.lock();
-        if g.phase == Phase::Running {
-            let (ns, n) = crate::gc_clock::totals();
-            let (ns0, n0) = g.gc_at_start;
+    pub(crate) fn end(&self, py: Python<'_>) {
+        self.with(py, |g| {
+            if g.phase != Phase::Running {
+                return;
+            }
             if let Some(call) = &mut g.call {
                 if self.shared.calls.host_figures() {
+                    let (ns, n) = crate::gc_clock::totals();
+                    let (ns0, n0) = g.gc_at_start;
                     call.set_gc(ns.saturating_sub(ns0), n.saturating_sub(n0));
                 }
                 self.shared.calls.submit(call);
             }
             g.phase = Phase::Ended;
-        }
+        });
     }
 
-    pub(crate) fn set_token(&self, token: PyObject) {
-        self.lock().token = Some(token);
+    /// Keeps the context variable's token while this call is current; an
+    /// earlier one is given back (dropped by the caller, outside the cell).
+    pub(crate) fn set_token(&self, py: Python<'_>, token: PyObject) -> Option<PyObject> {
+        self.with(py, |g| g.token.replace(token)).flatten()
     }
 
-    pub(crate) fn take_token(&self) -> Option<PyObject> {
-        self.lock().token.take()
+    pub(crate) fn take_token(&self, py: Python<'_>) -> Option<PyObject> {
+        self.with(py, |g| g.token.take()).flatten()
     }
 
     /// A `with stage` starts now. Outside a running call nothing is kept
     /// (its end counts it as ignored).
-    pub(crate) fn enter_stage(&self, stage: Stage) {
+    pub(crate) fn enter_stage(&self, py: Python<'_>, stage: Stage) {
         let start = Mark::of_stage(stage, self.shared.calls.host_figures());
-        let mut g = self.lock();
-        if g.phase != Phase::Running {
-            return;
-        }
-        let nested = g.depth > 0 || g.handles > 0;
-        if g.depth < MAX_OPEN {
-            let d = g.depth;
-            g.open[d] = Some(Open {
-                stage,
-                start,
-                nested,
-            });
-            g.depth += 1;
-        } else {
-            g.overflow = g.overflow.saturating_add(1);
-        }
+        self.with(py, |g| {
+            if g.phase != Phase::Running {
+                return;
+            }
+            let nested = g.depth > 0 || g.handles > 0;
+            if g.depth < MAX_OPEN {
+                g.open[g.depth] = Some(Open {
+                    stage,
+                    start,
+                    nested,
+                });
+                g.depth += 1;
+            } else {
+                g.overflow = g.overflow.saturating_add(1);
+            }
+        });
     }
 
     /// A `with stage` of `stage` ends now: the latest open one of that
     /// stage is added to the call (asyncio tasks sharing a call may leave
     /// theirs out of order), marked failed first when `failed`.
-    pub(crate) fn exit_stage(&self, stage: Stage, failed: bool) {
-        let mut g = self.lock();
-        let g = &mut *g;
-        if failed {
-            if let Some(call) = &mut g.call {
-                call.mark_failed("exception");
+    pub(crate) fn exit_stage(&self, py: Python<'_>, stage: Stage, failed: bool) {
+        let added = self.with(py, |g| {
+            if failed {
+                if let Some(call) = &mut g.call {
+                    call.mark_failed("exception");
+                }
             }
-        }
-        if g.overflow > 0 {
-            g.overflow -= 1;
+            if g.overflow > 0 {
+                g.overflow -= 1;
+                return false;
+            }
+            let found = g.open[..g.depth]
+                .iter()
+                .rposition(|o| o.is_some_and(|o| o.stage == stage));
+            let Some(i) = found else {
+                return false;
+            };
+            let open = g.open[i].take();
+            g.open.copy_within(i + 1..g.depth, i);
+            g.depth -= 1;
+            g.open[g.depth] = None;
+            match (g.phase, &mut g.call, open) {
+                (Phase::Running, Some(call), Some(o)) => {
+                    call.add_stage(o.stage, o.start, o.nested);
+                    true
+                }
+                _ => false,
+            }
+        });
+        if added != Some(true) {
             self.shared.calls.count_ignored_stage();
-            return;
-        }
-        let found = g.open[..g.depth]
-            .iter()
-            .rposition(|o| o.is_some_and(|o| o.stage == stage));
-        let Some(i) = found else {
-            self.shared.calls.count_ignored_stage();
-            return;
-        };
-        let open = g.open[i].take();
-        g.open.copy_within(i + 1..g.depth, i);
-        g.depth -= 1;
-        g.open[g.depth] = None;
-        match (g.phase, &mut g.call, open) {
-            (Phase::Running, Some(call), Some(o)) => call.add_stage(o.stage, o.start, o.nested),
-            _ => self.shared.calls.count_ignored_stage(),
         }
     }
 
     /// A span (transport or stage handle) opens in this call; returns
     /// whether it is nested in another stage, and whether the call runs.
-    pub(crate) fn open_handle(&self) -> (bool, bool) {
-        let mut g = self.lock();
-        let running = g.phase == Phase::Running;
-        let nested = g.depth > 0 || g.handles > 0;
-        if running {
-            g.handles = g.handles.saturating_add(1);
-        }
-        (nested, running)
+    pub(crate) fn open_handle(&self, py: Python<'_>) -> (bool, bool) {
+        self.with(py, |g| {
+            let running = g.phase == Phase::Running;
+            let nested = g.depth > 0 || g.handles > 0;
+            if running {
+                g.handles = g.handles.saturating_add(1);
+            }
+            (nested, running)
+        })
+        .unwrap_or((false, false))
     }
 
     /// A span opened with `open_handle` ends now: added to the call, or
     /// counted as ignored when the call ended first.
     pub(crate) fn close_handle(
         &self,
+        py: Python<'_>,
         stage: Stage,
         start: Mark,
         nested: bool,
         transport: Option<&DirectTransport>,
     ) {
-        let mut g = self.lock();
-        let g = &mut *g;
-        g.handles = g.handles.saturating_sub(1);
-        match (g.phase, &mut g.call, transport) {
-            (Phase::Running, Some(call), Some(t)) => call.add_transport(t, nested),
-            (Phase::Running, Some(call), None) => call.add_stage(stage, start, nested),
-            _ => self.shared.calls.count_ignored_stage(),
+        let added = self.with(py, |g| {
+            g.handles = g.handles.saturating_sub(1);
+            match (g.phase, &mut g.call, transport) {
+                (Phase::Running, Some(call), Some(t)) => call.add_transport(t, nested),
+                (Phase::Running, Some(call), None) => call.add_stage(stage, start, nested),
+                _ => return false,
+            }
+            true
+        });
+        if added != Some(true) {
+            self.shared.calls.count_ignored_stage();
         }
     }
 
     /// Runs `f` on the call once started (ended included).
-    pub(crate) fn with_call<T>(&self, f: impl FnOnce(&mut DirectCall) -> T) -> Option<T> {
-        self.lock().call.as_mut().map(f)
+    pub(crate) fn with_call<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut DirectCall) -> T,
+    ) -> Option<T> {
+        self.with(py, |g| g.call.as_mut().map(f)).flatten()
     }
 
     /// The `traceparent` of a request made in `transport` (or in the call).
-    pub(crate) fn trace_parent(&self, transport: Option<&DirectTransport>) -> Option<TraceParent> {
-        self.with_call(|c| c.trace_parent(transport))
+    pub(crate) fn trace_parent(
+        &self,
+        py: Python<'_>,
+        transport: Option<&DirectTransport>,
+    ) -> Option<TraceParent> {
+        self.with_call(py, |c| c.trace_parent(transport))
     }
 
     /// "new", "open" or "closed", for `repr` and `closed`.
-    pub(crate) fn phase(&self) -> &'static str {
-        match self.lock().phase {
-            Phase::New => "new",
-            Phase::Running => "open",
-            Phase::Ended => "closed",
+    pub(crate) fn phase(&self, py: Python<'_>) -> &'static str {
+        match self.with(py, |g| g.phase) {
+            Some(Phase::New) => "new",
+            Some(Phase::Running) | None => "open",
+            Some(Phase::Ended) => "closed",
         }
     }
 }
