@@ -27,13 +27,18 @@ use crate::state::CallCell;
 #[pyo3(signature = (kind=None, seq=None, *, recorder=None))]
 pub(crate) fn call(
     py: Python<'_>,
-    kind: Option<Py<PyString>>,
+    kind: Option<Bound<'_, PyString>>,
     seq: Option<u64>,
     recorder: Option<Py<Recorder>>,
 ) -> PyResult<Call> {
+    // The caller's string is kept, not copied; a kind that is not UTF-8
+    // (a lone surrogate) is refused here, where the caller can see it.
+    if let Some(k) = &kind {
+        k.to_str()?;
+    }
     let shared = shared_of(py, recorder.as_ref())?;
     Ok(Call {
-        cell: Arc::new(CallCell::new(shared, kind, seq)),
+        cell: Arc::new(CallCell::new(shared, kind.map(Bound::unbind), seq)),
     })
 }
 

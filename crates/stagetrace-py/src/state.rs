@@ -107,7 +107,7 @@ impl CallCell {
             if g.phase != Phase::New {
                 return false;
             }
-            // A kind that is not UTF-8 (lone surrogates) is left out.
+            // (Checked to be UTF-8 when the call was made: cached by Python.)
             let kind = g.kind.as_ref().and_then(|k| k.bind(py).to_str().ok());
             g.call = Some(self.shared.calls.start_continuing(parent, kind, g.seq));
             g.phase = Phase::Running;

@@ -235,6 +235,51 @@ def test_stage_objects_are_cached_and_resolved_against_the_current_calls_recorde
     assert "capture_ms" in b and "dispatch_ms" not in b
 
 
+def test_stage_answers_every_other_way_of_calling_it_as_the_full_function_does(tmp_path: Path) -> None:
+    # `stage(name)` for a cached name is answered by a C entry in front of
+    # the pyo3 function; everything else must go through to it unchanged.
+    import inspect
+
+    assert str(inspect.signature(stagetrace.stage)) == "(name, *, recorder=None)"
+    rec = stagetrace.Recorder(str(tmp_path), stages={"encode": "capture"})
+    mine = stagetrace.stage("encode", recorder=rec)
+    # With a recorder: a scope of its own, never the cached one.
+    assert mine is not stagetrace.stage("encode") and mine is not stagetrace.stage("encode", recorder=rec)
+    # By keyword, outside any call: counted in its recorder's ignored spans.
+    with stagetrace.stage(name="capture", recorder=rec) as outside:
+        assert outside is None
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'name'"):
+        stagetrace.stage()
+    with pytest.raises(TypeError, match="'int' object cannot be converted to 'PyString'"):
+        stagetrace.stage(5)
+    with pytest.raises(TypeError, match="unhashable type: 'list'"):
+        stagetrace.stage([])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        stagetrace.stage("capture", bogus=1)
+    with pytest.raises(TypeError):
+        stagetrace.stage("capture", "dispatch")
+    with stagetrace.call(recorder=rec):
+        with mine:
+            pass
+    summary = json.loads(rec.finish())
+    assert summary["ignored_spans"] == 1
+    (r,) = records(tmp_path)
+    assert "capture_ms" in r
+
+
+def test_a_calls_kind_is_kept_as_given_and_one_that_is_not_utf8_is_refused_at_once(out: Path) -> None:
+    with pytest.raises(UnicodeEncodeError):
+        stagetrace.call(kind="bad \ud800")
+    kind = "".join(["in", "fer"])  # a string made at run time, not interned
+    c = stagetrace.call(kind=kind)
+    del kind
+    with c:
+        pass
+    stagetrace.finish()
+    (r,) = records(out)
+    assert r["kind"] == "infer"
+
+
 def test_the_with_gives_the_call_and_its_traceparent_names_the_record(out: Path) -> None:
     with stagetrace.call(kind="infer") as c:
         assert isinstance(c, stagetrace.Call) and stagetrace.current_span() is c
