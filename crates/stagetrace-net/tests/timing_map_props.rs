@@ -7,44 +7,9 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use stagetrace::wire::{ServerTiming, TimingMap, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_UNIX_NS};
+use stagetrace::wire::{ServerTiming, TimingMap, MAX_BATCH_SIZE, MAX_DURATION_NS};
 use stagetrace_net::TimingMsgpackExt;
-
-fn opt(max: u64) -> impl Strategy<Value = Option<u64>> {
-    proptest::option::of(0..=max)
-}
-
-fn timing() -> impl Strategy<Value = ServerTiming> {
-    (
-        opt(MAX_UNIX_NS),
-        opt(MAX_DURATION_NS),
-        opt(MAX_DURATION_NS),
-        opt(MAX_DURATION_NS),
-        opt(MAX_DURATION_NS),
-        opt(MAX_DURATION_NS),
-        opt(MAX_DURATION_NS),
-        opt(MAX_DURATION_NS),
-        proptest::option::of(1..=MAX_BATCH_SIZE),
-        proptest::option::of(any::<bool>()),
-    )
-        .prop_map(
-            |(recv, total, queue, infer, pre, post, transfer, poll_wait, batch, cache)| {
-                ServerTiming {
-                    recv_unix_ns: recv,
-                    total_ns: total,
-                    queue_ns: queue,
-                    infer_ns: infer,
-                    pre_ns: pre,
-                    post_ns: post,
-                    transfer_ns: transfer,
-                    poll_wait_ns: poll_wait,
-                    batch_size: batch,
-                    cache_hit: cache,
-                    host: Default::default(),
-                }
-            },
-        )
-}
+use stagetrace_test_support::strategies::server_timing as timing;
 
 fn json_of(v: &rmpv::Value) -> serde_json::Value {
     match v {

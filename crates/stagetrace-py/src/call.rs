@@ -133,10 +133,8 @@ impl Call {
         exc: Option<&Bound<'_, PyAny>>,
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ready> {
-        let r = self.__exit__(py, exc_type, exc, tb)?;
-        Ok(Ready::with(
-            r.into_pyobject(py)?.to_owned().into_any().unbind(),
-        ))
+        let suppress = self.__exit__(py, exc_type, exc, tb)?;
+        Ok(Ready::with_bool(py, suppress))
     }
 
     /// A stage of this call, started now, ended by its `close()`:

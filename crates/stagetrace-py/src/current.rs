@@ -137,6 +137,17 @@ impl Ready {
     pub(crate) fn with(value: PyObject) -> Self {
         Ready { value: Some(value) }
     }
+
+    /// An awaitable that is already done, with `True` or `False` (what an
+    /// `__aexit__` answers).
+    pub(crate) fn with_bool(py: Python<'_>, b: bool) -> Self {
+        Ready::with(
+            pyo3::types::PyBool::new(py, b)
+                .to_owned()
+                .into_any()
+                .unbind(),
+        )
+    }
 }
 
 #[pymethods]

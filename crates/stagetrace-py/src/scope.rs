@@ -135,10 +135,8 @@ impl StageScope {
         exc: Option<&Bound<'_, PyAny>>,
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Ready> {
-        let r = self.__exit__(py, exc_type, exc, tb)?;
-        Ok(Ready::with(
-            r.into_pyobject(py)?.to_owned().into_any().unbind(),
-        ))
+        let suppress = self.__exit__(py, exc_type, exc, tb)?;
+        Ok(Ready::with_bool(py, suppress))
     }
 
     fn __repr__(&self) -> String {

@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod collector;
 pub mod prereq;
+pub mod strategies;
 pub mod timing;
 
 use std::path::Path;
