@@ -85,6 +85,7 @@ pub mod client;
 pub mod lerobot;
 pub mod server;
 mod trailers;
+pub mod watched;
 pub mod wire;
 
 pub use client::{ClientLayer, ClientService, ClientStats, SendTrace, TrailerSlot, Trailers};

@@ -87,6 +87,27 @@ async fn channel(addr: SocketAddr) -> Channel {
         .unwrap()
 }
 
+/// The robot side traced into record files: the stage layer as this
+/// thread's subscriber, a client layer for its channels.
+struct Traced {
+    dir: tempfile::TempDir,
+    guard: stagetrace::FlushGuard,
+    client_layer: ClientLayer,
+    _default: tracing::subscriber::DefaultGuard,
+}
+
+fn traced() -> Traced {
+    let dir = tempfile::tempdir().unwrap();
+    let (stage, guard, _kept) = Collect::build(StageLayer::builder().output_dir(dir.path()));
+    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(stage));
+    Traced {
+        dir,
+        guard,
+        client_layer: ClientLayer::new(),
+        _default,
+    }
+}
+
 fn hex(tp: &TraceParent) -> String {
     tp.trace_id.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -305,10 +326,12 @@ fn a_unary_call_in_a_call_span_is_split_with_the_servers_timing() {
                 .serve_with_incoming_shutdown(incoming, stop),
         )
     });
-    let dir = tempfile::tempdir().unwrap();
-    let (stage, guard, _kept) = Collect::build(StageLayer::builder().output_dir(dir.path()));
-    let client_layer = ClientLayer::new();
-    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(stage));
+    let Traced {
+        dir,
+        guard,
+        client_layer,
+        _default,
+    } = traced();
     stagetrace_test_support::rt().block_on(async {
         for _ in 0..20 {
             unary_in_a_call(served.addr, &client_layer).await.unwrap();
@@ -406,10 +429,12 @@ fn a_malformed_timing_trailer_is_counted_and_the_reply_still_arrives() {
                 .serve_with_incoming_shutdown(incoming, stop),
         )
     });
-    let dir = tempfile::tempdir().unwrap();
-    let (stage, guard, _kept) = Collect::build(StageLayer::builder().output_dir(dir.path()));
-    let client_layer = ClientLayer::new();
-    let _default = tracing::subscriber::set_default(tracing_subscriber::registry().with(stage));
+    let Traced {
+        dir,
+        guard,
+        client_layer,
+        _default,
+    } = traced();
     let slot = TrailerSlot::new();
     stagetrace_test_support::rt().block_on(async {
         let svc = tower::Layer::layer(&client_layer, channel(served.addr).await);

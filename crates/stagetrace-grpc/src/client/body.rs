@@ -1,19 +1,18 @@
 //! [`ReadTrailers`]: the response body as tonic reads it, handing the
 //! trailers to the call's span and slot as they pass.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use http::HeaderMap;
-use http_body::{Body, Frame, SizeHint};
+use http_body::Frame;
 use stagetrace::StageSpanExt;
 use tonic::metadata::MetadataMap;
 use tracing::Span;
 
 use super::slot::{TrailerSlot, Trailers};
 use super::Shared;
+use crate::watched::{Watch, Watched};
 use crate::wire::{
     GrpcTiming, ObsOutcome, TrailerError, MAX_TRAILER_BYTES, OUTCOME_KEY, TIMING_KEY,
 };
@@ -130,82 +129,64 @@ fn reason(code: i32) -> &'static str {
 /// A response body that hands its trailers to the call's span and slot as
 /// they pass (tonic reads a unary response's trailers before the call
 /// returns).
-pub struct ReadTrailers<B> {
-    inner: B,
+pub type ReadTrailers<B> = Watched<B, TrailerReader>;
+
+/// What a [`ReadTrailers`] hands its trailers to, until it has.
+pub struct TrailerReader {
     reader: Option<Reader>,
 }
 
-impl<B> std::fmt::Debug for ReadTrailers<B> {
+impl std::fmt::Debug for TrailerReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadTrailers")
+        f.debug_struct("TrailerReader")
             .field("waiting", &self.reader.is_some())
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
-impl<B> ReadTrailers<B> {
-    pub(crate) fn new(inner: B, reader: Reader) -> Self {
-        ReadTrailers {
-            inner,
-            reader: Some(reader),
-        }
+impl TrailerReader {
+    /// `body`, whose trailers go to `reader`.
+    pub(crate) fn body<B>(body: B, reader: Reader) -> ReadTrailers<B> {
+        Watched::new(
+            body,
+            TrailerReader {
+                reader: Some(reader),
+            },
+        )
     }
 
-    /// A body whose trailers were read already (a trailers-only response).
-    pub(crate) fn done(inner: B) -> Self {
-        ReadTrailers {
-            inner,
-            reader: None,
-        }
+    /// `body`, whose trailers were read already (a trailers-only response).
+    pub(crate) fn done<B>(body: B) -> ReadTrailers<B> {
+        Watched::new(body, TrailerReader { reader: None })
     }
 }
 
-impl<B> Body for ReadTrailers<B>
-where
-    B: Body + Unpin,
-{
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.get_mut();
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &frame {
+impl<D, E> Watch<D, E> for TrailerReader {
+    fn saw(&mut self, frame: &Option<Result<Frame<D>, E>>, _ended: bool) {
+        match frame {
             Some(Ok(f)) => {
                 if let Some(map) = f.trailers_ref() {
-                    if let Some(r) = this.reader.take() {
+                    if let Some(r) = self.reader.take() {
                         r.trailers(map);
                     }
                 }
             }
             Some(Err(_)) => {
-                if let Some(r) = this.reader.take() {
+                if let Some(r) = self.reader.take() {
                     r.failed("disconnected");
                 }
             }
             None => {
                 // Ended without trailers: no status, no timing.
-                if let Some(r) = this.reader.take() {
+                if let Some(r) = self.reader.take() {
                     r.trailers(&HeaderMap::new());
                 }
             }
         }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
-impl<B> Drop for ReadTrailers<B> {
+impl Drop for TrailerReader {
     fn drop(&mut self) {
         // Dropped before its trailers: the caller gave up on the response.
         if let Some(r) = self.reader.take() {

@@ -19,7 +19,7 @@ use tracing::Span;
 mod body;
 mod slot;
 
-pub use body::ReadTrailers;
+pub use body::{ReadTrailers, TrailerReader};
 pub use slot::{SendTrace, TrailerSlot, Trailers};
 
 /// A tower [`Layer`](tower::Layer) for a tonic client's `Channel`:
@@ -166,11 +166,11 @@ where
             // the trailers, and no trailers frame follows.
             if parts.headers.contains_key("grpc-status") {
                 reader.trailers(&parts.headers);
-                return Ok(Response::from_parts(parts, ReadTrailers::done(inner)));
+                return Ok(Response::from_parts(parts, TrailerReader::done(inner)));
             }
             Ok(Response::from_parts(
                 parts,
-                ReadTrailers::new(inner, reader),
+                TrailerReader::body(inner, reader),
             ))
         })
     }

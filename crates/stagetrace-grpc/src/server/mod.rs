@@ -23,7 +23,7 @@ use crate::wire::{OUTCOME_KEY, TIMING_KEY};
 mod arrival;
 mod timer;
 
-pub use arrival::Arrival;
+pub use arrival::{Arrival, ArrivalStamps};
 pub use timer::RequestTimer;
 
 /// Called once per request when its trailers are sent, with what the
@@ -198,7 +198,7 @@ where
         }
         parts.extensions.insert(timer.clone());
         let kind = method_name(parts.uri.path());
-        let req = Request::from_parts(parts, Arrival::new(body, timer.clone()));
+        let req = Request::from_parts(parts, ArrivalStamps::body(body, timer.clone()));
         let span = context.map_or_else(tracing::Span::none, stagetrace::remote_parent_span);
         let fut = span.in_scope(|| inner.call(req)).instrument(span);
         Box::pin(async move {
