@@ -326,20 +326,17 @@ fn a_unary_call_in_a_call_span_is_split_with_the_servers_timing() {
                 .serve_with_incoming_shutdown(incoming, stop),
         )
     });
-    let Traced {
-        dir,
-        guard,
-        client_layer,
-        _default,
-    } = traced();
+    let robot = traced();
     stagetrace_test_support::rt().block_on(async {
         for _ in 0..20 {
-            unary_in_a_call(served.addr, &client_layer).await.unwrap();
+            unary_in_a_call(served.addr, &robot.client_layer)
+                .await
+                .unwrap();
         }
     });
     drop(served);
-    let summary = guard.finish();
-    let records = read_records(dir.path());
+    let summary = robot.guard.finish();
+    let records = read_records(robot.dir.path());
     assert_eq!(records.len(), 20);
     assert_eq!(summary.rejected_headers, 0);
     assert_eq!(stats.stats().requests, 20);
@@ -429,15 +426,10 @@ fn a_malformed_timing_trailer_is_counted_and_the_reply_still_arrives() {
                 .serve_with_incoming_shutdown(incoming, stop),
         )
     });
-    let Traced {
-        dir,
-        guard,
-        client_layer,
-        _default,
-    } = traced();
+    let robot = traced();
     let slot = TrailerSlot::new();
     stagetrace_test_support::rt().block_on(async {
-        let svc = tower::Layer::layer(&client_layer, channel(served.addr).await);
+        let svc = tower::Layer::layer(&robot.client_layer, channel(served.addr).await);
         let mut client = AsyncInferenceClient::new(svc);
         let mut req = tonic::Request::new(Empty {});
         req.extensions_mut().insert(slot.clone());
@@ -445,12 +437,12 @@ fn a_malformed_timing_trailer_is_counted_and_the_reply_still_arrives() {
         client.ready(req).instrument(call).await.unwrap();
     });
     drop(served);
-    let summary = guard.finish();
-    let records = read_records(dir.path());
+    let summary = robot.guard.finish();
+    let records = read_records(robot.dir.path());
     let trailers = slot.take().unwrap();
     assert_eq!((trailers.timing, trailers.outcome), (None, None));
     assert_eq!((trailers.rejected, trailers.status), (2, Some(0)));
-    assert_eq!(client_layer.stats().rejected_trailers, 2);
+    assert_eq!(robot.client_layer.stats().rejected_trailers, 2);
     // Counted where a user looks: the summary window's rejected headers.
     assert_eq!(summary.rejected_headers, 2);
     // The call went on: one record, not failed, a black box without timing.
