@@ -19,8 +19,14 @@ pub trait Watch<D, E> {
 
 /// A body whose frames `W` sees as they pass, unchanged.
 pub struct Watched<B, W> {
-    inner: B,
+    // Dropped first (fields drop in declaration order): a watch that acts
+    // when the body goes away (a trailer reader whose caller gave up, which
+    // also lets go of the call's transport span) must act before the body's
+    // own drop runs. Body first measurably moved the async LeRobot robot's
+    // offset estimate (`tests/async_inference.rs` under `cargo xtask timing
+    // --load`: worst error 1.8-2.4 ms against 0.09-0.12 ms).
     watch: W,
+    inner: B,
 }
 
 impl<B, W> Watched<B, W> {
@@ -62,5 +68,37 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// Says when it is dropped.
+    struct Noted(&'static str, Arc<Mutex<Vec<&'static str>>>);
+
+    impl Drop for Noted {
+        fn drop(&mut self) {
+            if let Ok(mut order) = self.1.lock() {
+                order.push(self.0);
+            }
+        }
+    }
+
+    /// See the `watch` field: a watch acting as the body goes away acts
+    /// before the body's own drop.
+    #[test]
+    fn the_watch_goes_before_the_body() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        drop(Watched::new(
+            Noted("body", Arc::clone(&order)),
+            Noted("watch", Arc::clone(&order)),
+        ));
+        assert_eq!(
+            *order.lock().unwrap_or_else(|e| e.into_inner()),
+            ["watch", "body"]
+        );
     }
 }
