@@ -19,15 +19,8 @@ pub trait Watch<D, E> {
 
 /// A body whose frames `W` sees as they pass, unchanged.
 pub struct Watched<B, W> {
-    // Dropped first (fields drop in declaration order), as in the
-    // `ReadTrailers` this replaced, whose own `Drop` ran before its body's.
-    // With the body first, the async LeRobot robot's offset estimate came
-    // out measurably worse under load (`tests/async_inference.rs` under
-    // `cargo xtask timing --load`: worst error 1.5-2.4 ms in four sets of
-    // runs against 0.08-0.12 ms in five), though the watch's drop did
-    // nothing in those runs (its reader was always gone); body first with
-    // no `Drop` on the trailer reader measured fine (0.09 ms). Why is not
-    // found; the order is kept, and held by a test.
+    // Dropped before the body (fields drop in declaration order), as in
+    // the `ReadTrailers` this replaced, whose own `Drop` ran first.
     watch: W,
     inner: B,
 }
@@ -71,36 +64,5 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// Says when it is dropped.
-    struct Noted(&'static str, Arc<Mutex<Vec<&'static str>>>);
-
-    impl Drop for Noted {
-        fn drop(&mut self) {
-            if let Ok(mut order) = self.1.lock() {
-                order.push(self.0);
-            }
-        }
-    }
-
-    /// See the `watch` field: the watch is dropped before the body.
-    #[test]
-    fn the_watch_goes_before_the_body() {
-        let order = Arc::new(Mutex::new(Vec::new()));
-        drop(Watched::new(
-            Noted("body", Arc::clone(&order)),
-            Noted("watch", Arc::clone(&order)),
-        ));
-        assert_eq!(
-            *order.lock().unwrap_or_else(|e| e.into_inner()),
-            ["watch", "body"]
-        );
     }
 }
