@@ -37,6 +37,12 @@ impl<const N: usize> InlineStr<N> {
     }
 }
 
+impl<const N: usize> Default for InlineStr<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl<const N: usize> fmt::Debug for InlineStr<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.as_str(), f)

@@ -52,7 +52,8 @@ pub(crate) struct TransportAcc {
 /// small: it is copied once per call onto the queue, into a slot the worker
 /// read long ago (cold), and it sizes every slot of the layer's table. What
 /// few calls carry (an executor ack, a relayed response's hops) is boxed.
-#[derive(Clone, Debug)]
+/// (`Default`: storage only, an empty state before [`begin`](Self::begin).)
+#[derive(Clone, Debug, Default)]
 pub(crate) struct CallState {
     pub(crate) start: Stamp,
     pub(crate) ordinal: u64,
@@ -126,7 +127,8 @@ impl CallState {
         kind: InlineStr<KIND_LEN>,
         shared_context: bool,
     ) -> Self {
-        CallState {
+        let mut state = CallState::default();
+        state.begin(
             start,
             ordinal,
             seq,
@@ -134,27 +136,15 @@ impl CallState {
             flags,
             span_id,
             kind,
-            stages: [StageAcc::default(); Stage::ALL.len()],
-            covered_ticks: 0,
-            transport: None,
-            executor: None,
-            relays: None,
-            dispatch_span_id: 0,
-            failed: None,
-            digest: None,
-            stale_dropped: 0,
-            action_queue: None,
-            observer_ticks: 0,
             shared_context,
-            host_at_open: None,
-            host: HostShare::default(),
-            stage_run_wait_ns: [None; 2],
-        }
+        );
+        state
     }
 
     /// Makes this state a call started at `start` with no stage yet, in
-    /// place (the same as [`new`](Self::new), field by field: a call's state
-    /// reused in the layer's table is not built aside and copied in).
+    /// place: a call's state reused in the layer's table is not built aside
+    /// and copied in. The one place a call's state is set up
+    /// ([`new`](Self::new) calls it too).
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn begin(
@@ -168,27 +158,55 @@ impl CallState {
         kind: InlineStr<KIND_LEN>,
         shared_context: bool,
     ) {
-        self.start = start;
-        self.ordinal = ordinal;
-        self.seq = seq;
-        self.trace_id = trace_id;
-        self.flags = flags;
-        self.span_id = span_id;
-        self.kind = kind;
-        self.stages = [StageAcc::default(); Stage::ALL.len()];
-        self.covered_ticks = 0;
-        self.transport = None;
-        self.executor = None;
-        self.relays = None;
-        self.dispatch_span_id = 0;
-        self.failed = None;
-        self.digest = None;
-        self.stale_dropped = 0;
-        self.observer_ticks = 0;
-        self.shared_context = shared_context;
-        self.host_at_open = None;
-        self.host = HostShare::default();
-        self.stage_run_wait_ns = [None; 2];
+        // Every field named, no `..`: a field added to the state does not
+        // compile until it is reset here (a reused slot would carry the
+        // last call's value into the next one).
+        let CallState {
+            start: start_,
+            ordinal: ordinal_,
+            seq: seq_,
+            trace_id: trace_id_,
+            flags: flags_,
+            span_id: span_id_,
+            kind: kind_,
+            stages,
+            covered_ticks,
+            transport,
+            executor,
+            relays,
+            dispatch_span_id,
+            failed,
+            digest,
+            stale_dropped,
+            action_queue,
+            observer_ticks,
+            shared_context: shared_context_,
+            host_at_open,
+            host,
+            stage_run_wait_ns,
+        } = self;
+        *start_ = start;
+        *ordinal_ = ordinal;
+        *seq_ = seq;
+        *trace_id_ = trace_id;
+        *flags_ = flags;
+        *span_id_ = span_id;
+        *kind_ = kind;
+        *stages = [StageAcc::default(); Stage::ALL.len()];
+        *covered_ticks = 0;
+        *transport = None;
+        *executor = None;
+        *relays = None;
+        *dispatch_span_id = 0;
+        *failed = None;
+        *digest = None;
+        *stale_dropped = 0;
+        *action_queue = None;
+        *observer_ticks = 0;
+        *shared_context_ = shared_context;
+        *host_at_open = None;
+        *host = HostShare::default();
+        *stage_run_wait_ns = [None; 2];
     }
 
     /// Adds one span's run-queue wait to its stage's (capture and dispatch

@@ -152,7 +152,7 @@ impl StageLayer {
         let shared = shared_ids.is_some();
         if stage == Stage::Transport {
             let span_id = shared_ids.map_or_else(ids::span_id, |s| s.span_id);
-            let peer = fields.peer.unwrap_or(InlineStr::new());
+            let peer = fields.peer.unwrap_or_default();
             self.keep(id, ctx, |s| {
                 *s = SpanState::Transport(TransportState {
                     start: t0,
@@ -350,7 +350,7 @@ impl StageLayer {
             trace_id,
             flags,
             span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
-            kind: fields.kind.unwrap_or(InlineStr::new()),
+            kind: fields.kind.unwrap_or_default(),
             shared: shared_ids.is_some(),
             // Sampled before the slot is locked: it reads /proc.
             host_at_open: self.host_figures.then(ThreadSample::now),
@@ -399,16 +399,7 @@ impl NewCall {
     #[inline]
     fn fill(self, slot: &mut SpanState, t0: Stamp) {
         if !matches!(slot, SpanState::Call(_)) {
-            *slot = SpanState::Call(CallState::new(
-                t0,
-                0,
-                None,
-                0,
-                0,
-                0,
-                InlineStr::new(),
-                false,
-            ));
+            *slot = SpanState::Call(CallState::default());
         }
         if let SpanState::Call(state) = slot {
             state.begin(
