@@ -76,6 +76,15 @@ fn color(f: Figure) -> &'static str {
         // ahead of the action queue running dry it came.
         Figure::PollWait => "#bcbd22",
         Figure::Margin => "#17becf",
+        // Inference's parts: shades of infer's green.
+        Figure::Pre => "#74c476",
+        Figure::Model => "#006d2c",
+        Figure::Post => "#a1d99b",
+        Figure::Device => "#31a354",
+        // Queue's parts: shades of its olive.
+        Figure::AcceptWait => "#8c8c1c",
+        Figure::LoopWait => "#dbdb5c",
+        Figure::ServerTxWait => "#e7969c",
     }
 }
 

@@ -167,7 +167,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 61;
+pub const FIELD_COUNT: usize = 68;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -178,7 +178,13 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::Capture),
     figure_field(F::Uplink),
     figure_field(F::Queue),
+    figure_field(F::AcceptWait),
+    figure_field(F::LoopWait),
     figure_field(F::Infer),
+    figure_field(F::Pre),
+    figure_field(F::Model),
+    figure_field(F::Device),
+    figure_field(F::Post),
     figure_field(F::Downlink),
     figure_field(F::Dispatch),
     figure_field(F::ExecTx),
@@ -224,6 +230,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::ServerCpuStall),
     figure_field(F::ServerGc),
     figure_field(F::ServerRxWait),
+    figure_field(F::ServerTxWait),
     count(
         true,
         HostCount::InvoluntarySwitches,

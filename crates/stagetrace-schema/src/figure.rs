@@ -103,10 +103,32 @@ pub enum Figure {
     /// How long the robot's action queue would still have lasted when the
     /// chunk arrived (negative: it had run dry that long): async inference.
     Margin,
+    /// Inference's pre-processing (data loading, decoding, normalisation):
+    /// a part of `infer`.
+    Pre,
+    /// The model itself, until its device work is done: a part of `infer`.
+    Model,
+    /// Inference's post-processing (un-normalising, decoding the action):
+    /// a part of `infer`.
+    Post,
+    /// The device's own time for the model's work (CUDA events, where
+    /// measurable): inside `model`.
+    Device,
+    /// The request was in → a worker or handler picked it up (every worker
+    /// of a gRPC thread pool busy): a part of `queue`.
+    AcceptWait,
+    /// The request was in → the server's event loop got to it (the loop
+    /// blocked by a callback, e.g. the policy run on the loop): a part of
+    /// `queue`.
+    LoopWait,
+    /// The server's response was ready → its write reached the kernel (the
+    /// server's thread waiting for a core): inside `downlink`, carried in
+    /// the next response.
+    ServerTxWait,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 37;
+pub const FIGURE_COUNT: usize = 44;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -177,9 +199,11 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "trigger → last frame in the local buffer"),
     row("uplink", "uplink_ms", Unit::Millis, Group::LinkStage, Side::Transport, &[],
         "send → server has the whole request (needs the clock offset)"),
-    row("queue", "queue_ms", Unit::Millis, Group::ServerStage, Side::Server, &[],
+    row("queue", "queue_ms", Unit::Millis, Group::ServerStage, Side::Server,
+        &[F::AcceptWait, F::LoopWait],
         "server receive → inference start"),
-    row("infer", "infer_ms", Unit::Millis, Group::ServerStage, Side::Server, &[],
+    row("infer", "infer_ms", Unit::Millis, Group::ServerStage, Side::Server,
+        &[F::Pre, F::Model, F::Post],
         "inference start → usable output"),
     row("downlink", "downlink_ms", Unit::Millis, Group::LinkStage, Side::Transport, &[],
         "server send → client has the whole response (needs the clock offset)"),
@@ -253,6 +277,20 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "an async server's chunk was ready → the reply carrying it was sent (the robot's next poll, padding, serialisation)"),
     signed(row("margin", "margin_ms", Unit::Millis, Group::Bookkeeping, Side::Client, &[],
         "the robot's action queue had this much time left when the chunk arrived (negative: it had run dry that long)")),
+    row("pre", "pre_ms", Unit::Millis, Group::Derived, Side::Server, &[],
+        "inference's pre-processing (data loading, decoding, normalisation): part of infer"),
+    row("model", "model_ms", Unit::Millis, Group::Derived, Side::Server, &[F::Device],
+        "the model itself, until its device work is done: part of infer"),
+    row("post", "post_ms", Unit::Millis, Group::Derived, Side::Server, &[],
+        "inference's post-processing (un-normalising, decoding the action): part of infer"),
+    row("device", "device_ms", Unit::Millis, Group::Derived, Side::Server, &[],
+        "the device's own time for the model's work (CUDA events, where measurable): inside model"),
+    row("accept_wait", "accept_wait_ms", Unit::Millis, Group::Derived, Side::Server, &[],
+        "the request was in → a worker or handler picked it up (every worker of a gRPC pool busy): part of queue"),
+    row("loop_wait", "loop_wait_ms", Unit::Millis, Group::Derived, Side::Server, &[],
+        "the request was in → the server's event loop got to it (the loop blocked, e.g. by the policy run on it): part of queue"),
+    row("server_tx_wait", "server_tx_wait_ms", Unit::Millis, Group::Host, Side::Server, &[],
+        "the server's response was ready → its write reached the kernel (the server's thread waiting for a core): inside downlink"),
 ];
 
 impl Figure {
@@ -295,6 +333,13 @@ impl Figure {
         F::TxWait,
         F::PollWait,
         F::Margin,
+        F::Pre,
+        F::Model,
+        F::Post,
+        F::Device,
+        F::AcceptWait,
+        F::LoopWait,
+        F::ServerTxWait,
     ];
 
     /// The six canonical stages of a call, in call order.
@@ -385,6 +430,7 @@ impl Figure {
             F::CaptureRunWait => Some(F::Capture),
             F::DispatchRunWait => Some(F::Dispatch),
             F::TxWait => Some(F::Uplink),
+            F::ServerTxWait => Some(F::Downlink),
             _ => None,
         }
     }

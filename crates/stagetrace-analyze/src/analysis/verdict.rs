@@ -96,6 +96,25 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::Margin => {
             "chunks arrive too close to the action queue running dry: raise the refill threshold or cut infer (docs/lerobot.md)"
         }
+        // The parts of inference: the seed's data loading, model, post-processing.
+        Figure::Pre => {
+            "pre-processing is the bottleneck: decode and resize frames on the robot or on the GPU, cache normalisation statistics, load data ahead of the call"
+        }
+        Figure::Model | Figure::Device => {
+            "the model itself is the bottleneck: smaller inputs or fewer denoising steps, half precision, compile the model (jit, torch.compile), or a bigger device"
+        }
+        Figure::Post => {
+            "post-processing is the bottleneck: keep results on the device until needed, vectorise the un-normalisation, and make sure the model's device work is not landing here (docs/stages.md, \"Asynchronous devices\")"
+        }
+        Figure::AcceptWait => {
+            "requests waited for a server worker: every worker was busy (a handler that blocks, e.g. LeRobot's GetActions waiting for an observation); raise max_workers"
+        }
+        Figure::LoopWait => {
+            "the server's event loop was blocked when the request came: run infer off the loop (run_in_executor or a worker thread)"
+        }
+        Figure::ServerTxWait => {
+            "the server's send waited for a core: pin or reserve cores for the policy server, move other load off them, or raise its priority"
+        }
     }
 }
 

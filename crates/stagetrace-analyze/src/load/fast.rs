@@ -276,7 +276,7 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
     let layout = layout();
     let mut c = Cursor { b: line, i: 0 };
     // Bits of the required fields seen, and of every known field read.
-    let (mut seen, mut given) = (0u64, 0u64);
+    let (mut seen, mut given) = (0u128, 0u128);
     c.ws();
     c.eat(b'{')?;
     c.ws();

@@ -174,9 +174,9 @@ pub(crate) struct Key {
     /// What to do with its value.
     pub(crate) slot: Slot,
     /// Its bit among the required fields (0 when optional).
-    pub(crate) required_bit: u64,
+    pub(crate) required_bit: u128,
     /// Its own bit (every field has one): a key given twice is found by it.
-    pub(crate) bit: u64,
+    pub(crate) bit: u128,
 }
 
 /// Longest name a [`fingerprint`] covers whole.
@@ -211,7 +211,7 @@ pub(crate) struct Layout {
     /// only the few names of the same length.
     by_len: Vec<Vec<Key>>,
     /// Every required field's bit.
-    pub(crate) required: u64,
+    pub(crate) required: u128,
     /// Per figure (by [`Figure::index`]): whether the analysis reads it.
     pub(crate) reads: [bool; FIGURE_COUNT],
 }
@@ -219,9 +219,9 @@ pub(crate) struct Layout {
 impl Layout {
     fn new() -> Layout {
         let mut by_len: Vec<Vec<Key>> = Vec::new();
-        let mut required = 0u64;
+        let mut required = 0u128;
         for (i, info) in FIELDS.iter().enumerate() {
-            let bit = 1u64 << i;
+            let bit = 1u128 << i;
             let required_bit = if info.required { bit } else { 0 };
             required |= required_bit;
             let len = info.name.len();
@@ -260,17 +260,17 @@ impl Layout {
 
     /// The required fields a record lacks, given the bits of those it
     /// has, in the order of the field table.
-    pub(crate) fn missing(seen: u64) -> impl Iterator<Item = &'static str> {
+    pub(crate) fn missing(seen: u128) -> impl Iterator<Item = &'static str> {
         FIELDS
             .iter()
             .enumerate()
-            .filter(move |(i, info)| info.required && seen & (1u64 << i) == 0)
+            .filter(move |(i, info)| info.required && seen & (1u128 << i) == 0)
             .map(|(_, info)| info.name)
     }
 }
 
 // Every field's bit must fit the mask.
-const _: () = assert!(FIELDS.len() <= u64::BITS as usize);
+const _: () = assert!(FIELDS.len() <= u128::BITS as usize);
 
 /// The record layout, built on first use.
 pub(crate) fn layout() -> &'static Layout {

@@ -42,7 +42,7 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
         let layout = layout();
         // Bits of the required fields seen, and of every known field read
         // (one given twice is an error, on the fast path too).
-        let (mut seen, mut given) = (0u64, 0u64);
+        let (mut seen, mut given) = (0u128, 0u128);
         while let Some(name) = map.next_key::<String>()? {
             let Some(key) = layout.key(name.as_bytes()) else {
                 // Keys the format does not know are skipped, whatever their value.

@@ -100,6 +100,24 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::Margin => {
             "the action queue's margin shrank first: raise the refill threshold or cut infer (docs/lerobot.md)"
         }
+        Figure::Pre => {
+            "pre-processing moved first: decoding and resizing frames, normalisation, data loading — move them to the robot or the GPU, load ahead"
+        }
+        Figure::Model | Figure::Device => {
+            "the model moved first: it competes for the device — limit concurrency, then batching, half precision or a compiled model"
+        }
+        Figure::Post => {
+            "post-processing moved first: un-normalising and decoding actions, or device work that lands after the model stage (docs/stages.md)"
+        }
+        Figure::AcceptWait => {
+            "the wait for a server worker moved first: every worker was busy — raise max_workers, or stop handlers from blocking one"
+        }
+        Figure::LoopWait => {
+            "the server's event loop was blocked first: run infer off the loop (run_in_executor, a worker thread)"
+        }
+        Figure::ServerTxWait => {
+            "the server's send waited for a core first: pin or reserve cores for the policy server (docs/host.md)"
+        }
     }
 }
 
