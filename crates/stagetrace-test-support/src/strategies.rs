@@ -24,10 +24,28 @@ pub fn server_timing() -> impl Strategy<Value = ServerTiming> {
         opt(MAX_DURATION_NS),
         proptest::option::of(1..=MAX_BATCH_SIZE),
         proptest::option::of(any::<bool>()),
+        // The parts added later (model, device, the waits, the previous
+        // send's wait) and the pickup flag: a second tuple, proptest's
+        // tuples stop at twelve.
+        (
+            opt(MAX_DURATION_NS),
+            opt(MAX_DURATION_NS),
+            opt(MAX_DURATION_NS),
+            opt(MAX_DURATION_NS),
+            opt(MAX_DURATION_NS),
+            any::<bool>(),
+        ),
     )
         .prop_map(
-            |(recv, total, queue, infer, pre, post, transfer, poll_wait, batch, cache)| {
+            |(recv, total, queue, infer, pre, post, transfer, poll_wait, batch, cache, more)| {
+                let (model, device, accept_wait, loop_wait, prev_tx_wait, pickup) = more;
                 ServerTiming {
+                    model_ns: model,
+                    device_ns: device,
+                    accept_wait_ns: accept_wait,
+                    loop_wait_ns: loop_wait,
+                    prev_tx_wait_ns: prev_tx_wait,
+                    recv_at_pickup: pickup,
                     recv_unix_ns: recv,
                     total_ns: total,
                     queue_ns: queue,

@@ -336,11 +336,13 @@ mod size {
     /// The call's state stays small (see [`super::CallState`]): 736 bytes
     /// when the relays' hops were boxed (928 before), 784 with the async
     /// shape's fields (the server's `poll_wait`, the robot's action queue),
-    /// copied once per call.
+    /// 864 with the server timing's parts of inference, its waits and the
+    /// previous send's wait (five more figures: 80 bytes), copied once per
+    /// call.
     #[test]
     fn the_call_state_stays_small() {
         assert!(
-            std::mem::size_of::<super::CallState>() <= 784,
+            std::mem::size_of::<super::CallState>() <= 864,
             "{}",
             std::mem::size_of::<super::CallState>()
         );

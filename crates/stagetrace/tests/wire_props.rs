@@ -19,6 +19,7 @@ fn to_us(t: ServerTiming) -> ServerTiming {
         queue_ns: r(t.queue_ns),
         infer_ns: r(t.infer_ns),
         pre_ns: r(t.pre_ns),
+        model_ns: r(t.model_ns),
         post_ns: r(t.post_ns),
         poll_wait_ns: None,
         // `Server-Timing` carries the stage durations only.
@@ -26,6 +27,7 @@ fn to_us(t: ServerTiming) -> ServerTiming {
         batch_size: None,
         cache_hit: None,
         host: Default::default(),
+        ..ServerTiming::default()
     }
 }
 

@@ -284,14 +284,19 @@ impl RequestTimer {
             .min(ready.unwrap_or(sent));
         let end = ready.unwrap_or(sent);
         let within = |slot: &AtomicU64| self.mark(slot).map(|m| m.clamp(start, end));
+        let (pre_done, post_start) = (within(&self.inner.pre_done), within(&self.inner.post_start));
         ServerTiming {
             recv_unix_ns: Some(recv.unix_ns),
             total_ns: Some(ns_between(recv.at, sent)),
             transfer_ns: Some(ns_between(self.inner.head, recv.at)),
             queue_ns: Some(ns_between(recv.at, start)),
             infer_ns: Some(ns_between(start, end)),
-            pre_ns: within(&self.inner.pre_done).map(|p| ns_between(start, p)),
-            post_ns: within(&self.inner.post_start).map(|p| ns_between(p, end)),
+            pre_ns: pre_done.map(|p| ns_between(start, p)),
+            // The model: between the two marks, when the handler set both.
+            model_ns: pre_done
+                .zip(post_start)
+                .map(|(p, q)| ns_between(p, q.max(p))),
+            post_ns: post_start.map(|p| ns_between(p, end)),
             poll_wait_ns: ready.map(|r| ns_between(r, sent)),
             batch_size: match self.inner.batch_size.load(Ordering::Relaxed) {
                 0 => None,
@@ -306,6 +311,7 @@ impl RequestTimer {
                 .host
                 .map(|h| ThreadSample::now().since(&h))
                 .unwrap_or_default(),
+            ..ServerTiming::default()
         }
     }
 }

@@ -126,6 +126,19 @@ pub struct Stitched {
     pub infer_ns: Option<i64>,
     /// An async server's chunk ready → its reply sent.
     pub poll_wait_ns: Option<i64>,
+    /// Inference's parts, as the server sent them.
+    pub pre_ns: Option<i64>,
+    /// The model's part of inference.
+    pub model_ns: Option<i64>,
+    /// Post-processing's part of inference.
+    pub post_ns: Option<i64>,
+    /// The device's own time for the model's work.
+    pub device_ns: Option<i64>,
+    /// The request was in → a worker picked it up: the server's own figure,
+    /// or (a pickup stamp) the part of `t1 − t0` beyond the path's delay.
+    pub accept_wait_ns: Option<i64>,
+    /// The request was in → the server's event loop read it.
+    pub loop_wait_ns: Option<i64>,
     /// Server − client offset used.
     pub offset_ns: Option<i64>,
     /// ± bound on the split.
@@ -149,8 +162,14 @@ pub struct Stitched {
 impl Stitched {
     /// The record figures the stitch gives besides the roundtrip, each with
     /// its value (`None`: the inputs did not allow it).
-    pub fn figures(&self) -> [(Figure, Option<i64>); 9] {
+    pub fn figures(&self) -> [(Figure, Option<i64>); 15] {
         [
+            (Figure::Pre, self.pre_ns),
+            (Figure::Model, self.model_ns),
+            (Figure::Post, self.post_ns),
+            (Figure::Device, self.device_ns),
+            (Figure::AcceptWait, self.accept_wait_ns),
+            (Figure::LoopWait, self.loop_wait_ns),
             (Figure::Server, self.server_ns),
             (Figure::Net, self.net_ns),
             (Figure::Uplink, self.uplink_ns),
@@ -162,6 +181,31 @@ impl Stitched {
             (Figure::SplitErr, self.split_err_ns),
         ]
     }
+}
+
+/// A pickup stamp (`ServerTiming::recv_at_pickup`): the server stamped when a
+/// worker took the request up, not when its bytes arrived, so `up` (send →
+/// that stamp) holds the wait for a worker. The bytes are taken to have
+/// crossed in the path's own time — `path_up`, half the delay of the offset
+/// filter's tightest sample, the uplink the estimate already assumes — and
+/// the rest moves from uplink and net to `accept_wait`, `queue` and
+/// `server`. Its error is the split's own (`split_err`): the same sample
+/// bounds both. Returns the uplink kept.
+fn take_pickup_wait(out: &mut Stitched, up: f64, path_up: Option<f64>) -> f64 {
+    let Some(path_up) = path_up.filter(|p| p.is_finite() && *p >= 0.0) else {
+        return up;
+    };
+    if up <= path_up {
+        out.accept_wait_ns = Some(out.accept_wait_ns.unwrap_or(0));
+        return up;
+    }
+    let wait = whole_ns(up - path_up);
+    let add = |v: &mut Option<i64>| *v = Some(v.unwrap_or(0) + wait);
+    add(&mut out.accept_wait_ns);
+    add(&mut out.queue_ns);
+    out.server_ns = out.server_ns.map(|s| s + wait);
+    out.net_ns = out.net_ns.map(|n| (n - wait).max(0));
+    path_up
 }
 
 /// A clamped (finite, non-negative or offset) ns figure as the record's integer ns.
@@ -278,6 +322,12 @@ impl Stitcher {
             queue_ns: server.queue_ns.map(|v| v as i64),
             infer_ns: server.infer_ns.map(|v| v as i64),
             poll_wait_ns: server.poll_wait_ns.map(|v| v as i64),
+            pre_ns: server.pre_ns.map(|v| v as i64),
+            model_ns: server.model_ns.map(|v| v as i64),
+            post_ns: server.post_ns.map(|v| v as i64),
+            device_ns: server.device_ns.map(|v| v as i64),
+            accept_wait_ns: server.accept_wait_ns.map(|v| v as i64),
+            loop_wait_ns: server.loop_wait_ns.map(|v| v as i64),
             ..Stitched::default()
         };
         // Server time inside the roundtrip: the total when given, else (an
@@ -296,7 +346,15 @@ impl Stitcher {
             (ClockMode::None, _, _) => ClockBasis::None,
             (_, None, _) | (_, _, None) => ClockBasis::Degraded,
             (ClockMode::Trusted, Some(s), Some(net)) => {
-                let up = clamp_ns(diff(s.t1, s.t0), net, &mut clamped);
+                let mut up = clamp_ns(diff(s.t1, s.t0), net, &mut clamped);
+                if server.recv_at_pickup {
+                    // The filter runs only to learn the path's delay.
+                    let path = estimate_from
+                        .and_then(|e| self.filter_mut(peer).add(e))
+                        .map(|e| e.delay_ns / 2.0);
+                    up = take_pickup_wait(&mut out, up, path);
+                }
+                let net = out.net_ns.map_or(net, |n| n as f64);
                 out.uplink_ns = Some(whole_ns(up));
                 out.downlink_ns = Some(whole_ns(net - up));
                 out.offset_ns = Some(0);
@@ -307,7 +365,12 @@ impl Stitcher {
                     Some(est) => {
                         // Uplink ends at the whole request (`t1`), whichever
                         // sample the offset came from.
-                        let up = clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
+                        let mut up =
+                            clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
+                        if server.recv_at_pickup {
+                            up = take_pickup_wait(&mut out, up, Some(est.delay_ns / 2.0));
+                        }
+                        let net = out.net_ns.map_or(net, |n| n as f64);
                         out.uplink_ns = Some(whole_ns(up));
                         out.downlink_ns = Some(whole_ns(net - up));
                         out.offset_ns = Some(whole_ns(est.offset_ns));

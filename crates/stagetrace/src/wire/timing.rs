@@ -27,6 +27,28 @@ pub struct ServerTiming {
     pub pre_ns: Option<u64>,
     /// Post-processing part of `infer_ns`, when known.
     pub post_ns: Option<u64>,
+    /// The model's part of `infer_ns` (until its device work is done), when
+    /// known: `pre_ns + model_ns + post_ns = infer_ns` when all three are sent.
+    pub model_ns: Option<u64>,
+    /// The device's own time for the model's work (e.g. CUDA events), when
+    /// measurable.
+    pub device_ns: Option<u64>,
+    /// The request was in → a worker or handler picked it up, when the
+    /// server knows the arrival: a part of `queue_ns`.
+    pub accept_wait_ns: Option<u64>,
+    /// The request was in → the server's event loop read it (the loop was
+    /// blocked), when the server knows the arrival: a part of `queue_ns`.
+    pub loop_wait_ns: Option<u64>,
+    /// The server's own wait before the write of the *previous* response on
+    /// this connection (ready → the write reached the kernel): a response
+    /// cannot carry the wait for its own write, so the next one does, as
+    /// openpi's `prev_total_ms` does.
+    pub prev_tx_wait_ns: Option<u64>,
+    /// `recv_unix_ns` is when a worker picked the request up, not when its
+    /// bytes arrived (grpcio has no hook before its thread pool): the
+    /// client estimates the arrival from the path's delay and reports the
+    /// difference as `accept_wait` (`docs/clocks.md`, "Pickup stamps").
+    pub recv_at_pickup: bool,
     /// Request transfer on the server's monotonic clock: the request's first
     /// byte arrived → the whole request had arrived (`recv_unix_ns`). With
     /// it the client takes the request's arrival time out of the clock
@@ -77,7 +99,7 @@ impl TimeField {
 }
 
 /// The time fields in the order every encoding writes them.
-pub(super) const TIME_FIELDS: [TimeField; 8] = [
+pub(super) const TIME_FIELDS: [TimeField; 13] = [
     TimeField {
         map_key: "recv_unix_ns",
         header_key: "recv",
@@ -134,6 +156,41 @@ pub(super) const TIME_FIELDS: [TimeField; 8] = [
         get: |t| t.poll_wait_ns,
         slot: |t| &mut t.poll_wait_ns,
     },
+    TimeField {
+        map_key: "model_ns",
+        header_key: "model",
+        max: MAX_DURATION_NS,
+        get: |t| t.model_ns,
+        slot: |t| &mut t.model_ns,
+    },
+    TimeField {
+        map_key: "device_ns",
+        header_key: "device",
+        max: MAX_DURATION_NS,
+        get: |t| t.device_ns,
+        slot: |t| &mut t.device_ns,
+    },
+    TimeField {
+        map_key: "accept_wait_ns",
+        header_key: "acceptwait",
+        max: MAX_DURATION_NS,
+        get: |t| t.accept_wait_ns,
+        slot: |t| &mut t.accept_wait_ns,
+    },
+    TimeField {
+        map_key: "loop_wait_ns",
+        header_key: "loopwait",
+        max: MAX_DURATION_NS,
+        get: |t| t.loop_wait_ns,
+        slot: |t| &mut t.loop_wait_ns,
+    },
+    TimeField {
+        map_key: "prev_tx_wait_ns",
+        header_key: "prevtxwait",
+        max: MAX_DURATION_NS,
+        get: |t| t.prev_tx_wait_ns,
+        slot: |t| &mut t.prev_tx_wait_ns,
+    },
 ];
 
 /// The time field a `stagetrace-timing` header key names.
@@ -150,6 +207,7 @@ impl ServerTiming {
     /// True when no field is known (the server sent no timing).
     pub fn is_empty(&self) -> bool {
         !self.has_times()
+            && !self.recv_at_pickup
             && self.batch_size.is_none()
             && self.cache_hit.is_none()
             && self.host.is_empty()
@@ -211,6 +269,9 @@ impl ServerTiming {
         if let Some(hit) = self.cache_hit {
             out.push_str(if hit { ";cache=hit" } else { ";cache=miss" });
         }
+        if self.recv_at_pickup {
+            out.push_str(";pickup=1");
+        }
         for f in &HOST_FIELDS {
             if let Some(v) = f.get(&self.host) {
                 out.push(';');
@@ -267,6 +328,14 @@ impl ServerTiming {
                 }
                 continue;
             }
+            if k == b"pickup" {
+                t.recv_at_pickup = match v {
+                    b"1" => true,
+                    b"0" => false,
+                    _ => return Err(value_err(C, "pickup", "is not 0 or 1")),
+                };
+                continue;
+            }
             if k == b"cache" {
                 let hit = match v {
                     b"hit" => true,
@@ -316,6 +385,7 @@ impl ServerTiming {
             ("queue", self.queue_ns),
             ("infer", self.infer_ns),
             ("pre", self.pre_ns),
+            ("model", self.model_ns),
             ("post", self.post_ns),
             ("total", self.total_ns),
         ];
@@ -357,7 +427,7 @@ impl ServerTiming {
             // The standard header carries durations only: never the
             // receive stamp or the transfer.
             let field = match name {
-                b"total" | b"queue" | b"infer" | b"pre" | b"post" => header_field(name),
+                b"total" | b"queue" | b"infer" | b"pre" | b"model" | b"post" => header_field(name),
                 _ => None,
             };
             let mut dur: Option<&[u8]> = None;
@@ -510,6 +580,7 @@ mod tests {
             batch_size: None,
             cache_hit: None,
             host: Default::default(),
+            ..ServerTiming::default()
         };
         let h = t.to_timing_header();
         assert_eq!(
@@ -520,6 +591,35 @@ mod tests {
         let partial = ServerTiming::parse_timing_header(" v=1 ; infer=5 ;future=abc;").unwrap();
         assert_eq!(partial.infer_ns, Some(5));
         assert!(partial.is_degraded());
+    }
+
+    #[test]
+    fn timing_header_carries_inferences_parts_the_waits_and_the_pickup_flag() {
+        let t = ServerTiming {
+            recv_unix_ns: Some(1_700_000_000_000_000_000),
+            total_ns: Some(40_000_000),
+            infer_ns: Some(30_000_000),
+            pre_ns: Some(2_000_000),
+            model_ns: Some(20_000_000),
+            post_ns: Some(8_000_000),
+            device_ns: Some(19_000_000),
+            accept_wait_ns: Some(3_000_000),
+            loop_wait_ns: Some(4_000_000),
+            prev_tx_wait_ns: Some(5_000_000),
+            recv_at_pickup: true,
+            ..ServerTiming::default()
+        };
+        let h = t.to_timing_header();
+        assert_eq!(
+            h,
+            "v=1;recv=1700000000000000000;total=40000000;infer=30000000;pre=2000000;post=8000000;model=20000000;device=19000000;acceptwait=3000000;loopwait=4000000;prevtxwait=5000000;pickup=1"
+        );
+        assert_eq!(ServerTiming::parse_timing_header(&h).unwrap(), t);
+        for bad in ["v=1;pickup=2", "v=1;pickup=yes"] {
+            assert!(ServerTiming::parse_timing_header(bad).is_err(), "{bad}");
+        }
+        // Server-Timing names the model's part too.
+        assert!(t.to_server_timing_header().contains("model;dur=20.000"));
     }
 
     #[test]

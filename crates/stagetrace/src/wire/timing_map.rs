@@ -91,6 +91,9 @@ impl TimingMap {
         let cache = t
             .cache_hit
             .map(|hit| ("cache", MapValue::Str(cache_str(hit))));
+        let pickup = t
+            .recv_at_pickup
+            .then_some(("recv_at_pickup", MapValue::Unsigned(1)));
         let host = HOST_FIELDS
             .iter()
             .filter_map(move |f| f.get(&t.host).map(|v| (f.map_key, MapValue::Unsigned(v))));
@@ -100,6 +103,7 @@ impl TimingMap {
             .chain(fields)
             .chain(batch)
             .chain(cache)
+            .chain(pickup)
             .chain(host)
     }
 
@@ -142,6 +146,17 @@ impl TimingMap {
                 };
                 // Beyond u32: out of range, rejected by `check` below.
                 out.timing.batch_size = Some(u32::try_from(n).unwrap_or(u32::MAX));
+                continue;
+            }
+            if key == "recv_at_pickup" {
+                // 1 or 0, as an integer or an integral float (Python).
+                out.timing.recv_at_pickup = match value {
+                    MapValue::Unsigned(1) => true,
+                    MapValue::Unsigned(0) => false,
+                    MapValue::Float(x) if x == 1.0 => true,
+                    MapValue::Float(x) if x == 0.0 => false,
+                    _ => return Err(value_err(C, "recv_at_pickup", "is not 0 or 1")),
+                };
                 continue;
             }
             if key == "cache" {
@@ -309,6 +324,12 @@ mod tests {
             batch_size: Some(3),
             cache_hit: Some(true),
             host: Default::default(),
+            model_ns: Some(12_000_000),
+            device_ns: Some(11_000_000),
+            accept_wait_ns: Some(5),
+            loop_wait_ns: Some(6),
+            prev_tx_wait_ns: Some(8),
+            recv_at_pickup: true,
         };
         let m = TimingMap {
             timing: t,
@@ -319,6 +340,16 @@ mod tests {
             m.to_json().get("cache"),
             Some(&serde_json::Value::from("hit"))
         );
+        assert_eq!(
+            m.to_json().get("recv_at_pickup"),
+            Some(&serde_json::Value::from(1))
+        );
+        for bad in [
+            serde_json::json!({"recv_at_pickup": 2}),
+            serde_json::json!({"recv_at_pickup": "yes"}),
+        ] {
+            assert!(ServerTiming::from_json(&bad).is_err(), "{bad}");
+        }
         // A Python server's integral float batch size is taken.
         let py = serde_json::json!({"batch_size": 8.0, "cache": "miss"});
         let got = ServerTiming::from_json(&py).unwrap();

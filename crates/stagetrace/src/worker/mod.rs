@@ -6,6 +6,7 @@
 pub(crate) mod convert;
 mod exec_ack;
 pub(crate) mod files;
+mod held;
 mod hop_spans;
 mod run_id;
 
@@ -24,6 +25,7 @@ use crate::stamp::Calibration;
 use crate::summary::{Accum, Counters, DeadlineTracker, Span, Summary, WindowSummary};
 
 use convert::Converter;
+use held::{Answer, Held, Ready};
 pub(crate) use run_id::run_id;
 
 /// How often the worker looks at the queue. It sleeps in between rather
@@ -104,6 +106,8 @@ pub(crate) struct Worker {
     sinks: Vec<Option<Box<dyn RecordSink>>>,
     health: Arc<Health>,
     once: Once,
+    /// Records waiting for their server's send wait (`held.rs`).
+    held: Held,
 }
 
 impl Worker {
@@ -138,6 +142,7 @@ impl Worker {
             sinks: cfg.sinks.into_iter().map(Some).collect(),
             health,
             once: Once::default(),
+            held: Held::default(),
             run: cfg.run,
         }
     }
@@ -172,6 +177,7 @@ impl Worker {
                 }
                 break;
             }
+            self.release_held(false);
             if calls > 0 {
                 self.drained();
             }
@@ -203,13 +209,49 @@ impl Worker {
         let (start, end) = (self.cal.instant(raw.state.start), self.cal.instant(raw.end));
         // The call's own anchor: its start on the wall clock as read now.
         let anchor = self.wall.anchor_at(start);
-        let (rec, deadline_obs) = self.converter.convert(raw, self.cal, &anchor);
-        self.window.add(&rec, start, end, deadline_obs);
-        self.cumulative.add(&rec, start, end, deadline_obs);
+        let (rec, obs) = self.converter.convert(raw, self.cal, &anchor);
         let drift = self.converter.drift();
         self.window.note_drift(drift);
         self.cumulative.note_drift(drift);
-        each_sink(&mut self.sinks, true, |sink| sink.on_record(&rec));
+        let transport = raw.state.transport.as_ref();
+        let answer = Answer {
+            peer: transport.map(|t| t.peer.as_str()),
+            answered: transport.is_some_and(|t| t.timing.is_some_and(|t| t.has_times())),
+            prev_tx_wait_ns: transport.and_then(|t| t.timing).and_then(|t| t.prev_tx_wait_ns),
+        };
+        let ready = Ready {
+            rec,
+            start,
+            end,
+            obs,
+        };
+        for r in self.held.admit(ready, answer, Instant::now()) {
+            self.publish(r);
+        }
+    }
+
+    /// A complete record into the summaries and every sink.
+    fn publish(&mut self, r: Ready) {
+        self.window.add(&r.rec, r.start, r.end, r.obs);
+        self.cumulative.add(&r.rec, r.start, r.end, r.obs);
+        each_sink(&mut self.sinks, true, |sink| sink.on_record(&r.rec));
+    }
+
+    /// Held records whose next answer did not come in time, and (`all`)
+    /// every held one.
+    fn release_held(&mut self, all: bool) {
+        let out = if all {
+            self.held.release_all()
+        } else {
+            self.held.expired(Instant::now())
+        };
+        let released = !out.is_empty();
+        for r in out {
+            self.publish(r);
+        }
+        if released && !all {
+            self.drained();
+        }
     }
 
     /// Every queued call is handed over: sinks write out what they buffer.
@@ -306,6 +348,7 @@ impl Worker {
     }
 
     fn finish(mut self) -> Summary {
+        self.release_held(true);
         // Sinks flush first (each within its own bound: the OTLP exporter's
         // is its shutdown deadline), so that the counters the last window
         // and the cumulative line report include what the flush delivered,

@@ -715,3 +715,73 @@ fn a_one_way_change_is_named_in_its_direction() {
     assert!((dd - 3.0).abs() < 0.1, "downlink moved {dd} ms");
     assert_eq!(st.filter("").unwrap().steps(), 0);
 }
+
+/// A pickup stamp (grpcio: the server stamps where its worker took the
+/// request up): the wait for a worker is the server's, never the uplink.
+/// Truth: 0.1 ms each way, the server's clock 250 ms ahead, every 5th
+/// request waiting 300 ms for a worker before its 1 ms of work.
+#[test]
+fn a_pickup_stamps_wait_for_a_worker_is_queue_not_uplink() {
+    let w = World {
+        skew_ns: 250 * MS as i64,
+        drift_ppm: 0.0,
+        step: None,
+    };
+    let (up, down, work, wait) = (100_000, 100_000, MS, 300 * MS);
+    for mode in [ClockMode::Estimate, ClockMode::Trusted] {
+        let w = World {
+            skew_ns: if mode == ClockMode::Trusted { 0 } else { w.skew_ns },
+            ..w
+        };
+        let mut st = Stitcher::new(mode);
+        for i in 0..40u64 {
+            let waited = if i % 5 == 4 { wait } else { 0 };
+            let t = i * 100 * MS;
+            // The server stamps its receive at pickup, `waited` after the
+            // bytes were in, and times its work from there.
+            let (mut c, mut s) = w.call(t, up + waited, work, down);
+            c.recv_unix_ns = BASE + t + up + waited + work + down;
+            s.recv_at_pickup = true;
+            let got = st.stitch("grpc", c, &s);
+            let err = got.split_err_ns.unwrap_or(0);
+            assert!(
+                got.uplink_ns.unwrap() <= up as i64 + err,
+                "{mode:?} call {i}: uplink {:?} (truth {up} ± {err})",
+                ms(got.uplink_ns)
+            );
+            let accept = got.accept_wait_ns.unwrap();
+            assert!(
+                (accept - waited as i64).abs() <= err,
+                "{mode:?} call {i}: accept_wait {:?} ms, truth {} ms ± {err} ns",
+                ms(Some(accept)),
+                waited / MS
+            );
+            assert_eq!(got.queue_ns, Some(work as i64 / 10 + accept));
+            assert_eq!(got.server_ns, Some(work as i64 + accept));
+            // net keeps only the wire: the roundtrip less the server's whole time.
+            assert_eq!(
+                got.net_ns.unwrap(),
+                (up + waited + work + down) as i64 - (work as i64 + accept)
+            );
+            assert!((got.net_ns.unwrap() - (up + down) as i64).abs() <= err);
+        }
+    }
+}
+
+/// Without the flag a late receive stamp is the server's word: nothing moves.
+#[test]
+fn without_the_pickup_flag_the_receive_stamp_is_where_the_bytes_were() {
+    let w = World {
+        skew_ns: 0,
+        drift_ppm: 0.0,
+        step: None,
+    };
+    let mut st = Stitcher::new(ClockMode::Estimate);
+    let mut last = Stitched::default();
+    for i in 0..10u64 {
+        let (c, s) = w.call(i * 100 * MS, if i == 9 { 5 * MS } else { 100_000 }, MS, 100_000);
+        last = st.stitch("ws", c, &s);
+    }
+    assert_eq!(last.accept_wait_ns, None);
+    assert!((last.uplink_ns.unwrap() - 5 * MS as i64).abs() <= last.split_err_ns.unwrap());
+}
