@@ -210,6 +210,12 @@ mod tests {
             batch_size: Some(3),
             cache_hit: Some(true),
             host: Default::default(),
+            model_ns: Some(12_000_000),
+            device_ns: Some(11_500_000),
+            accept_wait_ns: Some(2),
+            loop_wait_ns: Some(3),
+            prev_tx_wait_ns: Some(4),
+            recv_at_pickup: true,
         };
         let m = TimingMap {
             timing: t,

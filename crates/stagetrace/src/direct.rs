@@ -31,6 +31,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
@@ -204,10 +205,10 @@ impl DirectCall {
             span_id: transport.span_id,
             timing: transport.timing,
             peer: transport.peer,
-            first_byte: None,
-            request_first_byte: None,
-            request_written: None,
-            kernel_rx: None,
+            first_byte: transport.first_byte,
+            request_first_byte: transport.request_first_byte,
+            request_written: transport.request_written,
+            kernel_rx: transport.kernel_rx,
         };
         // Boxed only when there are relays (see `CallState::relays`).
         let relays = (!transport.hops.is_empty()).then(|| Box::new(transport.hops));
@@ -284,6 +285,12 @@ pub struct DirectTransport {
     timing: Option<ServerTiming>,
     peer: InlineStr<PEER_LEN>,
     hops: Hops,
+    /// The socket stamps a binding's transport took (see the `record_*`
+    /// methods): the same as a transport span's.
+    first_byte: Option<Instant>,
+    request_first_byte: Option<Instant>,
+    request_written: Option<Instant>,
+    kernel_rx: Option<Instant>,
 }
 
 impl DirectTransport {
@@ -301,6 +308,10 @@ impl DirectTransport {
             timing: None,
             peer: p,
             hops: Hops::new(),
+            first_byte: None,
+            request_first_byte: None,
+            request_written: None,
+            kernel_rx: None,
         }
     }
 
@@ -316,5 +327,32 @@ impl DirectTransport {
     /// [`StageSpanExt::record_hops`](crate::StageSpanExt::record_hops).
     pub fn record_hops(&mut self, hops: Hops) {
         self.hops = hops;
+    }
+
+    /// The response's first byte arrived, as
+    /// [`StageSpanExt::record_response_first_byte`](crate::StageSpanExt::record_response_first_byte).
+    pub fn record_response_first_byte(&mut self, at: Instant) {
+        self.first_byte = Some(at);
+    }
+
+    /// The request's first byte left (a stamp taken just before the write
+    /// that took it), as
+    /// [`StageSpanExt::record_request_first_byte`](crate::StageSpanExt::record_request_first_byte).
+    pub fn record_request_first_byte(&mut self, at: Instant) {
+        self.request_first_byte = Some(at);
+    }
+
+    /// The write that took the request's first bytes returned (the robot's
+    /// `tx_wait` ends there), as
+    /// [`StageSpanExt::record_request_written`](crate::StageSpanExt::record_request_written).
+    pub fn record_request_written(&mut self, at: Instant) {
+        self.request_written = Some(at);
+    }
+
+    /// The kernel had the response's last byte (a kernel receive stamp; the
+    /// robot's `rx_wait` starts there), as
+    /// [`StageSpanExt::record_response_kernel_rx`](crate::StageSpanExt::record_response_kernel_rx).
+    pub fn record_response_kernel_rx(&mut self, at: Instant) {
+        self.kernel_rx = Some(at);
     }
 }

@@ -19,16 +19,27 @@ pub enum Stage {
     Infer,
     /// Response decoded → executor acknowledges and starts the action.
     Dispatch,
+    /// Inference's pre-processing (data loading, decoding, normalisation),
+    /// a part of `infer`: a span inside the `infer` span of a robot that runs
+    /// its policy in-process (a server sends its parts in its timing).
+    Pre,
+    /// The model itself, until its device work is done: a part of `infer`.
+    Model,
+    /// Inference's post-processing: a part of `infer`.
+    Post,
 }
 
 impl Stage {
     /// Every stage, in call order.
-    pub const ALL: [Stage; 5] = [
+    pub const ALL: [Stage; 8] = [
         Stage::Capture,
         Stage::Transport,
         Stage::Queue,
         Stage::Infer,
         Stage::Dispatch,
+        Stage::Pre,
+        Stage::Model,
+        Stage::Post,
     ];
 
     /// The default span name (and `stage = "..."` field value) for this stage.
@@ -39,6 +50,9 @@ impl Stage {
             Stage::Queue => "queue",
             Stage::Infer => "infer",
             Stage::Dispatch => "dispatch",
+            Stage::Pre => "pre",
+            Stage::Model => "model",
+            Stage::Post => "post",
         }
     }
 
@@ -62,7 +76,7 @@ impl fmt::Display for UnknownStage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown stage {:?}: use one of capture, transport, queue, infer, dispatch",
+            "unknown stage {:?}: use one of capture, transport, queue, infer, dispatch (or infer's parts: pre, model, post)",
             self.0
         )
     }

@@ -365,8 +365,7 @@ impl Stitcher {
                     Some(est) => {
                         // Uplink ends at the whole request (`t1`), whichever
                         // sample the offset came from.
-                        let mut up =
-                            clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
+                        let mut up = clamp_ns(diff(s.t1, s.t0) - est.offset_ns, net, &mut clamped);
                         if server.recv_at_pickup {
                             up = take_pickup_wait(&mut out, up, Some(est.delay_ns / 2.0));
                         }

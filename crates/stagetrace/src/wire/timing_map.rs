@@ -153,8 +153,8 @@ impl TimingMap {
                 out.timing.recv_at_pickup = match value {
                     MapValue::Unsigned(1) => true,
                     MapValue::Unsigned(0) => false,
-                    MapValue::Float(x) if x == 1.0 => true,
-                    MapValue::Float(x) if x == 0.0 => false,
+                    MapValue::Float(1.0) => true,
+                    MapValue::Float(0.0) => false,
                     _ => return Err(value_err(C, "recv_at_pickup", "is not 0 or 1")),
                 };
                 continue;

@@ -113,6 +113,17 @@ impl Converter {
             rec.figures.set(Figure::Infer, total(s, cal, Stage::Infer));
             tl.infer = placed(s, cal, Stage::Infer);
         }
+        // Inference's parts timed in-process (a robot running its policy
+        // itself), where no server sent its own.
+        for (stage, figure) in [
+            (Stage::Pre, Figure::Pre),
+            (Stage::Model, Figure::Model),
+            (Stage::Post, Figure::Post),
+        ] {
+            if rec.get(figure).is_none() {
+                rec.figures.set(figure, total(s, cal, stage));
+            }
+        }
         let outside_ns = exec_ack_ns.saturating_add(rx_wait_ns);
         self.gap_and_flags(raw, cal, e2e_ns, outside_ns, &mut rec);
         let first = *self.first_start.get_or_insert(start);

@@ -85,13 +85,15 @@ impl Held {
         if let Some(i) = self.pending.iter().position(|p| p.peer == peer) {
             let mut prev = self.pending.swap_remove(i).ready;
             if let Some(w) = answer.prev_tx_wait_ns {
-                prev.rec.set(Figure::ServerTxWait, i64::try_from(w).unwrap_or(i64::MAX));
+                prev.rec
+                    .set(Figure::ServerTxWait, i64::try_from(w).unwrap_or(i64::MAX));
             }
             out.push(prev);
         }
         if self.senders.iter().any(|p| p == peer) {
             if self.pending.len() >= MAX_HELD {
-                if let Some(oldest) = (0..self.pending.len()).min_by_key(|&i| self.pending[i].since) {
+                if let Some(oldest) = (0..self.pending.len()).min_by_key(|&i| self.pending[i].since)
+                {
                     out.push(self.pending.swap_remove(oldest).ready);
                 }
             }
@@ -169,10 +171,16 @@ mod tests {
         let mut h = Held::default();
         let t = Instant::now();
         // The first answer names no earlier send: nothing is known yet.
-        assert_eq!(seqs(&h.admit(ready(0), answer("a", Some(0)), t)), Vec::<u64>::new());
+        assert_eq!(
+            seqs(&h.admit(ready(0), answer("a", Some(0)), t)),
+            Vec::<u64>::new()
+        );
         let out = h.admit(ready(1), answer("a", Some(7_000_000)), t);
         assert_eq!(seqs(&out), vec![0]);
-        assert_eq!(out[0].rec.figures.get(Figure::ServerTxWait), Some(7_000_000));
+        assert_eq!(
+            out[0].rec.figures.get(Figure::ServerTxWait),
+            Some(7_000_000)
+        );
         let out = h.release_all();
         assert_eq!(seqs(&out), vec![1]);
         assert_eq!(out[0].rec.figures.get(Figure::ServerTxWait), None);
@@ -214,7 +222,9 @@ mod tests {
         assert!(h.expired(t + HOLD_MAX / 2).is_empty());
         let out = h.expired(t + HOLD_MAX);
         assert_eq!(seqs(&out), vec![0, 1]);
-        assert!(out.iter().all(|r| r.rec.figures.get(Figure::ServerTxWait).is_none()));
+        assert!(out
+            .iter()
+            .all(|r| r.rec.figures.get(Figure::ServerTxWait).is_none()));
     }
 
     #[test]

@@ -217,7 +217,9 @@ impl Worker {
         let answer = Answer {
             peer: transport.map(|t| t.peer.as_str()),
             answered: transport.is_some_and(|t| t.timing.is_some_and(|t| t.has_times())),
-            prev_tx_wait_ns: transport.and_then(|t| t.timing).and_then(|t| t.prev_tx_wait_ns),
+            prev_tx_wait_ns: transport
+                .and_then(|t| t.timing)
+                .and_then(|t| t.prev_tx_wait_ns),
         };
         let ready = Ready {
             rec,

@@ -730,7 +730,11 @@ fn a_pickup_stamps_wait_for_a_worker_is_queue_not_uplink() {
     let (up, down, work, wait) = (100_000, 100_000, MS, 300 * MS);
     for mode in [ClockMode::Estimate, ClockMode::Trusted] {
         let w = World {
-            skew_ns: if mode == ClockMode::Trusted { 0 } else { w.skew_ns },
+            skew_ns: if mode == ClockMode::Trusted {
+                0
+            } else {
+                w.skew_ns
+            },
             ..w
         };
         let mut st = Stitcher::new(mode);
@@ -779,7 +783,12 @@ fn without_the_pickup_flag_the_receive_stamp_is_where_the_bytes_were() {
     let mut st = Stitcher::new(ClockMode::Estimate);
     let mut last = Stitched::default();
     for i in 0..10u64 {
-        let (c, s) = w.call(i * 100 * MS, if i == 9 { 5 * MS } else { 100_000 }, MS, 100_000);
+        let (c, s) = w.call(
+            i * 100 * MS,
+            if i == 9 { 5 * MS } else { 100_000 },
+            MS,
+            100_000,
+        );
         last = st.stitch("ws", c, &s);
     }
     assert_eq!(last.accept_wait_ns, None);
