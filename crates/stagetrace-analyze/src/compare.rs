@@ -156,7 +156,7 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
         };
         let floor = min_cost_ms(stats::quantile(b.sorted(Figure::E2e), 0.5));
         let mut rows = Vec::new();
-        for m in figures::read() {
+        for m in figures::display_order() {
             let side = Side {
                 xs: b.sorted(m),
                 ys: a.sorted(m),

@@ -31,11 +31,33 @@ pub(crate) fn per_ms(unit: Unit) -> f64 {
     Unit::Millis.ns() as f64 / unit.ns() as f64
 }
 
-/// Whether a figure is the sum of finest figures only (`server` = queue +
-/// infer, `net` = uplink + downlink, `gap` ⊇ observer): the parts a text
-/// shows "of which" under it. A sum of sums (`roundtrip`, `e2e`) is not.
-pub(crate) fn sums_finest(f: Figure) -> bool {
-    !f.parts().is_empty() && f.parts().iter().all(|p| p.parts().is_empty())
+/// Every figure `f` is made of, at any depth, in table order (`server`:
+/// queue, infer and their parts; `e2e`: the stages, their parts, the
+/// sums between them and, through the gap, the observer).
+pub(crate) fn descendants(f: Figure) -> Vec<Figure> {
+    let mut out: Vec<Figure> = Vec::new();
+    let mut todo: Vec<Figure> = f.parts().to_vec();
+    while let Some(p) = todo.pop() {
+        if !out.contains(&p) {
+            out.push(p);
+            todo.extend_from_slice(p.parts());
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The tightest figure among `among` that holds `f` at any depth (the one
+/// made of the fewest figures): where a text shows `f` "of which" (`pre`
+/// under `infer`, `infer` under `server`, the observer under the gap).
+/// `None` when none of them holds it.
+pub(crate) fn container(f: Figure, among: impl Iterator<Item = Figure>) -> Option<Figure> {
+    among
+        .filter(|c| *c != f)
+        .map(|c| (descendants(c), c))
+        .filter(|(d, _)| d.contains(&f))
+        .min_by_key(|(d, _)| d.len())
+        .map(|(_, c)| c)
 }
 
 /// Whether `f` is the gap, what it is made of or what it is part of: the
@@ -45,21 +67,36 @@ pub(crate) fn is_gap_related(f: Figure) -> bool {
     f == Figure::Gap || Figure::Gap.parts().contains(&f) || f.parts().contains(&Figure::Gap)
 }
 
-/// The finest figures `f` is made of, at any depth, in table order
-/// (`e2e`: the stages and, through the gap, the observer).
-pub(crate) fn finest_parts(f: Figure) -> Vec<Figure> {
-    let mut out: Vec<Figure> = Vec::new();
-    let mut todo: Vec<Figure> = f.parts().to_vec();
-    while let Some(p) = todo.pop() {
-        if p.parts().is_empty() {
-            if !out.contains(&p) {
-                out.push(p);
+/// The figures the analysis reads ([`read`]) in the order the tables show
+/// them: the table's order, except that a part the table lists past a later
+/// stage comes right under the figure it is a part of (infer's `pre`,
+/// `model` — with its `device` — and `post` under `infer`, queue's
+/// `accept_wait` and `loop_wait` under `queue`). Parts already next to
+/// their sum (dispatch's `exec_tx`, the gap's observer) keep their place.
+pub fn display_order() -> Vec<Figure> {
+    let stage_between = |sum: Figure, part: Figure| {
+        Figure::STAGES
+            .iter()
+            .any(|s| sum.index() < s.index() && s.index() < part.index())
+    };
+    // The figures shown under a sum: such parts and what they are made of.
+    let pulled: Vec<Figure> = read()
+        .flat_map(|f| f.parts().iter().map(move |p| (f, *p)))
+        .filter(|(f, p)| stage_between(*f, *p))
+        .flat_map(|(_, p)| std::iter::once(p).chain(descendants(p)))
+        .collect();
+    fn with_parts(f: Figure, pulled: &[Figure], out: &mut Vec<Figure>) {
+        out.push(f);
+        for &p in f.parts() {
+            if pulled.contains(&p) && is_read(p) && !out.contains(&p) {
+                with_parts(p, pulled, out);
             }
-        } else {
-            todo.extend_from_slice(p.parts());
         }
     }
-    out.sort_unstable();
+    let mut out = Vec::new();
+    for f in read().filter(|f| !pulled.contains(f)) {
+        with_parts(f, &pulled, &mut out);
+    }
     out
 }
 
@@ -161,6 +198,7 @@ pub(crate) fn e2e_parts(has: impl Fn(Figure) -> bool) -> Vec<Figure> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -240,35 +278,100 @@ mod tests {
 
     #[test]
     fn nesting_and_the_gaps_relatives() {
-        assert!(sums_finest(Figure::Server) && sums_finest(Figure::Net));
-        assert!(sums_finest(Figure::Gap));
-        assert!(sums_finest(Figure::Dispatch));
-        assert!(!sums_finest(Figure::Roundtrip) && !sums_finest(Figure::Infer));
+        use Figure as F;
         let related: Vec<Figure> = Figure::ALL
             .into_iter()
             .filter(|f| is_gap_related(*f))
             .collect();
         // The gap holds the observer and a remote executor's ack.
+        assert_eq!(related, [F::E2e, F::Gap, F::Observer, F::ExecAck]);
+        // Inference's parts, the model's device time inside it.
         assert_eq!(
-            related,
-            [Figure::E2e, Figure::Gap, Figure::Observer, Figure::ExecAck]
+            descendants(F::Infer),
+            [F::Pre, F::Model, F::Post, F::Device]
         );
-        // The stages (dispatch as a remote executor's transfer and wait),
-        // the silent server's black box, the observer, the executor's ack.
-        let mut e2e: Vec<Figure> = Figure::STAGES
-            .into_iter()
-            .filter(|f| *f != Figure::Dispatch)
+        assert_eq!(
+            descendants(F::Server),
+            [
+                F::Queue,
+                F::Infer,
+                F::Pre,
+                F::Model,
+                F::Post,
+                F::Device,
+                F::AcceptWait,
+                F::LoopWait
+            ]
+        );
+        // e2e holds every stage, their parts and the sums between them.
+        let e2e = descendants(F::E2e);
+        for f in Figure::STAGES.into_iter().chain([
+            F::ExecTx,
+            F::ExecWait,
+            F::Ttfb,
+            F::Rx,
+            F::Observer,
+            F::ExecAck,
+            F::Pre,
+            F::Device,
+            F::LoopWait,
+            F::Server,
+            F::Net,
+        ]) {
+            assert!(e2e.contains(&f), "{f}");
+        }
+        assert!(!e2e.contains(&F::E2e) && !e2e.contains(&F::TxWait));
+        // The tightest holder is the one a text nests a figure under.
+        let shares = [
+            F::Uplink,
+            F::Server,
+            F::Queue,
+            F::Infer,
+            F::Pre,
+            F::Gap,
+            F::Observer,
+        ];
+        let under = |f: Figure| container(f, shares.into_iter());
+        assert_eq!(under(F::Pre), Some(F::Infer));
+        assert_eq!(under(F::Infer), Some(F::Server));
+        assert_eq!(under(F::Observer), Some(F::Gap));
+        assert_eq!(under(F::Server), None);
+        assert_eq!(under(F::Uplink), None);
+    }
+
+    /// The parts the table lists after a later stage come right under
+    /// their sum; every other figure keeps the table's order.
+    #[test]
+    fn parts_of_a_stage_show_under_it() {
+        use Figure as F;
+        let order = display_order();
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, read().collect::<Vec<_>>(), "each read figure once");
+        let at = |f: Figure| order.iter().position(|x| *x == f).unwrap();
+        assert_eq!(
+            &order[at(F::Queue)..=at(F::Infer) + 4],
+            [
+                F::Queue,
+                F::AcceptWait,
+                F::LoopWait,
+                F::Infer,
+                F::Pre,
+                F::Model,
+                F::Device,
+                F::Post
+            ]
+        );
+        assert_eq!(order[at(F::Post) + 1], F::Downlink);
+        // The rest as before.
+        let rest: Vec<Figure> = order
+            .iter()
+            .copied()
+            .filter(|f| !descendants(F::Infer).contains(f) && !descendants(F::Queue).contains(f))
             .collect();
-        e2e.extend([
-            Figure::ExecTx,
-            Figure::ExecWait,
-            Figure::Ttfb,
-            Figure::Rx,
-            Figure::Observer,
-            Figure::ExecAck,
-        ]);
-        e2e.sort_unstable();
-        assert_eq!(finest_parts(Figure::E2e), e2e);
-        assert_eq!(finest_parts(Figure::Infer), []);
+        let table: Vec<Figure> = read()
+            .filter(|f| !descendants(F::Infer).contains(f) && !descendants(F::Queue).contains(f))
+            .collect();
+        assert_eq!(rest, table);
     }
 }

@@ -15,6 +15,7 @@ use stagetrace_schema::{Figure, Side};
 
 use crate::analysis::{Analysis, GroupData, ALL_KINDS};
 use crate::axis::{self, trim_num};
+use crate::figures;
 use crate::render;
 use crate::stats;
 
@@ -97,17 +98,20 @@ pub fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Figures drawn as curves: the call's own times present, in display order.
-/// A sum on the server side is not drawn (its stages are), nor one on the
-/// transport side (`roundtrip`, `net`) while the uplink/downlink split is
-/// there.
+/// Figures drawn as curves: the call's own times present, in display order
+/// (a stage's parts under it). A sum of stages on the server side
+/// (`server`) is not drawn (its stages are), nor one on the transport side
+/// (`roundtrip`, `net`) while the uplink/downlink split is there. A stage
+/// with parts (`queue`, `infer`) is drawn, and so are its parts (`pre`,
+/// `model`, `post`): curves of their own, never stacked on it (the timeline
+/// stacks the stages alone, `figures::stacked`).
 fn curves(g: &GroupData) -> Vec<Figure> {
     let split = Figure::Net.parts().iter().any(|p| !g.sorted(*p).is_empty());
-    Figure::ALL
+    figures::display_order()
         .into_iter()
         .filter(|f| f.is_call_time() && !g.sorted(*f).is_empty())
         .filter(|f| {
-            let sum = !f.parts().is_empty();
+            let sum = f.parts().iter().any(|p| p.is_stage());
             !(sum && (f.side() == Side::Server || (split && f.side() == Side::Transport)))
         })
         .collect()
@@ -498,6 +502,70 @@ mod tests {
             });
             assert!(page.len() < 4 << 20, "{odd}: {} bytes", page.len());
             assert!(page.ends_with("</body></html>\n"), "{odd}");
+        }
+    }
+
+    /// Infer's and queue's parts are curves of their own, never stacked on
+    /// infer in the per-call timeline: they are parts, not extra stages.
+    #[test]
+    fn infer_s_parts_are_drawn_but_not_stacked() {
+        let lines: String = (0..100)
+            .map(|i| {
+                format!(
+                    "{{\"seq\":{i},\"ts_unix_ms\":{},\"kind\":\"call\",\"uplink_ms\":1,\"queue_ms\":0.3,\"accept_wait_ms\":0.1,\"infer_ms\":25,\"pre_ms\":3,\"model_ms\":20,\"device_ms\":18,\"post_ms\":2,\"downlink_ms\":1,\"e2e_ms\":{}}}\n",
+                    1_764_000_000_000.0 + 20.0 * f64::from(i),
+                    28.0 + f64::from(i % 3)
+                )
+            })
+            .collect();
+        let ds =
+            Dataset::load_reader(lines.as_bytes(), Path::new("p"), LoadOptions::default()).unwrap();
+        let a = analysis::analyze(&ds, None, &AnalyzeOptions::default());
+        let page = html(&a);
+        let svg = |id: &str| {
+            let from = page.find(&format!("<svg id=\"{id}\"")).unwrap();
+            let to = from + page[from..].find("</svg>").unwrap();
+            page[from..to].to_string()
+        };
+        let timeline = svg("timeline-plot");
+        let parts = [
+            Figure::Pre,
+            Figure::Model,
+            Figure::Post,
+            Figure::Device,
+            Figure::AcceptWait,
+        ];
+        for f in parts {
+            assert!(!timeline.contains(color(f)), "{f} stacked");
+            assert!(
+                !timeline.contains(&format!(">{}</text>", f.name())),
+                "{f} in the legend"
+            );
+        }
+        for f in [
+            Figure::Uplink,
+            Figure::Queue,
+            Figure::Infer,
+            Figure::Downlink,
+        ] {
+            assert!(timeline.contains(&format!(">{}</text>", f.name())), "{f}");
+        }
+        // The stack is the stages: the axis tops out at the tick above the
+        // e2e (30 ms, with its margin: 40), not above the stages plus
+        // infer's parts again (55 ms: 60).
+        let top: f64 = timeline
+            .split("text-anchor=\"end\">")
+            .skip(1)
+            .filter_map(|t| t.split('<').next()?.parse().ok())
+            .fold(0.0, f64::max);
+        assert!(top <= 40.0, "y axis to {top}");
+        // The percentile plot draws infer and each of its parts.
+        let hdr = svg("hdr-plot");
+        for f in [Figure::Infer, Figure::Queue].into_iter().chain(parts) {
+            assert!(
+                hdr.contains(&format!("<title>{}</title>", f.name())),
+                "{f} curve"
+            );
         }
     }
 }

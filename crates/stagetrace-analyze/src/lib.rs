@@ -16,7 +16,10 @@
 //! - [`analyze`](analysis::analyze): exact per-stage distributions per kind
 //!   (warm-up and failed calls kept out and counted), the comparison with a
 //!   baseline run, outlier rounds, shape (median shift vs tail only),
-//!   periodicity of spikes, the gap's share of e2e jitter, and verdicts.
+//!   periodicity of spikes, the gap's share of e2e jitter, inference's
+//!   parts (each one's share of infer at p50 and p95, the bottleneck), the
+//!   server's waits (a starved worker pool, a blocked event loop), and
+//!   verdicts.
 //! - [`compare`](compare::compare): per-stage change between two runs with
 //!   confidence intervals and significance, and output-digest consistency.
 //! - Renderers: [`render::text`], [`render::json`], [`html::html`],

@@ -120,6 +120,7 @@ pub fn text(report: &Report) -> String {
 fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
     header(s, g);
     stage_table(s, g);
+    infer_parts(s, g);
     robots::table(s, g, robots);
     hops::table(s, g);
     baseline_table(s, g);
@@ -221,7 +222,7 @@ fn stage_table(s: &mut String, g: &GroupReport) {
         "\n  {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
         "stage", "n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
     );
-    for m in figures::read() {
+    for m in figures::display_order() {
         if let Some(st) = g.stages.get(m.name()) {
             let _ = writeln!(
                 s,
@@ -243,6 +244,69 @@ fn stage_table(s: &mut String, g: &GroupReport) {
     }
 }
 
+/// Inference's parts under the stage table: each part's share of infer at
+/// p95 and p50, the bottleneck, the device's own time, the note.
+fn infer_parts(s: &mut String, g: &GroupReport) {
+    let Some(ip) = &g.infer_parts else {
+        return;
+    };
+    let shares = |share: fn(&crate::analysis::PartShare) -> f64| -> String {
+        ip.parts
+            .iter()
+            .map(|p| {
+                let v = share(p);
+                // Parts all 0 ms have no shares.
+                if v.is_finite() {
+                    format!("{} {:.0}%", p.part, 100.0 * v)
+                } else {
+                    format!("{} -", p.part)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    let p50 = if ip.bottleneck_p50 == ip.bottleneck_p95 {
+        String::new()
+    } else {
+        format!(" (p50: {})", ip.bottleneck_p50)
+    };
+    let _ = writeln!(
+        s,
+        "\n  infer's parts ({} calls): {} at p95 (p50: {}); bottleneck at p95: {}{p50}",
+        ip.calls,
+        shares(|p| p.share_p95),
+        shares(|p| p.share_p50),
+        ip.bottleneck_p95
+    );
+    let each: Vec<String> = ip
+        .parts
+        .iter()
+        .map(|p| format!("{} {} / {}", p.part, cell(p.p50_ms), cell(p.p95_ms)))
+        .collect();
+    let _ = writeln!(s, "    p50 / p95 (ms): {}", each.join(", "));
+    if let Some(d) = &ip.device {
+        let late = if d.late_calls > 0 {
+            format!(
+                "; ran past the model stage on {} call(s), by {} on average",
+                d.late_calls,
+                d.late_excess_ms.map_or_else(|| "-".to_string(), fmt_ms)
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "    device (the model's own time on the device, {} calls): p50 {} p95 {}{late}",
+            d.calls,
+            fmt_ms(d.p50_ms),
+            fmt_ms(d.p95_ms)
+        );
+    }
+    if let Some(note) = &ip.note {
+        let _ = writeln!(s, "    note: {note}");
+    }
+}
+
 /// Against the baseline: ratios with their intervals, and the shape.
 fn baseline_table(s: &mut String, g: &GroupReport) {
     if !g.baseline.is_empty() {
@@ -255,7 +319,7 @@ fn baseline_table(s: &mut String, g: &GroupReport) {
             "  {:<10} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  shape",
             "stage", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
         );
-        for m in figures::read() {
+        for m in figures::display_order() {
             if let Some(b) = g.baseline.get(m.name()) {
                 let _ = writeln!(s, "  {:<10} {}", m.name(), baseline_cells(b));
             }
@@ -365,39 +429,45 @@ fn periodicity_and_shapes(s: &mut String, g: &GroupReport) {
 /// How the e2e variance splits over the stages and the gap.
 fn variance(s: &mut String, g: &GroupReport) {
     if let Some(gp) = &g.gap {
-        // A finest figure inside a sum of finest figures that is a part too
-        // is shown "of which" (queue and infer under server, the observer
-        // under the gap).
-        let inner = |k: &str| -> Option<&'static str> {
-            let f = Figure::from_name(k)?;
-            Figure::ALL
-                .into_iter()
-                .filter(|s| figures::sums_finest(*s) && s.parts().contains(&f))
-                .map(Figure::name)
-                .find(|s| gp.shares.contains_key(s))
-        };
-        let mut parts: Vec<(&str, f64)> = gp
+        // A figure inside another one of the list is shown "of which" under
+        // the tightest one holding it (queue and infer under server, pre,
+        // model and post under infer, the observer under the gap).
+        let present = || gp.shares.keys().filter_map(|k| Figure::from_name(k));
+        let inner =
+            |k: &str| -> Option<Figure> { figures::container(Figure::from_name(k)?, present()) };
+        let mut top: Vec<(&str, f64)> = gp
             .shares
             .iter()
             .filter(|(k, _)| inner(k).is_none())
             .map(|(k, v)| (*k, *v))
             .collect();
-        parts.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let list: Vec<String> = parts
-            .iter()
-            .map(|(k, v)| {
-                let subs: Vec<String> = gp
-                    .shares
+        top.sort_by(|a, b| b.1.total_cmp(&a.1));
+        fn item(
+            k: &str,
+            v: f64,
+            shares: &std::collections::BTreeMap<&'static str, f64>,
+            inner: &dyn Fn(&str) -> Option<Figure>,
+        ) -> String {
+            // Inside figures in the table's order.
+            let mut subs: Vec<(Figure, f64)> = shares
+                .iter()
+                .filter(|(sk, _)| inner(sk).is_some_and(|c| c.name() == k))
+                .filter_map(|(sk, sv)| Some((Figure::from_name(sk)?, *sv)))
+                .collect();
+            subs.sort_by_key(|(f, _)| *f);
+            if subs.is_empty() {
+                format!("{k} {:.1}%", 100.0 * v)
+            } else {
+                let subs: Vec<String> = subs
                     .iter()
-                    .filter(|(sk, _)| inner(sk) == Some(*k))
-                    .map(|(sk, sv)| format!("{sk} {:.1}%", 100.0 * sv))
+                    .map(|(f, sv)| item(f.name(), *sv, shares, inner))
                     .collect();
-                if subs.is_empty() {
-                    format!("{k} {:.1}%", 100.0 * v)
-                } else {
-                    format!("{k} {:.1}% (of which {})", 100.0 * v, subs.join(", "))
-                }
-            })
+                format!("{k} {:.1}% (of which {})", 100.0 * v, subs.join(", "))
+            }
+        }
+        let list: Vec<String> = top
+            .iter()
+            .map(|(k, v)| item(k, *v, &gp.shares, &inner))
             .collect();
         let _ = writeln!(
             s,

@@ -152,7 +152,7 @@ fn explained(v: &Verdict, named: &[Figure]) -> bool {
 
 /// `a` is `b`, or one is made of the other (at any depth).
 fn related(a: Figure, b: Figure) -> bool {
-    a == b || figures::finest_parts(a).contains(&b) || figures::finest_parts(b).contains(&a)
+    a == b || figures::descendants(a).contains(&b) || figures::descendants(b).contains(&a)
 }
 
 /// Per robot, per figure: the sorted values of the group's steady calls.

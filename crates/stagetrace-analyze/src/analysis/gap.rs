@@ -47,9 +47,14 @@ pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
     for f in parts.iter().copied().filter(|f| has(*f)) {
         shares.insert(f.name(), stats::covariance(&series(f), &e2e) / var);
     }
-    // The finest figures inside those parts (queue and infer within the
-    // server total, the observer within the gap) get their share too.
-    for f in figures::finest_parts(Figure::E2e) {
+    // The figures inside those parts (queue and infer within the server
+    // total, infer's parts within infer, the observer within the gap) get
+    // their share too; the sums above them (roundtrip) do not.
+    let inside: Vec<Figure> = parts
+        .iter()
+        .flat_map(|p| figures::descendants(*p))
+        .collect();
+    for f in inside {
         if has(f) && !shares.contains_key(f.name()) {
             shares.insert(f.name(), stats::covariance(&series(f), &e2e) / var);
         }

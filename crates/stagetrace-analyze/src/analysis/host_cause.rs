@@ -31,6 +31,16 @@ impl HostCause {
             Some(Figure::ServerRunWait | Figure::ServerCpuStall | Figure::ServerRxWait) => {
                 "the policy server's host was short of CPU"
             }
+            // The response was ready and the server's thread did not get
+            // to write it: the server's side, never the link.
+            Some(Figure::ServerTxWait) => {
+                "the policy server's host was short of CPU when it sent the response (its thread waited for a core before the write)"
+            }
+            // The robot's own send: its thread waited for a core, or, in a
+            // Python robot, for the GIL another thread held.
+            Some(Figure::TxWait) => {
+                "the robot's own send was held up on the robot: its host was short of CPU, or (in Python) another thread held the GIL"
+            }
             Some(Figure::ServerGc) => "the policy server paused for its garbage collector",
             Some(Figure::Gc) => "the robot paused for its garbage collector",
             _ => "the robot's host was short of CPU",
@@ -55,6 +65,9 @@ impl HostCause {
             Some(Figure::DispatchRunWait) => "the robot's run-queue wait inside dispatch",
             Some(Figure::TxWait) => {
                 "the robot handing the request to the kernel late (its own time inside uplink)"
+            }
+            Some(Figure::ServerTxWait) => {
+                "the policy server handing its response to the kernel late (its own time inside downlink)"
             }
             _ => "a host figure",
         }
@@ -125,9 +138,11 @@ pub(super) fn host_cause(
 /// both (roundtrip, net, the first byte's cut). An end's figures name that
 /// end: a robot stage is never blamed on the server's host, even when one
 /// machine runs both. A figure read inside one stage (`capture_run_wait`)
-/// is a candidate for that stage alone, whichever end stamps the rest of
-/// it (`tx_wait`, the robot's time before the kernel had the request, for
-/// the uplink the server's receive ends).
+/// is a candidate for that stage alone and the sums holding it, whichever
+/// end stamps the rest of it (`tx_wait`, the robot's time before the kernel
+/// had the request, for the uplink the server's receive ends;
+/// `server_tx_wait`, the server's time before its write, for the downlink
+/// the robot's receive ends; both for `net` when the run has no split).
 fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
     let ends: &[Side] = if f.side() == Side::Server || f == Figure::Uplink {
         &[Side::Server]
@@ -137,11 +152,12 @@ fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
         &[Side::Client]
     };
     // A figure read inside one stage (the robot's run wait in capture)
-    // speaks for that stage only.
+    // speaks for that stage and what holds it only.
+    let holds = crate::figures::descendants(f);
     Figure::ALL.into_iter().filter(move |h| {
         h.is_host()
             && match h.within_stage() {
-                Some(stage) => stage == f,
+                Some(stage) => stage == f || holds.contains(&stage),
                 None => ends.contains(&h.side()),
             }
     })
@@ -176,6 +192,8 @@ mod tests {
                 Figure::TxWait
             ]
         );
+        // The downlink ends at the robot's receive; the server's wait
+        // before its own write is inside it.
         let down: Vec<Figure> = candidates(Figure::Downlink).collect();
         assert_eq!(
             down,
@@ -183,11 +201,17 @@ mod tests {
                 Figure::RunWait,
                 Figure::CpuStall,
                 Figure::Gc,
-                Figure::RxWait
+                Figure::RxWait,
+                Figure::ServerTxWait
             ]
         );
         assert_eq!(candidates(Figure::Infer).count(), 4);
-        assert_eq!(candidates(Figure::Roundtrip).count(), 8);
+        assert_eq!(candidates(Figure::Post).count(), 4);
+        // Either end's, and both sends (net holds uplink and downlink).
+        let net: Vec<Figure> = candidates(Figure::Net).collect();
+        assert_eq!(net.len(), 10);
+        assert!(net.contains(&Figure::TxWait) && net.contains(&Figure::ServerTxWait));
+        assert_eq!(candidates(Figure::Roundtrip).count(), 10);
     }
 
     /// The robot's wait inside capture is a candidate for capture only.

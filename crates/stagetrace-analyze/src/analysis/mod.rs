@@ -8,16 +8,19 @@
 
 mod async_queue;
 mod baseline;
+mod causes;
 mod fleet;
 mod gap;
 mod group;
 mod hops;
 mod host_cause;
+mod infer_parts;
 mod moves;
 mod options;
 mod outliers;
 mod periodicity;
 mod report;
+mod server_waits;
 mod shape;
 mod thresholds;
 mod verdict;
@@ -36,9 +39,10 @@ pub use hops::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::HostCause;
 pub use report::{
-    ActionQueue, Deadline, ErrorCount, GapReport, GroupReport, Inputs, Mitigations, OutlierRound,
-    OutlierStage, Outliers, Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages,
-    SecondMode, StageVsBaseline, Verdict, ALL_KINDS, REPORT_SCHEMA,
+    ActionQueue, Deadline, DeviceTime, ErrorCount, GapReport, GroupReport, InferParts, Inputs,
+    Mitigations, OutlierRound, OutlierStage, Outliers, PartShare, Periodicity, Rate, Report,
+    RobotInput, RobotStage, RobotStages, SecondMode, ServerWait, StageVsBaseline, Verdict,
+    ALL_KINDS, REPORT_SCHEMA,
 };
 
 pub(crate) use group::inputs_of;
@@ -194,6 +198,8 @@ fn analyze_group(
         mitigations: mitigations(ds, kind_idx, pooled),
         action_queue: action_queue(ds, g),
         hops: hops::hop_reports(g, base, opts),
+        infer_parts: infer_parts::infer_parts(ds, g, floor),
+        server_waits: server_waits::server_waits(ds, g, spike_floor_ms(e2e_median)),
         verdicts: Vec::new(),
         robots: BTreeMap::new(),
     };

@@ -139,6 +139,15 @@ pub struct GroupReport {
     /// figures and their change against the baseline. Absent without.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hops: Vec<super::HopReport>,
+    /// Inference's parts (`pre`, `model`, `post`): each one's share of
+    /// infer at p50 and p95, the bottleneck, the device's own time. Absent
+    /// when the records carry none of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub infer_parts: Option<InferParts>,
+    /// The server's waits before it read the request (queue's parts,
+    /// `accept_wait`, `loop_wait`), those the records carry. Absent without.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server_waits: Vec<ServerWait>,
     /// This group's verdicts.
     pub verdicts: Vec<Verdict>,
     /// Per robot (`--per-robot`), by name: its p50 / p99 per stage. Absent
@@ -185,6 +194,86 @@ pub struct ActionQueue {
     /// How long the queue had been empty when a dry chunk came: median over
     /// the dry chunks (ms; `null` without any).
     pub dry_p50_ms: Option<f64>,
+}
+
+/// Inference's parts over a group's steady calls (`docs/report.md`,
+/// "Inference's parts").
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InferParts {
+    /// Calls carrying at least one of the parts.
+    pub calls: u64,
+    /// One per part the records carry, in call order (`pre`, `model`,
+    /// `post`), then `rest` (infer less the parts sent) when the server
+    /// times only some of them.
+    pub parts: Vec<PartShare>,
+    /// The part with the largest median.
+    pub bottleneck_p50: &'static str,
+    /// The part with the largest p95: the bottleneck, read from p95.
+    pub bottleneck_p95: &'static str,
+    /// The device's own time for the model's work (`device_ms`), when the
+    /// records carry it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceTime>,
+    /// Said under the parts when the model stage looks like a dispatch
+    /// (far below post at p50) and no device time tells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// One part of infer at p50 and p95.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PartShare {
+    /// `pre`, `model`, `post` or `rest`.
+    pub part: &'static str,
+    /// Its median (ms).
+    pub p50_ms: f64,
+    /// Its 95th percentile (ms).
+    pub p95_ms: f64,
+    /// Its median over the sum of the parts' medians.
+    pub share_p50: f64,
+    /// Its p95 over the sum of the parts' p95s.
+    pub share_p95: f64,
+}
+
+/// The device's own time for the model's work, and the calls on which it
+/// ran past the model stage (the stage closed before the device was done).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeviceTime {
+    /// Calls carrying `device_ms`.
+    pub calls: u64,
+    /// Its median (ms).
+    pub p50_ms: f64,
+    /// Its 95th percentile (ms).
+    pub p95_ms: f64,
+    /// Calls whose device time exceeds their model stage by more than the
+    /// floor and 5 % of the device time.
+    pub late_calls: u64,
+    /// On those calls: device − model, averaged (ms; `null` without any).
+    pub late_excess_ms: Option<f64>,
+    /// On those calls: the model stage's median (ms).
+    pub late_model_p50_ms: Option<f64>,
+    /// On those calls: post's median (ms), where the device's work landed.
+    pub late_post_p50_ms: Option<f64>,
+}
+
+/// One of the server's waits before it read the request.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServerWait {
+    /// `accept_wait` (every worker busy) or `loop_wait` (the event loop
+    /// blocked).
+    pub figure: &'static str,
+    /// Calls carrying it.
+    pub calls: u64,
+    /// A call waited when its wait is above this (ms): the spike floor.
+    pub threshold_ms: f64,
+    /// Calls that waited.
+    pub waited: u64,
+    /// Their mean wait (ms; `null` without any).
+    pub mean_ms: Option<f64>,
+    /// Their median wait (ms).
+    pub p50_ms: Option<f64>,
+    /// The longest wait (ms).
+    pub max_ms: Option<f64>,
 }
 
 /// Call rate and timing regularity.
@@ -388,9 +477,12 @@ pub struct GapReport {
 /// A conclusion in plain language, with a machine-readable code.
 #[derive(Clone, Debug, Serialize)]
 pub struct Verdict {
-    /// `median_shift`, `faster`, `tail_only`, `periodic`, `unexplained_gap`,
-    /// `deadline_misses`, `no_steady_calls`, `steady`, or (fleet reports)
-    /// `robot_differs`.
+    /// `median_shift`, `faster`, `tail_only`, `periodic`, `spikes`,
+    /// `second_mode`, `host_cpu`, `host_gc`, `network_moved`, `e2e_moved`,
+    /// `unexplained_gap`, `worker_pool_starved`, `loop_blocked`,
+    /// `device_after_model`, `queue_ran_dry`, `deadline_misses`,
+    /// `no_steady_calls`, `steady`, or (fleet reports) `robot_differs`,
+    /// `hop_slower` (`docs/report.md`, "Verdict codes").
     pub code: &'static str,
     /// The request kind it is about.
     pub kind: String,

@@ -83,9 +83,12 @@ pub(super) fn advice(f: Figure) -> &'static str {
         | Figure::RxWait
         | Figure::ServerRxWait
         | Figure::CaptureRunWait
-        | Figure::DispatchRunWait
-        | Figure::TxWait => {
+        | Figure::DispatchRunWait => {
             "pin or reserve cores for the loop (taskset, a cgroup cpuset, isolcpus), move the other load off them, or raise the loop's priority (SCHED_FIFO for the control thread)"
+        }
+        // The robot's own send: a core, or in Python the GIL.
+        Figure::TxWait => {
+            "pin or reserve cores for the loop (taskset, a cgroup cpuset, isolcpus) and move the other load off them; in a Python robot, keep other threads from holding the GIL across the send (heavy work in another process, or in code that releases the GIL)"
         }
         Figure::Gc | Figure::ServerGc => {
             "tune the garbage collector: preallocate buffers, keep cyclic garbage out of the loop, gc.freeze() after start-up and collect between calls, not during them"
@@ -106,14 +109,16 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::Post => {
             "post-processing is the bottleneck: keep results on the device until needed, vectorise the un-normalisation, and make sure the model's device work is not landing here (docs/stages.md, \"Asynchronous devices\")"
         }
+        // Queue's parts: the server's own waits before it read the request.
         Figure::AcceptWait => {
-            "requests waited for a server worker: every worker was busy (a handler that blocks, e.g. LeRobot's GetActions waiting for an observation); raise max_workers"
+            "every server worker was busy (a handler that blocks one, e.g. LeRobot's GetActions waiting for an observation): raise max_workers, or keep a handler from holding a worker while it waits"
         }
         Figure::LoopWait => {
-            "the server's event loop was blocked when the request came: run infer off the loop (run_in_executor or a worker thread)"
+            "work run on the server's event loop held it, usually infer itself (openpi's websocket server runs the policy on its loop): run infer off the loop (run_in_executor or a worker thread)"
         }
+        // The server's own send, inside the downlink: its host, not the link.
         Figure::ServerTxWait => {
-            "the server's send waited for a core: pin or reserve cores for the policy server, move other load off them, or raise its priority"
+            "pin or reserve cores for the policy server (taskset, a cgroup cpuset), move the other load off them, or raise the server's priority; the link is not at fault"
         }
     }
 }
@@ -122,7 +127,7 @@ pub(super) fn advice(f: Figure) -> &'static str {
 /// own. Rarer spikes sit beyond the figure's p99, which the table shows as
 /// its tail; from 1 % on they set the p99 themselves, so the table cannot
 /// show them as spikes and the verdict must.
-const SPIKE_SHARE: f64 = 0.01;
+pub(super) const SPIKE_SHARE: f64 = 0.01;
 
 /// Without a baseline: figures above their outlier threshold on at least
 /// [`SPIKE_SHARE`] of the calls and [`MIN_SPIKES`] calls, when no other verdict already names them
@@ -199,7 +204,9 @@ fn host_spikes(
     let host = cause.host_figure().unwrap_or(Figure::RunWait);
     let not = match f {
         Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => "not the network",
-        Figure::Infer | Figure::Queue | Figure::Server => "not the model",
+        Figure::Infer | Figure::Queue | Figure::Server | Figure::Model | Figure::Device => {
+            "not the model"
+        }
         Figure::Capture => "not the camera",
         Figure::Dispatch => "not the executor",
         _ => "not the stage itself",
@@ -444,13 +451,24 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     if !has_baseline {
         out.extend(spikes(r, cx, &periodic));
     }
-    let stage_moved = out.iter().any(|v| {
-        matches!(v.code, "median_shift" | "tail_only")
-            && !v
-                .stage
-                .and_then(figure)
-                .is_some_and(figures::is_gap_related)
-    });
+    // Causes the records name (a starved worker pool, a blocked loop,
+    // device work after the model stage) replace the shape verdicts of
+    // the figures they explain.
+    let (named, replaced) = super::causes::cause_verdicts(r);
+    out.retain(|v| !super::causes::superseded(v, &replaced));
+    // A wait the records name is a stage's part that moved (its own shape
+    // verdicts, now replaced, would have said so).
+    let waited = named
+        .iter()
+        .any(|v| matches!(v.code, "worker_pool_starved" | "loop_blocked"));
+    let stage_moved = waited
+        || out.iter().any(|v| {
+            matches!(v.code, "median_shift" | "tail_only")
+                && !v
+                    .stage
+                    .and_then(figure)
+                    .is_some_and(figures::is_gap_related)
+        });
     if !stage_moved {
         if let Some(v) = unexplained_gap(r, has_baseline) {
             // The gap's own shape verdicts say the same thing less well.
@@ -469,7 +487,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
             "median_shift" | "tail_only" | "network_moved" | "unexplained_gap"
         )
     });
-    if has_baseline && !moved {
+    if has_baseline && !moved && !waited {
         out.extend(e2e_moved(r, cx, baseline_n));
     }
     let dry = super::async_queue::queue_ran_dry(r);
@@ -481,6 +499,10 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
         // cost the robot never paid. With a baseline, moves still count.
         out.clear();
     }
+    // A queue that absorbed the jitter does not make a starved pool, a
+    // blocked loop (observations a second old) or a misplaced device time
+    // right: the causes the records name stay.
+    out.extend(named);
     out.extend(dry);
     out.extend(deadline_verdict(r));
     if out.is_empty() {

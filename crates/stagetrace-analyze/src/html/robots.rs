@@ -22,7 +22,8 @@ pub(super) fn table(s: &mut String, g: &GroupReport, order: &[String], suffix: &
         .filter(|v| v.code == "robot_differs")
         .filter_map(|v| Some((v.evidence.get("robot")?.as_str()?, v.stage)))
         .collect();
-    let stages: Vec<&'static str> = figures::read()
+    let stages: Vec<&'static str> = figures::display_order()
+        .into_iter()
         .map(|f| f.name())
         .filter(|n| g.robots.values().any(|r| r.stages.contains_key(n)))
         .collect();

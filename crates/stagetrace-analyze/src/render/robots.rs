@@ -78,7 +78,7 @@ pub(super) fn table(s: &mut String, g: &GroupReport, order: &[String]) {
             let _ = write!(s, "  {j:>w$}");
         }
         let _ = writeln!(s);
-        for m in figures::read() {
+        for m in figures::display_order() {
             if !block
                 .iter()
                 .any(|n| g.robots[*n].stages.contains_key(m.name()))

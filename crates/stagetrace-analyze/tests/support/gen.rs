@@ -96,6 +96,61 @@ pub(crate) struct Scenario {
     /// this fraction of the calls the chunk came after the action queue ran
     /// dry (margin −2 to −20 ms, with the idle ticks).
     pub(crate) action_queue: Option<(f64, f64)>,
+    /// Infer timed in parts (`pre_ms`, `model_ms`, `post_ms`, `device_ms`):
+    /// infer is then their sum, whatever `infer_ms` says.
+    pub(crate) parts: Option<Parts>,
+    /// The server's waits before it read the request (queue's parts:
+    /// `accept_wait_ms`, `loop_wait_ms`), added to queue.
+    pub(crate) waits: Vec<Wait>,
+    /// On every `n`-th call, this much (ms) added to one stage, the spike
+    /// `host_cause` explains: a robot whose GIL another thread holds on
+    /// every 20th call.
+    pub(crate) every_nth: Option<(&'static str, usize, f64)>,
+    /// Fields written on every call with a small host-like value (tens of
+    /// µs): new figures present, explaining nothing.
+    pub(crate) small_fields: &'static [&'static str],
+}
+
+/// Infer timed in parts: each part's median and spread (ms).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Parts {
+    pub(crate) pre: (f64, f64),
+    /// The model's work (ms): the model stage when it waits for the device.
+    pub(crate) model: (f64, f64),
+    pub(crate) post: (f64, f64),
+    /// Write `device_ms`: the device's own time, this share of the model's work.
+    pub(crate) device: Option<f64>,
+    /// The model stage closes at the dispatch, after this long (ms), and
+    /// the rest of the model's work lands in post (an asynchronous device
+    /// timed without a sync).
+    pub(crate) dispatch_ms: Option<f64>,
+    /// On this fraction of the calls, post takes this much longer (ms, uniform in [x, 1.5x]).
+    pub(crate) post_tail: Option<(f64, f64)>,
+}
+
+impl Default for Parts {
+    fn default() -> Self {
+        Parts {
+            pre: (3.0, 0.2),
+            model: (20.0, 1.0),
+            post: (2.0, 0.15),
+            device: None,
+            dispatch_ms: None,
+            post_tail: None,
+        }
+    }
+}
+
+/// One of the server's waits: a hand-over on every call, and on a fraction
+/// of the calls a wait uniform in `range` (ms).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wait {
+    /// `accept_wait_ms` or `loop_wait_ms`.
+    pub(crate) field: &'static str,
+    /// The healthy hand-over's median (ms).
+    pub(crate) base_ms: f64,
+    pub(crate) frac: f64,
+    pub(crate) range: (f64, f64),
 }
 
 /// The hops of a call through one gateway (medians, ms; spread 0.1 ms on
@@ -162,6 +217,10 @@ impl Default for Scenario {
             host_bumps: false,
             host_cause: None,
             action_queue: None,
+            parts: None,
+            waits: Vec::new(),
+            every_nth: None,
+            small_fields: &[],
         }
     }
 }
@@ -250,6 +309,12 @@ pub(crate) fn lines(s: &Scenario) -> String {
                 spiked = Some(extra);
             }
         }
+        if let Some((stage, n, extra)) = s.every_nth {
+            if i % n == n - 1 {
+                spike(stage, extra);
+                spiked = Some(extra);
+            }
+        }
         if let Some((stage, at, extra)) = s.hiccups {
             if i >= s.warmup && at.contains(&(i - s.warmup)) {
                 spike(stage, extra);
@@ -285,6 +350,49 @@ pub(crate) fn lines(s: &Scenario) -> String {
                 g.err_ms[1]
             )
         });
+        // Drawn after the others: their draws stay as they were.
+        let mut extra_fields = String::new();
+        for w in &s.waits {
+            let mut v = pos(w.base_ms + w.base_ms / 3.0 * rng.normal()).min(3.0 * w.base_ms);
+            if rng.next_f64() < w.frac {
+                v += w.range.0 + (w.range.1 - w.range.0) * rng.next_f64();
+            }
+            let v = r3(v);
+            queue += v;
+            let _ = write!(extra_fields, ",\"{}\":{v}", w.field);
+        }
+        if let Some(p) = s.parts {
+            let mut draw = |(m, sd): (f64, f64)| pos(m + sd * rng.normal());
+            let pre = draw(p.pre);
+            let work = draw(p.model);
+            let mut post = draw(p.post);
+            if let Some((frac, extra)) = p.post_tail {
+                if rng.next_f64() < frac {
+                    post += extra * (1.0 + 0.5 * rng.next_f64());
+                }
+            }
+            let model = match p.dispatch_ms {
+                Some(d) => {
+                    let d = pos(d + 0.1 * d * rng.normal());
+                    post += (work - d).max(0.0);
+                    d
+                }
+                None => work,
+            };
+            let (pre, model, post) = (r3(pre), r3(model), r3(post));
+            infer = pre + model + post;
+            let _ = write!(
+                extra_fields,
+                ",\"pre_ms\":{pre},\"model_ms\":{model},\"post_ms\":{post}"
+            );
+            if let Some(share) = p.device {
+                let _ = write!(extra_fields, ",\"device_ms\":{}", r3(share * work));
+            }
+        }
+        for f in s.small_fields {
+            let v = 0.01 - 0.02 * (1.0 - rng.next_f64()).ln();
+            let _ = write!(extra_fields, ",\"{f}\":{}", r3(v));
+        }
         let (capture, uplink, queue, infer, downlink, dispatch, gap) = (
             r3(capture),
             r3(uplink),
@@ -352,6 +460,7 @@ pub(crate) fn lines(s: &Scenario) -> String {
         if s.fail_every.is_some_and(|n| i % n == n - 1) {
             l.push_str(",\"failed\":true,\"error\":\"timeout\"");
         }
+        l.push_str(&extra_fields);
         if s.host_figures {
             l.push_str(&host_fields(s, &mut rng, spiked));
         }
