@@ -37,14 +37,25 @@ def test_fields_and_types() -> None:
     with t.stage("post"):
         spin(1)
     timing = t.server_timing()
-    assert set(without_host(timing)) == {"infer_ms", "recv_unix_ns", "total_ns", "queue_ns", "infer_ns", "pre_ns", "post_ns"}
-    for k in ("recv_unix_ns", "total_ns", "queue_ns", "infer_ns", "pre_ns", "post_ns"):
+    assert set(without_host(timing)) == {
+        "infer_ms",
+        "recv_unix_ns",
+        "total_ns",
+        "queue_ns",
+        "infer_ns",
+        "pre_ns",
+        "model_ns",
+        "post_ns",
+    }
+    for k in ("recv_unix_ns", "total_ns", "queue_ns", "infer_ns", "pre_ns", "model_ns", "post_ns"):
         assert type(timing[k]) is int, k
     assert type(timing["infer_ms"]) is float
     # queue: receive -> start of inference (pre-processing), the timed wait included.
     assert timing["queue_ns"] >= 2_000_000
+    # stage("infer") is the model part under its old name.
+    assert timing["model_ns"] >= 5_000_000
     # infer spans pre-processing start to post-processing end.
-    assert timing["infer_ns"] >= timing["pre_ns"] + 5_000_000 + timing["post_ns"]
+    assert timing["infer_ns"] >= timing["pre_ns"] + timing["model_ns"] + timing["post_ns"]
     assert timing["infer_ms"] == pytest.approx(timing["infer_ns"] / 1e6)
     assert timing["total_ns"] >= timing["queue_ns"] + timing["infer_ns"]
     t2 = st.received({"traceparent": VALID})
@@ -289,3 +300,99 @@ def test_a_slewed_wall_clock_still_gives_the_wall_time_of_the_receive(monkeypatc
     truth = 1_700_000_000_000_000_000 + recv * 1005 // 1000
     # 50 µs carried back on the monotonic clock: 250 ns of slew, no more.
     assert abs(timer._ANCHOR.wall_ns(recv) - truth) <= 250
+
+
+# ---------------------------------------------------------------- inference's parts
+
+
+def test_parts_are_back_to_back_and_add_up_to_infer() -> None:
+    """pre, model and post are contiguous, as the Rust InferTimer's marks:
+    the code between two parts counts in the next one, so the three add up
+    to infer exactly."""
+    t = st.received()
+    with t.stage("pre"):
+        spin(1)
+    spin(2)  # the policy's own code between two parts
+    with t.stage("model"):
+        spin(3)
+    with t.stage("post"):
+        spin(1)
+    timing = t.server_timing()
+    assert timing["pre_ns"] + timing["model_ns"] + timing["post_ns"] == timing["infer_ns"]
+    assert timing["pre_ns"] >= 1_000_000 and timing["post_ns"] >= 1_000_000
+    assert timing["model_ns"] >= 5_000_000  # its 3 ms and the 2 ms before it
+
+
+def test_stage_infer_is_the_model_part_under_its_old_name() -> None:
+    t = st.received()
+    with t.stage("infer"):
+        spin(2)
+    t.record("infer", 1_000_000)
+    timing = t.server_timing()
+    assert timing["model_ns"] >= 3_000_000
+    assert "pre_ns" not in timing and "post_ns" not in timing
+    assert timing["infer_ns"] >= timing["model_ns"] - 1_000_000
+
+
+def test_around_a_policy_its_code_before_and_after_the_model_is_pre_and_post() -> None:
+    """PolicyServer's bracket around policy.infer: a policy that times only
+    its model gets pre and post for what runs around it, as with the Rust
+    InferTimer's model_start / model_done; the parts fill infer."""
+    t = st.received()
+    with st.handling(t), t._bracket():
+        spin(1)  # the policy's own pre-processing, untimed
+        with st.stage("model") as s:
+            s.result(np.zeros(3))
+            spin(3)
+        spin(2)  # untimed post-processing
+    timing = t.server_timing()
+    assert timing["pre_ns"] >= 1_000_000 and timing["model_ns"] >= 3_000_000 and timing["post_ns"] >= 2_000_000
+    assert timing["pre_ns"] + timing["model_ns"] + timing["post_ns"] == timing["infer_ns"]
+    # A policy that times nothing: infer only, no parts made up.
+    t = st.received()
+    with st.handling(t), t._bracket():
+        spin(1)
+    timing = t.server_timing()
+    assert timing["infer_ns"] >= 1_000_000
+    assert not {"pre_ns", "model_ns", "post_ns"} & set(timing)
+
+
+def test_module_stage_outside_a_request_times_nothing() -> None:
+    assert st.current() is None
+    with st.stage("model") as s:
+        assert s.result(5) == 5
+    with pytest.raises(ValueError, match="unknown stage"):
+        st.stage("modle")
+    t = st.received()
+    with st.handling(t):
+        assert st.current() is t
+        with st.stage("pre"):
+            spin(1)
+    assert st.current() is None
+    assert t.server_timing()["pre_ns"] >= 1_000_000
+
+
+def test_a_known_arrival_moves_the_receive_and_is_queue() -> None:
+    before = time.perf_counter_ns()
+    spin(3)
+    t = st.received()
+    t.arrived_at(before, "accept_wait")
+    with t.stage("model"):
+        spin(1)
+    timing = t.server_timing()
+    assert timing["accept_wait_ns"] == t.read_ns - before >= 3_000_000
+    assert timing["queue_ns"] >= timing["accept_wait_ns"]
+    assert timing["total_ns"] >= timing["accept_wait_ns"] + timing["infer_ns"]
+    assert t.arrival_ns == before
+    # Only the past, and only ints; a wait of a name the wire lacks is refused.
+    t2 = st.received()
+    t2.arrived_at(time.perf_counter_ns() + 10**9)
+    t2.arrived_at(1.5)  # type: ignore[arg-type]
+    assert "loop_wait_ns" not in t2.server_timing() and t2.arrival_ns == t2.read_ns
+    with pytest.raises(ValueError, match="unknown wait"):
+        t2.arrived_at(before, "uplink")
+    # Without inference timed, the wait alone is the queue.
+    t3 = st.received()
+    t3.arrived_at(before)
+    timing = t3.server_timing()
+    assert timing["queue_ns"] == timing["loop_wait_ns"] == t3.read_ns - before

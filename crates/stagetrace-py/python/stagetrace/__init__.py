@@ -27,6 +27,11 @@ canonical stages (``capture``, ``transport``, ``queue``, ``infer``,
 ``dispatch``), so it lands in the schema's figures. A stage inside another
 stage is counted once in the call's gap figure, as in Rust.
 
+A model on an asynchronous device (JAX, even on CPU; CUDA tensors) returns
+before its work is done: ``@st.timed`` ends its stage when the JAX arrays /
+CUDA tensors the function returned are ready, and inside ``with
+st.stage(...)`` wrap the result in ``st.ready(...)`` (:mod:`stagetrace.device`).
+
 The current span is kept in a :class:`contextvars.ContextVar`, so asyncio
 tasks on one thread keep their calls apart (``async with st.call():`` works
 too). Server side: :mod:`stagetrace.server`.
@@ -47,6 +52,7 @@ from . import _native
 from ._native import FIELDS, STAGES, Call, Recorder, Span
 from ._native import call as call
 from ._native import stage as stage
+from .device import ready as ready
 from .frames import load as load
 
 # Python's collector, timed for every call's gc_ms (once per process: a
@@ -66,6 +72,7 @@ __all__ = [
     "finish",
     "init",
     "load",
+    "ready",
     "recorder",
     "stage",
     "timed",
@@ -169,9 +176,12 @@ def current_span() -> Optional[Call]:
     return _current.get()
 
 
-def timed(name: str) -> Callable[[F], F]:
+def timed(name: str, *, sync: Optional[bool] = None) -> Callable[[F], F]:
     """Decorator: every run of the function is stage ``name`` of the current
-    call (coroutine functions too)."""
+    call (coroutine functions too). The stage ends when the JAX arrays and
+    CUDA tensors the function returned are ready (:func:`ready`), so a
+    jitted model's stage is its work, not its dispatch; ``sync=False`` ends
+    it when the function returns (default: ``stagetrace.device.set_sync``)."""
 
     def wrap(fn: F) -> F:
         # One object per name, resolved against the current call's recorder
@@ -182,14 +192,14 @@ def timed(name: str) -> Callable[[F], F]:
             @functools.wraps(fn)
             async def run_async(*args: Any, **kwargs: Any) -> Any:
                 with scope:
-                    return await fn(*args, **kwargs)
+                    return ready(await fn(*args, **kwargs), sync=sync)
 
             return run_async  # type: ignore[return-value]
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             with scope:
-                return fn(*args, **kwargs)
+                return ready(fn(*args, **kwargs), sync=sync)
 
         return run  # type: ignore[return-value]
 

@@ -11,7 +11,14 @@ import threading
 class _Counters:
     """Process-wide counts of ignored input; thread-safe."""
 
-    _NAMES = ("rejected_traceparent", "rejected_tracestate", "rejected_timing", "bad_requests", "requests")
+    _NAMES = (
+        "rejected_traceparent",
+        "rejected_tracestate",
+        "rejected_timing",
+        "bad_requests",
+        "requests",
+        "device_sync_errors",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -20,7 +27,9 @@ class _Counters:
     def add(self, name: str, n: int = 1) -> int:
         """Add ``n`` to ``name``; returns the new count."""
         with self._lock:
-            self._counts[name] += n
+            # A name not listed above starts at 0 rather than raising: a
+            # count must never fail the code path it counts.
+            self._counts[name] = self._counts.get(name, 0) + n
             return self._counts[name]
 
     def snapshot(self) -> dict[str, int]:
@@ -35,6 +44,7 @@ def stats() -> dict[str, int]:
     """Counts since the process started: ``rejected_traceparent``,
     ``rejected_tracestate``, ``rejected_timing`` (bad ``batch_size`` /
     ``cache`` values in a response's own ``server_timing`` map, dropped),
-    ``bad_requests`` (undecodable requests seen by :class:`PolicyServer`) and
-    ``requests`` (timers created)."""
+    ``bad_requests`` (undecodable requests seen by :class:`PolicyServer`),
+    ``requests`` (timers created) and ``device_sync_errors`` (a stage's wait
+    for its device arrays failed: ``stagetrace.device.ready``)."""
     return _COUNTERS.snapshot()

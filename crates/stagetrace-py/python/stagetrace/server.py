@@ -12,8 +12,17 @@ call's time went on the server side:
 * it stamps the ``server_timing`` map of each response: openpi's ``infer_ms``
   and ``prev_total_ms`` are kept, and ``recv_unix_ns`` (server wall time when
   the whole request had arrived), ``total_ns`` (receive to send, monotonic) and
-  ``queue_ns`` / ``infer_ns`` / ``pre_ns`` / ``post_ns`` when known are added.
-  With those the client splits its round trip into uplink, server and downlink;
+  ``queue_ns`` / ``infer_ns`` and its parts ``pre_ns`` / ``model_ns`` /
+  ``post_ns`` (and ``device_ns``) when known are added. With those the
+  client splits its round trip into uplink, server and downlink;
+* it learns when a request's bytes arrived when the event loop was busy as
+  they came in (another robot's inference on the loop, a long collection):
+  the receive stamp is placed at the arrival and the wait for the loop is
+  sent as ``loop_wait_ns``, part of ``queue_ns``, not left in the uplink
+  (``docs/stages.md``, "Event loops");
+* a stage ends when the device arrays it produced are ready (JAX, CUDA:
+  :mod:`stagetrace.device`), so ``model`` is the model's time, not its
+  dispatch;
 * it says what a mitigation did with the request, as the Rust server's
   ``InferTimer`` does: ``t.set_batch_size(n)`` (the request ran in a batch of
   ``n``) and ``t.set_cache_hit(hit)`` (a result cache answered it, or missed)
@@ -24,17 +33,27 @@ Adding it to an existing server (the openpi ``WebsocketPolicyServer`` loop)::
 
     from stagetrace import server as st
 
-    session = st.Session()                      # one per connection
+    session = st.Session(websocket)             # one per connection
     while True:
         raw = await websocket.recv()
-        t = session.received()                  # stamp first, before unpacking
+        t = session.received(frame=raw)         # stamp first, before unpacking
         obs = msgpack_numpy.unpackb(raw)
         t.read_trace(obs)                       # takes traceparent out of obs
-        with t.stage("infer"), continuing(t.trace, t.tracestate):
-            action = policy.infer(obs)          # its traced calls continue the trace
+        with continuing(t.trace, t.tracestate):  # its traced calls continue the trace
+            with t.stage("pre"):
+                inputs = policy.transform(obs)
+            with t.stage("model") as s:
+                outputs = s.result(policy.sample_actions(inputs))  # ends when ready
+            with t.stage("post"):
+                action = policy.untransform(outputs)
         t.stamp(action)                         # action["server_timing"] = {...}
         await websocket.send(packer.pack(action))
         t.sent()                                # feeds the next prev_total_ms
+    # and session.close() when the connection ends
+
+A policy served by :class:`PolicyServer` times its parts with this module's
+:func:`stage` (``with st.stage("model") as s: y = s.result(f(x))``), which
+is the current request's.
 
 A server that batches requests calls ``t.set_batch_size(len(batch))`` on each
 request of the batch; one with a result cache calls ``t.set_cache_hit(True)``
@@ -99,10 +118,14 @@ from .timer import (
     SERVER_TIMING_KEY,
     RequestTimer,
     Session,
+    Stage,
     _encode,
     _merged,
+    current,
     encode_response,
+    handling,
     received,
+    stage,
 )
 from .trace import (
     MAX_TRACEPARENT_LEN,
@@ -125,8 +148,11 @@ __all__ = [
     "PolicyServer",
     "RequestTimer",
     "Session",
+    "Stage",
     "TraceParent",
+    "current",
     "encode_response",
+    "handling",
     "packb",
     "Packer",
     "parse_traceparent",
@@ -134,6 +160,7 @@ __all__ = [
     "read_trace",
     "received",
     "serve",
+    "stage",
     "stats",
     "unpackb",
 ]
@@ -148,8 +175,12 @@ class PolicyServer(_Listener):
     """Serves ``policy.infer(obs) -> dict`` over WebSocket + msgpack (openpi
     protocol) with ``traceparent`` honoured and ``server_timing`` stamped.
 
-    ``policy`` is any object with ``infer(obs)``; when the returned dict has
-    its own ``server_timing`` map (with ``pre_ns`` etc.) those keys are kept.
+    ``policy`` is any object with ``infer(obs)``; inside it, this module's
+    :func:`stage` times the request's parts (``pre``, ``model``, ``post``).
+    The action it returns is waited for when it holds device arrays (JAX,
+    CUDA), so ``infer`` ends when the action exists (``sync_device=False``:
+    when ``infer`` returns). When the returned dict has its own
+    ``server_timing`` map those keys are kept.
     A policy that batches or caches says so there: ``batch_size`` (a
     positive int) and ``cache`` (``"hit"`` / ``"miss"``); a bad value is
     dropped and counted in ``stats()["rejected_timing"]``.
@@ -166,9 +197,12 @@ class PolicyServer(_Listener):
         in_thread: bool = False,
         on_request: Callable[[RequestTimer, Mapping[str, Any]], None] | None = None,
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+        sync_device: bool | None = None,
     ) -> None:
         """``in_thread`` runs ``infer`` in a worker thread so other
-        connections and pings keep being served while the model runs.
+        connections and pings keep being served while the model runs
+        (without it, a request that arrives while another robot's model
+        holds the loop waits, and that wait is reported as ``loop_wait_ns``).
         ``max_message_bytes`` bounds one request (a larger one closes the
         connection with 1009); ``None`` lifts the limit, as openpi does.
         ``on_request(timer, server_timing)`` is called after each response
@@ -181,64 +215,73 @@ class PolicyServer(_Listener):
         self._port = port
         self._metadata = dict(metadata or {})
         self._in_thread = in_thread
+        self._sync_device = sync_device
         self._server: Any = None
 
     async def _handler(self, websocket: Any) -> None:
+        packer = Packer()
+        with Session(websocket) as session:
+            await websocket.send(packer.pack(self._metadata))
+            while await self._serve_one(websocket, session, packer):
+                pass
+
+    async def _serve_one(self, websocket: Any, session: Session, packer: Packer) -> bool:
+        """Answer one request; False when the connection is done."""
         import websockets.exceptions
         from websockets.frames import CloseCode
 
-        packer = Packer()
-        session = Session()
-        await websocket.send(packer.pack(self._metadata))
-        while True:
-            try:
-                raw = await websocket.recv()
-            except websockets.exceptions.ConnectionClosed:
-                return
-            timer = session.received()
-            try:
-                obs = unpackb(raw)
-                if not isinstance(obs, dict):
-                    raise MalformedRequest(f"request must be a msgpack map, got {type(obs).__name__}")
-            except MalformedRequest as e:
-                _COUNTERS.add("bad_requests")
-                logger.warning("bad request from %s: %s", websocket.remote_address, e)
-                # A close reason is at most 123 bytes of UTF-8.
-                reason = str(e).encode()[:120].decode(errors="ignore")
-                with contextlib.suppress(websockets.exceptions.ConnectionClosed):
-                    await websocket.close(code=CloseCode.INVALID_DATA, reason=reason)
-                return
-            timer.read_trace(obs)
-            try:
-                # A traced call the policy makes continues the caller's trace
-                # (to_thread copies the context, so in_thread does too).
-                with continuing(timer.trace, timer.tracestate), timer.stage("infer"):
+        try:
+            raw = await websocket.recv()
+        except websockets.exceptions.ConnectionClosed:
+            return False
+        timer = session.received(frame=raw)
+        try:
+            obs = unpackb(raw)
+            if not isinstance(obs, dict):
+                raise MalformedRequest(f"request must be a msgpack map, got {type(obs).__name__}")
+        except MalformedRequest as e:
+            _COUNTERS.add("bad_requests")
+            logger.warning("bad request from %s: %s", websocket.remote_address, e)
+            # A close reason is at most 123 bytes of UTF-8.
+            reason = str(e).encode()[:120].decode(errors="ignore")
+            with contextlib.suppress(websockets.exceptions.ConnectionClosed):
+                await websocket.close(code=CloseCode.INVALID_DATA, reason=reason)
+            return False
+        timer.read_trace(obs)
+        try:
+            # A traced call the policy makes continues the caller's trace,
+            # and its stage() calls are this request's (to_thread copies
+            # the context, so in_thread does too). The bracket ends when
+            # the action's device arrays are ready.
+            with continuing(timer.trace, timer.tracestate), handling(timer):
+                with timer._bracket(self._sync_device) as whole:
                     if self._in_thread:
-                        action = await asyncio.to_thread(self._policy.infer, obs)
+                        action = whole.result(await asyncio.to_thread(self._policy.infer, obs))
                     else:
-                        action = self._policy.infer(obs)
-                if not isinstance(action, Mapping):
-                    raise TypeError(f"policy.infer must return a dict, got {type(action).__name__}")
-                frame, timing = _encode(action, timer, packer)
-            except Exception:
-                # As openpi does: the traceback goes to the client, then close.
-                with contextlib.suppress(websockets.exceptions.ConnectionClosed):
-                    await websocket.send(traceback.format_exc())
-                    await websocket.close(
-                        code=CloseCode.INTERNAL_ERROR,
-                        reason="Internal server error. Traceback included in previous frame.",
-                    )
-                raise
+                        action = whole.result(self._policy.infer(obs))
+            if not isinstance(action, Mapping):
+                raise TypeError(f"policy.infer must return a dict, got {type(action).__name__}")
+            frame, timing = _encode(action, timer, packer)
+        except Exception:
+            # As openpi does: the traceback goes to the client, then close.
+            with contextlib.suppress(websockets.exceptions.ConnectionClosed):
+                await websocket.send(traceback.format_exc())
+                await websocket.close(
+                    code=CloseCode.INTERNAL_ERROR,
+                    reason="Internal server error. Traceback included in previous frame.",
+                )
+            raise
+        try:
+            await websocket.send(frame)
+        except websockets.exceptions.ConnectionClosed:
+            return False
+        timer.sent()
+        if self._on_request is not None:
             try:
-                await websocket.send(frame)
-            except websockets.exceptions.ConnectionClosed:
-                return
-            timer.sent()
-            if self._on_request is not None:
-                try:
-                    self._on_request(timer, timing)
-                except Exception:
-                    logger.exception("on_request hook failed")
+                self._on_request(timer, timing)
+            except Exception:
+                logger.exception("on_request hook failed")
+        return True
 
 
 async def serve(
@@ -249,7 +292,8 @@ async def serve(
     **options: Any,
 ) -> None:
     """Serve ``policy`` until cancelled: ``asyncio.run(serve(policy, port=8000))``.
-    ``options`` are :class:`PolicyServer`'s (``in_thread``, ``on_request``)."""
+    ``options`` are :class:`PolicyServer`'s (``in_thread``, ``on_request``,
+    ``max_message_bytes``, ``sync_device``)."""
     await PolicyServer(policy, host, port, metadata, **options).run()
 
 
