@@ -6,11 +6,13 @@ encoder; re-exported by :mod:`stagetrace.server`.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import numbers
 import sys
 import time
+import weakref
 from collections.abc import Mapping, MutableMapping
 from typing import Any, TypeVar
 
@@ -389,6 +391,11 @@ class RequestTimer:
             out["prev_total_ms"] = self._prev_total_ns / 1e6
         out["recv_unix_ns"] = self.recv_unix_ns
         out["total_ns"] = self._total_ns
+        prev_tx = None if self._session is None else self._session._prev_tx_wait_ns
+        if prev_tx is not None:
+            # The previous response's wait before its write: a response
+            # cannot carry its own (docs/protocol.md).
+            out["prev_tx_wait_ns"] = prev_tx
         waits = sum(self._waits.values()) + (self._rx_wait_ns or 0)
         if span is not None:
             # Arrival -> inference start: the loop's (or pool's) wait, decoding
@@ -435,9 +442,19 @@ class RequestTimer:
     def sent(self) -> int:
         """Call once the response has been sent. Returns receive → sent in
         ns, which the session reports as the next ``prev_total_ms``."""
-        total = time.perf_counter_ns() - self._recv_mono
+        now = time.perf_counter_ns()
+        total = now - self._recv_mono
         if self._session is not None and not self._sent:
             self._session._prev_total_ns = total
+            if self._total_ns is not None:
+                # Ready (total_ns stamped) → the write handed the frame to
+                # the kernel: stamped inside the transport's write when the
+                # session watches one, else the send's return. Sent in the
+                # next response as prev_tx_wait_ns.
+                ready = self._recv_mono + self._total_ns
+                wrote = self._session._wrote_ns
+                at = wrote if wrote is not None and ready <= wrote <= now else now
+                self._session._prev_tx_wait_ns = at - ready
         self._sent = True
         return total
 
@@ -648,7 +665,11 @@ class Session:
 
     def __init__(self, websocket: Any = None) -> None:
         self._prev_total_ns: int | None = None
+        self._prev_tx_wait_ns: int | None = None
+        #: perf_counter_ns right after the transport's last write returned.
+        self._wrote_ns: int | None = None
         self._conn = None if websocket is None else _loopwait.connection(websocket, owner=self)
+        self._transport = None if websocket is None else _stamp_writes(websocket, self)
 
     def received(self, request: Any = None, *, frame: Any = None) -> RequestTimer:
         """Start timing a request whose bytes have all arrived. Call it right
@@ -670,6 +691,10 @@ class Session:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            with contextlib.suppress(AttributeError):
+                del transport.write  # the class's own write again
 
     def __enter__(self) -> Session:
         return self
@@ -677,6 +702,33 @@ class Session:
     def __exit__(self, *exc: Any) -> bool:
         self.close()
         return False
+
+
+def _stamp_writes(websocket: Any, session: Session) -> Any:
+    """Note when each write of ``websocket``'s asyncio transport returned:
+    the response's bytes were handed to the kernel then (an asyncio
+    transport tries the socket at once and buffers only what the kernel
+    would not take). Stamped inside the write, not after the ``await`` of
+    the send, so the loop's own scheduling after the write is not counted as
+    the send's wait. Returns the transport wrapped, or None (no asyncio
+    transport: the send's return stands in, in :meth:`RequestTimer.sent`)."""
+    transport = getattr(websocket, "transport", None)
+    write = getattr(transport, "write", None)
+    if transport is None or write is None or "write" in getattr(transport, "__dict__", {}):
+        return None
+    session_ref = weakref.ref(session)
+
+    def stamped_write(data: Any) -> None:
+        write(data)
+        s = session_ref()
+        if s is not None:
+            s._wrote_ns = time.perf_counter_ns()
+
+    try:
+        transport.write = stamped_write
+    except AttributeError:  # a transport with __slots__
+        return None
+    return transport
 
 
 def received(request: Any = None) -> RequestTimer:

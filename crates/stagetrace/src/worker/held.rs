@@ -5,11 +5,12 @@
 //! knows it after the write. It sends it in the *next* response on the
 //! connection (`prev_tx_wait_ns`, as openpi's `prev_total_ms`), so the
 //! record of call N is complete only when call N+1's response is in. The
-//! worker holds the newest answered record per peer — only for a peer that
-//! has sent the figure at least once, so other servers' records are never
-//! delayed — until the peer's next answer comes, or [`HOLD_MAX`] passes, or
-//! the worker stops. A record released without a next answer simply lacks
-//! `server_tx_wait_ms`: absent, never 0.
+//! worker holds the newest answered record per peer until the peer's next
+//! answer comes, or [`HOLD_MAX`] passes, or the worker stops. A peer whose
+//! second answer carries no such figure does not send it: its records pass
+//! straight through from then on, so a server without it delays only its
+//! first record, by one call. A record released without a next answer
+//! simply lacks `server_tx_wait_ms`: absent, never 0.
 
 use std::time::{Duration, Instant};
 
@@ -58,8 +59,9 @@ pub(crate) struct Answer<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     pending: Vec<Pending>,
-    /// Peers that send `prev_tx_wait_ns`.
-    senders: Vec<String>,
+    /// Peers whose answers carry no `prev_tx_wait_ns` (learnt from their
+    /// second answer).
+    silent: Vec<String>,
 }
 
 impl Held {
@@ -70,12 +72,6 @@ impl Held {
             out.push(ready);
             return out;
         };
-        if answer.prev_tx_wait_ns.is_some() && !self.senders.iter().any(|p| p == peer) {
-            if self.senders.len() >= MAX_HELD {
-                self.senders.remove(0);
-            }
-            self.senders.push(peer.to_owned());
-        }
         if !answer.answered {
             // No response came (a failed call): the server's next answer
             // still speaks of the response before, the one held.
@@ -84,13 +80,20 @@ impl Held {
         }
         if let Some(i) = self.pending.iter().position(|p| p.peer == peer) {
             let mut prev = self.pending.swap_remove(i).ready;
-            if let Some(w) = answer.prev_tx_wait_ns {
-                prev.rec
-                    .set(Figure::ServerTxWait, i64::try_from(w).unwrap_or(i64::MAX));
+            match answer.prev_tx_wait_ns {
+                Some(w) => prev
+                    .rec
+                    .set(Figure::ServerTxWait, i64::try_from(w).unwrap_or(i64::MAX)),
+                None => {
+                    if self.silent.len() >= MAX_HELD {
+                        self.silent.remove(0);
+                    }
+                    self.silent.push(peer.to_owned());
+                }
             }
             out.push(prev);
         }
-        if self.senders.iter().any(|p| p == peer) {
+        if !self.silent.iter().any(|p| p == peer) {
             if self.pending.len() >= MAX_HELD {
                 if let Some(oldest) = (0..self.pending.len()).min_by_key(|&i| self.pending[i].since)
                 {
@@ -187,10 +190,12 @@ mod tests {
     }
 
     #[test]
-    fn a_server_that_never_sends_the_figure_delays_nothing() {
+    fn a_server_that_never_sends_the_figure_delays_only_its_first_record() {
         let mut h = Held::default();
         let t = Instant::now();
-        for seq in 0..5 {
+        assert!(h.admit(ready(0), answer("a", None), t).is_empty());
+        assert_eq!(seqs(&h.admit(ready(1), answer("a", None), t)), vec![0, 1]);
+        for seq in 2..5 {
             assert_eq!(seqs(&h.admit(ready(seq), answer("a", None), t)), vec![seq]);
         }
         assert_eq!(h.len(), 0);
