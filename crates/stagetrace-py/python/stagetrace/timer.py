@@ -447,9 +447,9 @@ class RequestTimer:
         if self._session is not None and not self._sent:
             self._session._prev_total_ns = total
             if self._total_ns is not None:
-                # Ready (total_ns stamped) → the write handed the frame to
-                # the kernel: stamped inside the transport's write when the
-                # session watches one, else the send's return. Sent in the
+                # Ready (total_ns stamped) → the write that handed the frame
+                # to the kernel: stamped inside the transport's write when
+                # the session watches one, else the send's return. Sent in the
                 # next response as prev_tx_wait_ns.
                 ready = self._recv_mono + self._total_ns
                 wrote = self._session._wrote_ns
@@ -705,12 +705,12 @@ class Session:
 
 
 def _stamp_writes(websocket: Any, session: Session) -> Any:
-    """Note when each write of ``websocket``'s asyncio transport returned:
-    the response's bytes were handed to the kernel then (an asyncio
-    transport tries the socket at once and buffers only what the kernel
-    would not take). Stamped inside the write, not after the ``await`` of
-    the send, so the loop's own scheduling after the write is not counted as
-    the send's wait. Returns the transport wrapped, or None (no asyncio
+    """Note when each write of ``websocket``'s asyncio transport was made:
+    the response's bytes went to the kernel then (an asyncio transport
+    tries the socket at once and buffers only what the kernel would not
+    take). Stamped inside the write, not after the ``await`` of the send,
+    so the loop's own scheduling around the write is not counted as the
+    send's wait. Returns the transport wrapped, or None (no asyncio
     transport: the send's return stands in, in :meth:`RequestTimer.sent`)."""
     transport = getattr(websocket, "transport", None)
     write = getattr(transport, "write", None)
@@ -719,10 +719,13 @@ def _stamp_writes(websocket: Any, session: Session) -> Any:
     session_ref = weakref.ref(session)
 
     def stamped_write(data: Any) -> None:
-        write(data)
+        # Stamped just before the write, not at its return: on one host the
+        # write wakes the reader, which may take the core before the call
+        # returns, and its run is not the server's wait (docs/protocol.md).
         s = session_ref()
         if s is not None:
             s._wrote_ns = time.perf_counter_ns()
+        write(data)
 
     try:
         transport.write = stamped_write
