@@ -14,7 +14,10 @@
 //!   entry is base64 on the HTTP/2 wire; the metadata API gives the bytes.
 //!   The Python package (`stagetrace.grpc`) reads and writes the same.
 //! - The timing is computed when the trailers are due: receive = the request
-//!   body's end was read, send = the handler's response resolved. A handler
+//!   body's end was read, send = the handler's response resolved. A request
+//!   that waits for a handler (a concurrency limit inside the layer) is read
+//!   ahead while it waits: its receive is when it came in, and the wait is
+//!   `accept_wait`, part of `queue` ([`ServerLayer`]). A handler
 //!   marks the rest on its [`RequestTimer`]; an async server answers one
 //!   request with another's timing ([`RequestTimer::answer_for`]) and says
 //!   what it did with an observation in `stagetrace-obs-bin`

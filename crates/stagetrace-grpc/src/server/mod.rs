@@ -23,6 +23,7 @@ use crate::wire::{OUTCOME_KEY, TIMING_KEY};
 mod arrival;
 mod timer;
 
+use arrival::AheadBudget;
 pub use arrival::{Arrival, ArrivalStamps};
 pub use timer::RequestTimer;
 
@@ -44,6 +45,15 @@ pub type RequestHook = Arc<dyn Fn(&ServerRecord) + Send + Sync>;
 /// [`RequestTimer::received_now`]); send = the handler's response resolved.
 /// A server-streaming method's trailers come after its last message: its
 /// `total_ns` still ends at the response head.
+///
+/// A request that waits for the service inside the layer to be ready (a
+/// `tower::limit::ConcurrencyLimitLayer` added after this layer, a pool of
+/// handlers all busy) is read ahead meanwhile, so its receive is when it
+/// came in; the wait until the service took it is `accept_wait_ns`, part
+/// of `queue_ns` — the server's wait, not the uplink. A limit outside the
+/// layer (tonic's `concurrency_limit_per_connection`, a layer added before
+/// this one) holds the request where the layer cannot see it: its wait
+/// still reads as uplink. Put the limit inside.
 #[derive(Clone)]
 pub struct ServerLayer {
     shared: Arc<Shared>,
@@ -56,6 +66,8 @@ struct Shared {
     requests: AtomicU64,
     failed: AtomicU64,
     rejected_headers: AtomicU64,
+    /// Bytes read ahead of waiting requests (`arrival.rs`).
+    ahead: Arc<AheadBudget>,
 }
 
 impl fmt::Debug for ServerLayer {
@@ -86,6 +98,7 @@ impl ServerLayer {
                 requests: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
                 rejected_headers: AtomicU64::new(0),
+                ahead: Arc::default(),
             }),
         }
     }
@@ -99,6 +112,7 @@ impl ServerLayer {
             requests: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             rejected_headers: AtomicU64::new(0),
+            ahead: Arc::default(),
         };
         f(&mut shared);
         ServerLayer {
@@ -168,21 +182,26 @@ impl<S, ReqB, ResB> tower::Service<Request<ReqB>> for ServerService<S>
 where
     S: tower::Service<Request<Arrival<ReqB>>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    ReqB: http_body::Body + Unpin + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Send,
     ResB: http_body::Body + Unpin,
 {
     type Response = Response<WithTrailer<ResB, AddTrailers>>;
     type Error = S::Error;
     type Future = BoxFuture<Result<Self::Response, S::Error>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        // Always ready: each request waits for the inner service in its own
+        // future (`call`), where the layer sees it arrive while it waits.
+        // hyper serves each request with a fresh clone, so nothing is held
+        // up that would not be anyway.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let head = Instant::now();
-        // The clone is ready only after poll_ready; keep the ready one.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = self.inner.clone();
         let shared = Arc::clone(&self.shared);
         let (mut parts, body) = req.into_parts();
         let context = shared.take_context(&parts.headers);
@@ -198,10 +217,24 @@ where
         }
         parts.extensions.insert(timer.clone());
         let kind = method_name(parts.uri.path());
-        let req = Request::from_parts(parts, ArrivalStamps::body(body, timer.clone()));
+        let mut body = ArrivalStamps::body(body, timer.clone(), Arc::clone(&shared.ahead));
         let span = context.map_or_else(tracing::Span::none, stagetrace::remote_parent_span);
-        let fut = span.in_scope(|| inner.call(req)).instrument(span);
         Box::pin(async move {
+            // Wait for the inner service (a concurrency limit, a busy
+            // pool), reading the request ahead meanwhile: its arrival is
+            // stamped when it comes, whoever is busy.
+            std::future::poll_fn(|cx| loop {
+                if let Poll::Ready(r) = inner.poll_ready(cx) {
+                    return Poll::Ready(r);
+                }
+                if !body.read_ahead(cx) {
+                    return Poll::Pending;
+                }
+            })
+            .await?;
+            timer.handler_started();
+            let req = Request::from_parts(parts, body);
+            let fut = span.in_scope(|| inner.call(req)).instrument(span);
             let resp = fut.await?;
             timer.sent_now();
             let (mut parts, body) = resp.into_parts();

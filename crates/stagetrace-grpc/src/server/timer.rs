@@ -50,6 +50,9 @@ struct Stamps {
     recv: OnceLock<Recv>,
     /// ns after `head` + 1 (0 = unset).
     last_data: AtomicU64,
+    /// The request was handed to the service inside the layer (its
+    /// handler's stack), after waiting for it to be ready.
+    handler: AtomicU64,
     infer_start: AtomicU64,
     pre_done: AtomicU64,
     post_start: AtomicU64,
@@ -106,6 +109,7 @@ impl RequestTimer {
                 trace_parent,
                 recv: OnceLock::new(),
                 last_data: AtomicU64::new(0),
+                handler: AtomicU64::new(0),
                 infer_start: AtomicU64::new(0),
                 pre_done: AtomicU64::new(0),
                 post_start: AtomicU64::new(0),
@@ -163,6 +167,13 @@ impl RequestTimer {
     /// A data frame of the request body arrived now.
     pub(crate) fn data_arrived(&self) {
         self.set(&self.inner.last_data);
+    }
+
+    /// The service inside the layer was ready and the request is handed to
+    /// it now: its handler starts. A request that came in before waited for
+    /// it (`accept_wait`, in `queue`).
+    pub(crate) fn handler_started(&self) {
+        self.set(&self.inner.handler);
     }
 
     /// Inference starts now: the time since the receive is `queue`.
@@ -279,23 +290,33 @@ impl RequestTimer {
         let recv = self.recv();
         let after_recv = |slot: &AtomicU64| self.mark(slot).map(|m| m.max(recv.at).min(sent));
         let ready = after_recv(&self.inner.ready);
+        // The whole request was in before its handler started: it waited
+        // for one (a concurrency limit, a busy pool inside the layer).
+        let accepted = self
+            .mark(&self.inner.handler)
+            .filter(|h| *h > recv.at)
+            .map(|h| h.min(sent));
+        // Inference starts no earlier than the handler did.
         let start = after_recv(&self.inner.infer_start)
             .unwrap_or(recv.at)
+            .max(accepted.unwrap_or(recv.at))
             .min(ready.unwrap_or(sent));
         let end = ready.unwrap_or(sent);
         let within = |slot: &AtomicU64| self.mark(slot).map(|m| m.clamp(start, end));
-        let (pre_done, post_start) = (within(&self.inner.pre_done), within(&self.inner.post_start));
+        let pre_done = within(&self.inner.pre_done);
+        // A post mark set before the pre mark is taken at it: the three
+        // parts then still add up to infer.
+        let post_start = within(&self.inner.post_start).map(|q| q.max(pre_done.unwrap_or(q)));
         ServerTiming {
             recv_unix_ns: Some(recv.unix_ns),
             total_ns: Some(ns_between(recv.at, sent)),
             transfer_ns: Some(ns_between(self.inner.head, recv.at)),
             queue_ns: Some(ns_between(recv.at, start)),
+            accept_wait_ns: accepted.map(|h| ns_between(recv.at, h.min(start))),
             infer_ns: Some(ns_between(start, end)),
             pre_ns: pre_done.map(|p| ns_between(start, p)),
             // The model: between the two marks, when the handler set both.
-            model_ns: pre_done
-                .zip(post_start)
-                .map(|(p, q)| ns_between(p, q.max(p))),
+            model_ns: pre_done.zip(post_start).map(|(p, q)| ns_between(p, q)),
             post_ns: post_start.map(|p| ns_between(p, end)),
             poll_wait_ns: ready.map(|r| ns_between(r, sent)),
             batch_size: match self.inner.batch_size.load(Ordering::Relaxed) {
@@ -359,6 +380,42 @@ mod tests {
         let age = ns_between(recv, Instant::now());
         let truth = host_now - age + skew as u64;
         assert!(s.recv_unix_ns.unwrap().abs_diff(truth) < 1_000_000, "{s:?}");
+    }
+
+    #[test]
+    fn a_handler_that_started_late_waited_and_the_parts_add_up_to_infer() {
+        let t = RequestTimer::new(Instant::now(), ServerClock::system(), false, None);
+        t.received_now();
+        spin(Duration::from_millis(2));
+        t.handler_started();
+        spin(Duration::from_millis(1));
+        t.pre_done();
+        spin(Duration::from_millis(3));
+        t.post_start();
+        spin(Duration::from_millis(1));
+        t.sent_now();
+        let s = t.reply_timing().unwrap().0.timing;
+        let ns = |v: Option<u64>| v.unwrap();
+        // The wait for the handler is the whole queue (no infer_start mark):
+        // inference starts with the handler, not with the arrival.
+        assert!(ns(s.accept_wait_ns) >= 2_000_000, "{s:?}");
+        assert_eq!(s.accept_wait_ns, s.queue_ns);
+        assert_eq!(ns(s.queue_ns) + ns(s.infer_ns), ns(s.total_ns));
+        assert_eq!(
+            ns(s.pre_ns) + ns(s.model_ns) + ns(s.post_ns),
+            ns(s.infer_ns),
+            "{s:?}"
+        );
+        assert!(ns(s.model_ns) >= 3_000_000, "{s:?}");
+        // A handler started before the request was whole (tonic reads a
+        // unary body after the hand-over) waited for nothing.
+        let t = RequestTimer::new(Instant::now(), ServerClock::system(), false, None);
+        t.handler_started();
+        spin(Duration::from_millis(1));
+        t.received_now();
+        t.sent_now();
+        let s = t.reply_timing().unwrap().0.timing;
+        assert_eq!((s.accept_wait_ns, s.queue_ns), (None, Some(0)));
     }
 
     #[test]

@@ -113,12 +113,15 @@ impl RequestStamps {
                 .map_or(start_ns, |m| m.clamp(start_ns, end_ns));
             t.queue_ns = Some(infer_from);
             t.infer_ns = Some(end_ns - infer_from);
-            if let Some(pre) = timer.mark(&timer.inner.pre_done) {
-                t.pre_ns = Some(pre.clamp(infer_from, end_ns) - infer_from);
-            }
-            if let Some(post) = timer.mark(&timer.inner.post_start) {
-                t.post_ns = Some(end_ns - post.clamp(infer_from, end_ns));
-            }
+            let within = |slot| timer.mark(slot).map(|m| m.clamp(infer_from, end_ns));
+            let pre_done = within(&timer.inner.pre_done);
+            // A post mark set before the pre mark is taken at it: the three
+            // parts then still add up to infer.
+            let post_start = within(&timer.inner.post_start).map(|q| q.max(pre_done.unwrap_or(q)));
+            t.pre_ns = pre_done.map(|p| p - infer_from);
+            t.model_ns = pre_done.zip(post_start).map(|(p, q)| q - p);
+            t.post_ns = post_start.map(|q| end_ns - q);
+            t.device_ns = timer.device_ns();
             t.batch_size = timer.batch_size();
             t.cache_hit = timer.cache_hit();
         }

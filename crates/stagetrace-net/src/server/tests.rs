@@ -38,9 +38,48 @@ fn marks_split_the_handler_time() {
     assert_eq!(t.queue_ns, Some(1_000_000));
     assert_eq!(t.infer_ns, Some(10_000_000));
     assert_eq!(t.pre_ns, Some(2_000_000));
+    assert_eq!(t.model_ns, Some(6_000_000));
     assert_eq!(t.post_ns, Some(2_000_000));
+    assert_eq!(t.device_ns, None);
     assert_eq!((t.batch_size, t.cache_hit), (None, None));
     assert_eq!(t.transfer_ns, None);
+}
+
+#[test]
+fn the_three_parts_add_up_to_infer_whatever_the_marks_order() {
+    let clock = ServerClock::system();
+    let mut s = RequestStamps::received(&clock);
+    let timer = s.timer();
+    let (start, end) = (s.recv, s.recv + Duration::from_millis(10));
+    // Post-processing "started" before the model did: taken at the model's
+    // start, so the model is nil and the parts still add up.
+    timer.inner.pre_done.store(6_000_000 + 1, Ordering::Relaxed);
+    timer
+        .inner
+        .post_start
+        .store(4_000_000 + 1, Ordering::Relaxed);
+    timer.set_device_time(Duration::from_micros(1_500));
+    s.handled(start, end, timer);
+    let t = s.timing_at(end);
+    assert_eq!(
+        (t.pre_ns, t.model_ns, t.post_ns),
+        (Some(6_000_000), Some(0), Some(4_000_000))
+    );
+    assert_eq!(t.infer_ns, Some(10_000_000));
+    assert_eq!(t.device_ns, Some(1_500_000));
+    // One mark alone gives its part alone.
+    let mut s = RequestStamps::received(&clock);
+    let timer = s.timer();
+    timer
+        .inner
+        .post_start
+        .store(7_000_000 + 1, Ordering::Relaxed);
+    s.handled(s.recv, s.recv + Duration::from_millis(10), timer);
+    let t = s.timing_at(s.recv + Duration::from_millis(10));
+    assert_eq!(
+        (t.pre_ns, t.model_ns, t.post_ns),
+        (None, None, Some(3_000_000))
+    );
 }
 
 #[test]

@@ -14,8 +14,15 @@ use stagetrace::wire::TimingChain;
 /// Without any mark, the whole handler counts as `infer` (pre- and
 /// post-processing belong to inference: they compete for the same CPU/GPU).
 /// [`InferTimer::infer_start`] moves the start of inference later (time
-/// before it is `queue`, e.g. the handler's own batcher); [`InferTimer::pre_done`]
-/// and [`InferTimer::post_start`] report the pre- / post-processing parts.
+/// before it is `queue`, e.g. the handler's own batcher). Inference's parts:
+/// [`InferTimer::pre_done`] (= [`InferTimer::model_start`]) ends
+/// pre-processing, [`InferTimer::post_start`] (= [`InferTimer::model_done`])
+/// starts post-processing; the model is the time between. With both marks
+/// the response carries `pre_ns`, `model_ns` and `post_ns`, which add up to
+/// `infer_ns` exactly; with one, its part alone. End the model's mark when
+/// its device work is done (synchronise the GPU first), or the device's time
+/// lands in `post`. [`InferTimer::set_device_time`] adds the device's own
+/// time for the model's work, when the handler has it (CUDA events).
 /// [`InferTimer::set_batch_size`] and [`InferTimer::set_cache_hit`] say what
 /// a batcher or a result cache did with the request: they travel back in the
 /// response's server timing and land on the client's call record
@@ -31,6 +38,8 @@ pub(super) struct TimerMarks {
     pub(super) infer_start: AtomicU64,
     pub(super) pre_done: AtomicU64,
     pub(super) post_start: AtomicU64,
+    /// The device's own time for the model's work, ns + 1 (0 = unset).
+    pub(super) device: AtomicU64,
     /// 0 = unset.
     pub(super) batch_size: AtomicU32,
     /// 0 = unset, 1 = miss, 2 = hit.
@@ -59,6 +68,7 @@ impl fmt::Debug for InferTimer {
             .field("infer_start", &self.mark(&self.inner.infer_start))
             .field("pre_done", &self.mark(&self.inner.pre_done))
             .field("post_start", &self.mark(&self.inner.post_start))
+            .field("device_ns", &self.device_ns())
             .field("batch_size", &self.batch_size())
             .field("cache_hit", &self.cache_hit())
             .finish()
@@ -73,6 +83,7 @@ impl InferTimer {
                 infer_start: AtomicU64::new(0),
                 pre_done: AtomicU64::new(0),
                 post_start: AtomicU64::new(0),
+                device: AtomicU64::new(0),
                 batch_size: AtomicU32::new(0),
                 cache: AtomicU8::new(0),
                 downstream: OnceLock::new(),
@@ -103,14 +114,46 @@ impl InferTimer {
         self.set(&self.inner.infer_start);
     }
 
-    /// Pre-processing is done, the model starts now.
+    /// Pre-processing is done, the model starts now. The same mark as
+    /// [`model_start`](Self::model_start).
     pub fn pre_done(&self) {
         self.set(&self.inner.pre_done);
     }
 
-    /// The model is done, post-processing starts now.
+    /// The model is done, post-processing starts now. The same mark as
+    /// [`model_done`](Self::model_done).
     pub fn post_start(&self) {
         self.set(&self.inner.post_start);
+    }
+
+    /// The model starts now: the time from inference's start is `pre`.
+    /// The same mark as [`pre_done`](Self::pre_done), named for a handler
+    /// that times its model.
+    pub fn model_start(&self) {
+        self.pre_done();
+    }
+
+    /// The model is done now — its device work included: synchronise the
+    /// GPU (or read the result) before — and the time to the handler's end
+    /// is `post`. The same mark as [`post_start`](Self::post_start).
+    pub fn model_done(&self) {
+        self.post_start();
+    }
+
+    /// The device's own time for the model's work (e.g. the elapsed time
+    /// between two CUDA events around it), sent as `device_ns`: a part of
+    /// the model's time measured on the device, not a stage of its own. The
+    /// last call wins; capped at the wire's limit (one hour).
+    pub fn set_device_time(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(stagetrace::wire::MAX_DURATION_NS);
+        self.inner.device.store(ns + 1, Ordering::Relaxed);
+    }
+
+    /// The device time set so far, ns.
+    pub fn device_ns(&self) -> Option<u64> {
+        self.mark(&self.inner.device)
     }
 
     /// The request ran in a batch of `n` requests (itself included). Sent as

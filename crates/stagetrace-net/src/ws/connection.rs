@@ -10,9 +10,10 @@ use std::time::Instant;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use rmpv::Value;
 use stagetrace::wire::{
-    TimingMap, TraceContext, TraceParent, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE,
+    TimingMap, TraceContext, TraceParent, MAX_DURATION_NS, SERVER_TIMING_KEY, TRACEPARENT,
+    TRACESTATE,
 };
-use stagetrace::{ServerRecord, ServiceRole};
+use stagetrace::{ServerRecord, ServerTiming, ServiceRole};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -36,12 +37,32 @@ use crate::timing_msgpack::TimingMsgpackExt;
 type Ws = WebSocketStream<FirstBytes<KernelRx>>;
 
 /// What a response says about its request besides the action: the
-/// caller's trace, the request's `kind` and the previous request's total.
+/// caller's trace, the request's `kind`, and the previous response's
+/// total and send wait on this connection.
 struct Answer<'a> {
     trace_parent: Option<TraceParent>,
     kind: Option<&'a str>,
-    prev_total_ms: Option<f64>,
+    prev: Sent,
 }
+
+/// What one response on a connection leaves for the next to carry (both
+/// `None` before the first).
+#[derive(Clone, Copy, Debug, Default)]
+struct Sent {
+    /// Receive → the response was sent, ms (openpi's `prev_total_ms`).
+    total_ms: Option<f64>,
+    /// The response was ready (`total` stamped) → its last write was
+    /// called: the server's own wait before the kernel had it
+    /// (`prev_tx_wait_ns`).
+    tx_wait_ns: Option<u64>,
+}
+
+/// Called on the connection's task after `total` is stamped and just
+/// before the response is written, with the response's index on its
+/// connection and the instant `total` ended: a test holds the send up
+/// there (a real delay of the real write, which `prev_tx_wait` must show).
+#[cfg(test)]
+pub(super) type BeforeWrite = Arc<dyn Fn(u64, Instant) + Send + Sync>;
 
 /// What every connection of one server shares: the builder's settings, the
 /// handler, the concurrency slots and the counters.
@@ -59,6 +80,8 @@ pub(super) struct Shared {
     pub(super) host_figures: bool,
     /// What this service's records say it is.
     pub(super) role: ServiceRole,
+    #[cfg(test)]
+    pub(super) before_write: Option<BeforeWrite>,
 }
 
 impl Shared {
@@ -110,7 +133,8 @@ impl Shared {
         {
             return;
         }
-        let mut prev_total_ms: Option<f64> = None;
+        let mut prev = Sent::default();
+        let mut index = 0u64;
         loop {
             let msg = tokio::select! {
                 _ = stop.changed() => break,
@@ -134,10 +158,11 @@ impl Shared {
                     break;
                 }
             };
-            match self.request(&mut ws, stamps, bytes, prev_total_ms).await {
-                Some(total_ms) => prev_total_ms = Some(total_ms),
+            match self.request(&mut ws, stamps, bytes, prev, index).await {
+                Some(sent) => prev = sent,
                 None => break,
             }
+            index += 1;
         }
     }
 
@@ -161,16 +186,18 @@ impl Shared {
         Some(ws)
     }
 
-    /// One binary request, decoded, handled and answered. Its total in ms
-    /// (the next response's `prev_total_ms`), or `None` when the connection
-    /// is to end (the request failed or the answer could not be sent).
+    /// One binary request (the `index`-th on its connection), decoded,
+    /// handled and answered. What the next response carries of it, or
+    /// `None` when the connection is to end (the request failed or the
+    /// answer could not be sent).
     async fn request(
         &self,
         ws: &mut Ws,
         mut stamps: RequestStamps,
         bytes: Bytes,
-        prev_total_ms: Option<f64>,
-    ) -> Option<f64> {
+        prev: Sent,
+        index: u64,
+    ) -> Option<Sent> {
         // Arrays are checked here, before the handler runs (1007 as the
         // Python server answers): a handler never reads an impossible one.
         let mut request = match MsgMap::from_msgpack(&bytes) {
@@ -205,9 +232,9 @@ impl Shared {
         let answer = Answer {
             trace_parent,
             kind: kind.as_deref(),
-            prev_total_ms,
+            prev,
         };
-        self.respond(ws, &stamps, action, answer).await
+        self.respond(ws, &stamps, action, answer, index).await
     }
 
     /// Run the handler on `request` once a concurrency slot is free, under
@@ -241,25 +268,31 @@ impl Shared {
     }
 
     /// Send the handler's `action` with the `server_timing` map and report
-    /// the request to the hook. The request's total in ms, or `None` when
-    /// the send failed.
+    /// the request to the hook. What the next response carries of this
+    /// one, or `None` when the send failed.
     async fn respond(
         &self,
         ws: &mut Ws,
         stamps: &RequestStamps,
         mut action: MsgMap,
         answer: Answer<'_>,
-    ) -> Option<f64> {
+        index: u64,
+    ) -> Option<Sent> {
         action.remove(SERVER_TIMING_KEY);
         let mut out = MapWriter::with_capacity(action.encoded_len_hint());
         out.entries(action.entries());
         drop(action);
         // Stamp `total` as late as possible: only the timing map itself is
-        // encoded after it.
-        let timing = stamps.timing_now();
+        // encoded after it. From here to the last write's call is the
+        // server's own send wait, which only the next response can carry.
+        let ready = Instant::now();
+        let timing = ServerTiming {
+            prev_tx_wait_ns: answer.prev.tx_wait_ns,
+            ..stamps.timing_at(ready)
+        };
         let map = TimingMap {
             timing,
-            prev_total_ms: answer.prev_total_ms,
+            prev_total_ms: answer.prev.total_ms,
         };
         if self.report_timing {
             // A relay nests the downstream's timing in its own.
@@ -268,7 +301,17 @@ impl Shared {
                 None => out.entry(SERVER_TIMING_KEY, &map.to_msgpack()),
             }
         }
-        let sent = ws.send(Message::Binary(out.finish())).await;
+        let frame = Message::Binary(out.finish());
+        ws.get_mut().begin_send();
+        #[cfg(test)]
+        if let Some(hold) = &self.before_write {
+            hold(index, ready);
+        }
+        // Only the test's hold reads the index.
+        #[cfg(not(test))]
+        let _ = index;
+        let sent = ws.send(frame).await;
+        let written = ws.get_mut().end_send();
         let total_ms = stamps.recv.elapsed().as_secs_f64() * 1e3;
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let error = sent.as_ref().err().map(|e| format!("send failed: {e}"));
@@ -278,7 +321,14 @@ impl Shared {
         let mut record = server_record(answer.trace_parent, answer.kind, timing, error);
         record.forward = stamps.forwarded();
         self.emit(record);
-        sent.is_ok().then_some(total_ms)
+        let tx_wait_ns = written.map(|w| {
+            let ns = u64::try_from(w.saturating_duration_since(ready).as_nanos());
+            ns.unwrap_or(u64::MAX).min(MAX_DURATION_NS)
+        });
+        sent.is_ok().then_some(Sent {
+            total_ms: Some(total_ms),
+            tx_wait_ns,
+        })
     }
 
     /// Remove every `traceparent` / `tracestate` entry from the request and

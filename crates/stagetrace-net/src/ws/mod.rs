@@ -6,7 +6,9 @@
 //! and each response one binary frame holding the action map plus a
 //! `server_timing` map: openpi's `infer_ms` / `prev_total_ms` and
 //! stagetrace's `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`,
-//! `post_ns`. A failing request is answered, as openpi does, with one text
+//! `model_ns`, `post_ns` (`docs/protocol.md`), and `prev_tx_wait_ns`: the
+//! server's own wait before the write of the previous response on the
+//! connection. A failing request is answered, as openpi does, with one text
 //! frame (the error) and a close.
 //!
 //! Server, a few lines:
@@ -59,3 +61,6 @@ pub use handler::{ConnectionGuard, Handler, HandlerError, HandlerFuture};
 pub use limits::{DEFAULT_CALL_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES};
 pub use relay::{Relay, RelayBuilder, RelayError};
 pub use server::{PolicyServer, PolicyServerBuilder, ServerHandle};
+
+#[cfg(test)]
+mod send_wait_tests;

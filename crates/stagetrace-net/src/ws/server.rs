@@ -35,6 +35,8 @@ impl PolicyServer {
             report_timing: true,
             host_figures: true,
             role: ServiceRole::PolicyServer,
+            #[cfg(test)]
+            before_write: None,
         }
     }
 }
@@ -49,6 +51,8 @@ pub struct PolicyServerBuilder {
     report_timing: bool,
     host_figures: bool,
     role: ServiceRole,
+    #[cfg(test)]
+    before_write: Option<super::connection::BeforeWrite>,
 }
 
 impl fmt::Debug for PolicyServerBuilder {
@@ -71,6 +75,17 @@ impl PolicyServerBuilder {
     /// or an executor built on this server).
     pub(crate) fn role(mut self, role: ServiceRole) -> Self {
         self.role = role;
+        self
+    }
+
+    /// Run `hold` on the connection's task between the `total` stamp and
+    /// each response's write (see `connection::BeforeWrite`).
+    #[cfg(test)]
+    pub(super) fn before_write(
+        mut self,
+        hold: impl Fn(u64, std::time::Instant) + Send + Sync + 'static,
+    ) -> Self {
+        self.before_write = Some(Arc::new(hold));
         self
     }
 
@@ -172,6 +187,8 @@ impl PolicyServerBuilder {
             report_timing: self.report_timing,
             host_figures: self.host_figures,
             role: self.role,
+            #[cfg(test)]
+            before_write: self.before_write,
         })
     }
 }
