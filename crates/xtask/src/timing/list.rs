@@ -21,8 +21,10 @@ const fn t(package: &'static str, target: &'static str, name: &'static str) -> T
 /// Tests that start busy loops of their own and compare against a run
 /// without them: `--load` runs them idle only in name, so it leaves them
 /// out (run them without `--load`; they bring the load).
-pub(crate) const OWN_LOAD: &[&str] =
-    &["busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network"];
+pub(crate) const OWN_LOAD: &[&str] = &[
+    "busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network",
+    "the_default_demo_beside_busy_cores_shows_the_servers_send_wait_inside_the_downlink_it_delayed",
+];
 
 /// Every test whose verdict rests on a measured time against a truth or a
 /// bound that load can break: black-box, clock, split, hop, executor,
@@ -320,4 +322,31 @@ pub(crate) const TESTS: &[TimingTest] = &[
         "async_inference",
         "a_unary_call_in_a_call_span_is_split_with_the_servers_timing",
     ),
+    // Issue 39: the waits real servers hide, and inference's parts.
+    t("stagetrace", "infer_parts", "a_policy_run_in_process_gives_infers_parts_on_its_records"),
+    t("stagetrace-net", "lib", "a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records"),
+    t(
+        "stagetrace-net",
+        "infer_parts",
+        "a_server_timing_pre_model_and_post_gives_records_whose_parts_add_up_to_infer",
+    ),
+    t("stagetrace-grpc", "accept_wait", "a_request_waiting_for_a_busy_handler_is_accept_wait_not_uplink"),
+    t(
+        "stagetrace-cli",
+        "demo_host",
+        "the_default_demo_beside_busy_cores_shows_the_servers_send_wait_inside_the_downlink_it_delayed",
+    ),
+    t("stagetrace-py", "pytest", "tests/test_send_wait.py::test_a_servers_held_send_is_server_tx_wait_on_the_delayed_call"),
+    t("stagetrace-py", "pytest", "tests/test_event_loop.py::test_two_robots_on_a_blocked_loop_wait_in_queue_not_uplink"),
+    t("stagetrace-py", "pytest", "tests/test_event_loop.py::test_a_block_that_ends_on_the_thread_peeks_its_connections"),
+    t("stagetrace-py", "pytest", "tests/test_event_loop.py::test_without_a_stamp_tcp_info_gives_a_certain_lower_bound"),
+    t("stagetrace-py", "pytest", "tests/test_event_loop.py::test_a_slow_callback_on_the_loop_is_loop_wait"),
+    t("stagetrace-py", "pytest", "tests/test_event_loop.py::test_a_long_collection_on_the_thread_ends_with_a_peek"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_jax_model_stage_without_sync_times_the_dispatch_only"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_jax_model_stage_with_sync_is_the_functions_own_time"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_jax_sync_switched_off_process_wide"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_the_bracket_around_a_policy_waits_for_the_action_it_returns[None]"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_the_bracket_around_a_policy_waits_for_the_action_it_returns[False]"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_timed_stage_on_the_robot_ends_when_the_arrays_are_ready[True]"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_timed_stage_on_the_robot_ends_when_the_arrays_are_ready[False]"),
 ];
