@@ -12,6 +12,7 @@
 //! first record, by one call. A record released without a next answer
 //! simply lacks `server_tx_wait_ms`: absent, never 0.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use stagetrace_schema::Figure;
@@ -23,9 +24,12 @@ use crate::summary::DeadlineObs;
 /// (one call every two seconds) gets its records without the send wait.
 pub(crate) const HOLD_MAX: Duration = Duration::from_secs(2);
 
-/// Most peers whose records are held at once; beyond it the oldest held
-/// record is released (memory stays bounded whatever the peers).
-pub(crate) const MAX_HELD: usize = 64;
+/// Most records queued behind a held one; beyond it the oldest is released
+/// (memory stays bounded whatever the peers and the call rate).
+pub(crate) const MAX_HELD: usize = 1024;
+
+/// Most peers remembered as not sending the figure.
+const MAX_SILENT: usize = 64;
 
 /// A converted call on its way to the summaries and sinks.
 #[derive(Debug)]
@@ -37,8 +41,9 @@ pub(crate) struct Ready {
 }
 
 #[derive(Debug)]
-struct Pending {
-    peer: String,
+struct Entry {
+    /// The peer whose next answer completes it; `None` once complete.
+    waits_for: Option<String>,
     since: Instant,
     ready: Ready,
 }
@@ -55,10 +60,12 @@ pub(crate) struct Answer<'a> {
     pub(crate) prev_tx_wait_ns: Option<u64>,
 }
 
-/// The held records, one per peer at most.
+/// Records in call order, the oldest possibly waiting for its peer's next
+/// answer. Records leave in the order they came (the files keep call
+/// order): a complete one waits behind an incomplete one before it.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    pending: Vec<Pending>,
+    queue: VecDeque<Entry>,
     /// Peers whose answers carry no `prev_tx_wait_ns` (learnt from their
     /// second answer).
     silent: Vec<String>,
@@ -67,76 +74,86 @@ pub(crate) struct Held {
 impl Held {
     /// Takes one converted call; returns, in order, the records now complete.
     pub(crate) fn admit(&mut self, ready: Ready, answer: Answer<'_>, now: Instant) -> Vec<Ready> {
+        let peer = answer.peer.filter(|_| answer.answered);
+        if let Some(peer) = peer {
+            self.complete(peer, answer.prev_tx_wait_ns);
+        }
+        // A failed call (no answer) does not wait: the server's next answer
+        // still speaks of the response before, the one held.
+        let waits_for = peer
+            .filter(|p| !self.silent.iter().any(|s| s == p))
+            .map(str::to_owned);
+        self.queue.push_back(Entry {
+            waits_for,
+            since: now,
+            ready,
+        });
         let mut out = Vec::new();
-        let Some(peer) = answer.peer else {
-            out.push(ready);
-            return out;
-        };
-        if !answer.answered {
-            // No response came (a failed call): the server's next answer
-            // still speaks of the response before, the one held.
-            out.push(ready);
-            return out;
-        }
-        if let Some(i) = self.pending.iter().position(|p| p.peer == peer) {
-            let mut prev = self.pending.swap_remove(i).ready;
-            match answer.prev_tx_wait_ns {
-                Some(w) => prev
-                    .rec
-                    .set(Figure::ServerTxWait, i64::try_from(w).unwrap_or(i64::MAX)),
-                None => {
-                    if self.silent.len() >= MAX_HELD {
-                        self.silent.remove(0);
-                    }
-                    self.silent.push(peer.to_owned());
-                }
+        while self.queue.len() > MAX_HELD {
+            if let Some(e) = self.queue.pop_front() {
+                out.push(e.ready);
             }
-            out.push(prev);
         }
-        if !self.silent.iter().any(|p| p == peer) {
-            if self.pending.len() >= MAX_HELD {
-                if let Some(oldest) = (0..self.pending.len()).min_by_key(|&i| self.pending[i].since)
-                {
-                    out.push(self.pending.swap_remove(oldest).ready);
-                }
-            }
-            self.pending.push(Pending {
-                peer: peer.to_owned(),
-                since: now,
-                ready,
-            });
-        } else {
-            out.push(ready);
-        }
+        self.pop_complete(&mut out);
         out
     }
 
-    /// Records held longer than [`HOLD_MAX`], released without the figure.
-    pub(crate) fn expired(&mut self, now: Instant) -> Vec<Ready> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < self.pending.len() {
-            if now.saturating_duration_since(self.pending[i].since) >= HOLD_MAX {
-                out.push(self.pending.swap_remove(i).ready);
-            } else {
-                i += 1;
+    /// The newest record of `peer` still waiting gets the wait its peer's
+    /// next answer brought; an answer without one marks the peer silent.
+    fn complete(&mut self, peer: &str, prev_tx_wait_ns: Option<u64>) {
+        let Some(e) = self
+            .queue
+            .iter_mut()
+            .rev()
+            .find(|e| e.waits_for.as_deref() == Some(peer))
+        else {
+            return;
+        };
+        e.waits_for = None;
+        match prev_tx_wait_ns {
+            Some(w) => e
+                .ready
+                .rec
+                .set(Figure::ServerTxWait, i64::try_from(w).unwrap_or(i64::MAX)),
+            None => {
+                if self.silent.len() >= MAX_SILENT {
+                    self.silent.remove(0);
+                }
+                self.silent.push(peer.to_owned());
             }
         }
-        out.sort_by_key(|r| r.rec.seq);
+    }
+
+    fn pop_complete(&mut self, out: &mut Vec<Ready>) {
+        while self.queue.front().is_some_and(|e| e.waits_for.is_none()) {
+            if let Some(e) = self.queue.pop_front() {
+                out.push(e.ready);
+            }
+        }
+    }
+
+    /// Records whose wait passed [`HOLD_MAX`] (released without the
+    /// figure), with the complete ones behind them.
+    pub(crate) fn expired(&mut self, now: Instant) -> Vec<Ready> {
+        let mut out = Vec::new();
+        for e in &mut self.queue {
+            if now.saturating_duration_since(e.since) >= HOLD_MAX {
+                e.waits_for = None;
+            }
+        }
+        self.pop_complete(&mut out);
         out
     }
 
     /// Every held record (the worker stops).
     pub(crate) fn release_all(&mut self) -> Vec<Ready> {
-        let mut out: Vec<Ready> = self.pending.drain(..).map(|p| p.ready).collect();
-        out.sort_by_key(|r| r.rec.seq);
-        out
+        self.queue.drain(..).map(|e| e.ready).collect()
     }
 
     /// Records held now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.pending.len()
+        self.queue.len()
     }
 }
 
@@ -202,19 +219,37 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_call_leaves_the_held_record_for_the_next_answer() {
+    fn a_failed_call_waits_behind_the_held_record_which_the_next_answer_completes() {
         let mut h = Held::default();
         let t = Instant::now();
-        h.admit(ready(0), answer("a", Some(0)), t);
+        assert!(h.admit(ready(0), answer("a", None), t).is_empty());
         let failed = Answer {
             peer: Some("a"),
             answered: false,
             prev_tx_wait_ns: None,
         };
-        assert_eq!(seqs(&h.admit(ready(1), failed, t)), vec![1]);
+        // Call order is kept: the failed call waits behind call 0.
+        assert!(h.admit(ready(1), failed, t).is_empty());
         let out = h.admit(ready(2), answer("a", Some(3)), t);
-        assert_eq!(seqs(&out), vec![0]);
+        assert_eq!(seqs(&out), vec![0, 1]);
         assert_eq!(out[0].rec.figures.get(Figure::ServerTxWait), Some(3));
+        assert_eq!(out[1].rec.figures.get(Figure::ServerTxWait), None);
+    }
+
+    #[test]
+    fn records_leave_in_call_order_across_peers_and_calls_without_a_server() {
+        let mut h = Held::default();
+        let t = Instant::now();
+        let none = Answer::default();
+        assert!(h.admit(ready(0), answer("a", None), t).is_empty());
+        assert!(h.admit(ready(1), none, t).is_empty());
+        assert!(h.admit(ready(2), answer("b", None), t).is_empty());
+        assert_eq!(
+            seqs(&h.admit(ready(3), answer("a", Some(1)), t)),
+            vec![0, 1]
+        );
+        assert_eq!(seqs(&h.admit(ready(4), answer("b", Some(2)), t)), vec![2]);
+        assert_eq!(seqs(&h.release_all()), vec![3, 4]);
     }
 
     #[test]
@@ -239,7 +274,7 @@ mod tests {
         let names: Vec<String> = (0..(MAX_HELD * 2)).map(|i| format!("p{i}")).collect();
         let mut released = 0;
         for (i, name) in names.iter().enumerate() {
-            released += h.admit(ready(i as u64), answer(name, Some(0)), t).len();
+            released += h.admit(ready(i as u64), answer(name, None), t).len();
         }
         assert_eq!(h.len(), MAX_HELD);
         assert_eq!(released, MAX_HELD);
