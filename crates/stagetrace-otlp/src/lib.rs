@@ -34,6 +34,11 @@
 //!   exporters given one [`ShutdownDeadline`]; what it could not send is
 //!   counted as abandoned, so `exported + dropped + failed + abandoned` is
 //!   every record handed over.
+//! - Nothing is lost silently: what the collector never got is one warning
+//!   in the app's `tracing` log when the layer's flush guard finishes (or,
+//!   without a layer, when the last clone is dropped) — how many calls, how,
+//!   and what to check ("is the collector (e.g. Jaeger) running at …?") —
+//!   and `otlp.lost` in the summaries.
 //!
 //! - With [`TailSampling`] the exporter sends as traces only the calls worth
 //!   a look (failed, deadline missed, slow for their kind, over a threshold)

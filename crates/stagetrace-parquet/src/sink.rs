@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
+use stagetrace::sink::Loss;
 use stagetrace::{CallRecord, RecordSink};
 
 use crate::file::{OpenFile, WriteError};
@@ -80,6 +81,8 @@ pub struct ParquetSink {
     next_part: u64,
     retry_at: Option<Instant>,
     warned: bool,
+    /// The latest failed write, for the loss report at shutdown.
+    last_error: Option<String>,
     counts: Counts,
 }
 
@@ -112,6 +115,7 @@ impl ParquetSink {
             next_part: 0,
             retry_at: None,
             warned: false,
+            last_error: None,
             counts: Counts::default(),
         })
     }
@@ -192,6 +196,7 @@ impl ParquetSink {
         self.counts.dropped += lost;
         self.counts.write_errors += 1;
         self.retry_at = Some(Instant::now() + self.opts.retry_after);
+        self.last_error = Some(e.to_string());
         if !self.warned {
             self.warned = true;
             eprintln!(
@@ -252,6 +257,31 @@ impl RecordSink for ParquetSink {
             ("parquet.dropped", c.dropped),
             ("parquet.write_errors", c.write_errors),
         ]
+    }
+
+    /// The calls lost to failed writes (after the shutdown flush: final),
+    /// for the flush guard's warning.
+    fn loss_report(&self) -> Option<Loss> {
+        let c = self.counts;
+        if c.dropped == 0 {
+            return None;
+        }
+        let last = self
+            .last_error
+            .as_deref()
+            .map_or(String::new(), |e| format!("; the last: {e}"));
+        Some(Loss {
+            lost: c.dropped,
+            message: format!(
+                "{} of {} calls were not written as Parquet under {} ({} failed writes{last}); \
+                 counted as parquet.dropped. Fix: free disk space or pass a directory this \
+                 process may write.",
+                c.dropped,
+                c.dropped + c.rows,
+                self.opts.root.display(),
+                c.write_errors
+            ),
+        })
     }
 }
 

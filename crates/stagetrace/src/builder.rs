@@ -21,11 +21,11 @@ use crate::health::Health;
 use crate::layer::callsite::Names;
 use crate::layer::{FilteredStageLayer, StageFilter, StageLayer, WithScope};
 use crate::queue::Msg;
-use crate::sink::RecordSink;
+use crate::sink::{report_loss, warn, RecordSink};
 use crate::stage::Stage;
 use crate::summary::Summary;
 use crate::worker::files::FileSink;
-use crate::worker::{run_id, Worker, WorkerConfig};
+use crate::worker::{run_id, Finished, Worker, WorkerConfig};
 
 /// How long dropping the guard waits for the worker to drain.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -402,10 +402,17 @@ impl StageLayerBuilder {
 /// every call already queued is written, the last window and the cumulative
 /// summary are emitted, sinks are flushed. Keep it alive for as long as the
 /// app runs, e.g. `let _guard = ...` in `main`.
+///
+/// Then it says what was lost for good, once, as a warning through the
+/// app's `tracing` (stderr without a subscriber, [`report_loss`]): calls the
+/// queue dropped, and each sink's [`loss_report`](RecordSink::loss_report)
+/// — an OTLP exporter's calls the collector never got, the record lines a
+/// full disk refused. The same numbers are in the cumulative summary's
+/// counters.
 #[must_use = "dropping the guard at once stops the worker: keep it (`let _guard = ...`) for as long as the app runs"]
 pub struct FlushGuard {
     tx: Sender<Msg>,
-    done: Receiver<Summary>,
+    done: Receiver<Finished>,
     handle: Option<JoinHandle<()>>,
     summary: Option<Summary>,
 }
@@ -421,11 +428,13 @@ impl fmt::Debug for FlushGuard {
 impl FlushGuard {
     /// Drain the worker and return the cumulative summary (steady-state
     /// calls since the layer was built). Calls that close after this are
-    /// counted as queue drops.
+    /// counted as queue drops. What was lost for good is reported once, as
+    /// on drop (see the type's docs).
     ///
     /// If the worker does not finish within 10 s (e.g. a sink hangs) or has
     /// died, an empty summary with `window == "incomplete"` is returned and
-    /// the problem is reported on stderr.
+    /// the problem is reported the same way (a warning, stderr without a
+    /// subscriber).
     pub fn finish(mut self) -> Summary {
         self.shutdown();
         self.summary.take().unwrap_or_else(|| Summary {
@@ -438,19 +447,26 @@ impl FlushGuard {
         let Some(handle) = self.handle.take() else {
             return;
         };
+        // How many is unknown then: the worker holds the counts.
+        let unfinished = |message: String| warn(None, &message);
         if self.tx.send_timeout(Msg::Shutdown, DRAIN_TIMEOUT).is_err() {
-            eprintln!("stagetrace: the worker thread did not accept the shutdown request; some calls may be unwritten");
+            unfinished("the worker thread did not accept the shutdown request; some calls may be unwritten".to_owned());
             return;
         }
         match self.done.recv_timeout(DRAIN_TIMEOUT) {
-            Ok(summary) => {
+            Ok(Finished { summary, losses }) => {
                 self.summary = Some(summary);
                 let _ = handle.join();
+                // On this thread, the app's: its subscriber (a scoped
+                // default included) is the one that shows the warning.
+                for loss in &losses {
+                    report_loss(loss);
+                }
             }
-            Err(_) => eprintln!(
-                "stagetrace: the worker thread did not finish within {}s (a slow sink or a hung disk?); some calls may be unwritten",
+            Err(_) => unfinished(format!(
+                "the worker thread did not finish within {}s (a slow sink or a hung disk?); some calls may be unwritten",
                 DRAIN_TIMEOUT.as_secs()
-            ),
+            )),
         }
     }
 }

@@ -55,4 +55,54 @@ pub trait RecordSink: Send + 'static {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// What this sink lost for good since it started: how many calls, and
+    /// a sentence that says so and what to check (`"20 of 20 calls were
+    /// not exported … is the collector (e.g. Jaeger) running …?"`); `None`
+    /// when it lost nothing. Asked once, at shutdown after the last
+    /// [`flush`](Self::flush); the flush guard reports it as a warning
+    /// ([`report_loss`]), so a sink never loses data silently. The numbers
+    /// belong in [`counters`](Self::counters) too.
+    fn loss_report(&self) -> Option<Loss> {
+        None
+    }
+}
+
+/// Data a sink (or the layer) lost for good: [`RecordSink::loss_report`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Loss {
+    /// Calls lost (records not delivered).
+    pub lost: u64,
+    /// What was lost, where, and what to check, in one sentence.
+    pub message: String,
+}
+
+/// Reports data that was lost for good where the app looks: as a
+/// `tracing` warning (target `stagetrace`, field `lost`) through the app's
+/// own subscriber, so its fmt layer, journald or log file shows it; on
+/// stderr instead when no subscriber is set (a plain program, the Python
+/// package), where a warning would go nowhere. The flush guard calls it for
+/// every [`RecordSink::loss_report`] and for the calls the layer's own queue
+/// dropped; a sink with a last word of its own outside the layer (an
+/// exporter dropped by the app) can call it too.
+///
+/// Emitted on the calling thread. The stage layer records no events, so it
+/// neither records this one nor recurses; when this runs inside the
+/// subscriber itself (a sink dropped while an event is being handled),
+/// `tracing` hands a re-entrant call no subscriber, and the message goes to
+/// stderr.
+pub fn report_loss(loss: &Loss) {
+    warn(Some(loss.lost), &loss.message);
+}
+
+/// [`report_loss`]'s way out; `lost` is `None` when the count is unknown
+/// (the worker never finished).
+pub(crate) fn warn(lost: Option<u64>, message: &str) {
+    let no_subscriber =
+        tracing::dispatcher::get_default(|d| d.is::<tracing_core::subscriber::NoSubscriber>());
+    match lost {
+        _ if no_subscriber => eprintln!("stagetrace: {message}"),
+        Some(lost) => tracing::warn!(target: "stagetrace", lost, "{message}"),
+        None => tracing::warn!(target: "stagetrace", "{message}"),
+    }
 }

@@ -19,12 +19,14 @@ mod thread;
 mod transport;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
+use stagetrace::sink::{report_loss, Loss};
 use stagetrace::{CallRecord, ServerRecord};
 
 use self::queue::{Control, Item};
@@ -76,6 +78,9 @@ struct Inner {
     sampled: SampleCounters,
     /// `OTEL_TRACES_EXPORTER=none`: every record is ignored, uncounted.
     disabled: bool,
+    /// Lost records already told about (the layer's loss report, the
+    /// stats `shutdown` returned): each loss is reported once.
+    reported_lost: AtomicU64,
 }
 
 impl fmt::Debug for OtlpExporter {
@@ -238,11 +243,19 @@ impl OtlpExporter {
     /// `exported + dropped + failed + abandoned` is every record handed over
     /// ([`ExportStats::produced_records`]). Records handed over afterwards
     /// are dropped and counted.
+    ///
+    /// The loss in these stats counts as told: the caller has it, and
+    /// dropping the exporter afterwards warns only about records lost
+    /// since.
     pub fn shutdown(&self) -> ExportStats {
         if self.inner.drain_at_shutdown(true) {
             self.inner.join();
         }
-        self.stats()
+        let stats = self.stats();
+        self.inner
+            .reported_lost
+            .fetch_max(stats.lost_records(), Ordering::Relaxed);
+        stats
     }
 
     /// Totals so far: queued, dropped, exported, failed.
@@ -346,6 +359,7 @@ impl OtlpExporter {
                 sampler,
                 sampled: SampleCounters::default(),
                 disabled: settings.disabled,
+                reported_lost: AtomicU64::new(0),
             }),
         })
     }
@@ -379,6 +393,18 @@ impl Inner {
         answered
     }
 
+    /// The records lost since the last report, as a warning's words; `None`
+    /// when nothing more was lost. Marks them as reported.
+    fn take_loss(&self) -> Option<Loss> {
+        let stats = self.stats.snapshot();
+        let lost = stats.lost_records();
+        let before = self.reported_lost.fetch_max(lost, Ordering::Relaxed);
+        (lost > before).then(|| Loss {
+            lost: lost - before,
+            message: loss_message(&stats, before, &self.service_name, &self.endpoint),
+        })
+    }
+
     /// Waits for the thread once it acknowledged a shutdown: immediate.
     fn join(&self) {
         if let Some(handle) = self.worker.lock().ok().and_then(|mut w| w.take()) {
@@ -394,6 +420,13 @@ impl Drop for Inner {
         }
         // Otherwise the thread is stuck on a slow collector: leave it detached
         // (it ends when its request times out) rather than hold up the host.
+
+        // The last word of an exporter whose loss nobody was told about
+        // (used without a stage layer, or records handed over after the
+        // layer's report): once, through the app's `tracing`.
+        if let Some(loss) = self.take_loss() {
+            report_loss(&loss);
+        }
     }
 }
 
@@ -420,4 +453,55 @@ impl stagetrace::RecordSink for OtlpExporter {
         }
         counters
     }
+
+    /// Read by the layer after its last flush: the flush guard turns it into
+    /// the app's warning. Every clone shares the count of what was told, so
+    /// the exporter's own drop later says nothing more about these records.
+    fn loss_report(&self) -> Option<Loss> {
+        self.inner.take_loss()
+    }
+}
+
+/// "`lost` of `produced` calls were not exported to …", how they were lost,
+/// and what to check; `before` of them were reported already. Calls tail
+/// sampling chose not to keep are not lost.
+fn loss_message(stats: &ExportStats, before: u64, service: &str, endpoint: &str) -> String {
+    let mut how = Vec::new();
+    if stats.failed_records > 0 {
+        let s = if stats.failed_exports == 1 { "" } else { "s" };
+        how.push(format!(
+            "{} lost in {} failed export{s}",
+            stats.failed_records, stats.failed_exports
+        ));
+    }
+    if stats.dropped_records > 0 {
+        how.push(format!(
+            "{} dropped because the export queue was full (the collector was down or slower \
+             than the calls; OtlpBuilder::queue_size)",
+            stats.dropped_records
+        ));
+    }
+    if stats.abandoned_records > 0 {
+        how.push(format!(
+            "{} abandoned at shutdown (not taken when the shutdown timeout passed; \
+             OtlpBuilder::shutdown_timeout)",
+            stats.abandoned_records
+        ));
+    }
+    let check = match (&stats.last_error, stats.collector_ok) {
+        (Some(e), Some(false)) => e.clone(),
+        _ => format!("is the collector (e.g. Jaeger) running at {endpoint} and answering?"),
+    };
+    let lost = stats.lost_records();
+    let since = if before > 0 {
+        format!(" ({} since the last report)", lost - before)
+    } else {
+        String::new()
+    };
+    format!(
+        "{lost} of {} calls of service {service} were not exported to {endpoint} and are \
+         lost{since}: {} (otlp.lost in the summaries). {check}",
+        stats.produced_records(),
+        how.join(", ")
+    )
 }

@@ -177,9 +177,10 @@ impl ExportStats {
 impl ExportStats {
     /// The counters as `(name, total)` pairs, for a summary line:
     /// `otlp.queued`, `otlp.exported`, `otlp.dropped`, `otlp.failed`,
-    /// `otlp.failed_exports`, `otlp.abandoned` (they appear in every summary
-    /// window under `sink_counters`).
-    pub fn counters(&self) -> [(&'static str, u64); 6] {
+    /// `otlp.failed_exports`, `otlp.abandoned` and `otlp.lost` (dropped +
+    /// failed + abandoned: [`lost_records`](Self::lost_records)); they
+    /// appear in every summary window under `sink_counters`.
+    pub fn counters(&self) -> [(&'static str, u64); 7] {
         [
             ("otlp.queued", self.queued_records),
             ("otlp.exported", self.exported_records),
@@ -187,6 +188,7 @@ impl ExportStats {
             ("otlp.failed", self.failed_records),
             ("otlp.failed_exports", self.failed_exports),
             ("otlp.abandoned", self.abandoned_records),
+            ("otlp.lost", self.lost_records()),
         ]
     }
 }

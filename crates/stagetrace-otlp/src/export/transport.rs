@@ -48,7 +48,7 @@ pub(super) fn export_error(endpoint: &str, error: &str, protocol: &str) -> Strin
     } else if has("status code") {
         "the collector rejected the batch: see its log".to_owned()
     } else {
-        format!("is the collector (e.g. Jaeger) running and listening for {protocol} there?")
+        format!("is the collector (e.g. Jaeger) running at {endpoint}, listening for {protocol}?")
     };
     format!("export to {endpoint} failed ({error}): {hint}")
 }

@@ -21,7 +21,7 @@ use tracing_subscriber::fmt::MakeWriter;
 
 use crate::health::Health;
 use crate::record::CallRecord;
-use crate::sink::RecordSink;
+use crate::sink::{Loss, RecordSink};
 use crate::summary::WindowSummary;
 
 /// Flush buffered record lines once this many bytes are pending.
@@ -169,6 +169,10 @@ pub(crate) struct FileSink {
     /// The layer's counters: lines that could not be written count there.
     health: Arc<Health>,
     reported: bool,
+    /// The latest failure, for the loss report at shutdown.
+    last_error: Option<String>,
+    /// Records handed to the sink, for "N of M" in that report.
+    records_seen: u64,
     next_open: Instant,
 }
 
@@ -205,6 +209,8 @@ impl FileSink {
             buf_lines: 0,
             health,
             reported: false,
+            last_error: None,
+            records_seen: 0,
             next_open: Instant::now(),
         }
     }
@@ -268,6 +274,7 @@ impl FileSink {
     }
 
     fn report(&mut self, what: &str) {
+        self.last_error = Some(what.to_owned());
         if !self.reported {
             self.reported = true;
             eprintln!(
@@ -344,6 +351,7 @@ impl FileSink {
 
 impl RecordSink for FileSink {
     fn on_record(&mut self, rec: &CallRecord) {
+        self.records_seen += 1;
         self.push_record(&rec.to_json_line());
     }
 
@@ -360,6 +368,30 @@ impl RecordSink for FileSink {
 
     fn flush(&mut self) {
         self.flush_records();
+    }
+
+    /// Record lines never written (and summary lines, which lose no call
+    /// but a window's figures), with the latest error and the fix.
+    fn loss_report(&self) -> Option<Loss> {
+        let records = Health::get(&self.health.records_lost);
+        let summaries = Health::get(&self.health.summary_write_failures);
+        if records == 0 && summaries == 0 {
+            return None;
+        }
+        let why = self
+            .last_error
+            .as_deref()
+            .map_or(String::new(), |e| format!(" ({e})"));
+        Some(Loss {
+            lost: records,
+            message: format!(
+                "{records} of {} call records and {summaries} summary lines were not written to \
+                 {}{why}; counted as records_lost and summary_write_failures. Fix: make the \
+                 directory writable, free disk space, or pass another .output_dir(...).",
+                self.records_seen,
+                self.dir.display()
+            ),
+        })
     }
 }
 

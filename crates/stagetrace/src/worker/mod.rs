@@ -20,7 +20,7 @@ use crate::advice::AdviceFor;
 use crate::clock::{ClockMode, WallClock};
 use crate::health::Health;
 use crate::queue::{Msg, RawCall};
-use crate::sink::RecordSink;
+use crate::sink::{Loss, RecordSink};
 use crate::stamp::Calibration;
 use crate::summary::{Accum, Counters, DeadlineTracker, Span, Summary, WindowSummary};
 
@@ -72,6 +72,15 @@ pub(crate) struct WorkerConfig {
     pub(crate) advice: AdviceFor,
     /// Every sink, the file sink (when there is one) first.
     pub(crate) sinks: Vec<Box<dyn RecordSink>>,
+}
+
+/// What the worker hands the flush guard when it is done.
+pub(crate) struct Finished {
+    /// The cumulative summary.
+    pub(crate) summary: Summary,
+    /// What was lost for good, one entry per part that lost any (the
+    /// layer's queue, then each sink): the guard reports each once.
+    pub(crate) losses: Vec<Loss>,
 }
 
 /// One message printed the first time a counter moves.
@@ -148,7 +157,7 @@ impl Worker {
     }
 
     /// The worker loop: runs until a shutdown message or every sender is gone.
-    pub(crate) fn run(mut self, rx: Receiver<Msg>, done: Sender<Summary>) {
+    pub(crate) fn run(mut self, rx: Receiver<Msg>, done: Sender<Finished>) {
         // Calls queue up meanwhile; nothing is converted before this.
         self.cal = Calibration::measure();
         let mut next_window = Instant::now() + self.cfg_window;
@@ -193,8 +202,8 @@ impl Worker {
             poll = next_poll(poll, calls, self.queue_capacity);
             std::thread::sleep(poll.min(next_window.saturating_duration_since(Instant::now())));
         }
-        let summary = self.finish();
-        let _ = done.send(summary);
+        let finished = self.finish();
+        let _ = done.send(finished);
     }
 
     fn refine_calibration(&mut self) {
@@ -349,7 +358,7 @@ impl Worker {
         self.window_start_ms = now_ms;
     }
 
-    fn finish(mut self) -> Summary {
+    fn finish(mut self) -> Finished {
         self.release_held(true);
         // Sinks flush first (each within its own bound: the OTLP exporter's
         // is its shutdown deadline), so that the counters the last window
@@ -375,7 +384,34 @@ impl Worker {
         self.emit(&mut summary);
         // Again, for what the two summaries added to a sink's buffers.
         each_sink(&mut self.sinks, false, |sink| sink.flush());
-        summary
+        let losses = self.losses();
+        Finished { summary, losses }
+    }
+
+    /// What was lost for good, read after the last flush so that it is
+    /// final: the calls the app threads' queue dropped, then each sink's own
+    /// report (the file sink's unwritten lines among them).
+    fn losses(&self) -> Vec<Loss> {
+        let mut losses = Vec::new();
+        let drops = self.health.counters().since(self.base).queue_drops;
+        if drops > 0 {
+            losses.push(Loss {
+                lost: drops,
+                message: format!(
+                    "{drops} calls were dropped because the queue to the worker thread was full \
+                     (capacity {}): they are in no record, summary or sink (counted as \
+                     queue_drops). Fix: {} or make record sinks faster.",
+                    self.queue_capacity,
+                    self.advice.raise_queue()
+                ),
+            });
+        }
+        for sink in self.sinks.iter().flatten() {
+            if let Ok(Some(loss)) = catch_unwind(AssertUnwindSafe(|| sink.loss_report())) {
+                losses.push(loss);
+            }
+        }
+        losses
     }
 }
 
