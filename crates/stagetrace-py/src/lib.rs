@@ -19,7 +19,8 @@
 //! - [`current`]: the context variable, the default recorder, `async with`;
 //! - [`shared`], [`recorder`]: the recorder; [`timing`]: `server_timing` maps;
 //! - [`trace`]: W3C trace continuation for Python services in the middle;
-//! - [`gc_clock`]: the garbage collector's pauses, for the record's `gc_ms`.
+//! - [`gc_clock`]: the garbage collector's pauses, for the record's `gc_ms`;
+//! - [`sock`]: socket stamps of Python clients (`tx_wait`, `rx_wait`).
 
 use pyo3::prelude::*;
 
@@ -29,6 +30,7 @@ mod gc_clock;
 mod recorder;
 mod scope;
 mod shared;
+mod sock;
 mod span;
 mod stage_entry;
 mod state;
@@ -46,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scope::register(m)?;
     trace::register(m)?;
     gc_clock::register(m)?;
+    sock::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",

@@ -13,6 +13,7 @@ use stagetrace::direct::{DirectTransport, Mark};
 use stagetrace::Stage;
 
 use crate::shared::Shared;
+use crate::sock;
 use crate::state::CallCell;
 use crate::timing;
 
@@ -115,6 +116,15 @@ impl Span {
         self.open.get(py).try_borrow_mut().ok()
     }
 
+    /// Runs `f` on the open transport of this span, if it is one.
+    fn with_transport(&self, py: Python<'_>, f: impl FnOnce(&mut DirectTransport)) {
+        if let Some(mut g) = self.lock(py) {
+            if let Some(tr) = g.as_mut().and_then(|o| o.transport.as_mut()) {
+                f(tr);
+            }
+        }
+    }
+
     /// End the span now (once), marking its call failed first if asked.
     fn end(&self, py: Python<'_>, failed: bool) {
         let Some(open) = self.lock(py).and_then(|mut g| g.take()) else {
@@ -213,6 +223,45 @@ impl Span {
                 self.shared.calls.count_rejected_header();
                 false
             }
+        }
+    }
+
+    /// The request's first write, on `stagetrace._native.clock_ns()`'s
+    /// clock: `first_ns` just before the write that took its first bytes
+    /// (the clock estimate leaves the robot's work before it out), and
+    /// `written_ns` when that write returned: the kernel had the bytes then,
+    /// and the time from this span's start to it is the robot's
+    /// `tx_wait_ms`. Either may be None. No effect on a span that is not a
+    /// transport or has ended; a stamp outside the span is ignored by the
+    /// core.
+    #[pyo3(signature = (first_ns=None, written_ns=None))]
+    fn request_sent(&self, py: Python<'_>, first_ns: Option<u64>, written_ns: Option<u64>) {
+        self.with_transport(py, |tr| {
+            if let Some(at) = first_ns.and_then(sock::instant_of) {
+                tr.record_request_first_byte(at);
+            }
+            if let Some(at) = written_ns.and_then(sock::instant_of) {
+                tr.record_request_written(at);
+            }
+        });
+    }
+
+    /// When the response's first bytes arrived (`clock_ns()`'s clock): the
+    /// clock estimate then leaves the response's transfer out of the
+    /// offset.
+    fn response_first_byte(&self, py: Python<'_>, at_ns: u64) {
+        if let Some(at) = sock::instant_of(at_ns) {
+            self.with_transport(py, |tr| tr.record_response_first_byte(at));
+        }
+    }
+
+    /// When the kernel had the response's last bytes (a kernel receive
+    /// stamp turned onto `clock_ns()`'s clock with
+    /// `wall_to_clock_ns`): the roundtrip ends there and the time until
+    /// this span ends is the robot's `rx_wait_ms`.
+    fn response_kernel_rx(&self, py: Python<'_>, at_ns: u64) {
+        if let Some(at) = sock::instant_of(at_ns) {
+            self.with_transport(py, |tr| tr.record_response_kernel_rx(at));
         }
     }
 

@@ -98,6 +98,11 @@ class ServerTruth:
     robot gave it: timesteps repeat), on its ``perf_counter_ns``."""
 
     timestep: dict[int, int] = dataclasses.field(default_factory=dict)
+    # SendObservations' call arrived (grpcio's serving thread, before the
+    # pool; where a test's own interceptor stamps it: ArrivalWitness).
+    came: dict[int, int] = dataclasses.field(default_factory=dict)
+    # SendObservations' handler started (a worker of the pool took the call).
+    started: dict[int, int] = dataclasses.field(default_factory=dict)
     arrived: dict[int, int] = dataclasses.field(default_factory=dict)
     outcome: dict[int, str] = dataclasses.field(default_factory=dict)
     enqueued: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -105,6 +110,33 @@ class ServerTruth:
     model: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     ready: dict[int, int] = dataclasses.field(default_factory=dict)
     replied: dict[int, int] = dataclasses.field(default_factory=dict)
+
+
+class ArrivalWitness(grpc.ServerInterceptor):
+    """The test's own stamp of each call's arrival: grpcio runs a server
+    interceptor in its serving thread as the call comes in, before the call
+    waits for a worker. It hands the handler back unchanged and keys the
+    stamp by the call's ``traceparent`` (each observation sends its own)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._came: dict[str, int] = {}
+        #: Set on each stamp (a test may wait for a call to be in).
+        self.seen = threading.Event()
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        now = time.perf_counter_ns()
+        tp = dict(details.invocation_metadata or ()).get("traceparent")
+        if tp is not None:
+            with self._lock:
+                self._came[tp] = now
+            self.seen.set()
+        return continuation(details)
+
+    def pop(self, context: Any) -> int | None:
+        tp = dict(context.invocation_metadata() or ()).get("traceparent")
+        with self._lock:
+            return self._came.pop(tp, None) if tp is not None else None
 
 
 class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
@@ -127,6 +159,8 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         self.atol = atol
         self.obs_queue_timeout_s = obs_queue_timeout_s
         self.truth = ServerTruth()
+        #: Stamps each call's arrival, when the test serves with one.
+        self.witness: ArrivalWitness | None = None
         self._predicting: int | None = None
         self._reset_server()
 
@@ -151,9 +185,15 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
         return services_pb2.Empty()
 
     def SendObservations(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
+        started = time.perf_counter_ns()
         data = until_end(request_iterator)
         arrived = time.perf_counter_ns()
         obs = self._loads(data)
+        self.truth.started[_serial(obs)] = started
+        if self.witness is not None:
+            came = self.witness.pop(context)
+            if came is not None:
+                self.truth.came[_serial(obs)] = came
         self.truth.timestep[_serial(obs)] = obs.get_timestep()
         self.truth.arrived[_serial(obs)] = arrived
         self._enqueue_observation(obs)
@@ -225,6 +265,8 @@ class RobotTruth:
 
     # serial -> capture's start and end.
     captured: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # serial -> the observation handed to grpc (SendObservations called).
+    handed: dict[int, int] = dataclasses.field(default_factory=dict)
     chunk_in: dict[int, int] = dataclasses.field(default_factory=dict)
     # timestep of an action -> when it was executed.
     executed: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -296,7 +338,9 @@ class RobotClient:
         self.shutdown_event.set()
 
     def send_observation(self, obs: TimedObservation) -> bool:
-        self.stub.SendObservations(chunks(self._dumps_obs(obs)))
+        data = self._dumps_obs(obs)
+        self.truth.handed[int(obs.get_observation()["serial"])] = time.perf_counter_ns()
+        self.stub.SendObservations(chunks(data))
         return True
 
     def receive_actions(self) -> None:

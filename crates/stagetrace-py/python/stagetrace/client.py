@@ -11,6 +11,16 @@ included. Called while a ``stagetrace.server`` policy server handles a
 request (its ``policy.infer``, or inside ``stagetrace.trace.continuing``),
 it continues that request's trace: the caller's trace id, flags and
 ``tracestate``, this transport span's id as the parent.
+
+The robot's own waits are told from the network's at the socket (openpi's
+client is ``websockets``' sync client; the connection's socket is wrapped,
+``_stamped_socket``): ``tx_wait_ms``, the transport's start → the write that
+took the request's first bytes returned (encoding, a GIL another thread of
+the robot held, a wait for a core: the robot's part of the uplink), and,
+with the kernel's receive stamps (Linux), ``rx_wait_ms``, the kernel had
+the response's last bytes → the robot read it (its receive thread, the
+GIL: the robot's, not the downlink's). Over TLS (``wss://``) neither: the
+socket's bytes are the TLS layer's.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from typing import Any, Dict, Optional
 from . import _current, _mark, recorder as _recorder
 from . import trace as _trace
 from ._native import Recorder
+from ._stamped_socket import StampedSocket, wrap_connection
 
 TRACEPARENT_KEY = "traceparent"
 SERVER_TIMING_KEY = "server_timing"
@@ -65,6 +76,9 @@ class TracedClientPolicy:
         self._inner = policy
         self._kind = kind
         self._rec = recorder
+        # The connection's socket, stamped (openpi's client keeps its
+        # websockets connection in `_ws`); None: no socket stamps.
+        self._sock: Optional[StampedSocket] = wrap_connection(getattr(policy, "_ws", None))
         uri = getattr(policy, "_uri", None)
         self._peer = uri if isinstance(uri, str) else f"ws://{host}:{port}"
 
@@ -95,7 +109,12 @@ class TracedClientPolicy:
                 # transport span's id as the parent.
                 cont = _trace.outgoing(bytes.fromhex(tp[36:52]))
                 request.update(cont.headers() if cont is not None else {TRACEPARENT_KEY: tp})
+            sock = self._sock
+            if sock is not None:
+                sock.arm()
             action = self._inner.infer(request)
+            if sock is not None:
+                sock.hand_to(transport)
             timing = action.get(SERVER_TIMING_KEY) if isinstance(action, dict) else None
             if timing is not None:
                 transport.server_timing(timing)

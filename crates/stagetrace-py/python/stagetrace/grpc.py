@@ -29,10 +29,26 @@ Server side::
         with timer().stage("infer"):          # the request's RequestTimer
             return run_policy(request)
 
-A request-streaming method's request has arrived when its iterator is
-exhausted: its timer starts then (``timer()`` is None before). The
-response's stamp is taken when the handler returns it: gRPC serialises and
-writes it after that, which lands in the downlink.
+A request that waited for a worker of the server's thread pool waited on
+the server: ``queue`` (its part ``accept_wait``), never uplink. The
+interceptor sees each call arrive (grpcio runs it in its serving thread,
+before the call is handed to the pool) and sees the handler start (in the
+worker): the difference is sent as ``accept_wait_ns`` and the receive stamp
+is the arrival. A request-streaming method's request has arrived when its
+iterator is exhausted (``timer()`` is None before): its receive stamp is the
+call's arrival plus the time the handler spent reading the stream (the
+transfer, ``transfer_ns``), so a wait for a worker is ``accept_wait`` and
+chunks still on their way are uplink. The response's stamp is taken when
+the handler returns it: gRPC serialises and writes it after that, which
+lands in the downlink.
+
+Robot side, ``tx_wait``: grpcio's C core writes the request on threads of
+its own, out of Python's reach. For a request-streaming call the robot's
+own part ends when grpcio's request thread takes the first message (grpc
+sends it from there without the GIL): a thread of the robot holding the
+GIL, or the robot's wait for a core, before that is the robot's. A unary
+call hands its request to the C core inside one grpcio call: no
+``tx_wait``, and no ``rx_wait`` on any gRPC call (the socket is grpc's).
 
 Nothing here raises into the host: a malformed ``traceparent`` or timing
 entry is ignored and counted (``stagetrace.server.stats()``).
@@ -42,13 +58,17 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import grpc
 
 from . import _mark
+from . import timer as _timer_module
 from ._counters import _COUNTERS
+from ._native import clock_ns as _clock_ns
 from ._native import current as _current_call
 from .codec import packb, unpackb
 from .timer import RequestTimer, received
@@ -168,16 +188,19 @@ class _ClientInterceptor(
         return self._traced(continuation, details, request)
 
     def intercept_stream_unary(self, continuation: Callable, details: Any, request_iterator: Any) -> Any:
-        return self._traced(continuation, details, request_iterator)
+        return self._traced(continuation, details, request_iterator, streamed=True)
 
     @staticmethod
-    def _traced(continuation: Callable, details: Any, request: Any) -> Any:
+    def _traced(continuation: Callable, details: Any, request: Any, streamed: bool = False) -> Any:
         call = _current_call.get()
         if call is None:
             return continuation(details, request)
         transport = call.transport(details.method)
+        handed = FirstTaken(request) if streamed else None
         try:
-            outcome = continuation(with_trace(details, transport.traceparent()), request)
+            outcome = continuation(with_trace(details, transport.traceparent()), request if handed is None else handed)
+            if handed is not None:
+                handed.hand_to(transport)
             # Blocks until the response and its trailers are in: the
             # transport stage ends there.
             error = outcome.exception()
@@ -199,6 +222,39 @@ class _ClientInterceptor(
             transport.close()
 
 
+class FirstTaken:
+    """A streamed request, noting when grpcio took its first message: the
+    robot's ``tx_wait`` ends there (grpcio's request thread serialises it
+    and hands it to the C core, which writes it on threads of its own,
+    GIL or not). Not the send's completion: a message larger than the
+    stream's HTTP/2 flow-control window cannot all be sent before the server
+    reads it, so that stamp could charge a busy server to the robot."""
+
+    __slots__ = ("_inner", "taken")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = iter(inner)
+        #: When the first message was taken (``_native.clock_ns()``), or None.
+        self.taken: int | None = None
+
+    def __iter__(self) -> FirstTaken:
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._inner)
+        if self.taken is None:
+            self.taken = _clock_ns()
+        return item
+
+    def hand_to(self, transport: Any) -> None:
+        """Give the transport span the stamp (before it ends): as the end of
+        ``tx_wait`` only. The call's headers went out before it (grpcio
+        sends them as the call starts), so it is no stamp of the request's
+        first byte for the clock estimate."""
+        if self.taken is not None:
+            transport.request_sent(None, self.taken)
+
+
 def client_interceptor() -> Any:
     """An interceptor for ``grpc.intercept_channel``: each unary-response
     call (unary or request-streaming) made inside ``with st.call()`` is the
@@ -212,13 +268,14 @@ def client_interceptor() -> Any:
 # Server side.
 
 
-def _set_timing(context: grpc.ServicerContext, t: RequestTimer) -> None:
-    """Add ``t``'s timing map to the response's trailing metadata, keeping
-    what the handler set there itself."""
+def _set_timing(context: grpc.ServicerContext, t: RequestTimer, extra: dict[str, Any] | None = None) -> None:
+    """Add ``t``'s timing map (and ``extra``'s keys) to the response's
+    trailing metadata, keeping what the handler set there itself."""
     try:
         existing = tuple(context.trailing_metadata() or ()) if hasattr(context, "trailing_metadata") else ()
         kept = tuple((k, v) for k, v in existing if k != TIMING_KEY)
-        context.set_trailing_metadata(kept + ((TIMING_KEY, packb(t.server_timing())),))
+        timing = with_receive(t.server_timing(), extra)
+        context.set_trailing_metadata(kept + ((TIMING_KEY, packb(timing)),))
     except Exception:  # noqa: BLE001 - timing must never fail the request
         _COUNTERS.add("timing_errors")
         logger.debug("could not set the timing trailer", exc_info=True)
@@ -230,16 +287,56 @@ def _start(metadata: Sequence[tuple[str, Any]] | None) -> RequestTimer:
     return t
 
 
-def _unary(behavior: Callable, metadata: Any) -> Callable:
+def place_receive(t: RequestTimer, arrived: int | None, picked: int, streamed: bool) -> dict[str, Any]:
+    """Put ``t``'s receive stamp where the request was in, and return the
+    keys the timing map needs for it (``perf_counter_ns`` stamps).
+
+    ``arrived``: the call arrived (grpcio's serving thread, before the
+    pool); ``picked``: a worker started the handler; ``t`` was created when
+    the whole request had been read (the same moment as ``picked`` for a
+    unary request, which grpcio reads before the handler runs). With the
+    arrival, the wait for a worker is ``accept_wait_ns`` (inside
+    ``queue_ns``) and the receive stamp is the arrival plus what reading a
+    stream took after the pickup (its chunks' transfer: uplink, not a
+    wait; ``transfer_ns``). Without it the receive stamp is the pickup, sent
+    as such (``recv_at_pickup``): the robot estimates the arrival from the
+    path's delay."""
+    complete = t._recv_mono
+    picked = min(picked, complete)
+    if arrived is not None and arrived <= picked:
+        recv = arrived + (complete - picked)
+        extra: dict[str, Any] = {"accept_wait_ns": picked - arrived}
+        if streamed:
+            extra["transfer_ns"] = complete - picked
+    else:
+        recv, extra = picked, {"recv_at_pickup": 1}
+    t._recv_mono = recv
+    t.recv_unix_ns = _timer_module._ANCHOR.wall_ns(recv)
+    return extra
+
+
+def with_receive(timing: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """``timing`` with :func:`place_receive`'s keys. The wait for a worker is
+    a part of ``queue_ns``: a handler that timed no stage still sends that
+    much queue (what it did after the pickup is unsplit server time)."""
+    if extra:
+        timing.update(extra)
+        if "queue_ns" not in timing and "accept_wait_ns" in extra:
+            timing["queue_ns"] = extra["accept_wait_ns"]
+    return timing
+
+
+def _unary(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         t = _start(metadata)
+        extra = place_receive(t, arrived, t._recv_mono, streamed=False)
         token = _timer.set(t)
         try:
             with continuing(t.trace, t.tracestate):
                 return behavior(request, context)
         finally:
             _timer.reset(token)
-            _set_timing(context, t)
+            _set_timing(context, t, extra)
             t.sent()
 
     return handle
@@ -249,13 +346,25 @@ class _Arrival:
     """A streamed request's iterator: the request has arrived when it is
     exhausted, or when a message ``is_last`` says ends it (a handler that
     stops reading there never sees the stream's end), and the timer starts
-    then."""
+    then, its receive stamp placed by :func:`place_receive` (``arrived``:
+    the call's arrival, when known; the handler started when this was
+    made)."""
 
-    def __init__(self, inner: Iterator[Any], metadata: Any, is_last: Callable[[Any], bool] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Iterator[Any],
+        metadata: Any,
+        is_last: Callable[[Any], bool] | None = None,
+        arrived: int | None = None,
+    ) -> None:
+        self._picked = time.perf_counter_ns()
         self._inner = inner
         self._metadata = metadata
         self._is_last = is_last
+        self._came = arrived
         self.timer: RequestTimer | None = None
+        #: The timing map's keys for the receive stamp (:func:`place_receive`).
+        self.extra: dict[str, Any] = {}
 
     def __iter__(self) -> _Arrival:
         return self
@@ -277,13 +386,15 @@ class _Arrival:
 
     def _arrived(self) -> None:
         if self.timer is None:
-            self.timer = _start(self._metadata)
-            _timer.set(self.timer)
+            t = _start(self._metadata)
+            self.extra = place_receive(t, self._came, self._picked, streamed=True)
+            self.timer = t
+            _timer.set(t)
 
 
-def _streamed(behavior: Callable, metadata: Any) -> Callable:
+def _streamed(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
     def handle(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
-        arrival = _Arrival(request_iterator, metadata)
+        arrival = _Arrival(request_iterator, metadata, arrived=arrived)
         # The handler runs in this context: the timer _Arrival sets once
         # the stream ends is visible to it, and gone after.
         ctx = contextvars.copy_context()
@@ -291,27 +402,80 @@ def _streamed(behavior: Callable, metadata: Any) -> Callable:
             return ctx.run(behavior, arrival, context)
         finally:
             if arrival.timer is not None:
-                _set_timing(context, arrival.timer)
+                _set_timing(context, arrival.timer, arrival.extra)
                 arrival.timer.sent()
 
     return handle
 
 
+#: The attribute :class:`ArrivalStamped` leaves on grpcio's request iterator.
+_ARRIVAL_ATTR = "_stagetrace_arrival_ns"
+
+
+class ArrivalStamped:
+    """A request-streaming handler registered without an interceptor (a
+    servicer's method: ``stagetrace.lerobot``) that still learns when its
+    call arrived, before grpcio's thread pool.
+
+    grpcio (1.73, the version LeRobot 0.4 pins) asks a handler for its
+    ``experimental_thread_pool`` in its serving thread, as the call arrives
+    and before the call is queued for a worker. This property stamps then,
+    leaves the stamp on the call's request iterator (the object the handler
+    is given: the pairing is exact), and says there is no pool of its own,
+    so the server's pool serves the call as before. Where grpcio does not
+    ask, or its frames differ, no stamp is left and the handler's receive
+    stamp is its pickup, sent as such (``recv_at_pickup``)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self._fn = fn
+
+    def __call__(self, request_iterator: Any, context: Any) -> Any:
+        return self._fn(request_iterator, context)
+
+    @property
+    def experimental_thread_pool(self) -> Any:
+        now = time.perf_counter_ns()
+        try:
+            # 0: here; 1: grpcio's _select_thread_pool_for_behavior; 2: the
+            # _handle_stream_unary that made the call's request iterator.
+            frame = sys._getframe(2)
+            if frame.f_code.co_name == "_handle_stream_unary":
+                it = frame.f_locals.get("request_iterator")
+                if it is not None:
+                    setattr(it, _ARRIVAL_ATTR, now)
+        except Exception:  # noqa: BLE001 - another grpcio: no stamp, the pickup stands
+            pass
+        # No pool of its own (hasattr() is False): grpcio uses the server's.
+        raise AttributeError("experimental_thread_pool")
+
+
+def arrival_of(request_iterator: Any) -> int | None:
+    """The arrival :class:`ArrivalStamped` left on a call's request
+    iterator (``perf_counter_ns``), or None."""
+    v = getattr(request_iterator, _ARRIVAL_ATTR, None)
+    return v if isinstance(v, int) else None
+
+
 class _ServerInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Callable, details: Any) -> Any:
+        # grpcio runs this in its serving thread as the call arrives,
+        # before the call waits for a worker of the pool.
+        arrived = time.perf_counter_ns()
         handler = continuation(details)
         if handler is None:
             return None
         metadata = details.invocation_metadata
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                _unary(handler.unary_unary, metadata),
+                _unary(handler.unary_unary, metadata, arrived),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
-                _streamed(handler.stream_unary, metadata),
+                _streamed(handler.stream_unary, metadata, arrived),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -323,5 +487,6 @@ def server_interceptor() -> Any:
     """An interceptor for ``grpc.server(..., interceptors=[...])``: each
     unary-response method honours the caller's trace context and sends its
     timing (receive → the handler returned, queue and infer when timed
-    with :func:`timer`) in the trailing metadata."""
+    with :func:`timer`, the wait for a worker of the pool as
+    ``accept_wait``) in the trailing metadata."""
     return _ServerInterceptor()

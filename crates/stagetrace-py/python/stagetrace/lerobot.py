@@ -10,8 +10,10 @@ action per control tick. Here each observation that became a chunk is one
 record, keyed by its timestep (the record's ``seq``):
 
 capture → uplink (the stream's start → the server had the whole
-observation) → queue (waiting in the one-slot queue, for the robot's poll
-included) → infer (pre-process, model, post-process) → poll_wait (the chunk
+observation; ``tx_wait`` its part until grpcio took the first chunk) →
+queue (``accept_wait``: the call waited for a worker of the server's pool,
+which LeRobot's ``GetActions`` holds while it waits for an observation;
+then waiting in the one-slot queue, for the robot's poll included) → infer (pre-process, model, post-process) → poll_wait (the chunk
 ready → the reply sent: serialisation and LeRobot's ``inference_latency``
 padding) → downlink → dispatch (the reply in → the chunk's first action
 executed), with ``margin_ms`` (how long the action queue would have lasted
@@ -49,7 +51,7 @@ import grpc
 
 from ._counters import _COUNTERS
 from .codec import packb, unpackb
-from .grpc import TIMING_KEY, _Arrival, timing_of, with_trace
+from .grpc import TIMING_KEY, ArrivalStamped, FirstTaken, _Arrival, arrival_of, timing_of, with_receive, with_trace
 from .timer import RequestTimer
 
 __all__ = ["OUTCOME_KEY", "trace_policy_server", "trace_robot_client"]
@@ -72,8 +74,9 @@ class _ServerTrace:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        # timestep -> the observation's timer (receive → reply sent).
-        self.timers: dict[int, RequestTimer] = {}
+        # timestep -> the observation's timer (receive → reply sent) and
+        # the timing map's keys for its receive stamp (the wait for a worker).
+        self.timers: dict[int, tuple[RequestTimer, dict[str, Any]]] = {}
         # SendObservations thread -> the queued observation it replaced.
         self.replacing = threading.local()
         # GetActions thread -> the timestep it is answering.
@@ -138,7 +141,11 @@ def trace_policy_server(server: Any) -> Any:
     def send_observations(request_iterator: Any, context: grpc.ServicerContext) -> Any:
         # LeRobot's receiver returns at the chunk marked TRANSFER_END,
         # before the stream's own end: the observation has arrived there.
-        arrival = _Arrival(request_iterator, context.invocation_metadata(), _transfer_end)
+        # The call's arrival, stamped before it waited for a worker
+        # (ArrivalStamped below): a busy pool is the server's queue.
+        arrival = _Arrival(
+            request_iterator, context.invocation_metadata(), _transfer_end, arrived=arrival_of(request_iterator)
+        )
         outcome: dict[str, Any] = {}
         trace.replacing.outcome = outcome
         trace.replacing.arrival = arrival
@@ -172,7 +179,7 @@ def trace_policy_server(server: Any) -> Any:
             if replacing.timestep is not None:
                 trace.timers.pop(replacing.timestep, None)
             if queued and ts is not None and arrival is not None and arrival.timer is not None:
-                trace.timers[ts] = arrival.timer
+                trace.timers[ts] = (arrival.timer, arrival.extra)
         return queued
 
     def predict(obs: Any) -> Any:
@@ -205,9 +212,10 @@ def trace_policy_server(server: Any) -> Any:
         trace.serving.ready = None
         reply = cls_get(server, request, context)
         ts = trace.serving.timestep
-        t = _timer_pop(ts)
-        if t is not None:
-            timing = t.server_timing()
+        popped = _timer_pop(ts)
+        if popped is not None:
+            t, extra = popped
+            timing = with_receive(t.server_timing(), extra)
             ready = trace.serving.ready
             if ready is not None:
                 # Ends where total_ns does (the reply's send stamp).
@@ -225,13 +233,14 @@ def trace_policy_server(server: Any) -> Any:
 
     def _timer_for(ts: int | None) -> RequestTimer | None:
         with trace.lock:
-            return trace.timers.get(ts) if ts is not None else None
+            entry = trace.timers.get(ts) if ts is not None else None
+        return entry[0] if entry is not None else None
 
-    def _timer_pop(ts: int | None) -> RequestTimer | None:
+    def _timer_pop(ts: int | None) -> tuple[RequestTimer, dict[str, Any]] | None:
         with trace.lock:
             return trace.timers.pop(ts, None) if ts is not None else None
 
-    server.SendObservations = send_observations
+    server.SendObservations = ArrivalStamped(send_observations)
     server.GetActions = get_actions
     server._enqueue_observation = enqueue
     server._predict_action_chunk = predict
@@ -297,7 +306,11 @@ class _RobotInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClient
         pending = self._trace.sending
         if pending is None or not details.method.endswith("/SendObservations"):
             return continuation(details, request_iterator)
-        outcome = continuation(with_trace(details, pending.transport.traceparent()), request_iterator)
+        # tx_wait: the robot's own time until grpcio took the observation's
+        # first chunk (its C core writes it from there, GIL or not).
+        handed = FirstTaken(request_iterator)
+        outcome = continuation(with_trace(details, pending.transport.traceparent()), handed)
+        handed.hand_to(pending.transport)
         if outcome.exception() is None:
             raw = _md(outcome.trailing_metadata(), OUTCOME_KEY)
             try:
