@@ -349,4 +349,9 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t("stagetrace-py", "pytest", "tests/test_device.py::test_the_bracket_around_a_policy_waits_for_the_action_it_returns[False]"),
     t("stagetrace-py", "pytest", "tests/test_device.py::test_timed_stage_on_the_robot_ends_when_the_arrays_are_ready[True]"),
     t("stagetrace-py", "pytest", "tests/test_device.py::test_timed_stage_on_the_robot_ends_when_the_arrays_are_ready[False]"),
+    t("stagetrace-py", "pytest", "tests/test_accept_wait.py::test_a_request_waiting_for_the_only_worker_is_queue_not_uplink"),
+    t("stagetrace-py", "pytest", "tests/test_accept_wait.py::test_with_workers_to_spare_the_wait_is_a_fraction_of_a_ms"),
+    t("stagetrace-py", "pytest", "tests/test_accept_wait.py::test_the_report_names_the_starved_pool"),
+    t("stagetrace-py", "pytest", "tests/test_robot_send_wait.py::test_a_send_held_up_by_another_python_thread_is_the_robots_tx_wait"),
+    t("stagetrace-py", "pytest", "tests/test_grpc.py::test_a_call_that_waits_for_the_only_worker_is_queue_not_uplink"),
 ];
