@@ -149,11 +149,12 @@ def compiled_tree(block: Block) -> ast.AST:
     return ast.parse(block.code, block.name)
 
 
-def block(name: str) -> Block:
-    for b in BLOCKS:
-        if b.name == name:
-            return b
-    raise AssertionError(f"no Python block {name}: the docs moved it? {[b.name for b in BLOCKS]}")
+def block(file: str, holding: str) -> Block:
+    """The one Python block of ``file`` whose code holds ``holding``: found
+    by what it says, not its line, so an edit above it does not lose it."""
+    found = [b for b in BLOCKS if b.name.rsplit(":", 1)[0] == file and holding in b.code]
+    assert len(found) == 1, f"{len(found)} Python blocks of {file} hold {holding!r}: {[b.name for b in BLOCKS]}"
+    return found[0]
 
 
 def need(module: str) -> None:
@@ -196,7 +197,7 @@ def make_parquet_runs(cwd: Path, calls: int = 12) -> None:
 def test_the_records_docs_pandas_block_runs(tmp_path: Path) -> None:
     need("pandas")
     make_parquet_runs(tmp_path)
-    scope = run(block("docs/records.md:118"), tmp_path)
+    scope = run(block("docs/records.md", "stagetrace.load("), tmp_path)
     calls = scope["calls"]
     assert len(calls) == 12
     assert set(calls["robot"].astype(str)) == {"arm-3"}
@@ -206,7 +207,7 @@ def test_the_records_docs_pandas_and_polars_block_runs(tmp_path: Path) -> None:
     need("pandas")
     need("polars")
     make_parquet_runs(tmp_path)
-    scope = run(block("docs/records.md:126"), tmp_path)
+    scope = run(block("docs/records.md", "polars"), tmp_path)
     assert scope["calls"] is not None
 
 
@@ -217,7 +218,7 @@ def test_the_readmes_parquet_block_runs(tmp_path: Path) -> None:
     need("pandas")
     need("polars")
     make_parquet_runs(tmp_path, calls=7)
-    scope = run(block("crates/stagetrace-py/README.md:86"), tmp_path)
+    scope = run(block("crates/stagetrace-py/README.md", "parquet_dir="), tmp_path)
     assert (tmp_path / "runs/arm-3").is_dir()
     # The last line: polars, robot arm-3 only.
     assert scope["calls"].height == 7
