@@ -6,7 +6,7 @@
 //! stages (`net`, `roundtrip`, `server`) and the gap. A stage added to the
 //! table is read, tabled, tested and drawn with no change here.
 
-use stagetrace_schema::{Figure, Group, Unit};
+use stagetrace_schema::{Figure, Group, Side, Unit};
 
 /// Whether the analysis reads a figure into its tables, shapes and verdicts:
 /// every figure but the clock's (`offset`, `split_err`), which say what the
@@ -100,8 +100,51 @@ pub fn display_order() -> Vec<Figure> {
     out
 }
 
+/// The figures of the call's own timeline in the order the tables show
+/// them ([`display_order`] without the host figures): the stages in call
+/// order, each stage's parts right under it, then the sums, the gap and
+/// lateness.
+pub fn call_rows() -> Vec<Figure> {
+    display_order()
+        .into_iter()
+        .filter(|f| !f.is_host())
+        .collect()
+}
+
+/// The host figures in the order their own table shows them: the robot's,
+/// then the policy server's (`server_…`), each in the figure table's order.
+pub fn host_rows() -> Vec<Figure> {
+    let mut rows: Vec<Figure> = read().filter(|f| f.is_host()).collect();
+    rows.sort_by_key(|f| (f.side() == Side::Server, f.index()));
+    rows
+}
+
+/// The heading of the host figures' table.
+pub const HOST_HEADING: &str =
+    "the hosts: what the robot's and the policy server's hosts did during the call (overlaps the stages above, never add it to them; docs/host.md)";
+
+/// The legend under the host figures' table, in one line.
+pub const HOST_LEGEND: &str = "run_wait = a thread ready but waiting for a core; cpu_stall = some task of the host waiting for a CPU; gc = a garbage collection; tx_wait / rx_wait = a send / a read held up on the host; capture_ / dispatch_run_wait = run_wait inside that stage; server_… = the same on the policy server";
+
+/// The stage named by the name a user wrote: a figure's short or record
+/// name (`infer`, `infer_ms`), or the span names the docs tell users to
+/// write — `transport` (the client's span around send → response, which
+/// the records call `roundtrip`) and `call` (the whole call, `e2e`).
+pub fn from_user_name(name: &str) -> Option<Figure> {
+    match name {
+        "transport" => Some(Figure::Roundtrip),
+        "call" => Some(Figure::E2e),
+        _ => Figure::from_name(name),
+    }
+}
+
+/// The names [`from_user_name`] reads besides the figures' own, with the
+/// figure each stands for: for messages that list what is accepted.
+pub const USER_NAMES: [(&str, Figure); 2] =
+    [("transport", Figure::Roundtrip), ("call", Figure::E2e)];
+
 /// A one-way stage: one of the parts of `net`.
-fn is_one_way(stage: Figure) -> bool {
+pub(crate) fn is_one_way(stage: Figure) -> bool {
     Figure::Net.parts().contains(&stage)
 }
 

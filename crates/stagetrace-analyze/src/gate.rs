@@ -136,7 +136,9 @@ impl FromStr for Gate {
             ("deadline", "miss_rate") => Target::DeadlineMissRate,
             ("outliers", "count") => Target::Outliers,
             _ => {
-                let figure = Figure::from_name(stage)
+                // `transport` and `call` are the span names the docs tell
+                // users to write: the records call them roundtrip and e2e.
+                let figure = figures::from_user_name(stage)
                     .filter(|f| figures::is_read(*f))
                     .ok_or_else(|| bad(&format!("unknown stage '{stage}'")))?;
                 let stat = match stat {
@@ -237,10 +239,24 @@ impl Gate {
         }
         let (value, unit) = match &self.target {
             Target::Stage { figure, stat } => {
-                let s = group
-                    .stages
-                    .get(figure.name())
-                    .ok_or_else(|| missing(&format!("{} figures", figure.name())))?;
+                let s = group.stages.get(figure.name()).ok_or_else(|| {
+                    let has = |f: Figure| group.stages.contains_key(f.name());
+                    let carried: Vec<&str> = figures::call_rows()
+                        .into_iter()
+                        .filter(|f| has(*f))
+                        .map(Figure::name)
+                        .collect();
+                    let why = if crate::render::lacks_server_timing(has) {
+                        "; no server timing: the policy server sends none (docs/protocol.md)"
+                    } else {
+                        ""
+                    };
+                    missing(&format!(
+                        "{} figures (they carry {}{why})",
+                        figure.name(),
+                        carried.join(", ")
+                    ))
+                })?;
                 let v = s.get(stat).ok_or_else(|| missing(stat))?;
                 (v, if stat == "n" { "" } else { " ms" })
             }

@@ -98,6 +98,44 @@ pub fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// The host figures' curves are hidden until their checkbox (before the
+/// plot, in the same `div.plot`) is ticked: plain HTML and CSS, no script.
+fn host_toggle_css() -> String {
+    let mut css =
+        String::from(".host-curve{display:none}.plot label{margin-right:12px;font-size:12px}");
+    for f in Figure::ALL.into_iter().filter(|f| f.is_host()) {
+        let n = f.name();
+        let _ = write!(
+            css,
+            ".plot input.h-{n}:checked~svg .c-{n}{{display:inline}}"
+        );
+    }
+    css
+}
+
+/// The checkboxes that add the host figures' curves to a plot (none when
+/// the run has no host figures); they precede the plot in its `div.plot`.
+fn host_toggles(s: &mut String, id: &str, host: &[Figure]) {
+    if host.is_empty() {
+        return;
+    }
+    let _ = write!(
+        s,
+        "<div class=\"host-toggles\">add the hosts' figures (they overlap the stages, docs/host.md): "
+    );
+    // Inputs are siblings of the svg (the CSS rule needs it); each label
+    // names its figure in the curve's colour.
+    let _ = writeln!(s, "</div>");
+    for f in host {
+        let n = f.name();
+        let _ = writeln!(
+            s,
+            "<input type=\"checkbox\" id=\"{id}-{n}\" class=\"h-{n}\"><label for=\"{id}-{n}\"><span style=\"color:{}\">■</span> {n}</label>",
+            color(*f)
+        );
+    }
+}
+
 /// Figures drawn as curves: the call's own times present, in display order
 /// (a stage's parts under it). A sum of stages on the server side
 /// (`server`) is not drawn (its stages are), nor one on the transport side
@@ -129,7 +167,8 @@ pre{{background:#f6f6f6;padding:8px;overflow-x:auto;font-size:12px}}\
 li{{margin:6px 0}}code{{background:#eee;padding:0 3px}}svg{{background:#fff;border:1px solid #ddd}}\
 table.robots{{border-collapse:collapse;font-size:13px}}table.robots td,table.robots th{{border:1px solid #ddd;padding:3px 8px;text-align:right}}\
 table.robots td.differs{{background:#fdd;font-weight:bold}}tr.differs td:first-child{{background:#fdd;font-weight:bold}}\
-</style></head><body>\n<h1>stagetrace report</h1>\n"
+{}</style></head><body>\n<h1>stagetrace report</h1>\n",
+        host_toggle_css()
     );
     let _ = writeln!(
         s,
@@ -252,7 +291,15 @@ fn y_axis(s: &mut String, max: f64, label: &str) -> f64 {
     top
 }
 
-fn polyline(s: &mut String, pts: &[(f64, f64)], col: &str, dashed: bool, title: &str) {
+/// A curve; `class` (empty: none) lets the page's CSS hide or show it.
+fn polyline_in(
+    s: &mut String,
+    pts: &[(f64, f64)],
+    col: &str,
+    dashed: bool,
+    title: &str,
+    class: &str,
+) {
     if pts.is_empty() {
         return;
     }
@@ -265,9 +312,14 @@ fn polyline(s: &mut String, pts: &[(f64, f64)], col: &str, dashed: bool, title: 
     } else {
         ""
     };
+    let class = if class.is_empty() {
+        String::new()
+    } else {
+        format!(" class=\"{class}\"")
+    };
     let _ = writeln!(
         s,
-        "<polyline fill=\"none\" stroke=\"{col}\" stroke-width=\"1.8\"{dash} points=\"{d}\"><title>{}</title></polyline>",
+        "<polyline{class} fill=\"none\" stroke=\"{col}\" stroke-width=\"1.8\"{dash} points=\"{d}\"><title>{}</title></polyline>",
         escape(title)
     );
 }
@@ -281,19 +333,48 @@ fn close_curves(
     ms: &[Figure],
     curve: impl Fn(&[f32]) -> Vec<(f64, f64)>,
 ) {
+    // A host figure's curve is hidden until its checkbox is ticked.
+    let class = |m: Figure| {
+        if m.is_host() {
+            format!("host-curve c-{}", m.name())
+        } else {
+            String::new()
+        }
+    };
     if let Some(b) = base {
         for m in ms {
             let sorted = b.sorted(*m);
             if !sorted.is_empty() {
-                polyline(s, &curve(sorted), color(*m), true, &format!("baseline {m}"));
+                let title = format!("baseline {m}");
+                polyline_in(s, &curve(sorted), color(*m), true, &title, &class(*m));
             }
         }
     }
     for m in ms {
-        polyline(s, &curve(g.sorted(*m)), color(*m), false, m.name());
+        polyline_in(
+            s,
+            &curve(g.sorted(*m)),
+            color(*m),
+            false,
+            m.name(),
+            &class(*m),
+        );
     }
-    legend(s, ms);
-    let _ = writeln!(s, "</svg>");
+    let shown: Vec<Figure> = ms.iter().copied().filter(|m| !m.is_host()).collect();
+    legend(s, &shown);
+    let _ = writeln!(s, "</svg></div>");
+}
+
+/// Opens a plot's `div.plot`: the host figures' checkboxes, then the svg.
+fn plot_open(s: &mut String, id: &str, title: &str, ms: &[Figure]) {
+    let _ = writeln!(s, "<div class=\"plot\">");
+    // The robot's host figures, then the server's (the host table's order).
+    let host: Vec<Figure> = figures::host_rows()
+        .into_iter()
+        .filter(|f| ms.contains(f))
+        .collect();
+    host_toggles(s, id, &host);
+    svg_open(s, id, title);
 }
 
 fn hdr_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &str) {
@@ -310,7 +391,12 @@ fn hdr_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
             }
         }
     }
-    svg_open(s, &format!("hdr-plot{suffix}"), "latency by percentile");
+    plot_open(
+        s,
+        &format!("hdr-plot{suffix}"),
+        "latency by percentile",
+        &ms,
+    );
     let top = y_axis(s, ymax.max(1e-3), "latency (ms)");
     let px = |x: f64| ML + (W - ML - MR) * x / xmax;
     let py = |v: f64| MT + (H - MT - MB) * (1.0 - v / top);
@@ -366,7 +452,12 @@ fn cdf_plot(s: &mut String, g: &GroupData, base: Option<&GroupData>, suffix: &st
     }
     let log = lo > 0.0 && hi / lo > 20.0;
     let lo = if log { lo } else { 0.0 };
-    svg_open(s, &format!("cdf-plot{suffix}"), "cumulative distribution");
+    plot_open(
+        s,
+        &format!("cdf-plot{suffix}"),
+        "cumulative distribution",
+        &ms,
+    );
     // Y axis: fraction of calls.
     for i in 0..=5 {
         let f = i as f64 / 5.0;
@@ -503,6 +594,50 @@ mod tests {
             assert!(page.len() < 4 << 20, "{odd}: {} bytes", page.len());
             assert!(page.ends_with("</body></html>\n"), "{odd}");
         }
+    }
+
+    /// The percentile plot shows the stages; each host figure's curve is
+    /// there but hidden until its checkbox is ticked (CSS, no script).
+    #[test]
+    fn host_figures_are_added_by_checkbox() {
+        let lines: String = (0..100)
+            .map(|i| {
+                format!(
+                    "{{\"seq\":{i},\"ts_unix_ms\":{},\"kind\":\"call\",\"uplink_ms\":1,\"queue_ms\":0.3,\"infer_ms\":25,\"downlink_ms\":1,\"e2e_ms\":{},\"run_wait_ms\":0.2,\"server_cpu_stall_ms\":0.4}}\n",
+                    1_764_000_000_000.0 + 20.0 * f64::from(i),
+                    28.0 + f64::from(i % 3)
+                )
+            })
+            .collect();
+        let ds =
+            Dataset::load_reader(lines.as_bytes(), Path::new("h"), LoadOptions::default()).unwrap();
+        let page = html(&analysis::analyze(&ds, None, &AnalyzeOptions::default()));
+        assert!(!page.contains("<script"), "no script");
+        let from = page.find("<div class=\"plot\">").unwrap();
+        let plot = &page[from..from + page[from..].find("</svg>").unwrap()];
+        for f in [Figure::RunWait, Figure::ServerCpuStall] {
+            let n = f.name();
+            // A checkbox before the plot, its label naming the figure.
+            let input = format!("<input type=\"checkbox\" id=\"hdr-plot-{n}\" class=\"h-{n}\">");
+            assert!(plot.contains(&input), "{n}: {plot}");
+            assert!(plot.find(&input) < plot.find("<svg"), "{n}");
+            // Its curve, hidden by default, shown by the checked box.
+            assert!(
+                plot.contains(&format!("<polyline class=\"host-curve c-{n}\"")),
+                "{n}"
+            );
+            assert!(page.contains(&format!(
+                ".plot input.h-{n}:checked~svg .c-{n}{{display:inline}}"
+            )));
+            // Not in the plot's legend.
+            assert!(!plot.contains(&format!(">{n}</text>")), "{n}");
+        }
+        assert!(page.contains(".host-curve{display:none}"));
+        // The stages' curves are shown as they are.
+        for f in [Figure::Uplink, Figure::Infer] {
+            assert!(plot.contains(&format!(">{}</text>", f.name())), "{f}");
+        }
+        assert!(!plot.contains("class=\"host-curve c-infer\""));
     }
 
     /// Infer's and queue's parts are curves of their own, never stacked on

@@ -58,6 +58,7 @@ pub mod html;
 pub mod load;
 pub mod render;
 pub mod stats;
+pub mod table;
 pub mod tail;
 #[cfg(test)]
 mod watchdog;

@@ -13,6 +13,7 @@ use stagetrace_schema::{Figure, BLACK_BOX_NOTE};
 use crate::analysis::{GroupReport, Report, StageVsBaseline};
 use crate::figures;
 use crate::format::{fmt_ms, iso_time, signed_ms};
+use crate::table::{Align, Table};
 
 /// How a report is written out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,17 +44,16 @@ pub fn json(report: &Report) -> Result<String, serde_json::Error> {
 
 /// A figure against its baseline, as the columns of the baseline tables:
 /// p50 before, after, ×p50 [CI], the same for p99, and the shape.
-fn baseline_cells(b: &StageVsBaseline) -> String {
-    format!(
-        "{:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  {}",
+fn baseline_cells(b: &StageVsBaseline) -> Vec<String> {
+    vec![
         cell(b.p50.before),
         cell(b.p50.after),
         format!("{:.2} [{:.2} {:.2}]", b.p50.ratio, b.p50.lo, b.p50.hi),
         cell(b.p99.before),
         cell(b.p99.after),
         format!("{:.2} [{:.2} {:.2}]", b.p99.ratio, b.p99.lo, b.p99.hi),
-        b.shape
-    )
+        b.shape.to_string(),
+    ]
 }
 
 /// A table cell: fixed three decimals.
@@ -215,32 +215,110 @@ fn header(s: &mut String, g: &GroupReport) {
     }
 }
 
-/// Per figure: n, min, p50, p90, p99, p99.9, max, mean.
+/// The columns of a figure table: n, min, p50, p90, p99, p99.9, max, mean.
+const STAT_COLUMNS: [&str; 8] = ["n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"];
+
+/// A figure table's cells after the name.
+fn stat_cells(st: &crate::stats::Distribution) -> Vec<String> {
+    vec![
+        st.n.to_string(),
+        cell(st.min),
+        cell(st.p50),
+        cell(st.p90),
+        cell(st.p99),
+        cell(st.p999),
+        cell(st.max),
+        cell(st.mean),
+    ]
+}
+
+/// A table whose first column is `first` and whose others are [`STAT_COLUMNS`].
+fn stat_table(first: &str) -> Table {
+    let mut cols = vec![(first, Align::Left)];
+    cols.extend(STAT_COLUMNS.iter().map(|c| (*c, Align::Right)));
+    Table::new(2, &cols)
+}
+
+/// A bound as a table writes it after ±: "1.35", "12.8", "0.050".
+pub fn bound(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// A figure's row name: a one-way stage carries the clock split's bound
+/// (`uplink ± 1.35`), which it is only known within.
+pub fn row_name(f: Figure, split_err_ms: Option<f64>) -> String {
+    match split_err_ms {
+        Some(e) if figures::is_one_way(f) && e.is_finite() => format!("{f} ± {}", bound(e)),
+        _ => f.name().to_string(),
+    }
+}
+
+/// The line under a table with uplink / downlink on an estimated clock:
+/// each direction is only known within the split's bound, net exactly.
+pub fn split_note(split_err_ms: f64, net_p50: Option<f64>) -> String {
+    let net = net_p50.map_or(String::new(), |n| format!(" ({})", fmt_ms(n)));
+    format!(
+        "uplink / downlink: split ± {} (the median split_err_ms): the server's clock offset is estimated, so each direction is only known within that — net{net} is exact; to measure each direction, synchronise the clocks (PTP) and record with --clock trusted (docs/clocks.md)",
+        bound(split_err_ms)
+    )
+}
+
+/// The line under a table of records that carry `roundtrip` with no
+/// server timing (and no first-byte stamps): what is missing and where
+/// to get it.
+pub const NO_SERVER_TIMING_NOTE: &str = "no server timing: roundtrip is your transport span (send → response) as one block, not split into uplink, queue, infer and downlink — the policy server must send its timing in each response (the server_timing map or the stagetrace-timing header; docs/protocol.md; stagetrace-net, stagetrace-grpc and stagetrace.server do it)";
+
+/// Whether a table of these figures needs [`NO_SERVER_TIMING_NOTE`]: the
+/// transport as a whole, nothing of the server, no black-box cut.
+pub fn lacks_server_timing(has: impl Fn(Figure) -> bool) -> bool {
+    has(Figure::Roundtrip) && !Figure::Roundtrip.parts().iter().any(|p| has(*p))
+}
+
+/// Per figure: n, min, p50, p90, p99, p99.9, max, mean — the call's own
+/// figures (stages in call order, each one's parts under it, then the
+/// sums), the notes on what they rest on, then the hosts' figures under
+/// their own heading.
 fn stage_table(s: &mut String, g: &GroupReport) {
-    let _ = writeln!(
-        s,
-        "\n  {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
-        "stage", "n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
-    );
-    for m in figures::display_order() {
+    let _ = writeln!(s);
+    let mut t = stat_table("stage (ms)");
+    for m in figures::call_rows() {
         if let Some(st) = g.stages.get(m.name()) {
-            let _ = writeln!(
-                s,
-                "  {:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                m.name(),
-                st.n,
-                cell(st.min),
-                cell(st.p50),
-                cell(st.p90),
-                cell(st.p99),
-                cell(st.p999),
-                cell(st.max),
-                cell(st.mean)
-            );
+            let mut row = vec![row_name(m, g.split_err_ms)];
+            row.extend(stat_cells(st));
+            t.row(row);
         }
     }
-    if g.stages.contains_key(Figure::Ttfb.name()) {
-        let _ = writeln!(s, "  {BLACK_BOX_NOTE}");
+    t.write(s);
+    let has = |f: Figure| g.stages.contains_key(f.name());
+    let one_way = Figure::Net.parts().iter().any(|f| has(*f));
+    if let (true, Some(e)) = (one_way, g.split_err_ms) {
+        let net = g.stages.get(Figure::Net.name()).map(|n| n.p50);
+        let _ = writeln!(s, "    {}", split_note(e, net));
+    }
+    if has(Figure::Ttfb) {
+        let _ = writeln!(s, "    {BLACK_BOX_NOTE}");
+    }
+    if lacks_server_timing(has) {
+        let _ = writeln!(s, "    {NO_SERVER_TIMING_NOTE}");
+    }
+    let mut host = stat_table("host (ms)");
+    for m in figures::host_rows() {
+        if let Some(st) = g.stages.get(m.name()) {
+            let mut row = vec![m.name().to_string()];
+            row.extend(stat_cells(st));
+            host.row(row);
+        }
+    }
+    if !host.is_empty() {
+        let _ = writeln!(s, "\n  {}:", figures::HOST_HEADING);
+        host.write(s);
+        let _ = writeln!(s, "    {}", figures::HOST_LEGEND);
     }
 }
 
@@ -307,6 +385,24 @@ fn infer_parts(s: &mut String, g: &GroupReport) {
     }
 }
 
+/// The columns of a table against the baseline, after the name.
+const BASELINE_COLUMNS: [(&str, Align); 7] = [
+    ("base p50", Align::Right),
+    ("p50", Align::Right),
+    ("×p50 [CI]", Align::Right),
+    ("base p99", Align::Right),
+    ("p99", Align::Right),
+    ("×p99 [CI]", Align::Right),
+    ("shape", Align::Left),
+];
+
+/// A table against the baseline whose first columns are `first`.
+fn baseline_table_of(first: &[(&str, Align)]) -> Table {
+    let mut cols = first.to_vec();
+    cols.extend(BASELINE_COLUMNS);
+    Table::new(2, &cols)
+}
+
 /// Against the baseline: ratios with their intervals, and the shape.
 fn baseline_table(s: &mut String, g: &GroupReport) {
     if !g.baseline.is_empty() {
@@ -314,16 +410,15 @@ fn baseline_table(s: &mut String, g: &GroupReport) {
             s,
             "\n  against the baseline (ratio run/baseline, 95% bootstrap CI; shape by Mann–Whitney + Hodges–Lehmann and p99 exceedance):"
         );
-        let _ = writeln!(
-            s,
-            "  {:<10} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  shape",
-            "stage", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
-        );
-        for m in figures::display_order() {
+        let mut t = baseline_table_of(&[("stage (ms)", Align::Left)]);
+        for m in figures::call_rows() {
             if let Some(b) = g.baseline.get(m.name()) {
-                let _ = writeln!(s, "  {:<10} {}", m.name(), baseline_cells(b));
+                let mut row = vec![row_name(m, g.split_err_ms)];
+                row.extend(baseline_cells(b));
+                t.row(row);
             }
         }
+        t.write(s);
     }
 }
 

@@ -15,9 +15,11 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use stagetrace_schema::{Figure, FIGURE_COUNT};
+use stagetrace_schema::{Figure, BLACK_BOX_NOTE, FIGURE_COUNT};
 
+use crate::figures;
 use crate::format::iso_time;
+use crate::table::{Align, Table};
 
 /// Longest summary line kept (a longer one is skipped and counted).
 const MAX_LINE: usize = 4 << 20;
@@ -237,10 +239,15 @@ fn num(o: &serde_json::Map<String, Value>, keys: &[&str]) -> String {
         )
 }
 
-/// Row order for display: the figure table's order first (by short or
-/// record name, `observer_us` included), then the rest by name.
+/// Row order for display: the tables' order (the stages in call order,
+/// each one's parts under it, then the sums), then what the figure table
+/// does not know, by name.
 fn stage_rank(name: &str) -> usize {
-    Figure::from_name(name).map_or(FIGURE_COUNT, Figure::index)
+    let mut order = figures::call_rows();
+    order.extend(figures::host_rows());
+    Figure::from_name(name)
+        .and_then(|f| order.iter().position(|x| *x == f))
+        .unwrap_or(FIGURE_COUNT)
 }
 
 /// With a single kind, its table repeats the window's own `stages` table
@@ -271,6 +278,12 @@ fn drop_lone_kind_table(tables: &mut Vec<(String, String, &serde_json::Map<Strin
 
 /// One summary window as a terminal table.
 pub fn window_table(line: &Value, source: Option<&Path>) -> String {
+    window_table_of(line, source, &[])
+}
+
+/// One summary window as a terminal table, its rows limited to `only`
+/// when not empty (`tail --stage`).
+pub fn window_table_of(line: &Value, source: Option<&Path>, only: &[Figure]) -> String {
     let mut s = String::new();
     write_heading(&mut s, line, source);
     write_counts(&mut s, line);
@@ -284,7 +297,7 @@ pub fn window_table(line: &Value, source: Option<&Path>) -> String {
         let p = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
         let _ = writeln!(s, "observer p50 {:.1} µs, p99 {:.1} µs", p("p50"), p("p99"));
     }
-    write_stats_tables(&mut s, line);
+    write_stats_tables(&mut s, line, only);
     s
 }
 
@@ -379,44 +392,96 @@ fn write_deadline(s: &mut String, d: &serde_json::Map<String, Value>) {
     let _ = writeln!(s, "{}", t.join(", "));
 }
 
-/// Every statistics table of the window, one row per stage in display
-/// order, or a note that there is none yet.
-fn write_stats_tables(s: &mut String, line: &Value) {
+/// The bound of the window's uplink / downlink split: the median
+/// `split_err_ms` of its calls (`clock.split_err_ms.p50`), when it has one.
+fn split_bound(line: &Value) -> Option<f64> {
+    line.get("clock")?.get("split_err_ms")?.get("p50")?.as_f64()
+}
+
+/// Every statistics table of the window, one per place in the line
+/// (`stages`, each kind's): the call's figures (stages in call order, each
+/// one's parts under it, then the sums, the notes on what they rest on),
+/// then the hosts' under their own heading; or a note that there is none
+/// yet.
+fn write_stats_tables(s: &mut String, line: &Value, only: &[Figure]) {
     let mut tables = stats_tables(line);
     drop_lone_kind_table(&mut tables);
+    if !only.is_empty() {
+        tables.retain(|t| Figure::from_name(&t.1).is_some_and(|f| only.contains(&f)));
+    }
     tables.sort_by(|a, b| {
         a.0.cmp(&b.0)
             .then_with(|| stage_rank(&a.1).cmp(&stage_rank(&b.1)))
             .then_with(|| a.1.cmp(&b.1))
     });
-    let mut last_table: Option<&str> = None;
-    for (table, row, o) in &tables {
-        if last_table != Some(table.as_str()) {
-            let title = if table.is_empty() {
-                "figures".to_string()
-            } else {
-                table.clone()
-            };
-            let _ = writeln!(
-                s,
-                "\n{:<24} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
-                title, "n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
+    let split = split_bound(line);
+    let mut names: Vec<&str> = tables.iter().map(|t| t.0.as_str()).collect();
+    names.dedup();
+    for name in names {
+        let rows: Vec<_> = tables.iter().filter(|t| t.0 == name).collect();
+        let title = match name {
+            "" => "figures".to_string(),
+            "stages" => "all calls".to_string(),
+            n => match n
+                .strip_prefix("kinds.")
+                .and_then(|k| k.strip_suffix(".stages"))
+            {
+                Some(kind) => format!("kind \"{kind}\""),
+                None => n.to_string(),
+            },
+        };
+        let _ = writeln!(s, "\n{title}:");
+        let is_host = |row: &str| Figure::from_name(row).is_some_and(Figure::is_host);
+        let table = |first: &str, host: bool| {
+            let mut cols = vec![(first, Align::Left)];
+            cols.extend(
+                ["n", "min", "p50", "p90", "p99", "p99.9", "max", "mean"]
+                    .iter()
+                    .map(|c| (*c, Align::Right)),
             );
-            last_table = Some(table.as_str());
+            let mut t = Table::new(2, &cols);
+            for (_, row, o) in rows.iter().filter(|r| is_host(&r.1) == host) {
+                let label = Figure::from_name(row)
+                    .map_or_else(|| row.clone(), |f| crate::render::row_name(f, split));
+                t.row(vec![
+                    label,
+                    num(o, &["count", "n"]),
+                    num(o, &["min"]),
+                    num(o, &["p50"]),
+                    num(o, &["p90"]),
+                    num(o, &["p99"]),
+                    num(o, &["p999", "p99.9"]),
+                    num(o, &["max"]),
+                    num(o, &["mean"]),
+                ]);
+            }
+            t
+        };
+        let calls = table("stage (ms)", false);
+        if !calls.is_empty() {
+            calls.write(s);
         }
-        let _ = writeln!(
-            s,
-            "  {:<22} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            row,
-            num(o, &["count", "n"]),
-            num(o, &["min"]),
-            num(o, &["p50"]),
-            num(o, &["p90"]),
-            num(o, &["p99"]),
-            num(o, &["p999", "p99.9"]),
-            num(o, &["max"]),
-            num(o, &["mean"])
-        );
+        let has = |f: Figure| rows.iter().any(|r| Figure::from_name(&r.1) == Some(f));
+        if let (Some(e), true) = (split, Figure::Net.parts().iter().any(|f| has(*f))) {
+            let net = rows
+                .iter()
+                .find(|r| Figure::from_name(&r.1) == Some(Figure::Net))
+                .and_then(|r| r.2.get("p50"))
+                .and_then(Value::as_f64);
+            let _ = writeln!(s, "    {}", crate::render::split_note(e, net));
+        }
+        if has(Figure::Ttfb) {
+            let _ = writeln!(s, "    {BLACK_BOX_NOTE}");
+        }
+        if only.is_empty() && crate::render::lacks_server_timing(has) {
+            let _ = writeln!(s, "    {}", crate::render::NO_SERVER_TIMING_NOTE);
+        }
+        let hosts = table("host (ms)", true);
+        if !hosts.is_empty() {
+            let _ = writeln!(s, "\n  {}:", figures::HOST_HEADING);
+            hosts.write(s);
+            let _ = writeln!(s, "    {}", figures::HOST_LEGEND);
+        }
     }
     if tables.is_empty() {
         let _ = writeln!(s, "\n(no per-stage figures in this window yet)");
@@ -442,7 +507,7 @@ mod tests {
         assert_eq!(t.len(), 3);
         let table = window_table(&v, None);
         assert!(table.contains("rolling window #3"), "{table}");
-        assert!(table.contains("kinds.call.stages"));
+        assert!(table.contains("kind \"call\":"), "{table}");
         let infer = table
             .lines()
             .position(|l| l.trim_start().starts_with("infer"))

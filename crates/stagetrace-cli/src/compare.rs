@@ -22,6 +22,15 @@ pub(crate) struct CompareArgs {
     /// Print the comparison as JSON (see docs/report.md).
     #[arg(long)]
     json: bool,
+    /// List every row, the unchanged ones (`~`) too; by default only the
+    /// rows that changed are listed, under the answer.
+    #[arg(long)]
+    all: bool,
+    /// Only this stage's rows (repeatable): a figure's name (`infer`,
+    /// `infer_ms`) or the span names the docs tell you to write
+    /// (`transport` = roundtrip, `call` = e2e).
+    #[arg(long = "stage", value_name = "STAGE")]
+    stages: Vec<String>,
     /// Skip corrupt lines (counted and reported) instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
@@ -43,6 +52,7 @@ pub(crate) fn run(args: CompareArgs) -> ExitCode {
 }
 
 fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
+    let stages = crate::stage_names::parse(&args.stages)?;
     input::stdin_at_most_once([&args.before, &args.after])?;
     let opts = LoadOptions {
         skip_bad: args.skip_bad,
@@ -51,7 +61,10 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
     let sel = args.select.selection()?;
     let before = run_input::load(std::slice::from_ref(&args.before), opts, "before", &sel)?;
     let after = run_input::load(std::slice::from_ref(&args.after), opts, "after", &sel)?;
-    let c = compare::compare(&before, &after, args.seed);
+    let mut c = compare::compare(&before, &after, args.seed);
+    if !stages.is_empty() {
+        c.only(&stages);
+    }
     // A reader that stopped early (`| head`) does not change the verdict on
     // the outputs below.
     if args.json {
@@ -62,7 +75,7 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
             eprintln!("warning: {w}");
         }
     } else {
-        stdout::print(&compare::text(&c))?;
+        stdout::print(&compare::render(&c, args.all))?;
     }
     if c.outputs.failed() {
         eprintln!(

@@ -21,6 +21,7 @@ mod parquet_input;
 mod report;
 mod robots;
 mod run_input;
+mod stage_names;
 mod stdout;
 mod tail;
 

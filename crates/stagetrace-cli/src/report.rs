@@ -56,6 +56,11 @@ pub(crate) struct ReportArgs {
     /// (robot_differs; see docs/fleet.md).
     #[arg(long)]
     per_robot: bool,
+    /// Not an option: the tables already show every stage's p50, p90,
+    /// p99, p99.9 and max. Taken (hidden) so that the answer says so,
+    /// rather than the parser's nearest option name (`--until`).
+    #[arg(long, alias = "quantile", hide = true, value_name = "Q", num_args = 0..=1)]
+    percentile: Option<Option<String>>,
     #[command(flatten)]
     select: crate::parquet_input::SelectArgs,
 }
@@ -142,6 +147,12 @@ fn warn_of_pooling(args: &ReportArgs, a: &mut analysis::Analysis<'_>) {
 }
 
 fn report(args: ReportArgs) -> Result<ExitCode, String> {
+    if let Some(q) = &args.percentile {
+        let q = q.as_deref().unwrap_or("99");
+        return Err(format!(
+            "--percentile: report has no such option — its tables already show every stage's p50, p90, p99, p99.9 and max; for one figure read the JSON (--json | jq '.groups[0].stages.e2e.p{q}'), or gate on it (--fail-if 'e2e.p{q}>40ms'; STAT: p50 p90 p99 p999)"
+        ));
+    }
     let gates: Vec<Gate> = args
         .fail_if
         .iter()

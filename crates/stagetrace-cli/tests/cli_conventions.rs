@@ -467,3 +467,39 @@ fn tail_json_prints_each_window_as_one_line() {
     let (code, err) = interrupt(child);
     assert_eq!(code, Some(130), "{err}");
 }
+
+#[test]
+fn help_lists_every_subcommand() {
+    let out = bin().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let about = help.lines().next().unwrap();
+    // Every command the help lists is named in its first line.
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.contains(&"convert"), "{help}");
+    for c in commands {
+        assert!(about.contains(c), "{c} not in {about:?}");
+    }
+}
+
+#[test]
+fn a_percentile_option_is_answered_with_what_the_tables_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("r.jsonl");
+    gen::write(&f, &seeded(3));
+    let out = stagetrace(&["report", "--percentile", "99", p(&f)]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("--until"), "{err}");
+    assert!(
+        err.contains("already show every stage's p50, p90, p99"),
+        "{err}"
+    );
+    assert!(err.contains("--fail-if 'e2e.p99>40ms'"), "{err}");
+}

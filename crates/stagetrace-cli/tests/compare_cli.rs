@@ -20,13 +20,22 @@ fn two_samples_of_one_distribution_are_noise() {
         let out = stagetrace(&["compare", p(&before), p(&after)]);
         assert!(out.status.success(), "{}", stderr(&out));
         let text = stdout(&out);
-        let rows: Vec<&str> = text
-            .lines()
-            .filter(|l| matches!(l.split_whitespace().nth(1), Some("p50" | "p90" | "p99")))
-            .collect();
+        assert!(
+            text.contains("Nothing changed beyond noise"),
+            "seeds {a}/{b}: {text}"
+        );
+        let is_row = |l: &&str| matches!(l.split_whitespace().nth(1), Some("p50" | "p90" | "p99"));
+        assert_eq!(text.lines().filter(is_row).count(), 0, "{text}");
+        // Every row, with --all: each one noise, and no p-value beside it.
+        let out = stagetrace(&["compare", p(&before), p(&after), "--all"]);
+        let text = stdout(&out);
+        let rows: Vec<&str> = text.lines().filter(is_row).collect();
         assert!(rows.len() >= 30, "{text}");
         for r in &rows {
-            assert!(r.contains(" ~ "), "seeds {a}/{b}: not noise: {r}\n{text}");
+            assert!(
+                r.trim_end().ends_with(" ~"),
+                "seeds {a}/{b}: not noise: {r}\n{text}"
+            );
         }
     }
 }
@@ -54,11 +63,14 @@ fn a_real_twenty_percent_shift_is_flagged() {
         .unwrap();
     assert!(!row.contains(" ~ "), "{row}");
     assert!(row.contains("+20.") || row.contains("+19."), "{row}");
-    let capture = text
-        .lines()
-        .find(|l| l.split_whitespace().take(2).eq(["capture", "p50"]))
-        .unwrap();
-    assert!(capture.contains(" ~ "), "{capture}");
+    // The answer first: infer, with its figures.
+    assert!(text.contains("What changed: infer slower by"), "{text}");
+    let capture_p50 = |l: &&str| l.split_whitespace().take(2).eq(["capture", "p50"]);
+    assert!(!text.lines().any(|l| capture_p50(&l)), "{text}");
+    let out = stagetrace(&["compare", p(&before), p(&after), "--all"]);
+    let all = stdout(&out);
+    let capture = all.lines().find(capture_p50).unwrap();
+    assert!(capture.trim_end().ends_with(" ~"), "{capture}");
 
     let out = stagetrace(&["compare", p(&before), p(&after), "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -115,7 +127,9 @@ fn changed_outputs_fail_compare() {
     let out = stagetrace(&["compare", p(&before), p(&same)]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("outputs: identical for all 3020 calls"),
+        stdout(&out).contains(
+            "outputs: the policy's outputs were identical for all 3020 calls (same kind and seq)"
+        ),
         "{}",
         stdout(&out)
     );
@@ -135,4 +149,94 @@ fn changed_outputs_fail_compare() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["outputs"]["mismatched"], 2);
     assert_eq!(json["outputs"]["compared"], 3020);
+}
+
+/// Issue 40's case through the command: a base run against one with 15 ms
+/// more on the uplink. On estimated clocks the split reads +7.5 ms each
+/// way: compare says, once, that net moved and which direction cannot be
+/// told, with the bound, and no row claims a downlink move. On trusted
+/// clocks the uplink is named and the downlink unchanged.
+#[test]
+fn a_one_way_change_is_judged_by_the_clock_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, seed: u64, trusted: bool, up: f64| {
+        let f = dir.path().join(format!("{name}.jsonl"));
+        gen::write(
+            &f,
+            &Scenario {
+                seed,
+                calls: 300,
+                hz: 30.0,
+                warmup: 10,
+                infer_ms: (12.0, 0.2),
+                split_err_ms: 1.35,
+                trusted_clocks: trusted,
+                link_delay_ms: (up, 0.0),
+                ..Scenario::default()
+            },
+        );
+        f
+    };
+    let (base, up15) = (run("base", 31, false, 0.0), run("up15", 32, false, 15.0));
+    let out = stagetrace(&["compare", p(&base), p(&up15)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.matches("which direction cannot be told").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("What changed: net (uplink + downlink, exact) slower by 15."),
+        "{text}"
+    );
+    assert!(
+        text.contains("each within the clock split's ± 10.20 ms"),
+        "{text}"
+    );
+    for l in text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("downlink"))
+    {
+        assert!(l.contains("direction unknown") && !l.contains('%'), "{l}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&stagetrace(&["compare", p(&base), p(&up15), "--json"]).stdout)
+            .unwrap();
+    for r in json["groups"][0]["rows"].as_array().unwrap() {
+        if r["stage"] == "downlink" || r["stage"] == "uplink" {
+            assert_eq!(r["significant"], false, "{r}");
+            assert_eq!(r["direction_unknown"], true, "{r}");
+        }
+    }
+    let (tbase, tup15) = (run("tbase", 33, true, 0.0), run("tup15", 34, true, 15.0));
+    let text = stdout(&stagetrace(&["compare", p(&tbase), p(&tup15)]));
+    assert!(
+        text.contains("What changed: uplink slower by 15."),
+        "{text}"
+    );
+    assert!(text.contains("downlink unchanged"), "{text}");
+    assert!(!text.contains("direction unknown"), "{text}");
+    // `--stage transport` is the records' roundtrip.
+    let text = stdout(&stagetrace(&[
+        "compare",
+        p(&tbase),
+        p(&tup15),
+        "--stage",
+        "transport",
+        "--all",
+    ]));
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| matches!(l.split_whitespace().nth(1), Some("p50" | "p90" | "p99")))
+        .collect();
+    assert_eq!(rows.len(), 3, "{text}");
+    assert!(
+        rows.iter().all(|r| r.trim_start().starts_with("roundtrip")),
+        "{text}"
+    );
+    support::assert_usage_error(
+        &["compare", p(&tbase), p(&tup15), "--stage", "transprot"],
+        "--stage transprot: no such stage",
+    );
 }

@@ -80,7 +80,9 @@ fn compare_passes_a_sound_cache_and_fails_one_whose_key_misses_the_image() {
     let text = stdout(&ok);
     assert!(ok.status.success(), "{text}\n{}", stderr(&ok));
     assert!(
-        text.contains(&format!("outputs: identical for all {CALLS} calls")),
+        text.contains(&format!(
+            "the policy's outputs were identical for all {CALLS} calls"
+        )),
         "{text}"
     );
 

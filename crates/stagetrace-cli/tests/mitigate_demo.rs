@@ -58,7 +58,7 @@ fn batch_knob_batches_calls_and_compare_checks_outputs() {
     let ok = stagetrace(&["compare", p(&before), p(&batched)]);
     assert!(ok.status.success(), "{}", stderr(&ok));
     assert!(
-        stdout(&ok).contains("outputs: identical for all 60 calls"),
+        stdout(&ok).contains("the policy's outputs were identical for all 60 calls"),
         "{}",
         stdout(&ok)
     );

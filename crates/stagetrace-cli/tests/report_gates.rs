@@ -120,3 +120,69 @@ fn a_run_directory_stands_for_its_record_files() {
     let empty = tempfile::tempdir().unwrap();
     assert_usage_error(&["report", p(empty.path())], "no records*.jsonl files");
 }
+
+/// Records of an app whose policy server sends no timing: each call is the
+/// user's `transport` span as a whole (`roundtrip`), around 10 + i % 5 ms.
+fn without_server_timing(dir: &std::path::Path) -> std::path::PathBuf {
+    let f = dir.join("records.jsonl");
+    let lines: String = (0..200)
+        .map(|i| {
+            let rt = 10.0 + f64::from(i % 5);
+            format!(
+                "{{\"seq\":{i},\"ts_unix_ms\":{},\"kind\":\"call\",\"capture_ms\":2.0,\"roundtrip_ms\":{rt},\"dispatch_ms\":1.0,\"e2e_ms\":{},\"gap_ms\":0.2}}\n",
+                1_764_000_000_000.0 + 33.0 * f64::from(i),
+                rt + 3.2
+            )
+        })
+        .collect();
+    fs::write(&f, lines).unwrap();
+    f
+}
+
+#[test]
+fn the_span_names_users_write_are_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = without_server_timing(dir.path());
+    // `transport` is the records' roundtrip (p99: 14 ms), `call` their e2e.
+    let out = stagetrace(&["report", p(&f), "--fail-if", "transport.p99>12ms"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("fail-if fired: transport.p99>12ms — measured 14.000 ms > 12 ms"),
+        "{}",
+        stderr(&out)
+    );
+    // e2e p50: 15.2 ms.
+    let out = stagetrace(&["report", p(&f), "--fail-if", "call.p50>15ms"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = stagetrace(&["report", p(&f), "--fail-if", "transport.p99>20ms"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn records_without_server_timing_say_what_they_miss() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = without_server_timing(dir.path());
+    let out = stagetrace(&["report", p(&f)]);
+    let text = support::stdout(&out);
+    let note = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("no server timing:"))
+        .unwrap_or_else(|| panic!("no note: {text}"));
+    assert!(note.contains("docs/protocol.md"), "{note}");
+    // Under the stage table, right after its rows.
+    let rows_end = text
+        .lines()
+        .position(|l| l.trim_start().starts_with("gap "))
+        .unwrap();
+    assert_eq!(text.lines().nth(rows_end + 1), Some(note), "{text}");
+    // A gate on a figure only server timing gives says why it has none.
+    assert_usage_error(
+        &["report", p(&f), "--fail-if", "infer.p99>10ms"],
+        "no server timing: the policy server sends none (docs/protocol.md)",
+    );
+    // Records with server timing carry no such note.
+    let timed = dir.path().join("timed.jsonl");
+    gen::write(&timed, &seeded(11));
+    let text = support::stdout(&stagetrace(&["report", p(&timed)]));
+    assert!(!text.contains("no server timing"), "{text}");
+}

@@ -34,7 +34,7 @@ fn once_shows_the_newest_complete_window() {
         .find(|l| l.trim_start().starts_with("infer"))
         .unwrap();
     assert!(infer.contains("31.500"), "{infer}");
-    assert!(s.contains("kinds.call.stages"), "{s}");
+    assert!(s.contains("kind \"call\":"), "{s}");
     assert!(s.contains("deadline misses 3"), "{s}");
     assert!(s.contains("observer p50 2.5 µs"), "{s}");
 }
@@ -115,7 +115,7 @@ fn a_lone_kind_is_not_shown_twice() {
     let out = stagetrace(&["tail", p(dir.path()), "--once"]);
     let s = stdout(&out);
     assert_eq!(s.matches("(ms)").count(), 1, "{s}");
-    assert!(!s.contains("kinds.call.stages"), "{s}");
+    assert!(!s.contains("kind \"call\""), "{s}");
 }
 
 /// Spawns `stagetrace tail ARGS` with both outputs collected as they come.
@@ -170,4 +170,113 @@ fn a_directory_that_does_not_exist_yet_is_waited_for() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+#[test]
+fn a_directory_never_created_is_given_up_on() {
+    let parent = tempfile::tempdir().unwrap();
+    fs::create_dir(parent.path().join("run-a")).unwrap();
+    let dir = parent.path().join("run-b");
+    let started = Instant::now();
+    let out = stagetrace(&["tail", p(&dir), "--wait", "1", "--interval", "0.1"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("was not created in 1 s"), "{err}");
+    // The directories next to it, to spot a typo.
+    assert!(err.contains("run-a"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // A directory no run writes to is given up on too.
+    let empty = tempfile::tempdir().unwrap();
+    let out = stagetrace(&["tail", p(empty.path()), "--wait", "1", "--interval", "0.1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no run wrote to"), "{}", stderr(&out));
+}
+
+/// A window line of `len_ms`, run `run-a`, numbered `index`.
+fn window_of(index: u64, len_ms: f64, kind: &str) -> String {
+    let mut w: serde_json::Value = serde_json::from_str(&window("run-a", index, 30.0)).unwrap();
+    let start = w["start_unix_ms"].as_f64().unwrap();
+    w["end_unix_ms"] = (start + len_ms).into();
+    w["window"] = kind.into();
+    format!("{w}\n")
+}
+
+#[test]
+fn the_run_s_end_ends_the_live_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("summary.x.jsonl");
+    fs::write(&f, window_of(0, 10_000.0, "rolling")).unwrap();
+    let (mut child, out, _err) = spawn_tail(&[p(dir.path()), "--interval", "0.1"]);
+    let result = std::panic::catch_unwind(|| {
+        wait_for(&out, "rolling window #0");
+        // The writer's shutdown: its cumulative line.
+        let mut file = OpenOptions::new().append(true).open(&f).unwrap();
+        file.write_all(window_of(1, 10_000.0, "cumulative").as_bytes())
+            .unwrap();
+        wait_for(&out, "the run ended");
+    });
+    let status = wait_exit(&mut child);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+    assert!(out.lock().unwrap().contains("cumulative window"));
+}
+
+#[test]
+fn a_run_that_stops_writing_is_said_to_have_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    // One-second windows: silent for three of them, the run has stopped.
+    fs::write(
+        dir.path().join("summary.x.jsonl"),
+        window_of(0, 1_000.0, "rolling"),
+    )
+    .unwrap();
+    let (mut child, out, _err) = spawn_tail(&[p(dir.path()), "--interval", "0.1"]);
+    let result = std::panic::catch_unwind(|| {
+        wait_for(&out, "rolling window #0");
+        wait_for(&out, "the run stopped writing");
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    let text = out.lock().unwrap().clone();
+    assert!(text.contains("windows close every 1 s"), "{text}");
+}
+
+/// Waits up to 30 s for `child` to exit by itself.
+fn wait_exit(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn stage_limits_the_rows_and_takes_the_span_names() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("summary.x.jsonl"), window("run-a", 0, 30.0)).unwrap();
+    // `call` is the records' e2e (36 ms here).
+    let out = stagetrace(&["tail", p(dir.path()), "--once", "--stage", "call"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = stdout(&out);
+    let rows: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with("stage (ms)"))
+        .collect();
+    assert_eq!(rows.len(), 1, "{s}");
+    assert!(rows[0].trim_start().starts_with("e2e "), "{s}");
+    assert!(rows[0].contains("36.000"), "{s}");
+    assert_usage_error(
+        &["tail", p(dir.path()), "--once", "--stage", "nope"],
+        "--stage nope: no such stage",
+    );
 }

@@ -2,12 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use stagetrace_schema::Figure;
+use stagetrace_schema::{Figure, Side};
 
 use super::group::GroupData;
 use super::options::{MIN_N, MIN_SPIKES};
-use super::report::GapReport;
+use super::report::{GapReport, Stall};
 use crate::figures;
+use crate::format::iso_time;
 use crate::load::Dataset;
 use crate::stats;
 
@@ -77,10 +78,22 @@ pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
     } else {
         0.0
     };
-    // ... unless one call stalled: a pause outside every stage as long as a
-    // whole median call is a fault on its own, once is enough.
+    // A call that paused outside every stage as long as a whole median call
+    // is an event of its own, named with its call (a `stall`), not jitter:
+    // set aside with the worst calls above, it leaves the jitter to the rest.
     let gap_median = stats::quantile(g.sorted(Figure::Gap), 0.5);
-    let stalled = gaps.iter().any(|&v| v - gap_median >= median);
+    let stalled: Vec<usize> = (0..gaps.len())
+        .filter(|&k| gaps[k] - gap_median >= median)
+        .collect();
+    // From MIN_SPIKES stalls on they are spikes of the gap, said as such.
+    let stalls = if stalled.len() < MIN_SPIKES {
+        stalled
+            .iter()
+            .map(|&k| stall(ds, g, g.calls[k] as usize, gaps[k], gap_median))
+            .collect()
+    } else {
+        Vec::new()
+    };
     Some(GapReport {
         n: e2e.len() as u64,
         e2e_stddev_ms: sd,
@@ -90,8 +103,46 @@ pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
         observer_share,
         unexplained: has(Figure::Gap)
             && explains(sd, gap_share)
-            && (stalled || explains(rest_var.sqrt(), rest_share)),
+            && explains(rest_var.sqrt(), rest_share),
+        stalls,
     })
+}
+
+/// Share of a stall's excess a host figure's own excess on that call must
+/// reach to be named as what held the robot.
+const HOST_SHARE: f64 = 0.5;
+
+/// The stall of call `i` (an index into `ds`): when, how long, and the
+/// robot's host figures that explain it.
+fn stall(ds: &Dataset, g: &GroupData, i: usize, gap: f64, gap_median: f64) -> Stall {
+    let excess = gap - gap_median;
+    // The gap is the robot's own time: its host is the one to ask.
+    let robot_host = Figure::ALL
+        .into_iter()
+        .filter(|f| f.is_host() && f.side() == Side::Client && !g.sorted(*f).is_empty());
+    let mut host_measured = false;
+    let mut host: Vec<(&'static str, f64)> = Vec::new();
+    for f in robot_host {
+        host_measured = true;
+        let typical = stats::quantile(g.sorted(f), 0.5);
+        if let Some(v) = ds.value(f, i) {
+            if v - typical >= HOST_SHARE * excess {
+                host.push((f.name(), v));
+            }
+        }
+    }
+    host.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Stall {
+        seq: ds.seq(i),
+        ts_unix_ms: ds.ts_unix_ms(i),
+        time: iso_time(ds.ts_unix_ms(i)),
+        gap_ms: gap,
+        excess_ms: excess,
+        e2e_ms: ds.value(Figure::E2e, i).unwrap_or(f64::NAN),
+        late_ms: ds.value(Figure::Late, i),
+        host,
+        host_measured,
+    }
 }
 
 /// Indices of `e2e` without its `k` largest values.

@@ -227,6 +227,7 @@ pub(super) fn rate_of(ds: &Dataset, calls: &[u32]) -> Rate {
             0.0
         },
         late,
+        cause: None,
     });
     Rate {
         effective_hz,

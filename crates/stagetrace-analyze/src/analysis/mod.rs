@@ -9,6 +9,7 @@
 mod async_queue;
 mod baseline;
 mod causes;
+mod deadline;
 mod fleet;
 mod gap;
 mod group;
@@ -39,10 +40,10 @@ pub use hops::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::HostCause;
 pub use report::{
-    ActionQueue, Deadline, DeviceTime, ErrorCount, GapReport, GroupReport, InferParts, Inputs,
-    Mitigations, OutlierRound, OutlierStage, Outliers, PartShare, Periodicity, Rate, Report,
-    RobotInput, RobotStage, RobotStages, SecondMode, ServerWait, StageVsBaseline, Verdict,
-    ALL_KINDS, REPORT_SCHEMA,
+    ActionQueue, Deadline, DeadlineCause, DeadlineShare, DeviceTime, ErrorCount, GapReport,
+    GroupReport, InferParts, Inputs, Mitigations, OutlierRound, OutlierStage, Outliers, PartShare,
+    Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, SecondMode, ServerWait,
+    StageVsBaseline, Stall, Verdict, ALL_KINDS, REPORT_SCHEMA,
 };
 
 pub(crate) use group::inputs_of;
@@ -149,7 +150,11 @@ fn analyze_group(
     }
     let first = g.calls.first().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let last = g.calls.last().map_or(f64::NAN, |&i| ds.ts[i as usize]);
-    let rate = rate(ds, g);
+    let mut rate = rate(ds, g);
+    // The split's bound on uplink / downlink (median split_err_ms);
+    // absent when the records carry none.
+    let err = |xs: &[f32]| (!xs.is_empty()).then(|| stats::quantile(xs, 0.5));
+    let split_err_ms = err(g.sorted(Figure::SplitErr));
     let vs = match base {
         Some(b) if !pooled => analysed()
             .filter_map(|m| Some((m.name(), vs_baseline(b.sorted(m), g.sorted(m), opts)?)))
@@ -179,6 +184,9 @@ fn analyze_group(
         by_figure.remove(m.stage);
     }
     let outliers = outliers(ds, g, rule, by_figure, shifted, opts);
+    if let (false, Some(d)) = (pooled, rate.deadline.as_mut()) {
+        d.cause = deadline::deadline_cause(ds, g, rate.effective_hz, split_err_ms, floor);
+    }
     let gap = if pooled { None } else { gap(ds, g) };
     let mut report = GroupReport {
         kind: g.kind.clone(),
@@ -189,6 +197,7 @@ fn analyze_group(
         start_unix_ms: first,
         end_unix_ms: last,
         rate,
+        split_err_ms,
         stages,
         baseline: vs,
         outliers,
@@ -206,8 +215,7 @@ fn analyze_group(
     if !pooled {
         // The split's error on a change: the run's and the baseline's (each
         // side's median split_err_ms); absent when the records carry none.
-        let err = |xs: &[f32]| (!xs.is_empty()).then(|| stats::quantile(xs, 0.5));
-        let run_err = err(g.sorted(Figure::SplitErr));
+        let run_err = split_err_ms;
         let base_err = base.and_then(|b| err(b.sorted(Figure::SplitErr)));
         let cx = Context {
             has_baseline: base.is_some(),

@@ -114,6 +114,10 @@ pub struct GroupReport {
     pub end_unix_ms: f64,
     /// Call rate, completion jitter, deadlines.
     pub rate: Rate,
+    /// The clock split's bound on uplink / downlink: the median
+    /// `split_err_ms` of the steady calls (ms); `null` when the records
+    /// carry none (trusted clocks, or no split).
+    pub split_err_ms: Option<f64>,
     /// Per-stage distributions (ms), keyed by stage name.
     pub stages: BTreeMap<&'static str, Distribution>,
     /// Per-stage comparison with the baseline, keyed by stage name.
@@ -298,6 +302,52 @@ pub struct Deadline {
     pub miss_rate: f64,
     /// Lateness against the scheduled tick (ms), when recorded.
     pub late: Option<Distribution>,
+    /// Why the calls missed: the loop's period, whether it is paced, and
+    /// which stages carry the time over the period. Absent without a miss
+    /// (or without `late_ms` to read the period from).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<DeadlineCause>,
+}
+
+/// Why a group's calls missed their tick's deadline (`docs/report.md`,
+/// "Deadline misses").
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeadlineCause {
+    /// The loop's period (ms), read off the records: the largest
+    /// `e2e − late` (deadline − start, the period on a call that started
+    /// on its tick).
+    pub period_ms: f64,
+    /// `1000 / period_ms`.
+    pub target_hz: f64,
+    /// `unpaced` (the loop runs its calls back to back, faster than its
+    /// target: it does not wait for its ticks), `over_period` (the typical
+    /// call takes 90 % of the period or more: the call does not fit), or
+    /// `held_up` (a few calls took longer than usual).
+    pub cause: &'static str,
+    /// Median time between one call's end and the next one's start (ms;
+    /// `null` when no two consecutive records say).
+    pub idle_p50_ms: Option<f64>,
+    /// e2e median of the steady calls (ms).
+    pub e2e_p50_ms: f64,
+    /// e2e median of the calls that missed (ms).
+    pub missed_e2e_p50_ms: f64,
+    /// Median of how long after its tick a missed call started (ms): the
+    /// call before it overran.
+    pub late_start_ms: f64,
+    /// What carries the time, largest first: for `over_period` each
+    /// stage's median on the missed calls; for `held_up` each stage's
+    /// median excess over its own median on those calls, and `late_start`.
+    /// Only what reaches the floor of "What counts".
+    pub stages: Vec<DeadlineShare>,
+}
+
+/// One stage's share of the deadline misses (ms).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeadlineShare {
+    /// The stage (or `late_start`).
+    pub stage: &'static str,
+    /// Its time (ms), as [`DeadlineCause::stages`] says.
+    pub ms: f64,
 }
 
 /// One stage against the baseline.
@@ -470,8 +520,42 @@ pub struct GapReport {
     pub gap_share: f64,
     /// Share of the observer's own cost (part of the gap).
     pub observer_share: f64,
-    /// True when e2e jitters (σ ≥ 1 % of the median) and the gap explains ≥ half of it.
+    /// True when e2e jitters (σ ≥ 1 % of the median) and the gap explains
+    /// ≥ half of it, with the worst calls (and so the stalls) set aside.
     pub unexplained: bool,
+    /// Calls that stalled: a pause outside every stage at least as long
+    /// as the median call (each one an event, named with its call; none
+    /// once they are frequent enough to be spikes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stalls: Vec<Stall>,
+}
+
+/// One call that paused outside every stage (its gap) for at least a
+/// median call.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stall {
+    /// The record's `seq`.
+    pub seq: u64,
+    /// Wall time of the call (ms since the epoch).
+    pub ts_unix_ms: f64,
+    /// The same as UTC ISO-8601.
+    pub time: String,
+    /// Its gap (ms).
+    pub gap_ms: f64,
+    /// Its gap over the median call's gap (ms).
+    pub excess_ms: f64,
+    /// Its e2e (ms).
+    pub e2e_ms: f64,
+    /// How late it ended against its tick's deadline (ms), with a target rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late_ms: Option<f64>,
+    /// The robot's host figures on that call above their median by at
+    /// least half the excess, largest first: what held the robot (ms).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host: Vec<(&'static str, f64)>,
+    /// The records carry host figures (so none explaining it says something).
+    #[serde(skip)]
+    pub host_measured: bool,
 }
 
 /// A conclusion in plain language, with a machine-readable code.
@@ -479,7 +563,7 @@ pub struct GapReport {
 pub struct Verdict {
     /// `median_shift`, `faster`, `tail_only`, `periodic`, `spikes`,
     /// `second_mode`, `host_cpu`, `host_gc`, `network_moved`, `e2e_moved`,
-    /// `unexplained_gap`, `worker_pool_starved`, `loop_blocked`,
+    /// `unexplained_gap`, `stall`, `worker_pool_starved`, `loop_blocked`,
     /// `device_after_model`, `queue_ran_dry`, `deadline_misses`,
     /// `no_steady_calls`, `steady`, or (fleet reports) `robot_differs`,
     /// `hop_slower` (`docs/report.md`, "Verdict codes").

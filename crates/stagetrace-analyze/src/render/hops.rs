@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use crate::analysis::GroupReport;
 use crate::load::HopFig;
 
-use super::{baseline_cells, cell};
+use super::{baseline_cells, baseline_table_of, cell};
+use crate::table::{Align, Table};
 
 /// Writes the hops section of a group (nothing without gateways).
 pub(super) fn table(s: &mut String, g: &GroupReport) {
@@ -18,10 +19,18 @@ pub(super) fn table(s: &mut String, g: &GroupReport) {
         s,
         "\n  hops (per hop of the records' hops: up / down = each way, split with that hop's own clock offset, ± err; net exact; relay = the gateway's own time at the hop's end):"
     );
-    let _ = writeln!(
-        s,
-        "  {:<28} {:<6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}   (ms)",
-        "hop", "figure", "n", "min", "p50", "p90", "p99", "max"
+    let mut t = Table::new(
+        2,
+        &[
+            ("hop", Align::Left),
+            ("figure", Align::Left),
+            ("n", Align::Right),
+            ("min", Align::Right),
+            ("p50", Align::Right),
+            ("p90", Align::Right),
+            ("p99", Align::Right),
+            ("max (ms)", Align::Right),
+        ],
     );
     for h in &g.hops {
         let name = h.name();
@@ -29,30 +38,25 @@ pub(super) fn table(s: &mut String, g: &GroupReport) {
             let Some(st) = h.figures.get(fig.field()) else {
                 continue;
             };
-            let label = if i == 0 { name.as_str() } else { "" };
-            let _ = writeln!(
-                s,
-                "  {:<28} {:<6} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            let label = if i == 0 { name.clone() } else { String::new() };
+            t.row(vec![
                 label,
-                fig.name(),
-                st.n,
+                fig.name().to_string(),
+                st.n.to_string(),
                 cell(st.min),
                 cell(st.p50),
                 cell(st.p90),
                 cell(st.p99),
-                cell(st.max)
-            );
+                cell(st.max),
+            ]);
         }
     }
+    t.write(s);
     if g.hops.iter().all(|h| h.baseline.is_empty()) {
         return;
     }
     let _ = writeln!(s, "\n  hops against the baseline:");
-    let _ = writeln!(
-        s,
-        "  {:<28} {:<6} {:>9} {:>9} {:>20} {:>9} {:>9} {:>20}  shape",
-        "hop", "figure", "base p50", "p50", "×p50 [CI]", "base p99", "p99", "×p99 [CI]"
-    );
+    let mut t = baseline_table_of(&[("hop", Align::Left), ("figure", Align::Left)]);
     for h in &g.hops {
         let name = h.name();
         let mut first = true;
@@ -60,14 +64,14 @@ pub(super) fn table(s: &mut String, g: &GroupReport) {
             let Some(b) = h.baseline.get(fig.field()) else {
                 continue;
             };
-            let _ = writeln!(
-                s,
-                "  {:<28} {:<6} {}",
-                if first { name.as_str() } else { "" },
-                fig.name(),
-                baseline_cells(b)
-            );
+            let mut row = vec![
+                if first { name.clone() } else { String::new() },
+                fig.name().to_string(),
+            ];
+            row.extend(baseline_cells(b));
+            t.row(row);
             first = false;
         }
     }
+    t.write(s);
 }

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::GroupReport;
+use crate::analysis::{GroupReport, RobotStages};
 use crate::figures;
+use crate::table::{Align, Table};
 
 /// Robots side by side in one block; more robots wrap into further blocks.
 const PER_BLOCK: usize = 5;
@@ -37,63 +38,54 @@ pub(super) fn table(s: &mut String, g: &GroupReport, order: &[String]) {
     );
     let names: Vec<&String> = order.iter().filter(|n| g.robots.contains_key(*n)).collect();
     for block in names.chunks(PER_BLOCK) {
-        let widths: Vec<usize> = block
-            .iter()
-            .map(|n| {
-                let cells = g.robots[*n]
-                    .stages
-                    .values()
-                    .map(|st| pair(st.p50, st.p99).chars().count());
-                cells.chain([n.chars().count()]).max().unwrap_or(0)
-            })
-            .collect();
-        let _ = write!(s, "  {:<10}", "stage");
-        for (n, w) in block.iter().zip(&widths) {
-            let _ = write!(s, "  {n:>w$}");
-        }
-        let _ = writeln!(s);
-        let _ = write!(s, "  {:<10}", "calls");
-        for (n, w) in block.iter().zip(&widths) {
-            let _ = write!(s, "  {:>w$}", g.robots[*n].steady);
-        }
-        let _ = writeln!(s);
+        let mut cols = vec![("stage", Align::Left)];
+        cols.extend(block.iter().map(|n| (n.as_str(), Align::Right)));
+        let mut t = Table::new(2, &cols);
+        let each = |cell: &dyn Fn(&RobotStages) -> String| -> Vec<String> {
+            block.iter().map(|n| cell(&g.robots[*n])).collect()
+        };
+        let row = |t: &mut Table, name: &str, cells: Vec<String>| {
+            let mut r = vec![name.to_string()];
+            r.extend(cells);
+            t.row(r);
+        };
+        row(&mut t, "calls", each(&|r| r.steady.to_string()));
         // Each robot's own rate and completion jitter (p50 / p99, ms):
         // the merged robots' interleaved calls make neither.
-        let _ = write!(s, "  {:<10}", "Hz");
-        for (n, w) in block.iter().zip(&widths) {
-            let hz = g.robots[*n]
-                .rate
-                .effective_hz
-                .map_or_else(|| "-".to_string(), |h| format!("{h:.1}"));
-            let _ = write!(s, "  {hz:>w$}");
-        }
-        let _ = writeln!(s);
-        let _ = write!(s, "  {:<10}", "jitter");
-        for (n, w) in block.iter().zip(&widths) {
-            let j = g.robots[*n]
-                .rate
-                .jitter
-                .as_ref()
-                .map_or_else(|| "-".to_string(), |j| pair(j.p50, j.p99));
-            let _ = write!(s, "  {j:>w$}");
-        }
-        let _ = writeln!(s);
-        for m in figures::display_order() {
+        row(
+            &mut t,
+            "Hz",
+            each(&|r| {
+                r.rate
+                    .effective_hz
+                    .map_or_else(|| "-".to_string(), |h| format!("{h:.1}"))
+            }),
+        );
+        row(
+            &mut t,
+            "jitter",
+            each(&|r| {
+                r.rate
+                    .jitter
+                    .as_ref()
+                    .map_or_else(|| "-".to_string(), |j| pair(j.p50, j.p99))
+            }),
+        );
+        // The stages first, the hosts' figures after them.
+        for m in figures::call_rows().into_iter().chain(figures::host_rows()) {
             if !block
                 .iter()
                 .any(|n| g.robots[*n].stages.contains_key(m.name()))
             {
                 continue;
             }
-            let _ = write!(s, "  {:<10}", m.name());
-            for (n, w) in block.iter().zip(&widths) {
-                let cell = g.robots[*n]
-                    .stages
+            let cells = each(&|r| {
+                r.stages
                     .get(m.name())
-                    .map_or_else(|| "-".to_string(), |st| pair(st.p50, st.p99));
-                let _ = write!(s, "  {cell:>w$}");
-            }
-            let _ = writeln!(s);
+                    .map_or_else(|| "-".to_string(), |st| pair(st.p50, st.p99))
+            });
+            row(&mut t, &super::row_name(m, g.split_err_ms), cells);
         }
+        t.write(s);
     }
 }

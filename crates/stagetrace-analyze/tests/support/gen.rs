@@ -109,6 +109,21 @@ pub(crate) struct Scenario {
     /// Fields written on every call with a small host-like value (tens of
     /// µs): new figures present, explaining nothing.
     pub(crate) small_fields: &'static [&'static str],
+    /// A delay added on the wire to each direction (ms, up and down): the
+    /// truth. With an estimated clock (the default) the records read it as
+    /// the offset estimate does — its midpoint rule puts half of the
+    /// difference in the other direction, so each direction reads the mean
+    /// of the two — and `split_err_ms` grows by half the added network
+    /// time (the bound is half the tightest call's network time). With
+    /// `trusted_clocks` the records read it as it is.
+    pub(crate) link_delay_ms: (f64, f64),
+    /// Synchronised clocks (`--clock trusted`): the records carry no
+    /// `split_err_ms`, and uplink / downlink as measured.
+    pub(crate) trusted_clocks: bool,
+    /// The loop does not wait for its ticks: each call starts right after
+    /// the previous one ends (0.05 ms later); its deadlines are read as
+    /// the layer reads them (the last tick at or before the start).
+    pub(crate) unpaced: bool,
 }
 
 /// Infer timed in parts: each part's median and spread (ms).
@@ -221,6 +236,9 @@ impl Default for Scenario {
             waits: Vec::new(),
             every_nth: None,
             small_fields: &[],
+            link_delay_ms: (0.0, 0.0),
+            trusted_clocks: false,
+            unpaced: false,
         }
     }
 }
@@ -235,17 +253,30 @@ pub(crate) fn lines(s: &Scenario) -> String {
     let mut out = String::new();
     let period = 1000.0 / s.hz;
     let mut next_spike_ms = s.dispatch_spikes.map(|(p, _)| p * 1000.0 * 0.5);
+    // An unpaced loop: where the next call starts (after the previous one).
+    let mut next_start = s.start_unix_ms;
+    // How the records read the wire's delays (see `link_delay_ms`).
+    let (up_delay, down_delay) = s.link_delay_ms;
+    let (read_up, read_down, err_added) = if s.trusted_clocks {
+        (up_delay, down_delay, 0.0)
+    } else {
+        let mean = (up_delay + down_delay) / 2.0;
+        (mean, mean, mean)
+    };
     for i in 0..(s.calls + s.warmup) {
         let seq = i as u64;
-        let ts = s.start_unix_ms + i as f64 * period + rng.normal() * 0.2;
+        let mut ts = s.start_unix_ms + i as f64 * period + rng.normal() * 0.2;
+        if s.unpaced {
+            ts = next_start;
+        }
         let rel = i as f64 * period;
         let warm = i < s.warmup;
         let pos = |v: f64| v.max(0.01);
         let mut capture = pos(2.0 + 0.1 * rng.normal());
-        let mut uplink = pos(1.5 + 0.15 * rng.normal()) + s.link_shift_ms.0;
+        let mut uplink = pos(1.5 + 0.15 * rng.normal()) + s.link_shift_ms.0 + read_up;
         let mut queue = pos(s.queue_ms.0 + s.queue_ms.1 * rng.normal());
         let mut infer = pos(s.infer_ms.0 + s.infer_ms.1 * rng.normal()) * s.infer_factor;
-        let mut downlink = pos(1.2 + 0.1 * rng.normal()) + s.link_shift_ms.1;
+        let mut downlink = pos(1.2 + 0.1 * rng.normal()) + s.link_shift_ms.1 + read_down;
         let mut dispatch = pos(s.dispatch_ms.0 + s.dispatch_ms.1 * rng.normal());
         let observer_us = pos(s.observer_us + 0.5 * rng.normal());
         let mut gap = pos(0.3 + 0.03 * rng.normal());
@@ -418,11 +449,18 @@ pub(crate) fn lines(s: &Scenario) -> String {
             )
         } else {
             format!(
-            "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"uplink_ms\":{uplink},\"queue_ms\":{queue},\"infer_ms\":{infer},\"downlink_ms\":{downlink},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"server_ms\":{server},\"net_ms\":{net},\"e2e_ms\":{e2e},\"gap_ms\":{gap},\"offset_ms\":0.5,\"split_err_ms\":{},\"clock\":\"estimate\",\"observer_us\":{:.3}",
+            "{{\"seq\":{seq},\"ts_unix_ms\":{:.3},\"kind\":\"{}\",\"trace_id\":\"{:032x}\",\"capture_ms\":{capture},\"uplink_ms\":{uplink},\"queue_ms\":{queue},\"infer_ms\":{infer},\"downlink_ms\":{downlink},\"dispatch_ms\":{dispatch},\"roundtrip_ms\":{roundtrip},\"server_ms\":{server},\"net_ms\":{net},\"e2e_ms\":{e2e},\"gap_ms\":{gap},{},\"observer_us\":{:.3}",
             ts,
             s.kind,
             u128::from(seq) + 1,
-            s.split_err_ms,
+            if s.trusted_clocks {
+                "\"clock\":\"trusted\"".to_string()
+            } else {
+                format!(
+                    "\"offset_ms\":0.5,\"split_err_ms\":{},\"clock\":\"estimate\"",
+                    r3(s.split_err_ms + err_added)
+                )
+            },
             observer_us
         )
         };
@@ -449,9 +487,19 @@ pub(crate) fn lines(s: &Scenario) -> String {
                 &format!("\"split_err_ms\":{},", r3(g.err_ms[0] + g.err_ms[1])),
             );
         }
+        if s.unpaced {
+            next_start = ts + e2e + 0.05;
+        }
         if s.deadline {
-            // Signed, as the layer writes it: negative is slack.
-            let late = e2e - period;
+            // Signed, as the layer writes it: negative is slack. A paced
+            // call starts on its tick; an unpaced one is held to the last
+            // tick at or before its start.
+            let late = if s.unpaced {
+                let since = ts - s.start_unix_ms;
+                since + e2e - ((since / period).floor() + 1.0) * period
+            } else {
+                e2e - period
+            };
             let _ = write!(l, ",\"late_ms\":{late:.3},\"deadline_miss\":{}", late > 0.0);
         }
         if warm {

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
 use stagetrace_analyze::render;
+use stagetrace_analyze::table::{Align, Table};
 use stagetrace_grpc::lerobot::{
     PolicyConfig, PolicyServer, Robot, RobotConfig, ServerEvent, SpawnedServer,
 };
@@ -257,17 +258,18 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
         .map(u64::from)
         .sum();
     let mut s = String::from("\ntruth (measured or counted where it happened) vs the records:\n");
-    let mut row = |what: &str, truth: String, measured: String, worst: String| {
-        s.push_str(&format!(
-            "  {what:<38} {truth:>12} {measured:>12} {worst:>14}\n"
-        ));
-    };
-    row(
-        "figure",
-        "truth".into(),
-        "records".into(),
-        "worst |error|".into(),
+    let mut table = Table::new(
+        2,
+        &[
+            ("figure", Align::Left),
+            ("truth", Align::Right),
+            ("records", Align::Right),
+            ("worst |error|", Align::Right),
+        ],
     );
+    let mut row = |what: &str, truth: String, measured: String, worst: String| {
+        table.row(vec![what.to_string(), truth, measured, worst]);
+    };
     let ms = |v: f64| format!("{v:.3} ms");
     let uplink: fn(&ChunkTruth) -> f64 = |c| c.3;
     let queue: fn(&ChunkTruth) -> f64 = |c| c.1;
@@ -283,16 +285,21 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
     }
     let fmt = |v: Option<f64>| v.map_or("—".to_string(), ms);
     let none = String::new;
+    // A one-way figure with its bound, when the split rests on an estimate.
+    let one_way = |f: Figure| match p50(Figure::SplitErr) {
+        Some(e) => format!("{} ± {}", fmt(p50(f)), render::bound(e)),
+        None => fmt(p50(f)),
+    };
     row(
         "uplink delay injected (proxy)",
         ms(a.uplink_delay_ms),
-        fmt(p50(Figure::Uplink)),
+        one_way(Figure::Uplink),
         none(),
     );
     row(
         "downlink delay injected (proxy)",
         ms(a.downlink_delay_ms),
-        fmt(p50(Figure::Downlink)),
+        one_way(Figure::Downlink),
         none(),
     );
     row(
@@ -325,8 +332,9 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
         in_records.to_string(),
         none(),
     );
+    table.write(&mut s);
     s.push_str(&format!(
-        "  (split_err p50 {}: each record's bound on its uplink/downlink; cancelled at the end: {})\n",
+        "    (split_err p50 {}: each record's bound on its uplink/downlink; cancelled at the end: {})\n",
         fmt(p50(Figure::SplitErr)),
         reason("cancelled")
     ));

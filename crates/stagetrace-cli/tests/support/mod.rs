@@ -72,3 +72,103 @@ pub(crate) fn window(run: &str, index: u64, infer_p50: f64) -> String {
     .to_string()
         + "\n"
 }
+
+/// The first cells of the tables' headers the CLI prints (each table's
+/// first column): how [`check_tables`] finds them.
+const TABLE_HEADS: [&str; 7] = [
+    "stage (ms)",
+    "host (ms)",
+    "hop (ms)",
+    "stage",
+    "hop",
+    "field",
+    "figure",
+];
+
+/// A line's cells and where each starts and ends (in characters): the
+/// text between runs of two or more spaces.
+pub(crate) fn cell_spans(line: &str) -> Vec<(usize, usize, String)> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == ' ' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        // A cell goes on past single spaces, up to two spaces in a row.
+        while i < chars.len() && !(chars[i] == ' ' && chars.get(i + 1) == Some(&' ')) {
+            i += 1;
+        }
+        let cell: String = chars[start..i].iter().collect::<String>();
+        let trimmed = cell.trim_end();
+        let end = start + trimmed.chars().count();
+        out.push((start, end, trimmed.to_string()));
+    }
+    out
+}
+
+fn indent(line: &str) -> usize {
+    line.chars().take_while(|c| *c == ' ').count()
+}
+
+/// Checks every table in `text`: each row's cells sit under the header's
+/// columns — a cell starts where its column's header starts (names, text)
+/// or ends where it ends (numbers), in the header's order. A table is a
+/// header line whose first cell is one of [`TABLE_HEADS`] and the lines
+/// under it with the same indentation. Panics on the first misaligned
+/// row, naming `what` printed it; returns the number of tables read.
+#[track_caller]
+pub(crate) fn check_tables(text: &str, what: &str) -> usize {
+    match tables_misaligned(text) {
+        Ok(n) => n,
+        Err(e) => panic!("{what}: {e}\n{text}"),
+    }
+}
+
+/// [`check_tables`] without the panic: the number of tables, or the first
+/// misaligned row.
+pub(crate) fn tables_misaligned(text: &str) -> Result<usize, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut tables = 0;
+    let mut k = 0;
+    while k < lines.len() {
+        let header = cell_spans(lines[k]);
+        let is_head = header
+            .first()
+            .is_some_and(|(_, _, c)| TABLE_HEADS.contains(&c.as_str()))
+            && header.len() >= 2;
+        if !is_head {
+            k += 1;
+            continue;
+        }
+        tables += 1;
+        let depth = indent(lines[k]);
+        let mut j = k + 1;
+        while j < lines.len() && !lines[j].trim().is_empty() && indent(lines[j]) == depth {
+            let row = cell_spans(lines[j]);
+            let mut col = 0;
+            for (start, end, c) in &row {
+                let Some(at) =
+                    (col..header.len()).find(|&h| header[h].0 == *start || header[h].1 == *end)
+                else {
+                    return Err(format!(
+                        "cell {c:?} of row {:?} sits under no column of header {:?}",
+                        lines[j], lines[k]
+                    ));
+                };
+                col = at + 1;
+            }
+            if row.is_empty() {
+                return Err(format!("empty row under {:?}", lines[k]));
+            }
+            j += 1;
+        }
+        if j == k + 1 {
+            return Err(format!("a header with no rows: {:?}", lines[k]));
+        }
+        k = j;
+    }
+    Ok(tables)
+}

@@ -3,32 +3,169 @@
 use std::fmt::Write as _;
 
 use crate::record::Figure;
-use stagetrace_schema::BLACK_BOX_NOTE;
+use stagetrace_schema::{Side, BLACK_BOX_NOTE};
 
 use super::window::{figures, WindowSummary};
 
-impl WindowSummary {
-    /// A human-readable per-stage table (ms), with the observer's cost,
-    /// the fault counters and the deadline figures below it.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{:<10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "stage (ms)", "count", "min", "p50", "p90", "p99", "p99.9", "max", "mean"
-        );
-        for name in figures().map(Figure::name) {
-            if let Some(s) = self.stages.get(name) {
-                let _ = writeln!(
-                    out,
-                    "{:<10} {:>7} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-                    name, s.count, s.min, s.p50, s.p90, s.p99, s.p99_9, s.max, s.mean
-                );
+/// The figures of the call's own timeline in the order the table shows
+/// them: the stages in call order, each stage's parts right under it
+/// (queue's waits, infer's pre / model — with its device time — / post),
+/// then the sums, the gap and what is inside it. The host figures are
+/// left to their own table ([`host_rows`]). As `stagetrace report` orders
+/// its table (`stagetrace_analyze::figures::display_order`).
+fn call_rows() -> Vec<Figure> {
+    let shown = |f: &Figure| figures().any(|x| x == *f) && !f.is_host();
+    // Parts the figure table lists past a later stage come under their sum.
+    let stage_between = |sum: Figure, part: Figure| {
+        Figure::STAGES
+            .iter()
+            .any(|s| sum.index() < s.index() && s.index() < part.index())
+    };
+    let mut pulled: Vec<Figure> = Vec::new();
+    let mut todo: Vec<Figure> = figures()
+        .flat_map(|f| f.parts().iter().map(move |p| (f, *p)))
+        .filter(|(f, p)| stage_between(*f, *p))
+        .map(|(_, p)| p)
+        .collect();
+    while let Some(p) = todo.pop() {
+        if !pulled.contains(&p) {
+            pulled.push(p);
+            todo.extend_from_slice(p.parts());
+        }
+    }
+    fn with_parts(f: Figure, pulled: &[Figure], out: &mut Vec<Figure>) {
+        out.push(f);
+        for &p in f.parts() {
+            if pulled.contains(&p) && !out.contains(&p) {
+                with_parts(p, pulled, out);
             }
         }
-        if self.stages.contains_key(Figure::Ttfb.name()) {
-            let _ = writeln!(out, "{BLACK_BOX_NOTE}");
+    }
+    let mut out = Vec::new();
+    for f in figures().filter(|f| !pulled.contains(f)) {
+        with_parts(f, &pulled, &mut out);
+    }
+    out.retain(shown);
+    out
+}
+
+/// The host figures in their table's order: the robot's, then the policy
+/// server's (`server_…`).
+fn host_rows() -> Vec<Figure> {
+    let mut rows: Vec<Figure> = figures().filter(|f| f.is_host()).collect();
+    rows.sort_by_key(|f| (f.side() == Side::Server, f.index()));
+    rows
+}
+
+/// The host table's heading and the legend under it (as `stagetrace
+/// report` prints them).
+const HOST_HEADING: &str = "the hosts: what the robot's and the policy server's hosts did during the call (overlaps the stages above, never add it to them; docs/host.md):";
+const HOST_LEGEND: &str = "run_wait = a thread ready but waiting for a core; cpu_stall = some task of the host waiting for a CPU; gc = a garbage collection; tx_wait / rx_wait = a send / a read held up on the host; capture_ / dispatch_run_wait = run_wait inside that stage; server_… = the same on the policy server";
+
+/// Under a table of records with `roundtrip` and no server timing.
+const NO_SERVER_TIMING_NOTE: &str = "no server timing: roundtrip is your transport span (send → response) as one block, not split into uplink, queue, infer and downlink — the policy server must send its timing in each response (the server_timing map or the stagetrace-timing header; docs/protocol.md; stagetrace-net, stagetrace-grpc and stagetrace.server do it)";
+
+/// A bound as the table writes it after ±.
+fn bound(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// Rows of cells as lines: every column as wide as its longest cell, two
+/// spaces between columns, the first left-aligned, the others right.
+fn columns(rows: &[Vec<String>], out: &mut String) {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|j| {
+            rows.iter()
+                .filter_map(|r| r.get(j))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let mut line = String::new();
+        for (j, w) in widths.iter().enumerate() {
+            let c = r.get(j).map_or("", String::as_str);
+            if j == 0 {
+                let _ = write!(line, "{c:<w$}");
+            } else {
+                let _ = write!(line, "  {c:>w$}");
+            }
         }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+impl WindowSummary {
+    /// A human-readable per-stage table (ms): the stages in call order
+    /// (each one's parts under it), then the sums, with the notes on what
+    /// they rest on; the hosts' figures under their own heading; the
+    /// observer's cost, the fault counters and the deadline figures below.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let header = |first: &str| -> Vec<String> {
+            [
+                first, "count", "min", "p50", "p90", "p99", "p99.9", "max", "mean",
+            ]
+            .iter()
+            .map(|c| (*c).to_string())
+            .collect()
+        };
+        let split = self.clock.map(|c| c.split_err_ms.p50);
+        let row = |f: Figure| -> Option<Vec<String>> {
+            let s = self.stages.get(f.name())?;
+            let name = match split {
+                Some(e) if Figure::Net.parts().contains(&f) && e.is_finite() => {
+                    format!("{f} ± {}", bound(e))
+                }
+                _ => f.name().to_owned(),
+            };
+            let mut r = vec![name, s.count.to_string()];
+            r.extend(
+                [s.min, s.p50, s.p90, s.p99, s.p99_9, s.max, s.mean]
+                    .iter()
+                    .map(|v| format!("{v:.3}")),
+            );
+            Some(r)
+        };
+        let mut calls = vec![header("stage (ms)")];
+        calls.extend(call_rows().into_iter().filter_map(row));
+        columns(&calls, &mut out);
+        let has = |f: Figure| self.stages.contains_key(f.name());
+        if let (Some(e), true) = (split, Figure::Net.parts().iter().any(|f| has(*f))) {
+            let net = self
+                .stages
+                .get(Figure::Net.name())
+                .map_or(String::new(), |n| format!(" ({:.3} ms)", n.p50));
+            let _ = writeln!(
+                out,
+                "  uplink / downlink: split ± {} ms (the median split_err_ms): the server's clock offset is estimated, so each direction is only known within that — net{net} is exact; to measure each direction, synchronise the clocks (PTP) and use trusted clocks (docs/clocks.md)",
+                bound(e)
+            );
+        }
+        if has(Figure::Ttfb) {
+            let _ = writeln!(out, "  {BLACK_BOX_NOTE}");
+        }
+        if has(Figure::Roundtrip) && !Figure::Roundtrip.parts().iter().any(|p| has(*p)) {
+            let _ = writeln!(out, "  {NO_SERVER_TIMING_NOTE}");
+        }
+        let hosts: Vec<Vec<String>> = host_rows().into_iter().filter_map(row).collect();
+        if !hosts.is_empty() {
+            let _ = writeln!(out, "\n{HOST_HEADING}");
+            let mut t = vec![header("host (ms)")];
+            t.extend(hosts);
+            columns(&t, &mut out);
+            let _ = writeln!(out, "  {HOST_LEGEND}");
+        }
+        // A blank line: the lines below are no rows of the tables.
+        let _ = writeln!(out);
         let _ = write!(
             out,
             "calls {} (warm-up {} excluded, failed {})",

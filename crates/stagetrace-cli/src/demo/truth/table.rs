@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use stagetrace_analyze::table::{Align, Table};
 use stagetrace_schema::Figure;
 
 use super::{Against, DriftTruth, Truth};
@@ -17,11 +18,22 @@ impl Truth {
             s,
             "against the injected truth (medians of {steady} steady calls):"
         );
-        let _ = writeln!(s, "  {:<14} {:>12} {:>12}", "field", "measured", "injected");
-        self.against_rows(&mut s, a);
+        let mut t = Table::new(
+            2,
+            &[
+                ("field", Align::Left),
+                ("measured", Align::Right),
+                ("injected", Align::Right),
+                ("what it rests on", Align::Left),
+            ],
+        );
+        self.against_rows(&mut t, a);
         if let Some(d) = &self.drift {
-            d.row(&mut s);
+            d.row(&mut t);
         }
+        t.write(&mut s);
+        // A blank line: what follows is no row of the table.
+        s.push('\n');
         if let Some(h) = &self.hops {
             h.text(&mut s);
         }
@@ -40,7 +52,7 @@ impl Truth {
 
     /// The table's rows of the figures against what was injected, each
     /// with what its verdict rests on.
-    fn against_rows(&self, s: &mut String, a: &DemoArgs) {
+    fn against_rows(&self, s: &mut Table, a: &DemoArgs) {
         if let Some(x) = &self.net {
             x.row(
                 s,
@@ -109,7 +121,7 @@ impl Against {
     }
 
     /// The figure's row of the table, followed by `note`.
-    fn row(&self, s: &mut String, signed: bool, note: String) {
+    fn row(&self, t: &mut Table, signed: bool, note: String) {
         let v = |ms: f64| {
             if signed {
                 format!("{ms:+.3} ms")
@@ -117,31 +129,31 @@ impl Against {
                 format!("{ms:.3} ms")
             }
         };
-        let _ = writeln!(
-            s,
-            "  {:<14} {:>12} {:>12}   {note}",
-            self.field,
+        t.row(vec![
+            self.field.to_string(),
             v(self.measured_ms),
-            v(self.injected_ms)
-        );
+            v(self.injected_ms),
+            note,
+        ]);
     }
 }
 
 impl DriftTruth {
     /// The drift's row of the table.
-    fn row(&self, s: &mut String) {
-        let _ = writeln!(
-            s,
-            "  {:<14} {:>12} {:>12}   ± {:.1} ppm: {}",
-            "drift_ppm",
+    fn row(&self, t: &mut Table) {
+        t.row(vec![
+            "drift_ppm".to_string(),
             format!("{:+.1} ppm", self.estimated_ppm),
             format!("{:+.1} ppm", self.injected_ppm),
-            self.err_ppm,
-            if (self.estimated_ppm - self.injected_ppm).abs() <= self.err_ppm {
-                "inside"
-            } else {
-                "OUTSIDE"
-            }
-        );
+            format!(
+                "± {:.1} ppm: {}",
+                self.err_ppm,
+                if (self.estimated_ppm - self.injected_ppm).abs() <= self.err_ppm {
+                    "inside"
+                } else {
+                    "OUTSIDE"
+                }
+            ),
+        ]);
     }
 }

@@ -1,0 +1,172 @@
+//! Why calls missed their tick's deadline: the loop's period read off the
+//! records, whether the loop waits for its ticks at all, and which stages
+//! carry the time over the period (`docs/report.md`, "Deadline misses").
+//!
+//! The records carry no target rate, only each call's lateness
+//! (`late_ms` = end − its tick's deadline) and its e2e. A call starts at
+//! or after its tick, so `e2e − late` = deadline − start is at most the
+//! period, and equal to it on a call that started on its tick: the largest
+//! `e2e − late` is the period.
+
+use stagetrace_schema::Figure;
+
+use super::group::GroupData;
+use super::report::{DeadlineCause, DeadlineShare};
+use crate::figures;
+use crate::load::Dataset;
+use crate::stats;
+
+/// A loop whose median call takes this share of its period or more has no
+/// slack for its calls' ordinary jitter: its misses are the call's own
+/// size against the period, not a few calls held up.
+const TIGHT_SHARE: f64 = 0.9;
+
+/// A loop running this much faster than its target does not wait for its
+/// ticks (a paced loop runs at the target, or slower when behind).
+const UNPACED_RATE: f64 = 1.05;
+
+/// The most idle time between calls (ms) a loop that does not sleep shows:
+/// the layer's own pacing rule calls a call paced from 1 ms of idle on.
+pub(super) const BACK_TO_BACK_MS: f64 = 1.0;
+
+/// The figure `e2e − late` of call `i`: its deadline − its start (ms).
+fn to_deadline(ds: &Dataset, i: usize) -> Option<f64> {
+    Some(ds.value(Figure::E2e, i)? - ds.value(Figure::Late, i)?)
+}
+
+/// Why the group's calls missed their deadlines, when the records carry
+/// lateness and some call missed; `None` otherwise. `split_err_ms`: the
+/// run's median split bound (the one-way stages are then read as `net`,
+/// whose split the estimated clock cannot tell); `floor_ms`: the smallest
+/// excess worth naming.
+pub(super) fn deadline_cause(
+    ds: &Dataset,
+    g: &GroupData,
+    effective_hz: Option<f64>,
+    split_err_ms: Option<f64>,
+    floor_ms: f64,
+) -> Option<DeadlineCause> {
+    let calls: Vec<usize> = g.calls.iter().map(|&i| i as usize).collect();
+    // Every call the loop ran counts here, warm-up ones and other kinds
+    // included: the first call sets the ticks, so it started on one.
+    let period_ms = (0..ds.len())
+        .filter(|&i| !ds.is_failed(i))
+        .filter_map(|i| to_deadline(ds, i))
+        .fold(f64::NAN, f64::max);
+    if !(period_ms.is_finite() && period_ms > 0.0) {
+        return None;
+    }
+    let missed: Vec<usize> = calls
+        .iter()
+        .copied()
+        .filter(|&i| ds.value(Figure::Late, i).is_some_and(|l| l > 0.0))
+        .collect();
+    if missed.is_empty() {
+        return None;
+    }
+    let median = |v: Vec<f64>| -> f64 {
+        let mut v: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
+        stats::sort_f32(&mut v);
+        stats::quantile(&v, 0.5)
+    };
+    let of = |f: Figure, on: &[usize]| -> Vec<f64> {
+        on.iter()
+            .filter_map(|&i| ds.value(f, i))
+            .collect::<Vec<f64>>()
+    };
+    // Idle between one call's end and the next call's start (the next
+    // record of the same process, whatever its kind).
+    let idle: Vec<f64> = calls
+        .iter()
+        .filter_map(|&i| {
+            let j = i + 1;
+            if j >= ds.len() || ds.seq(j) != ds.seq(i) + 1 {
+                return None;
+            }
+            Some(ds.ts_unix_ms(j) - ds.ts_unix_ms(i) - ds.value(Figure::E2e, i)?)
+        })
+        .collect();
+    let idle_p50_ms = if idle.is_empty() {
+        f64::NAN
+    } else {
+        median(idle)
+    };
+    let e2e_p50_ms = stats::quantile(g.sorted(Figure::E2e), 0.5);
+    let missed_e2e_p50_ms = median(of(Figure::E2e, &missed));
+    let target_hz = 1000.0 / period_ms;
+    // Faster than its target: the loop does not wait for its ticks (its
+    // calls back to back, `idle_p50_ms` under a millisecond), or waits for
+    // a period of its own, not the target's.
+    let unpaced = effective_hz.is_some_and(|hz| hz > UNPACED_RATE * target_hz);
+    // How long after its tick each missed call started (the call before it
+    // overran): late − (e2e − period).
+    let late_start: Vec<f64> = missed
+        .iter()
+        .filter_map(|&i| to_deadline(ds, i).map(|d| period_ms - d))
+        .collect();
+    let late_start_ms = median(late_start);
+    let has = |f: Figure| !g.sorted(f).is_empty();
+    // The call's own timeline without overlap: the stages (or what stands
+    // in for them) and the gap. With an estimated clock the split of net
+    // into its directions is not known well enough to blame one of them.
+    let mut parts: Vec<Figure> = figures::stacked(has);
+    if split_err_ms.is_some() && has(Figure::Net) {
+        let one_way = |f: &Figure| figures::is_one_way(*f);
+        if let Some(at) = parts.iter().position(one_way) {
+            parts.retain(|f| !one_way(f));
+            parts.insert(at, Figure::Net);
+        }
+    }
+    let tight = e2e_p50_ms >= TIGHT_SHARE * period_ms;
+    let kind = if unpaced {
+        "unpaced"
+    } else if tight {
+        "over_period"
+    } else {
+        "held_up"
+    };
+    let mut stages: Vec<DeadlineShare> = match kind {
+        // The budget: where the typical missed call's time goes.
+        "over_period" => parts
+            .iter()
+            .map(|f| DeadlineShare {
+                stage: f.name(),
+                ms: median(of(*f, &missed)),
+            })
+            .filter(|s| s.ms.is_finite() && s.ms >= floor_ms)
+            .collect(),
+        // What grew on the missed calls: each part over its own median,
+        // and the late start the call before left them.
+        "held_up" => parts
+            .iter()
+            .map(|f| {
+                let typical = stats::quantile(g.sorted(*f), 0.5);
+                DeadlineShare {
+                    stage: f.name(),
+                    ms: median(of(*f, &missed).into_iter().map(|v| v - typical).collect()),
+                }
+            })
+            .chain([DeadlineShare {
+                stage: LATE_START,
+                ms: late_start_ms,
+            }])
+            .filter(|s| s.ms.is_finite() && s.ms >= floor_ms)
+            .collect(),
+        _ => Vec::new(),
+    };
+    stages.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    Some(DeadlineCause {
+        period_ms,
+        target_hz,
+        cause: kind,
+        idle_p50_ms: idle_p50_ms.is_finite().then_some(idle_p50_ms),
+        e2e_p50_ms,
+        missed_e2e_p50_ms,
+        late_start_ms,
+        stages,
+    })
+}
+
+/// The pseudo-stage of a call that started after its tick (the call before
+/// it overran): named with the stages that carry a miss.
+pub(crate) const LATE_START: &str = "late_start";
