@@ -18,7 +18,7 @@
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use stagetrace_test_support::timing;
@@ -133,8 +133,13 @@ fn verdicts(run: &Value) -> Vec<(String, String, String)> {
         .unwrap_or_default()
 }
 
+/// Each test here brings busy loops of its own; run side by side (the test
+/// harness's threads), one test's loops would load the other's idle run.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
 fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let idle = demo();
     let loaded = {
         let _busy = BusyLoops::start();
@@ -198,6 +203,7 @@ fn assert_no_network_or_camera_advice(run: &Value) {
 
 #[test]
 fn the_default_demo_beside_busy_cores_shows_the_servers_send_wait_inside_the_downlink_it_delayed() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = {
         let _busy = BusyLoops::start();
         demo_with(&[])
