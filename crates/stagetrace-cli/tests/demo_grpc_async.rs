@@ -74,16 +74,20 @@ fn check_truth(text: &str, records: &[CallRecord]) {
         let cols = row(text, name);
         assert_eq!(cols[0], cols[1], "{name}\n{text}");
     }
-    // The server's own readings of each chunk, against the records (the
-    // stamps are µs apart on the server's thread; a queue or infer cut at
-    // the wrong point is off by the model's 40 ms or the poll's wait).
-    for name in [
-        "queue p50 (server's own stamps)",
-        "infer p50 (server's own stamps)",
+    // The server's own readings of each chunk, against the records (a
+    // queue or infer cut at the wrong point is off by the model's 40 ms or
+    // the poll's wait). Infer's stamps are µs apart on the server's thread;
+    // the queue's start is where the layer's read-ahead saw the request's
+    // last frame (its arrival), up to about 0.1 ms before the handler's own
+    // read that the truth takes, so its bound is 0.2 ms, as the LeRobot
+    // tests' queue has.
+    for (name, bound) in [
+        ("queue p50 (server's own stamps)", 0.2),
+        ("infer p50 (server's own stamps)", 0.1),
     ] {
         let cols = row(text, name);
         assert!(
-            (num(&cols[0]) - num(&cols[1])).abs() <= 0.1,
+            (num(&cols[0]) - num(&cols[1])).abs() <= bound,
             "{name}\n{text}"
         );
     }
