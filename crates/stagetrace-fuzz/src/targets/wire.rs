@@ -226,7 +226,9 @@ fn timings() -> Vec<ServerTiming> {
 
 /// Every field within the wire's documented range.
 fn in_range(t: &ServerTiming) -> Result<(), String> {
-    let durations = [t.total_ns, t.queue_ns, t.infer_ns, t.pre_ns, t.post_ns];
+    let durations = [
+        t.total_ns, t.queue_ns, t.infer_ns, t.pre_ns, t.model_ns, t.post_ns,
+    ];
     ensure(
         t.recv_unix_ns.is_none_or(|v| v <= MAX_UNIX_NS)
             && durations
@@ -337,6 +339,7 @@ fn server_timing_check(input: &[u8]) -> Result<Outcome, String> {
         queue_ns: to_us(t.queue_ns),
         infer_ns: to_us(t.infer_ns),
         pre_ns: to_us(t.pre_ns),
+        model_ns: to_us(t.model_ns),
         post_ns: to_us(t.post_ns),
         ..Default::default()
     };
