@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use stagetrace::AdviceFor;
+
 use crate::layout::partition_value;
 
 /// Settings of a [`ParquetSink`](crate::ParquetSink), made by
@@ -16,6 +18,7 @@ pub struct ParquetOptions {
     pub(crate) max_file_bytes: u64,
     pub(crate) retry_after: Duration,
     pub(crate) run: Option<String>,
+    pub(crate) advice: AdviceFor,
 }
 
 /// Rows per row group (DuckDB and Spark read one row group per task).
@@ -36,6 +39,7 @@ impl ParquetOptions {
             max_file_bytes: MAX_FILE_BYTES,
             retry_after: RETRY_AFTER,
             run: None,
+            advice: AdviceFor::Rust,
         }
     }
 
@@ -72,6 +76,25 @@ impl ParquetOptions {
     pub fn run(mut self, run: &str) -> ParquetOptions {
         self.run = Some(partition_value(run));
         self
+    }
+
+    /// Whose setting the sink's warnings name when they say where to write
+    /// instead (default: the directory given to
+    /// [`ParquetSink::builder`](crate::ParquetSink::builder)); a language
+    /// binding names its own argument (`AdviceFor::Python`: `parquet_dir=`
+    /// of `stagetrace.init`).
+    pub fn advice_for(mut self, api: AdviceFor) -> ParquetOptions {
+        self.advice = api;
+        self
+    }
+
+    /// The fix a warning ends with: a directory that can be written.
+    pub(crate) fn writable_dir(&self) -> &'static str {
+        if self.advice == AdviceFor::Python {
+            "free disk space or pass stagetrace.init(parquet_dir=...) a directory this process may write"
+        } else {
+            "free disk space or pass a directory this process may write"
+        }
     }
 
     /// Start the sink (see [`ParquetSink::new`](crate::ParquetSink::new)).

@@ -201,8 +201,8 @@ impl ParquetSink {
             self.warned = true;
             eprintln!(
                 "stagetrace: the Parquet sink cannot write ({e}); {lost} calls lost. \
-                 It retries every second and counts what it loses as parquet.dropped: \
-                 free disk space or pass a directory this process may write"
+                 It retries every second and counts what it loses as parquet.dropped: {}",
+                self.opts.writable_dir()
             );
         }
     }
@@ -274,12 +274,12 @@ impl RecordSink for ParquetSink {
             lost: c.dropped,
             message: format!(
                 "{} of {} calls were not written as Parquet under {} ({} failed writes{last}); \
-                 counted as parquet.dropped. Fix: free disk space or pass a directory this \
-                 process may write.",
+                 counted as parquet.dropped. Fix: {}.",
                 c.dropped,
                 c.dropped + c.rows,
                 self.opts.root.display(),
-                c.write_errors
+                c.write_errors,
+                self.opts.writable_dir()
             ),
         })
     }

@@ -17,7 +17,9 @@
 //! - [`span`]: stages opened by a method (`call.transport(peer)`);
 //! - [`state`]: one call's state, shared by the call and its spans;
 //! - [`current`]: the context variable, the default recorder, `async with`;
-//! - [`shared`], [`recorder`]: the recorder; [`timing`]: `server_timing` maps;
+//! - [`shared`], [`recorder`]: the recorder; [`losses`]: what its sinks lost,
+//!   told through Python's `logging`; [`summary`]: its summary as a table;
+//!   [`timing`]: `server_timing` maps;
 //! - [`trace`]: W3C trace continuation for Python services in the middle;
 //! - [`gc_clock`]: the garbage collector's pauses, for the record's `gc_ms`;
 //! - [`sock`]: socket stamps of Python clients (`tx_wait`, `rx_wait`).
@@ -27,6 +29,7 @@ use pyo3::prelude::*;
 mod call;
 mod current;
 mod gc_clock;
+mod losses;
 mod recorder;
 mod scope;
 mod shared;
@@ -34,6 +37,7 @@ mod sock;
 mod span;
 mod stage_entry;
 mod state;
+mod summary;
 mod timing;
 mod trace;
 
@@ -49,6 +53,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     trace::register(m)?;
     gc_clock::register(m)?;
     sock::register(m)?;
+    summary::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",

@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 use stagetrace::{AdviceFor, BuildError, ClockMode, Stage, StageLayer};
 
 use crate::call::Call;
+use crate::losses;
 use crate::shared::{Recorder, Shared};
 use crate::span::Span;
 
@@ -88,13 +89,14 @@ impl Recorder {
             if let Some(s) = service_name {
                 o = o.service_name(s);
             }
+            o = o.advice_for(AdviceFor::Python);
             let exporter = o
                 .build()
                 .map_err(|e| PyValueError::new_err(format!("OTLP exporter: {e}")))?;
             b = b.sink(Box::new(exporter));
         }
         if let Some(dir) = parquet_dir {
-            let mut p = stagetrace_parquet::ParquetSink::builder(dir);
+            let mut p = stagetrace_parquet::ParquetSink::builder(dir).advice_for(AdviceFor::Python);
             if let Some(r) = robot {
                 p = p.robot(&r);
             }
@@ -136,9 +138,11 @@ impl Recorder {
         self.shared.stage(name, None).map(Stage::name)
     }
 
-    /// Drain the worker, flush every sink (record files, OTLP) and return
-    /// the cumulative summary as a JSON line (`summary.*.jsonl`'s shape).
-    /// Calls closed after this are dropped. Releases the GIL while waiting.
+    /// Drain the worker, flush every sink (record files, Parquet, OTLP) and
+    /// return the cumulative summary as a JSON line (`summary.*.jsonl`'s
+    /// shape). What a sink lost for good is logged once, as a warning of the
+    /// `stagetrace` logger (and counted in the summary). Calls closed after
+    /// this are dropped. Releases the GIL while waiting.
     fn finish(&self, py: Python<'_>) -> PyResult<String> {
         let guard = self
             .guard
@@ -146,7 +150,10 @@ impl Recorder {
             .map_err(|_| PyRuntimeError::new_err("recorder lock poisoned"))?
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("this recorder was already finished"))?;
-        Ok(py.allow_threads(move || guard.finish().to_json_line()))
+        let (line, said) =
+            py.allow_threads(move || losses::heard_while(|| guard.finish().to_json_line()));
+        losses::log(py, said);
+        Ok(line)
     }
 }
 

@@ -222,3 +222,14 @@ def test_the_readmes_parquet_block_runs(tmp_path: Path) -> None:
     assert (tmp_path / "runs/arm-3").is_dir()
     # The last line: polars, robot arm-3 only.
     assert scope["calls"].height == 7
+
+
+def test_the_readmes_table_block_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fifty calls, ``st.finish()``, and the summary printed as the core's
+    table: the stages' rows, written where the block says."""
+    run(block("crates/stagetrace-py/README.md", "summary.table()"), tmp_path)
+    table = capsys.readouterr().out
+    assert table.startswith("stage (ms)  count"), table
+    for stage in ("capture", "infer", "dispatch", "e2e"):
+        assert f"\n{stage} " in table, table
+    assert list((tmp_path / "stagetrace-out").glob("records-*.jsonl")), "no records written"

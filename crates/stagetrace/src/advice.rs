@@ -23,6 +23,14 @@ impl AdviceFor {
         }
     }
 
+    /// Where to write the record and summary files instead.
+    pub(crate) fn output_dir(self) -> &'static str {
+        match self {
+            AdviceFor::Rust => "pass another .output_dir(...)",
+            AdviceFor::Python => "pass another output_dir to stagetrace.init(...)",
+        }
+    }
+
     /// How to put stage timings inside a call.
     pub(crate) fn open_call(self) -> &'static str {
         match self {
@@ -55,9 +63,15 @@ mod tests {
     #[test]
     fn python_advice_names_no_rust_builder_method() {
         let p = AdviceFor::Python;
-        for text in [p.raise_queue(), p.open_call(), p.name_stages()] {
+        for text in [
+            p.raise_queue(),
+            p.open_call(),
+            p.name_stages(),
+            p.output_dir(),
+        ] {
             assert!(
                 !text.contains(".queue_capacity(")
+                    && !text.contains(".output_dir(")
                     && !text.contains(".map_span(")
                     && !text.contains(".call_span_name("),
                 "{text}"

@@ -231,8 +231,10 @@ impl StageLayerBuilder {
         self
     }
 
-    /// Which API the layer's warnings name in their fixes (default: this
-    /// builder's methods); language bindings set their own.
+    /// Which API the layer's warnings name in their fixes, the record
+    /// files' among them (default: this builder's methods); language
+    /// bindings set their own, and tell the sinks they build apart the same
+    /// (`OtlpBuilder::advice_for`, `ParquetOptions::advice_for`).
     pub fn advice_for(mut self, api: AdviceFor) -> Self {
         self.advice = api;
         self
@@ -352,6 +354,7 @@ impl StageLayerBuilder {
                 self.rotation,
                 &run,
                 Arc::clone(&health),
+                self.advice,
             )));
         }
         sinks.extend(self.sinks);

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use stagetrace::AdviceFor;
+
 use super::protocol::Protocol;
 use crate::deadline::ShutdownDeadline;
 use crate::sampling::TailSampling;
@@ -48,6 +50,7 @@ pub struct OtlpBuilder {
     pub(super) synthesize_server_spans: bool,
     pub(super) tail_sampling: Option<TailSampling>,
     pub(super) resource_attributes: Vec<(String, String)>,
+    pub(super) advice: AdviceFor,
 }
 
 impl Default for OtlpBuilder {
@@ -67,6 +70,7 @@ impl Default for OtlpBuilder {
             synthesize_server_spans: false,
             tail_sampling: None,
             resource_attributes: Vec::new(),
+            advice: AdviceFor::Rust,
         }
     }
 }
@@ -201,6 +205,15 @@ impl OtlpBuilder {
     /// Without one, `service.instance.id` is `<host.name>-<pid>`.
     pub fn resource_attribute(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.resource_attributes.push((key.into(), value.into()));
+        self
+    }
+
+    /// Whose settings the loss warning names in its fix (default: this
+    /// builder's methods); a language binding that builds the exporter for
+    /// its users names their arguments instead (`AdviceFor::Python`:
+    /// `otlp_endpoint=` of `stagetrace.init`, no queue or timeout knob).
+    pub fn advice_for(mut self, api: AdviceFor) -> Self {
+        self.advice = api;
         self
     }
 }

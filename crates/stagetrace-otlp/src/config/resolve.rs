@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
+use stagetrace::AdviceFor;
 
 use super::builder::{OtlpBuilder, DEFAULT_SERVICE_NAME, DEFAULT_TIMEOUT};
 use super::endpoint::{default_endpoint, endpoint_url};
@@ -40,6 +41,8 @@ pub(crate) struct Settings {
     /// `OTEL_TRACES_EXPORTER=none`: nothing is exported.
     pub(crate) disabled: bool,
     pub(crate) resource_attributes: Vec<(String, String)>,
+    /// Whose settings the loss warning names.
+    pub(crate) advice: AdviceFor,
 }
 
 impl OtlpBuilder {
@@ -83,6 +86,7 @@ impl OtlpBuilder {
             tail_sampling: self.tail_sampling,
             disabled,
             resource_attributes: self.resource_attributes,
+            advice: self.advice,
         })
     }
 }

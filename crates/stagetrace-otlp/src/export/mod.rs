@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
 use stagetrace::sink::{report_loss, Loss};
-use stagetrace::{CallRecord, ServerRecord};
+use stagetrace::{AdviceFor, CallRecord, ServerRecord};
 
 use self::queue::{Control, Item};
 use self::stats::Counters;
@@ -81,6 +81,8 @@ struct Inner {
     /// Lost records already told about (the layer's loss report, the
     /// stats `shutdown` returned): each loss is reported once.
     reported_lost: AtomicU64,
+    /// Whose settings the loss warning names.
+    advice: AdviceFor,
 }
 
 impl fmt::Debug for OtlpExporter {
@@ -360,6 +362,7 @@ impl OtlpExporter {
                 sampled: SampleCounters::default(),
                 disabled: settings.disabled,
                 reported_lost: AtomicU64::new(0),
+                advice: settings.advice,
             }),
         })
     }
@@ -401,7 +404,13 @@ impl Inner {
         let before = self.reported_lost.fetch_max(lost, Ordering::Relaxed);
         (lost > before).then(|| Loss {
             lost: lost - before,
-            message: loss_message(&stats, before, &self.service_name, &self.endpoint),
+            message: loss_message(
+                &stats,
+                before,
+                &self.service_name,
+                &self.endpoint,
+                self.advice,
+            ),
         })
     }
 
@@ -463,9 +472,19 @@ impl stagetrace::RecordSink for OtlpExporter {
 }
 
 /// "`lost` of `produced` calls were not exported to …", how they were lost,
-/// and what to check; `before` of them were reported already. Calls tail
-/// sampling chose not to keep are not lost.
-fn loss_message(stats: &ExportStats, before: u64, service: &str, endpoint: &str) -> String {
+/// and what to check, naming the settings of `api`; `before` of them were
+/// reported already. Calls tail sampling chose not to keep are not lost.
+fn loss_message(
+    stats: &ExportStats,
+    before: u64,
+    service: &str,
+    endpoint: &str,
+    api: AdviceFor,
+) -> String {
+    // A Python user set the endpoint (`otlp_endpoint=`) and no queue or
+    // timeout: the builder's methods are out of their reach.
+    let python = api == AdviceFor::Python;
+    let builder = |method: &'static str| if python { "" } else { method };
     let mut how = Vec::new();
     if stats.failed_records > 0 {
         let s = if stats.failed_exports == 1 { "" } else { "s" };
@@ -477,15 +496,16 @@ fn loss_message(stats: &ExportStats, before: u64, service: &str, endpoint: &str)
     if stats.dropped_records > 0 {
         how.push(format!(
             "{} dropped because the export queue was full (the collector was down or slower \
-             than the calls; OtlpBuilder::queue_size)",
-            stats.dropped_records
+             than the calls{})",
+            stats.dropped_records,
+            builder("; OtlpBuilder::queue_size")
         ));
     }
     if stats.abandoned_records > 0 {
         how.push(format!(
-            "{} abandoned at shutdown (not taken when the shutdown timeout passed; \
-             OtlpBuilder::shutdown_timeout)",
-            stats.abandoned_records
+            "{} abandoned at shutdown (not taken when the shutdown timeout passed{})",
+            stats.abandoned_records,
+            builder("; OtlpBuilder::shutdown_timeout")
         ));
     }
     let check = match (&stats.last_error, stats.collector_ok) {
@@ -498,9 +518,17 @@ fn loss_message(stats: &ExportStats, before: u64, service: &str, endpoint: &str)
     } else {
         String::new()
     };
+    let (set_by, counted) = if python {
+        (
+            " (otlp_endpoint= of stagetrace.init)",
+            "sink_counters[\"otlp.lost\"] in the summary",
+        )
+    } else {
+        ("", "otlp.lost in the summaries")
+    };
     format!(
-        "{lost} of {} calls of service {service} were not exported to {endpoint} and are \
-         lost{since}: {} (otlp.lost in the summaries). {check}",
+        "{lost} of {} calls of service {service} were not exported to {endpoint}{set_by} and \
+         are lost{since}: {} ({counted}). {check}",
         stats.produced_records(),
         how.join(", ")
     )

@@ -19,7 +19,7 @@ Client side::
                                                  # server_timing in
             with st.stage("dispatch"):
                 robot.execute(action)
-    print(st.finish())                           # cumulative summary (a dict)
+    print(st.finish().table())                   # cumulative summary (a dict), as a table
 
 Sub-stages: ``@st.timed("post")`` / ``with st.stage("post")`` after
 ``st.init(stages={"post": "dispatch"})``: a name is mapped onto one of the
@@ -66,6 +66,7 @@ __all__ = [
     "STAGES",
     "Recorder",
     "Span",
+    "Summary",
     "TracedClientPolicy",
     "call",
     "current_span",
@@ -151,15 +152,32 @@ def recorder() -> Recorder:
     return _default
 
 
-def finish() -> dict[str, Any]:
+class Summary(dict):  # type: ignore[type-arg]
+    """A summary (a line of ``summary.*.jsonl``; :func:`finish` returns the
+    cumulative one) as the dict of that JSON line, with its table for people.
+
+    ``Summary(json.loads(line))`` makes one of any summary line."""
+
+    def table(self) -> str:
+        """The Rust core's table of this summary (``summary.table()`` in
+        Rust, what ``stagetrace tail`` shows): the stages in call order with
+        their parts under them, the hosts' figures under their own heading
+        with a one-line legend, every column as wide as its longest cell
+        (ms); the counters and the clock below."""
+        return _native.summary_table(json.dumps(self))
+
+
+def finish() -> Summary:
     """Drain the recorder, flush its files and exporter, return the
-    cumulative summary (the last line of ``summary.*.jsonl``) as a dict."""
+    cumulative summary (the last line of ``summary.*.jsonl``) as a dict
+    (:class:`Summary`: ``.table()`` prints it). What a sink lost for good
+    is logged once, as a warning of the ``stagetrace`` logger."""
     global _default
     rec, _default = _default, None
     _native.set_default(None)
     if rec is None:
         raise RuntimeError("stagetrace is not initialised: nothing to finish")
-    return json.loads(rec.finish())
+    return Summary(json.loads(rec.finish()))
 
 
 def _mark(exc: BaseException, reason: str) -> None:

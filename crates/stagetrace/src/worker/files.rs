@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use tracing_subscriber::fmt::MakeWriter;
 
+use crate::advice::AdviceFor;
 use crate::health::Health;
 use crate::record::CallRecord;
 use crate::sink::{Loss, RecordSink};
@@ -174,6 +175,8 @@ pub(crate) struct FileSink {
     /// Records handed to the sink, for "N of M" in that report.
     records_seen: u64,
     next_open: Instant,
+    /// Whose words the fix names: `.output_dir(...)` or Python's `output_dir`.
+    advice: AdviceFor,
 }
 
 impl std::fmt::Debug for FileSink {
@@ -189,8 +192,15 @@ impl std::fmt::Debug for FileSink {
 impl FileSink {
     /// Opens (or, failing that, reports and later retries) the files of run
     /// `run` in `dir`.
-    pub(crate) fn new(dir: PathBuf, rotation: Rotation, run: &str, health: Arc<Health>) -> Self {
+    pub(crate) fn new(
+        dir: PathBuf,
+        rotation: Rotation,
+        run: &str,
+        health: Arc<Health>,
+        advice: AdviceFor,
+    ) -> Self {
         let mut files = Self::unopened(dir, rotation, run, health);
+        files.advice = advice;
         files.open();
         files
     }
@@ -212,6 +222,7 @@ impl FileSink {
             last_error: None,
             records_seen: 0,
             next_open: Instant::now(),
+            advice: AdviceFor::Rust,
         }
     }
 
@@ -280,8 +291,9 @@ impl FileSink {
             eprintln!(
                 "stagetrace: {what}. Records and summaries are not being written (counted as \
                  records_lost and summary_write_failures; the app keeps running; stagetrace retries every {}s). Fix: make \
-                 the directory writable, free disk space, or pass another .output_dir(...).",
-                REOPEN_EVERY.as_secs()
+                 the directory writable, free disk space, or {}.",
+                REOPEN_EVERY.as_secs(),
+                self.advice.output_dir()
             );
         }
     }
@@ -387,9 +399,10 @@ impl RecordSink for FileSink {
             message: format!(
                 "{records} of {} call records and {summaries} summary lines were not written to \
                  {}{why}; counted as records_lost and summary_write_failures. Fix: make the \
-                 directory writable, free disk space, or pass another .output_dir(...).",
+                 directory writable, free disk space, or {}.",
                 self.records_seen,
-                self.dir.display()
+                self.dir.display(),
+                self.advice.output_dir()
             ),
         })
     }
