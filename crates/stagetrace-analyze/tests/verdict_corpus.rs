@@ -597,6 +597,22 @@ fn corpus() -> Vec<Case> {
             expect: &[("worker_pool_starved", "accept_wait")],
         },
         Case {
+            name: "a loaded host starts a 4-worker pool's threads late: 15 % of the calls wait 3–4 ms, the server's run-queue wait on the same calls",
+            run: Scenario {
+                waits: vec![Wait {
+                    field: "accept_wait_ms",
+                    base_ms: 0.05,
+                    frac: 0.15,
+                    range: (3.0, 4.0),
+                }],
+                host_figures: true,
+                host_cause: Some(("server_run_wait_ms", 0.95)),
+                ..sc(73)
+            },
+            baseline: None,
+            expect: &[("host_cpu", "accept_wait/server")],
+        },
+        Case {
             name: "blocked event loop (openpi, two robots): half the calls wait 5–28 ms for the other's inference",
             run: Scenario {
                 hz: 20.0,

@@ -155,6 +155,10 @@ pub(super) fn deadline_cause(
         _ => Vec::new(),
     };
     stages.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    let host_wait = |on: &[usize]| {
+        let waits: Vec<f64> = on.iter().filter_map(|&i| host_wait(ds, i)).collect();
+        (!waits.is_empty()).then(|| median(waits))
+    };
     Some(DeadlineCause {
         period_ms,
         target_hz,
@@ -164,7 +168,19 @@ pub(super) fn deadline_cause(
         missed_e2e_p50_ms,
         late_start_ms,
         stages,
+        host_wait_ms: host_wait(&missed),
+        host_wait_typical_ms: host_wait(&calls),
     })
+}
+
+/// Call `i`'s run-queue wait on both hosts (ms): the robot's and the
+/// server's threads ready and without a core, inside the call. It overlaps
+/// the stages (it is time inside them), so it is never one of the
+/// timeline's parts; it says how much of their time the hosts' CPU took.
+fn host_wait(ds: &Dataset, i: usize) -> Option<f64> {
+    let robot = ds.value(Figure::RunWait, i);
+    let server = ds.value(Figure::ServerRunWait, i);
+    (robot.is_some() || server.is_some()).then(|| robot.unwrap_or(0.0) + server.unwrap_or(0.0))
 }
 
 /// The pseudo-stage of a call that started after its tick (the call before

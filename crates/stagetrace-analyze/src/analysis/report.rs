@@ -339,6 +339,13 @@ pub struct DeadlineCause {
     /// median excess over its own median on those calls, and `late_start`.
     /// Only what reaches the floor of "What counts".
     pub stages: Vec<DeadlineShare>,
+    /// The hosts' run-queue wait on the missed calls (ms; the robot's
+    /// `run_wait` plus the server's `server_run_wait`, their sum's median):
+    /// time inside the stages when their threads were ready and had no
+    /// core. `null` without host figures.
+    pub host_wait_ms: Option<f64>,
+    /// The same on the group's typical call (its median over every call).
+    pub host_wait_typical_ms: Option<f64>,
 }
 
 /// One stage's share of the deadline misses (ms).

@@ -423,7 +423,20 @@ fn deadline_text(r: &GroupReport, c: &DeadlineCause, count: &str) -> String {
             )
         }
         "over_period" => {
-            let what = top.map_or(String::new(), |f| format!(" — {f}: {}", advice(f)));
+            let over = (c.missed_e2e_p50_ms - c.period_ms).max(0.0);
+            let what = match c.host_wait_ms.filter(|w| *w >= over) {
+                // The hosts' CPU took more of the missed calls than they
+                // run over: no stage's own remedy keeps the deadline on
+                // this host, a core does.
+                Some(w) => format!(
+                    " — the hosts' CPU first: inside those calls their threads waited {} for a core (run-queue wait, robot and server; {} on a typical call), more than the {} they run over: {}",
+                    fmt_ms(w),
+                    c.host_wait_typical_ms.map_or_else(|| "-".to_string(), fmt_ms),
+                    fmt_ms(over),
+                    advice(Figure::RunWait)
+                ),
+                None => top.map_or(String::new(), |f| format!(" — {f}: {}", advice(f))),
+            };
             format!(
                 "{count} missed their tick's deadline: the typical call does not fit the {period} — e2e median {} ({} over on the calls that missed); its time goes to {}. To keep the deadline, cut the largest{what}; or run the loop at {:.1} Hz or less (the rate its median call allows).",
                 fmt_ms(c.e2e_p50_ms),
@@ -441,7 +454,20 @@ fn deadline_text(r: &GroupReport, c: &DeadlineCause, count: &str) -> String {
                     carried(c, None)
                 )
             };
+            // The hosts' run-queue wait that grew on those calls as much as
+            // their largest stage did is what held them up: the stages'
+            // growth is the time their threads had no core.
+            let host_grew = c
+                .host_wait_ms
+                .zip(c.host_wait_typical_ms)
+                .map(|(m, t)| m - t)
+                .filter(|g| c.stages.first().is_some_and(|s| *g >= s.ms));
             let todo = match (top, c.stages.first()) {
+                _ if host_grew.is_some() => format!(
+                    "; inside them the hosts' threads waited {} more for a core than on a typical call (run-queue wait, robot and server), as much as the largest stage grew: the hosts were short of CPU, not the stages; {}",
+                    host_grew.map_or_else(|| "-".to_string(), fmt_ms),
+                    advice(Figure::RunWait)
+                ),
                 (Some(f), _) => format!("; {}", advice(f)),
                 (None, Some(s)) if s.stage == LATE_START => "; the misses follow a call that overran: look at the calls before them in the outlier rounds".to_string(),
                 _ => format!(

@@ -386,7 +386,12 @@ pub(crate) fn lines(s: &Scenario) -> String {
         for w in &s.waits {
             let mut v = pos(w.base_ms + w.base_ms / 3.0 * rng.normal()).min(3.0 * w.base_ms);
             if rng.next_f64() < w.frac {
-                v += w.range.0 + (w.range.1 - w.range.0) * rng.next_f64();
+                let extra = w.range.0 + (w.range.1 - w.range.0) * rng.next_f64();
+                v += extra;
+                // A host cause (the server's run-queue wait of a worker
+                // thread that started late) explains the wait as it would
+                // a stage's spike.
+                spiked = spiked.or(Some(extra));
             }
             let v = r3(v);
             queue += v;

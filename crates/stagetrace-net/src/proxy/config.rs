@@ -89,6 +89,16 @@ pub struct ProxyConfig {
     /// Run the proxy's threads on this CPU only (Linux), so its own
     /// scheduling competes with a known load, or none; `None`: anywhere.
     pub cpu: Option<usize>,
+    /// Run the proxy's own threads at real-time priority (`SCHED_FIFO` 1,
+    /// Linux, root or CAP_SYS_NICE), so a busy host does not delay what it
+    /// forwards: a link's delay is the network's, not the host's. Refused,
+    /// they run at normal priority and [`ProxyStats::realtime`] says so.
+    /// With [`Proxy::start`] the caller's runtime does the writes and only
+    /// the timer thread is the proxy's to raise.
+    ///
+    /// [`ProxyStats::realtime`]: super::ProxyStats::realtime
+    /// [`Proxy::start`]: super::Proxy::start
+    pub realtime: bool,
 }
 
 impl Default for ProxyConfig {
@@ -100,6 +110,7 @@ impl Default for ProxyConfig {
             max_connections: 256,
             max_in_flight: 256,
             cpu: None,
+            realtime: true,
         }
     }
 }

@@ -72,6 +72,10 @@ pub struct ProxyStats {
     /// How late the proxy itself released its chunks (both directions):
     /// delay its own scheduling added to the one asked for.
     pub lateness: ProxyLateness,
+    /// Whether the proxy's threads run at real-time priority
+    /// ([`ProxyConfig::realtime`]): `Some(false)` when the kernel refused
+    /// any, `None` when not asked.
+    pub realtime: Option<bool>,
 }
 
 /// The proxy. Start it inside a tokio runtime with [`Proxy::start`], or from
@@ -89,6 +93,7 @@ pub struct ProxyHandle {
     thread: Option<thread::JoinHandle<()>>,
     timer: Arc<PreciseTimer>,
     timer_thread: Option<thread::JoinHandle<()>>,
+    realtime: Arc<pin::Realtime>,
 }
 
 impl fmt::Debug for ProxyHandle {
@@ -139,6 +144,7 @@ impl ProxyHandle {
             bytes_up: c.bytes_up.load(Ordering::Relaxed),
             bytes_down: c.bytes_down.load(Ordering::Relaxed),
             lateness: c.lateness.snapshot(),
+            realtime: self.realtime.granted(),
         }
     }
 
@@ -207,17 +213,21 @@ impl Proxy {
         cfg: ProxyConfig,
     ) -> io::Result<ProxyHandle> {
         pin::check(cfg.cpu)?;
-        let cpu = cfg.cpu;
+        let (cpu, realtime) = (cfg.cpu, cfg.realtime);
         let std_listener = std::net::TcpListener::bind(listen)?;
         std_listener.set_nonblocking(true)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         let (mut handle, shared) = Self::parts(std_listener.local_addr()?, upstream, cfg)?;
+        let raised = handle.realtime.clone();
         let thread = thread::Builder::new()
             .name("stagetrace-proxy".into())
             .spawn(move || {
                 pin::pin_current(cpu);
+                if realtime {
+                    raised.raise_current();
+                }
                 rt.block_on(async move {
                     match TcpListener::from_std(std_listener) {
                         Ok(listener) => accept_loop(listener, shared).await,
@@ -234,7 +244,9 @@ impl Proxy {
         upstream: SocketAddr,
         cfg: ProxyConfig,
     ) -> io::Result<(ProxyHandle, Shared)> {
-        let (timer, timer_thread) = PreciseTimer::spawn(cfg.cpu)?;
+        let realtime = Arc::new(pin::Realtime::default());
+        let (timer, timer_thread) =
+            PreciseTimer::spawn(cfg.cpu, cfg.realtime.then(|| realtime.clone()))?;
         let (up_tx, up_rx) = watch::channel(cfg.uplink);
         let (down_tx, down_rx) = watch::channel(cfg.downlink);
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -248,6 +260,7 @@ impl Proxy {
             thread: None,
             timer: timer.clone(),
             timer_thread: Some(timer_thread),
+            realtime,
         };
         let shared = Shared {
             upstream,

@@ -60,14 +60,21 @@ impl Ord for Wake {
 }
 
 impl PreciseTimer {
-    /// Start the timer thread.
-    pub(super) fn spawn(cpu: Option<usize>) -> io::Result<(Arc<Self>, thread::JoinHandle<()>)> {
+    /// Start the timer thread, pinned to `cpu` and raised to real-time
+    /// priority when `realtime` is given (it counts the outcome).
+    pub(super) fn spawn(
+        cpu: Option<usize>,
+        realtime: Option<Arc<super::pin::Realtime>>,
+    ) -> io::Result<(Arc<Self>, thread::JoinHandle<()>)> {
         let timer = Arc::new(PreciseTimer::default());
         let t = timer.clone();
         let join = thread::Builder::new()
             .name("stagetrace-proxy-timer".into())
             .spawn(move || {
                 super::pin::pin_current(cpu);
+                if let Some(r) = realtime {
+                    r.raise_current();
+                }
                 t.run()
             })?;
         Ok((timer, join))

@@ -98,6 +98,8 @@ pub(super) struct ProxyTruth {
     late_mean_ms: Option<f64>,
     late_p99_ms: Option<f64>,
     late_max_ms: Option<f64>,
+    /// Whether its threads ran at real-time priority (`None`: direct).
+    realtime: Option<bool>,
 }
 
 /// A proxy whose chunks left this much late at p99 (ms) gets a sentence:
@@ -193,6 +195,7 @@ impl Truth {
                 late_mean_ms: None,
                 late_p99_ms: None,
                 late_max_ms: None,
+                realtime: None,
             },
             Some(p) => {
                 let l = p.lateness;
@@ -202,6 +205,7 @@ impl Truth {
                     late_mean_ms: seen.then(|| ms(l.mean_ns)),
                     late_p99_ms: seen.then(|| ms(l.p99_ns)),
                     late_max_ms: seen.then(|| ms(l.max_ns)),
+                    realtime: p.realtime,
                 }
             }
         });
@@ -425,9 +429,17 @@ impl ProxyTruth {
             );
         }
         let (mean, p99, max) = (self.late_mean_ms?, self.late_p99_ms?, self.late_max_ms?);
+        // The remedy the user has: real-time priority when the kernel
+        // refused it (run as root or grant CAP_SYS_NICE), else a core of
+        // its own.
+        let remedy = if self.realtime == Some(false) {
+            "the kernel refused it real-time priority: run the demo as root or with CAP_SYS_NICE (setcap cap_sys_nice+ep), or pin the proxy with --proxy-cpu N, away from the load"
+        } else {
+            "pin the proxy with --proxy-cpu N, away from the load"
+        };
         (p99 >= PROXY_LATE_NOTE_MS).then(|| {
             format!(
-                "the delay proxy itself released its chunks {mean:.3} ms late on average (p99 ≤ {p99:.3} ms, max {max:.3} ms) on top of the injected delays: that is this host's scheduling, not the network (pin the proxy with --proxy-cpu N, away from the load)."
+                "the delay proxy itself released its chunks {mean:.3} ms late on average (p99 ≤ {p99:.3} ms, max {max:.3} ms) on top of the injected delays: that is this host's scheduling, not the network ({remedy})."
             )
         })
     }
