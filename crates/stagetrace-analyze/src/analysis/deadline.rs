@@ -47,15 +47,7 @@ pub(super) fn deadline_cause(
     floor_ms: f64,
 ) -> Option<DeadlineCause> {
     let calls: Vec<usize> = g.calls.iter().map(|&i| i as usize).collect();
-    // Every call the loop ran counts here, warm-up ones and other kinds
-    // included: the first call sets the ticks, so it started on one.
-    let period_ms = (0..ds.len())
-        .filter(|&i| !ds.is_failed(i))
-        .filter_map(|i| to_deadline(ds, i))
-        .fold(f64::NAN, f64::max);
-    if !(period_ms.is_finite() && period_ms > 0.0) {
-        return None;
-    }
+    let period_ms = period_ms(ds)?;
     let missed: Vec<usize> = calls
         .iter()
         .copied()
@@ -64,33 +56,12 @@ pub(super) fn deadline_cause(
     if missed.is_empty() {
         return None;
     }
-    let median = |v: Vec<f64>| -> f64 {
-        let mut v: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
-        stats::sort_f32(&mut v);
-        stats::quantile(&v, 0.5)
-    };
     let of = |f: Figure, on: &[usize]| -> Vec<f64> {
         on.iter()
             .filter_map(|&i| ds.value(f, i))
             .collect::<Vec<f64>>()
     };
-    // Idle between one call's end and the next call's start (the next
-    // record of the same process, whatever its kind).
-    let idle: Vec<f64> = calls
-        .iter()
-        .filter_map(|&i| {
-            let j = i + 1;
-            if j >= ds.len() || ds.seq(j) != ds.seq(i) + 1 {
-                return None;
-            }
-            Some(ds.ts_unix_ms(j) - ds.ts_unix_ms(i) - ds.value(Figure::E2e, i)?)
-        })
-        .collect();
-    let idle_p50_ms = if idle.is_empty() {
-        f64::NAN
-    } else {
-        median(idle)
-    };
+    let idle_p50_ms = idle_p50_ms(ds, &calls);
     let e2e_p50_ms = stats::quantile(g.sorted(Figure::E2e), 0.5);
     let missed_e2e_p50_ms = median(of(Figure::E2e, &missed));
     let target_hz = 1000.0 / period_ms;
@@ -106,17 +77,7 @@ pub(super) fn deadline_cause(
         .collect();
     let late_start_ms = median(late_start);
     let has = |f: Figure| !g.sorted(f).is_empty();
-    // The call's own timeline without overlap: the stages (or what stands
-    // in for them) and the gap. With an estimated clock the split of net
-    // into its directions is not known well enough to blame one of them.
-    let mut parts: Vec<Figure> = figures::stacked(has);
-    if split_err_ms.is_some() && has(Figure::Net) {
-        let one_way = |f: &Figure| figures::is_one_way(*f);
-        if let Some(at) = parts.iter().position(one_way) {
-            parts.retain(|f| !one_way(f));
-            parts.insert(at, Figure::Net);
-        }
-    }
+    let parts = timeline_parts(&has, split_err_ms);
     let tight = e2e_p50_ms >= TIGHT_SHARE * period_ms;
     let kind = if unpaced {
         "unpaced"
@@ -163,7 +124,7 @@ pub(super) fn deadline_cause(
         period_ms,
         target_hz,
         cause: kind,
-        idle_p50_ms: idle_p50_ms.is_finite().then_some(idle_p50_ms),
+        idle_p50_ms,
         e2e_p50_ms,
         missed_e2e_p50_ms,
         late_start_ms,
@@ -181,6 +142,58 @@ fn host_wait(ds: &Dataset, i: usize) -> Option<f64> {
     let robot = ds.value(Figure::RunWait, i);
     let server = ds.value(Figure::ServerRunWait, i);
     (robot.is_some() || server.is_some()).then(|| robot.unwrap_or(0.0) + server.unwrap_or(0.0))
+}
+
+/// The loop's period (ms): the largest `e2e − late` over every call the
+/// loop ran, warm-up ones and other kinds included (the first call sets
+/// the ticks, so it started on one); `None` without lateness on the
+/// records.
+fn period_ms(ds: &Dataset) -> Option<f64> {
+    let period = (0..ds.len())
+        .filter(|&i| !ds.is_failed(i))
+        .filter_map(|i| to_deadline(ds, i))
+        .fold(f64::NAN, f64::max);
+    (period.is_finite() && period > 0.0).then_some(period)
+}
+
+/// The median of `v` (NaN when empty), as the report's quantiles take it.
+fn median(v: Vec<f64>) -> f64 {
+    let mut v: Vec<f32> = v.into_iter().map(|x| x as f32).collect();
+    stats::sort_f32(&mut v);
+    stats::quantile(&v, 0.5)
+}
+
+/// Median idle time (ms) between one call's end and the next call's start
+/// (the next record of the same process, whatever its kind); `None` when
+/// no two consecutive records say.
+fn idle_p50_ms(ds: &Dataset, calls: &[usize]) -> Option<f64> {
+    let idle: Vec<f64> = calls
+        .iter()
+        .filter_map(|&i| {
+            let j = i + 1;
+            if j >= ds.len() || ds.seq(j) != ds.seq(i) + 1 {
+                return None;
+            }
+            Some(ds.ts_unix_ms(j) - ds.ts_unix_ms(i) - ds.value(Figure::E2e, i)?)
+        })
+        .collect();
+    (!idle.is_empty()).then(|| median(idle))
+}
+
+/// The call's own timeline without overlap: the stages (or what stands in
+/// for them) and the gap. With an estimated clock (`split_err_ms`) the
+/// split of net into its directions is not known well enough to blame one
+/// of them: `net` stands for both.
+fn timeline_parts(has: &dyn Fn(Figure) -> bool, split_err_ms: Option<f64>) -> Vec<Figure> {
+    let mut parts: Vec<Figure> = figures::stacked(has);
+    if split_err_ms.is_some() && has(Figure::Net) {
+        let one_way = |f: &Figure| figures::is_one_way(*f);
+        if let Some(at) = parts.iter().position(one_way) {
+            parts.retain(|f| !one_way(f));
+            parts.insert(at, Figure::Net);
+        }
+    }
+    parts
 }
 
 /// The pseudo-stage of a call that started after its tick (the call before

@@ -14,12 +14,13 @@ use std::path::PathBuf;
 use serde_json::json;
 use stagetrace_schema::Figure;
 
+use super::advice::advice;
 use super::baseline::vs_baseline;
 use super::group::rate_of;
 use super::moves::{fmt_p, moves_of, Context};
 use super::options::{min_cost_ms, spike_floor_ms, AnalyzeOptions, MIN_N};
 use super::report::{RobotInput, RobotStage, RobotStages, StageVsBaseline, Verdict, ALL_KINDS};
-use super::verdict::{advice, verdict_order};
+use super::verdict::verdict_order;
 use super::{analysed, Analysis, GroupData};
 use crate::figures;
 use crate::format::fmt_ms;

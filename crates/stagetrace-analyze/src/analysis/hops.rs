@@ -15,12 +15,12 @@ use serde::Serialize;
 use serde_json::json;
 use stagetrace_schema::Figure;
 
+use super::advice::advice;
 use super::baseline::vs_baseline;
 use super::group::GroupData;
 use super::moves::fmt_p;
 use super::options::AnalyzeOptions;
 use super::report::{StageVsBaseline, Verdict};
-use super::verdict::advice;
 use crate::format::{fmt_ms, signed_ms};
 use crate::load::HopFig;
 use crate::stats::{self, Distribution};

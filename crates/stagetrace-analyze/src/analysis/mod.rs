@@ -6,10 +6,12 @@
 //! baseline), `outliers.rs`, `periodicity.rs`, `gap.rs` (the e2e variance),
 //! `verdict.rs` (the sentences), and `report.rs` (what `--json` prints).
 
+mod advice;
 mod async_queue;
 mod baseline;
 mod causes;
 mod deadline;
+mod deadline_verdict;
 mod fleet;
 mod gap;
 mod group;
@@ -151,10 +153,8 @@ fn analyze_group(
     let first = g.calls.first().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let last = g.calls.last().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let mut rate = rate(ds, g);
-    // The split's bound on uplink / downlink (median split_err_ms);
-    // absent when the records carry none.
-    let err = |xs: &[f32]| (!xs.is_empty()).then(|| stats::quantile(xs, 0.5));
-    let split_err_ms = err(g.sorted(Figure::SplitErr));
+    // The split's bound on uplink / downlink.
+    let split_err_ms = median_split_err(g);
     let vs = match base {
         Some(b) if !pooled => analysed()
             .filter_map(|m| Some((m.name(), vs_baseline(b.sorted(m), g.sorted(m), opts)?)))
@@ -213,29 +213,46 @@ fn analyze_group(
         robots: BTreeMap::new(),
     };
     if !pooled {
-        // The split's error on a change: the run's and the baseline's (each
-        // side's median split_err_ms); absent when the records carry none.
-        let run_err = split_err_ms;
-        let base_err = base.and_then(|b| err(b.sorted(Figure::SplitErr)));
-        let cx = Context {
-            has_baseline: base.is_some(),
-            split_err_ms: match (run_err, base_err) {
-                (None, None) => None,
-                (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
-            },
-            floor_ms: floor,
-            tail_floor_ms: spike_floor_ms(e2e_median),
-        };
-        let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
-        report.verdicts = verdicts(&report, &cx, baseline_n);
-        // A hop or a gateway that moved is named instead of the whole
-        // path's one-way stages (which it is part of).
-        let named = hops::hop_verdicts(&report.kind, &report.hops, floor);
-        if !named.is_empty() {
-            report.verdicts.retain(|v| !hops::superseded(v));
-            report.verdicts.extend(named);
-            report.verdicts.sort_by(verdict_order);
-        }
+        report.verdicts = group_verdicts(&report, base, floor, e2e_median);
     }
     report
+}
+
+/// The median split bound of a group's records (ms); absent when they
+/// carry none.
+fn median_split_err(g: &GroupData) -> Option<f64> {
+    let xs = g.sorted(Figure::SplitErr);
+    (!xs.is_empty()).then(|| stats::quantile(xs, 0.5))
+}
+
+/// A group's verdicts, against its baseline's group when given; a hop or
+/// a gateway that moved is named instead of the whole path's one-way
+/// stages (which it is part of).
+fn group_verdicts(
+    report: &GroupReport,
+    base: Option<&GroupData>,
+    floor: f64,
+    e2e_median: f64,
+) -> Vec<Verdict> {
+    // The split's error on a change: the run's and the baseline's (each
+    // side's median split_err_ms); absent when the records carry none.
+    let base_err = base.and_then(median_split_err);
+    let cx = Context {
+        has_baseline: base.is_some(),
+        split_err_ms: match (report.split_err_ms, base_err) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        },
+        floor_ms: floor,
+        tail_floor_ms: spike_floor_ms(e2e_median),
+    };
+    let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
+    let mut out = verdicts(report, &cx, baseline_n);
+    let named = hops::hop_verdicts(&report.kind, &report.hops, floor);
+    if !named.is_empty() {
+        out.retain(|v| !hops::superseded(v));
+        out.extend(named);
+        out.sort_by(verdict_order);
+    }
+    out
 }
