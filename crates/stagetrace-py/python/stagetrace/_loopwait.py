@@ -58,7 +58,7 @@ import time
 import weakref
 from typing import Any
 
-__all__ = ["Arrival", "Connection", "block_ended", "connection"]
+__all__ = ["Arrival", "Connection", "block_ended", "connection", "wire_len"]
 
 #: A block shorter than this is not peeked after: a request that arrived
 #: during it waited less, and that wait stays in the uplink.
@@ -423,6 +423,19 @@ class Connection:
                 sock.close()
             except OSError:
                 pass
+
+
+def wire_len(frame: Any) -> int | None:
+    """The size of a client's WebSocket message on the wire, in one frame:
+    payload, length bytes and mask (what must have arrived before it could
+    be read); None when ``frame`` is not the message as received."""
+    if isinstance(frame, (bytes, bytearray, memoryview)):
+        n = len(frame)
+    elif isinstance(frame, str):
+        n = len(frame.encode())
+    else:
+        return None
+    return n + 2 + (0 if n < 126 else 2 if n < 65536 else 8) + 4
 
 
 def connection(conn: Any, owner: Any = None) -> Connection | None:

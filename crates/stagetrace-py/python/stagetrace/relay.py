@@ -18,7 +18,11 @@ answers with the downstream's action. What it adds:
   (→ the downstream's whole reply in) and ``total_ns`` (→ reply handed to
   the upstream socket), with the downstream's ``server_timing`` nested
   unchanged as ``downstream``. A stagetrace client then records every hop
-  (``hops``) and the relay's own time (``relay_ms``).
+  (``hops``) and the relay's own time (``relay_ms``);
+* when its loop was busy as a request came (another connection's inline
+  gateway work, a collection), its receive stamp at the bytes' arrival (the
+  kernel's receive stamp, as ``stagetrace.server`` takes it) and the wait
+  as ``loop_wait_ns``: the relay's own time, never the hop before it.
 
 Start one in front of a policy server::
 
@@ -59,7 +63,7 @@ from typing import Any
 
 import msgpack
 
-from . import _native
+from . import _loopwait, _native
 from ._counters import _COUNTERS
 from .codec import DEFAULT_MAX_MESSAGE_BYTES, MalformedRequest
 from ._listener import _Listener
@@ -250,14 +254,17 @@ class Relay(_Listener):
         self._count("connections")
         await websocket.send(self._metadata)
         down: _Downstream | None = None
+        # When each request's bytes were in, for a loop that was busy when
+        # they came (another connection's transform, a collection): the
+        # wait is the relay's own time, not its uplink's.
+        conn = _loopwait.connection(websocket, owner=websocket)
         try:
             while True:
                 try:
                     raw = await websocket.recv()
                 except websockets.exceptions.ConnectionClosed:
                     return
-                recv = time.perf_counter_ns()
-                recv_unix = _ANCHOR.wall_ns(recv)
+                recv, recv_unix, loop_wait = _received(conn, raw)
                 try:
                     request = _unpack(raw)
                 except MalformedRequest as e:
@@ -275,7 +282,7 @@ class Relay(_Listener):
                         down = self._idle.pop() if self._idle else (await self._connect())[0]
                     frame = await self._forward_frame(request, tp, ts)
                     forward, reply_raw, reply_at = await down.exchange(frame)
-                    out, timing = self._answer(reply_raw, recv, recv_unix, forward, reply_at)
+                    out, timing = self._answer(reply_raw, recv, recv_unix, forward, reply_at, loop_wait)
                 except Exception as e:
                     msg = str(e) if isinstance(e, _Failed) else f"relay: {type(e).__name__}: {e}"
                     self._count("requests")
@@ -297,6 +304,8 @@ class Relay(_Listener):
                     self._count("requests")
                 self._emit(RelayRecord(trace_id, tp, ts, timing))
         finally:
+            if conn is not None:
+                conn.close()
             if down is not None:
                 if len(self._idle) < self._max_idle:
                     self._idle.append(down)
@@ -320,10 +329,14 @@ class Relay(_Listener):
             fwd[TRACESTATE_KEY] = ts
         return msgpack.packb(fwd, use_bin_type=True)
 
-    def _answer(self, raw: Any, recv: int, recv_unix: int, forward: int, reply_at: int) -> tuple[bytes, dict]:
+    def _answer(
+        self, raw: Any, recv: int, recv_unix: int, forward: int, reply_at: int, loop_wait: int | None = None
+    ) -> tuple[bytes, dict]:
         """The reply upstream: the downstream's action, its ``server_timing``
         nested in the relay's. ``total_ns`` is stamped after the action is
-        packed: only the timing map itself is packed after it."""
+        packed: only the timing map itself is packed after it. ``loop_wait``:
+        how long the request waited for the relay's busy loop after it was
+        in (inside ``total_ns``, the relay's own time)."""
         try:
             reply = msgpack.unpackb(raw, raw=False, strict_map_key=False)
         except Exception as e:
@@ -336,6 +349,8 @@ class Relay(_Listener):
         timing: dict[str, Any] = {"recv_unix_ns": recv_unix}
         total = time.perf_counter_ns() - recv
         timing["total_ns"] = total
+        if loop_wait is not None:
+            timing["loop_wait_ns"] = loop_wait
         if _relays_in(inner) < MAX_HOPS:
             # forward ≤ reply ≤ total: stamps in order on one clock.
             timing["forward_ns"] = forward - recv
@@ -352,6 +367,21 @@ class Relay(_Listener):
             self._on_request(record)
         except Exception:
             logger.exception("on_request hook failed")
+
+
+def _received(conn: _loopwait.Connection | None, raw: Any) -> tuple[int, int, int | None]:
+    """When the request just read was in: (perf_counter_ns, its wall ns, the
+    wait for the loop after it was in). The read's own stamp unless the
+    connection's watch knows the bytes' arrival (a kernel receive stamp, or
+    TCP_INFO's lower bound; ``stagetrace._loopwait``)."""
+    recv = time.perf_counter_ns()
+    recv_unix = _ANCHOR.wall_ns(recv)
+    if conn is None:
+        return recv, recv_unix, None
+    arrival = conn.arrival(recv, recv_unix, _loopwait.wire_len(raw))
+    if arrival is None or arrival.at_ns > recv:
+        return recv, recv_unix, None
+    return arrival.at_ns, _ANCHOR.wall_ns(arrival.at_ns), arrival.loop_wait_ns
 
 
 def _main(argv: list[str] | None = None) -> None:
