@@ -3,6 +3,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -22,7 +23,10 @@ pub(crate) struct TailArgs {
     #[arg(long)]
     once: bool,
     /// Print each window as it arrives as one line of JSON (the summary
-    /// line's object, see docs/report.md) instead of redrawing a table.
+    /// line's object, see docs/report.md) instead of redrawing a table. A
+    /// run that stops writing without its final summary gets one line of
+    /// its own: `{"stale":true,"silent_s":…,"window_s":…}` with the last
+    /// window's `run`, `last_index` and `last_end_unix_ms`.
     #[arg(long)]
     json: bool,
     /// Seconds between looks at the directory.
@@ -51,6 +55,38 @@ pub(crate) fn run(args: TailArgs) -> ExitCode {
 }
 
 fn tail(args: &TailArgs) -> Result<u8, String> {
+    let (pause, give_up) = check_times(args)?;
+    let only = crate::stage_names::parse(&args.stages)?;
+    let stop = interrupt::watch();
+    let started = Instant::now();
+    // A run about to start may not have made its directory yet: wait for
+    // it, for a bounded time (a mistyped path must not wait forever).
+    if !args.dir.exists() {
+        if let Some(code) = wait_for_dir(args, pause, give_up, &stop, started)? {
+            return Ok(code);
+        }
+    }
+    if !args.dir.is_dir() {
+        return Err(format!(
+            "{}: not a directory (give the run directory the summaries are written to)",
+            args.dir.display()
+        ));
+    }
+    let mut watch = Watch::new(args, only, started, give_up);
+    loop {
+        if let Some(code) = watch.look()? {
+            return Ok(code);
+        }
+        if interrupt::sleep(&stop, pause) {
+            return Ok(exit::INTERRUPTED);
+        }
+    }
+}
+
+/// `--interval` and `--wait` as durations: the pause between looks, and
+/// how long to wait for a run before giving up (`None`: as long as it
+/// takes).
+fn check_times(args: &TailArgs) -> Result<(Duration, Option<Duration>), String> {
     if !(args.interval.is_finite() && args.interval > 0.0) {
         return Err(format!(
             "--interval {}: must be a positive number of seconds",
@@ -63,150 +99,228 @@ fn tail(args: &TailArgs) -> Result<u8, String> {
             args.wait
         ));
     }
-    let only = crate::stage_names::parse(&args.stages)?;
     let pause = Duration::from_secs_f64(args.interval.min(3600.0));
     let give_up = (args.wait > 0.0).then(|| Duration::from_secs_f64(args.wait.min(1e9)));
-    let stop = interrupt::watch();
-    let started = Instant::now();
-    // A run about to start may not have made its directory yet: wait for
-    // it, for a bounded time (a mistyped path must not wait forever).
-    if !args.dir.exists() {
-        if args.once {
+    Ok((pause, give_up))
+}
+
+/// Waits for the missing run directory to be created (not with `--once`);
+/// `Some` exit code when interrupted meanwhile.
+fn wait_for_dir(
+    args: &TailArgs,
+    pause: Duration,
+    give_up: Option<Duration>,
+    stop: &AtomicBool,
+    started: Instant,
+) -> Result<Option<u8>, String> {
+    if args.once {
+        return Err(format!(
+            "{} does not exist (yet): give the run directory the summaries are written to{}",
+            args.dir.display(),
+            nearby(&args.dir)
+        ));
+    }
+    eprintln!(
+        "{} does not exist yet: waiting for it to be created by a run (the directory given to the stage layer's output_dir), {} …",
+        args.dir.display(),
+        give_up.map_or_else(
+            || "as long as it takes".to_string(),
+            |d| format!("up to {} s", d.as_secs())
+        ),
+    );
+    while !args.dir.exists() {
+        if interrupt::sleep(stop, pause) {
+            return Ok(Some(exit::INTERRUPTED));
+        }
+        if give_up.is_some_and(|d| started.elapsed() >= d) {
             return Err(format!(
-                "{} does not exist (yet): give the run directory the summaries are written to{}",
+                "{} was not created in {} s: is the path right?{} (--wait SECS waits longer, --wait 0 as long as it takes)",
                 args.dir.display(),
+                started.elapsed().as_secs(),
                 nearby(&args.dir)
             ));
         }
-        eprintln!(
-            "{} does not exist yet: waiting for it to be created by a run (the directory given to the stage layer's output_dir), {} …",
-            args.dir.display(),
-            give_up.map_or_else(
-                || "as long as it takes".to_string(),
-                |d| format!("up to {} s", d.as_secs())
-            ),
-        );
-        while !args.dir.exists() {
-            if interrupt::sleep(&stop, pause) {
-                return Ok(exit::INTERRUPTED);
-            }
-            if give_up.is_some_and(|d| started.elapsed() >= d) {
-                return Err(format!(
-                    "{} was not created in {} s: is the path right?{} (--wait SECS waits longer, --wait 0 as long as it takes)",
-                    args.dir.display(),
-                    started.elapsed().as_secs(),
-                    nearby(&args.dir)
-                ));
-            }
+    }
+    Ok(None)
+}
+
+/// The live view between two looks at the run directory: what was shown,
+/// and what is known of the run's pace.
+struct Watch<'a> {
+    args: &'a TailArgs,
+    only: Vec<Figure>,
+    follower: Follower,
+    /// Clear the screen before each table (a terminal, neither `--json`
+    /// nor `--once`).
+    redraw: bool,
+    started: Instant,
+    give_up: Option<Duration>,
+    /// When the last window came, how long windows are, whether the
+    /// silence since was said.
+    last_new: Instant,
+    window_len: Duration,
+    said_stale: bool,
+    last_shown: Option<Value>,
+    /// When the wait was last reported, and what for.
+    waiting: Option<(Instant, bool)>,
+    shown_bad: u64,
+    /// The first look shows the newest window already there; after that
+    /// `--json` prints every window that arrives, each once, and the table
+    /// shows the newest.
+    shown_any: bool,
+}
+
+impl<'a> Watch<'a> {
+    fn new(
+        args: &'a TailArgs,
+        only: Vec<Figure>,
+        started: Instant,
+        give_up: Option<Duration>,
+    ) -> Self {
+        Watch {
+            args,
+            only,
+            follower: Follower::new(&args.dir),
+            redraw: !args.json && !args.once && std::io::stdout().is_terminal(),
+            started,
+            give_up,
+            last_new: Instant::now(),
+            window_len: Duration::from_secs(10),
+            said_stale: false,
+            last_shown: None,
+            waiting: None,
+            shown_bad: 0,
+            shown_any: false,
         }
     }
-    if !args.dir.is_dir() {
-        return Err(format!(
-            "{}: not a directory (give the run directory the summaries are written to)",
-            args.dir.display()
-        ));
-    }
-    let mut follower = Follower::new(&args.dir);
-    let redraw = !args.json && !args.once && std::io::stdout().is_terminal();
-    // When the last window came, how long windows are, whether the
-    // silence since was said.
-    let mut last_new = Instant::now();
-    let mut window_len = Duration::from_secs(10);
-    let mut said_stale = false;
-    let mut last_shown: Option<Value> = None;
-    // When the wait was last reported, and what for.
-    let mut waiting: Option<(Instant, bool)> = None;
-    let mut shown_bad = 0;
-    // The first look shows the newest window already there; after that
-    // `--json` prints every window that arrives, each once, and the table
-    // shows the newest.
-    let mut shown_any = false;
-    loop {
-        let windows = if args.json && shown_any {
-            follower.poll()
-        } else {
-            follower.poll_newest().map(|w| w.into_iter().collect())
-        }
-        .map_err(|e| format!("{}: {e}", args.dir.display()))?;
-        if follower.bad_lines > shown_bad {
-            eprintln!(
-                "warning: skipped {} summary line(s) that are not JSON objects",
-                follower.bad_lines - shown_bad
-            );
-            shown_bad = follower.bad_lines;
-        }
+
+    /// One look: shows what arrived, or says the run stopped writing, or
+    /// what tail still waits for; `Some` exit code when tail is done.
+    fn look(&mut self) -> Result<Option<u8>, String> {
+        let windows = self.poll()?;
         if !windows.is_empty() {
-            // The cumulative line is written at the run's shutdown: the
-            // run is over, and the table is its whole run.
-            let ended = windows.iter().any(is_cumulative);
-            let text: String = if args.json {
-                windows.iter().map(|w| format!("{w}\n")).collect()
-            } else {
-                let mut t = windows
-                    .last()
-                    .map(|w| render(w, &follower, redraw, &only))
-                    .unwrap_or_default();
-                if ended {
-                    t.push_str(&ended_note(windows.last(), &args.dir));
-                }
-                t
-            };
-            shown_any = true;
-            last_new = Instant::now();
-            said_stale = false;
-            if let Some(len) = windows.last().and_then(window_length) {
-                window_len = len;
-            }
-            last_shown = windows.last().cloned();
-            if stdout::print(&text)? == Reader::Gone {
-                return Ok(exit::OK);
-            }
-            if args.once || ended {
-                return Ok(exit::OK);
-            }
-        } else if shown_any && !args.json && !said_stale {
-            // No cumulative line and no new window for a few window
-            // lengths: the run stopped writing without its shutdown
-            // (crashed, killed, or its host stopped): say so under the
-            // last window rather than keep showing it as live.
-            let silent = last_new.elapsed();
-            if silent >= (3 * window_len).max(STALE_AFTER) {
-                let note = stale_note(silent, window_len);
-                let text = match (&last_shown, redraw) {
-                    (Some(w), true) => render(w, &follower, redraw, &only) + &note,
-                    _ => note,
-                };
-                said_stale = true;
-                if stdout::print(&text)? == Reader::Gone {
-                    return Ok(exit::OK);
-                }
-            }
-        } else if args.once {
-            return Err(match follower.current() {
+            self.show(&windows)
+        } else if self.shown_any && !self.said_stale {
+            self.say_if_stale()
+        } else if self.args.once {
+            Err(match self.follower.current() {
                 None => format!(
                     "no summary*.jsonl in {} yet (is a run writing there?)",
-                    args.dir.display()
+                    self.args.dir.display()
                 ),
                 Some(p) => format!("{} holds no complete window yet", p.display()),
-            });
-        } else if !shown_any {
-            say_waiting(&mut waiting, started, follower.current(), args);
-            // A directory no run writes to (no records, no summary) is
-            // given up on after --wait; once a run writes, its first
-            // window comes when its window closes.
-            if follower.current().is_none()
-                && give_up.is_some_and(|d| started.elapsed() >= d)
-                && !has_records(&args.dir)
-            {
-                return Err(format!(
-                    "no run wrote to {} in {} s (no records-*.jsonl, no summary*.jsonl): is it the run's output directory? (--wait SECS waits longer, --wait 0 as long as it takes)",
-                    args.dir.display(),
-                    started.elapsed().as_secs()
-                ));
-            }
+            })
+        } else if !self.shown_any {
+            self.wait_for_first().map(|()| None)
+        } else {
+            Ok(None)
         }
-        if interrupt::sleep(&stop, pause) {
-            return Ok(exit::INTERRUPTED);
+    }
+
+    /// The windows that arrived since the last look (the newest only,
+    /// unless `--json` has shown its first); skipped lines are warned of.
+    fn poll(&mut self) -> Result<Vec<Value>, String> {
+        let windows = if self.args.json && self.shown_any {
+            self.follower.poll()
+        } else {
+            self.follower.poll_newest().map(|w| w.into_iter().collect())
+        }
+        .map_err(|e| format!("{}: {e}", self.args.dir.display()))?;
+        if self.follower.bad_lines > self.shown_bad {
+            eprintln!(
+                "warning: skipped {} summary line(s) that are not JSON objects",
+                self.follower.bad_lines - self.shown_bad
+            );
+            self.shown_bad = self.follower.bad_lines;
+        }
+        Ok(windows)
+    }
+
+    /// Prints what arrived: each window's line with `--json`, else the
+    /// newest window's table (with the run's end under it when it ended).
+    fn show(&mut self, windows: &[Value]) -> Result<Option<u8>, String> {
+        // The cumulative line is written at the run's shutdown: the run is
+        // over, and the table is its whole run.
+        let ended = windows.iter().any(is_cumulative);
+        let text: String = if self.args.json {
+            windows.iter().map(|w| format!("{w}\n")).collect()
+        } else {
+            let mut t = windows.last().map(|w| self.render(w)).unwrap_or_default();
+            if ended {
+                t.push_str(&ended_note(windows.last(), &self.args.dir));
+            }
+            t
+        };
+        self.shown_any = true;
+        self.last_new = Instant::now();
+        self.said_stale = false;
+        if let Some(len) = windows.last().and_then(window_length) {
+            self.window_len = len;
+        }
+        self.last_shown = windows.last().cloned();
+        if stdout::print(&text)? == Reader::Gone || self.args.once || ended {
+            return Ok(Some(exit::OK));
+        }
+        Ok(None)
+    }
+
+    /// No cumulative line and no new window for a few window lengths: the
+    /// run stopped writing without its shutdown (crashed, killed, or its
+    /// host stopped): says so once, under the last window rather than keep
+    /// showing it as live, or as a line of its own with `--json`.
+    fn say_if_stale(&mut self) -> Result<Option<u8>, String> {
+        let silent = self.last_new.elapsed();
+        if silent < (3 * self.window_len).max(STALE_AFTER) {
+            return Ok(None);
+        }
+        let text = if self.args.json {
+            stale_json(silent, self.window_len, self.last_shown.as_ref())
+        } else {
+            let note = stale_note(silent, self.window_len);
+            match (&self.last_shown, self.redraw) {
+                (Some(w), true) => self.render(w) + &note,
+                _ => note,
+            }
+        };
+        self.said_stale = true;
+        if stdout::print(&text)? == Reader::Gone {
+            return Ok(Some(exit::OK));
+        }
+        Ok(None)
+    }
+
+    /// Before the first window: says what tail waits for, and gives up on
+    /// a directory no run writes to (no records, no summary) after
+    /// `--wait`; once a run writes, its first window comes when its window
+    /// closes.
+    fn wait_for_first(&mut self) -> Result<(), String> {
+        say_waiting(
+            &mut self.waiting,
+            self.started,
+            self.follower.current(),
+            self.args,
+        );
+        if self.follower.current().is_none()
+            && self.give_up.is_some_and(|d| self.started.elapsed() >= d)
+            && !has_records(&self.args.dir)
+        {
+            return Err(format!(
+                "no run wrote to {} in {} s (no records-*.jsonl, no summary*.jsonl): is it the run's output directory? (--wait SECS waits longer, --wait 0 as long as it takes)",
+                self.args.dir.display(),
+                self.started.elapsed().as_secs()
+            ));
+        }
+        Ok(())
+    }
+
+    /// One window as a table (after clearing the screen when it redraws a
+    /// terminal).
+    fn render(&self, window: &Value) -> String {
+        let table = window_table_of(window, self.follower.current(), &self.only);
+        if self.redraw {
+            format!("\x1b[2J\x1b[H{table}\n")
+        } else {
+            format!("{table}\n")
         }
     }
 }
@@ -290,6 +404,29 @@ fn stale_note(silent: Duration, window_len: Duration) -> String {
     )
 }
 
+/// `--json`'s note when no window came for a while and the run wrote no
+/// cumulative line: a line of its own, not a window (no `window` key), with
+/// the facts of the table's note — how long no window came (`silent_s`),
+/// how often windows close (`window_s`) — and the last window's run, index
+/// and end.
+fn stale_json(silent: Duration, window_len: Duration, last: Option<&Value>) -> String {
+    let mut note = serde_json::json!({
+        "stale": true,
+        "silent_s": silent.as_secs(),
+        "window_s": window_len.as_secs().max(1),
+    });
+    for (key, as_key) in [
+        ("run", "run"),
+        ("index", "last_index"),
+        ("end_unix_ms", "last_end_unix_ms"),
+    ] {
+        if let Some(v) = last.and_then(|w| w.get(key)) {
+            note[as_key] = v.clone();
+        }
+    }
+    format!("{note}\n")
+}
+
 /// Whether `dir` holds a run's records (a run is writing there).
 fn has_records(dir: &Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|mut it| {
@@ -326,16 +463,5 @@ fn nearby(dir: &Path) -> String {
             n - SHOWN
         ),
         _ => format!("; next to it: {}", dirs.join(", ")),
-    }
-}
-
-/// One window as a table (after clearing the screen when it redraws a
-/// terminal).
-fn render(window: &Value, follower: &Follower, redraw: bool, only: &[Figure]) -> String {
-    let table = window_table_of(window, follower.current(), only);
-    if redraw {
-        format!("\x1b[2J\x1b[H{table}\n")
-    } else {
-        format!("{table}\n")
     }
 }

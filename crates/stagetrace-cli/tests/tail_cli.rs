@@ -246,6 +246,46 @@ fn a_run_that_stops_writing_is_said_to_have_stopped() {
     assert!(text.contains("windows close every 1 s"), "{text}");
 }
 
+#[test]
+fn json_says_when_the_run_stops_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    // One-second windows: silent for three of them, the run has stopped.
+    fs::write(
+        dir.path().join("summary.x.jsonl"),
+        window_of(0, 1_000.0, "rolling"),
+    )
+    .unwrap();
+    let (mut child, out, _err) = spawn_tail(&[p(dir.path()), "--json", "--interval", "0.1"]);
+    let result = std::panic::catch_unwind(|| {
+        wait_for(&out, "\"index\":0");
+        wait_for(&out, "\"stale\":true");
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+    let text = out.lock().unwrap().clone();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The window as written, then the note, said once: a line of its own
+    // that no window filter (`.window`, `.stages`) mistakes for a window.
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["index"], 0, "{text}");
+    let note = &lines[1];
+    assert_eq!(note["stale"], true, "{text}");
+    assert!(note.get("window").is_none() && note.get("stages").is_none());
+    // What the table's note says: how long no window came, how often
+    // windows close, and which run and window it was.
+    assert!(note["silent_s"].as_u64().unwrap() >= 3, "{text}");
+    assert_eq!(note["window_s"], 1, "{text}");
+    assert_eq!(note["run"], "run-a", "{text}");
+    assert_eq!(note["last_index"], 0, "{text}");
+    assert!(note["last_end_unix_ms"].is_number(), "{text}");
+}
+
 /// Waits up to 30 s for `child` to exit by itself.
 fn wait_exit(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
     let until = Instant::now() + Duration::from_secs(30);

@@ -103,6 +103,16 @@ fn columns(rows: &[Vec<String>], out: &mut String) {
     }
 }
 
+/// A table's header row: `first`, then the statistics.
+fn header(first: &str) -> Vec<String> {
+    [
+        first, "count", "min", "p50", "p90", "p99", "p99.9", "max", "mean",
+    ]
+    .iter()
+    .map(|c| (*c).to_string())
+    .collect()
+}
+
 impl WindowSummary {
     /// A human-readable per-stage table (ms): the stages in call order
     /// (each one's parts under it), then the sums, with the notes on what
@@ -110,35 +120,49 @@ impl WindowSummary {
     /// observer's cost, the fault counters and the deadline figures below.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        let header = |first: &str| -> Vec<String> {
-            [
-                first, "count", "min", "p50", "p90", "p99", "p99.9", "max", "mean",
-            ]
-            .iter()
-            .map(|c| (*c).to_string())
-            .collect()
+        self.stage_table(&mut out);
+        self.host_table(&mut out);
+        // A blank line: the lines below are no rows of the tables.
+        let _ = writeln!(out);
+        self.count_lines(&mut out);
+        self.deadline_line(&mut out);
+        self.clock_lines(&mut out);
+        out
+    }
+
+    /// The bound of the window's uplink / downlink split (its calls' median
+    /// `split_err_ms`), when they were split across two clocks.
+    fn split_bound(&self) -> Option<f64> {
+        self.clock.map(|c| c.split_err_ms.p50)
+    }
+
+    /// A figure's row, when the window has it: a one-way stage's name
+    /// carries the split's bound.
+    fn row(&self, f: Figure) -> Option<Vec<String>> {
+        let s = self.stages.get(f.name())?;
+        let name = match self.split_bound() {
+            Some(e) if Figure::Net.parts().contains(&f) && e.is_finite() => {
+                format!("{f} ± {}", bound(e))
+            }
+            _ => f.name().to_owned(),
         };
-        let split = self.clock.map(|c| c.split_err_ms.p50);
-        let row = |f: Figure| -> Option<Vec<String>> {
-            let s = self.stages.get(f.name())?;
-            let name = match split {
-                Some(e) if Figure::Net.parts().contains(&f) && e.is_finite() => {
-                    format!("{f} ± {}", bound(e))
-                }
-                _ => f.name().to_owned(),
-            };
-            let mut r = vec![name, s.count.to_string()];
-            r.extend(
-                [s.min, s.p50, s.p90, s.p99, s.p99_9, s.max, s.mean]
-                    .iter()
-                    .map(|v| format!("{v:.3}")),
-            );
-            Some(r)
-        };
+        let mut r = vec![name, s.count.to_string()];
+        r.extend(
+            [s.min, s.p50, s.p90, s.p99, s.p99_9, s.max, s.mean]
+                .iter()
+                .map(|v| format!("{v:.3}")),
+        );
+        Some(r)
+    }
+
+    /// The call's figures, and the notes on what they rest on: the split's
+    /// bound, the black box a server without timing leaves.
+    fn stage_table(&self, out: &mut String) {
         let mut calls = vec![header("stage (ms)")];
-        calls.extend(call_rows().into_iter().filter_map(row));
-        columns(&calls, &mut out);
+        calls.extend(call_rows().into_iter().filter_map(|f| self.row(f)));
+        columns(&calls, out);
         let has = |f: Figure| self.stages.contains_key(f.name());
+        let split = self.split_bound();
         if let (Some(e), true) = (split, Figure::Net.parts().iter().any(|f| has(*f))) {
             let net = self
                 .stages
@@ -156,16 +180,26 @@ impl WindowSummary {
         if has(Figure::Roundtrip) && !Figure::Roundtrip.parts().iter().any(|p| has(*p)) {
             let _ = writeln!(out, "  {NO_SERVER_TIMING_NOTE}");
         }
-        let hosts: Vec<Vec<String>> = host_rows().into_iter().filter_map(row).collect();
+    }
+
+    /// The hosts' figures under their heading, with the legend (nothing
+    /// when the window has none).
+    fn host_table(&self, out: &mut String) {
+        let hosts: Vec<Vec<String>> = host_rows()
+            .into_iter()
+            .filter_map(|f| self.row(f))
+            .collect();
         if !hosts.is_empty() {
             let _ = writeln!(out, "\n{HOST_HEADING}");
             let mut t = vec![header("host (ms)")];
             t.extend(hosts);
-            columns(&t, &mut out);
+            columns(&t, out);
             let _ = writeln!(out, "  {HOST_LEGEND}");
         }
-        // A blank line: the lines below are no rows of the tables.
-        let _ = writeln!(out);
+    }
+
+    /// The calls and the observer's cost, then the fault counters.
+    fn count_lines(&self, out: &mut String) {
         let _ = write!(
             out,
             "calls {} (warm-up {} excluded, failed {})",
@@ -194,6 +228,10 @@ impl WindowSummary {
             self.ignored_spans,
             self.empty_calls
         );
+    }
+
+    /// The deadline figures, when a target rate is set.
+    fn deadline_line(&self, out: &mut String) {
         if let Some(d) = self.deadline {
             let _ = writeln!(
                 out,
@@ -209,8 +247,6 @@ impl WindowSummary {
                 d.jitter_ms.p99
             );
         }
-        self.clock_lines(&mut out);
-        out
     }
 
     /// The clock lines under the table: the server's, the executor's and

@@ -27,7 +27,8 @@
 //! languages.
 //!
 //! One file per format (`traceparent`, `tracestate`, `trace_context`,
-//! `timing` with its two headers, `timing_map`, `hops`); `error` and `lex` hold what they share. This file
+//! `timing` with its `stagetrace-timing` header, `server_timing` for the
+//! standard header, `timing_map`, `hops`); `error` and `lex` hold what they share. This file
 //! only names things: no file below imports it.
 
 mod error;
@@ -35,6 +36,7 @@ mod hops;
 mod host_fields;
 mod lex;
 mod limits;
+mod server_timing;
 mod timing;
 mod timing_map;
 mod trace_context;
