@@ -63,6 +63,11 @@
 //! # Ok(()) }
 //! ```
 
+// The test harness shared with the integration tests
+// (`tests/support/policy_server.rs`) names this crate as they do.
+#[cfg(test)]
+extern crate self as stagetrace_net;
+
 mod budget;
 mod dtype;
 pub mod executor;

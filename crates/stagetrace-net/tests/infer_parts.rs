@@ -11,9 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::Figure;
-use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
-use stagetrace_test_support::{rt, timing, Observed};
-use tracing::Instrument;
+use stagetrace_net::{InferTimer, MsgMap, NdArray};
+use stagetrace_test_support::{timing, Observed};
+
+#[path = "support/policy_server.rs"]
+mod policy_server;
+
+use policy_server::PolicyServerThread;
 
 const CALLS: u64 = 12;
 
@@ -65,38 +69,14 @@ async fn handler(
 fn a_server_timing_pre_model_and_post_gives_records_whose_parts_add_up_to_infer() {
     let mut obs = Observed::new();
     let truths: Truths = Arc::default();
-    let (url_tx, url_rx) = std::sync::mpsc::channel();
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = {
         let truths = Arc::clone(&truths);
-        std::thread::spawn(move || {
-            rt().block_on(async move {
-                let server = PolicyServer::builder()
-                    .spawn("127.0.0.1:0", move |o: MsgMap, t: InferTimer| {
-                        handler(o, t, Arc::clone(&truths))
-                    })
-                    .await
-                    .unwrap();
-                url_tx.send(server.url()).unwrap();
-                let _ = stop_rx.await;
-                server.shutdown().await;
-            });
-        })
+        PolicyServerThread::spawn(
+            |builder| builder,
+            move |o: MsgMap, t: InferTimer| handler(o, t, Arc::clone(&truths)),
+        )
     };
-    let url = url_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    rt().block_on(async {
-        let mut client = PolicyClient::connect(&url).await.unwrap();
-        for seq in 0..CALLS {
-            client
-                .infer(&MsgMap::new().with("seq", seq))
-                .instrument(tracing::info_span!("call", seq = seq))
-                .await
-                .unwrap();
-        }
-    });
-    let records = obs.finish();
-    let _ = stop.send(());
-    server.join().unwrap();
+    let records = server.records_of_calls(&mut obs, CALLS, |seq| MsgMap::new().with("seq", seq));
     let mut truths = truths.lock().unwrap().clone();
     truths.sort_by_key(|t| t.0);
     assert_eq!(records.len(), CALLS as usize);

@@ -10,42 +10,25 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure};
+use stagetrace::CallRecord;
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_test_support::collector::silent_collector;
 use stagetrace_test_support::timing;
 
+use common::collector::dead_endpoint;
+use common::records::two_span_call;
+
+/// Call `seq`, in a trace of its own.
 fn record(seq: u64) -> CallRecord {
     CallRecord {
-        seq,
-        ts_unix_ns: 1_764_000_000_000_000_000,
-        kind: "call".into(),
         trace_id: Some(format!("{:032x}", 0xabc0_0000_u128 + u128::from(seq) + 1)),
-        figures: [(Figure::Capture, 1_000_000), (Figure::E2e, 2_000_000)]
-            .into_iter()
-            .collect(),
-        timeline: Timeline {
-            call_start_unix_ns: 1_764_000_000_000_000_000,
-            call_dur_ns: 2_000_000,
-            capture: Some(SpanTime {
-                start_ns: 0,
-                dur_ns: 1_000_000,
-            }),
-            ..Timeline::default()
-        },
-        ..CallRecord::default()
+        ..two_span_call(seq)
     }
-}
-
-fn closed_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 #[test]
 fn nothing_listening_fails_exports_counted_with_a_helpful_error() {
-    let port = closed_port();
-    let endpoint = format!("http://127.0.0.1:{port}");
+    let endpoint = dead_endpoint();
     let exporter = OtlpExporter::builder()
         .endpoint(&endpoint)
         .timeout(Duration::from_millis(500))
@@ -72,16 +55,8 @@ fn nothing_listening_fails_exports_counted_with_a_helpful_error() {
 #[test]
 fn a_collector_that_never_answers_does_not_block_the_caller() {
     // Accepts connections and holds them open without a byte of reply.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in listener.incoming().flatten() {
-            held.push(s);
-        }
-    });
     let exporter = OtlpExporter::builder()
-        .endpoint(format!("http://127.0.0.1:{port}"))
+        .endpoint(silent_collector())
         .timeout(Duration::from_secs(1))
         .queue_size(8)
         .batch_size(16)

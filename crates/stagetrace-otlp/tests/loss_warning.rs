@@ -6,114 +6,28 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use std::io::{self, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex, PoisonError};
+mod common;
 
-use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure, StageLayer};
+use stagetrace::StageLayer;
 use stagetrace_otlp::OtlpExporter;
-use tracing_subscriber::fmt::MakeWriter;
+use stagetrace_test_support::app_log::AppLog;
 use tracing_subscriber::prelude::*;
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
 
-/// What the app's fmt layer wrote.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-
-    fn warnings(&self) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(" WARN "))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Log {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Log {
-    type Writer = Log;
-
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
-}
-
-/// The app's fmt layer writing to `log`, at INFO as an app's would (the
-/// HTTP client's own debug lines stay out).
-fn fmt_layer<S>(log: &Log) -> impl Layer<S> + Send + Sync
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
-    tracing_subscriber::fmt::layer()
-        .with_writer(log.clone())
-        .with_ansi(false)
-        .with_filter(tracing_subscriber::filter::LevelFilter::INFO)
-}
-
-/// The app's subscriber: its fmt layer only.
-fn app_log(log: &Log) -> impl tracing::Subscriber + Send + Sync {
-    tracing_subscriber::registry().with(fmt_layer(log))
-}
-
-fn record(seq: u64) -> CallRecord {
-    CallRecord {
-        seq,
-        ts_unix_ns: 1_764_000_000_000_000_000,
-        kind: "call".into(),
-        figures: [(Figure::Capture, 1_000_000), (Figure::E2e, 2_000_000)]
-            .into_iter()
-            .collect(),
-        timeline: Timeline {
-            call_start_unix_ns: 1_764_000_000_000_000_000,
-            call_dur_ns: 2_000_000,
-            capture: Some(SpanTime {
-                start_ns: 0,
-                dur_ns: 1_000_000,
-            }),
-            ..Timeline::default()
-        },
-        ..CallRecord::default()
-    }
-}
-
-/// An endpoint nothing listens on.
-fn dead_endpoint() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    format!("http://127.0.0.1:{}", l.local_addr().unwrap().port())
-}
+use common::collector::dead_endpoint;
+use common::records::two_span_call;
 
 #[test]
 fn an_exporter_dropped_after_failed_exports_warns_once_with_the_calls_lost() {
     let endpoint = dead_endpoint();
-    let log = Log::default();
-    tracing::subscriber::with_default(app_log(&log), || {
+    let log = AppLog::default();
+    tracing::subscriber::with_default(log.subscriber(), || {
         let exporter = OtlpExporter::builder()
             .endpoint(&endpoint)
             .service_name("arm-2")
             .build()
             .unwrap();
         for seq in 0..12 {
-            assert!(exporter.export_call(&record(seq)));
+            assert!(exporter.export_call(&two_span_call(seq)));
         }
         let clone = exporter.clone();
         drop(exporter);
@@ -143,11 +57,11 @@ fn an_exporter_dropped_after_failed_exports_warns_once_with_the_calls_lost() {
 #[test]
 fn shutdown_hands_the_loss_to_the_caller_and_the_drop_says_nothing_more() {
     let endpoint = dead_endpoint();
-    let log = Log::default();
-    let stats = tracing::subscriber::with_default(app_log(&log), || {
+    let log = AppLog::default();
+    let stats = tracing::subscriber::with_default(log.subscriber(), || {
         let exporter = OtlpExporter::builder().endpoint(&endpoint).build().unwrap();
         for seq in 0..5 {
-            exporter.export_call(&record(seq));
+            exporter.export_call(&two_span_call(seq));
         }
         let stats = exporter.shutdown();
         drop(exporter);
@@ -160,7 +74,7 @@ fn shutdown_hands_the_loss_to_the_caller_and_the_drop_says_nothing_more() {
 #[test]
 fn in_a_layer_the_guard_warns_once_and_the_summary_counts_otlp_lost() {
     let endpoint = dead_endpoint();
-    let log = Log::default();
+    let log = AppLog::default();
     let otlp = OtlpExporter::builder()
         .endpoint(&endpoint)
         .service_name("robot-client")
@@ -172,7 +86,7 @@ fn in_a_layer_the_guard_warns_once_and_the_summary_counts_otlp_lost() {
         .unwrap();
     let subscriber = tracing_subscriber::registry()
         .with(stages)
-        .with(fmt_layer(&log));
+        .with(log.layer());
     let summary = tracing::subscriber::with_default(subscriber, || {
         for seq in 0..9u64 {
             let _call = tracing::info_span!("call", seq).entered();

@@ -7,18 +7,21 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure, ServerRecord, StageLayer, WindowSummary};
+use stagetrace::{ServerRecord, StageLayer, WindowSummary};
 use stagetrace_otlp::{ExportStats, OtlpBuilder, OtlpExporter, ShutdownDeadline};
 use stagetrace_test_support::collector::silent_collector;
 use stagetrace_test_support::{read_summaries, timing, Collect};
 use tracing_subscriber::layer::SubscriberExt;
+
+use common::records::two_span_call;
 
 /// The shutdown bound the tests configure.
 const BOUND: Duration = Duration::from_millis(1500);
@@ -74,28 +77,6 @@ fn answer_late(stream: &TcpStream, delay: Duration, seen: &Mutex<Vec<Instant>>) 
         b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
     )
     .ok()
-}
-
-/// A call record of two spans (call, capture).
-fn record(seq: u64) -> CallRecord {
-    CallRecord {
-        seq,
-        ts_unix_ns: 1_764_000_000_000_000_000,
-        kind: "call".into(),
-        figures: [(Figure::Capture, 1_000_000), (Figure::E2e, 2_000_000)]
-            .into_iter()
-            .collect(),
-        timeline: Timeline {
-            call_start_unix_ns: 1_764_000_000_000_000_000,
-            call_dur_ns: 2_000_000,
-            capture: Some(SpanTime {
-                start_ns: 0,
-                dur_ns: 1_000_000,
-            }),
-            ..Timeline::default()
-        },
-        ..CallRecord::default()
-    }
 }
 
 /// An exporter whose requests to `endpoint` hang far longer than the
@@ -280,7 +261,7 @@ fn a_slow_collector_gets_no_new_batch_after_the_deadline() {
         .unwrap();
     let n: u64 = 100;
     for seq in 0..n {
-        assert!(exporter.export_call(&record(seq)));
+        assert!(exporter.export_call(&two_span_call(seq)));
     }
 
     let t0 = Instant::now();

@@ -1,12 +1,14 @@
 //! What the stagetrace integration tests share, once (as `tracing-mock` is
 //! for tracing): a sink that keeps every record and summary window, a stage
-//! layer installed for the current thread, and readers of the files a run
-//! wrote that check every record against `docs/record.schema.json`.
+//! layer installed for the current thread, readers of the files a run
+//! wrote that check every record against `docs/record.schema.json`, and
+//! the app's own log kept in memory ([`app_log`]).
 //!
 //! Test code: it panics with a message on anything unexpected.
 
 #![allow(clippy::unwrap_used)]
 
+pub mod app_log;
 pub mod bench;
 pub mod collector;
 pub mod prereq;

@@ -39,7 +39,7 @@ use crate::health::Health;
 use crate::host_share::{HostFigure, RunWaitMark};
 use crate::ids;
 use crate::inline_str::{InlineStr, PEER_LEN};
-use crate::queue::{CallState, Msg, RawCall, TransportAcc};
+use crate::queue::{CallState, Msg, PackedTiming, RawCall, TransportAcc};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
 use crate::wire::{Hops, ServerTiming, TraceParent};
@@ -135,7 +135,9 @@ impl DirectCalls {
 
     /// The call ends now: it is queued to the worker, or dropped and
     /// counted (`queue_drops`) when the queue is full or the worker has
-    /// finished. Never blocks, never allocates.
+    /// finished. Never blocks; allocates only for what the call keeps
+    /// boxed, copied with it (a relayed response's hops, a server timing's
+    /// finer figures).
     pub fn submit(&self, call: &DirectCall) {
         let end = stamp::now();
         let mut raw = RawCall {
@@ -203,7 +205,8 @@ impl DirectCall {
             start: transport.start,
             end,
             span_id: transport.span_id,
-            timing: transport.timing,
+            // Packed here, as the relays are boxed below (see `PackedTiming`).
+            timing: transport.timing.map(PackedTiming::pack),
             peer: transport.peer,
             first_byte: transport.first_byte,
             request_first_byte: transport.request_first_byte,

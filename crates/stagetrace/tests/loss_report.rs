@@ -4,57 +4,15 @@
 //! unwritten records, the calls the layer's queue dropped, any sink's own
 //! loss (issue 40: "the library never loses data silently").
 
-use std::io::{self, Write};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use stagetrace::direct::Mark;
 use stagetrace::sink::Loss;
 use stagetrace::{CallRecord, RecordSink, Stage, StageLayer, Summary};
-use tracing_subscriber::fmt::MakeWriter;
+use stagetrace_test_support::app_log::AppLog;
 use tracing_subscriber::prelude::*;
-
-/// The app's log: what its fmt layer wrote.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-
-    fn warnings(&self) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(" WARN "))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Log {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Log {
-    type Writer = Log;
-
-    fn make_writer(&'a self) -> Log {
-        self.clone()
-    }
-}
 
 /// `calls` one-stage calls.
 fn calls(n: u64) {
@@ -67,14 +25,12 @@ fn calls(n: u64) {
 /// Runs `app` with the stage layer and a fmt layer writing to the returned
 /// log as the thread's subscriber, the guard finished inside it (as a guard
 /// dropped at the end of `main` is).
-fn with_log(builder: stagetrace::StageLayerBuilder, app: impl FnOnce()) -> (Summary, Log) {
+fn with_log(builder: stagetrace::StageLayerBuilder, app: impl FnOnce()) -> (Summary, AppLog) {
     let (stages, guard) = builder.build().expect("layer");
-    let log = Log::default();
-    let subscriber = tracing_subscriber::registry().with(stages).with(
-        tracing_subscriber::fmt::layer()
-            .with_writer(log.clone())
-            .with_ansi(false),
-    );
+    let log = AppLog::default();
+    let subscriber = tracing_subscriber::registry()
+        .with(stages)
+        .with(log.layer());
     let summary = tracing::subscriber::with_default(subscriber, || {
         app();
         guard.finish()

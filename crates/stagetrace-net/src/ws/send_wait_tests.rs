@@ -11,10 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stagetrace::{ClockMode, Figure, StageLayer};
-use stagetrace_test_support::{quantile, rt, timing, Observed};
-use tracing::Instrument;
+use stagetrace_test_support::{quantile, timing, Observed};
 
-use crate::{MsgMap, NdArray, PolicyClient, PolicyServer};
+use crate::{MsgMap, NdArray};
+
+#[path = "../../tests/support/policy_server.rs"]
+mod policy_server;
+
+use policy_server::PolicyServerThread;
 
 const CALLS: u64 = 20;
 /// The calls whose send the server holds up.
@@ -26,40 +30,24 @@ const HOLD: Duration = Duration::from_millis(10);
 /// server's thread. The write itself (µs) comes after it.
 type Truths = Arc<Mutex<Vec<(u64, Duration)>>>;
 
-/// A server on a current-thread runtime of its own, holding its only
-/// thread up before the write of the calls in [`HELD`].
-fn server(
-    truths: Truths,
-) -> (
-    String,
-    tokio::sync::oneshot::Sender<()>,
-    std::thread::JoinHandle<()>,
-) {
-    let (url_tx, url_rx) = std::sync::mpsc::channel();
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let join = std::thread::spawn(move || {
-        rt().block_on(async move {
-            let server = PolicyServer::builder()
-                .before_write(move |index, ready| {
-                    if HELD.contains(&index) {
-                        // Blocks the runtime's thread: the connection's
-                        // task cannot write until it returns.
-                        std::thread::sleep(HOLD);
-                    }
-                    truths.lock().unwrap().push((index, ready.elapsed()));
-                })
-                .spawn("127.0.0.1:0", |_obs: MsgMap, _t| async move {
-                    Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.25; 14], &[2, 7])))
-                })
-                .await
-                .unwrap();
-            url_tx.send(server.url()).unwrap();
-            let _ = stop_rx.await;
-            server.shutdown().await;
-        });
-    });
-    let url = url_rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    (url, stop, join)
+/// A server holding its only thread up before the write of the calls in
+/// [`HELD`].
+fn server(truths: Truths) -> PolicyServerThread {
+    PolicyServerThread::spawn(
+        move |builder| {
+            builder.before_write(move |index, ready| {
+                if HELD.contains(&index) {
+                    // Blocks the runtime's thread: the connection's
+                    // task cannot write until it returns.
+                    std::thread::sleep(HOLD);
+                }
+                truths.lock().unwrap().push((index, ready.elapsed()));
+            })
+        },
+        |_obs: MsgMap, _t| async move {
+            Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.25; 14], &[2, 7])))
+        },
+    )
 }
 
 #[test]
@@ -68,20 +56,8 @@ fn a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records() {
     // estimate's error beside the 10 ms it must gain.
     let mut obs = Observed::with(StageLayer::builder().clock_mode(ClockMode::Trusted));
     let truths: Truths = Arc::default();
-    let (url, stop, join) = server(Arc::clone(&truths));
-    rt().block_on(async {
-        let mut client = PolicyClient::connect(&url).await.unwrap();
-        for seq in 0..CALLS {
-            client
-                .infer(&MsgMap::new().with("state", 1.0))
-                .instrument(tracing::info_span!("call", seq = seq))
-                .await
-                .unwrap();
-        }
-    });
-    let records = obs.finish();
-    let _ = stop.send(());
-    join.join().unwrap();
+    let records = server(Arc::clone(&truths))
+        .records_of_calls(&mut obs, CALLS, |_| MsgMap::new().with("state", 1.0));
     let truths = truths.lock().unwrap().clone();
     assert_eq!(records.len(), CALLS as usize);
     assert_eq!(truths.len(), CALLS as usize);

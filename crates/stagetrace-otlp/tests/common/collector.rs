@@ -1,9 +1,17 @@
-//! A one-request OTLP/HTTP "collector" that shows what arrived.
+//! A one-request OTLP/HTTP "collector" that shows what arrived, and an
+//! endpoint with no collector at all.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+
+/// The base URL of an endpoint nothing listens on: a loopback port bound
+/// and released (connections to it are refused).
+pub fn dead_endpoint() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://127.0.0.1:{}", l.local_addr().unwrap().port())
+}
 
 /// Reads one HTTP request (head and body) and answers 200 with an empty body.
 pub fn answer_one(stream: TcpStream) -> (String, Vec<(String, String)>, usize) {

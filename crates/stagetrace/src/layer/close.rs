@@ -167,7 +167,7 @@ fn add_stage(call: &mut CallState, closed: &mut ClosedStage<'_>, nested: bool, e
             start: closed.start,
             end,
             span_id: t.span_id,
-            timing: t.timing,
+            timing: t.timing.take(),
             peer: t.peer,
             first_byte: t.first_byte,
             request_first_byte: t.request_first_byte,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::executor::ExecutorAck;
-use crate::queue::CallState;
+use crate::queue::{CallState, PackedTiming};
 use crate::wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
 use super::callsite::REMOTE_PARENT_SPAN;
@@ -159,7 +159,10 @@ pub trait StageSpanExt: sealed::Sealed {
 
 impl StageSpanExt for tracing::Span {
     fn record_server_timing(&self, timing: ServerTiming) {
-        with_transport(self, |t| t.timing = Some(timing));
+        // Packed before the span's state is locked: its finer figures are
+        // boxed, and only a response that has one pays for the box.
+        let mut timing = Some(PackedTiming::pack(timing));
+        with_transport(self, |t| t.timing = timing.take());
     }
 
     fn record_hops(&self, hops: Hops) {

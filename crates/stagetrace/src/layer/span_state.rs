@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use crate::host_share::RunWaitMark;
 use crate::inline_str::{InlineStr, PEER_LEN};
-use crate::queue::CallState;
+use crate::queue::{CallState, PackedTiming};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
-use crate::wire::{Hops, ServerTiming, TraceParent, TraceState};
+use crate::wire::{Hops, TraceParent, TraceState};
 
 /// Per-stage-span state (stages other than transport). Kept small: the
 /// registry boxes one per span.
@@ -42,7 +42,9 @@ pub(crate) struct TransportState {
     /// `span_id` came from another layer (see [`crate::context`]).
     pub(crate) shared: bool,
     pub(crate) observer_ticks: u64,
-    pub(crate) timing: Option<ServerTiming>,
+    /// The server timing the response carried, packed as the call keeps
+    /// it (its finer figures boxed).
+    pub(crate) timing: Option<PackedTiming>,
     pub(crate) peer: InlineStr<PEER_LEN>,
     /// The response's first byte arrived (the transport's stamp).
     pub(crate) first_byte: Option<Instant>,

@@ -10,7 +10,7 @@ use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
 use crate::host_share::{HostFigure, HostShare};
-use crate::queue::{CallState, RawCall, StageAcc, TransportAcc};
+use crate::queue::{CallState, PackedTiming, RawCall, StageAcc, TransportAcc};
 use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
@@ -217,12 +217,13 @@ impl Converter {
             .filter(|fb| (t_start_at..=cal.instant(t.end)).contains(fb))
             .map(|fb| fb.min(t_end_at));
         tl.response_first_byte_ns = first_byte.map(|fb| ns_since(start, fb));
-        if let Some(timing) = t.timing {
+        let timing = t.timing.as_ref().map(PackedTiming::unpack);
+        if let Some(timing) = timing {
             rec.batch_size = timing.batch_size;
             rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
             set_host(&timing.host, true, rec);
         }
-        if let Some(timing) = t.timing.filter(ServerTiming::has_times) {
+        if let Some(timing) = timing.filter(ServerTiming::has_times) {
             let client = ClientTimes {
                 send_unix_ns: anchor.to_unix_ns(t_start_at),
                 recv_unix_ns: anchor.to_unix_ns(t_end_at),
@@ -248,7 +249,7 @@ impl Converter {
             place_split(&st, span, tl);
         }
         let all = s.stages[Stage::Transport.index()];
-        if !t.timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
+        if !timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
             // No server timing: the first byte cuts the black box in two,
             // the wait for it (server and network unsplit) and the
             // response's transfer, both on this clock (ttfb + rx =

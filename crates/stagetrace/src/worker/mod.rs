@@ -19,7 +19,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use crate::advice::AdviceFor;
 use crate::clock::{ClockMode, WallClock};
 use crate::health::Health;
-use crate::queue::{Msg, RawCall};
+use crate::queue::{Msg, PackedTiming, RawCall};
 use crate::sink::{Loss, RecordSink};
 use crate::stamp::Calibration;
 use crate::summary::{Accum, Counters, DeadlineTracker, Span, Summary, WindowSummary};
@@ -223,12 +223,13 @@ impl Worker {
         self.window.note_drift(drift);
         self.cumulative.note_drift(drift);
         let transport = raw.state.transport.as_ref();
+        let timing = transport
+            .and_then(|t| t.timing.as_ref())
+            .map(PackedTiming::unpack);
         let answer = Answer {
             peer: transport.map(|t| t.peer.as_str()),
-            answered: transport.is_some_and(|t| t.timing.is_some_and(|t| t.has_times())),
-            prev_tx_wait_ns: transport
-                .and_then(|t| t.timing)
-                .and_then(|t| t.prev_tx_wait_ns),
+            answered: timing.is_some_and(|t| t.has_times()),
+            prev_tx_wait_ns: timing.and_then(|t| t.prev_tx_wait_ns),
         };
         let ready = Ready {
             rec,
