@@ -34,6 +34,15 @@ pub(crate) struct CompareArgs {
     /// Skip corrupt lines (counted and reported) instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
+    /// The most the two machines' clocks drift apart (ppm; a quartz clock
+    /// without NTP is within 50–100, a disciplined one within a few). On
+    /// estimated clocks the split cannot tell which direction of the link
+    /// moved between two runs; with this bound the baseline's clock offset
+    /// is carried to the second run, and the direction is named when the
+    /// drift over the time between the runs is smaller than the change
+    /// (docs/clocks.md, "Carrying the offset between runs").
+    #[arg(long, value_name = "PPM", value_parser = drift_ppm, allow_hyphen_values = true)]
+    drift_ppm: Option<f64>,
     /// Seed of the bootstrap.
     #[arg(long, value_name = "SEED", default_value_t = 0x5eed_57a9e)]
     seed: u64,
@@ -61,7 +70,7 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
     let sel = args.select.selection()?;
     let before = run_input::load(std::slice::from_ref(&args.before), opts, "before", &sel)?;
     let after = run_input::load(std::slice::from_ref(&args.after), opts, "after", &sel)?;
-    let mut c = compare::compare(&before, &after, args.seed);
+    let mut c = compare::compare_with(&before, &after, args.seed, args.drift_ppm);
     if !stages.is_empty() {
         c.only(&stages);
     }
@@ -85,4 +94,14 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
         return Ok(exit::FIRED);
     }
     Ok(exit::OK)
+}
+
+/// A drift bound: a finite number of ppm, 0 or more.
+fn drift_ppm(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a drift bound: give the most the clocks drift apart in ppm, e.g. --drift-ppm 100"
+        )),
+    }
 }

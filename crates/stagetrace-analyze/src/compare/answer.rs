@@ -5,7 +5,7 @@
 
 use stagetrace_schema::Figure;
 
-use super::{GroupComparison, Row};
+use super::{CarriedOffset, GroupComparison, Row};
 use crate::figures;
 use crate::format::{fmt_ms, signed_ms};
 
@@ -74,7 +74,10 @@ fn what_changed(g: &GroupComparison, named: &[(Figure, &Row)]) -> Vec<String> {
     let mut net_sentence = None;
     for (f, r) in named.iter().take(NAMED) {
         if *f == Figure::Net && !unknown.is_empty() {
-            net_sentence = Some(net_without_direction(g, r, &unknown));
+            net_sentence = Some(match &g.carried {
+                Some(c) => net_with_carried_offset(r, c),
+                None => net_without_direction(g, r, &unknown),
+            });
         } else if figures::is_one_way(*f) {
             items.push(one_way_change(g, *f, r));
         } else {
@@ -110,6 +113,47 @@ fn net_without_direction(g: &GroupComparison, net: &Row, unknown: &[&Row]) -> St
         change("net (uplink + downlink, exact)", net),
         split.join(" and "),
         fmt_ms(g.split_err_ms.unwrap_or(f64::NAN))
+    )
+}
+
+/// Net moved, the split cannot say which way, and the user stated a drift
+/// bound: the baseline's offset carried names the direction when the drift
+/// over the time between the runs is smaller than the change.
+fn net_with_carried_offset(net: &Row, c: &CarriedOffset) -> String {
+    let how = format!(
+        "the baseline's clock offset carried to the run (the clocks drift apart by at most {} ppm, over the {:.0} s from the first run's first call to the second's last: ± {})",
+        c.drift_ppm,
+        c.elapsed_s,
+        fmt_ms(c.bound_ms)
+    );
+    let moved = c.moved(net.min_effect_ms);
+    let each = format!(
+        "uplink {}, downlink {}",
+        signed_ms(c.uplink_ms),
+        signed_ms(c.downlink_ms)
+    );
+    if moved.is_empty() {
+        return format!(
+            "{}; which direction cannot be told even with {how}: {each}, neither beyond ± {}. To tell, record both runs closer together or with synchronised clocks (--clock trusted), or vary the link within one run (stagetrace experiment).",
+            change("net (uplink + downlink, exact)", net),
+            fmt_ms(c.bound_ms.max(net.min_effect_ms))
+        );
+    }
+    let named: Vec<&str> = moved.iter().map(|(f, _)| f.name()).collect();
+    let stayed = if moved.len() == 1 {
+        let other = if moved[0].0 == Figure::Uplink {
+            "downlink"
+        } else {
+            "uplink"
+        };
+        format!(", the {other} unchanged within it")
+    } else {
+        String::new()
+    };
+    format!(
+        "{}; with {how}, it is the {}: {each}{stayed}.",
+        change("net (uplink + downlink, exact)", net),
+        named.join(" and the ")
     )
 }
 

@@ -4,16 +4,19 @@
 //! One file per step: `rows` measures each figure's change (p50 / p90 /
 //! p99, the stages' and the hops'), `significance` judges them all at once
 //! (Holm), `one_way` holds uplink / downlink to the clock split's bound,
+//! `carry` carries the baseline's clock offset under a drift bound,
 //! `answer` says in sentences what changed, `text` draws the tables and
 //! `outputs` checks the policy's outputs.
 
 mod answer;
+mod carry;
 mod one_way;
 mod outputs;
 mod rows;
 mod significance;
 mod text;
 
+pub use carry::CarriedOffset;
 pub use text::{render, text};
 
 use serde::Serialize;
@@ -62,6 +65,11 @@ pub struct GroupComparison {
     /// (ms): the median `split_err_ms` of each run that carries one, added.
     /// `null` when neither does (trusted clocks, or no split).
     pub split_err_ms: Option<f64>,
+    /// With a drift bound (`compare --drift-ppm`) and estimated clocks:
+    /// the one-way changes with the baseline's offset carried, exact but
+    /// for the drift. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carried: Option<CarriedOffset>,
     /// One row per stage and statistic.
     pub rows: Vec<Row>,
     /// Calls through gateways: per hop of the records' `hops`, one row per
@@ -178,6 +186,20 @@ impl DigestCheck {
 
 /// Compares two runs.
 pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
+    compare_with(before, after, seed, None)
+}
+
+/// Compares two runs; with `drift_ppm` (the most the two machines' clocks
+/// drift apart), a kind on estimated clocks also gets the baseline's offset
+/// carried to the run ([`CarriedOffset`]), which names the direction a
+/// change of net took when the drift over the time between the runs is
+/// smaller than the change.
+pub fn compare_with(
+    before: &Dataset,
+    after: &Dataset,
+    seed: u64,
+    drift_ppm: Option<f64>,
+) -> Comparison {
     let gb = group_data(before);
     let ga = group_data(after);
     let mut groups = Vec::new();
@@ -190,7 +212,10 @@ pub fn compare(before: &Dataset, after: &Dataset, seed: u64) -> Comparison {
         let Some(a) = ga.iter().find(|a| a.kind == b.kind) else {
             continue;
         };
-        let group = rows::compare_kind(b, a, seed, &mut pvals);
+        let mut group = rows::compare_kind(b, a, seed, &mut pvals);
+        if let (Some(ppm), Some(_)) = (drift_ppm, group.split_err_ms) {
+            group.carried = carry::carried((before, b), (after, a), ppm);
+        }
         hop_bounds.push(one_way::hop_bounds(b, a, group.hops.len()));
         groups.push(group);
     }

@@ -38,6 +38,7 @@ pub(super) fn compare_kind(
         after_n: a.calls.len() as u64,
         summary: Vec::new(),
         split_err_ms: one_way::split_bound(b, a),
+        carried: None,
         rows,
         hops,
     }

@@ -461,8 +461,13 @@ pub(crate) fn lines(s: &Scenario) -> String {
             if s.trusted_clocks {
                 "\"clock\":\"trusted\"".to_string()
             } else {
+                // The estimate's midpoint rule moves the offset by half
+                // the difference of the added delays (the true offset is
+                // 0.5 ms): what the two clocks read, uplink + offset and
+                // downlink − offset, stays the truth.
                 format!(
-                    "\"offset_ms\":0.5,\"split_err_ms\":{},\"clock\":\"estimate\"",
+                    "\"offset_ms\":{},\"split_err_ms\":{},\"clock\":\"estimate\"",
+                    r3(0.5 + (up_delay - down_delay) / 2.0),
                     r3(s.split_err_ms + err_added)
                 )
             },
