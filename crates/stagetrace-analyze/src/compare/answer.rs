@@ -276,8 +276,15 @@ fn change(name: &str, r: &Row) -> String {
             fmt_ms(r.after)
         );
     }
+    // A figure that was 0 before (a host's wait that never happened) has
+    // no ratio to give.
+    let pct = if r.delta_pct.is_finite() {
+        format!(", {:+.1} %", r.delta_pct)
+    } else {
+        String::new()
+    };
     format!(
-        "{name} {} by {} at {} ({} → {}, {:+.1} %)",
+        "{name} {} by {} at {} ({} → {}{pct})",
         if r.delta_ms >= 0.0 {
             "slower"
         } else {
@@ -287,6 +294,5 @@ fn change(name: &str, r: &Row) -> String {
         r.stat,
         fmt_ms(r.before),
         fmt_ms(r.after),
-        r.delta_pct
     )
 }

@@ -95,7 +95,8 @@ pub(super) fn carried(
     after: (&Dataset, &GroupData),
     drift_ppm: f64,
 ) -> Option<CarriedOffset> {
-    let change = |f: Figure| Some(raw_median(after.0, after.1, f)? - raw_median(before.0, before.1, f)?);
+    let change =
+        |f: Figure| Some(raw_median(after.0, after.1, f)? - raw_median(before.0, before.1, f)?);
     let (uplink_ms, downlink_ms) = (change(Figure::Uplink)?, change(Figure::Downlink)?);
     let (b0, b1) = span(before.0, before.1)?;
     let (a0, a1) = span(after.0, after.1)?;

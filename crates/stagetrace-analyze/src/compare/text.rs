@@ -189,6 +189,9 @@ fn row_cells(label: String, r: &Row, bound: Option<f64>) -> Vec<String> {
                 signed_ms(lo),
                 signed_ms(hi)
             ),
+            // From 0 (a host's wait that never happened before) a ratio
+            // means nothing: the change in ms.
+            None if !r.delta_pct.is_finite() => format!("{} from 0", signed_ms(r.delta_ms)),
             None => format!(
                 "{:+.1}% [{:+.1}% {:+.1}%]",
                 r.delta_pct, r.ci_pct[0], r.ci_pct[1]
