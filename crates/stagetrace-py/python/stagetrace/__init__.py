@@ -85,6 +85,7 @@ logger = logging.getLogger("stagetrace")
 # `src/call.rs`) sets and resets it, `with stage()` stamps into it.
 _current: contextvars.ContextVar[Optional[Call]] = _native.current
 _default: Optional[Recorder] = None
+_live: Any = None  # stagetrace.rerun.Live, with init(rerun=...)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -103,6 +104,7 @@ def init(
     parquet_dir: Optional[os.PathLike[str] | str] = None,
     robot: Optional[str] = None,
     host_figures: bool = True,
+    rerun: Any = None,
 ) -> Recorder:
     """Start the process's recorder (the Rust builder's settings).
 
@@ -119,10 +121,19 @@ def init(
     says what the host did to the call — the thread's run-queue wait, the
     host's CPU stall, Python's GC pauses (``run_wait_ms``, ``cpu_stall_ms``,
     ``gc_ms``; docs/stages.md); ``False`` saves their few µs per call.
+    ``rerun``: also log each finished call to Rerun, a
+    ``rerun.RecordingStream`` or an ``.rrd`` path; needs ``output_dir``
+    (off by default; :class:`stagetrace.rerun.Live`, docs/viewers.md).
     """
-    global _default
+    global _default, _live
     if _default is not None:
         raise RuntimeError("stagetrace is already initialised in this process; call stagetrace.finish() first")
+    if rerun is not None:
+        if output_dir is None:
+            raise ValueError("stagetrace.init(rerun=...) follows the record files: give output_dir too")
+        from .rerun import Live, _rr
+
+        _rr()  # the Rerun SDK, before anything starts
     _default = Recorder(
         None if output_dir is None else os.fspath(output_dir),
         window=window,
@@ -138,6 +149,8 @@ def init(
         host_figures=host_figures,
     )
     _native.set_default(_default)
+    if rerun is not None:
+        _live = Live(output_dir, rerun)
     return _default
 
 
@@ -172,12 +185,16 @@ def finish() -> Summary:
     cumulative summary (the last line of ``summary.*.jsonl``) as a dict
     (:class:`Summary`: ``.table()`` prints it). What a sink lost for good
     is logged once, as a warning of the ``stagetrace`` logger."""
-    global _default
+    global _default, _live
     rec, _default = _default, None
     _native.set_default(None)
     if rec is None:
         raise RuntimeError("stagetrace is not initialised: nothing to finish")
-    return Summary(json.loads(rec.finish()))
+    summary = Summary(json.loads(rec.finish()))
+    live, _live = _live, None
+    if live is not None:
+        live.stop()
+    return summary
 
 
 def _mark(exc: BaseException, reason: str) -> None:
