@@ -12,9 +12,8 @@ use serde_json::json;
 use stagetrace_schema::Figure;
 
 use super::advice::advice;
-use super::options::MIN_SPIKES;
+use super::options::{MIN_SPIKES, SPIKE_SHARE};
 use super::report::{GroupReport, ServerWait, Verdict};
-use super::verdict::SPIKE_SHARE;
 use crate::figures;
 use crate::format::fmt_ms;
 

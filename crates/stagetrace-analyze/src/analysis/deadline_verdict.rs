@@ -7,8 +7,8 @@ use stagetrace_schema::Figure;
 
 use super::advice::advice;
 use super::deadline::{BACK_TO_BACK_MS, LATE_START};
+use super::options::SPIKE_SHARE;
 use super::report::{DeadlineCause, GroupReport, HostCause, Verdict};
-use super::verdict::SPIKE_SHARE;
 use crate::format::{fmt_ms, signed_ms};
 
 /// `deadline_misses` when at least [`SPIKE_SHARE`] of the calls missed:

@@ -70,3 +70,9 @@ pub(crate) fn spike_floor_ms(e2e_median: f64) -> f64 {
     };
     share.max(min_cost_ms(e2e_median))
 }
+
+/// Share of the steady calls a figure must spike on to be a verdict of its
+/// own. Rarer spikes sit beyond the figure's p99, which the table shows as
+/// its tail; from 1 % on they set the p99 themselves, so the table cannot
+/// show them as spikes and the verdict must.
+pub(super) const SPIKE_SHARE: f64 = 0.01;

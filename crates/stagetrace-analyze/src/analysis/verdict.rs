@@ -7,7 +7,7 @@ use stagetrace_schema::Figure;
 use super::advice::advice;
 use super::deadline_verdict::{deadline_verdict, stall_verdicts};
 use super::moves::{dedupe, e2e_moved, moves, Context};
-use super::options::MIN_SPIKES;
+use super::options::{MIN_SPIKES, SPIKE_SHARE};
 use super::report::{GroupReport, Verdict};
 use crate::figures;
 use crate::format::fmt_ms;
@@ -28,12 +28,6 @@ pub(super) fn verdict_order(a: &Verdict, b: &Verdict) -> std::cmp::Ordering {
         .cmp(&class(b))
         .then_with(|| cost(b).total_cmp(&cost(a)))
 }
-
-/// Share of the steady calls a figure must spike on to be a verdict of its
-/// own. Rarer spikes sit beyond the figure's p99, which the table shows as
-/// its tail; from 1 % on they set the p99 themselves, so the table cannot
-/// show them as spikes and the verdict must.
-pub(super) const SPIKE_SHARE: f64 = 0.01;
 
 /// Without a baseline: figures above their outlier threshold on at least
 /// [`SPIKE_SHARE`] of the calls and [`MIN_SPIKES`] calls, when no other verdict already names them
