@@ -49,7 +49,26 @@ fn convert(args: &ConvertArgs) -> Result<(), String> {
     if args.files.iter().any(|p| input::is_stdin(p)) {
         return Err("`-` (standard input): save the records to a file and convert that".into());
     }
-    let files = input::expand_dirs(&args.files)?;
+    let listed = input::expand_dirs(&args.files)?;
+    // Every input read through first: a damaged one (a line that is not a
+    // record) is skipped whole, by name, and the rest converted.
+    let mut files = Vec::with_capacity(listed.len());
+    let mut skipped = Vec::new();
+    for file in listed {
+        match feed(&file, None) {
+            Ok(_) => files.push(file),
+            Err(e) => {
+                eprintln!("warning: skipped a damaged input: {e}");
+                skipped.push(file);
+            }
+        }
+    }
+    if files.is_empty() {
+        return Err(format!(
+            "every input is damaged, nothing converted: {}",
+            names(&skipped)
+        ));
+    }
     let (mut calls, mut written, mut parts) = (0u64, 0u64, 0u64);
     // One sink per run, so each run's files carry its own id.
     let mut start = 0;
@@ -71,7 +90,7 @@ fn convert(args: &ConvertArgs) -> Result<(), String> {
         }
         let mut sink = opts.build().map_err(|e| e.to_string())?;
         for file in &files[start..end] {
-            calls += feed(file, &mut sink)?;
+            calls += feed(file, Some(&mut sink))?;
         }
         sink.flush();
         let count = |name: &str| {
@@ -97,13 +116,25 @@ fn convert(args: &ConvertArgs) -> Result<(), String> {
         files.len(),
         args.to.display()
     );
+    if !skipped.is_empty() {
+        eprintln!(
+            "warning: left out {} damaged input(s) (their calls are not converted): {}",
+            skipped.len(),
+            names(&skipped)
+        );
+    }
     Ok(())
 }
 
-/// Hands every record of `file` to the sink; the number of records. A last
-/// line cut short (the writer was killed mid-line) is left out with a
-/// note, as `report` leaves it out.
-fn feed(file: &Path, sink: &mut ParquetSink) -> Result<u64, String> {
+fn names(paths: &[PathBuf]) -> String {
+    let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    v.join(", ")
+}
+
+/// Hands every record of `file` to the sink (only reads them through
+/// without one); the number of records. A last line cut short (the writer
+/// was killed mid-line) is left out with a note, as `report` leaves it out.
+fn feed(file: &Path, mut sink: Option<&mut ParquetSink>) -> Result<u64, String> {
     let f = File::open(file).map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
     let mut reader = BufReader::with_capacity(1 << 20, f);
     let mut line = Vec::new();
@@ -123,6 +154,9 @@ fn feed(file: &Path, sink: &mut ParquetSink) -> Result<u64, String> {
         let rec: CallRecord = match serde_json::from_slice(&line) {
             Ok(rec) => rec,
             Err(e) if line.last() != Some(&b'\n') && e.is_eof() => {
+                if sink.is_none() {
+                    return Ok(n);
+                }
                 eprintln!(
                     "note: {}:{line_no}: the last line is cut short (the writer stopped mid-line): left out",
                     file.display()
@@ -136,10 +170,12 @@ fn feed(file: &Path, sink: &mut ParquetSink) -> Result<u64, String> {
                 ))
             }
         };
-        sink.on_record(&rec);
         n += 1;
-        if n % 4096 == 0 {
-            sink.on_drained();
+        if let Some(sink) = sink.as_deref_mut() {
+            sink.on_record(&rec);
+            if n % 4096 == 0 {
+                sink.on_drained();
+            }
         }
     }
 }

@@ -87,8 +87,9 @@ enum Source {
     Lines(PathBuf),
 }
 
-/// The files `paths` stand for, in order; footers checked now, so a damaged
-/// file is refused by name before anything is read.
+/// The files `paths` stand for, in order; every Parquet file decoded now, so
+/// a damaged one is skipped by name, with a warning, before anything is
+/// read (an error when nothing is left of an input).
 fn sources(paths: &[PathBuf], sel: &Selection, what: &str) -> Result<Vec<Source>, String> {
     let mut out = Vec::new();
     for p in paths {
@@ -130,9 +131,35 @@ fn sources(paths: &[PathBuf], sel: &Selection, what: &str) -> Result<Vec<Source>
                 listing.pruned
             ));
         }
+        // Every page decoded now: a damaged file is skipped whole, by name,
+        // and the report covers the rest (docs/records.md, "A damaged file").
+        let mut damaged = Vec::new();
+        let before = out.len();
         for f in listing.files {
-            read::open(&f, sel).map_err(|e| format!("{what}: {e}"))?;
-            out.push(Source::Parquet(f));
+            match read::verify(&f) {
+                Ok(_) => out.push(Source::Parquet(f)),
+                Err(e) => {
+                    eprintln!("warning: {what}: skipped a damaged Parquet file: {e}");
+                    damaged.push(e);
+                }
+            }
+        }
+        if out.len() == before && !damaged.is_empty() {
+            let why: Vec<String> = damaged.iter().map(ToString::to_string).collect();
+            return Err(format!(
+                "{what}: {}: every Parquet file is damaged, nothing to report: {}",
+                p.display(),
+                why.join("; ")
+            ));
+        }
+        if !damaged.is_empty() {
+            let paths: Vec<PathBuf> = damaged.into_iter().map(|e| e.path).collect();
+            eprintln!(
+                "warning: {what}: this report leaves out {} damaged Parquet file(s) (their calls \
+                 are not in it): {}",
+                paths.len(),
+                names(&paths)
+            );
         }
     }
     Ok(out)

@@ -216,12 +216,21 @@ fn a_one_way_change_is_judged_by_the_clock_split() {
     let out = stagetrace(&["compare", p(&base), p(&up15), "--drift-ppm", "100"]);
     let text = stdout(&out);
     assert!(
-        text.contains("it is the uplink: uplink +15.") && text.contains("the downlink unchanged within it"),
+        text.contains("it is the uplink: uplink +15.")
+            && text.contains("the downlink unchanged within it"),
         "{text}"
     );
     assert!(!text.contains("which direction cannot be told"), "{text}");
     let json: serde_json::Value = serde_json::from_slice(
-        &stagetrace(&["compare", p(&base), p(&up15), "--drift-ppm", "100", "--json"]).stdout,
+        &stagetrace(&[
+            "compare",
+            p(&base),
+            p(&up15),
+            "--drift-ppm",
+            "100",
+            "--json",
+        ])
+        .stdout,
     )
     .unwrap();
     let carried = &json["groups"][0]["carried"];
@@ -232,9 +241,17 @@ fn a_one_way_change_is_judged_by_the_clock_split() {
     assert!((up - 15.0).abs() <= 0.05, "{carried}");
     assert!(down.abs() <= 0.05, "{carried}");
     // A bound wider than the move leaves the direction untold, and says so.
-    let text = stdout(&stagetrace(&["compare", p(&base), p(&up15), "--drift-ppm", "2000"]));
+    let text = stdout(&stagetrace(&[
+        "compare",
+        p(&base),
+        p(&up15),
+        "--drift-ppm",
+        "2000",
+    ]));
     assert!(
-        text.contains("which direction cannot be told even with the baseline's clock offset carried"),
+        text.contains(
+            "which direction cannot be told even with the baseline's clock offset carried"
+        ),
         "{text}"
     );
     support::assert_usage_error(

@@ -1,7 +1,7 @@
 //! Parquet inputs: the same calls as JSON lines and as a Parquet tree
 //! (`stagetrace convert`) give the same `report --json` and `compare --json`;
 //! `--robot` / `--since` / `--until` select partitions; a damaged file is
-//! refused by name.
+//! refused by name, and in a tree skipped by name with the rest reported.
 
 #![allow(clippy::unwrap_used)]
 
@@ -196,7 +196,105 @@ fn a_tree_of_two_robots_is_a_fleet_and_a_robot_filter_opens_only_its_files() {
         only_arm1,
         json_without_paths(&["report", p(&arm1), "--json"])
     );
-    assert_usage_error(&["report", p(&tree)], "part-broken.parquet");
+    // Without the filter it is read, found damaged and skipped by name.
+    let out = stagetrace(&["report", p(&tree), "--per-robot", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("part-broken.parquet"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The sample file of `stagetrace-parquet` with one byte changed where the
+/// byte-stream-split decoder panics on it (its `tests/damaged.rs`).
+fn a_file_that_panics_the_decoder() -> Vec<u8> {
+    let mut bytes = stagetrace_parquet::sample::file();
+    bytes[4089] = 18;
+    bytes
+}
+
+#[test]
+fn a_damaged_file_in_a_tree_is_skipped_by_name_and_the_rest_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = run_dir(tmp.path(), "run", 1.0);
+    let pq = tmp.path().join("pq");
+    convert(&run, &pq);
+    let intact = json_without_paths(&["report", p(&pq), "--json"]);
+    let bad = walk_one(&pq).with_file_name("part-zz-damaged.parquet");
+    std::fs::write(&bad, a_file_that_panics_the_decoder()).unwrap();
+
+    let out = stagetrace(&["report", p(&pq), "--json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let mut v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    strip_files(&mut v);
+    assert_eq!(v, intact, "the report covers the rest, as without the file");
+    let name = bad.display().to_string();
+    assert!(
+        err.contains(&format!("skipped a damaged Parquet file: {name}")),
+        "{err}"
+    );
+    assert!(
+        err.contains("leaves out 1 damaged Parquet file(s)"),
+        "{err}"
+    );
+    assert!(!err.contains("thread 'main' panicked"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(&name)).count(),
+        2,
+        "{err}"
+    );
+
+    // The text report too; and the file alone is an error naming it.
+    let out = stagetrace(&["report", p(&pq)]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&name), "{}", stderr(&out));
+    let out = stagetrace(&["report", p(&bad)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("every Parquet file is damaged"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn convert_skips_a_damaged_input_by_name_and_converts_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = run_dir(tmp.path(), "good", 1.0);
+    let bad = run_dir(tmp.path(), "bad-run", 1.0);
+    let bad_file = std::fs::read_dir(&bad)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut text = std::fs::read_to_string(&bad_file).unwrap();
+    text.insert_str(0, "this line is no record\n");
+    std::fs::write(&bad_file, text).unwrap();
+    let pq = tmp.path().join("pq");
+    let out = stagetrace(&[
+        "convert",
+        p(&good),
+        p(&bad),
+        "--to",
+        p(&pq),
+        "--robot",
+        "arm-3",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let name = bad_file.display().to_string();
+    assert!(
+        err.contains(&format!("skipped a damaged input: {name}:1")),
+        "{err}"
+    );
+    assert!(err.contains("left out 1 damaged input(s)"), "{err}");
+    let records = |path: &Path| {
+        json_without_paths(&["report", p(path), "--json"])["inputs"]["records"].clone()
+    };
+    assert_eq!(records(&pq), records(&good));
 }
 
 #[test]

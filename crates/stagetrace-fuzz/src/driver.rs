@@ -169,7 +169,10 @@ pub fn run(target: &Target, inputs: u64, seed: u64) -> Stats {
             input.clear();
             input.extend_from_slice(&seeds[index as usize]);
         } else {
-            m.mutate(pick(a), pick(b), &mut input);
+            match target.mutate {
+                Some(mutate) => mutate(&mut m, pick(a), pick(b), &mut input),
+                None => m.mutate(pick(a), pick(b), &mut input),
+            }
         }
         stats.inputs += 1;
         match run_one(target, &input) {

@@ -4,7 +4,9 @@
 //! One [`Target`](targets::Target) per parser: `traceparent`, `tracestate`,
 //! a request's trace context (`trace-context`: several of both), the `stagetrace-timing` and `Server-Timing` headers, the msgpack
 //! `server_timing` map, a whole msgpack message (`MsgMap`), the record
-//! loader and the `--fail-if` gate expression. Each is fed mutants of valid
+//! loader, the `--fail-if` gate expression and the Parquet reader (`parquet`:
+//! whole files, mutated where Parquet keeps its structure by a
+//! structure-aware mutator of its own, [`targets::MutateFn`]). Each is fed mutants of valid
 //! inputs made by the project's own encoders and of hand-picked edge cases
 //! ([`mutate`]), deterministic from a seed, and checks invariants on what
 //! the parser accepts — floats finite, values within the parser's

@@ -109,6 +109,14 @@ fn main() -> ExitCode {
         for t in &chosen {
             let s = driver::run(t, a.inputs, a.seed);
             println!("{}", s.line(t.name));
+            if t.name == "parquet" {
+                println!(
+                    "{:<14} {} decoder panics caught by the reader's last line (catch_unwind) and \
+                     returned as errors naming the file",
+                    "",
+                    targets::parquet::CONTAINED_PANICS.load(std::sync::atomic::Ordering::Relaxed)
+                );
+            }
             if s.panics + s.violations > 0 {
                 bad.push(format!("{}: {} failures", t.name, s.panics + s.violations));
             } else if s.accept_share() < t.min_accept_share {

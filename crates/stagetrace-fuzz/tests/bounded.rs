@@ -5,9 +5,6 @@
 
 use stagetrace_fuzz::{driver, targets};
 
-/// Inputs per target: the eight targets together take about 8 s in a debug
-/// build on a 2-core machine.
-const INPUTS: u64 = 100_000;
 const SEED: u64 = 0x5eed;
 
 #[test]
@@ -22,10 +19,13 @@ fn every_parser_holds_its_invariants_on_mutated_input() {
     }
     let mut report = Vec::new();
     for t in targets::all() {
-        let s = driver::run(&t, INPUTS, SEED);
+        let s = driver::run(&t, t.test_inputs, SEED);
         eprintln!("{}", s.line(t.name));
-        assert_eq!(s.inputs, INPUTS);
-        assert_eq!(s.accepted + s.rejected + s.panics + s.violations, INPUTS);
+        assert_eq!(s.inputs, t.test_inputs);
+        assert_eq!(
+            s.accepted + s.rejected + s.panics + s.violations,
+            t.test_inputs
+        );
         if let Some(f) = s.failures.first() {
             report.push(format!(
                 "{}: {} panics, {} violations; first: input #{} ({}) {}",

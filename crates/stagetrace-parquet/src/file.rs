@@ -125,3 +125,26 @@ impl OpenFile {
         let _ = fs::remove_file(path);
     }
 }
+
+/// The bytes of one Parquet file holding `records`, written as the sink
+/// writes its files (same schema, compression and properties), in row
+/// groups of `row_group_rows`: for tests and fuzzing of the reader.
+pub fn file_bytes(
+    records: &[stagetrace::CallRecord],
+    row_group_rows: usize,
+) -> Result<Vec<u8>, ParquetError> {
+    let mut writer =
+        ArrowWriter::try_new(Vec::new(), arrow_schema(), Some(properties(row_group_rows)))?;
+    for chunk in records.chunks(row_group_rows.max(1)) {
+        let mut rows = crate::rows::RowBuffer::new();
+        for r in chunk {
+            rows.push(r);
+        }
+        let batch = rows
+            .take()
+            .map_err(|e| ParquetError::General(e.to_string()))?;
+        writer.write(&batch)?;
+        writer.flush()?;
+    }
+    writer.into_inner()
+}

@@ -53,10 +53,13 @@ mod layout;
 mod options;
 pub mod read;
 mod rows;
+#[doc(hidden)]
+pub mod sample;
 mod schema;
 mod sink;
 
 pub use builder_ext::ParquetBuilderExt;
+pub use file::file_bytes;
 pub use layout::{date_string, parse_date, partition_value};
 pub use options::ParquetOptions;
 pub use schema::arrow_schema;

@@ -9,7 +9,7 @@ use stagetrace::{CallRecord, Figure};
 use stagetrace_analyze::gate::{Gate, Op, Target as GateTarget};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 
-use super::{ensure, Outcome, Target};
+use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
 
 // ---------------------------------------------------------------- record loader
@@ -217,6 +217,8 @@ pub(super) const RECORD: Target = Target {
     check: record_check,
     mem_bound: record_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };
 
 // ---------------------------------------------------------------- gate
@@ -378,4 +380,6 @@ pub(super) const GATE: Target = Target {
     check: gate_check,
     mem_bound: gate_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };

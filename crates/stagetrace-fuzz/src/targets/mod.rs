@@ -1,8 +1,11 @@
 //! One fuzz target per parser that takes untrusted input: what it is fed
 //! with, how it is called, and what must hold of what it accepts.
 
+use crate::mutate::Mutator;
+
 mod analyze;
 mod msgpack;
+pub mod parquet;
 mod timing_chain;
 mod trace_context;
 mod wire;
@@ -15,6 +18,11 @@ pub struct Outcome {
     /// Most bytes held at once during the parse itself (not the checks).
     pub peak_bytes: usize,
 }
+
+/// A structure-aware mutator: writes into `out` a mutant of `base`
+/// (`other` is a second corpus entry), drawing every choice from the
+/// mutator's seeded generator.
+pub type MutateFn = fn(m: &mut Mutator, base: &[u8], other: &[u8], out: &mut Vec<u8>);
 
 /// A parser under fuzzing.
 #[derive(Clone, Copy, Debug)]
@@ -37,7 +45,17 @@ pub struct Target {
     /// Least share of inputs the parser must accept: below it the mutants
     /// never reach the accepting branch and the fuzzing tests little.
     pub min_accept_share: f64,
+    /// A structure-aware mutator for formats whose damage the generic
+    /// byte mutations rarely reach (`None`: [`Mutator::mutate`] alone).
+    pub mutate: Option<MutateFn>,
+    /// Inputs of the bounded run of `cargo test` (a fixed count; a target
+    /// whose every input decodes a whole file runs fewer).
+    pub test_inputs: u64,
 }
+
+/// Inputs per target of the bounded run of `cargo test`: the byte-string
+/// parsers together take about 8 s in a debug build on a 2-core machine.
+pub const DEFAULT_TEST_INPUTS: u64 = 100_000;
 
 /// Every target, in a fixed order.
 pub fn all() -> Vec<Target> {
@@ -53,6 +71,7 @@ pub fn all() -> Vec<Target> {
         msgpack::MSG_MAP,
         analyze::RECORD,
         analyze::GATE,
+        parquet::PARQUET,
     ]
 }
 

@@ -8,7 +8,7 @@ use stagetrace::ServerTiming;
 use stagetrace_net::msg::{MAX_DEPTH, MAX_ELEMENTS};
 use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
 
-use super::{ensure, Outcome, Target};
+use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
 
 /// msgpack tokens: container and length markers with small, large and
@@ -176,6 +176,8 @@ pub(super) const MSG_MAP: Target = Target {
     check: msg_check,
     mem_bound: msgpack_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };
 
 // ---------------------------------------------------------------- server_timing map
@@ -289,4 +291,6 @@ pub(super) const TIMING_MAP: Target = Target {
     check: timing_map_check,
     mem_bound: msgpack_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };

@@ -11,7 +11,7 @@ use stagetrace::ServerTiming;
 use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
 
 use super::msgpack::msgpack_bound;
-use super::{ensure, Outcome, Target};
+use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
 
 /// msgpack markers (maps with small and lying lengths, NaN, negative and
@@ -135,6 +135,8 @@ pub(super) const TIMING_CHAIN: Target = Target {
     check,
     mem_bound: msgpack_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };
 
 /// JSON tokens (lying nesting, NaN-like and huge numbers, the separators)
@@ -203,4 +205,6 @@ pub(super) const TIMING_CHAIN_HEADER: Target = Target {
     check: check_header,
     mem_bound: json_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };

@@ -10,7 +10,7 @@ use stagetrace::wire::{
     TraceContext, TraceParent, TraceState, MAX_TRACESTATE_INPUT, MAX_TRACESTATE_MEMBERS,
 };
 
-use super::{ensure, Outcome, Target};
+use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
 
 const P: &str = "p00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03";
@@ -116,4 +116,6 @@ pub(super) const TRACE_CONTEXT: Target = Target {
     check,
     mem_bound: bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };

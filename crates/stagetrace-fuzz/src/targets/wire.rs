@@ -8,7 +8,7 @@ use stagetrace::wire::{
 };
 use stagetrace::ServerTiming;
 
-use super::{ensure, Outcome, Target};
+use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
 
 fn outcome(accepted: bool, peak_bytes: usize) -> Result<Outcome, String> {
@@ -100,6 +100,8 @@ pub(super) const TRACEPARENT: Target = Target {
     check: traceparent_check,
     mem_bound: no_allocation,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };
 
 // ---------------------------------------------------------------- tracestate
@@ -183,6 +185,8 @@ pub(super) const TRACESTATE: Target = Target {
     check: tracestate_check,
     mem_bound: tracestate_bound,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };
 
 // ---------------------------------------------------------------- timing headers
@@ -300,6 +304,8 @@ pub(super) const TIMING_HEADER: Target = Target {
     check: timing_header_check,
     mem_bound: no_allocation,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };
 
 fn server_timing_seeds() -> Vec<Vec<u8>> {
@@ -387,4 +393,6 @@ pub(super) const SERVER_TIMING: Target = Target {
     check: server_timing_check,
     mem_bound: no_allocation,
     min_accept_share: 0.05,
+    mutate: None,
+    test_inputs: DEFAULT_TEST_INPUTS,
 };

@@ -12,6 +12,7 @@ use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 use stagetrace_schema::{FIELDS, HOP_KEYS};
 
+use super::contain::contain;
 use super::Selection;
 
 /// A [`Read`] of one Parquet file's calls as JSON lines (one batch of rows
@@ -22,6 +23,8 @@ pub struct JsonLines {
     sel: Selection,
     text: Vec<u8>,
     at: usize,
+    /// Why the file could not be read further, once it could not.
+    failed: Option<String>,
 }
 
 impl std::fmt::Debug for JsonLines {
@@ -40,7 +43,45 @@ impl JsonLines {
             sel,
             text: Vec::new(),
             at: 0,
+            failed: None,
         }
+    }
+
+    /// The next batch of rows, decoded by the third-party decoders inside
+    /// [`contain`]: a damaged page is an error naming the file, never a
+    /// panic. After one error every call returns it again.
+    fn next_batch(&mut self) -> io::Result<Option<RecordBatch>> {
+        let broken = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: damaged Parquet data ({why})", self.path.display()),
+            )
+        };
+        if let Some(why) = &self.failed {
+            return Err(broken(why));
+        }
+        let batches = &mut self.batches;
+        let why = match contain(|| batches.next()) {
+            Ok(None) => return Ok(None),
+            Ok(Some(Ok(batch))) => return Ok(Some(batch)),
+            Ok(Some(Err(e))) => format!("a corrupt row group: {e}"),
+            Err(panic) => panic,
+        };
+        let e = broken(&why);
+        self.failed = Some(why);
+        Err(e)
+    }
+
+    /// Decodes every remaining batch and checks its columns' types,
+    /// writing nothing: the number of rows.
+    pub(crate) fn verify(&mut self) -> io::Result<u64> {
+        let mut rows = 0u64;
+        while let Some(batch) = self.next_batch()? {
+            check_batch(&batch)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))?;
+            rows += batch.num_rows() as u64;
+        }
+        Ok(rows)
     }
 
     /// Fills `text` with the next batch's lines; false at the end.
@@ -48,16 +89,11 @@ impl JsonLines {
         self.text.clear();
         self.at = 0;
         while self.text.is_empty() {
-            let Some(batch) = self.batches.next() else {
+            let Some(batch) = self.next_batch()? else {
                 return Ok(false);
             };
-            let batch = batch.map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("a corrupt row group in {} ({e})", self.path.display()),
-                )
-            })?;
-            write_batch(&batch, &self.sel, &mut self.text)?;
+            write_batch(&batch, &self.sel, &mut self.text)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))?;
         }
         Ok(true)
     }
@@ -98,7 +134,9 @@ fn view<'a>(col: Option<&'a ArrayRef>, name: &str) -> io::Result<View<'a>> {
         DataType::Float64 => View::Number(col.as_primitive::<Float64Type>()),
         DataType::Utf8 => View::Text(col.as_string::<i32>()),
         DataType::Boolean => View::Bool(col.as_boolean()),
-        DataType::List(_) => View::Hops(col.as_list::<i32>()),
+        DataType::List(f) if matches!(f.data_type(), DataType::Struct(_)) => {
+            View::Hops(col.as_list::<i32>())
+        }
         DataType::Dictionary(k, v) if **k == DataType::Int32 && **v == DataType::Utf8 => {
             let dict = col.as_dictionary::<Int32Type>();
             View::Label(dict, dict.values().as_string::<i32>())
@@ -112,11 +150,54 @@ fn view<'a>(col: Option<&'a ArrayRef>, name: &str) -> io::Result<View<'a>> {
     })
 }
 
-fn write_batch(batch: &RecordBatch, sel: &Selection, out: &mut Vec<u8>) -> io::Result<()> {
-    let views: Vec<View<'_>> = FIELDS
+/// Each column of `batch` seen as the record field it holds, in the order
+/// of the record's table; an error names a column of a foreign type.
+fn views(batch: &RecordBatch) -> io::Result<Vec<View<'_>>> {
+    FIELDS
         .iter()
         .map(|info| view(batch.column_by_name(info.name), info.name))
-        .collect::<io::Result<_>>()?;
+        .collect()
+}
+
+/// The columns' types, and every number finite: a damaged page can decode
+/// to NaN or infinity, which no record holds (JSON has no such number).
+fn check_batch(batch: &RecordBatch) -> io::Result<()> {
+    for (info, v) in FIELDS.iter().zip(views(batch)?) {
+        match v {
+            View::Number(a) => finite(info.name, a)?,
+            View::Hops(list) => {
+                let entries = list.values().as_struct();
+                for key in HOP_KEYS {
+                    if let Some(col) = entries
+                        .column_by_name(key)
+                        .and_then(|c| c.as_primitive_opt::<Float64Type>())
+                    {
+                        finite(info.name, col)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn finite(name: &str, a: &arrow_array::Float64Array) -> io::Result<()> {
+    match (0..a.len()).find(|&i| a.is_valid(i) && !a.value(i).is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(not_finite(name, a.value(i))),
+    }
+}
+
+fn not_finite(name: &str, v: f64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("column {name} holds {v}, no record's value (damaged data)"),
+    )
+}
+
+fn write_batch(batch: &RecordBatch, sel: &Selection, out: &mut Vec<u8>) -> io::Result<()> {
+    let views = views(batch)?;
     let ts = batch
         .column_by_name("ts_unix_ms")
         .and_then(|c| c.as_primitive_opt::<Float64Type>());
@@ -135,7 +216,7 @@ fn write_batch(batch: &RecordBatch, sel: &Selection, out: &mut Vec<u8>) -> io::R
             }
             json(out, info.name)?;
             out.push(b':');
-            if write_value(out, v, row)? {
+            if write_value(out, v, row, info.name)? {
                 first = false;
             } else {
                 out.truncate(at);
@@ -151,11 +232,17 @@ fn json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> io::Result<()
 }
 
 /// Writes the value at `row`; false when the field is absent there.
-fn write_value(out: &mut Vec<u8>, v: &View<'_>, row: usize) -> io::Result<bool> {
+fn write_value(out: &mut Vec<u8>, v: &View<'_>, row: usize, name: &str) -> io::Result<bool> {
     match v {
         View::Absent => return Ok(false),
         View::Count(a) if a.is_valid(row) => json(out, &a.value(row))?,
-        View::Number(a) if a.is_valid(row) => json(out, &a.value(row))?,
+        View::Number(a) if a.is_valid(row) => {
+            let v = a.value(row);
+            if !v.is_finite() {
+                return Err(not_finite(name, v));
+            }
+            json(out, &v)?;
+        }
         View::Text(a) if a.is_valid(row) => json(out, a.value(row))?,
         View::Bool(a) if a.is_valid(row) => json(out, &a.value(row))?,
         View::Label(d, values) if d.is_valid(row) => {
@@ -189,6 +276,9 @@ fn write_hops(out: &mut Vec<u8>, list: &arrow_array::ListArray, row: usize) -> i
                 continue;
             };
             if col.is_valid(i) {
+                if !col.value(i).is_finite() {
+                    return Err(not_finite(key, col.value(i)));
+                }
                 if !first {
                     out.push(b',');
                 }

@@ -1,14 +1,27 @@
 //! Reading Parquet records back: which files a path stands for (a file, a
 //! directory, a partitioned tree, pruned by robot and day), each streamed as
 //! the JSON lines of the same calls, for `stagetrace report` and `compare`.
+//!
+//! A damaged file never panics the reader (`docs/records.md`, "A damaged
+//! file"): the schema comes from the file's own Parquet schema, never from
+//! the Arrow IPC blob a writer stores in its metadata (arrow-ipc asserts on
+//! a damaged one); the footer's column chunks are checked against the
+//! file's length before any page is read; and a panic left deep in the
+//! third-party decoders is caught ([`contain`]) and returned as an error
+//! naming the file.
 
+mod contain;
 mod json;
 
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
+};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::reader::ChunkReader;
 
 use crate::layout::{parse_date, IN_PROGRESS_SUFFIX, PART_EXTENSION};
 
@@ -123,23 +136,102 @@ pub fn list(path: &Path, sel: &Selection) -> Result<Listing, ReadError> {
     Ok(out)
 }
 
-/// Opens one file: its footer is read now, so a cut-short or foreign file
-/// is refused here, by name.
+/// Opens one file: its footer is read now, so a cut-short, damaged or
+/// foreign file is refused here, by name. Pages are decoded as the result
+/// is read; a page that cannot be decoded is an `InvalidData` error naming
+/// the file ([`verify`] decodes them all up front).
 pub fn open(path: &Path, sel: &Selection) -> Result<JsonLines, ReadError> {
+    let file = File::open(path).map_err(|e| ReadError {
+        path: path.to_path_buf(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    open_reader(path, file, sel)
+}
+
+/// [`open`] for a file already in memory (or any [`ChunkReader`]); `path`
+/// names it in errors.
+pub fn open_reader<R: ChunkReader + 'static>(
+    path: &Path,
+    reader: R,
+    sel: &Selection,
+) -> Result<JsonLines, ReadError> {
     let refuse = |reason: String| ReadError {
         path: path.to_path_buf(),
         reason,
     };
-    let file = File::open(path).map_err(|e| refuse(format!("cannot read: {e}")))?;
-    let reader: ParquetRecordBatchReader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .and_then(|b| b.build())
-        .map_err(|e| {
-            refuse(format!(
-                "not a readable Parquet file ({e}): a file cut short by a crash has no footer; \
-                 delete or move it and read the others"
-            ))
-        })?;
-    Ok(JsonLines::new(path.to_path_buf(), reader, sel.clone()))
+    let not_readable = |e: String| {
+        refuse(format!(
+            "not a readable Parquet file ({e}): a file cut short by a crash has no footer; \
+             delete or move it and read the others"
+        ))
+    };
+    let len = reader.len();
+    // The schema from the Parquet schema, not the stored Arrow IPC blob.
+    let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
+    let built = contain::contain(move || -> Result<ParquetRecordBatchReader, String> {
+        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(reader, options)
+            .map_err(|e| e.to_string())?;
+        check_metadata(builder.metadata(), len)?;
+        builder.build().map_err(|e| e.to_string())
+    });
+    let batches = match built {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return Err(not_readable(e)),
+        Err(panic) => return Err(refuse(format!("damaged Parquet footer ({panic})"))),
+    };
+    Ok(JsonLines::new(path.to_path_buf(), batches, sel.clone()))
+}
+
+/// Decodes every page of the file at `path` and checks each column's type
+/// against the record's, writing nothing: the number of rows, or what is
+/// wrong. `stagetrace report` runs it on every file before reading any, so
+/// a damaged file is skipped whole, never half-read.
+pub fn verify(path: &Path) -> Result<u64, ReadError> {
+    let mut lines = open(path, &Selection::default())?;
+    lines.verify().map_err(|e| {
+        // The reader's errors name the file first; the ReadError names it once.
+        let text = e.to_string();
+        let prefix = format!("{}: ", path.display());
+        ReadError {
+            path: path.to_path_buf(),
+            reason: text.strip_prefix(&prefix).unwrap_or(&text).to_owned(),
+        }
+    })
+}
+
+/// What the footer says that the decoders would assert on or read beyond
+/// the file for: every column chunk's byte range lies within the file, and
+/// no count is negative.
+fn check_metadata(meta: &ParquetMetaData, file_len: u64) -> Result<(), String> {
+    let file_len = i64::try_from(file_len).unwrap_or(i64::MAX);
+    for (g, rg) in meta.row_groups().iter().enumerate() {
+        if rg.num_rows() < 0 {
+            return Err(format!("row group {g} has {} rows", rg.num_rows()));
+        }
+        for col in rg.columns() {
+            let name = col.column_path().string();
+            let start = col
+                .dictionary_page_offset()
+                .unwrap_or(col.data_page_offset());
+            let size = col.compressed_size();
+            let within = start >= 0
+                && size >= 0
+                && start.checked_add(size).is_some_and(|end| end <= file_len);
+            if !within {
+                return Err(format!(
+                    "column {name} of row group {g} lies at bytes {start}..+{size}, outside the \
+                     file's {file_len} bytes"
+                ));
+            }
+            if col.num_values() < 0 {
+                return Err(format!(
+                    "column {name} of row group {g} has {} values",
+                    col.num_values()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn has_extension(p: &Path) -> bool {
