@@ -140,7 +140,14 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 #[test]
 fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = cpu_pressure_us();
+    let started = std::time::Instant::now();
     let idle = demo();
+    // How much of the "idle" run the host itself was short of CPU (what
+    // else runs on this machine), from the kernel's pressure counter.
+    let idle_pressure = before
+        .zip(cpu_pressure_us())
+        .map(|(a, b)| (b - a) as f64 / 1e6 / started.elapsed().as_secs_f64());
     let loaded = {
         let _busy = BusyLoops::start();
         demo()
@@ -179,14 +186,45 @@ fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() 
         host.iter().all(|(_, _, t)| t.contains("short of CPU")),
         "{host:#?}"
     );
-    // A healthy, idle run gets no host verdict.
-    assert!(
-        !verdicts(&idle)
-            .iter()
-            .any(|(code, _, _)| code.starts_with("host_")),
-        "{:#?}",
-        verdicts(&idle)
-    );
+    // A healthy run on an idle host gets no host verdict. On a host that
+    // other work kept short of CPU during it (some task waiting for a core
+    // a twentieth of the time or more) the run is not idle: its host
+    // verdicts must then say so, and nothing else.
+    let idle_host: Vec<_> = verdicts(&idle)
+        .into_iter()
+        .filter(|(code, _, _)| code.starts_with("host_"))
+        .collect();
+    match idle_pressure {
+        Some(p) if p >= IDLE_PRESSURE => {
+            eprintln!(
+                "the idle run's host was short of CPU {:.0} % of the time: {idle_host:#?}",
+                100.0 * p
+            );
+            assert!(
+                idle_host.iter().all(|(_, _, t)| t.contains("short of CPU")),
+                "{idle_host:#?}"
+            );
+        }
+        _ => assert!(
+            idle_host.is_empty(),
+            "pressure {idle_pressure:?}: {idle_host:#?}"
+        ),
+    }
+}
+
+/// The share of the time some task waited for a core above which a run is
+/// not on an idle host.
+const IDLE_PRESSURE: f64 = 0.05;
+
+/// The host's CPU pressure counter (`/proc/pressure/cpu`, "some" total,
+/// µs): time some task waited for a core. `None` without PSI.
+fn cpu_pressure_us() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace()
+        .find_map(|w| w.strip_prefix("total="))?
+        .parse()
+        .ok()
 }
 
 /// No verdict sends the user after the network or the camera: what the

@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import os
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, Optional
 
 import pytest
@@ -183,33 +188,45 @@ def start_openpi_server(start_handler: Callable[..., int]) -> Callable[..., int]
 Respond = Callable[[Any, st.RequestTimer, dict[str, Any], Any], Optional[bytes]]
 
 
-async def stagetrace_loop(websocket: Any, respond: Respond, metadata: dict[str, Any] | None = None) -> None:
+async def stagetrace_loop(
+    websocket: Any,
+    respond: Respond,
+    metadata: dict[str, Any] | None = None,
+    *,
+    watch: bool = False,
+    on_sent: Callable[[], None] | None = None,
+) -> None:
     """An existing openpi-style server loop with this module's lines added
     (the README's recipe): a :class:`~stagetrace.server.Session` per
     connection, the receive stamp as soon as ``recv`` returns, the trace
     context taken out of the observation, ``sent()`` after each send.
-    What happens in between is ``respond``'s."""
+    What happens in between is ``respond``'s. ``watch``: the session is
+    given the connection (as PolicyServer does: the arrival from the
+    kernel's stamps, the write stamped inside the transport);
+    ``on_sent``: called after each send returned, before ``sent()``."""
     import websockets.exceptions
 
     packer = st.Packer()
-    session = st.Session()
     await websocket.send(packer.pack(metadata or {}))
-    while True:
-        try:
-            raw = await websocket.recv()
-        except websockets.exceptions.ConnectionClosed:
-            return
-        t = session.received()
-        obs = st.unpackb(raw)
-        t.read_trace(obs)
-        frame = respond(websocket, t, obs, packer)
-        if frame is None:
-            return
-        try:
-            await websocket.send(frame)
-        except websockets.exceptions.ConnectionClosed:
-            return
-        t.sent()
+    with st.Session(websocket if watch else None) as session:
+        while True:
+            try:
+                raw = await websocket.recv()
+            except websockets.exceptions.ConnectionClosed:
+                return
+            t = session.received(frame=raw)
+            obs = st.unpackb(raw)
+            t.read_trace(obs)
+            frame = respond(websocket, t, obs, packer)
+            if frame is None:
+                return
+            try:
+                await websocket.send(frame)
+            except websockets.exceptions.ConnectionClosed:
+                return
+            if on_sent is not None:
+                on_sent()
+            t.sent()
 
 
 def _cargo() -> "str | None":
@@ -252,3 +269,144 @@ def cargo_artifact(*args: str, name: str) -> "Any":
         if msg.get("reason") == "compiler-artifact" and msg["target"]["name"] == name and msg.get("executable"):
             return Path(msg["executable"])
     pytest.fail(f"cargo built no {name} executable:\n{build.stdout[-3000:]}")
+
+
+
+# ---------------------------------------------------------------- records and the CLI
+
+
+def records_in(out: Path | str) -> list[dict[str, Any]]:
+    """Every record a recorder wrote under ``out`` (its ``records*.jsonl``
+    files, in name order)."""
+    files = sorted(Path(out).glob("records*.jsonl"))
+    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+
+
+_CLI: list[Path] = []
+
+
+def stagetrace_cli() -> Path:
+    """The ``stagetrace`` CLI, built once per session (:func:`cargo_artifact`)."""
+    if not _CLI:
+        _CLI.append(cargo_artifact("-p", "stagetrace-cli", "--bin", "stagetrace", name="stagetrace"))
+    return _CLI[0]
+
+
+def stagetrace_report(out: Path | str, *, as_json: bool = True) -> Any:
+    """``stagetrace report`` over the records under ``out`` (a folder or one
+    file): its ``--json`` document, or its text (``as_json=False``, no
+    colour)."""
+    args = [str(stagetrace_cli()), "report", str(out)] + (["--json"] if as_json else [])
+    run = subprocess.run(args, capture_output=True, text=True, timeout=180, env={**os.environ, "NO_COLOR": "1"})
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(run.stdout) if as_json else run.stdout
+
+
+# ---------------------------------------------------------------- peers in processes of their own
+
+
+@contextlib.contextmanager
+def server_process(argv: list[str], *, ready: str, **popen: Any) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A server in a process of its own (as a robot meets it: no GIL shared
+    with the test): started with ``argv``, its first line on stdout must
+    start with ``ready``; yields the process and that line, and ends the
+    process at the end if it is still running."""
+    popen.setdefault("stderr", subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **popen)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if not line.startswith(ready):
+            proc.poll()
+            err = popen["stderr"]
+            said = proc.stderr.read() if proc.stderr else Path(err.name).read_text() if hasattr(err, "name") else ""
+            raise AssertionError(f"{argv[0]} did not start ({line!r}, exit {proc.returncode}):\n{said[-4000:]}")
+        yield proc, line
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def rust_policy_server(model_ms: float) -> Iterator[int]:
+    """The Rust openpi-style policy server (the ``policy_server`` example:
+    kernel receive stamps) on a free loopback port; yields the port."""
+    exe = cargo_artifact("-p", "examples", "--example", "policy_server", name="policy_server")
+    with server_process([str(exe), "--port", "0", "--model-ms", str(model_ms)], ready="listening on ws://127.0.0.1:") as (
+        _,
+        line,
+    ):
+        yield int(line.rsplit(":", 1)[1])
+
+
+@contextlib.contextmanager
+def lerobot_server_process(script: str, *args: Any, cwd: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A LeRobot policy server script of this folder (``lerobot_serve.py``,
+    ``lerobot_real_serve.py``) in a process of its own, run from ``cwd``
+    (LeRobot's modules write ``logs/`` where they run), its stderr (LeRobot
+    logs every inference there) in ``cwd/stderr.log``, never a pipe nobody
+    reads: it prints ``listening <port>``, serves until a line arrives on
+    its stdin, then prints its truth as one JSON line. Yields the process
+    and the server's address; :func:`lerobot_server_truth` stops it and
+    reads the truth."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, str(Path(__file__).with_name(script)), *map(str, args)]
+    with open(cwd / "stderr.log", "w") as err:
+        with server_process(argv, ready="listening ", stdin=subprocess.PIPE, stderr=err, cwd=cwd) as (proc, line):
+            yield proc, f"127.0.0.1:{line.split()[1]}"
+
+
+def lerobot_server_truth(proc: subprocess.Popen) -> Any:
+    """Stop a :func:`lerobot_server_process` and return its truth (JSON)."""
+    out, _ = proc.communicate("stop\n", timeout=60)
+    assert proc.returncode == 0, f"the server exited {proc.returncode}; its stderr.log says why"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- LeRobot's peers in this process
+
+
+@pytest.fixture
+def serve_lerobot() -> Iterator[Callable[..., int]]:
+    """serve_lerobot(servicer, workers=4, interceptors=()) -> port of a
+    ``grpc.server`` on 127.0.0.1 serving ``servicer`` as LeRobot's
+    ``transport.AsyncInference`` (LeRobot's own ``serve()`` uses 4 workers);
+    stopped at teardown."""
+    from concurrent import futures
+
+    import grpc
+    from lerobot.transport import services_pb2_grpc
+
+    servers: list[Any] = []
+
+    def serve(servicer: Any, workers: int = 4, interceptors: tuple[Any, ...] = ()) -> int:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=list(interceptors))
+        services_pb2_grpc.add_AsyncInferenceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return port
+
+    yield serve
+    for server in servers:
+        server.stop(grace=None)
+
+
+@contextlib.contextmanager
+def robot_running(client: Any) -> Iterator[Any]:
+    """A LeRobot-style robot client (``lerobot_peers.RobotClient``) started,
+    its action receiver on a thread of its own, as LeRobot's
+    ``async_client()`` runs it; the control loop is the caller's. Stopped,
+    and its receiver joined, at the end."""
+    client.start()
+    receiver = threading.Thread(target=client.receive_actions, daemon=True)
+    receiver.start()
+    try:
+        yield client
+    finally:
+        client.stop()
+        receiver.join(timeout=5)

@@ -26,22 +26,23 @@ Truths, stamped where they happened, on this process's one clock:
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import grpc
-from conftest import cargo_artifact, report_timing
+from conftest import (
+    lerobot_server_process,
+    lerobot_server_truth,
+    records_in,
+    report_timing,
+    robot_running,
+    stagetrace_report,
+)
 from lerobot_peers import RobotClient
 
 import stagetrace
 from stagetrace.lerobot import trace_robot_client
-
-HERE = Path(__file__).resolve().parent
 
 DT_S = 0.02
 CHUNK = 10
@@ -54,10 +55,6 @@ TICKS = 120
 BOUND_MS = 1.0
 TYPICAL_MS = 0.2
 ROUNDING_MS = 0.0005
-
-
-def _records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for f in sorted(out.glob("records*.jsonl")) for line in f.read_text().splitlines()]
 
 
 @dataclasses.dataclass
@@ -74,37 +71,21 @@ class Served:
 def _serve_and_run(tmp_path: Path, workers: int) -> tuple[list[dict[str, Any]], Served, RobotClient]:
     """The robot against a server in a process of its own (as a robot meets
     it: the two share no GIL); both stamp on the host's monotonic clock."""
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "lerobot_serve.py"), str(workers), str(MODEL_S), str(CHUNK), str(DT_S),
-         str(OBS_TIMEOUT_S)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("listening "), (line, proc.stderr.read() if proc.poll() is not None else "")
-        address = f"127.0.0.1:{line.split()[1]}"
+    with lerobot_server_process(
+        "lerobot_serve.py", workers, MODEL_S, CHUNK, DT_S, OBS_TIMEOUT_S, cwd=tmp_path / "server"
+    ) as (proc, address):
         rec = stagetrace.Recorder(str(tmp_path))
         client = RobotClient(
             grpc.insecure_channel(address), address, dt_s=DT_S, chunk_size=CHUNK, threshold=0.5, step=0.1
         )
         trace_robot_client(client, recorder=rec)
-        client.start()
-        receiver = threading.Thread(target=client.receive_actions, daemon=True)
-        receiver.start()
-        client.control_loop(TICKS)
-        client.control_loop(TICKS, observe=False, until=lambda: not client.actions_available())
-        client.stop()
-        out, err = proc.communicate("stop\n", timeout=30)
-        receiver.join(timeout=5)
+        with robot_running(client):
+            client.control_loop(TICKS)
+            client.control_loop(TICKS, observe=False, until=lambda: not client.actions_available())
+        raw = lerobot_server_truth(proc)
         rec.finish()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-    assert proc.returncode == 0, err
-    raw = json.loads(out.strip().splitlines()[-1])
     truth = Served(**{f: {int(k): v for k, v in raw[f].items()} for f in ("timestep", "came", "started", "arrived", "replied")})
-    return _records(tmp_path), truth, client
+    return records_in(tmp_path), truth, client
 
 
 def _check_waits(records: list[dict[str, Any]], t: Served, client: RobotClient) -> list[float]:
@@ -181,21 +162,11 @@ def test_with_workers_to_spare_the_wait_is_a_fraction_of_a_ms(tmp_path: Path) ->
     assert max(truths) < OBS_TIMEOUT_S * 1e3 / 2, truths
 
 
-def _report(exe: Path, out: Path) -> str:
-    files = sorted(out.glob("records*.jsonl"))
-    assert len(files) == 1, files
-    run = subprocess.run(
-        [str(exe), "report", str(files[0])], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    assert run.returncode == 0, run.stderr
-    return run.stdout
-
-
 def test_the_report_names_the_starved_pool(tmp_path: Path) -> None:
-    exe = cargo_artifact("-p", "stagetrace-cli", "--bin", "stagetrace", name="stagetrace")
     _serve_and_run(tmp_path, workers=1)
-    text = _report(exe, tmp_path)
+    files = sorted(tmp_path.glob("records*.jsonl"))
+    assert len(files) == 1, files
+    text = stagetrace_report(files[0], as_json=False)
     verdict = text.split("verdict:", 1)[-1]
     starved = [line for line in verdict.splitlines() if line.endswith("(worker_pool_starved)")]
     assert len(starved) == 1, text

@@ -10,15 +10,14 @@ the call's start to the moment its result first exists on the host.
 
 PyTorch: CPU tensors are computed synchronously (the same API works and
 waits for nothing); CUDA tensors are asynchronous as JAX's are, and their
-device time is read from CUDA events. torch is not a test requirement (its
-wheel brings gigabytes of CUDA libraries): the torch tests run where it is
-importable, and are listed by pytest (``-ra``) as not run, by name, where it
-is not, or where no GPU is, under CI as elsewhere.
+device time is read from CUDA events. torch is a test requirement
+(requirements-test.txt; LeRobot's real classes need it too): missing, this
+module fails. The CUDA test runs where a GPU is, and is listed by pytest
+(``-ra``) as not run, by name, where none is, under CI as elsewhere.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -40,9 +39,11 @@ CALLS = 12
 # With the sync, model is the function's own time within this.
 OWN_TIME_BOUND_MS = 1.0
 
-# jax[cpu] is a test requirement (requirements-test.txt): missing, this module fails.
+# jax[cpu] and torch are test requirements (requirements-test.txt): missing,
+# this module fails.
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import torch  # noqa: E402
 
 
 def _median(xs: list[float]) -> float:
@@ -275,25 +276,6 @@ def test_device_module_never_imports_jax_or_torch() -> None:
 # ---------------------------------------------------------------- torch
 
 
-def _torch() -> Any:
-    if importlib.util.find_spec("torch") is None:
-        return None
-    import torch
-
-    return torch
-
-
-torch = _torch()
-
-
-def _no_torch(test: str) -> str:
-    return (
-        f"{test} NOT RUN: torch is not installed (not a test requirement: its wheel brings gigabytes of "
-        "CUDA libraries); pip install torch (the CPU wheel: --index-url "
-        "https://download.pytorch.org/whl/cpu) to run it"
-    )
-
-
 def _no_gpu(test: str) -> str:
     return f"{test} NOT RUN: no CUDA device here (torch.cuda.is_available() is False)"
 
@@ -327,7 +309,6 @@ class TorchPolicy:
         return {"actions": actions.astype(np.float32), "own_ns": ready - start}
 
 
-@pytest.mark.skipif(torch is None, reason=_no_torch("test_torch_cpu_model_stage_is_its_own_time"))
 def test_torch_cpu_model_stage_is_its_own_time(start_server: Any) -> None:
     f, x = _torch_model("cpu")
     resps = serve_calls(start_server, TorchPolicy(f, x, sync=None))
@@ -342,8 +323,7 @@ def test_torch_cpu_model_stage_is_its_own_time(start_server: Any) -> None:
 
 
 @pytest.mark.skipif(
-    torch is None or not torch.cuda.is_available(),
-    reason=(_no_torch if torch is None else _no_gpu)("test_torch_cuda_model_stage_waits_and_reports_device_time"),
+    not torch.cuda.is_available(), reason=_no_gpu("test_torch_cuda_model_stage_waits_and_reports_device_time")
 )
 def test_torch_cuda_model_stage_waits_and_reports_device_time(start_server: Any) -> None:
     f, x = _torch_model("cuda")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import cargo_artifact, report_timing
+from conftest import records_in, report_timing, server_process, stagetrace_report
 
 import stagetrace
 from stagetrace import server as st_server
@@ -95,37 +94,15 @@ def run_robot(
         result["summary"] = json.loads(rec.finish())
 
 
-def records(out: Path) -> list[dict[str, Any]]:
-    files = sorted(out.glob("records*.jsonl"))
-    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def stagetrace_cli() -> Path:
-    return cargo_artifact("-p", "stagetrace-cli", "--bin", "stagetrace", name="stagetrace")
-
-
-def report(cli: Path, out: Path) -> dict[str, Any]:
-    rep = subprocess.run([str(cli), "report", "--json", str(out)], capture_output=True, text=True, timeout=180)
-    assert rep.returncode == 0, rep.stderr[-4000:]
-    return json.loads(rep.stdout)
-
-
 @pytest.fixture
 def loop_server() -> Any:
     """The server process; yields (port, lines read so far)."""
-    proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("loop_server.py")), "--model-ms", str(MODEL_MS)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    argv = [sys.executable, str(Path(__file__).with_name("loop_server.py")), "--model-ms", str(MODEL_MS)]
     lines: list[dict[str, Any]] = []
-    try:
-        first = proc.stdout.readline()
-        assert first.startswith("listening on ws://127.0.0.1:"), (first, proc.stderr.read() if proc.poll() else "")
-        port = int(first.rsplit(":", 1)[1])
+    with server_process(argv, ready="listening on ws://127.0.0.1:", env={**os.environ, "PYTHONUNBUFFERED": "1"}) as (
+        proc,
+        first,
+    ):
 
         def read() -> None:
             for line in proc.stdout:
@@ -133,15 +110,10 @@ def loop_server() -> Any:
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        yield port, lines
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        yield int(first.rsplit(":", 1)[1]), lines
 
 
-def test_two_robots_on_a_blocked_loop_wait_in_queue_not_uplink(
-    loop_server: Any, stagetrace_cli: Path, tmp_path: Path
-) -> None:
+def test_two_robots_on_a_blocked_loop_wait_in_queue_not_uplink(loop_server: Any, tmp_path: Path) -> None:
     port, lines = loop_server
     outs = {"r1": tmp_path / "r1", "r2": tmp_path / "r2"}
     results: dict[str, dict[str, Any]] = {"r1": {"sent": [threading.Event() for _ in range(CALLS)]}, "r2": {}}
@@ -218,7 +190,7 @@ def test_two_robots_on_a_blocked_loop_wait_in_queue_not_uplink(
     # loaded machine wakes its threads late); neither holds the server's
     # loop. A net or uplink above them would be the loop's wait, misplaced.
     for name, out in outs.items():
-        rs = records(out)
+        rs = records_in(out)
         assert len(rs) == CALLS, (name, len(rs))
         worst_net_over = worst_up_over = -1e9
         for i, r in enumerate(rs):
@@ -250,7 +222,7 @@ def test_two_robots_on_a_blocked_loop_wait_in_queue_not_uplink(
 
     # --- What `stagetrace report` makes of it: the blocked loop named for
     # the robot that waited, and nothing for the one that did not.
-    verdicts = {name: [v["code"] for v in report(stagetrace_cli, out)["verdicts"]] for name, out in outs.items()}
+    verdicts = {name: [v["code"] for v in stagetrace_report(out)["verdicts"]] for name, out in outs.items()}
     print(f"verdicts: {verdicts}", file=sys.stderr)
     assert "loop_blocked" in verdicts["r2"], verdicts
     if overlapped["r1"] == 0:  # the first robot never waited for the loop

@@ -30,18 +30,16 @@ import itertools
 import json
 import statistics
 import subprocess
-import threading
 from collections import Counter
-from concurrent import futures
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import msgpack
 import pytest
-from conftest import LoopThread, cargo_artifact, report_timing
+from conftest import LoopThread, cargo_artifact, records_in, report_timing, robot_running, server_process
 from delay_proxy import DelayProxy
-from lerobot.transport import services_pb2_grpc
 from lerobot_peers import PolicyServer, RobotClient, TimedAction, TimedObservation
 
 import stagetrace
@@ -62,10 +60,6 @@ STAMP_US = 200
 ROUNDING_MS = 0.0005
 
 
-def _records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for f in sorted(out.glob("records*.jsonl")) for line in f.read_text().splitlines()]
-
-
 @pytest.fixture
 def skewed_server_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Python server's wall stamps read ``SKEW_MS`` ahead (the robot's
@@ -75,16 +69,12 @@ def skewed_server_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_chunk_is_one_record_and_every_lost_observation_is_counted(
-    tmp_path: Path, loop_thread: LoopThread, skewed_server_clock: None
+    tmp_path: Path, loop_thread: LoopThread, skewed_server_clock: None, serve_lerobot: Callable[..., int]
 ) -> None:
     server = trace_policy_server(
         PolicyServer(model_s=MODEL_S, chunk_size=CHUNK, dt_s=DT_S, inference_latency_s=0.03, atol=0.05)
     )
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    grpc_server.start()
-    proxy = loop_thread.run(DelayProxy.start(port, UP_S, DOWN_S))
+    proxy = loop_thread.run(DelayProxy.start(serve_lerobot(server), UP_S, DOWN_S))
     rec = stagetrace.Recorder(str(tmp_path), clock="estimate")
     address = f"127.0.0.1:{proxy.port}"
     client = RobotClient(
@@ -92,27 +82,23 @@ def test_every_chunk_is_one_record_and_every_lost_observation_is_counted(
     )
     trace_robot_client(client, recorder=rec)
     try:
-        client.start()
-        receiver = threading.Thread(target=client.receive_actions, daemon=True)
-        receiver.start()
-        client.control_loop(TICKS)
-        # Then no new observation until every one in flight became a chunk
-        # the robot executed: the truth below has no observation cut short
-        # by the stop (that case has its own test).
-        def settled() -> bool:
-            t = server.truth
-            waiting = any(o == "queued" and s not in t.replied for s, o in list(t.outcome.items()))
-            return not waiting and client.truth.chunks_received == len(t.replied) and not client.actions_available()
+        with robot_running(client):
+            client.control_loop(TICKS)
 
-        client.control_loop(DRAIN_TICKS, observe=False, until=settled)
-        assert settled(), "the robot did not drain in time"
-        client.stop()
-        receiver.join(timeout=5)
+            # Then no new observation until every one in flight became a
+            # chunk the robot executed: the truth below has no observation
+            # cut short by the stop (that case has its own test).
+            def settled() -> bool:
+                t = server.truth
+                waiting = any(o == "queued" and s not in t.replied for s, o in list(t.outcome.items()))
+                return not waiting and client.truth.chunks_received == len(t.replied) and not client.actions_available()
+
+            client.control_loop(DRAIN_TICKS, observe=False, until=settled)
+            assert settled(), "the robot did not drain in time"
     finally:
-        grpc_server.stop(grace=None)
         loop_thread.run(proxy.close())
     rec.finish()
-    records = _records(tmp_path)
+    records = records_in(tmp_path)
 
     # Every observation the server saw is one record, as the server said.
     t = server.truth
@@ -184,7 +170,9 @@ def test_every_chunk_is_one_record_and_every_lost_observation_is_counted(
     assert checked >= len(chunks) // 2, (checked, len(chunks))
 
 
-def test_observations_in_flight_when_the_robot_stops_are_counted_as_cancelled(tmp_path: Path) -> None:
+def test_observations_in_flight_when_the_robot_stops_are_counted_as_cancelled(
+    tmp_path: Path, serve_lerobot: Callable[..., int]
+) -> None:
     """The robot stops with an observation queued on the server: it never
     becomes an executed chunk, and its record says so (``cancelled``), as
     does every chunk that came in after the last control tick."""
@@ -193,12 +181,8 @@ def test_observations_in_flight_when_the_robot_stops_are_counted_as_cancelled(tm
         # the observation still unanswered.
         PolicyServer(model_s=2.5 * DT_S, chunk_size=CHUNK, dt_s=DT_S, inference_latency_s=0.03, atol=0.05)
     )
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    grpc_server.start()
     rec = stagetrace.Recorder(str(tmp_path))
-    address = f"127.0.0.1:{port}"
+    address = f"127.0.0.1:{serve_lerobot(server)}"
     client = RobotClient(
         grpc.insecure_channel(address), address, dt_s=DT_S, chunk_size=CHUNK, threshold=0.5, step=0.1
     )
@@ -208,20 +192,13 @@ def test_observations_in_flight_when_the_robot_stops_are_counted_as_cancelled(tm
         t = server.truth
         return [s for s, o in list(t.outcome.items()) if o == "queued" and s not in t.replied]
 
-    try:
-        client.start()
-        receiver = threading.Thread(target=client.receive_actions, daemon=True)
-        receiver.start()
+    with robot_running(client):
         client.control_loop(TICKS // 4)
         # Then on until the server holds an observation it has not answered.
         client.control_loop(DRAIN_TICKS, until=lambda: bool(waiting()))
         assert waiting(), "no observation was left in flight: the case is not exercised"
-        client.stop()
-        receiver.join(timeout=5)
-    finally:
-        grpc_server.stop(grace=None)
     rec.finish()
-    records = _records(tmp_path)
+    records = records_in(tmp_path)
 
     t = server.truth
     # One record per observation the server saw, and no other.
@@ -254,7 +231,9 @@ class MsgpackPolicyServer(PolicyServer):
         return msgpack.packb({"timestep": chunk[0].get_timestep(), "actions": [a.get_action()[0] for a in chunk]})
 
 
-def test_a_rust_robot_is_traced_through_a_python_server(tmp_path: Path, skewed_server_clock: None) -> None:
+def test_a_rust_robot_is_traced_through_a_python_server(
+    tmp_path: Path, skewed_server_clock: None, serve_lerobot: Callable[..., int]
+) -> None:
     """Across languages on the same wire: the Rust robot
     (``stagetrace-grpc``, the ``lerobot_robot`` example) against a Python
     server traced with ``stagetrace.lerobot``. The robot's records are the
@@ -265,21 +244,14 @@ def test_a_rust_robot_is_traced_through_a_python_server(tmp_path: Path, skewed_s
     server = trace_policy_server(
         MsgpackPolicyServer(model_s=MODEL_S, chunk_size=CHUNK, dt_s=DT_S, inference_latency_s=0.03, atol=0.5)
     )
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    grpc_server.start()
-    try:
-        run = subprocess.run(
-            [str(exe), "--server", f"127.0.0.1:{port}", "--out", str(tmp_path), "--ticks", "150",
-             "--fps", str(round(1 / DT_S)), "--chunk-size", str(CHUNK), "--threshold", "0.5"],
-            capture_output=True, text=True, timeout=120,
-        )
-    finally:
-        grpc_server.stop(grace=None)
+    run = subprocess.run(
+        [str(exe), "--server", f"127.0.0.1:{serve_lerobot(server)}", "--out", str(tmp_path), "--ticks", "150",
+         "--fps", str(round(1 / DT_S)), "--chunk-size", str(CHUNK), "--threshold", "0.5"],
+        capture_output=True, text=True, timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     robot = json.loads(run.stdout.strip().splitlines()[-1])
-    records = _records(tmp_path)
+    records = records_in(tmp_path)
     t = server.truth
     truth = Counter(
         (t.timestep[serial], "chunk" if serial in t.replied else outcome.split("_")[0])
@@ -323,14 +295,9 @@ def test_the_python_robot_is_traced_through_a_rust_server(tmp_path: Path) -> Non
     from the Rust trailers and the skew is recovered within each record's
     bound."""
     exe = cargo_artifact("-p", "examples", "--example", "lerobot_server", name="lerobot_server")
-    proc = subprocess.Popen(
-        [str(exe), "--port", "0", "--model-ms", str(MODEL_S * 1e3), "--skew-ms", str(SKEW_MS),
-         "--latency-ms", "30", "--chunk-size", str(CHUNK)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("listening on 127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+    argv = [str(exe), "--port", "0", "--model-ms", str(MODEL_S * 1e3), "--skew-ms", str(SKEW_MS),
+            "--latency-ms", "30", "--chunk-size", str(CHUNK)]
+    with server_process(argv, ready="listening on 127.0.0.1:") as (_, line):
         address = line.split()[-1]
         rec = stagetrace.Recorder(str(tmp_path), clock="estimate")
         # step 1: every observation differs from the last one run by a step.
@@ -338,18 +305,11 @@ def test_the_python_robot_is_traced_through_a_rust_server(tmp_path: Path) -> Non
             grpc.insecure_channel(address), address, dt_s=DT_S, chunk_size=CHUNK, threshold=0.5, step=1.0
         )
         trace_robot_client(client, recorder=rec)
-        client.start()
-        receiver = threading.Thread(target=client.receive_actions, daemon=True)
-        receiver.start()
-        client.control_loop(TICKS)
-        client.control_loop(DRAIN_TICKS, observe=False, until=lambda: not client.actions_available())
-        client.stop()
-        receiver.join(timeout=5)
+        with robot_running(client):
+            client.control_loop(TICKS)
+            client.control_loop(DRAIN_TICKS, observe=False, until=lambda: not client.actions_available())
         rec.finish()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-    records = _records(tmp_path)
+    records = records_in(tmp_path)
     sent = len(client.truth.captured)
     assert len(records) == sent >= 10, (len(records), sent)
     reasons = Counter(r.get("error", "chunk") for r in records)
@@ -367,16 +327,17 @@ def test_the_python_robot_is_traced_through_a_rust_server(tmp_path: Path) -> Non
 
 
 def test_the_drop_in_traces_the_robot_client_of_lerobots_entry_module(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serve_lerobot: Callable[..., int]
 ) -> None:
     """``python -m stagetrace.lerobot lerobot.async_inference.robot_client …``
     with no change to LeRobot: every ``RobotClient`` the module builds is
-    traced and the records land in ``$STAGETRACE_OUT``. LeRobot's real entry
-    module imports torch, which the test environment does not install
-    (gigabytes); a module of the same name and shape stands in for it here:
-    its ``RobotClient`` class (this file's peers) and its ``async_client()``
-    entry, which reads ``--server_address`` from ``sys.argv`` as LeRobot's
-    draccus config does."""
+    traced and the records land in ``$STAGETRACE_OUT``. Here a module of
+    the same name and shape stands in for LeRobot's: its ``RobotClient``
+    class (this file's peers, whose truth the test reads) and its
+    ``async_client()`` entry, which reads ``--server_address`` from
+    ``sys.argv`` as LeRobot's draccus config does. LeRobot's own module,
+    its flags and its ``RobotClient``, is run the same way in
+    ``test_lerobot_real.py``."""
     import sys
     import types
 
@@ -385,10 +346,7 @@ def test_the_drop_in_traces_the_robot_client_of_lerobots_entry_module(
     server = trace_policy_server(
         PolicyServer(model_s=MODEL_S, chunk_size=CHUNK, dt_s=DT_S, inference_latency_s=0.03, atol=0.05)
     )
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
-    port = grpc_server.add_insecure_port("127.0.0.1:0")
-    grpc_server.start()
+    port = serve_lerobot(server)
 
     entry = types.ModuleType("lerobot.async_inference.robot_client")
 
@@ -400,13 +358,9 @@ def test_the_drop_in_traces_the_robot_client_of_lerobots_entry_module(
         client = entry.RobotClient(
             grpc.insecure_channel(address), address, dt_s=DT_S, chunk_size=CHUNK, threshold=0.5, step=0.1
         )
-        client.start()
-        receiver = threading.Thread(target=client.receive_actions, daemon=True)
-        receiver.start()
-        client.control_loop(TICKS // 2)
-        client.control_loop(DRAIN_TICKS, observe=False, until=lambda: not client.actions_available())
-        client.stop()
-        receiver.join(timeout=5)
+        with robot_running(client):
+            client.control_loop(TICKS // 2)
+            client.control_loop(DRAIN_TICKS, observe=False, until=lambda: not client.actions_available())
         entry.last = client
 
     entry.RobotClient = StandInRobotClient
@@ -414,11 +368,8 @@ def test_the_drop_in_traces_the_robot_client_of_lerobots_entry_module(
     monkeypatch.setitem(sys.modules, "lerobot.async_inference.robot_client", entry)
     monkeypatch.setenv("STAGETRACE_OUT", str(tmp_path))
     monkeypatch.setattr(sys, "argv", list(sys.argv))
-    try:
-        assert main(["lerobot.async_inference.robot_client", f"--server_address=127.0.0.1:{port}"]) == 0
-    finally:
-        grpc_server.stop(grace=None)
-    records = _records(tmp_path)
+    assert main(["lerobot.async_inference.robot_client", f"--server_address=127.0.0.1:{port}"]) == 0
+    records = records_in(tmp_path)
     # Every observation the robot captured is a record: the class was traced.
     assert len(records) == len(entry.last.truth.captured) >= 5, len(records)
     assert sum(1 for r in records if not r.get("failed")) >= 5

@@ -6,7 +6,6 @@ both."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
-from conftest import EchoPolicy, cargo_artifact
+from conftest import EchoPolicy, cargo_artifact, records_in, rust_policy_server, stagetrace_report
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
 import stagetrace
@@ -29,30 +28,13 @@ RUN_TIMEOUT_S = 180
 @pytest.fixture(scope="module")
 def rust_server() -> Iterator[int]:
     """The Rust example server on a free loopback port; yields the port."""
-    exe = cargo_artifact("-p", "examples", "--example", "policy_server", name="policy_server")
-    proc = subprocess.Popen(
-        [str(exe), "--port", "0", "--model-ms", str(MODEL_MS)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on ws://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
-        yield int(line.rsplit(":", 1)[1])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with rust_policy_server(MODEL_MS) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
 def policy_client() -> Path:
     return cargo_artifact("-p", "examples", "--example", "policy_client", name="policy_client")
-
-
-@pytest.fixture(scope="module")
-def stagetrace_cli() -> Path:
-    return cargo_artifact("-p", "stagetrace-cli", "--bin", "stagetrace", name="stagetrace")
 
 
 @pytest.fixture
@@ -74,9 +56,9 @@ def obs(i: int = 0) -> dict[str, Any]:
 
 
 def records(out: Path) -> list[dict[str, Any]]:
-    files = sorted(out.glob("records*.jsonl"))
-    assert files, f"no records in {out}"
-    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+    rs = records_in(out)
+    assert rs, f"no records in {out}"
+    return rs
 
 
 # ---------------------------------------------------------------- openpi's own client
@@ -210,7 +192,7 @@ def test_a_failing_server_fails_the_call_as_in_rust(start_server, rec: Path) -> 
 
 
 def test_python_and_rust_clients_write_the_same_fields(
-    rust_server: int, policy_client: Path, stagetrace_cli: Path, rec: Path, tmp_path: Path
+    rust_server: int, policy_client: Path, rec: Path, tmp_path: Path
 ) -> None:
     rust_out = tmp_path / "rust"
     proc = subprocess.run(
@@ -239,14 +221,7 @@ def test_python_and_rust_clients_write_the_same_fields(
     assert {"uplink_ms", "downlink_ms", "offset_ms", "split_err_ms", "infer_ms", "net_ms"} <= py_fields
     # One reader for both: `stagetrace report --json` over each run.
     for out in (rec, rust_out):
-        rep = subprocess.run(
-            [str(stagetrace_cli), "report", "--json", str(out)],
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
-        assert rep.returncode == 0, rep.stderr[-4000:]
-        report = json.loads(rep.stdout)
+        report = stagetrace_report(out)
         assert report["inputs"]["records"] == CALLS and report["inputs"]["errors"] == []
         (group,) = report["groups"]
         assert group["calls"] == CALLS and group["failed"] == 0

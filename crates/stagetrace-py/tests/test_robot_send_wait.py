@@ -26,9 +26,6 @@ Truths, stamped where they happened, on the robot's monotonic clock:
 from __future__ import annotations
 
 import ctypes
-import json
-import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -36,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cargo_artifact, report_timing
+from conftest import records_in, report_timing, rust_policy_server, stagetrace_report
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 
 import stagetrace
@@ -57,20 +54,8 @@ ROUNDING_MS = 0.0005
 @pytest.fixture(scope="module")
 def rust_server() -> Iterator[int]:
     """The Rust example server on a free loopback port; yields the port."""
-    exe = cargo_artifact("-p", "examples", "--example", "policy_server", name="policy_server")
-    proc = subprocess.Popen(
-        [str(exe), "--port", "0", "--model-ms", str(MODEL_MS)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("listening on ws://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
-        yield int(line.rsplit(":", 1)[1])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with rust_policy_server(MODEL_MS) as port:
+        yield port
 
 
 class GilHolder:
@@ -131,10 +116,6 @@ class HeldClient(WebsocketClientPolicy):
         return super().infer(obs)
 
 
-def _records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for f in sorted(out.glob("records*.jsonl")) for line in f.read_text().splitlines()]
-
-
 def test_a_send_held_up_by_another_python_thread_is_the_robots_tx_wait(tmp_path: Path, rust_server: int) -> None:
     holder = GilHolder()
     # One host, one wall clock: the uplink is the server's kernel stamp less
@@ -155,7 +136,7 @@ def test_a_send_held_up_by_another_python_thread_is_the_robots_tx_wait(tmp_path:
         holder.stop()
         inner._ws.close()
     rec.finish()
-    records = {r["seq"]: r for r in _records(tmp_path)}
+    records = {r["seq"]: r for r in records_in(tmp_path)}
     assert len(records) == CALLS, len(records)
     held = [i for i in range(CALLS) if i % EVERY == EVERY // 2]
     assert len(holder.starts) == len(held)
@@ -184,17 +165,12 @@ def test_a_send_held_up_by_another_python_thread_is_the_robots_tx_wait(tmp_path:
     assert sum(1 for r in records.values() if "rx_wait_ms" in r) >= CALLS - 2, [r.get("rx_wait_ms") for r in records.values()]
 
     # The report: the uplink's spikes are the robot's, named as such.
-    exe = cargo_artifact("-p", "stagetrace-cli", "--bin", "stagetrace", name="stagetrace")
     files = sorted(tmp_path.glob("records*.jsonl"))
-    run = subprocess.run(
-        [str(exe), "report", str(files[0])], capture_output=True, text=True, timeout=120,
-        env={**os.environ, "NO_COLOR": "1"},
-    )
-    assert run.returncode == 0, run.stderr
-    verdict = run.stdout.split("verdict:", 1)[-1]
+    text = stagetrace_report(files[0], as_json=False)
+    verdict = text.split("verdict:", 1)[-1]
     uplink = [line for line in verdict.splitlines() if line.strip().startswith("* uplink")]
-    assert len(uplink) == 1, run.stdout
+    assert len(uplink) == 1, text
     # Named the robot's (its tx_wait), coded host_cpu: not the network's.
-    assert uplink[0].endswith("(host_cpu)"), run.stdout
-    assert "the robot handing the request to the kernel late" in uplink[0], run.stdout
-    assert "bandwidth" not in verdict, run.stdout
+    assert uplink[0].endswith("(host_cpu)"), text
+    assert "the robot handing the request to the kernel late" in uplink[0], text
+    assert "bandwidth" not in verdict, text

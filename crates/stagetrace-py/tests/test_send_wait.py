@@ -6,12 +6,12 @@ real servers hide", item 4)."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from conftest import records_in, stagetrace_loop
 
 import stagetrace
 from stagetrace import server as st
@@ -21,11 +21,6 @@ CALLS = 25
 DELAYED = 5
 HOLD_S = 0.010
 PERIOD_S = 0.02
-
-
-def records(out: Path) -> list[dict[str, Any]]:
-    files = sorted(out.glob("records*.jsonl"))
-    return [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
 
 
 def test_a_servers_held_send_is_server_tx_wait_on_the_delayed_call(
@@ -48,33 +43,14 @@ def test_a_servers_held_send_is_server_tx_wait_on_the_delayed_call(
         return frame
 
     sent_at: list[int] = []
-
-    async def handler(websocket: Any) -> None:
-        # The openpi-style loop of the README's recipe, its Session given
-        # the connection (as PolicyServer does), so the write is stamped
-        # inside the transport.
-        import websockets.exceptions
-
-        packer = st.Packer()
-        await websocket.send(packer.pack({}))
-        with st.Session(websocket) as session:
-            while True:
-                try:
-                    raw = await websocket.recv()
-                except websockets.exceptions.ConnectionClosed:
-                    return
-                t = session.received(frame=raw)
-                obs = st.unpackb(raw)
-                t.read_trace(obs)
-                frame = respond(websocket, t, obs, packer)
-                try:
-                    await websocket.send(frame)
-                except websockets.exceptions.ConnectionClosed:
-                    return
-                sent_at.append(time.perf_counter_ns())
-                t.sent()
-
-    port = start_handler(handler, compression=None, max_size=None)
+    # The openpi-style loop of the README's recipe, its Session given the
+    # connection (as PolicyServer does), so the write is stamped inside the
+    # transport.
+    port = start_handler(
+        lambda ws: stagetrace_loop(ws, respond, watch=True, on_sent=lambda: sent_at.append(time.perf_counter_ns())),
+        compression=None,
+        max_size=None,
+    )
     out = tmp_path / "robot"
     rec = stagetrace.Recorder(str(out))
     client = stagetrace.TracedClientPolicy("127.0.0.1", port, recorder=rec)
@@ -83,7 +59,7 @@ def test_a_servers_held_send_is_server_tx_wait_on_the_delayed_call(
         time.sleep(PERIOD_S)
     rec.finish()
 
-    rs = sorted(records(out), key=lambda r: r["seq"])
+    rs = sorted(records_in(out), key=lambda r: r["seq"])
     assert len(rs) == CALLS and len(truth) == CALLS and len(sent_at) == CALLS
     # The last response has no next one to carry its wait: absent, never 0.
     assert "server_tx_wait_ms" not in rs[-1]

@@ -110,6 +110,36 @@ def _run_wait_ns() -> int | None:
         return None
 
 
+class _IdleMark(threading.local):
+    """This thread's run-queue wait total when it last went idle."""
+
+    def __init__(self) -> None:
+        self.run_wait_ns: int | None = None
+
+
+_IDLE = _IdleMark()
+
+
+def mark_idle() -> None:
+    """A pool's worker thread goes back to wait for its next request: keep
+    its run-queue wait total, so the next request's :func:`woken_run_wait_ns`
+    is the wait between."""
+    _IDLE.run_wait_ns = _run_wait_ns()
+
+
+def woken_run_wait_ns() -> int | None:
+    """How long this thread waited on a run queue since it was marked idle
+    (ns): for a worker that sleeps until a request comes, its wait for a
+    core once woken for this one — a free worker that starts late on a busy
+    host, which is the host's CPU and not a starved pool. None when the
+    thread was never marked idle or the kernel gives no schedstat."""
+    before = _IDLE.run_wait_ns
+    now = _run_wait_ns()
+    if before is None or now is None:
+        return None
+    return max(0, now - before)
+
+
 def _stall_ns() -> int | None:
     if _PRESSURE is None:
         return None

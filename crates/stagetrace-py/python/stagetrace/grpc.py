@@ -36,9 +36,14 @@ before the call is handed to the pool) and sees the handler start (in the
 worker): the difference is sent as ``accept_wait_ns`` and the receive stamp
 is the arrival. A request-streaming method's request has arrived when its
 iterator is exhausted (``timer()`` is None before): its receive stamp is the
-call's arrival plus the time the handler spent reading the stream (the
+call's arrival plus the stream's reading, from the handler's first read to
+the moment grpcio's serving thread handed the last message over (the
 transfer, ``transfer_ns``), so a wait for a worker is ``accept_wait`` and
-chunks still on their way are uplink. The response's stamp is taken when
+chunks still on their way are uplink, while the handler's own work before
+its first read and its thread's wait to run again are the server's. What
+no hook can see is the serving thread's own wait before it runs any Python
+for the call (the GIL another thread holds, a core it waits for): that
+stays in the uplink. The response's stamp is taken when
 the handler returns it: gRPC serialises and writes it after that, which
 lands in the downlink.
 
@@ -66,7 +71,6 @@ from typing import Any, NamedTuple
 import grpc
 
 from . import _mark
-from . import timer as _timer_module
 from ._counters import _COUNTERS
 from ._native import clock_ns as _clock_ns
 from ._native import current as _current_call
@@ -287,31 +291,47 @@ def _start(metadata: Sequence[tuple[str, Any]] | None) -> RequestTimer:
     return t
 
 
-def place_receive(t: RequestTimer, arrived: int | None, picked: int, streamed: bool) -> dict[str, Any]:
+def place_receive(
+    t: RequestTimer,
+    arrived: int | None,
+    picked: int,
+    streamed: bool,
+    reading: int | None = None,
+    whole: int | None = None,
+) -> dict[str, Any]:
     """Put ``t``'s receive stamp where the request was in, and return the
     keys the timing map needs for it (``perf_counter_ns`` stamps).
 
     ``arrived``: the call arrived (grpcio's serving thread, before the
     pool); ``picked``: a worker started the handler; ``t`` was created when
     the whole request had been read (the same moment as ``picked`` for a
-    unary request, which grpcio reads before the handler runs). With the
-    arrival, the wait for a worker is ``accept_wait_ns`` (inside
-    ``queue_ns``) and the receive stamp is the arrival plus what reading a
-    stream took after the pickup (its chunks' transfer: uplink, not a
-    wait; ``transfer_ns``). Without it the receive stamp is the pickup, sent
-    as such (``recv_at_pickup``): the robot estimates the arrival from the
-    path's delay."""
-    complete = t._recv_mono
+    unary request, which grpcio reads before the handler runs);
+    ``reading``: when the handler first read the stream (``picked`` when
+    not given); ``whole``: when grpcio handed the request's last message
+    over (its serving thread, :class:`_MessageStamps`; ``t``'s creation when
+    not given). With the arrival, the wait for a worker is
+    ``accept_wait_ns`` (inside ``queue_ns``) and the receive stamp is the
+    arrival plus the stream's reading, from the handler's first read to
+    the last message handed over (its chunks' transfer: uplink, not a
+    wait; ``transfer_ns``). What the handler did between the pickup and its
+    first read (its own logging, a garbage collection), and its thread's
+    wait to run again once the last message was handed over, are the
+    server's, not the transfer. Without the arrival the receive stamp is
+    the pickup, sent as such (``recv_at_pickup``): the robot estimates the
+    arrival from the path's delay."""
+    complete = t.read_ns
     picked = min(picked, complete)
     if arrived is not None and arrived <= picked:
-        recv = arrived + (complete - picked)
+        first = picked if reading is None else min(max(reading, picked), complete)
+        last = complete if whole is None else min(max(whole, first), complete)
+        transfer = last - first
+        recv = arrived + transfer
         extra: dict[str, Any] = {"accept_wait_ns": picked - arrived}
         if streamed:
-            extra["transfer_ns"] = complete - picked
+            extra["transfer_ns"] = transfer
     else:
         recv, extra = picked, {"recv_at_pickup": 1}
-    t._recv_mono = recv
-    t.recv_unix_ns = _timer_module._ANCHOR.wall_ns(recv)
+    t.received_at(recv)
     return extra
 
 
@@ -329,7 +349,7 @@ def with_receive(timing: dict[str, Any], extra: dict[str, Any] | None) -> dict[s
 def _unary(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
         t = _start(metadata)
-        extra = place_receive(t, arrived, t._recv_mono, streamed=False)
+        extra = place_receive(t, arrived, t.read_ns, streamed=False)
         token = _timer.set(t)
         try:
             with continuing(t.trace, t.tracestate):
@@ -342,12 +362,31 @@ def _unary(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
     return handle
 
 
+class _MessageStamps:
+    """A call's request deserializer, noting when each message was handed
+    over: grpcio runs it in its serving thread as it takes the message from
+    its C core, before it wakes the handler's thread (whose wait to run
+    again is the server's, not the transfer's)."""
+
+    __slots__ = ("_inner", "last")
+
+    def __init__(self, inner: Callable[[bytes], Any] | None) -> None:
+        self._inner = inner
+        #: When the latest message was handed over (``perf_counter_ns``).
+        self.last: int | None = None
+
+    def __call__(self, data: bytes) -> Any:
+        self.last = time.perf_counter_ns()
+        return data if self._inner is None else self._inner(data)
+
+
 class _Arrival:
     """A streamed request's iterator: the request has arrived when it is
     exhausted, or when a message ``is_last`` says ends it (a handler that
     stops reading there never sees the stream's end), and the timer starts
     then, its receive stamp placed by :func:`place_receive` (``arrived``:
-    the call's arrival, when known; the handler started when this was
+    the call's arrival, when known; ``messages``: the call's
+    :class:`_MessageStamps`, when known; the handler started when this was
     made)."""
 
     def __init__(
@@ -356,8 +395,13 @@ class _Arrival:
         metadata: Any,
         is_last: Callable[[Any], bool] | None = None,
         arrived: int | None = None,
+        messages: _MessageStamps | None = None,
     ) -> None:
         self._picked = time.perf_counter_ns()
+        #: When the handler first asked for a message (the stream's reading
+        #: starts there, not at the pickup).
+        self._reading: int | None = None
+        self._messages = messages
         self._inner = inner
         self._metadata = metadata
         self._is_last = is_last
@@ -370,10 +414,13 @@ class _Arrival:
         return self
 
     def __next__(self) -> Any:
+        if self._reading is None:
+            self._reading = time.perf_counter_ns()
         try:
             item = next(self._inner)
         except StopIteration:
-            self._arrived()
+            # The stream's end: no message was handed over for it.
+            self._arrived(None)
             raise
         if self._is_last is not None:
             try:
@@ -381,20 +428,22 @@ class _Arrival:
             except Exception:  # noqa: BLE001 - a foreign message: keep reading
                 last = False
             if last:
-                self._arrived()
+                self._arrived(self._messages.last if self._messages is not None else None)
         return item
 
-    def _arrived(self) -> None:
+    def _arrived(self, whole: int | None) -> None:
         if self.timer is None:
             t = _start(self._metadata)
-            self.extra = place_receive(t, self._came, self._picked, streamed=True)
+            self.extra = place_receive(
+                t, self._came, self._picked, streamed=True, reading=self._reading, whole=whole
+            )
             self.timer = t
             _timer.set(t)
 
 
-def _streamed(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
+def _streamed(behavior: Callable, metadata: Any, arrived: int | None, messages: _MessageStamps | None) -> Callable:
     def handle(request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Any:
-        arrival = _Arrival(request_iterator, metadata, arrived=arrived)
+        arrival = _Arrival(request_iterator, metadata, arrived=arrived, messages=messages)
         # The handler runs in this context: the timer _Arrival sets once
         # the stream ends is visible to it, and gone after.
         ctx = contextvars.copy_context()
@@ -408,8 +457,10 @@ def _streamed(behavior: Callable, metadata: Any, arrived: int | None) -> Callabl
     return handle
 
 
-#: The attribute :class:`ArrivalStamped` leaves on grpcio's request iterator.
+#: The attributes :class:`ArrivalStamped` leaves on grpcio's request
+#: iterator: the call's arrival, and its :class:`_MessageStamps`.
 _ARRIVAL_ATTR = "_stagetrace_arrival_ns"
+_MESSAGES_ATTR = "_stagetrace_messages"
 
 
 class ArrivalStamped:
@@ -422,9 +473,11 @@ class ArrivalStamped:
     and before the call is queued for a worker. This property stamps then,
     leaves the stamp on the call's request iterator (the object the handler
     is given: the pairing is exact), and says there is no pool of its own,
-    so the server's pool serves the call as before. Where grpcio does not
-    ask, or its frames differ, no stamp is left and the handler's receive
-    stamp is its pickup, sent as such (``recv_at_pickup``)."""
+    so the server's pool serves the call as before. It also wraps the
+    iterator's deserializer in :class:`_MessageStamps`, so the reading of
+    the stream ends where grpcio handed its last message over. Where grpcio
+    does not ask, or its frames differ, no stamp is left and the handler's
+    receive stamp is its pickup, sent as such (``recv_at_pickup``)."""
 
     __slots__ = ("_fn",)
 
@@ -445,6 +498,10 @@ class ArrivalStamped:
                 it = frame.f_locals.get("request_iterator")
                 if it is not None:
                     setattr(it, _ARRIVAL_ATTR, now)
+                    if hasattr(it, "_request_deserializer"):
+                        messages = _MessageStamps(it._request_deserializer)
+                        it._request_deserializer = messages
+                        setattr(it, _MESSAGES_ATTR, messages)
         except Exception:  # noqa: BLE001 - another grpcio: no stamp, the pickup stands
             pass
         # No pool of its own (hasattr() is False): grpcio uses the server's.
@@ -456,6 +513,13 @@ def arrival_of(request_iterator: Any) -> int | None:
     iterator (``perf_counter_ns``), or None."""
     v = getattr(request_iterator, _ARRIVAL_ATTR, None)
     return v if isinstance(v, int) else None
+
+
+def messages_of(request_iterator: Any) -> _MessageStamps | None:
+    """The :class:`_MessageStamps` :class:`ArrivalStamped` left on a call's
+    request iterator, or None."""
+    v = getattr(request_iterator, _MESSAGES_ATTR, None)
+    return v if isinstance(v, _MessageStamps) else None
 
 
 class _ServerInterceptor(grpc.ServerInterceptor):
@@ -474,9 +538,10 @@ class _ServerInterceptor(grpc.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary is not None:
+            messages = _MessageStamps(handler.request_deserializer)
             return grpc.stream_unary_rpc_method_handler(
-                _streamed(handler.stream_unary, metadata, arrived),
-                request_deserializer=handler.request_deserializer,
+                _streamed(handler.stream_unary, metadata, arrived, messages),
+                request_deserializer=messages,
                 response_serializer=handler.response_serializer,
             )
         # Streamed responses have no one send stamp: passed through.

@@ -9,8 +9,10 @@ asks, and the robot merges the chunk into its action queue and executes one
 action per control tick. Here each observation that became a chunk is one
 record, keyed by its timestep (the record's ``seq``):
 
-capture → uplink (the stream's start → the server had the whole
-observation; ``tx_wait`` its part until grpcio took the first chunk) →
+capture → uplink (LeRobot hands the observation's stream to gRPC → the
+server had the whole observation; ``tx_wait`` its part until grpcio took
+the first chunk; LeRobot's pickling before the hand-over is the robot's,
+outside the stages) →
 queue (``accept_wait``: the call waited for a worker of the server's pool,
 which LeRobot's ``GetActions`` holds while it waits for an observation;
 then waiting in the one-slot queue, for the robot's poll included) → infer (pre-process, model, post-process) → poll_wait (the chunk
@@ -20,7 +22,8 @@ executed), with ``margin_ms`` (how long the action queue would have lasted
 when the chunk arrived; negative: it had run dry that long) and
 ``dry_ticks`` (control ticks without an action before it). An observation
 that never became a chunk is a failed call with the reason (``replaced``,
-``skipped``), counted, never silently gone. The server's clock is placed on
+``skipped``, ``cancelled``, ``disconnected``, ``exception``), counted,
+never silently gone. The server's clock is placed on
 the robot's by each exchange, as for any call.
 
 Two lines on each side::
@@ -51,7 +54,17 @@ import grpc
 
 from ._counters import _COUNTERS
 from .codec import packb, unpackb
-from .grpc import TIMING_KEY, ArrivalStamped, FirstTaken, _Arrival, arrival_of, timing_of, with_receive, with_trace
+from .grpc import (
+    TIMING_KEY,
+    ArrivalStamped,
+    FirstTaken,
+    _Arrival,
+    arrival_of,
+    messages_of,
+    timing_of,
+    with_receive,
+    with_trace,
+)
 from .timer import RequestTimer
 
 __all__ = ["OUTCOME_KEY", "trace_policy_server", "trace_robot_client"]
@@ -144,7 +157,11 @@ def trace_policy_server(server: Any) -> Any:
         # The call's arrival, stamped before it waited for a worker
         # (ArrivalStamped below): a busy pool is the server's queue.
         arrival = _Arrival(
-            request_iterator, context.invocation_metadata(), _transfer_end, arrived=arrival_of(request_iterator)
+            request_iterator,
+            context.invocation_metadata(),
+            _transfer_end,
+            arrived=arrival_of(request_iterator),
+            messages=messages_of(request_iterator),
         )
         outcome: dict[str, Any] = {}
         trace.replacing.outcome = outcome
@@ -219,7 +236,7 @@ def trace_policy_server(server: Any) -> Any:
             ready = trace.serving.ready
             if ready is not None:
                 # Ends where total_ns does (the reply's send stamp).
-                timing["poll_wait_ns"] = max(0, t._recv_mono + timing["total_ns"] - ready)
+                timing["poll_wait_ns"] = max(0, t.arrival_ns + timing["total_ns"] - ready)
             timing["timestep"] = ts
             _set_trailer(context, TIMING_KEY, timing)
             t.sent()
@@ -254,13 +271,15 @@ def trace_policy_server(server: Any) -> Any:
 
 
 class _Pending:
-    """One observation sent and waiting for its chunk."""
+    """One observation sent and waiting for its chunk. Its transport stage
+    (the uplink's start) begins where LeRobot hands the observation to
+    gRPC (:class:`_RobotInterceptor`), not before LeRobot serialises it."""
 
     __slots__ = ("call", "transport", "dispatch")
 
-    def __init__(self, call: Any, transport: Any) -> None:
+    def __init__(self, call: Any) -> None:
         self.call = call
-        self.transport = transport
+        self.transport: Any = None
         self.dispatch: Any = None
 
 
@@ -304,10 +323,14 @@ class _RobotInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClient
 
     def intercept_stream_unary(self, continuation: Callable, details: Any, request_iterator: Any) -> Any:
         pending = self._trace.sending
-        if pending is None or not details.method.endswith("/SendObservations"):
+        if pending is None or pending.transport is not None or not details.method.endswith("/SendObservations"):
             return continuation(details, request_iterator)
-        # tx_wait: the robot's own time until grpcio took the observation's
-        # first chunk (its C core writes it from there, GIL or not).
+        # The uplink starts here: the observation's stream is handed to gRPC
+        # (LeRobot's pickling and logging before it are the robot's, not the
+        # link's). tx_wait: the robot's own time from here until grpcio took
+        # the observation's first chunk (its C core writes it from there,
+        # GIL or not).
+        pending.transport = pending.call.transport(self._trace.peer)
         handed = FirstTaken(request_iterator)
         outcome = continuation(with_trace(details, pending.transport.traceparent()), handed)
         handed.hand_to(pending.transport)
@@ -409,10 +432,16 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
         ts = _timestep(obs)
         if ts is not None:
             call.set_seq(ts)
-        pending = _Pending(call, call.transport(trace.peer))
+        pending = _Pending(call)
         trace.sending, trace.sent_outcome = pending, None
         try:
             ok = cls_send(client, obs)
+        except BaseException:
+            # LeRobot's send raised (it logs and goes on): the record says
+            # so, and says the robot stopped when that is why it refused.
+            stopping = trace.stopped or getattr(client, "running", True) is False
+            _give_up(pending, "cancelled" if stopping else "exception")
+            raise
         finally:
             trace.sending = None
         said = trace.sent_outcome
@@ -422,16 +451,21 @@ def trace_robot_client(client: Any, recorder: Any = None) -> Any:
             _give_up(pending, "disconnected" if not ok else "no timing")
             return ok
         replaced = said.get("replaced")
+        queued = said.get("obs") == "queued" and ts is not None
         with trace.lock:
             # The one pushed out first: a newer observation of the same
             # timestep replaces its namesake.
             # A replacement pushed out the newest queued one of that timestep.
             gone = _take(trace.in_flight, replaced, -1) if isinstance(replaced, int) else None
-            if said.get("obs") == "queued" and ts is not None:
+            # Queued after the robot stopped (the reply raced its stop): no
+            # chunk will be taken for it, so it is cancelled here, not left
+            # waiting in a table stop() has already emptied.
+            late = trace.stopped
+            if queued and not late:
                 trace.in_flight.setdefault(ts, []).append(pending)
                 pending = None
         if pending is not None:
-            _give_up(pending, "skipped")
+            _give_up(pending, "cancelled" if queued else "skipped")
         if gone is not None:
             _give_up(gone, "replaced")
         return ok
@@ -487,7 +521,8 @@ def _take(in_flight: dict[int, list[_Pending]], ts: int, at: int) -> _Pending | 
 
 def _give_up(pending: _Pending, reason: str) -> None:
     # The call's reason, set last: `close(True)` would say "exception".
-    pending.transport.close()
+    if pending.transport is not None:
+        pending.transport.close()
     pending.call.fail(reason)
     pending.call.close()
 

@@ -271,6 +271,20 @@ class RequestTimer:
         self._rx_wait_ns = None
         self.arrival_source = source if source is not None else wait
 
+    def received_at(self, at_ns: int) -> None:
+        """The request was whole at ``at_ns`` (a ``time.perf_counter_ns``
+        reading), at or before this timer was made: the receive stamp, and
+        ``recv_unix_ns`` with it, move there. No wait is reported for the
+        time until the timer was made: a caller that knows what it was says
+        so itself (``stagetrace.grpc``: the wait for a worker,
+        ``accept_wait_ns``, and the stream's reading, ``transfer_ns``); use
+        :meth:`arrived_at` when all of it was a wait. A time after the timer
+        was made, or not an int, is ignored."""
+        if isinstance(at_ns, bool) or not isinstance(at_ns, int) or at_ns > self._read_mono:
+            return
+        self._recv_mono = at_ns
+        self.recv_unix_ns = _ANCHOR.wall_ns(at_ns)
+
     def _arrived(self, arrival: _loopwait.Arrival) -> None:
         """Place the receive at a connection's known arrival (Session)."""
         if arrival.at_ns > self._read_mono:
@@ -734,9 +748,13 @@ def _stamp_writes(websocket: Any, session: Session) -> Any:
     return transport
 
 
-def received(request: Any = None) -> RequestTimer:
-    """Start timing a request outside any :class:`Session` (no ``prev_total_ms``)."""
+def received(request: Any = None, *, at_ns: int | None = None) -> RequestTimer:
+    """Start timing a request outside any :class:`Session` (no ``prev_total_ms``).
+    ``at_ns``: the request was whole then, before now (a
+    ``time.perf_counter_ns`` reading; see :meth:`RequestTimer.received_at`)."""
     t = RequestTimer()
+    if at_ns is not None:
+        t.received_at(at_ns)
     if request is not None:
         t.read_trace(request)
     return t

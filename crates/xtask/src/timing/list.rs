@@ -305,6 +305,7 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t("stagetrace-py", "pytest", "tests/test_executor.py::test_rust_robot_to_the_python_executor_shows_exactly_the_busy_calls_wait[python-relay]"),
     t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_rust_server"),
     t("stagetrace-py", "pytest", "tests/test_relay.py::test_rust_client_through_the_python_relay_to_the_python_server"),
+    t("stagetrace-py", "pytest", "tests/test_relay_loop.py::test_a_request_that_waits_for_the_relays_blocked_loop_is_the_relays_time_not_its_uplink"),
     t("stagetrace-py", "pytest", "tests/test_server.py::test_in_thread_serves_two_clients_concurrently"),
     t("stagetrace-py", "pytest", "tests/test_lerobot.py::test_every_chunk_is_one_record_and_every_lost_observation_is_counted"),
     t(
@@ -324,7 +325,7 @@ pub(crate) const TESTS: &[TimingTest] = &[
     ),
     // Issue 39: the waits real servers hide, and inference's parts.
     t("stagetrace", "infer_parts", "a_policy_run_in_process_gives_infers_parts_on_its_records"),
-    t("stagetrace-net", "lib", "a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records"),
+    t("stagetrace-net", "lib", "ws::send_wait_tests::a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records"),
     t(
         "stagetrace-net",
         "infer_parts",
@@ -354,4 +355,7 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t("stagetrace-py", "pytest", "tests/test_accept_wait.py::test_the_report_names_the_starved_pool"),
     t("stagetrace-py", "pytest", "tests/test_robot_send_wait.py::test_a_send_held_up_by_another_python_thread_is_the_robots_tx_wait"),
     t("stagetrace-py", "pytest", "tests/test_grpc.py::test_a_call_that_waits_for_the_only_worker_is_queue_not_uplink"),
+    t("stagetrace-py", "pytest", "tests/test_device.py::test_torch_cpu_model_stage_is_its_own_time"),
+    t("stagetrace-py", "pytest", "tests/test_lerobot_real.py::test_with_one_worker_the_wait_for_it_is_accept_wait_not_uplink"),
+    t("stagetrace-py", "pytest", "tests/test_lerobot_real.py::test_with_workers_to_spare_every_observation_is_one_record"),
 ];
