@@ -597,7 +597,7 @@ fn corpus() -> Vec<Case> {
             expect: &[("worker_pool_starved", "accept_wait")],
         },
         Case {
-            name: "a loaded host starts a 4-worker pool's threads late: 15 % of the calls wait 3–4 ms, the server's run-queue wait on the same calls",
+            name: "a loaded host starts a 4-worker pool's threads late: 15 % of the calls wait 3–4 ms, the woken worker's own wait for a core on the same calls",
             run: Scenario {
                 waits: vec![Wait {
                     field: "accept_wait_ms",
@@ -606,7 +606,7 @@ fn corpus() -> Vec<Case> {
                     range: (3.0, 4.0),
                 }],
                 host_figures: true,
-                host_cause: Some(("server_run_wait_ms", 0.95)),
+                host_cause: Some(("server_rx_wait_ms", 0.95)),
                 ..sc(73)
             },
             baseline: None,

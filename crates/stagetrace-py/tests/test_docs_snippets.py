@@ -75,9 +75,10 @@ BLOCKS = [b for f in DOCS for b in python_blocks(f)]
 
 def test_the_docs_have_python_blocks_to_check() -> None:
     # The extraction itself: a fence it missed would leave a block untested.
+    # By file, not line: the docs move as they are edited.
     names = {b.name for b in BLOCKS}
-    assert "crates/stagetrace-py/README.md:20" in names, sorted(names)
-    assert "docs/records.md:118" in names, sorted(names)
+    files = {n.rsplit(":", 1)[0] for n in names}
+    assert {"crates/stagetrace-py/README.md", "docs/records.md"} <= files, sorted(names)
     assert len(BLOCKS) >= 15, sorted(names)
 
 

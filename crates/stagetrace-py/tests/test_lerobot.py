@@ -56,6 +56,10 @@ DRAIN_TICKS = 100
 #: Between the tracer's stamp and the server's own, on one thread: a dict
 #: look-up, a lock, a ``perf_counter_ns`` call.
 STAMP_US = 200
+#: A handler thread's wake-up once grpcio has handed its request over (µs,
+#: typical on a 2-core VM: 0.15–0.2 ms): the servicer's truth stamp comes
+#: after it, the queue's start before it.
+WAKE_US = 300
 #: Records carry ms with 3 decimals.
 ROUNDING_MS = 0.0005
 
@@ -148,8 +152,12 @@ def test_every_chunk_is_one_record_and_every_lost_observation_is_counted(
         assert min(errors[name]) >= -ROUNDING_MS, (name, sorted(errors[name])[:5])
     for name, errs in errors.items():
         typical = statistics.median(abs(e) for e in errs)
-        report_timing(f"{name} vs the server's own (median, ms)", typical, STAMP_US / 1e3)
-        assert typical <= STAMP_US / 1e3, (name, sorted(errs))
+        # The queue starts where grpcio's serving thread handed the
+        # observation's last chunk over; the servicer's own stamp is taken
+        # after its thread woke up to read it (the server's time, in queue).
+        bound_ms = (STAMP_US + (WAKE_US if name == "queue" else 0)) / 1e3
+        report_timing(f"{name} vs the server's own (median, ms)", typical, bound_ms)
+        assert typical <= bound_ms, (name, sorted(errs))
     report_timing("skew inside split_err (ratio)", worst_split, 1.0)
 
     # The action queue when each chunk came, where no control tick raced

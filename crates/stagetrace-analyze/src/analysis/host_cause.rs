@@ -58,7 +58,7 @@ impl HostCause {
             Some(Figure::CpuStall) => "the robot host's CPU stall",
             Some(Figure::Gc) => "the robot's GC pauses",
             Some(Figure::ServerRxWait) => {
-                "the policy server's event loop reading the request late (kernel stamps)"
+                "the policy server reading the request late, its thread waiting for a core (kernel stamps, or a gRPC worker's own run-queue wait)"
             }
             Some(Figure::RxWait) => "the robot reading the response late (kernel stamps)",
             Some(Figure::CaptureRunWait) => "the robot's run-queue wait inside capture",

@@ -15,17 +15,16 @@ use super::group::GroupData;
 use super::report::ServerWait;
 use crate::load::Dataset;
 
-/// What of a call's wait `f` the server's host explains: for
-/// `accept_wait`, the server's run-queue wait on that call. A worker
-/// thread that was free but started late because the host's cores were
-/// busy waited on a run queue, not for the pool: on a loaded host a
-/// 4-worker pool's threads start 3–4 ms late on a sixth of the calls, and
-/// that is the host's CPU (which `host_cpu` names through the figure's
-/// spikes), never a pool to enlarge. A starved pool's wait is another
-/// call's whole handler, far past what the host's run queue holds.
+/// What of a call's wait `f` its server's host explains: for
+/// `accept_wait`, the worker's own wait for a core once woken
+/// (`server_rx_wait`). A worker that was free but started late because the
+/// host's cores were busy waited on a run queue, not for the pool: on a
+/// loaded host a 4-worker pool's threads start 3–4 ms late on a sixth of
+/// the calls, and that is the host's CPU (which `host_cpu` names through
+/// the figure's spikes), never a pool to enlarge.
 fn host_share(ds: &Dataset, f: Figure, i: usize) -> f64 {
     match f {
-        Figure::AcceptWait => ds.value(Figure::ServerRunWait, i).unwrap_or(0.0),
+        Figure::AcceptWait => ds.value(Figure::ServerRxWait, i).unwrap_or(0.0),
         _ => 0.0,
     }
 }

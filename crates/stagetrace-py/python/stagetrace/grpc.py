@@ -70,7 +70,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
-from . import _mark
+from . import _host, _mark
 from ._counters import _COUNTERS
 from ._native import clock_ns as _clock_ns
 from ._native import current as _current_call
@@ -298,6 +298,7 @@ def place_receive(
     streamed: bool,
     reading: int | None = None,
     whole: int | None = None,
+    woken: int | None = None,
 ) -> dict[str, Any]:
     """Put ``t``'s receive stamp where the request was in, and return the
     keys the timing map needs for it (``perf_counter_ns`` stamps).
@@ -318,7 +319,15 @@ def place_receive(
     wait to run again once the last message was handed over, are the
     server's, not the transfer. Without the arrival the receive stamp is
     the pickup, sent as such (``recv_at_pickup``): the robot estimates the
-    arrival from the path's delay."""
+    arrival from the path's delay.
+
+    ``woken``: the worker thread's run-queue wait since it last went idle
+    (:func:`stagetrace._host.woken_run_wait_ns`). A free worker that starts
+    late because the host's cores were busy waited for a core, not for the
+    pool: that part of ``accept_wait_ns`` is sent as ``rx_wait_ns`` (the
+    request was in and its thread waited for a core: the host's CPU, as
+    the asyncio server's kernel-stamped figure), so the report can tell a
+    busy host from a starved pool."""
     complete = t.read_ns
     picked = min(picked, complete)
     if arrived is not None and arrived <= picked:
@@ -326,7 +335,10 @@ def place_receive(
         last = complete if whole is None else min(max(whole, first), complete)
         transfer = last - first
         recv = arrived + transfer
-        extra: dict[str, Any] = {"accept_wait_ns": picked - arrived}
+        wait = picked - arrived
+        extra: dict[str, Any] = {"accept_wait_ns": wait}
+        if woken is not None:
+            extra["rx_wait_ns"] = min(max(woken, 0), wait)
         if streamed:
             extra["transfer_ns"] = transfer
     else:
@@ -348,8 +360,9 @@ def with_receive(timing: dict[str, Any], extra: dict[str, Any] | None) -> dict[s
 
 def _unary(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
     def handle(request: Any, context: grpc.ServicerContext) -> Any:
+        woken = _host.woken_run_wait_ns()
         t = _start(metadata)
-        extra = place_receive(t, arrived, t.read_ns, streamed=False)
+        extra = place_receive(t, arrived, t.read_ns, streamed=False, woken=woken)
         token = _timer.set(t)
         try:
             with continuing(t.trace, t.tracestate):
@@ -358,6 +371,8 @@ def _unary(behavior: Callable, metadata: Any, arrived: int | None) -> Callable:
             _timer.reset(token)
             _set_timing(context, t, extra)
             t.sent()
+            # The worker goes back to wait for its next request.
+            _host.mark_idle()
 
     return handle
 
@@ -398,6 +413,8 @@ class _Arrival:
         messages: _MessageStamps | None = None,
     ) -> None:
         self._picked = time.perf_counter_ns()
+        #: The worker's wait for a core since it went idle (place_receive).
+        self._woken = _host.woken_run_wait_ns()
         #: When the handler first asked for a message (the stream's reading
         #: starts there, not at the pickup).
         self._reading: int | None = None
@@ -435,7 +452,13 @@ class _Arrival:
         if self.timer is None:
             t = _start(self._metadata)
             self.extra = place_receive(
-                t, self._came, self._picked, streamed=True, reading=self._reading, whole=whole
+                t,
+                self._came,
+                self._picked,
+                streamed=True,
+                reading=self._reading,
+                whole=whole,
+                woken=self._woken,
             )
             self.timer = t
             _timer.set(t)
@@ -453,6 +476,7 @@ def _streamed(behavior: Callable, metadata: Any, arrived: int | None, messages: 
             if arrival.timer is not None:
                 _set_timing(context, arrival.timer, arrival.extra)
                 arrival.timer.sent()
+            _host.mark_idle()
 
     return handle
 

@@ -52,6 +52,7 @@ from typing import Any
 
 import grpc
 
+from . import _host
 from ._counters import _COUNTERS
 from .codec import packb, unpackb
 from .grpc import (
@@ -174,6 +175,9 @@ def trace_policy_server(server: Any) -> Any:
             trace.replacing.outcome = None
             if outcome:
                 _set_trailer(context, OUTCOME_KEY, outcome)
+            # The worker goes back to wait for its next request (the next
+            # observation's wait for a core is counted from here).
+            _host.mark_idle()
 
     def enqueue(obs: Any) -> bool:
         ts = _timestep(obs)
@@ -227,7 +231,12 @@ def trace_policy_server(server: Any) -> Any:
     def get_actions(request: Any, context: grpc.ServicerContext) -> Any:
         trace.serving.timestep = None
         trace.serving.ready = None
-        reply = cls_get(server, request, context)
+        try:
+            reply = cls_get(server, request, context)
+        finally:
+            # GetActions' own run-queue waits (its polling, the inference)
+            # are not the next request's wait for a core.
+            _host.mark_idle()
         ts = trace.serving.timestep
         popped = _timer_pop(ts)
         if popped is not None:
