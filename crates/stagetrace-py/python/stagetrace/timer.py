@@ -646,19 +646,6 @@ class handling:
         return False
 
 
-def _wire_len(frame: Any) -> int | None:
-    """The size of a client's WebSocket message on the wire, in one frame:
-    payload, length bytes and mask (what must have arrived before it could
-    be read)."""
-    if isinstance(frame, (bytes, bytearray, memoryview)):
-        n = len(frame)
-    elif isinstance(frame, str):
-        n = len(frame.encode())
-    else:
-        return None
-    return n + 2 + (0 if n < 126 else 2 if n < 65536 else 8) + 4
-
-
 class Session:
     """Per-connection state: carries ``prev_total_ms`` from one request to
     the next, as openpi does, and — given the connection — learns when each
@@ -693,7 +680,7 @@ class Session:
         stamp can be matched to it."""
         t = RequestTimer(prev_total_ns=self._prev_total_ns, session=self)
         if self._conn is not None:
-            arrival = self._conn.arrival(t._read_mono, t.recv_unix_ns, _wire_len(frame))
+            arrival = self._conn.arrival(t._read_mono, t.recv_unix_ns, _loopwait.wire_len(frame))
             if arrival is not None:
                 t._arrived(arrival)
         if request is not None:
