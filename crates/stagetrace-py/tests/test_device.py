@@ -8,12 +8,8 @@ stage's ``.result(...)`` (the default sync) ``model`` is the function's own
 time. The truth is measured where it happens: the policy's own stamps from
 the call's start to the moment its result first exists on the host.
 
-PyTorch: CPU tensors are computed synchronously (the same API works and
-waits for nothing); CUDA tensors are asynchronous as JAX's are, and their
-device time is read from CUDA events. torch is a test requirement
-(requirements-test.txt; LeRobot's real classes need it too): missing, this
-module fails. The CUDA test runs where a GPU is, and is listed by pytest
-(``-ra``) as not run, by name, where none is, under CI as elsewhere.
+PyTorch's side is tests/test_device_torch.py (the torch suite,
+``cargo xtask test --torch``).
 """
 
 from __future__ import annotations
@@ -39,11 +35,10 @@ CALLS = 12
 # With the sync, model is the function's own time within this.
 OWN_TIME_BOUND_MS = 1.0
 
-# jax[cpu] and torch are test requirements (requirements-test.txt): missing,
-# this module fails.
+# jax[cpu] is a test requirement (requirements-test.txt): missing, this
+# module fails.
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import torch  # noqa: E402
 
 
 def _median(xs: list[float]) -> float:
@@ -271,73 +266,3 @@ def test_device_module_never_imports_jax_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-
-
-# ---------------------------------------------------------------- torch
-
-
-def _no_gpu(test: str) -> str:
-    return f"{test} NOT RUN: no CUDA device here (torch.cuda.is_available() is False)"
-
-
-def _torch_model(dev: str) -> tuple[Any, Any]:
-    n = 384
-    w = torch.randn(n, n, device=dev) / n**0.5
-    x = torch.ones(n, n, device=dev)
-
-    def f(x: Any) -> Any:
-        for _ in range(12):
-            x = torch.tanh(x @ w)
-        return x[:10, :7]
-
-    return f, x
-
-
-class TorchPolicy:
-    def __init__(self, f: Any, x: Any, sync: bool | None) -> None:
-        self._f, self._x, self._sync = f, x, sync
-
-    def infer(self, obs: dict[str, Any]) -> dict[str, Any]:
-        with st.stage("pre"):
-            x = self._x + float(obs["state"].sum()) * 0
-        start = time.perf_counter_ns()
-        with st.stage("model", sync=self._sync) as s:
-            y = s.result(self._f(x))
-        with st.stage("post"):
-            actions = y.cpu().numpy()
-            ready = time.perf_counter_ns()
-        return {"actions": actions.astype(np.float32), "own_ns": ready - start}
-
-
-def test_torch_cpu_model_stage_is_its_own_time(start_server: Any) -> None:
-    f, x = _torch_model("cpu")
-    resps = serve_calls(start_server, TorchPolicy(f, x, sync=None))
-    worst = 0.0
-    for r in resps:
-        t = r["server_timing"]
-        worst = max(worst, abs(t["model_ns"] - r["own_ns"]) / 1e6)
-        assert "device_ns" not in t  # CPU tensors: no device clock
-        assert abs(t["pre_ns"] + t["model_ns"] + t["post_ns"] - t["infer_ns"]) <= 100_000, t
-    report_timing("torch cpu model stage vs own time (ms)", worst, OWN_TIME_BOUND_MS)
-    assert worst <= OWN_TIME_BOUND_MS
-
-
-@pytest.mark.skipif(
-    not torch.cuda.is_available(), reason=_no_gpu("test_torch_cuda_model_stage_waits_and_reports_device_time")
-)
-def test_torch_cuda_model_stage_waits_and_reports_device_time(start_server: Any) -> None:
-    f, x = _torch_model("cuda")
-    f(x)
-    torch.cuda.synchronize()
-    unsynced = serve_calls(start_server, TorchPolicy(f, x, sync=False))
-    synced = serve_calls(start_server, TorchPolicy(f, x, sync=None))
-    own = [r["own_ns"] for r in unsynced]
-    assert _median([r["server_timing"]["model_ns"] for r in unsynced]) < 0.2 * _median(own)
-    worst = 0.0
-    for r in synced:
-        t = r["server_timing"]
-        worst = max(worst, abs(t["model_ns"] - r["own_ns"]) / 1e6)
-        # The device's own time for the model, from CUDA events: inside it.
-        assert 0 < t["device_ns"] <= t["model_ns"] + 50_000, t
-    report_timing("torch cuda model stage vs own time (ms)", worst, OWN_TIME_BOUND_MS)
-    assert worst <= OWN_TIME_BOUND_MS

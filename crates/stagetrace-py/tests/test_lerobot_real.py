@@ -65,6 +65,10 @@ from conftest import lerobot_server_process, lerobot_server_truth, records_in, r
 import stagetrace
 from stagetrace.lerobot import trace_robot_client
 
+# PyTorch: LeRobot's async inference modules import it (the torch suite,
+# tests/conftest.py).
+pytestmark = pytest.mark.torch
+
 FPS = 50
 CHUNK = 10
 #: LeRobot's GetActions waits this long for an observation (LeRobot's

@@ -33,7 +33,8 @@ fn main() -> ExitCode {
         Some("timing") => timing::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask test [-- CARGO TEST ARGS]   run every test, with Jaeger\n       \
+                "usage: cargo xtask test [--torch] [-- CARGO TEST ARGS]   run every test, with Jaeger \
+                 (--torch: the PyTorch tests too, ~7 GiB more venv)\n       \
                  cargo xtask jaeger                      build Jaeger into target/tools/\n       \
                  cargo xtask prometheus                  build Prometheus into target/tools/\n       \
                  cargo xtask timing [--runs N] [--load] [--only TEXT] [--package NAME]   run the timing tests N times \
@@ -151,36 +152,55 @@ fn chromium() -> Option<PathBuf> {
 
 /// The Python package's test environment: a venv under `target/py-venv`
 /// with `crates/stagetrace-py/requirements-test.txt` installed (maturin,
-/// pytest, the real openpi-client) and `requirements-nodeps.txt` without
-/// its dependencies (LeRobot's wire, not its torch), rebuilt only when
-/// either file changes.
+/// pytest, the real openpi-client), with `requirements-torch.txt` too for the
+/// torch suite (`torch`), and `requirements-nodeps.txt` without its
+/// dependencies (LeRobot's wire and classes, not its torch). Rebuilt only when
+/// a file changes; a venv built for the torch suite serves the default one.
 /// Returns the venv's directory.
-fn python_env(root: &Path) -> Result<PathBuf, String> {
+fn python_env(root: &Path, torch: bool) -> Result<PathBuf, String> {
     let venv = root.join("target/py-venv");
-    let reqs = root.join("crates/stagetrace-py/requirements-test.txt");
-    let stamp = venv.join("requirements.stamp");
-    let nodeps = root.join("crates/stagetrace-py/requirements-nodeps.txt");
-    let mut wanted =
-        std::fs::read(&reqs).map_err(|e| format!("cannot read {}: {e}", reqs.display()))?;
-    wanted.extend(
-        std::fs::read(&nodeps).map_err(|e| format!("cannot read {}: {e}", nodeps.display()))?,
+    let dir = root.join("crates/stagetrace-py");
+    let (reqs, torch_reqs, nodeps) = (
+        dir.join("requirements-test.txt"),
+        dir.join("requirements-torch.txt"),
+        dir.join("requirements-nodeps.txt"),
     );
-    if std::fs::read(&stamp).ok().as_deref() == Some(&wanted[..]) {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    let (base, extra, nodeps_text) = (read(&reqs)?, read(&torch_reqs)?, read(&nodeps)?);
+    let stamp_of = |with_torch: bool| {
+        let mut s = base.clone();
+        if with_torch {
+            s.extend_from_slice(&extra);
+        }
+        s.extend_from_slice(&nodeps_text);
+        s
+    };
+    let stamp = venv.join("requirements.stamp");
+    let have = std::fs::read(&stamp).ok();
+    if have.as_deref() == Some(&stamp_of(true)[..])
+        || (!torch && have.as_deref() == Some(&stamp_of(false)[..]))
+    {
         return Ok(venv);
     }
     run(Command::new("python3")
         .args(["-m", "venv", "--clear"])
         .arg(&venv))?;
-    run(Command::new(venv.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "-r",
-        ])
-        .arg(&reqs))?;
+    // One resolve over both files, so torch's dependencies cannot move a pin
+    // the default suite was tested with.
+    let mut pip = Command::new(venv.join("bin/python"));
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "-r",
+    ])
+    .arg(&reqs);
+    if torch {
+        pip.arg("-r").arg(&torch_reqs);
+    }
+    run(&mut pip)?;
     run(Command::new(venv.join("bin/python"))
         .args([
             "-m",
@@ -192,7 +212,7 @@ fn python_env(root: &Path) -> Result<PathBuf, String> {
             "-r",
         ])
         .arg(&nodeps))?;
-    std::fs::write(&stamp, &wanted)
+    std::fs::write(&stamp, stamp_of(torch))
         .map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
     Ok(venv)
 }
@@ -203,8 +223,8 @@ fn python_env(root: &Path) -> Result<PathBuf, String> {
 /// openpi-client against the Rust and Python servers, and the wheel built
 /// from the files git tracks and pip-installed into a fresh venv
 /// (`tests/test_wheel.py`; `CI=true` makes its missing tools failures).
-fn python_tests(root: &Path, ci: &Prereqs) -> Result<(), String> {
-    let (python, path) = match python_developed(root) {
+fn python_tests(root: &Path, ci: &Prereqs, torch: bool) -> Result<(), String> {
+    let (python, path) = match python_developed(root, torch) {
         Ok(p) => p,
         Err(e) => {
             return ci.missing(
@@ -217,13 +237,14 @@ fn python_tests(root: &Path, ci: &Prereqs) -> Result<(), String> {
     run(Command::new(python)
         .current_dir(root.join("crates/stagetrace-py"))
         .args(["-m", "pytest", "-q"])
+        .env("STAGETRACE_TORCH", if torch { "1" } else { "0" })
         .env("PATH", &path))
 }
 
 /// The venv set up ([`python_env`]) and the package built into it
 /// (`maturin develop`): the venv's python and the `PATH` to run it with.
-fn python_developed(root: &Path) -> Result<(PathBuf, String), String> {
-    let venv = python_env(root)?;
+fn python_developed(root: &Path, torch: bool) -> Result<(PathBuf, String), String> {
+    let venv = python_env(root, torch)?;
     let path = format!(
         "{}:{}",
         venv.join("bin").display(),
@@ -235,6 +256,18 @@ fn python_developed(root: &Path) -> Result<(PathBuf, String), String> {
         .env("VIRTUAL_ENV", &venv)
         .env("PATH", &path))?;
     Ok((venv.join("bin/python"), path))
+}
+
+/// The Python test modules that need PyTorch (`requirements-torch.txt`):
+/// run only with `--torch`, named as not run otherwise (the package's
+/// `tests/conftest.py` keeps the same list).
+const TORCH_MODULES: [&str; 2] = ["tests/test_device_torch.py", "tests/test_lerobot_real.py"];
+
+/// Whether a pytest id (`tests/x.py::name`) belongs to the torch suite.
+fn in_torch_suite(test: &str) -> bool {
+    TORCH_MODULES
+        .iter()
+        .any(|m| test.split("::").next() == Some(*m))
 }
 
 /// Free space (GiB) on the file system holding `dir`, from POSIX `df -Pk`.
@@ -251,12 +284,14 @@ fn free_gib(dir: &Path) -> Option<f64> {
     Some(kib / (1024.0 * 1024.0))
 }
 
-/// A clean test build needs about 5 GiB of target folder (debug + tools),
-/// and the Python tests' venv about 8.5 GiB more (torch and its CUDA
-/// libraries, for LeRobot's real classes). Running out mid-build shows up
-/// as a linker killed by SIGBUS, which says nothing about disk; say it
+/// A clean test build needs about 5.5 GiB of target folder (debug + tools),
+/// the Python tests' venv about 2 GiB more and the Go and pip caches some
+/// 4 GiB; the torch suite's venv (torch and its CUDA libraries) about 7 GiB
+/// on top. Running out mid-build shows up as a linker killed by SIGBUS or a
+/// pip "No space left on device", which say nothing about why; say it
 /// plainly before starting.
-const NEEDED_GIB: f64 = 15.0;
+const NEEDED_GIB: f64 = 12.0;
+const NEEDED_GIB_TORCH: f64 = 19.0;
 
 /// What the tests need from their environment, set up: Jaeger and
 /// Prometheus built (their paths, and the flags that make their tests
@@ -298,18 +333,27 @@ fn prerequisite_env(ci: &Prereqs) -> Result<Vec<(String, String)>, String> {
     Ok(vars)
 }
 
-fn test(extra: &[String]) -> Result<(), String> {
+fn test(args: &[String]) -> Result<(), String> {
+    // `--torch` (before any `--`) is ours; the rest goes to `cargo test`.
+    let torch = args.iter().take_while(|a| *a != "--").any(|a| a == "--torch");
+    let extra: Vec<String> = args
+        .iter()
+        .filter(|a| *a != "--torch")
+        .cloned()
+        .collect();
     let root = root();
     let started = Instant::now();
+    let needed = if torch { NEEDED_GIB_TORCH } else { NEEDED_GIB };
     if let Some(free) = free_gib(&root) {
         eprintln!(
             "xtask: {free:.1} GiB free on the disk holding {}",
             root.display()
         );
-        if free < NEEDED_GIB {
+        if free < needed {
             eprintln!(
-                "\n!!! xtask: less than {NEEDED_GIB} GiB free: the build may fail at link time \
-                 (a linker 'Bus error' means the disk filled up). Free space, e.g. `cargo clean`.\n"
+                "\n!!! xtask: less than {needed} GiB free: the build may fail at link time \
+                 (a linker 'Bus error' means the disk filled up) or in pip (\"No space left \
+                 on device\"). Free space, e.g. `cargo clean`.\n"
             );
         }
     }
@@ -339,7 +383,7 @@ fn test(extra: &[String]) -> Result<(), String> {
             "the HTML screenshot test",
         )?,
     }
-    cargo.args(extra);
+    cargo.args(&extra);
     let cargo_env: Vec<(String, String)> = cargo
         .get_envs()
         .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
@@ -350,7 +394,7 @@ fn test(extra: &[String]) -> Result<(), String> {
     feature_and_doc_tests(&root, &cargo_env)?;
     phases.done("the gRPC and NVML features, doctests");
 
-    python_tests(&root, &ci)?;
+    python_tests(&root, &ci, torch)?;
     phases.done("Python package (venv, maturin, pytest)");
     phases.print();
     let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default();
@@ -363,6 +407,12 @@ fn test(extra: &[String]) -> Result<(), String> {
         for line in &skipped {
             eprintln!("!!!   {}", line.replace('\t', " | "));
         }
+    }
+    if !torch {
+        eprintln!(
+            "xtask: NOT RUN, the torch suite (`cargo xtask test --torch`; ~7 GiB more venv): {}",
+            TORCH_MODULES.join(", ")
+        );
     }
     eprintln!(
         "xtask: all tests passed in {:.0} s ({} skipped for a missing prerequisite)",

@@ -355,7 +355,7 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t("stagetrace-py", "pytest", "tests/test_accept_wait.py::test_the_report_names_the_starved_pool"),
     t("stagetrace-py", "pytest", "tests/test_robot_send_wait.py::test_a_send_held_up_by_another_python_thread_is_the_robots_tx_wait"),
     t("stagetrace-py", "pytest", "tests/test_grpc.py::test_a_call_that_waits_for_the_only_worker_is_queue_not_uplink"),
-    t("stagetrace-py", "pytest", "tests/test_device.py::test_torch_cpu_model_stage_is_its_own_time"),
+    t("stagetrace-py", "pytest", "tests/test_device_torch.py::test_torch_cpu_model_stage_is_its_own_time"),
     t("stagetrace-py", "pytest", "tests/test_lerobot_real.py::test_with_one_worker_the_wait_for_it_is_accept_wait_not_uplink"),
     t("stagetrace-py", "pytest", "tests/test_lerobot_real.py::test_with_workers_to_spare_every_observation_is_one_record"),
 ];

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{prerequisite_env, python_developed, root, Prereqs};
+use super::{in_torch_suite, prerequisite_env, python_developed, root, Prereqs};
 
 mod list;
 
@@ -72,6 +72,8 @@ struct Options {
     /// Only the tests of this package (after a change to one crate, its
     /// own timing tests again).
     package: Option<String>,
+    /// The torch suite's timing tests too (`cargo xtask test --torch`).
+    torch: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -80,6 +82,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         load: false,
         only: None,
         package: None,
+        torch: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -92,6 +95,7 @@ fn options(args: &[String]) -> Result<Options, String> {
                     .ok_or("--runs takes a count above 0, e.g. --runs 20")?;
             }
             "--load" => o.load = true,
+            "--torch" => o.torch = true,
             "--only" => {
                 o.only = Some(
                     it.next()
@@ -108,7 +112,7 @@ fn options(args: &[String]) -> Result<Options, String> {
             }
             other => {
                 return Err(format!(
-                "unknown argument {other:?}: cargo xtask timing [--runs N] [--load] [--only TEXT] [--package NAME]"
+                "unknown argument {other:?}: cargo xtask timing [--runs N] [--load] [--torch] [--only TEXT] [--package NAME]"
             ))
             }
         }
@@ -215,7 +219,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                     t.name
                 );
             }
-            !skip
+            let untorched = !o.torch && in_torch_suite(t.name);
+            if untorched {
+                eprintln!("xtask: {} NOT RUN: the torch suite (add --torch)", t.name);
+            }
+            !skip && !untorched
         })
         .collect();
     if tests.is_empty() {
@@ -228,7 +236,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     for test in &tests {
         if test.target == "pytest" {
             if python.is_none() {
-                python = Some(python_developed(&root)?);
+                python = Some(python_developed(&root, o.torch)?);
             }
             bins.push(PathBuf::new());
         } else {
@@ -301,6 +309,7 @@ fn run_once(
             .current_dir(&dir)
             .envs(env.iter().cloned())
             .env("PATH", path)
+            .env("STAGETRACE_TORCH", if in_torch_suite(test.name) { "1" } else { "0" })
             .args([
                 "-m",
                 "pytest",
