@@ -335,12 +335,11 @@ fn prerequisite_env(ci: &Prereqs) -> Result<Vec<(String, String)>, String> {
 
 fn test(args: &[String]) -> Result<(), String> {
     // `--torch` (before any `--`) is ours; the rest goes to `cargo test`.
-    let torch = args.iter().take_while(|a| *a != "--").any(|a| a == "--torch");
-    let extra: Vec<String> = args
+    let torch = args
         .iter()
-        .filter(|a| *a != "--torch")
-        .cloned()
-        .collect();
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--torch");
+    let extra: Vec<String> = args.iter().filter(|a| *a != "--torch").cloned().collect();
     let root = root();
     let started = Instant::now();
     let needed = if torch { NEEDED_GIB_TORCH } else { NEEDED_GIB };

@@ -309,7 +309,10 @@ fn run_once(
             .current_dir(&dir)
             .envs(env.iter().cloned())
             .env("PATH", path)
-            .env("STAGETRACE_TORCH", if in_torch_suite(test.name) { "1" } else { "0" })
+            .env(
+                "STAGETRACE_TORCH",
+                if in_torch_suite(test.name) { "1" } else { "0" },
+            )
             .args([
                 "-m",
                 "pytest",
