@@ -22,6 +22,7 @@
 //!   [`timing`]: `server_timing` maps;
 //! - [`trace`]: W3C trace continuation for Python services in the middle;
 //! - [`gc_clock`]: the garbage collector's pauses, for the record's `gc_ms`;
+//! - [`host_stall`]: the host's CPU stall by time, for Python's own host samples;
 //! - [`sock`]: socket stamps of Python clients (`tx_wait`, `rx_wait`).
 
 use pyo3::prelude::*;
@@ -29,6 +30,7 @@ use pyo3::prelude::*;
 mod call;
 mod current;
 mod gc_clock;
+mod host_stall;
 mod losses;
 mod recorder;
 mod scope;
@@ -52,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scope::register(m)?;
     trace::register(m)?;
     gc_clock::register(m)?;
+    host_stall::register(m)?;
     sock::register(m)?;
     summary::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;

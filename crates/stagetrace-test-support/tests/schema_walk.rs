@@ -203,6 +203,9 @@ fn every_figure_of_the_table_reaches_every_consumer() {
         .sink(Box::new(exporter.clone()))
         .build()
         .unwrap();
+    // The host's CPU stall comes from a sampler (every 100 ms, started by
+    // `build`): a call gets it once two samples precede it.
+    std::thread::sleep(stagetrace::host::STALL_SAMPLE_PERIOD * 3);
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         for seq in 0..CALLS {
             call(seq);

@@ -378,6 +378,11 @@ impl StageLayerBuilder {
             .name("stagetrace-worker".to_owned())
             .spawn(move || worker.run(rx, done_tx))
             .map_err(BuildError::Spawn)?;
+        if self.host_figures {
+            // The host's CPU stall is sampled on a thread of its own: started
+            // here, so that no call pays for its start.
+            crate::host::keep_stall_sampler();
+        }
         let layer = StageLayer {
             names,
             tx: tx.clone(),

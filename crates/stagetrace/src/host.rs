@@ -2,6 +2,12 @@
 //! what the host did to it — run-queue wait, involuntary switches, page
 //! faults — and to everyone (CPU pressure stall).
 
+mod stall_clock;
+
+pub use stall_clock::{
+    mono_ns, IDLE_AFTER as STALL_SAMPLER_IDLE_AFTER, PERIOD as STALL_SAMPLE_PERIOD,
+};
+
 use std::cell::OnceCell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -52,15 +58,25 @@ pub struct HostCounters {
 }
 
 impl HostCounters {
-    /// The calling thread's counters now.
+    /// The calling thread's counters now, and the host's stall read from
+    /// the pressure file now (exact; a call's boundaries take the sampled
+    /// one instead: [`sampled_stall_us`]).
     pub fn now() -> HostCounters {
+        HostCounters {
+            cpu_stall_ns: cpu_stall_ns(),
+            ..HostCounters::thread_now()
+        }
+    }
+
+    /// The calling thread's own counters now, without the host-wide stall.
+    pub(crate) fn thread_now() -> HostCounters {
         let usage = thread_usage();
         HostCounters {
             run_wait_ns: run_wait_ns(),
             involuntary_switches: usage.map(|u| u.0),
             minor_faults: usage.map(|u| u.1),
             major_faults: usage.map(|u| u.2),
-            cpu_stall_ns: cpu_stall_ns(),
+            cpu_stall_ns: None,
         }
     }
 
@@ -148,11 +164,27 @@ fn pressure_file() -> Option<&'static File> {
     .as_ref()
 }
 
-/// The stall total so far, ns.
+/// The stall total so far, ns, read from the pressure file now.
 fn cpu_stall_ns() -> Option<u64> {
-    let mut buf = [0u8; 256];
-    let n = pressure_file()?.read_at(&mut buf, 0).ok()?;
-    parse_pressure_some_total_us(&buf[..n])?.checked_mul(1000)
+    stall_clock::read_total_us(pressure_file()?)?.checked_mul(1000)
+}
+
+/// The host's CPU stall between two `CLOCK_MONOTONIC` instants
+/// ([`mono_ns`]), µs: from a sampler thread's reads of the pressure file
+/// every [`STALL_SAMPLE_PERIOD`], interpolated (the file itself loses most
+/// of the stall when read at every call: `host/stall_clock.rs`). `None`
+/// without PSI, or for a call that started before the sampler's first
+/// sample (the first call after an idle spell).
+pub fn stall_between_us(t0_ns: u64, t1_ns: u64) -> Option<u64> {
+    stall_clock::between_us(pressure_file()?, t0_ns, t1_ns)
+}
+
+/// A call opens with host figures on: keep the stall sampler going, and
+/// start it (once per process) or wake it when parked. A few ns.
+pub fn keep_stall_sampler() {
+    if let Some(file) = pressure_file() {
+        stall_clock::touch(file);
+    }
 }
 
 /// `"some avg10=… avg60=… avg300=… total=<µs>"` → the `some` total, µs.

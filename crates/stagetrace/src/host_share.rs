@@ -167,8 +167,12 @@ impl HostShare {
 /// thread (an async task may move between a runtime's workers).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadSample {
+    /// The thread's own counters (no host-wide stall: that one comes from
+    /// the stall sampler's ring, by time).
     share: HostShare,
     thread: usize,
+    /// When (`CLOCK_MONOTONIC` ns), for the host's stall between two samples.
+    at_ns: u64,
 }
 
 thread_local! {
@@ -184,9 +188,11 @@ pub(crate) fn thread_tag() -> usize {
 impl ThreadSample {
     /// The calling thread's counters and the host's stall now.
     pub fn now() -> ThreadSample {
+        crate::host::keep_stall_sampler();
         ThreadSample {
-            share: HostShare::sample(),
+            share: HostShare::from_counters(&HostCounters::thread_now()),
             thread: thread_tag(),
+            at_ns: crate::host::mono_ns(),
         }
     }
 
@@ -196,12 +202,13 @@ impl ThreadSample {
     pub fn since(&self, earlier: &ThreadSample) -> HostShare {
         let mut d = self.share.since(&earlier.share);
         if self.thread != earlier.thread {
-            for f in HostFigure::ALL {
-                if f != HostFigure::CpuStall {
-                    d.set(f, None);
-                }
-            }
+            d = HostShare::default();
         }
+        let stall = crate::host::stall_between_us(earlier.at_ns, self.at_ns);
+        d.set(
+            HostFigure::CpuStall,
+            stall.map(|us| u32::try_from(us).unwrap_or(u32::MAX)),
+        );
         d
     }
 }
@@ -299,15 +306,18 @@ mod tests {
 
     #[test]
     fn another_thread_keeps_only_the_host_wide_stall() {
+        // The stall sampler running for two of its periods: the ring has
+        // samples before the call.
+        crate::host::keep_stall_sampler();
+        std::thread::sleep(crate::host::STALL_SAMPLE_PERIOD * 3);
         let a = ThreadSample::now();
         let b = std::thread::spawn(ThreadSample::now).join().unwrap();
         let d = b.since(&a);
         assert_eq!(d.get(HostFigure::RunWait), None);
         assert_eq!(d.get(HostFigure::MinorFaults), None);
-        assert_eq!(
-            d.get(HostFigure::CpuStall).is_some(),
-            a.share.get(HostFigure::CpuStall).is_some()
-        );
+        // Host-wide: whatever thread closes the call, where the host has PSI.
+        let psi = std::path::Path::new("/proc/pressure/cpu").exists();
+        assert_eq!(d.get(HostFigure::CpuStall).is_some(), psi);
         let same = ThreadSample::now().since(&a);
         assert_eq!(
             same.get(HostFigure::MinorFaults).is_some(),

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from . import _native
+
 try:  # Linux only
     import resource
 
@@ -140,28 +142,25 @@ def woken_run_wait_ns() -> int | None:
     return max(0, now - before)
 
 
-def _stall_ns() -> int | None:
+def _stall_between_ns(t0_ns: int, t1_ns: int) -> int | None:
+    """The host's CPU stall between two ``time.monotonic_ns()`` instants,
+    from the core's stall sampler (``stagetrace._native``): the pressure
+    file read every 100 ms and interpolated. Read at every request instead,
+    the kernel loses most of the stall, for every reader on the host."""
     if _PRESSURE is None:
         return None
-    try:
-        for line in os.pread(_PRESSURE, 256, 0).splitlines():
-            if line.startswith(b"some "):
-                for word in line.split():
-                    if word.startswith(b"total="):
-                        return int(word[6:]) * 1000
-    except (OSError, ValueError):
-        return None
-    return None
+    return _native.stall_between_ns(t0_ns, t1_ns)
 
 
 class HostSample:
     """The host's counters at one moment, on the calling thread."""
 
-    __slots__ = ("thread", "values")
+    __slots__ = ("thread", "values", "at_ns")
 
-    def __init__(self, thread: int, values: dict[str, int]) -> None:
+    def __init__(self, thread: int, values: dict[str, int], at_ns: int = 0) -> None:
         self.thread = thread
         self.values = values
+        self.at_ns = at_ns
 
     @classmethod
     def now(cls) -> HostSample:
@@ -170,9 +169,6 @@ class HostSample:
         wait = _run_wait_ns()
         if wait is not None:
             v["run_wait_ns"] = wait
-        stall = _stall_ns()
-        if stall is not None:
-            v["cpu_stall_ns"] = stall
         if _RUSAGE_THREAD is not None:
             try:
                 ru = resource.getrusage(_RUSAGE_THREAD)
@@ -183,7 +179,9 @@ class HostSample:
                 pass
         v["gc_ns"] = _GC.total_ns
         v["gc_collections"] = _GC.collections
-        return cls(threading.get_ident(), v)
+        if _PRESSURE is not None:
+            _native.keep_stall_sampler()
+        return cls(threading.get_ident(), v, time.monotonic_ns())
 
     def since(self, earlier: HostSample) -> dict[str, int]:
         """What happened between ``earlier`` and this sample: each figure's
@@ -196,4 +194,7 @@ class HostSample:
             if then is None or (key in _PER_THREAD and not same_thread):
                 continue
             out[key] = max(0, now - then)
+        stall = _stall_between_ns(earlier.at_ns, self.at_ns) if earlier.at_ns else None
+        if stall is not None:
+            out["cpu_stall_ns"] = stall
         return out

@@ -24,6 +24,7 @@ const fn t(package: &'static str, target: &'static str, name: &'static str) -> T
 pub(crate) const OWN_LOAD: &[&str] = &[
     "busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network",
     "the_default_demo_beside_busy_cores_shows_the_servers_send_wait_inside_the_downlink_it_delayed",
+    "host::stall_clock::tests::a_steady_stall_is_the_kernels_count_within_a_tenth_of_the_call",
 ];
 
 /// Every test whose verdict rests on a measured time against a truth or a
@@ -325,6 +326,7 @@ pub(crate) const TESTS: &[TimingTest] = &[
     ),
     // Issue 39: the waits real servers hide, and inference's parts.
     t("stagetrace", "infer_parts", "a_policy_run_in_process_gives_infers_parts_on_its_records"),
+    t("stagetrace", "lib", "host::stall_clock::tests::a_steady_stall_is_the_kernels_count_within_a_tenth_of_the_call"),
     t("stagetrace-net", "lib", "ws::send_wait_tests::a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records"),
     t(
         "stagetrace-net",

@@ -1,0 +1,26 @@
+//! The host's CPU stall for Python servers and robots that take their own
+//! host samples (`stagetrace._host`): the core's stall sampler, by time,
+//! instead of a read of the pressure file per request, which loses most of
+//! the stall for every reader on the host (`stagetrace::host::stall_between_us`).
+
+use pyo3::prelude::*;
+
+/// The host's CPU stall between two `time.monotonic_ns()` instants, ns;
+/// `None` without PSI or before the sampler's first sample.
+#[pyfunction]
+fn stall_between_ns(t0_ns: u64, t1_ns: u64) -> Option<u64> {
+    stagetrace::host::stall_between_us(t0_ns, t1_ns).map(|us| us.saturating_mul(1000))
+}
+
+/// A request or call opens: keep the stall sampler going (start it once,
+/// wake it when parked). A few ns.
+#[pyfunction]
+fn keep_stall_sampler() {
+    stagetrace::host::keep_stall_sampler();
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(stall_between_ns, m)?)?;
+    m.add_function(wrap_pyfunction!(keep_stall_sampler, m)?)?;
+    Ok(())
+}
