@@ -280,6 +280,56 @@ fn corpus() -> Vec<Case> {
             expect: &[("host_cpu", "downlink/client")],
         },
         Case {
+            name: "gap spikes on 10 % of the calls, the robot's own log writing on the same calls",
+            run: Scenario {
+                stage_spikes: Some(("gap", 0.10, 12.0)),
+                host_figures: true,
+                host_cause: Some(("log_write_ms", 0.95)),
+                ..sc(47)
+            },
+            baseline: None,
+            expect: &[("host_log", "gap/client")],
+        },
+        Case {
+            name: "gap spikes on 10 % of the calls, the robot's thread blocking on a lock on the same calls",
+            run: Scenario {
+                stage_spikes: Some(("gap", 0.10, 12.0)),
+                host_figures: true,
+                vol_switches: Some(2),
+                ..sc(49)
+            },
+            baseline: None,
+            expect: &[("blocked_wait", "gap")],
+        },
+        healthy(
+            "a blocking client whose thread gives its core up once or twice a call",
+            Scenario {
+                host_figures: true,
+                vol_switches: Some(0),
+                ..sc(50)
+            },
+        ),
+        Case {
+            name: "gap spikes on 10 % of the calls, the robot's run-queue wait on them, a switch or two as usual",
+            run: Scenario {
+                stage_spikes: Some(("gap", 0.10, 12.0)),
+                host_figures: true,
+                host_cause: Some(("run_wait_ms", 0.9)),
+                vol_switches: Some(0),
+                ..sc(51)
+            },
+            baseline: None,
+            expect: &[("host_cpu", "gap/client")],
+        },
+        healthy(
+            "a robot that logs through a timed writer, every write quick",
+            Scenario {
+                host_figures: true,
+                small_fields: &["log_write_ms"],
+                ..sc(48)
+            },
+        ),
+        Case {
             name: "uplink spikes on 3 % of the calls, the robot's write returning late on the same calls",
             run: Scenario {
                 stage_spikes: Some(("uplink", 0.03, 8.0)),

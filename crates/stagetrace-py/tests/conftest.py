@@ -50,7 +50,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 HOST_KEYS = frozenset(
     ("run_wait_ns", "cpu_stall_ns", "gc_ns", "rx_wait_ns")
-    + ("involuntary_switches", "minor_faults", "major_faults", "gc_collections")
+    + ("involuntary_switches", "minor_faults", "major_faults", "gc_collections", "voluntary_switches")
 )
 
 

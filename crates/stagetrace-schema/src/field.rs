@@ -88,15 +88,19 @@ pub enum HostCount {
     MajorFaults,
     /// Garbage collections that ran, all generations.
     GcCollections,
+    /// Times the call's thread gave its core up to wait (`ru_nvcsw`: a lock,
+    /// a queue, a blocking read or write).
+    VoluntarySwitches,
 }
 
 impl HostCount {
     /// Every count, in record order.
-    pub const ALL: [HostCount; 4] = [
+    pub const ALL: [HostCount; 5] = [
         HostCount::InvoluntarySwitches,
         HostCount::MinorFaults,
         HostCount::MajorFaults,
         HostCount::GcCollections,
+        HostCount::VoluntarySwitches,
     ];
 
     /// Position in [`HostCount::ALL`].
@@ -167,7 +171,7 @@ const fn figure_field(f: Figure) -> FieldInfo {
 }
 
 /// Number of [`FIELDS`].
-pub const FIELD_COUNT: usize = 68;
+pub const FIELD_COUNT: usize = 71;
 
 /// Every key of the record, in the order a record is written.
 pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
@@ -218,6 +222,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     figure_field(F::CaptureRunWait),
     figure_field(F::DispatchRunWait),
     figure_field(F::TxWait),
+    figure_field(F::LogWrite),
     count(
         false,
         HostCount::InvoluntarySwitches,
@@ -226,6 +231,7 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     count(false, HostCount::MinorFaults, "minor_faults"),
     count(false, HostCount::MajorFaults, "major_faults"),
     count(false, HostCount::GcCollections, "gc_collections"),
+    count(false, HostCount::VoluntarySwitches, "voluntary_switches"),
     figure_field(F::ServerRunWait),
     figure_field(F::ServerCpuStall),
     figure_field(F::ServerGc),
@@ -239,6 +245,11 @@ pub static FIELDS: [FieldInfo; FIELD_COUNT] = [
     count(true, HostCount::MinorFaults, "server_minor_faults"),
     count(true, HostCount::MajorFaults, "server_major_faults"),
     count(true, HostCount::GcCollections, "server_gc_collections"),
+    count(
+        true,
+        HostCount::VoluntarySwitches,
+        "server_voluntary_switches",
+    ),
     plain(Field::OutputDigest, "output_digest", FieldType::Hex),
     plain(Field::BatchSize, "batch_size", FieldType::Count),
     plain(Field::Cache, "cache", FieldType::Enum(CACHE_VALUES)),

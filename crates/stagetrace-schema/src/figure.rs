@@ -125,10 +125,14 @@ pub enum Figure {
     /// server's thread waiting for a core): inside `downlink`, carried in
     /// the next response.
     ServerTxWait,
+    /// Time the robot's call thread spent writing its own logs through a
+    /// timed writer (`stagetrace::log_writer`, Python's
+    /// `stagetrace.timed_handler`): a blocked synchronous logger.
+    LogWrite,
 }
 
 /// Number of [`Figure`]s.
-pub const FIGURE_COUNT: usize = 44;
+pub const FIGURE_COUNT: usize = 45;
 
 /// Printed under every table that shows `ttfb`: what the black box is, so
 /// nobody reads the wait for the first byte as inference.
@@ -291,6 +295,8 @@ pub(crate) static TABLE: [FigureInfo; FIGURE_COUNT] = [
         "the request was in → the server's event loop got to it (the loop blocked, e.g. by the policy run on it): part of queue"),
     row("server_tx_wait", "server_tx_wait_ms", Unit::Millis, Group::Host, Side::Server, &[],
         "the server's response was ready → its write reached the kernel (the server's thread waiting for a core): inside downlink"),
+    row("log_write", "log_write_ms", Unit::Millis, Group::Host, Side::Client, &[],
+        "the robot's call thread wrote its own logs (a writer wrapped by stagetrace's timed log writer), call start → end: a synchronous logger blocking the control loop"),
 ];
 
 impl Figure {
@@ -340,6 +346,7 @@ impl Figure {
         F::AcceptWait,
         F::LoopWait,
         F::ServerTxWait,
+        F::LogWrite,
     ];
 
     /// The six canonical stages of a call, in call order.

@@ -55,6 +55,11 @@ pub struct HostCounters {
     /// `cpu.pressure` inside a container, else `/proc/pressure/cpu`
     /// (`some total`, µs there).
     pub cpu_stall_ns: Option<u64>,
+    /// Times the thread gave its core up to wait (`ru_nvcsw`).
+    pub voluntary_switches: Option<u64>,
+    /// Time the thread spent in a timed log writer so far, ns
+    /// ([`crate::log_writer`]); `None` until the process makes one.
+    pub log_write_ns: Option<u64>,
 }
 
 impl HostCounters {
@@ -77,6 +82,8 @@ impl HostCounters {
             minor_faults: usage.map(|u| u.1),
             major_faults: usage.map(|u| u.2),
             cpu_stall_ns: None,
+            voluntary_switches: usage.map(|u| u.3),
+            log_write_ns: crate::log_writer::thread_total_ns(),
         }
     }
 
@@ -90,6 +97,8 @@ impl HostCounters {
             minor_faults: d(self.minor_faults, earlier.minor_faults),
             major_faults: d(self.major_faults, earlier.major_faults),
             cpu_stall_ns: d(self.cpu_stall_ns, earlier.cpu_stall_ns),
+            voluntary_switches: d(self.voluntary_switches, earlier.voluntary_switches),
+            log_write_ns: d(self.log_write_ns, earlier.log_write_ns),
         }
     }
 }
@@ -124,9 +133,10 @@ fn parse_schedstat(text: &[u8]) -> Option<u64> {
         .ok()
 }
 
-/// The calling thread's (involuntary switches, minor faults, major faults).
+/// The calling thread's (involuntary switches, minor faults, major faults,
+/// voluntary switches).
 #[cfg(target_os = "linux")]
-fn thread_usage() -> Option<(u64, u64, u64)> {
+fn thread_usage() -> Option<(u64, u64, u64, u64)> {
     // SAFETY: an all-zero rusage is a valid value of the plain C struct.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes one rusage through a valid pointer.
@@ -135,11 +145,16 @@ fn thread_usage() -> Option<(u64, u64, u64)> {
         return None;
     }
     let n = |v: libc::c_long| u64::try_from(v).ok();
-    Some((n(ru.ru_nivcsw)?, n(ru.ru_minflt)?, n(ru.ru_majflt)?))
+    Some((
+        n(ru.ru_nivcsw)?,
+        n(ru.ru_minflt)?,
+        n(ru.ru_majflt)?,
+        n(ru.ru_nvcsw)?,
+    ))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn thread_usage() -> Option<(u64, u64, u64)> {
+fn thread_usage() -> Option<(u64, u64, u64, u64)> {
     None
 }
 

@@ -30,11 +30,17 @@ pub enum HostFigure {
     /// Time from the kernel having a message's last byte to the event loop
     /// reading it (kernel receive stamps: the loop's own scheduling).
     RxWait,
+    /// Times the call's thread gave its core up to wait (a lock, a queue,
+    /// a blocking read or write).
+    VoluntarySwitches,
+    /// Time the call's thread spent in a timed log writer
+    /// ([`crate::log_writer`]): the robot's own logging.
+    LogWrite,
 }
 
 impl HostFigure {
     /// Every figure, in the order the wire and the record write them.
-    pub const ALL: [HostFigure; 8] = [
+    pub const ALL: [HostFigure; 10] = [
         HostFigure::RunWait,
         HostFigure::CpuStall,
         HostFigure::Gc,
@@ -43,29 +49,35 @@ impl HostFigure {
         HostFigure::MajorFaults,
         HostFigure::GcCollections,
         HostFigure::RxWait,
+        HostFigure::VoluntarySwitches,
+        HostFigure::LogWrite,
     ];
 
     /// A time (µs in a [`HostShare`], ns on the wire), not a count.
     pub const fn is_time(self) -> bool {
         matches!(
             self,
-            HostFigure::RunWait | HostFigure::CpuStall | HostFigure::Gc | HostFigure::RxWait
+            HostFigure::RunWait
+                | HostFigure::CpuStall
+                | HostFigure::Gc
+                | HostFigure::RxWait
+                | HostFigure::LogWrite
         )
     }
 
-    const fn bit(self) -> u8 {
-        1 << self as u8
+    const fn bit(self) -> u16 {
+        1 << self as u16
     }
 }
 
 /// What one end's host did to one call (or, sampled, so far: see
 /// [`HostShare::sample`]). Times in µs, counts as counts; a figure the
-/// host does not offer is absent, never 0. 36 bytes, `Copy`: it rides in
+/// host does not offer is absent, never 0. 44 bytes, `Copy`: it rides in
 /// the call state to the worker without an allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostShare {
-    present: u8,
-    values: [u32; 8],
+    present: u16,
+    values: [u32; 10],
 }
 
 impl HostShare {
@@ -127,6 +139,8 @@ impl HostShare {
         s.set(HostFigure::InvoluntarySwitches, n(c.involuntary_switches));
         s.set(HostFigure::MinorFaults, n(c.minor_faults));
         s.set(HostFigure::MajorFaults, n(c.major_faults));
+        s.set(HostFigure::VoluntarySwitches, n(c.voluntary_switches));
+        s.set(HostFigure::LogWrite, us(c.log_write_ns));
         s
     }
 
@@ -246,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_share_is_small_and_an_absent_figure_stays_absent() {
-        assert!(std::mem::size_of::<HostShare>() <= 36);
+        assert!(std::mem::size_of::<HostShare>() <= 44);
         let mut s = HostShare::default();
         assert!(s.is_empty());
         s.set(HostFigure::MajorFaults, Some(0));
@@ -278,6 +292,7 @@ mod tests {
             minor_faults: None,
             major_faults: Some((1u64 << 32) + 2),
             cpu_stall_ns: Some(1_500),
+            ..HostCounters::default()
         };
         let s = HostShare::from_counters(&c);
         assert_eq!(s.get(HostFigure::RunWait), Some(5_000));

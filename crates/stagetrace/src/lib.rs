@@ -78,6 +78,7 @@ pub mod host_share;
 mod ids;
 mod inline_str;
 mod layer;
+pub mod log_writer;
 mod queue;
 pub mod record;
 pub mod sink;

@@ -348,11 +348,13 @@ mod size {
     /// inference's three parts timed in-process (three stage slots), 864
     /// with those five figures boxed (`PackedTiming`: 72 bytes fewer, and
     /// the 16-byte alignment the trace id gives the whole takes back 8),
-    /// copied once per call.
+    /// 896 with the host shares' voluntary switches and log-write time and
+    /// the open sample's clock for the sampled CPU stall, copied once per
+    /// call.
     #[test]
     fn the_call_state_stays_small() {
         assert!(
-            std::mem::size_of::<super::CallState>() <= 864,
+            std::mem::size_of::<super::CallState>() <= 896,
             "{}",
             std::mem::size_of::<super::CallState>()
         );

@@ -15,9 +15,9 @@ use stagetrace_schema::{Field, FIELDS};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostCounts {
     /// The robot's, by [`HostCount::index`].
-    pub robot: [Option<u32>; 4],
+    pub robot: [Option<u32>; HostCount::ALL.len()],
     /// The policy server's, by [`HostCount::index`].
-    pub server: [Option<u32>; 4],
+    pub server: [Option<u32>; HostCount::ALL.len()],
 }
 
 impl HostCounts {

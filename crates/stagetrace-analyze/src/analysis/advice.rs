@@ -96,5 +96,9 @@ pub(super) fn advice(f: Figure) -> &'static str {
         Figure::ServerTxWait => {
             "pin or reserve cores for the policy server (taskset, a cgroup cpuset), move the other load off them, or raise the server's priority; the link is not at fault"
         }
+        // The robot's own logging, on its control thread.
+        Figure::LogWrite => {
+            "take log writing off the control thread: a non-blocking writer (tracing_appender::non_blocking in Rust, logging.handlers.QueueHandler in Python), fewer lines per call, or a faster sink (a local file, not a terminal or a network share)"
+        }
     }
 }

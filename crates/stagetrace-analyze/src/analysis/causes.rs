@@ -18,7 +18,7 @@ use crate::figures;
 use crate::format::fmt_ms;
 
 /// Verdicts read off one figure's shape, which a cause named here replaces.
-const SHAPE_CODES: [&str; 7] = [
+const SHAPE_CODES: [&str; 9] = [
     "spikes",
     "second_mode",
     "periodic",
@@ -26,6 +26,8 @@ const SHAPE_CODES: [&str; 7] = [
     "tail_only",
     "host_cpu",
     "host_gc",
+    "host_log",
+    "blocked_wait",
 ];
 
 /// Calls enough for a verdict: the spikes' rule (at least [`MIN_SPIKES`]

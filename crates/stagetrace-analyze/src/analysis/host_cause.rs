@@ -18,15 +18,28 @@ use crate::load::Dataset;
 /// the stage itself, and the stage's own advice stays.
 const EXPLAINED_SHARE: f64 = 0.5;
 
+/// The name a [`HostCause`] gives the robot's voluntary switches: a count,
+/// not a figure of the table (`blocked_wait`).
+pub(super) const BLOCKED: &str = "voluntary_switches";
+
 impl HostCause {
     /// The figure.
     pub fn host_figure(&self) -> Option<Figure> {
         Figure::from_name(self.figure)
     }
 
+    /// The robot's thread gave its core up to wait: a count of voluntary
+    /// switches, not a time.
+    pub fn is_blocked_wait(&self) -> bool {
+        self.figure == BLOCKED
+    }
+
     /// The end and what it lacked, as a sentence names them: "the policy
     /// server was short of CPU".
     pub fn diagnosis(&self) -> &'static str {
+        if self.is_blocked_wait() {
+            return "the robot's control thread blocked waiting, with its core free and no timed log writing: a lock, a queue or another blocking call on the loop's thread";
+        }
         match self.host_figure() {
             Some(Figure::ServerRunWait | Figure::ServerCpuStall | Figure::ServerRxWait) => {
                 "the policy server's host was short of CPU"
@@ -42,6 +55,9 @@ impl HostCause {
                 "the robot's own send was held up on the robot: its host was short of CPU, or (in Python) another thread held the GIL"
             }
             Some(Figure::ServerGc) => "the policy server paused for its garbage collector",
+            Some(Figure::LogWrite) => {
+                "the robot's control thread was blocked writing its own logs (a synchronous logger)"
+            }
             Some(Figure::Gc) => "the robot paused for its garbage collector",
             _ => "the robot's host was short of CPU",
         }
@@ -50,6 +66,9 @@ impl HostCause {
     /// What the figure is, as a sentence names it: "the policy server's
     /// run-queue wait".
     pub fn what(&self) -> &'static str {
+        if self.is_blocked_wait() {
+            return "the robot's call thread giving its core up to wait (voluntary switches)";
+        }
         match self.host_figure() {
             Some(Figure::ServerRunWait) => "the policy server's run-queue wait",
             Some(Figure::ServerCpuStall) => "the policy server host's CPU stall",
@@ -61,6 +80,7 @@ impl HostCause {
                 "the policy server reading the request late, its thread waiting for a core (kernel stamps, or a gRPC worker's own run-queue wait)"
             }
             Some(Figure::RxWait) => "the robot reading the response late (kernel stamps)",
+            Some(Figure::LogWrite) => "the robot's time writing its logs",
             Some(Figure::CaptureRunWait) => "the robot's run-queue wait inside capture",
             Some(Figure::DispatchRunWait) => "the robot's run-queue wait inside dispatch",
             Some(Figure::TxWait) => {
@@ -87,6 +107,11 @@ pub(super) fn host_cause(
     if f.is_host() || spikes.is_empty() {
         return None;
     }
+    timed_cause(ds, g, f, spikes).or_else(|| blocked_cause(ds, g, f, spikes))
+}
+
+/// [`host_cause`] from the host figures' times.
+fn timed_cause(ds: &Dataset, g: &GroupData, f: Figure, spikes: &[usize]) -> Option<HostCause> {
     let f_median = median_sorted(g.sorted(f))?;
     // Each spike call's excess over the figure's median. A host figure
     // explains a call's excess up to its own excess there; summed over the
@@ -163,6 +188,41 @@ fn candidates(f: Figure) -> impl Iterator<Item = Figure> {
     })
 }
 
+/// The robot's own time outside the transport: what its call thread does
+/// itself, where a wait it blocks on (a lock, a queue) lands. The transport
+/// is left out: a blocking client waits there for the server by design.
+const ROBOT_THREAD: [Figure; 4] = [Figure::Gap, Figure::Capture, Figure::Dispatch, Figure::E2e];
+
+/// The spikes of a figure of the robot's own thread explained by that
+/// thread blocking: on at least [`EXPLAINED_SHARE`] of the spike calls it
+/// gave its core up more often than on a typical call (at least one
+/// voluntary switch more than the group's median), where no host time
+/// (a wait for a core, a collector, timed log writing) explained them.
+fn blocked_cause(ds: &Dataset, g: &GroupData, f: Figure, spikes: &[usize]) -> Option<HostCause> {
+    if !ROBOT_THREAD.contains(&f) || ds.vol_switches.is_empty() {
+        return None;
+    }
+    let count = |i: usize| {
+        ds.vol_switches
+            .get(i)
+            .copied()
+            .filter(|v| !v.is_nan())
+            .map(f64::from)
+    };
+    let mut all: Vec<f64> = g.calls.iter().filter_map(|&i| count(i as usize)).collect();
+    let typical = median(&mut all)?;
+    let mut on_spikes: Vec<f64> = spikes.iter().filter_map(|&i| count(i)).collect();
+    let blocked = on_spikes.iter().filter(|&&v| v >= typical + 1.0).count();
+    if on_spikes.is_empty() || (blocked as f64) < EXPLAINED_SHARE * spikes.len() as f64 {
+        return None;
+    }
+    Some(HostCause {
+        figure: BLOCKED,
+        spike_median_ms: median(&mut on_spikes)?,
+        median_ms: typical,
+    })
+}
+
 fn median_sorted(sorted: &[f32]) -> Option<f64> {
     (!sorted.is_empty()).then(|| f64::from(sorted[sorted.len() / 2]))
 }
@@ -202,16 +262,17 @@ mod tests {
                 Figure::CpuStall,
                 Figure::Gc,
                 Figure::RxWait,
-                Figure::ServerTxWait
+                Figure::ServerTxWait,
+                Figure::LogWrite
             ]
         );
         assert_eq!(candidates(Figure::Infer).count(), 4);
         assert_eq!(candidates(Figure::Post).count(), 4);
         // Either end's, and both sends (net holds uplink and downlink).
         let net: Vec<Figure> = candidates(Figure::Net).collect();
-        assert_eq!(net.len(), 10);
+        assert_eq!(net.len(), 11);
         assert!(net.contains(&Figure::TxWait) && net.contains(&Figure::ServerTxWait));
-        assert_eq!(candidates(Figure::Roundtrip).count(), 10);
+        assert_eq!(candidates(Figure::Roundtrip).count(), 11);
     }
 
     /// The robot's wait inside capture is a candidate for capture only.
@@ -225,11 +286,13 @@ mod tests {
                 Figure::CpuStall,
                 Figure::Gc,
                 Figure::RxWait,
-                Figure::CaptureRunWait
+                Figure::CaptureRunWait,
+                Figure::LogWrite
             ]
         );
         let dispatch: Vec<Figure> = candidates(Figure::Dispatch).collect();
-        assert_eq!(dispatch.last(), Some(&Figure::DispatchRunWait));
+        assert!(dispatch.contains(&Figure::DispatchRunWait));
+        assert_eq!(dispatch.last(), Some(&Figure::LogWrite));
         assert!(!dispatch.contains(&Figure::CaptureRunWait));
         assert!(!candidates(Figure::Gap).any(|h| h.within_stage().is_some()));
     }

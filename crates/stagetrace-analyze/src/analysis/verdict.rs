@@ -2,7 +2,7 @@
 //! and the numbers behind them.
 
 use serde_json::json;
-use stagetrace_schema::Figure;
+use stagetrace_schema::{Figure, Side};
 
 use super::advice::advice;
 use super::deadline_verdict::{deadline_verdict, stall_verdicts};
@@ -101,6 +101,9 @@ fn host_spikes(
     median_ms: f64,
     cause: &super::report::HostCause,
 ) -> Verdict {
+    if cause.is_blocked_wait() {
+        return blocked_spikes(r, f, rounds, cost_ms, median_ms, cause);
+    }
     let host = cause.host_figure().unwrap_or(Figure::RunWait);
     let not = match f {
         Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => "not the network",
@@ -111,10 +114,10 @@ fn host_spikes(
         Figure::Dispatch => "not the executor",
         _ => "not the stage itself",
     };
-    let code = if matches!(host, Figure::Gc | Figure::ServerGc) {
-        "host_gc"
-    } else {
-        "host_cpu"
+    let code = match host {
+        Figure::Gc | Figure::ServerGc => "host_gc",
+        Figure::LogWrite => "host_log",
+        _ => "host_cpu",
     };
     Verdict {
         code,
@@ -137,6 +140,42 @@ fn host_spikes(
             "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
             "median_ms": median_ms, "host_figure": cause.figure,
             "host_spike_median_ms": cause.spike_median_ms, "host_median_ms": cause.median_ms,
+        }),
+    }
+}
+
+/// Spikes of a figure of the robot's own thread on calls where that thread
+/// blocked waiting (more voluntary switches than a typical call), no host
+/// time explaining them: a lock or a queue on the control thread.
+fn blocked_spikes(
+    r: &GroupReport,
+    f: Figure,
+    rounds: u64,
+    cost_ms: f64,
+    median_ms: f64,
+    cause: &super::report::HostCause,
+) -> Verdict {
+    Verdict {
+        code: "blocked_wait",
+        kind: r.kind.clone(),
+        stage: Some(f.name()),
+        group: Some(Side::Client.as_str()),
+        text: format!(
+            "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average) coincide with {} ({:.0} on those calls, {:.0} on a typical one): {}; not the CPU, the network or the observer. Find what the loop waits on (a profiler's off-CPU view, py-spy dump, or `strace -f -T -e trace=futex,read,write` on the loop's thread) and take it off the loop: hold no lock across the call, hand work to queues with a timeout; a synchronous logger shows as log_write_ms once its writer is wrapped (docs/host.md).",
+            r.steady,
+            100.0 * rounds as f64 / r.steady as f64,
+            fmt_ms(cost_ms),
+            fmt_ms(median_ms),
+            cause.what(),
+            cause.spike_median_ms,
+            cause.median_ms,
+            cause.diagnosis(),
+        ),
+        evidence: json!({
+            "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
+            "median_ms": median_ms, "host_figure": cause.figure,
+            "voluntary_switches_on_spikes": cause.spike_median_ms,
+            "voluntary_switches_typical": cause.median_ms,
         }),
     }
 }
@@ -404,7 +443,13 @@ fn gap_or_e2e(
         || out
             .iter()
             .any(|v| matches!(v.code, "median_shift" | "tail_only") && !gap_related(v));
-    if !stage_moved {
+    // The gap's spikes laid at a host (its log writing, its scheduling)
+    // are explained: "no stage explains it" would send the user hunting.
+    let gap_host = out.iter().any(|v| {
+        (v.code.starts_with("host_") || v.code == "blocked_wait")
+            && v.stage == Some(Figure::Gap.name())
+    });
+    if !stage_moved && !gap_host {
         if let Some(v) = unexplained_gap(r, cx.has_baseline) {
             // The gap's own shape verdicts say the same thing less well.
             out.retain(|v| !(matches!(v.code, "median_shift" | "tail_only") && gap_related(v)));

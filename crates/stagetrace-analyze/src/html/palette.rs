@@ -60,5 +60,7 @@ pub(super) fn color(f: Figure) -> &'static str {
         Figure::AcceptWait => "#8c8c1c",
         Figure::LoopWait => "#dbdb5c",
         Figure::ServerTxWait => "#e7969c",
+        // The robot's logging: the tx wait's hue, lighter.
+        Figure::LogWrite => "#ce6dbd",
     }
 }

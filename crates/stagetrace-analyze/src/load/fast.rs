@@ -325,6 +325,7 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
             Slot::BatchSize => out.batch = count_of(Some(c.u64()?)),
             Slot::StaleDropped => out.stale = count_of(Some(c.u64()?)),
             Slot::DryTicks => out.dry = count_of(Some(c.u64()?)),
+            Slot::VoluntarySwitches => out.vol_switches = Some(count_of(Some(c.u64()?))),
             Slot::Cache => out.cache_hit = cache_of(c.plain_str()?),
             Slot::Hops => c.hops(&mut out.hops)?,
             Slot::Ignored => c.skip_value()?,

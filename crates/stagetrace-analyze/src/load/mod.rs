@@ -94,6 +94,9 @@ pub struct Dataset {
     pub(crate) mitigated: Vec<Mitigated>,
     /// The `hops` of calls through gateways, per hop (empty without).
     pub(crate) hops: hops::HopColumns,
+    /// The robot's voluntary switches per call (NaN: absent); empty while
+    /// no record has them.
+    pub(crate) vol_switches: Vec<f32>,
     /// Failure reasons and how often each occurred.
     pub errors: Vec<(String, u64)>,
     /// What the reader met on the way.
@@ -282,6 +285,12 @@ impl Dataset {
         }
         if raw.hops.hops > 0 || self.hops.hops() > 0 {
             self.hops.push(idx, &raw.hops);
+        }
+        if raw.vol_switches.is_some() || !self.vol_switches.is_empty() {
+            // Calls before the first record with them: absent.
+            self.vol_switches.resize(idx, f32::NAN);
+            self.vol_switches
+                .push(raw.vol_switches.map_or(f32::NAN, |n| n as f32));
         }
         if raw.batch > 0 || raw.cache_hit.is_some() || raw.stale > 0 || raw.dry > 0 {
             self.mitigated.push(Mitigated {

@@ -31,6 +31,8 @@ pub(crate) struct RawRecord {
     pub(crate) stale: u32,
     /// `dry_ticks`, 0 when absent.
     pub(crate) dry: u32,
+    /// The robot's `voluntary_switches` (read loosely), when present.
+    pub(crate) vol_switches: Option<u32>,
     /// `hops`, read loosely.
     pub(crate) hops: super::RawHops,
 }
@@ -52,6 +54,7 @@ impl Default for RawRecord {
             cache_hit: None,
             stale: 0,
             dry: 0,
+            vol_switches: None,
             hops: super::RawHops::default(),
         }
     }
@@ -74,6 +77,7 @@ impl RawRecord {
         self.cache_hit = None;
         self.stale = 0;
         self.dry = 0;
+        self.vol_switches = None;
         self.hops.reset();
     }
 
@@ -126,6 +130,9 @@ pub(crate) enum Slot {
     StaleDropped,
     /// `dry_ticks` (read loosely).
     DryTicks,
+    /// The robot's `voluntary_switches` (read loosely): a blocked control
+    /// thread's evidence.
+    VoluntarySwitches,
     /// `hops` (read loosely: `load/hops.rs`).
     Hops,
     /// A field of the record the analysis does not use (`trace_id`,
@@ -145,8 +152,12 @@ impl Slot {
                 figure,
                 per_ms: figures::per_ms(figure.unit()),
             },
-            // Counts of what the hosts did: for tools; the analysis reads
-            // the host figures' times.
+            Field::HostCount {
+                server: false,
+                count: stagetrace_schema::HostCount::VoluntarySwitches,
+            } => Slot::VoluntarySwitches,
+            // The other counts of what the hosts did: for tools; the
+            // analysis reads the host figures' times.
             Field::TraceId | Field::Clock | Field::ClockStep | Field::HostCount { .. } => {
                 Slot::Ignored
             }

@@ -84,6 +84,12 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
                 Slot::BatchSize => out.batch = count_of(map.next_value::<Value>()?.as_u64()),
                 Slot::StaleDropped => out.stale = count_of(map.next_value::<Value>()?.as_u64()),
                 Slot::DryTicks => out.dry = count_of(map.next_value::<Value>()?.as_u64()),
+                Slot::VoluntarySwitches => {
+                    out.vol_switches = map
+                        .next_value::<Value>()?
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok());
+                }
                 Slot::Cache => {
                     let v = map.next_value::<Value>()?;
                     out.cache_hit = v.as_str().and_then(|s| cache_of(s.as_bytes()));

@@ -91,6 +91,10 @@ pub(crate) struct Scenario {
     /// The `stage_spikes` calls' cause: this host figure (record field)
     /// carries this share of each spike's extra time on those calls.
     pub(crate) host_cause: Option<(&'static str, f64)>,
+    /// The robot's `voluntary_switches` on every call (1 or 2: a blocking
+    /// client's wait for the response), and this many more on a spiked
+    /// call: its thread blocked waiting (a lock, a queue).
+    pub(crate) vol_switches: Option<u32>,
     /// Async inference: each record carries `margin_ms` (median this much,
     /// spread a third of it, with the occasional chunk far ahead), and on
     /// this fraction of the calls the chunk came after the action queue ran
@@ -231,6 +235,7 @@ impl Default for Scenario {
             host_figures: false,
             host_bumps: false,
             host_cause: None,
+            vol_switches: None,
             action_queue: None,
             parts: None,
             waits: Vec::new(),
@@ -331,6 +336,8 @@ pub(crate) fn lines(s: &Scenario) -> String {
             "infer" => infer += extra,
             "downlink" => downlink += extra,
             "dispatch" => dispatch += extra,
+            // Time inside the call outside every stage (a blocked logger).
+            "gap" => gap += extra,
             other => panic!("no stage {other} to spike"),
         };
         let mut spiked: Option<f64> = None;
@@ -521,6 +528,10 @@ pub(crate) fn lines(s: &Scenario) -> String {
         l.push_str(&extra_fields);
         if s.host_figures {
             l.push_str(&host_fields(s, &mut rng, spiked));
+        }
+        if let Some(more) = s.vol_switches {
+            let n = 1 + u32::from(rng.next_f64() < 0.3) + if spiked.is_some() { more } else { 0 };
+            let _ = write!(l, ",\"voluntary_switches\":{n}");
         }
         if let Some((median, dry_share)) = s.action_queue {
             let margin = if rng.next_f64() < dry_share {

@@ -118,6 +118,9 @@ fn figure_step(f: Figure) -> &'static str {
         Figure::ServerTxWait => {
             "the server's send waited for a core first: pin or reserve cores for the policy server (docs/host.md)"
         }
+        Figure::LogWrite => {
+            "the robot's own log writing moved first: take it off the control thread with a non-blocking writer (docs/host.md)"
+        }
     }
 }
 

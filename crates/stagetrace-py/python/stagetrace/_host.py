@@ -29,8 +29,8 @@ except ImportError:  # pragma: no cover - not Linux
 #: The keys this module adds to ``server_timing``, times in ns.
 TIME_KEYS = ("run_wait_ns", "cpu_stall_ns", "gc_ns")
 #: The count keys.
-COUNT_KEYS = ("involuntary_switches", "minor_faults", "major_faults", "gc_collections")
-_PER_THREAD = ("run_wait_ns", "involuntary_switches", "minor_faults", "major_faults")
+COUNT_KEYS = ("involuntary_switches", "minor_faults", "major_faults", "gc_collections", "voluntary_switches")
+_PER_THREAD = ("run_wait_ns", "involuntary_switches", "minor_faults", "major_faults", "voluntary_switches")
 
 
 class _GcClock:
@@ -175,6 +175,7 @@ class HostSample:
                 v["involuntary_switches"] = ru.ru_nivcsw
                 v["minor_faults"] = ru.ru_minflt
                 v["major_faults"] = ru.ru_majflt
+                v["voluntary_switches"] = ru.ru_nvcsw
             except OSError:
                 pass
         v["gc_ns"] = _GC.total_ns

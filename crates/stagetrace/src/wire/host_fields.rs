@@ -17,7 +17,7 @@ pub(super) struct HostField {
 }
 
 /// The host fields in the order every encoding writes them.
-pub(super) const HOST_FIELDS: [HostField; 8] = [
+pub(super) const HOST_FIELDS: [HostField; 9] = [
     HostField {
         map_key: "run_wait_ns",
         header_key: "runwait",
@@ -57,6 +57,11 @@ pub(super) const HOST_FIELDS: [HostField; 8] = [
         map_key: "rx_wait_ns",
         header_key: "rxwait",
         figure: HostFigure::RxWait,
+    },
+    HostField {
+        map_key: "voluntary_switches",
+        header_key: "vol",
+        figure: HostFigure::VoluntarySwitches,
     },
 ];
 

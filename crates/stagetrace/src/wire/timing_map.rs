@@ -23,7 +23,7 @@ pub const MAX_TIMING_MAP_ENTRIES: usize = 64;
 /// (integer ns), `batch_size` (positive integer), `cache` (`"hit"` or
 /// `"miss"`) and the host figures `run_wait_ns`, `cpu_stall_ns`, `gc_ns`
 /// (integer ns), `involuntary_switches`, `minor_faults`, `major_faults`,
-/// `gc_collections` (counts). When both `infer_ns` and `infer_ms` are present
+/// `gc_collections`, `voluntary_switches` (counts). When both `infer_ns` and `infer_ms` are present
 /// `infer_ns` wins; a map with only `infer_ms` gives a degraded
 /// [`ServerTiming`] (`infer_ns` only). Unknown keys are ignored.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

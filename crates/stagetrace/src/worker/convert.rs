@@ -340,6 +340,10 @@ impl Converter {
             rec.dry_ticks = Some(dry_ticks);
         }
         set_host(&s.host, false, rec);
+        // The robot's own log writing (a timed writer): no server figure.
+        if let Some(ns) = s.host.get_ns(HostFigure::LogWrite) {
+            rec.set(Figure::LogWrite, to_i64(ns));
+        }
         for (figure, stage) in [
             (Figure::CaptureRunWait, Stage::Capture),
             (Figure::DispatchRunWait, Stage::Dispatch),
@@ -388,11 +392,12 @@ fn set_host(share: &HostShare, server: bool, rec: &mut CallRecord) {
 }
 
 /// The counts of a host share, in [`HostCount::ALL`] order.
-const HOST_COUNTS: [HostFigure; 4] = [
+const HOST_COUNTS: [HostFigure; HostCount::ALL.len()] = [
     HostFigure::InvoluntarySwitches,
     HostFigure::MinorFaults,
     HostFigure::MajorFaults,
     HostFigure::GcCollections,
+    HostFigure::VoluntarySwitches,
 ];
 
 /// `earlier` → `later` in ns (0 when `later` is not after it).
