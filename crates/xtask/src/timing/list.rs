@@ -327,6 +327,8 @@ pub(crate) const TESTS: &[TimingTest] = &[
     // Issue 39: the waits real servers hide, and inference's parts.
     t("stagetrace", "infer_parts", "a_policy_run_in_process_gives_infers_parts_on_its_records"),
     t("stagetrace", "lib", "host::stall_clock::tests::a_steady_stall_is_the_kernels_count_within_a_tenth_of_the_call"),
+    t("stagetrace-cli", "blocked_loop", "a_loop_blocked_by_its_own_logging_is_named_log_writing"),
+    t("stagetrace-cli", "blocked_loop", "a_loop_blocked_on_a_lock_is_named_a_blocked_wait"),
     t("stagetrace-net", "lib", "ws::send_wait_tests::a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records"),
     t(
         "stagetrace-net",
