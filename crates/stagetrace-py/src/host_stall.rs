@@ -1,4 +1,5 @@
-//! The host's CPU stall for Python servers and robots that take their own
+//! The host's CPU stall and the thread's log writing for Python servers and
+//! robots that take their own
 //! host samples (`stagetrace._host`): the core's stall sampler, by time,
 //! instead of a read of the pressure file per request, which loses most of
 //! the stall for every reader on the host (`stagetrace::host::stall_between_us`).
@@ -19,7 +20,16 @@ fn keep_stall_sampler() {
     stagetrace::host::keep_stall_sampler();
 }
 
+/// Adds `ns` of log writing to the calling thread's total (the record's
+/// `log_write_ms`): what `stagetrace.timed_handler` measured around a
+/// `logging` handler.
+#[pyfunction]
+fn add_log_write_ns(ns: u64) {
+    stagetrace::log_writer::add_thread_ns(ns);
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(add_log_write_ns, m)?)?;
     m.add_function(wrap_pyfunction!(stall_between_ns, m)?)?;
     m.add_function(wrap_pyfunction!(keep_stall_sampler, m)?)?;
     Ok(())

@@ -54,6 +54,7 @@ from ._native import call as call
 from ._native import stage as stage
 from .device import ready as ready
 from .frames import load as load
+from .logwrite import timed_handler as timed_handler
 
 # Python's collector, timed for every call's gc_ms (once per process: a
 # reload of this module must not time each collection twice).
@@ -77,6 +78,7 @@ __all__ = [
     "recorder",
     "stage",
     "timed",
+    "timed_handler",
 ]
 
 logger = logging.getLogger("stagetrace")

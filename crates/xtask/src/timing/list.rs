@@ -329,6 +329,7 @@ pub(crate) const TESTS: &[TimingTest] = &[
     t("stagetrace", "lib", "host::stall_clock::tests::a_steady_stall_is_the_kernels_count_within_a_tenth_of_the_call"),
     t("stagetrace-cli", "blocked_loop", "a_loop_blocked_by_its_own_logging_is_named_log_writing"),
     t("stagetrace-cli", "blocked_loop", "a_loop_blocked_on_a_lock_is_named_a_blocked_wait"),
+    t("stagetrace-py", "pytest", "tests/test_log_write.py::test_a_loop_blocked_by_its_own_logging_is_named_log_writing"),
     t("stagetrace-net", "lib", "ws::send_wait_tests::a_send_held_up_on_the_server_is_its_tx_wait_on_exactly_those_records"),
     t(
         "stagetrace-net",
