@@ -303,7 +303,11 @@ fn overhead_table() {
     drop(otel);
     filtered.alone_spans = alone_ratio(Attach::Filtered);
     plain.alone_spans = alone_ratio(Attach::Plain);
-    let rows: [Row; 9] = [
+    let (cold_p, cold_f) = (
+        cold_observer_us(Attach::Plain),
+        cold_observer_us(Attach::Filtered),
+    );
+    let rows: [Row; 10] = [
         Row::ns(
             "one call (5 spans), app-thread CPU ns",
             plain.call_ns,
@@ -349,12 +353,19 @@ fn overhead_table() {
             "one call, host figures on / off (the rows above: off)",
             plain.host_ratio,
             filtered.host_ratio,
-            None,
+            Some(2.0),
         ),
         Row {
             name: "host figures: app-thread CPU ns added per call (two samples, four stage reads)",
             plain: plain.host_added_ns,
             filtered: filtered.host_added_ns,
+            unit: "",
+            goal: Some(1500.0),
+        },
+        Row {
+            name: "the default demo's shape (30 Hz, cold, host figures on): observer_us p50 as the layer reports it, ns",
+            plain: cold_p * 1000.0,
+            filtered: cold_f * 1000.0,
             unit: "",
             goal: Some(5000.0),
         },
@@ -473,6 +484,22 @@ fn sparse(dispatch: &tracing::Dispatch, f: fn(), calls: usize) -> f64 {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     })
+}
+
+/// The default demo's shape (`stagetrace demo`: 30 Hz, every call cold,
+/// host figures on): 150 calls of the five spans every 33 ms, and the
+/// observer's own cost per call as the layer reports it (`observer_us`
+/// p50, the figure the demo prints), µs.
+fn cold_observer_us(attach: Attach) -> f64 {
+    let (staged, guard) = attach.dispatch(false, true);
+    tracing::dispatcher::with_default(&staged, || {
+        for _ in 0..150 {
+            std::thread::sleep(std::time::Duration::from_millis(33));
+            one_call();
+        }
+    });
+    drop(staged);
+    guard.finish().observer_us.map_or(f64::NAN, |q| q.p50)
 }
 
 /// One call every 2 ms (see [`sparse`]): StageLayer attached as `attach`
