@@ -16,7 +16,10 @@ pub struct ResourceSample {
     /// Busy share of all cores together, percent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_total_pct: Option<f64>,
-    /// Share of time some task waited for a CPU (`/proc/pressure/cpu`), percent.
+    /// Share of time some task waited for a CPU (`/proc/pressure/cpu`),
+    /// percent: over the last 100 ms or more (the pressure files are read
+    /// at most every 100 ms, whatever the sampler's rate: read more often,
+    /// the kernel loses most of the stall for every reader).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub psi_cpu_some_pct: Option<f64>,
     /// Share of time some task waited for memory, percent.

@@ -19,6 +19,10 @@ pub(super) struct Snapshot {
     cores: Vec<(u64, u64)>,
     total: Option<(u64, u64)>,
     psi: [Option<u64>; 3],
+    /// When `psi` was read, and the shares computed then: the pressure
+    /// files are read at most every [`PSI_EVERY`].
+    psi_at: Option<Instant>,
+    psi_pct: [Option<f64>; 3],
     /// tid → (exec ns, run-queue ns).
     tasks: HashMap<i32, (u64, u64)>,
     /// tid → whether the thread is load or instrumentation (its name is
@@ -99,22 +103,43 @@ fn take_cpu(s: &mut ResourceSample, snap: &mut Snapshot, prev: &Snapshot) {
     }
 }
 
-/// Pressure stall information of CPU, memory and I/O over the interval.
-fn take_pressure(s: &mut ResourceSample, snap: &mut Snapshot, prev: &Snapshot, dt: Option<f64>) {
-    // Pressure: the `total` counter (µs stalled) over the interval.
-    snap.psi = [
-        procfs::CpuPressure::current().ok().map(|p| p.some.total),
-        procfs::MemoryPressure::current().ok().map(|p| p.some.total),
-        procfs::IoPressure::current().ok().map(|p| p.some.total),
-    ];
-    let psi = |i: usize| -> Option<f64> {
-        let (a, b) = (prev.psi[i]?, snap.psi[i]?);
-        let t = dt?;
-        (t > 0.0).then(|| (100.0 * b.saturating_sub(a) as f64 / 1e6 / t).min(100.0))
-    };
-    s.psi_cpu_some_pct = psi(0);
-    s.psi_memory_some_pct = psi(1);
-    s.psi_io_some_pct = psi(2);
+/// The pressure files are read at most this often: every read makes the
+/// kernel weigh each CPU's stall by busy time rounded down to whole jiffies,
+/// for every reader on the host, and read every few ms most of the stall is
+/// lost (`stagetrace::host`'s stall sampler has the numbers). A faster
+/// sampler carries the last shares forward.
+const PSI_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Pressure stall information of CPU, memory and I/O over the interval
+/// since the pressure files were last read.
+fn take_pressure(s: &mut ResourceSample, snap: &mut Snapshot, prev: &Snapshot, _dt: Option<f64>) {
+    let now = snap.at.unwrap_or_else(Instant::now);
+    if prev
+        .psi_at
+        .is_some_and(|at| now.duration_since(at) < PSI_EVERY)
+    {
+        snap.psi = prev.psi;
+        snap.psi_at = prev.psi_at;
+        snap.psi_pct = prev.psi_pct;
+    } else {
+        // Pressure: the `total` counter (µs stalled) over the interval.
+        snap.psi = [
+            procfs::CpuPressure::current().ok().map(|p| p.some.total),
+            procfs::MemoryPressure::current().ok().map(|p| p.some.total),
+            procfs::IoPressure::current().ok().map(|p| p.some.total),
+        ];
+        snap.psi_at = Some(now);
+        let dt = prev.psi_at.map(|at| now.duration_since(at).as_secs_f64());
+        let psi = |i: usize| -> Option<f64> {
+            let (a, b) = (prev.psi[i]?, snap.psi[i]?);
+            let t = dt?;
+            (t > 0.0).then(|| (100.0 * b.saturating_sub(a) as f64 / 1e6 / t).min(100.0))
+        };
+        snap.psi_pct = [psi(0), psi(1), psi(2)];
+    }
+    s.psi_cpu_some_pct = snap.psi_pct[0];
+    s.psi_memory_some_pct = snap.psi_pct[1];
+    s.psi_io_some_pct = snap.psi_pct[2];
 }
 
 /// The target's thread count, memory and context switches per second.
