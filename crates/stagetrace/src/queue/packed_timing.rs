@@ -1,11 +1,13 @@
 //! A response's [`ServerTiming`] as a call's state keeps it (the transport
 //! span's, then the call's, `CallState::transport`): the figures of any
-//! timed response inline, the five finer ones — inference's model and
-//! device time, the queue's accept and loop waits, the previous send's
-//! wait — in one box made only for a response that has one of them. The
-//! call's state is copied whole once per call on the app's thread; inline,
-//! those five cost every call 80 bytes, boxed a pointer (the way a
-//! relayed response's hops are kept, `CallState::relays`).
+//! timed response inline, the four finer ones — inference's model and
+//! device time, the queue's accept and loop waits — in one box made only
+//! for a response that has one of them. The call's state is copied whole
+//! once per call on the app's thread; inline, those four cost every call
+//! 64 bytes, boxed a pointer (the way a relayed response's hops are kept,
+//! `CallState::relays`). The previous send's wait stays inline, in 8
+//! bytes: this project's servers send it on every response after a
+//! connection's first, and boxed it cost every such call an allocation.
 
 use crate::host_share::HostShare;
 use crate::wire::ServerTiming;
@@ -26,6 +28,8 @@ pub(crate) struct PackedTiming {
     cache_hit: Option<bool>,
     recv_at_pickup: bool,
     host: HostShare,
+    /// The previous send's wait + 1 ns (`None`: absent; 8 bytes, not 16).
+    prev_tx_wait: Option<std::num::NonZeroU64>,
     /// `None`: the response had none of them.
     finer: Option<Box<FinerTiming>>,
 }
@@ -39,7 +43,6 @@ struct FinerTiming {
     device_ns: Option<u64>,
     accept_wait_ns: Option<u64>,
     loop_wait_ns: Option<u64>,
-    prev_tx_wait_ns: Option<u64>,
 }
 
 impl PackedTiming {
@@ -73,7 +76,6 @@ impl PackedTiming {
             device_ns,
             accept_wait_ns,
             loop_wait_ns,
-            prev_tx_wait_ns,
         };
         PackedTiming {
             recv_unix_ns,
@@ -88,6 +90,8 @@ impl PackedTiming {
             cache_hit,
             recv_at_pickup,
             host,
+            prev_tx_wait: prev_tx_wait_ns
+                .and_then(|ns| std::num::NonZeroU64::new(ns.saturating_add(1))),
             finer: (finer != FinerTiming::default()).then(|| Box::new(finer)),
         }
     }
@@ -99,8 +103,8 @@ impl PackedTiming {
             device_ns,
             accept_wait_ns,
             loop_wait_ns,
-            prev_tx_wait_ns,
         } = self.finer.as_deref().copied().unwrap_or_default();
+        let prev_tx_wait_ns = self.prev_tx_wait.map(|v| v.get() - 1);
         ServerTiming {
             recv_unix_ns: self.recv_unix_ns,
             total_ns: self.total_ns,
@@ -174,13 +178,17 @@ mod tests {
             ..every_field()
         };
         assert!(PackedTiming::pack(without).finer.is_none());
-        // A zero is a figure (no wait), not its absence.
-        let zero_wait = ServerTiming {
-            prev_tx_wait_ns: Some(0),
-            ..without
-        };
-        let packed = PackedTiming::pack(zero_wait);
-        assert!(packed.finer.is_some());
-        assert_eq!(packed.unpack(), zero_wait);
+        // The previous send's wait, which this project's servers send on
+        // every response: inline, no box; a zero is a figure (no wait), not
+        // its absence.
+        for wait in [0, 1, 5_000, u64::MAX - 1] {
+            let with_wait = ServerTiming {
+                prev_tx_wait_ns: Some(wait),
+                ..without
+            };
+            let packed = PackedTiming::pack(with_wait);
+            assert!(packed.finer.is_none());
+            assert_eq!(packed.unpack(), with_wait);
+        }
     }
 }
