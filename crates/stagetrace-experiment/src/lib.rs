@@ -22,7 +22,7 @@
 //!   records directory read as it is written.
 //! - Every record and resource sample is tagged with its phase and level
 //!   (`records-experiment.jsonl`, `resources.jsonl`).
-//! - The [`Verdict`]: per level, each stage against the baseline (bootstrap
+//! - The [`ExperimentVerdict`]: per level, each stage against the baseline (bootstrap
 //!   intervals on the p50 and p99 ratios, a tail-exceedance test), a CUSUM
 //!   over windowed p90 to time each move, the first stage to move, the stages
 //!   it dragged along, what the resources did, and the next step. For the
@@ -83,4 +83,4 @@ pub use render::text;
 pub use report::ExperimentReport;
 pub use runner::{default_out_dir, run, RunOptions};
 pub use sampler::{ResourceSample, Sampler, SamplerCost};
-pub use verdict::{HostMover, Verdict};
+pub use verdict::{ExperimentVerdict, HostMover};

@@ -7,7 +7,7 @@ use serde::Serialize;
 use stagetrace::schema::FIGURE_COUNT;
 
 use crate::sampler::SamplerCost;
-use crate::verdict::{LevelResult, PhaseSpan, ResourceSummary, Thresholds, Verdict};
+use crate::verdict::{ExperimentVerdict, LevelResult, PhaseSpan, ResourceSummary, Thresholds};
 
 /// What a run produced: everything `--json` prints.
 #[derive(Clone, Debug, Serialize)]
@@ -38,7 +38,7 @@ pub struct ExperimentReport {
     /// Each level against the baseline.
     pub levels: Vec<LevelResult>,
     /// The answer.
-    pub verdict: Verdict,
+    pub verdict: ExperimentVerdict,
     /// The sampler's own cost.
     pub sampler: SamplerCost,
     /// What became of the GPU tracks (devices sampled through NVML, or why not).

@@ -8,7 +8,7 @@ use stagetrace_analyze::stats;
 use super::direction;
 use super::obs::{column, Obs, PhaseSpan};
 use super::resources::{resource_note, ResourceSummary};
-use super::result::{ComponentResult, LevelResult, Thresholds, Verdict};
+use super::result::{ComponentResult, ExperimentVerdict, LevelResult, Thresholds};
 use super::text;
 
 /// The figures of a level with their results, in the order of the
@@ -71,18 +71,19 @@ fn nothing_moved(
     candidates: &[Figure],
     e2e_moved: bool,
     th: &Thresholds,
-) -> Verdict {
+) -> ExperimentVerdict {
     let point = direction::e2e_point_move(levels, th);
     let mut v = match point {
         Some((l, stat, before, after)) => {
-            let mut v = Verdict::nothing(&direction::e2e_without_stage(l, stat, before, after));
+            let mut v =
+                ExperimentVerdict::nothing(&direction::e2e_without_stage(l, stat, before, after));
             v.next_step =
                 "raise the calls per level (or hold each level longer) to tell which stage moved"
                     .into();
             v
         }
         None => {
-            let mut v = Verdict::nothing(if e2e_moved {
+            let mut v = ExperimentVerdict::nothing(if e2e_moved {
                 "e2e moved but no stage and not the gap beyond the thresholds: raise the levels or the calls per level"
             } else {
                 "no stage moved at any level: the pipeline absorbs this factor over the range tried"
@@ -107,7 +108,7 @@ pub(crate) fn decide(
     candidates: &[Figure],
     base_res: Option<&ResourceSummary>,
     th: &Thresholds,
-) -> Verdict {
+) -> ExperimentVerdict {
     let candidate = |f: Figure| candidates.contains(&f);
     let e2e_moved = levels.iter().any(|l| {
         l.components
@@ -148,7 +149,7 @@ pub(crate) fn decide(
         undetermined: undetermined.as_deref(),
         unnamed: unnamed.as_deref(),
     });
-    Verdict {
+    ExperimentVerdict {
         first_stage: Some(first_fig.name()),
         first_level: Some(fl.level),
         first_level_label: Some(fl.label.clone()),

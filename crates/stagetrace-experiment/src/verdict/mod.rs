@@ -32,7 +32,7 @@ pub(crate) use obs::{column, Obs};
 pub use queue_figures::{ActionQueueLevel, ActionQueuePhase, ActionQueueVerdict};
 pub use resources::ResourceSummary;
 pub use result::HostMover;
-pub use result::{ComponentResult, LevelResult, Thresholds, Verdict};
+pub use result::{ComponentResult, ExperimentVerdict, LevelResult, Thresholds};
 
 /// The full analysis: per-level results and the verdict.
 pub(crate) fn analyze(
@@ -44,7 +44,7 @@ pub(crate) fn analyze(
     Thresholds,
     Option<ResourceSummary>,
     Vec<LevelResult>,
-    Verdict,
+    ExperimentVerdict,
 ) {
     let Some(base_idx) = phases.iter().position(|p| p.phase == "baseline") else {
         return (
@@ -54,7 +54,7 @@ pub(crate) fn analyze(
             },
             None,
             Vec::new(),
-            Verdict::nothing("the run ended before the baseline"),
+            ExperimentVerdict::nothing("the run ended before the baseline"),
         );
     };
     // The baseline of every compared figure, by `Figure::index` (others empty).
@@ -117,7 +117,7 @@ pub(crate) fn analyze(
     // the baseline): nothing can be said about the factor, least of all
     // that the pipeline absorbs it.
     if levels.iter().all(|l| l.components.is_empty()) {
-        let mut v = Verdict::nothing(
+        let mut v = ExperimentVerdict::nothing(
             "no level ran: the experiment stopped after the baseline, so nothing is known about the factor",
         );
         v.next_step = "run the plan to the end (each level needs its hold time)".into();

@@ -70,7 +70,7 @@ pub struct LevelResult {
 
 /// The answer.
 #[derive(Clone, Debug, Serialize)]
-pub struct Verdict {
+pub struct ExperimentVerdict {
     /// The stage that moved first (`"gap"` when no stage moved but the
     /// unexplained time did), absent when nothing moved.
     pub first_stage: Option<&'static str>,
@@ -109,10 +109,10 @@ pub struct Verdict {
     pub summary: String,
 }
 
-impl Verdict {
+impl ExperimentVerdict {
     /// No mover: `why` is the summary.
-    pub(crate) fn nothing(why: &str) -> Verdict {
-        Verdict {
+    pub(crate) fn nothing(why: &str) -> ExperimentVerdict {
+        ExperimentVerdict {
             first_stage: None,
             first_level: None,
             first_level_label: None,

@@ -23,7 +23,7 @@ use stagetrace_analyze::stats;
 use super::obs::{column, Obs, PhaseSpan};
 use super::queue_figures::{ActionQueueLevel, ActionQueuePhase, ActionQueueVerdict};
 use super::resources::ResourceSummary;
-use super::result::{LevelResult, Thresholds, Verdict};
+use super::result::{ExperimentVerdict, LevelResult, Thresholds};
 
 /// The margin's quantile compared: its low end. When a chunk takes more than
 /// a control tick, the robot sends again on the next tick and that chunk
@@ -134,7 +134,7 @@ pub(crate) fn attach(
     hz: f64,
     (th, base_res): (&Thresholds, Option<&ResourceSummary>),
     levels: &mut [LevelResult],
-    verdict: &mut Verdict,
+    verdict: &mut ExperimentVerdict,
 ) {
     let Some(bi) = phases.iter().position(|p| p.phase == "baseline") else {
         return;

@@ -10,7 +10,7 @@ use stagetrace::Figure;
 use crate::figures;
 use crate::plan::VerdictSpec;
 use crate::verdict::obs::{Obs, PhaseSpan};
-use crate::verdict::{analyze, Verdict};
+use crate::verdict::{analyze, ExperimentVerdict};
 
 const HZ: f64 = 30.0;
 const TICK: f32 = 1000.0 / 30.0;
@@ -99,7 +99,10 @@ fn run(levels: &[&dyn Fn(usize) -> Chunk], ticks_per_chunk: &[f64]) -> (Vec<Phas
     (phases, out)
 }
 
-fn verdict_of(phases: &[PhaseSpan], obs: &[Obs]) -> (Vec<crate::verdict::LevelResult>, Verdict) {
+fn verdict_of(
+    phases: &[PhaseSpan],
+    obs: &[Obs],
+) -> (Vec<crate::verdict::LevelResult>, ExperimentVerdict) {
     let (th, base_res, mut levels, mut v) = analyze(phases, obs, &[], &VerdictSpec::default());
     super::attach(
         (phases, obs),

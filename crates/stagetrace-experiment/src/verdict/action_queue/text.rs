@@ -4,7 +4,7 @@
 
 use crate::verdict::queue_figures::{ActionQueueLevel, ActionQueueVerdict};
 use crate::verdict::resources::{resource_note, ResourceSummary};
-use crate::verdict::result::{LevelResult, Verdict};
+use crate::verdict::result::{ExperimentVerdict, LevelResult};
 
 /// The level's label as the verdict names it: "level 2 (uplink delay 40 ms)".
 fn named(levels: &[LevelResult], level: usize) -> String {
@@ -114,7 +114,7 @@ fn advice(aq: &ActionQueueVerdict) -> Option<&'static str> {
 pub(super) fn tell(
     aq: &mut ActionQueueVerdict,
     levels: &[LevelResult],
-    verdict: &mut Verdict,
+    verdict: &mut ExperimentVerdict,
     hz: f64,
     base_res: Option<&ResourceSummary>,
 ) {
@@ -150,7 +150,7 @@ pub(super) fn tell(
 fn lead(
     aq: &mut ActionQueueVerdict,
     levels: &[LevelResult],
-    verdict: &mut Verdict,
+    verdict: &mut ExperimentVerdict,
     hz: f64,
     base_res: Option<&ResourceSummary>,
 ) {
