@@ -210,7 +210,7 @@ fn a_tree_of_two_robots_is_a_fleet_and_a_robot_filter_opens_only_its_files() {
 /// byte-stream-split decoder panics on it (its `tests/damaged.rs`).
 fn a_file_that_panics_the_decoder() -> Vec<u8> {
     let mut bytes = stagetrace_parquet::sample::file();
-    bytes[4089] = 18;
+    bytes[10862] = 18;
     bytes
 }
 
