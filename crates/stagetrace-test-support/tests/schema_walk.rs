@@ -48,6 +48,9 @@ fn silent(seq: u64) -> bool {
 /// other call, no timing and the response's first byte — dispatch.
 fn call(seq: u64) {
     let _call = info_span!("call", seq = seq).entered();
+    // A log line through the timed writer: the call's log_write.
+    let mut log = stagetrace::log_writer::TimedWriter::new(std::io::sink());
+    std::io::Write::write_all(&mut log, b"capture starts\n").unwrap();
     info_span!("capture").in_scope(|| spin_for(Duration::from_micros(700)));
     let transport = info_span!("transport", peer = "127.0.0.1:9000");
     transport.in_scope(|| {
@@ -161,7 +164,9 @@ fn server_host(seq: u64) -> HostShare {
 /// the host offers them (CPU stall needs the kernel's PSI).
 fn robot_host(f: Figure) -> bool {
     match f {
-        Figure::RunWait | Figure::CaptureRunWait | Figure::DispatchRunWait => true,
+        Figure::RunWait | Figure::CaptureRunWait | Figure::DispatchRunWait | Figure::LogWrite => {
+            true
+        }
         Figure::CpuStall => std::path::Path::new("/proc/pressure/cpu").exists(),
         _ => false,
     }
@@ -206,6 +211,8 @@ fn every_figure_of_the_table_reaches_every_consumer() {
     // The host's CPU stall comes from a sampler (every 100 ms, started by
     // `build`): a call gets it once two samples precede it.
     std::thread::sleep(stagetrace::host::STALL_SAMPLE_PERIOD * 3);
+    // The app wraps its log writer at set-up, before its first call.
+    let _ = stagetrace::log_writer::timed(std::io::sink);
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         for seq in 0..CALLS {
             call(seq);
