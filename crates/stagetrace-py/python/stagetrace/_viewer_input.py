@@ -48,14 +48,17 @@ HOST_FIELDS = frozenset(
         "dispatch_run_wait_ms",
         "tx_wait_ms",
         "server_tx_wait_ms",
+        "log_write_ms",
         "involuntary_switches",
         "minor_faults",
         "major_faults",
         "gc_collections",
+        "voluntary_switches",
         "server_involuntary_switches",
         "server_minor_faults",
         "server_major_faults",
         "server_gc_collections",
+        "server_voluntary_switches",
     )
 )
 
