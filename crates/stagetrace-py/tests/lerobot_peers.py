@@ -21,11 +21,14 @@ import pickle  # nosec B403 - the tests' own objects, as LeRobot pickles its own
 import threading
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from queue import Empty, Queue
 from typing import Any
 
 import grpc
 from lerobot.transport import services_pb2, services_pb2_grpc
+
+from stagetrace.grpc import ArrivalStamped
 
 CHUNK_BYTES = 2 * 1024 * 1024
 
@@ -101,6 +104,10 @@ class ServerTruth:
     # SendObservations' call arrived (grpcio's serving thread, before the
     # pool; where a test's own interceptor stamps it: ArrivalWitness).
     came: dict[int, int] = dataclasses.field(default_factory=dict)
+    # The serving thread handed the call to the pool; grpcio called the
+    # registered method in a worker (ArrivalWitness: pool, entry).
+    pooled: dict[int, int] = dataclasses.field(default_factory=dict)
+    entered: dict[int, int] = dataclasses.field(default_factory=dict)
     # SendObservations' handler started (a worker of the pool took the call).
     started: dict[int, int] = dataclasses.field(default_factory=dict)
     arrived: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -113,14 +120,27 @@ class ServerTruth:
 
 
 class ArrivalWitness(grpc.ServerInterceptor):
-    """The test's own stamp of each call's arrival: grpcio runs a server
-    interceptor in its serving thread as the call comes in, before the call
-    waits for a worker. It hands the handler back unchanged and keys the
-    stamp by the call's ``traceparent`` (each observation sends its own)."""
+    """The test's own stamps of each call on its way to the handler, around
+    stagetrace's own (which it never replaces):
+
+    - ``came``: grpcio runs a server interceptor in its serving thread as
+      the call comes in, before the call waits for a worker;
+    - ``pooled``: the serving thread hands the call to the thread pool
+      (:meth:`pool`), after it asked the handler for a pool of its own,
+      where ``stagetrace.grpc.ArrivalStamped`` stamps the arrival;
+    - ``entered``: grpcio calls the registered method in a worker
+      (:meth:`entry` around it), before stagetrace's pickup.
+
+    So stagetrace's arrival lies between ``came`` and ``pooled``, its pickup
+    after ``entered``, whatever a thread lost on the way. ``came`` and
+    ``pooled`` are keyed by the call's ``traceparent`` (each observation
+    sends its own), ``entered`` is the worker's until its handler takes it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._came: dict[str, int] = {}
+        self._pooled: dict[str, int] = {}
+        self._local = threading.local()
         #: Set on each stamp (a test may wait for a call to be in).
         self.seen = threading.Event()
 
@@ -133,10 +153,53 @@ class ArrivalWitness(grpc.ServerInterceptor):
             self.seen.set()
         return continuation(details)
 
+    def pool(self, max_workers: int) -> futures.ThreadPoolExecutor:
+        """The server's thread pool, stamping each call handed to it."""
+        witness = self
+
+        class Pool(futures.ThreadPoolExecutor):
+            def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+                now = time.perf_counter_ns()
+                # grpcio's _handle_*: (context.run, behavior-in-pool, rpc_event, ...).
+                metadata = getattr(args[1], "invocation_metadata", None) if len(args) > 1 else None
+                tp = dict(metadata or ()).get("traceparent")
+                if tp is not None:
+                    with witness._lock:
+                        witness._pooled[tp] = now
+                return super().submit(fn, *args, **kwargs)
+
+        return Pool(max_workers=max_workers)
+
+    def entry(self, registered: Any) -> Any:
+        """``registered`` (a request-streaming method) stamped as grpcio calls
+        it in a worker. An ``ArrivalStamped`` itself, so grpcio's question
+        for a thread pool reaches stagetrace's as it would without it."""
+        witness = self
+
+        class Entry(ArrivalStamped):
+            __slots__ = ()
+
+            def __call__(self, request_iterator: Any, context: Any) -> Any:
+                witness._local.entered = time.perf_counter_ns()
+                return super().__call__(request_iterator, context)
+
+        return Entry(registered)
+
     def pop(self, context: Any) -> int | None:
+        """The call's ``came``."""
         tp = dict(context.invocation_metadata() or ()).get("traceparent")
         with self._lock:
             return self._came.pop(tp, None) if tp is not None else None
+
+    def pop_pooled(self, context: Any) -> int | None:
+        """The call's ``pooled``."""
+        tp = dict(context.invocation_metadata() or ()).get("traceparent")
+        with self._lock:
+            return self._pooled.pop(tp, None) if tp is not None else None
+
+    def pop_entered(self) -> int | None:
+        """This worker's ``entered``, for the call its handler runs now."""
+        return self._local.__dict__.pop("entered", None)
 
 
 class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
@@ -186,14 +249,19 @@ class PolicyServer(services_pb2_grpc.AsyncInferenceServicer):
 
     def SendObservations(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
         started = time.perf_counter_ns()
+        entered = self.witness.pop_entered() if self.witness is not None else None
         data = until_end(request_iterator)
         arrived = time.perf_counter_ns()
         obs = self._loads(data)
         self.truth.started[_serial(obs)] = started
         if self.witness is not None:
-            came = self.witness.pop(context)
-            if came is not None:
-                self.truth.came[_serial(obs)] = came
+            for stamps, at in (
+                (self.truth.came, self.witness.pop(context)),
+                (self.truth.pooled, self.witness.pop_pooled(context)),
+                (self.truth.entered, entered),
+            ):
+                if at is not None:
+                    stamps[_serial(obs)] = at
         self.truth.timestep[_serial(obs)] = obs.get_timestep()
         self.truth.arrived[_serial(obs)] = arrived
         self._enqueue_observation(obs)

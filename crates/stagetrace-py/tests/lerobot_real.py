@@ -167,13 +167,15 @@ def trace_id(traceparent: str | None) -> str | None:
 class Observed:
     """One observation as the server met it (``perf_counter_ns``: the host's
     monotonic clock, shared by its processes): the call's arrival (the
-    witness interceptor), the handler's start (grpcio called it in a
+    witness interceptor), its hand-over to the thread pool (after
+    stagetrace's arrival stamp), the handler's start (grpcio called it in a
     worker), LeRobot's ``SendObservations`` started (its first line, inside
     stagetrace's wrapper), its first read of the stream and the chunk
     marked ``TRANSFER_END`` in its hands, whether LeRobot queued the
     observation and whether its policy ran on it."""
 
     came: int | None = None
+    pooled: int | None = None
     entered: int | None = None
     started: int | None = None
     read_start: int | None = None
@@ -191,13 +193,9 @@ class Witnessed:
         self.by_trace: dict[str, Observed] = {}
         self.local = threading.local()
 
-    def entered(self) -> None:
-        """grpcio calls the handler now, in this worker."""
-        self.local.entered = time.perf_counter_ns()
-
     def started(self, tid: str | None) -> Observed:
         """LeRobot's ``SendObservations`` runs the call this worker entered."""
-        seen = Observed(entered=self.local.__dict__.pop("entered", None), started=time.perf_counter_ns())
+        seen = Observed(started=time.perf_counter_ns())
         self.local.trace = tid
         if tid is not None:
             with self.lock:

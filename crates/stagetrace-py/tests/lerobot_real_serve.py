@@ -13,12 +13,12 @@ The class served is a subclass that only stamps, then hands each call to
 LeRobot's own method: when LeRobot's ``SendObservations`` first asked the
 stream for a chunk and when it had the chunk marked ``TRANSFER_END`` (the
 stream's reading), what ``_enqueue_observation`` decided and which
-observation ``_predict_action_chunk`` ran. The call's arrival is the
-test's own interceptor's (``ArrivalWitness``): grpcio runs it in its
-serving thread as the call comes in, before the pool. The handler's start
-is where grpcio, in a worker of the pool, calls the method registered for
-``SendObservations`` (``Entry``, around what ``trace_policy_server``
-registered).
+observation ``_predict_action_chunk`` ran. The call's way to the
+handler is the test's own ``ArrivalWitness``'s: its arrival (an
+interceptor, in grpcio's serving thread as the call comes in), its
+hand-over to the pool (the server's pool), and the handler's start (where
+grpcio, in a worker of the pool, calls the method registered for
+``SendObservations``, around what ``trace_policy_server`` registered).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,6 @@ from lerobot.transport import services_pb2, services_pb2_grpc  # noqa: E402
 from lerobot_peers import ArrivalWitness  # noqa: E402
 from lerobot_real import Observed, Witnessed, trace_id  # noqa: E402
 
-from stagetrace.grpc import ArrivalStamped  # noqa: E402
 from stagetrace.lerobot import trace_policy_server  # noqa: E402
 
 
@@ -64,23 +62,6 @@ class _ReadWitness:
         return item
 
 
-class Entry(ArrivalStamped):
-    """The method registered for ``SendObservations``, stamped as grpcio
-    calls it in a worker: the handler's start. An ``ArrivalStamped`` itself,
-    so grpcio's question for its thread pool reaches stagetrace's as it
-    would without the witness."""
-
-    __slots__ = ("_truth",)
-
-    def __init__(self, registered: Any, truth: Witnessed) -> None:
-        super().__init__(registered)
-        self._truth = truth
-
-    def __call__(self, request_iterator: Any, context: Any) -> Any:
-        self._truth.entered()
-        return super().__call__(request_iterator, context)
-
-
 class WitnessedPolicyServer(PolicyServer):
     """LeRobot's ``PolicyServer``, stamped where its methods start."""
 
@@ -91,7 +72,8 @@ class WitnessedPolicyServer(PolicyServer):
 
     def SendObservations(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
         seen = self.truth.started(trace_id(dict(context.invocation_metadata() or ()).get("traceparent")))
-        seen.came = self.witness.pop(context)
+        seen.came, seen.pooled = self.witness.pop(context), self.witness.pop_pooled(context)
+        seen.entered = self.witness.pop_entered()
         return super().SendObservations(_ReadWitness(request_iterator, seen), context)
 
     def _enqueue_observation(self, obs: Any) -> bool:
@@ -114,8 +96,8 @@ def main(argv: list[str]) -> int:
     # is ready (LeRobot's default pads it to 1/30 s).
     config = PolicyServerConfig(host="127.0.0.1", port=8080, obs_queue_timeout=timeout_s, inference_latency=0.0)
     server = trace_policy_server(WitnessedPolicyServer(config, witness))  # docs/lerobot.md's line
-    server.SendObservations = Entry(server.SendObservations, server.truth)
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=[witness])
+    server.SendObservations = witness.entry(server.SendObservations)
+    grpc_server = grpc.server(witness.pool(workers), interceptors=[witness])
     services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
     port = grpc_server.add_insecure_port("127.0.0.1:0")
     grpc_server.start()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from concurrent import futures
 
 import grpc
 from lerobot.transport import services_pb2_grpc
@@ -29,7 +28,8 @@ def main(argv: list[str]) -> int:
         PolicyServer(model_s=model_s, chunk_size=chunk, dt_s=dt_s, atol=0.05, obs_queue_timeout_s=timeout_s)
     )
     server.witness = ArrivalWitness()
-    grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers), interceptors=[server.witness])
+    server.SendObservations = server.witness.entry(server.SendObservations)
+    grpc_server = grpc.server(server.witness.pool(workers), interceptors=[server.witness])
     services_pb2_grpc.add_AsyncInferenceServicer_to_server(server, grpc_server)
     port = grpc_server.add_insecure_port("127.0.0.1:0")
     grpc_server.start()

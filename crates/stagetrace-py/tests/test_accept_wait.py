@@ -11,11 +11,16 @@ loopback.
 
 Truths, stamped where they happened, on this process's one clock:
 
-- the call arrived (a witness interceptor of the test's own, in grpcio's
-  serving thread, before the pool) and the server's ``SendObservations``
-  handler started: the record's ``accept_wait_ms`` is that time, never
-  more, the typical call within 0.2 ms and three in four within 1 ms; never
-  more than the robot's hand-over to grpc → the handler's start either;
+- the call's way to the handler (``lerobot_peers.ArrivalWitness``): it
+  arrived (an interceptor of the test's own, in grpcio's serving thread),
+  was handed to the pool, grpcio called the registered method in a worker,
+  and the server's ``SendObservations`` started. stagetrace stamps its
+  arrival between the first two and its pickup between the last two, so
+  the record's ``accept_wait_ms`` lies between the hand-over → the call
+  and the arrival → the handler's start, for every call. Where the threads
+  went straight on (those two pairs of stamps within 1 ms, most calls)
+  that puts it within 1 ms of the arrival → the call. Never more than the
+  robot's hand-over to grpc → the handler's start either;
 - the wait is inside ``queue_ms``, and the uplink ends where the call was
   in (its arrival plus the stream's reading), not after the wait;
 - served with 4 workers, as LeRobot's ``serve()`` does, the same holds with
@@ -51,9 +56,9 @@ MODEL_S = 0.01
 #: default is 2 s; shorter keeps the test short, the wait is the same kind).
 OBS_TIMEOUT_S = 0.15
 TICKS = 120
-#: The record's wait against the truth: three calls in four, and the typical one.
+#: The record's wait against the truth where the threads went straight on
+#: (three calls in four at least).
 BOUND_MS = 1.0
-TYPICAL_MS = 0.2
 ROUNDING_MS = 0.0005
 
 
@@ -63,6 +68,8 @@ class Served:
 
     timestep: dict[int, int]
     came: dict[int, int]
+    pooled: dict[int, int]
+    entered: dict[int, int]
     started: dict[int, int]
     arrived: dict[int, int]
     replied: dict[int, int]
@@ -84,7 +91,7 @@ def _serve_and_run(tmp_path: Path, workers: int) -> tuple[list[dict[str, Any]], 
             client.control_loop(TICKS, observe=False, until=lambda: not client.actions_available())
         raw = lerobot_server_truth(proc)
         rec.finish()
-    truth = Served(**{f: {int(k): v for k, v in raw[f].items()} for f in ("timestep", "came", "started", "arrived", "replied")})
+    truth = Served(**{f.name: {int(k): v for k, v in raw[f.name].items()} for f in dataclasses.fields(Served)})
     return records_in(tmp_path), truth, client
 
 
@@ -97,21 +104,27 @@ def _check_waits(records: list[dict[str, Any]], t: Served, client: RobotClient) 
     chunks = [r for r in records if not r.get("failed")]
     assert len(chunks) >= 8, [r.get("error") for r in records]
     truths: list[float] = []
-    short: list[float] = []
+    held, straight = 0, []
     worst_up = 0.0
     for r in chunks:
         serials = ran.get(r["seq"], [])
         if len(serials) != 1 or serials[0] not in t.came:
             continue
         s = serials[0]
-        # The call arrived (the serving thread saw it) → its handler started.
-        truth_ms = (t.started[s] - t.came[s]) / 1e6
+        # The call arrived (the serving thread saw it) → grpcio called the
+        # handler in a worker.
+        truth_ms = (t.entered[s] - t.came[s]) / 1e6
         wait = r["accept_wait_ms"]
-        # stagetrace's stamps lie inside the truth's (its arrival after the
-        # witness's in the serving thread, its pickup before the handler's
-        # first line in the worker): never more than the truth.
-        assert wait <= truth_ms + ROUNDING_MS, (wait, truth_ms, r)
-        short.append(truth_ms - wait)
+        # stagetrace's arrival lies between the witness's and the hand-over
+        # to the pool, its pickup between grpcio's call and the handler's
+        # first line: the wait lies between the two truths, whatever a
+        # thread lost on the way.
+        shortest, longest = (t.entered[s] - t.pooled[s]) / 1e6, (t.started[s] - t.came[s]) / 1e6
+        assert shortest - ROUNDING_MS <= wait <= longest + ROUNDING_MS, (wait, shortest, longest, r)
+        if longest - shortest > BOUND_MS:
+            held += 1
+        else:
+            straight.append(abs(wait - truth_ms))
         # Never more than the robot's hand-over → the handler's start.
         assert wait <= (t.started[s] - client.truth.handed[s]) / 1e6 + ROUNDING_MS, r
         # The wait is the server's: inside queue ...
@@ -120,25 +133,22 @@ def _check_waits(records: list[dict[str, Any]], t: Served, client: RobotClient) 
         # capture's end, before the uplink's start, → the call's arrival,
         # plus the stream's reading after the pickup), give or take the
         # clock estimate's error (the offset's true value is 0: one host)
-        # and the serving thread's steps between the witness's stamp and
-        # stagetrace's (what the wait falls short of its truth by).
+        # and the threads' steps between the witness's stamps and
+        # stagetrace's (what the wait falls short of arrival → first line).
         up_truth = (t.came[s] - client.truth.captured[s][1] + t.arrived[s] - t.started[s]) / 1e6
-        over = r["uplink_ms"] - up_truth - abs(r["offset_ms"]) - (truth_ms - wait)
+        over = r["uplink_ms"] - up_truth - abs(r["offset_ms"]) - (longest - wait)
         worst_up = max(worst_up, over)
         assert over <= ROUNDING_MS, (r["uplink_ms"], up_truth, r)
         truths.append(truth_ms)
     assert len(truths) >= 8, len(truths)
-    # Short of it by the steps between the two pairs of stamps, tens of µs;
-    # a thread that loses the GIL or its core between them (on a loaded
-    # machine, one call in ten) adds that wait to one call: that call's
-    # truth moves, not the record. The typical call within TYPICAL_MS,
-    # three in four within BOUND_MS.
-    short.sort()
-    typical, p75 = short[len(short) // 2], short[(len(short) * 3) // 4]
-    report_timing("accept_wait short of the handler's start, median (ms)", typical, TYPICAL_MS)
-    report_timing("accept_wait short of the handler's start, p75 (ms)", p75, BOUND_MS)
-    assert typical <= TYPICAL_MS, short
-    assert p75 <= BOUND_MS, short
+    # Most threads go straight on between the witness's stamps and
+    # stagetrace's (tens of µs): the wait is then within BOUND_MS of the
+    # arrival → the call. A thread that loses the GIL or its core between
+    # them (on a loaded machine, one call in ten) widens that call's truth,
+    # not the record.
+    print(f"accept_wait: {held} of {len(truths)} calls' threads held on their way in", file=sys.stderr)
+    assert held <= len(truths) // 4, (held, len(truths))
+    report_timing("accept_wait against arrival → the call, threads straight on, worst (ms)", max(straight), BOUND_MS)
     report_timing("uplink past the call's arrival (ms)", max(worst_up, 0.0), ROUNDING_MS)
     uplinks = sorted(r["uplink_ms"] for r in chunks)
     print(f"uplink ms: median {uplinks[len(uplinks) // 2]:.3f} max {uplinks[-1]:.3f}", file=sys.stderr)

@@ -99,7 +99,7 @@ fn options(args: &[String]) -> Result<Options, String> {
             "--only" => {
                 o.only = Some(
                     it.next()
-                        .ok_or("--only takes a part of a test's name")?
+                        .ok_or("--only takes parts of tests' names, comma-separated")?
                         .clone(),
                 )
             }
@@ -209,7 +209,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let o = options(args)?;
     let tests: Vec<&TimingTest> = TESTS
         .iter()
-        .filter(|t| o.only.as_deref().is_none_or(|only| t.name.contains(only)))
+        .filter(|t| {
+            o.only
+                .as_deref()
+                .is_none_or(|only| only.split(',').any(|part| t.name.contains(part)))
+        })
         .filter(|t| o.package.as_deref().is_none_or(|p| t.package == p))
         .filter(|t| {
             let skip = o.load && OWN_LOAD.contains(&t.name);
