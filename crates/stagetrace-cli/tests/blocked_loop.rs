@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use stagetrace::StageLayer;
 use support::{p, stagetrace, stdout};
+use tracing_subscriber::layer::Layered;
 use tracing_subscriber::prelude::*;
+use tracing_subscriber::{Layer, Registry};
 
 const CALLS: usize = 200;
 
@@ -60,6 +62,25 @@ fn call(seq: usize, between: &mut dyn FnMut(usize) -> Duration) -> Duration {
     let blocked = between(seq);
     tracing::info_span!("dispatch").in_scope(|| spin(Duration::from_micros(200)));
     blocked
+}
+
+/// The app's log layer, if it has one: on top of the stage layer.
+type LogLayer = Box<dyn Layer<Layered<StageLayer, Registry>> + Send + Sync>;
+
+/// The loop's `CALLS` calls on the stage layer (writing records into
+/// `dir`) and `log`, `between` in each call's gap; how long each blocked.
+fn run_loop(
+    dir: &Path,
+    log: Option<LogLayer>,
+    between: &mut dyn FnMut(usize) -> Duration,
+) -> Vec<Duration> {
+    let (stages, guard) = StageLayer::builder().output_dir(dir).build().unwrap();
+    let truth = tracing::subscriber::with_default(
+        tracing_subscriber::registry().with(stages).with(log),
+        || (0..CALLS).map(|seq| call(seq, between)).collect(),
+    );
+    guard.finish();
+    truth
 }
 
 /// The verdict codes `stagetrace report --json` gives the records in `dir`,
@@ -126,28 +147,15 @@ fn a_loop_blocked_by_its_own_logging_is_named_log_writing() {
     });
     // `&File` writes straight through: one write per log line.
     let writer = Arc::new(pipe_w);
-    let (stages, guard) = StageLayer::builder()
-        .output_dir(dir.path())
-        .build()
-        .unwrap();
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(false)
         .without_time()
         .with_writer(stagetrace::log_writer::timed(Arc::clone(&writer)));
-    let mut truth = Vec::new();
-    tracing::subscriber::with_default(
-        tracing_subscriber::registry().with(stages).with(fmt),
-        || {
-            for seq in 0..CALLS {
-                truth.push(call(seq, &mut |_| {
-                    let t = Instant::now();
-                    tracing::info!(target: "robot", "{line}");
-                    t.elapsed()
-                }));
-            }
-        },
-    );
-    guard.finish();
+    let truth = run_loop(dir.path(), Some(Box::new(fmt)), &mut |_| {
+        let t = Instant::now();
+        tracing::info!(target: "robot", "{line}");
+        t.elapsed()
+    });
     drop(writer);
     let lines = reader.join().unwrap();
     assert!(lines >= CALLS - 1, "{lines} lines read");
@@ -183,27 +191,17 @@ fn a_loop_blocked_on_a_lock_is_named_a_blocked_wait() {
             }
         })
     };
-    let (stages, guard) = StageLayer::builder()
-        .output_dir(dir.path())
-        .build()
-        .unwrap();
-    let mut truth = Vec::new();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(stages), || {
-        for seq in 0..CALLS {
-            truth.push(call(seq, &mut |seq| {
-                if seq % EVERY == EVERY - 1 {
-                    // Held by the other thread from here on.
-                    go.wait();
-                    go.wait();
-                }
-                let t = Instant::now();
-                let mut g = lock.lock().unwrap();
-                *g += 1;
-                t.elapsed()
-            }));
+    let truth = run_loop(dir.path(), None, &mut |seq| {
+        if seq % EVERY == EVERY - 1 {
+            // Held by the other thread from here on.
+            go.wait();
+            go.wait();
         }
+        let t = Instant::now();
+        let mut g = lock.lock().unwrap();
+        *g += 1;
+        t.elapsed()
     });
-    guard.finish();
     holder.join().unwrap();
     let blocked = truth.iter().filter(|d| **d >= HELD / 2).count();
     assert!(

@@ -17,10 +17,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use serde_json::Value;
+use stagetrace_test_support::busy::Busy;
 use stagetrace_test_support::timing;
 
 const ARGS: [&str; 16] = [
@@ -43,39 +43,6 @@ const ARGS: [&str; 16] = [
     "--warmup",
     "10",
 ];
-
-/// A busy loop on every core until dropped.
-struct BusyLoops {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl BusyLoops {
-    fn start() -> BusyLoops {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..cores)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-            })
-            .collect();
-        BusyLoops { stop, threads }
-    }
-}
-
-impl Drop for BusyLoops {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
 
 /// `stagetrace demo --json ARGS`: its JSON (records included).
 fn demo() -> Value {
@@ -149,7 +116,7 @@ fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() 
         .zip(cpu_pressure_us())
         .map(|(a, b)| (b - a) as f64 / 1e6 / started.elapsed().as_secs_f64());
     let loaded = {
-        let _busy = BusyLoops::start();
+        let _busy = Busy::on_every_core();
         demo()
     };
     // A direct connection: no proxy bytes, and the truth says so.
@@ -249,7 +216,7 @@ fn assert_no_network_or_camera_advice(run: &Value) {
 fn the_default_demo_beside_busy_cores_shows_the_servers_send_wait_inside_the_downlink_it_delayed() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let run = {
-        let _busy = BusyLoops::start();
+        let _busy = Busy::on_every_core();
         demo_with(&[])
     };
     // The link the demo emulates must not wait for the busy cores (a real

@@ -12,22 +12,9 @@ use std::time::{Duration, Instant};
 use stagetrace::host::thread_cpu_ns;
 use stagetrace::Figure;
 use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_test_support::busy::pin_to_cpu;
 use stagetrace_test_support::{rt, Observed};
 use tracing::Instrument;
-
-/// Pins the calling thread to CPU 0.
-fn pin_to_cpu0() {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity
-    // only touch it and the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0
-        );
-    }
-}
 
 /// One request's truth, taken by the handler on the server's thread:
 /// its wall time and its CPU time (`CLOCK_THREAD_CPUTIME_ID`, exact), so
@@ -68,7 +55,7 @@ fn server_sharing_cpu0(host_figures: bool) -> Setup {
     let rival = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
-            pin_to_cpu0();
+            pin_to_cpu(0);
             while !stop.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
@@ -78,7 +65,7 @@ fn server_sharing_cpu0(host_figures: bool) -> Setup {
     let server = {
         let (stop, truths) = (Arc::clone(&stop), Arc::clone(&truths));
         std::thread::spawn(move || {
-            pin_to_cpu0();
+            pin_to_cpu(0);
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

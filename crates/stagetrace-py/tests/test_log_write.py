@@ -1,7 +1,8 @@
 """A Python control loop blocked by its own logging: ``stagetrace.timed_handler``
 around a real ``logging.StreamHandler`` whose stream is a one-page pipe; the
-pipe's reader (a journald that falls behind) pauses 15 ms before every 10th
-line. Each call logs one 3 KiB line between its transport and its dispatch.
+pipe's reader (a journald that falls behind, in a process of its own)
+pauses 15 ms before every 10th line. Each call logs one 3 KiB line between
+its transport and its dispatch.
 
 Truth, on every call, between two stamps: the pipe's write itself (a
 witness around the handler's stream: where the bytes move and the loop
@@ -19,7 +20,8 @@ import fcntl
 import json
 import logging
 import os
-import threading
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,24 @@ EVERY = 10
 HELD_S = 0.015
 LINE = "x" * 3000
 ROUNDING_MS = 0.002
+
+
+#: The pipe's reader: a line at a time, pausing before every EVERY-th.
+READER = """
+import os, sys, time
+line, every, held = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+lines = got = 0
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    got += len(chunk)
+    while got >= line:
+        got -= line
+        lines += 1
+        if lines % every == every - 1:
+            time.sleep(held)
+"""
 
 
 def spin(s: float) -> None:
@@ -76,22 +96,13 @@ def test_a_loop_blocked_by_its_own_logging_is_named_log_writing(tmp_path: Path) 
     r, w = os.pipe()
     fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 4096)
 
-    def reader() -> None:
-        lines = 0
-        got = 0
-        while True:
-            chunk = os.read(r, 4096)
-            if not chunk:
-                break
-            got += len(chunk)
-            while got >= len(LINE) + 1:
-                got -= len(LINE) + 1
-                lines += 1
-                if lines % EVERY == EVERY - 1:
-                    time.sleep(HELD_S)
-
-    t = threading.Thread(target=reader, daemon=True)
-    t.start()
+    # The reader is a process of its own, as journald is: a reader thread
+    # here would take the GIL from the loop as it wakes, and lay its own
+    # delays on the loop's next capture.
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(len(LINE) + 1), str(EVERY), str(HELD_S)], stdin=r
+    )
+    os.close(r)
     stream = os.fdopen(w, "w", buffering=1)
     pipe = WriteWitness(stream)
     handler = stagetrace.timed_handler(logging.StreamHandler(pipe))
@@ -121,8 +132,7 @@ def test_a_loop_blocked_by_its_own_logging_is_named_log_writing(tmp_path: Path) 
         stagetrace.finish()
         log.removeHandler(handler)
         stream.close()
-        t.join(10)
-        os.close(r)
+        reader.wait(10)
 
     blocked = sum(1 for write, _ in truth if write >= HELD_S * 1000 / 2)
     assert blocked >= CALLS // EVERY // 2, f"only {blocked} log writes blocked: the pipe did not fill"

@@ -10,6 +10,7 @@
 
 pub mod app_log;
 pub mod bench;
+pub mod busy;
 pub mod collector;
 pub mod prereq;
 pub mod strategies;

@@ -242,6 +242,7 @@ fn parse_pressure_some_total_us(text: &[u8]) -> Option<u64> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use stagetrace_test_support::busy::{pin_to_cpu, Busy};
 
     #[test]
     fn a_busy_thread_s_cpu_time_grows_by_its_work_and_a_sleeping_one_s_does_not() {
@@ -330,20 +331,6 @@ mod tests {
         assert_eq!(d.cpu_stall_ns, None);
     }
 
-    /// Pins the calling thread to CPU 0.
-    fn pin_to_cpu0() {
-        // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and
-        // sched_setaffinity only touch it and the calling thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-                0
-            );
-        }
-    }
-
     /// A read within [`RUN_WAIT_REUSE`] of the last is that read, off the
     /// schedstat by no more than the time since; an older one is read again.
     #[test]
@@ -351,18 +338,9 @@ mod tests {
         if read_run_wait_ns().is_none() {
             return;
         }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let rival = {
-            let stop = std::sync::Arc::clone(&stop);
-            std::thread::spawn(move || {
-                pin_to_cpu0();
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        };
+        let rival = Busy::pinned(0);
         std::thread::spawn(|| {
-            pin_to_cpu0();
+            pin_to_cpu(0);
             let a = run_wait_ns().unwrap();
             // Sharing CPU 0 with the rival for 50 ms: waits accrue.
             let t = std::time::Instant::now();
@@ -397,8 +375,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        rival.join().unwrap();
+        drop(rival);
     }
 
     #[test]
@@ -410,16 +387,7 @@ mod tests {
         if HostCounters::now().run_wait_ns.is_none() {
             return;
         }
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let rival = {
-            let stop = std::sync::Arc::clone(&stop);
-            std::thread::spawn(move || {
-                pin_to_cpu0();
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        };
+        let rival = Busy::pinned(0);
         // The three clocks are read one after another; a preemption between
         // two reads puts a slice into one and not the others. So each
         // reading is taken again (bounded) until the wall clock moved less
@@ -438,7 +406,7 @@ mod tests {
             last.unwrap()
         }
         let (wall, cpu, wait) = std::thread::spawn(|| {
-            pin_to_cpu0();
+            pin_to_cpu(0);
             let (t0, c0, h0) = reading();
             while t0.elapsed() < std::time::Duration::from_millis(300) {
                 std::hint::spin_loop();
@@ -452,8 +420,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        rival.join().unwrap();
+        drop(rival);
         let truth = wall - cpu;
         // The rival took a real share of the core.
         assert!(truth > 0.2 * wall, "wall {wall} cpu {cpu}");

@@ -6,11 +6,10 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 #![cfg(target_os = "linux")]
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stagetrace::{CallRecord, ClockMode, Figure, StageLayer};
+use stagetrace_test_support::busy::{pin_to_cpu, Busy};
 use stagetrace_test_support::Collect;
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -24,20 +23,6 @@ fn schedstat_wait_ns() -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
-}
-
-/// Pins the calling thread to CPU 0.
-fn pin_to_cpu0() {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity
-    // only touch it and the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        assert_eq!(
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
-            0
-        );
-    }
 }
 
 fn spin(d: Duration) {
@@ -73,18 +58,9 @@ fn one_call_beside_a_rival(host_figures: bool) -> Option<(CallRecord, Bracket, B
             .warmup_calls(0)
             .host_figures(host_figures),
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let rival = {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || {
-            pin_to_cpu0();
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        })
-    };
+    let rival = Busy::pinned(0);
     let brackets = std::thread::spawn(move || {
-        pin_to_cpu0();
+        pin_to_cpu(0);
         let subscriber = tracing_subscriber::registry().with(layer);
         tracing::subscriber::with_default(subscriber, || {
             let _call = info_span!("call").entered();
@@ -115,8 +91,7 @@ fn one_call_beside_a_rival(host_figures: bool) -> Option<(CallRecord, Bracket, B
     })
     .join()
     .unwrap();
-    stop.store(true, Ordering::Relaxed);
-    rival.join().unwrap();
+    drop(rival);
     guard.finish();
     let rec = collect.records().pop().unwrap();
     Some((rec, brackets.0, brackets.1))

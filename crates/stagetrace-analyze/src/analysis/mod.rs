@@ -4,7 +4,9 @@
 //! [`analyze`] runs it all; each step has its file: `group.rs` (a run split
 //! into kinds, rate, mitigations), `baseline.rs` (shape against the
 //! baseline), `outliers.rs`, `periodicity.rs`, `gap.rs` (the e2e variance),
-//! `verdict.rs` (the sentences), and `report.rs` (what `--json` prints).
+//! `verdict.rs` (the sentences), and `report/` (what `--json` prints:
+//! the groups, inference's parts and the server's waits, the deadline, the
+//! calls that stand out).
 
 mod advice;
 mod async_queue;

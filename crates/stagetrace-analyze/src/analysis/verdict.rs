@@ -125,22 +125,22 @@ fn host_spikes(
         stage: Some(f.name()),
         group: Some(host.side().as_str()),
         text: format!(
-            "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average) coincide with {} ({} on those calls, {} on a typical one): {}, {not}; {}.",
-            r.steady,
-            100.0 * rounds as f64 / r.steady as f64,
-            fmt_ms(cost_ms),
-            fmt_ms(median_ms),
+            "{} coincide with {} ({} on those calls, {} on a typical one): {}, {not}; {}.",
+            spikes_said(r, f, rounds, cost_ms, median_ms),
             cause.what(),
             fmt_ms(cause.spike_median_ms),
             fmt_ms(cause.median_ms),
             cause.diagnosis(),
             advice(host)
         ),
-        evidence: json!({
-            "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
-            "median_ms": median_ms, "host_figure": cause.figure,
-            "host_spike_median_ms": cause.spike_median_ms, "host_median_ms": cause.median_ms,
-        }),
+        evidence: spikes_evidence(
+            r,
+            rounds,
+            cost_ms,
+            median_ms,
+            cause,
+            ("host_spike_median_ms", "host_median_ms"),
+        ),
     }
 }
 
@@ -161,23 +161,53 @@ fn blocked_spikes(
         stage: Some(f.name()),
         group: Some(Side::Client.as_str()),
         text: format!(
-            "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average) coincide with {} ({:.0} on those calls, {:.0} on a typical one): {}; not the CPU, the network or the observer. Find what the loop waits on (a profiler's off-CPU view, py-spy dump, or `strace -f -T -e trace=futex,read,write` on the loop's thread) and take it off the loop: hold no lock across the call, hand work to queues with a timeout; a synchronous logger shows as log_write_ms once its writer is wrapped (docs/host.md).",
-            r.steady,
-            100.0 * rounds as f64 / r.steady as f64,
-            fmt_ms(cost_ms),
-            fmt_ms(median_ms),
+            "{} coincide with {} ({:.0} on those calls, {:.0} on a typical one): {}; not the CPU, the network or the observer. Find what the loop waits on (a profiler's off-CPU view, py-spy dump, or `strace -f -T -e trace=futex,read,write` on the loop's thread) and take it off the loop: hold no lock across the call, hand work to queues with a timeout; a synchronous logger shows as log_write_ms once its writer is wrapped (docs/host.md).",
+            spikes_said(r, f, rounds, cost_ms, median_ms),
             cause.what(),
             cause.spike_median_ms,
             cause.median_ms,
             cause.diagnosis(),
         ),
-        evidence: json!({
-            "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
-            "median_ms": median_ms, "host_figure": cause.figure,
-            "voluntary_switches_on_spikes": cause.spike_median_ms,
-            "voluntary_switches_typical": cause.median_ms,
-        }),
+        evidence: spikes_evidence(
+            r,
+            rounds,
+            cost_ms,
+            median_ms,
+            cause,
+            ("voluntary_switches_on_spikes", "voluntary_switches_typical"),
+        ),
     }
+}
+
+/// How a host-cause verdict opens: the figure's spikes, how many, how
+/// large against its median.
+fn spikes_said(r: &GroupReport, f: Figure, rounds: u64, cost_ms: f64, median_ms: f64) -> String {
+    format!(
+        "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average)",
+        r.steady,
+        100.0 * rounds as f64 / r.steady as f64,
+        fmt_ms(cost_ms),
+        fmt_ms(median_ms),
+    )
+}
+
+/// A host-cause verdict's evidence: the spikes, and the host figure's value
+/// on the spike calls and on a typical one under the two names given.
+fn spikes_evidence(
+    r: &GroupReport,
+    rounds: u64,
+    cost_ms: f64,
+    median_ms: f64,
+    cause: &super::report::HostCause,
+    (on_spikes, typical): (&str, &str),
+) -> serde_json::Value {
+    let mut e = json!({
+        "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
+        "median_ms": median_ms, "host_figure": cause.figure,
+    });
+    e[on_spikes] = json!(cause.spike_median_ms);
+    e[typical] = json!(cause.median_ms);
+    e
 }
 
 /// "2nd", "3rd", "4th", "11th", "22nd".

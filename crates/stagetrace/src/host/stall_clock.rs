@@ -113,9 +113,11 @@ impl StallClock {
         self.seq.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The samples, oldest first, as one consistent copy; `None` when every
-    /// try raced a write.
-    fn snapshot(&self, out: &mut [Sample; SLOTS]) -> Option<usize> {
+    /// The samples around `t0_ns` and around `t1_ns` ([`around`]), read
+    /// in place under the sequence lock (a dozen loads, not the whole
+    /// ring: this runs on the app thread as its call closes); `None` when
+    /// either lies outside the ring or every try raced a write.
+    fn pairs(&self, t0_ns: u64, t1_ns: u64) -> Option<([Sample; 2], [Sample; 2])> {
         for _ in 0..READ_TRIES {
             let before = self.seq.load(Ordering::Acquire);
             if before % 2 == 1 {
@@ -124,16 +126,17 @@ impl StallClock {
             }
             let n = self.written.load(Ordering::Relaxed);
             let len = n.min(SLOTS as u64) as usize;
-            for (k, slot) in out.iter_mut().enumerate().take(len) {
+            let get = |k: usize| {
                 let i = ((n - len as u64 + k as u64) % SLOTS as u64) as usize;
-                *slot = Sample {
+                Sample {
                     at_ns: self.at_ns[i].load(Ordering::Relaxed),
                     total_us: self.total_us[i].load(Ordering::Relaxed),
-                };
-            }
+                }
+            };
+            let (p0, p1) = (around(len, get, t0_ns), around(len, get, t1_ns));
             std::sync::atomic::fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
-                return Some(len);
+                return Some((p0?, p1?));
             }
         }
         None
@@ -154,12 +157,8 @@ impl StallClock {
     /// The host's stall between two monotonic instants, µs.
     fn between(&self, t0_ns: u64, t1_ns: u64) -> Option<u64> {
         self.touch();
-        let mut ring = [Sample {
-            at_ns: 0,
-            total_us: 0,
-        }; SLOTS];
-        let len = self.snapshot(&mut ring)?;
-        stall_between(&ring[..len], t0_ns, t1_ns)
+        let (p0, p1) = self.pairs(t0_ns, t1_ns)?;
+        Some(stall_from(&p0, &p1, t0_ns, t1_ns))
     }
 
     fn run(&self) {
@@ -190,15 +189,36 @@ impl StallClock {
     }
 }
 
-/// The stall total at `t_ns`: linear between the samples around it, at the
-/// last interval's rate (0…1: at most all of the time) past the newest;
-/// `None` before the oldest or with fewer than two samples.
-fn total_at(ring: &[Sample], t_ns: u64) -> Option<f64> {
-    let (first, last) = (ring.first()?, ring.last()?);
-    if ring.len() < 2 || t_ns < first.at_ns {
+/// The two samples of a ring (`len` of them, oldest first, sample `k`
+/// from `get`) that the stall total at `t_ns` is taken from: the pair
+/// around it, or the newest two past the newest; `None` before the oldest
+/// or with fewer than two samples. A binary search: a few reads.
+fn around(len: usize, get: impl Fn(usize) -> Sample, t_ns: u64) -> Option<[Sample; 2]> {
+    if len < 2 || t_ns < get(0).at_ns {
         return None;
     }
-    let lerp = |a: &Sample, b: &Sample, t: u64, rate_cap: bool| {
+    let last = get(len - 1);
+    if t_ns >= last.at_ns {
+        return Some([get(len - 2), last]);
+    }
+    // get(lo) at or before t, get(hi) after it.
+    let (mut lo, mut hi) = (0, len - 1);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if get(mid).at_ns <= t_ns {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some([get(lo), get(hi)])
+}
+
+/// The stall total at `t_ns` from its pair ([`around`]): linear between
+/// the two, at their rate (0…1: at most all of the time) past the newer.
+fn total_at(pair: &[Sample; 2], t_ns: u64) -> f64 {
+    let [a, b] = pair;
+    let lerp = |t: u64, rate_cap: bool| {
         let span = b.at_ns.saturating_sub(a.at_ns).max(1) as f64;
         let mut rate = (b.total_us.saturating_sub(a.total_us)) as f64 * 1000.0 / span;
         if rate_cap {
@@ -206,23 +226,31 @@ fn total_at(ring: &[Sample], t_ns: u64) -> Option<f64> {
         }
         a.total_us as f64 + rate * (t as f64 - a.at_ns as f64) / 1000.0
     };
-    if t_ns >= last.at_ns {
-        let before = &ring[ring.len() - 2];
-        return Some(
-            lerp(before, last, t_ns, true) - lerp(before, last, last.at_ns, true)
-                + last.total_us as f64,
-        );
+    if t_ns >= b.at_ns {
+        return lerp(t_ns, true) - lerp(b.at_ns, true) + b.total_us as f64;
     }
-    let k = ring.partition_point(|s| s.at_ns <= t_ns);
-    Some(lerp(&ring[k - 1], &ring[k], t_ns, false))
+    lerp(t_ns, false)
 }
 
-/// The host's stall between `t0_ns` and `t1_ns` from `ring` (oldest
-/// first), µs: never negative, never more than the time between.
-fn stall_between(ring: &[Sample], t0_ns: u64, t1_ns: u64) -> Option<u64> {
-    let (a, b) = (total_at(ring, t0_ns)?, total_at(ring, t1_ns)?);
+/// The host's stall between `t0_ns` and `t1_ns` from their pairs, µs:
+/// never negative, never more than the time between.
+fn stall_from(p0: &[Sample; 2], p1: &[Sample; 2], t0_ns: u64, t1_ns: u64) -> u64 {
     let most = t1_ns.saturating_sub(t0_ns) as f64 / 1000.0;
-    Some((b - a).clamp(0.0, most).round() as u64)
+    (total_at(p1, t1_ns) - total_at(p0, t0_ns))
+        .clamp(0.0, most)
+        .round() as u64
+}
+
+/// [`stall_from`] over a ring copied out (oldest first): the unit tests'
+/// way in, the same search the clock runs in place.
+#[cfg(test)]
+fn stall_between(ring: &[Sample], t0_ns: u64, t1_ns: u64) -> Option<u64> {
+    let get = |k: usize| ring[k];
+    let (p0, p1) = (
+        around(ring.len(), get, t0_ns)?,
+        around(ring.len(), get, t1_ns)?,
+    );
+    Some(stall_from(&p0, &p1, t0_ns, t1_ns))
 }
 
 /// The process's clock over `file`, its sampler started on first use.
@@ -262,12 +290,42 @@ pub(crate) fn read_total_us(file: &File) -> Option<u64> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use stagetrace_test_support::busy::{cores, Busy};
 
     fn s(at_ms: u64, total_ms: u64) -> Sample {
         Sample {
             at_ns: at_ms * 1_000_000,
             total_us: total_ms * 1000,
+        }
+    }
+
+    /// The binary search finds the interval a naive walk finds: over a
+    /// full ring of uneven rates, every call's stall is the sum of each
+    /// interval's rate times the part of the call inside it.
+    #[test]
+    fn the_search_in_place_agrees_with_a_walk_over_every_interval() {
+        let ring: Vec<Sample> = (0..SLOTS as u64)
+            .scan(0, |total, k| {
+                *total += (k * 7919) % 100; // 0..99 ms stalled per 100 ms
+                Some(s(k * 100, *total))
+            })
+            .collect();
+        let ms = |t: u64| t * 1_000_000;
+        for (a, b) in [(150, 180), (0, 6300), (1234, 4321), (6250, 6299), (99, 101)] {
+            let naive: f64 = ring
+                .windows(2)
+                .map(|w| {
+                    let (lo, hi) = (w[0].at_ns.max(ms(a)), w[1].at_ns.min(ms(b)));
+                    let rate = (w[1].total_us - w[0].total_us) as f64 * 1000.0
+                        / (w[1].at_ns - w[0].at_ns) as f64;
+                    rate * hi.saturating_sub(lo) as f64 / 1000.0
+                })
+                .sum();
+            assert_eq!(
+                stall_between(&ring, ms(a), ms(b)),
+                Some(naive.round() as u64),
+                "{a}..{b} ms"
+            );
         }
     }
 
@@ -311,18 +369,7 @@ mod tests {
         };
         let c: &'static StallClock = Box::leak(Box::new(StallClock::new(file)));
         c.start();
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let stop = Arc::new(AtomicBool::new(false));
-        let busy: Vec<_> = (0..2 * cores + 1)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-            })
-            .collect();
+        let busy = Busy::spinners(2 * cores() + 1);
         std::thread::sleep(PERIOD * 3);
         let mut worst = 0f64;
         let (mut kernel_total, mut sampled_total, mut time_total) = (0u64, 0f64, 0f64);
@@ -337,10 +384,7 @@ mod tests {
             time_total += (t1 - t0) as f64 / 1000.0;
             worst = worst.max((sampled - kernel).abs() / ((t1 - t0) as f64 / 1000.0));
         }
-        stop.store(true, Ordering::Relaxed);
-        for t in busy {
-            t.join().unwrap();
-        }
+        drop(busy);
         // The host really was short of CPU: the count under test moved.
         assert!(
             kernel_total > 4 * 150_000,
