@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use stagetrace_analyze::compare;
 use stagetrace_analyze::load::LoadOptions;
 
-use crate::{exit, input, run_input, stdout};
+use crate::inputs::Inputs;
+use crate::{exit, input, stdout};
 
 /// Arguments of `stagetrace compare`.
 #[derive(Debug, clap::Args)]
@@ -68,8 +69,9 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
         keep_digests: true,
     };
     let sel = args.select.selection()?;
-    let before = run_input::load(std::slice::from_ref(&args.before), opts, "before", &sel)?;
-    let after = run_input::load(std::slice::from_ref(&args.after), opts, "after", &sel)?;
+    let before = Inputs::resolve("before", std::slice::from_ref(&args.before), &sel)?;
+    let after = Inputs::resolve("after", std::slice::from_ref(&args.after), &sel)?;
+    let (before, after) = (before.load(opts)?, after.load(opts)?);
     let mut c = compare::compare_with(&before, &after, args.seed, args.drift_ppm);
     if !stages.is_empty() {
         c.only(&stages);

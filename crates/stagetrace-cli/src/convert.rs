@@ -9,9 +9,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use stagetrace::{CallRecord, RecordSink};
+use stagetrace_parquet::read::Selection;
 use stagetrace_parquet::ParquetSink;
 
-use crate::{exit, input};
+use crate::exit;
+use crate::inputs::{run_of, Inputs};
 
 /// Arguments of `stagetrace convert`.
 #[derive(Debug, clap::Args)]
@@ -38,18 +40,8 @@ pub(crate) fn run(args: ConvertArgs) -> ExitCode {
     }
 }
 
-/// The run id in a JSON-line file's name (`records-<run>[.<date>].jsonl`).
-fn run_of(file: &Path) -> Option<String> {
-    let name = file.file_name()?.to_str()?;
-    let run = name.strip_prefix("records-")?.split('.').next()?;
-    (!run.is_empty()).then(|| run.to_owned())
-}
-
 fn convert(args: &ConvertArgs) -> Result<(), String> {
-    if args.files.iter().any(|p| input::is_stdin(p)) {
-        return Err("`-` (standard input): save the records to a file and convert that".into());
-    }
-    let listed = input::expand_dirs(&args.files)?;
+    let listed = Inputs::resolve("input", &args.files, &Selection::default())?.line_files()?;
     // Every input read through first: a damaged one (a line that is not a
     // record) is skipped whole, by name, and the rest converted.
     let mut files = Vec::with_capacity(listed.len());

@@ -1,17 +1,14 @@
 //! Where records come from: record files, run directories, or `-` for
 //! standard input (`zcat run.jsonl.gz | stagetrace report -`), read as JSON
-//! lines. `run_input` picks between these and Parquet.
+//! lines. `inputs` resolves a command's paths, Parquet included.
 
 use std::fs;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-
-use stagetrace_analyze::load::{Dataset, LoadOptions};
 
 /// The path that stands for standard input.
 const STDIN_ARG: &str = "-";
 /// How standard input is named in messages and in `inputs.files`.
-const STDIN_NAME: &str = "<stdin>";
+pub(crate) const STDIN_NAME: &str = "<stdin>";
 
 pub(crate) fn is_stdin(p: &Path) -> bool {
     p.as_os_str() == STDIN_ARG
@@ -86,29 +83,6 @@ fn refuse_summary_file(p: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The runs whose record files `paths` stand for, by the run id in their
-/// names (`records-<run>[.<date>].jsonl`; every process writes its own), when
-/// more than one: their calls would be pooled in every figure.
-pub(crate) fn pooled_runs(paths: &[PathBuf]) -> Vec<String> {
-    if paths.iter().any(|p| is_stdin(p)) {
-        return Vec::new();
-    }
-    let runs: std::collections::BTreeSet<String> = expand_dirs(paths)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|f| {
-            let name = f.file_name()?.to_str()?;
-            let run = name.strip_prefix("records-")?.split('.').next()?;
-            (!run.is_empty()).then(|| run.to_owned())
-        })
-        .collect();
-    if runs.len() > 1 {
-        runs.into_iter().collect()
-    } else {
-        Vec::new()
-    }
-}
-
 /// What to say when an input pools several runs.
 pub(crate) fn pooled_warning(what: &str, runs: &[String]) -> String {
     format!(
@@ -117,29 +91,4 @@ pub(crate) fn pooled_warning(what: &str, runs: &[String]) -> String {
         runs.len(),
         runs.join(", ")
     )
-}
-
-/// Loads the JSON-line records of `paths` (files, run directories, or a
-/// lone `-`); `what` names the input in errors ("run", "baseline", …).
-pub(crate) fn load_json_lines(
-    paths: &[PathBuf],
-    opts: LoadOptions,
-    what: &str,
-) -> Result<Dataset, String> {
-    if paths.iter().any(|p| is_stdin(p)) {
-        if paths.len() > 1 {
-            return Err(format!(
-                "{what}: `-` (standard input) cannot be mixed with other paths in one input; \
-                 give `-` alone, or save standard input to a file and list it with the others"
-            ));
-        }
-        let stdin = std::io::stdin();
-        if stdin.is_terminal() {
-            eprintln!("reading {what} records from standard input (end with Ctrl-D) …");
-        }
-        return Dataset::load_reader(stdin.lock(), Path::new(STDIN_NAME), opts)
-            .map_err(|e| format!("{what}: {e}"));
-    }
-    let files = expand_dirs(paths)?;
-    Dataset::load(&files, opts).map_err(|e| format!("{what}: {e}"))
 }

@@ -8,10 +8,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use stagetrace_analyze::load::{Dataset, LoadError, LoadOptions};
+use stagetrace_analyze::load::LoadError;
 use stagetrace_parquet::read::{self, Selection};
-
-use crate::input;
 
 /// Which calls of a Parquet tree to read.
 #[derive(Debug, Default, clap::Args)]
@@ -68,109 +66,60 @@ fn unix_ms(flag: &str, text: &str) -> Result<f64, String> {
         })
 }
 
-fn is_selective(sel: &Selection) -> bool {
+/// Whether calls are selected (`--robot`, `--since`, `--until`): only a
+/// Parquet tree can be read so.
+pub(crate) fn is_selective(sel: &Selection) -> bool {
     !sel.robots.is_empty() || sel.since_ms.is_some() || sel.until_ms.is_some()
 }
 
-/// Whether `paths` must go through this reader: one of them is Parquet, or
-/// calls are selected.
-pub(crate) fn wanted(paths: &[PathBuf], sel: &Selection) -> bool {
-    is_selective(sel)
-        || paths
-            .iter()
-            .any(|p| !input::is_stdin(p) && read::is_parquet(p))
-}
-
 /// One input file: Parquet (decoded) or JSON lines (as it is).
-enum Source {
+pub(crate) enum Source {
     Parquet(PathBuf),
     Lines(PathBuf),
 }
 
-/// The files `paths` stand for, in order; every Parquet file decoded now, so
-/// a damaged one is skipped by name, with a warning, before anything is
-/// read (an error when nothing is left of an input).
-fn sources(paths: &[PathBuf], sel: &Selection, what: &str) -> Result<Vec<Source>, String> {
-    let mut out = Vec::new();
-    for p in paths {
-        if input::is_stdin(p) {
-            return Err(format!(
-                "{what}: `-` (standard input) cannot be read with Parquet inputs or \
-                 --robot/--since/--until; save it to a file"
-            ));
-        }
-        if !read::is_parquet(p) {
-            if is_selective(sel) {
-                return Err(format!(
-                    "{what}: {}: --robot/--since/--until select partitions of a Parquet tree, \
-                     and this is JSON lines: convert it first (stagetrace convert {} --to DIR)",
-                    p.display(),
-                    p.display()
-                ));
-            }
-            out.extend(
-                input::expand_dirs(std::slice::from_ref(p))?
-                    .into_iter()
-                    .map(Source::Lines),
-            );
-            continue;
-        }
-        let listing = read::list(p, sel).map_err(|e| format!("{what}: {e}"))?;
-        if !listing.unfinished.is_empty() {
-            eprintln!(
-                "warning: {what}: {} unfinished Parquet file(s) not read (a writer still running, \
-                 or killed before it closed them: their calls are lost): {}",
-                listing.unfinished.len(),
-                names(&listing.unfinished)
-            );
-        }
-        if listing.files.is_empty() {
-            return Err(format!(
-                "{what}: {}: no Parquet file for this selection ({} in other partitions)",
-                p.display(),
-                listing.pruned
-            ));
-        }
-        // Every page decoded now: a damaged file is skipped whole, by name,
-        // and the report covers the rest (docs/records.md, "A damaged file").
-        let mut damaged = Vec::new();
-        let before = out.len();
-        for f in listing.files {
-            match read::verify(&f) {
-                Ok(_) => out.push(Source::Parquet(f)),
-                Err(e) => {
-                    eprintln!("warning: {what}: skipped a damaged Parquet file: {e}");
-                    damaged.push(e);
-                }
+/// The Parquet files `listed` for the path `p`, every page decoded now: a
+/// damaged file is skipped whole, by name, and the report covers the rest
+/// (docs/records.md, "A damaged file"); an error when every one is damaged.
+pub(crate) fn verified(what: &str, p: &Path, listed: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::with_capacity(listed.len());
+    let mut damaged = Vec::new();
+    for f in listed {
+        match read::verify(f) {
+            Ok(_) => out.push(f.clone()),
+            Err(e) => {
+                eprintln!("warning: {what}: skipped a damaged Parquet file: {e}");
+                damaged.push(e);
             }
         }
-        if out.len() == before && !damaged.is_empty() {
-            let why: Vec<String> = damaged.iter().map(ToString::to_string).collect();
-            return Err(format!(
-                "{what}: {}: every Parquet file is damaged, nothing to report: {}",
-                p.display(),
-                why.join("; ")
-            ));
-        }
-        if !damaged.is_empty() {
-            let paths: Vec<PathBuf> = damaged.into_iter().map(|e| e.path).collect();
-            eprintln!(
-                "warning: {what}: this report leaves out {} damaged Parquet file(s) (their calls \
-                 are not in it): {}",
-                paths.len(),
-                names(&paths)
-            );
-        }
+    }
+    if out.is_empty() && !damaged.is_empty() {
+        let why: Vec<String> = damaged.iter().map(ToString::to_string).collect();
+        return Err(format!(
+            "{what}: {}: every Parquet file is damaged, nothing to report: {}",
+            p.display(),
+            why.join("; ")
+        ));
+    }
+    if !damaged.is_empty() {
+        let paths: Vec<PathBuf> = damaged.into_iter().map(|e| e.path).collect();
+        eprintln!(
+            "warning: {what}: this report leaves out {} damaged Parquet file(s) (their calls \
+             are not in it): {}",
+            paths.len(),
+            names(&paths)
+        );
     }
     Ok(out)
 }
 
-fn names(paths: &[PathBuf]) -> String {
+pub(crate) fn names(paths: &[PathBuf]) -> String {
     let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     v.join(", ")
 }
 
-fn open(source: Source, sel: &Selection) -> Result<(PathBuf, Box<dyn Read>), LoadError> {
+/// A file opened as the JSON lines of its calls.
+pub(crate) fn open(source: Source, sel: &Selection) -> Result<(PathBuf, Box<dyn Read>), LoadError> {
     let io = |path: &Path, source: std::io::Error| LoadError::Io {
         path: path.to_path_buf(),
         source,
@@ -190,16 +139,4 @@ fn open(source: Source, sel: &Selection) -> Result<(PathBuf, Box<dyn Read>), Loa
             Ok((path, Box::new(lines)))
         }
     }
-}
-
-/// Loads `paths` (Parquet and JSON-line inputs, in order) under `sel`.
-pub(crate) fn load(
-    paths: &[PathBuf],
-    opts: LoadOptions,
-    what: &str,
-    sel: &Selection,
-) -> Result<Dataset, String> {
-    let sources = sources(paths, sel, what)?;
-    Dataset::load_sources(sources.into_iter().map(|s| open(s, sel)), opts)
-        .map_err(|e| format!("{what}: {e}"))
 }

@@ -9,7 +9,8 @@ use stagetrace_analyze::gate::Gate;
 use stagetrace_analyze::load::LoadOptions;
 use stagetrace_analyze::{figures, hgrm, html, Format};
 
-use crate::{exit, input, robots, run_input, stdout};
+use crate::inputs::Inputs;
+use crate::{exit, input, stdout};
 
 /// Arguments of `stagetrace report`.
 #[derive(Debug, clap::Args)]
@@ -114,14 +115,22 @@ pub(crate) fn run(args: ReportArgs) -> ExitCode {
 /// Runs that share a directory are said to be pooled, in the report itself
 /// (with --per-robot, pooling the robots is the point), and every warning
 /// of the inputs goes to stderr.
-fn warn_of_pooling(args: &ReportArgs, a: &mut analysis::Analysis<'_>) {
+fn warn_of_pooling(
+    args: &ReportArgs,
+    run: &Inputs,
+    baseline: Option<&Inputs>,
+    a: &mut analysis::Analysis<'_>,
+) {
     let pooled_inputs = if args.per_robot {
         Vec::new()
     } else {
-        vec![("run", &args.files), ("baseline", &args.baseline)]
+        [("run", Some(run)), ("baseline", baseline)]
+            .into_iter()
+            .filter_map(|(what, i)| Some((what, i?)))
+            .collect()
     };
-    for (what, paths) in pooled_inputs {
-        let runs = input::pooled_runs(paths);
+    for (what, inputs) in pooled_inputs {
+        let runs = inputs.pooled_runs();
         if !runs.is_empty() {
             a.report
                 .inputs
@@ -129,7 +138,7 @@ fn warn_of_pooling(args: &ReportArgs, a: &mut analysis::Analysis<'_>) {
                 .push(input::pooled_warning(what, &runs));
         }
     }
-    let dirs = args.files.iter().filter(|p| p.is_dir()).count();
+    let dirs = run.dirs();
     if !args.per_robot && dirs > 1 {
         eprintln!(
             "hint: {dirs} directories are pooled into one run; if each is a robot, add --per-robot to see each robot's column and which one differs"
@@ -166,8 +175,14 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     }
     input::stdin_at_most_once(args.files.iter().chain(&args.baseline))?;
     let sel = args.select.selection()?;
+    let run_inputs = Inputs::resolve("run", &args.files, &sel)?;
+    let baseline_inputs = if args.baseline.is_empty() {
+        None
+    } else {
+        Some(Inputs::resolve("baseline", &args.baseline, &sel)?)
+    };
     let robots = if args.per_robot {
-        robots::robots(&args.files, &sel)?
+        run_inputs.robots()?
     } else {
         Vec::new()
     };
@@ -175,17 +190,11 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         skip_bad: args.skip_bad,
         keep_digests: false,
     };
-    let run = run_input::load(&args.files, load_opts, "run", &sel)?;
-    let baseline = if args.baseline.is_empty() {
-        None
-    } else {
-        Some(run_input::load(
-            &args.baseline,
-            load_opts,
-            "baseline",
-            &sel,
-        )?)
-    };
+    let run = run_inputs.load(load_opts)?;
+    let baseline = baseline_inputs
+        .as_ref()
+        .map(|b| b.load(load_opts))
+        .transpose()?;
     let mut opts = AnalyzeOptions {
         outlier_k: args.outlier_k,
         ..AnalyzeOptions::default()
@@ -195,7 +204,7 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     }
     let mut a = analysis::analyze(&run, baseline.as_ref(), &opts);
     analysis::per_robot(&mut a, &robots, &opts);
-    warn_of_pooling(&args, &mut a);
+    warn_of_pooling(&args, &run_inputs, baseline_inputs.as_ref(), &mut a);
     let format = if args.json {
         Format::Json
     } else {
