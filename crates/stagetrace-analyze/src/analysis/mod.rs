@@ -19,6 +19,7 @@ mod gap;
 mod group;
 mod hops;
 mod host_cause;
+mod host_verdict;
 mod infer_parts;
 mod moves;
 mod options;

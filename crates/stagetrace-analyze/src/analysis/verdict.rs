@@ -2,10 +2,11 @@
 //! and the numbers behind them.
 
 use serde_json::json;
-use stagetrace_schema::{Figure, Side};
+use stagetrace_schema::Figure;
 
 use super::advice::advice;
 use super::deadline_verdict::{deadline_verdict, stall_verdicts};
+use super::host_verdict::host_spikes;
 use super::moves::{dedupe, e2e_moved, moves, Context};
 use super::options::{MIN_SPIKES, SPIKE_SHARE};
 use super::report::{GroupReport, Verdict};
@@ -88,126 +89,6 @@ fn spiking(r: &GroupReport, periodic: &[Figure]) -> Vec<Figure> {
         .filter_map(|(name, _)| Figure::from_name(name))
         .filter(|f| !periodic.contains(f) && !f.is_host())
         .collect()
-}
-
-/// Spikes of `f` that its calls' host figures explain: the host and the
-/// cause named, with the host's remedies; the stage's own advice would
-/// send the user after the wrong thing (the network, the model, the camera).
-fn host_spikes(
-    r: &GroupReport,
-    f: Figure,
-    rounds: u64,
-    cost_ms: f64,
-    median_ms: f64,
-    cause: &super::report::HostCause,
-) -> Verdict {
-    if cause.is_blocked_wait() {
-        return blocked_spikes(r, f, rounds, cost_ms, median_ms, cause);
-    }
-    let host = cause.host_figure().unwrap_or(Figure::RunWait);
-    let not = match f {
-        Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => "not the network",
-        Figure::Infer | Figure::Queue | Figure::Server | Figure::Model | Figure::Device => {
-            "not the model"
-        }
-        Figure::Capture => "not the camera",
-        Figure::Dispatch => "not the executor",
-        _ => "not the stage itself",
-    };
-    let code = match host {
-        Figure::Gc | Figure::ServerGc => "host_gc",
-        Figure::LogWrite => "host_log",
-        _ => "host_cpu",
-    };
-    Verdict {
-        code,
-        kind: r.kind.clone(),
-        stage: Some(f.name()),
-        group: Some(host.side().as_str()),
-        text: format!(
-            "{} coincide with {} ({} on those calls, {} on a typical one): {}, {not}; {}.",
-            spikes_said(r, f, rounds, cost_ms, median_ms),
-            cause.what(),
-            fmt_ms(cause.spike_median_ms),
-            fmt_ms(cause.median_ms),
-            cause.diagnosis(),
-            advice(host)
-        ),
-        evidence: spikes_evidence(
-            r,
-            rounds,
-            cost_ms,
-            median_ms,
-            cause,
-            ("host_spike_median_ms", "host_median_ms"),
-        ),
-    }
-}
-
-/// Spikes of a figure of the robot's own thread on calls where that thread
-/// blocked waiting (more voluntary switches than a typical call), no host
-/// time explaining them: a lock or a queue on the control thread.
-fn blocked_spikes(
-    r: &GroupReport,
-    f: Figure,
-    rounds: u64,
-    cost_ms: f64,
-    median_ms: f64,
-    cause: &super::report::HostCause,
-) -> Verdict {
-    Verdict {
-        code: "blocked_wait",
-        kind: r.kind.clone(),
-        stage: Some(f.name()),
-        group: Some(Side::Client.as_str()),
-        text: format!(
-            "{} coincide with {} ({:.0} on those calls, {:.0} on a typical one): {}; not the CPU, the network or the observer. Find what the loop waits on (a profiler's off-CPU view, py-spy dump, or `strace -f -T -e trace=futex,read,write` on the loop's thread) and take it off the loop: hold no lock across the call, hand work to queues with a timeout; a synchronous logger shows as log_write_ms once its writer is wrapped (docs/host.md).",
-            spikes_said(r, f, rounds, cost_ms, median_ms),
-            cause.what(),
-            cause.spike_median_ms,
-            cause.median_ms,
-            cause.diagnosis(),
-        ),
-        evidence: spikes_evidence(
-            r,
-            rounds,
-            cost_ms,
-            median_ms,
-            cause,
-            ("voluntary_switches_on_spikes", "voluntary_switches_typical"),
-        ),
-    }
-}
-
-/// How a host-cause verdict opens: the figure's spikes, how many, how
-/// large against its median.
-fn spikes_said(r: &GroupReport, f: Figure, rounds: u64, cost_ms: f64, median_ms: f64) -> String {
-    format!(
-        "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average)",
-        r.steady,
-        100.0 * rounds as f64 / r.steady as f64,
-        fmt_ms(cost_ms),
-        fmt_ms(median_ms),
-    )
-}
-
-/// A host-cause verdict's evidence: the spikes, and the host figure's value
-/// on the spike calls and on a typical one under the two names given.
-fn spikes_evidence(
-    r: &GroupReport,
-    rounds: u64,
-    cost_ms: f64,
-    median_ms: f64,
-    cause: &super::report::HostCause,
-    (on_spikes, typical): (&str, &str),
-) -> serde_json::Value {
-    let mut e = json!({
-        "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
-        "median_ms": median_ms, "host_figure": cause.figure,
-    });
-    e[on_spikes] = json!(cause.spike_median_ms);
-    e[typical] = json!(cause.median_ms);
-    e
 }
 
 /// "2nd", "3rd", "4th", "11th", "22nd".
