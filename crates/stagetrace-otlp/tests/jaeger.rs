@@ -251,7 +251,7 @@ fn each_call_is_one_trace_across_client_and_server() {
             Some(transport.span_id.clone()),
             rec.timeline
                 .transport_span_id
-                .map(|b| stagetrace::wire::to_lc_hex(&b)),
+                .map(|b| stagetrace_wire::to_lc_hex(&b)),
             "the transport span has the id sent in traceparent"
         );
 
@@ -656,13 +656,13 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
             Some(call.span_id.clone()),
             rec.timeline
                 .call_span_id
-                .map(|b| stagetrace::wire::to_lc_hex(&b))
+                .map(|b| stagetrace_wire::to_lc_hex(&b))
         );
         assert_eq!(
             Some(transport.span_id.clone()),
             rec.timeline
                 .transport_span_id
-                .map(|b| stagetrace::wire::to_lc_hex(&b)),
+                .map(|b| stagetrace_wire::to_lc_hex(&b)),
             "traceparent carried the app's own transport span id"
         );
         for child in ["uplink", "downlink", "infer"] {

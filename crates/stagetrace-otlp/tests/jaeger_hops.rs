@@ -231,7 +231,7 @@ fn run(jaeger: &Jaeger) -> Run {
 }
 
 fn hex(id: Option<[u8; 8]>) -> String {
-    stagetrace::wire::to_lc_hex(&id.unwrap())
+    stagetrace_wire::to_lc_hex(&id.unwrap())
 }
 
 /// What each service exports per call, by name (the robot's:

@@ -52,7 +52,7 @@ fn in_memory_otel() -> (InMemorySpanExporter, SdkTracerProvider) {
 }
 
 fn hex(b: &[u8]) -> String {
-    stagetrace::wire::to_lc_hex(b)
+    stagetrace_wire::to_lc_hex(b)
 }
 
 #[test]

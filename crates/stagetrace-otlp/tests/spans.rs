@@ -39,7 +39,7 @@ fn record() -> CallRecord {
         seq: 42,
         ts_unix_ns: T0,
         kind: "infer".into(),
-        trace_id: Some(stagetrace::wire::to_lc_hex(&TRACE)),
+        trace_id: Some(stagetrace_wire::to_lc_hex(&TRACE)),
         figures: [
             (Figure::Capture, 3.0),
             (Figure::Uplink, 2.0),

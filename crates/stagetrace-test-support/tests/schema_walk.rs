@@ -25,14 +25,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
-use stagetrace::wire::{Hops, RelayTiming};
 use stagetrace::{
-    CallRecord, ClockBasis, ExecutorAck, Figure, HostFigure, HostShare, ServerTiming, StageLayer,
-    StageSpanExt,
+    CallRecord, ClockBasis, ExecutorAck, Figure, ServerTiming, StageLayer, StageSpanExt,
 };
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_otlp::OtlpExporter;
 use stagetrace_test_support::{read_records, read_summaries, spin_for, Collect};
+use stagetrace_wire::{Hops, RelayTiming};
+use stagetrace_wire::{HostFigure, HostShare};
 use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;
 

@@ -36,13 +36,14 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use crate::health::Health;
-use crate::host_share::{HostFigure, RunWaitMark};
 use crate::ids;
 use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::queue::{CallState, Msg, PackedTiming, RawCall, TransportAcc};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
-use crate::wire::{Hops, ServerTiming, TraceParent};
+use crate::thread_sample::RunWaitMark;
+use stagetrace_wire::HostFigure;
+use stagetrace_wire::{Hops, ServerTiming, TraceParent};
 
 /// A point in time on the layer's hot-path clock (the calibrated TSC or the
 /// monotonic clock, as for spans): where a stage started; for the robot's

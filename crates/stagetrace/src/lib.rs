@@ -74,7 +74,6 @@ mod executor;
 pub mod health;
 pub mod hop_record;
 pub mod host;
-pub mod host_share;
 mod ids;
 mod inline_str;
 mod layer;
@@ -85,7 +84,7 @@ pub mod sink;
 pub mod stage;
 mod stamp;
 pub mod summary;
-pub mod wire;
+mod thread_sample;
 mod worker;
 
 pub use advice::AdviceFor;
@@ -93,13 +92,12 @@ pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use executor::ExecutorAck;
 pub use health::{count_clamped, count_rejected_header};
 pub use hop_record::HopFigures;
-pub use host_share::{HostFigure, HostShare, ThreadSample};
 pub use layer::callsite::REMOTE_PARENT_SPAN;
 pub use layer::span_ext::{remote_parent_span, StageSpanExt};
 pub use layer::{FilteredStageLayer, StageFilter, StageLayer};
 pub use sink::RecordSink;
 pub use summary::{Summary, WindowSummary};
-pub use wire::TraceParent;
+pub use thread_sample::ThreadSample;
 
 pub use clock::ClockMode;
 pub use context::{SharedIds, TraceContextHook};
@@ -108,7 +106,7 @@ pub use record::{
 };
 pub use stage::Stage;
 pub use stagetrace_schema::{self as schema, Figure};
-pub use wire::ServerTiming;
+pub use stagetrace_wire::{ServerTiming, TraceParent};
 
 /// What an instrumented app needs in scope: `use stagetrace::prelude::*;`
 /// brings the span helpers ([`StageSpanExt`]) and the types they take.

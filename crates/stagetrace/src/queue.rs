@@ -11,10 +11,11 @@
 use std::time::Instant;
 
 use crate::executor::ExecAcc;
-use crate::host_share::{HostShare, ThreadSample};
 use crate::inline_str::{InlineStr, KIND_LEN, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
+use crate::thread_sample::ThreadSample;
+use stagetrace_wire::HostShare;
 
 mod packed_timing;
 
@@ -82,7 +83,7 @@ pub(crate) struct CallState {
     /// direct call). Boxed, and beside `transport` rather than in it, for
     /// the same reason as `executor`: only relayed calls pay for their 200
     /// bytes, and the rest of the state is copied whole.
-    pub(crate) relays: Option<Box<crate::wire::Hops>>,
+    pub(crate) relays: Option<Box<stagetrace_wire::Hops>>,
     /// Id of the call's first `dispatch` span (0: none): the parent id sent
     /// to a remote executor.
     pub(crate) dispatch_span_id: u64,
@@ -261,7 +262,7 @@ impl CallState {
         start: Stamp,
         end: Stamp,
         nested: bool,
-        transport: Option<(TransportAcc, Option<Box<crate::wire::Hops>>)>,
+        transport: Option<(TransportAcc, Option<Box<stagetrace_wire::Hops>>)>,
     ) {
         self.add_span(stage, start, end, nested);
         if let Some((t, relays)) = transport {

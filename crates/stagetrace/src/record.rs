@@ -455,13 +455,13 @@ impl<'de> Visitor<'de> for RecordVisitor {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerRecord {
     /// The context the request carried (`None` when it carried none or a rejected one).
-    pub trace_parent: Option<crate::wire::TraceParent>,
+    pub trace_parent: Option<stagetrace_wire::TraceParent>,
     /// Request kind, `"call"` when the request names none.
     pub kind: String,
     /// The server's timing for this request (`recv_unix_ns` anchors it in wall time).
     /// A relay's `infer_ns` is its whole handler (the forward included); an
     /// executor's `queue_ns` is its wait until the chunk started.
-    pub timing: crate::wire::ServerTiming,
+    pub timing: stagetrace_wire::ServerTiming,
     /// `Some(reason)` when the request failed on the server.
     pub error: Option<String>,
     /// What kind of service answered (default: a policy server).

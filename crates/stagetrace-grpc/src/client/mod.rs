@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response};
-use stagetrace::wire::{TRACEPARENT, TRACESTATE};
 use stagetrace::StageSpanExt;
+use stagetrace_wire::{TRACEPARENT, TRACESTATE};
 use tracing::Span;
 
 mod body;

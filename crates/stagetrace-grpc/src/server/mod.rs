@@ -11,9 +11,10 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{HeaderMap, Request, Response};
-use stagetrace::wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
-use stagetrace::{ServerRecord, ServerTiming};
+use stagetrace::ServerRecord;
 use stagetrace_net::{ServerClock, ServerStats};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tracing::Instrument;
 

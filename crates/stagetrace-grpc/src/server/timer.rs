@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use stagetrace::wire::{TraceParent, MAX_BATCH_SIZE};
-use stagetrace::{ServerTiming, ThreadSample};
+use stagetrace::ThreadSample;
 use stagetrace_net::ServerClock;
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{TraceParent, MAX_BATCH_SIZE};
 
 use crate::wire::{GrpcTiming, ObsOutcome};
 

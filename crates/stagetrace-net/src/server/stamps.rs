@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use stagetrace::wire::{RelayTiming, TimingChain};
-use stagetrace::{HostFigure, ServerTiming, ThreadSample};
+use stagetrace::ThreadSample;
+use stagetrace_wire::{HostFigure, ServerTiming};
+use stagetrace_wire::{RelayTiming, TimingChain};
 
 use super::clock::ServerClock;
 use super::timer::{ns_between, InferTimer};
@@ -134,7 +135,7 @@ impl RequestStamps {
     /// answer with, its own stamps in front of the downstream's chain
     /// (`timing` is [`timing_now`](Self::timing_now)'s). `None` for a plain
     /// server, or when the downstream's chain already holds
-    /// [`MAX_HOPS`](stagetrace::wire::MAX_HOPS) relays (the relay then
+    /// [`MAX_HOPS`](stagetrace_wire::MAX_HOPS) relays (the relay then
     /// answers with its own timing alone).
     pub(crate) fn relayed(&self, timing: &ServerTiming) -> Option<TimingChain> {
         let (_, _, timer) = self.handler.as_ref()?;

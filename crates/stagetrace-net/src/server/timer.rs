@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use stagetrace::wire::TimingChain;
+use stagetrace_wire::TimingChain;
 
 /// Handed to a request handler so it can say where its inference starts and
 /// ends; the server stamps everything else.
@@ -147,7 +147,7 @@ impl InferTimer {
     pub fn set_device_time(&self, d: std::time::Duration) {
         let ns = u64::try_from(d.as_nanos())
             .unwrap_or(u64::MAX)
-            .min(stagetrace::wire::MAX_DURATION_NS);
+            .min(stagetrace_wire::MAX_DURATION_NS);
         self.inner.device.store(ns + 1, Ordering::Relaxed);
     }
 
@@ -158,10 +158,10 @@ impl InferTimer {
 
     /// The request ran in a batch of `n` requests (itself included). Sent as
     /// the server timing's `batch_size`; 0 is ignored, and values above
-    /// [`MAX_BATCH_SIZE`](stagetrace::wire::MAX_BATCH_SIZE) are capped to it.
+    /// [`MAX_BATCH_SIZE`](stagetrace_wire::MAX_BATCH_SIZE) are capped to it.
     pub fn set_batch_size(&self, n: usize) {
         if n > 0 {
-            let max = stagetrace::wire::MAX_BATCH_SIZE;
+            let max = stagetrace_wire::MAX_BATCH_SIZE;
             let n = u32::try_from(n).unwrap_or(max).min(max);
             self.inner.batch_size.store(n, Ordering::Relaxed);
         }

@@ -12,10 +12,10 @@ use super::live::Membership;
 use super::span_state::{Enclosing, SpanState, TransportState};
 use super::StageLayer;
 use crate::health::Health;
-use crate::host_share::RunWaitMark;
 use crate::queue::{CallState, Msg, RawCall, TransportAcc};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
+use crate::thread_sample::RunWaitMark;
 
 /// What a closed stage span hands to its call.
 struct ClosedStage<'a> {

@@ -16,13 +16,13 @@ use super::span_state::{Enclosing, Home, RemoteState, SpanState, StageState, Tra
 use super::StageLayer;
 use crate::context::SharedIds;
 use crate::health::Health;
-use crate::host_share::{RunWaitMark, ThreadSample};
 use crate::ids;
 use crate::inline_str::{InlineStr, KIND_LEN};
 use crate::queue::CallState;
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
-use crate::wire::TraceParent;
+use crate::thread_sample::{RunWaitMark, ThreadSample};
+use stagetrace_wire::TraceParent;
 
 impl StageLayer {
     /// `on_new_span` of a span whose callsite may be a stage (`class`).

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::host_share::RunWaitMark;
 use crate::inline_str::{InlineStr, PEER_LEN};
 use crate::queue::{CallState, PackedTiming};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
-use crate::wire::{Hops, TraceParent, TraceState};
+use crate::thread_sample::RunWaitMark;
+use stagetrace_wire::{Hops, TraceParent, TraceState};
 
 /// Per-stage-span state (stages other than transport). Kept small: the
 /// registry boxes one per span.

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
-use crate::host_share::{HostFigure, HostShare};
 use crate::queue::{CallState, PackedTiming, RawCall, StageAcc, TransportAcc};
 use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
-use crate::wire::{Hops, ServerTiming};
+use stagetrace_wire::{Hops, ServerTiming};
+use stagetrace_wire::{HostFigure, HostShare};
 
 /// Turns queued calls into records; keeps what spans calls: the per-peer
 /// clock estimates, the deadline ticks and the warm-up clock.

@@ -146,7 +146,7 @@ mod tests {
     use super::*;
     use crate::clock::ClockMode;
     use crate::executor::ExecutorAck;
-    use crate::wire::{Hops, RelayTiming, ServerTiming};
+    use stagetrace_wire::{Hops, RelayTiming, ServerTiming};
 
     const MS: u64 = 1_000_000;
 
