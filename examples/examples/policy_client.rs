@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rmpv::Value;
-use stagetrace::{ClockMode, StageLayer};
+use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_net::{BlockingPolicyClient, MsgMap, NdArray};
 use tracing_subscriber::prelude::*;
 

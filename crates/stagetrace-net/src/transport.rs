@@ -78,5 +78,5 @@ pub(crate) fn fail(span: &Span, reason: &'static str) {
 
 /// Count a server-timing input that was malformed and ignored.
 pub(crate) fn reject() {
-    stagetrace::count_rejected_header();
+    stagetrace::health::count_rejected_header();
 }

@@ -21,8 +21,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::{Figure, ServerRecord, ServerTiming};
+use stagetrace::{record::ServerRecord, ServerTiming};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay, ServerClock};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use stagetrace_wire::RelayTiming;
 use support::{

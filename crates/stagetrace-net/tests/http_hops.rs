@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use axum::routing::post;
 use axum::Router;
-use stagetrace::{Figure, ServerRecord, ServerTiming};
+use stagetrace::{record::ServerRecord, ServerTiming};
 use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use stagetrace_wire::RelayTiming;
 use support::{
@@ -301,7 +302,7 @@ fn http_relay_continues_the_trace_and_passes_failures_through() {
     // The gateway's own record (what its exporter draws): a relay, under the
     // caller's parent, naming the parent id the server got as its forward.
     let gw = gw_seen.lock().unwrap();
-    assert_eq!(gw[0].role, stagetrace::ServiceRole::Relay);
+    assert_eq!(gw[0].role, stagetrace::record::ServiceRole::Relay);
     assert_eq!(
         gw[0].trace_parent.unwrap().parent_id_hex(),
         "00f067aa0ba902b7"

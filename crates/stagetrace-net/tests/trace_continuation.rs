@@ -19,7 +19,7 @@ use axum::routing::post;
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::{CallRecord, ServerRecord};
+use stagetrace::{record::CallRecord, record::ServerRecord};
 use stagetrace_net::{
     HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TimingLayer,
     TracedHttpClient,

@@ -25,10 +25,11 @@ use common::jaeger::{
     assert_gateway_tree, assert_span_names, one, span_list, FourServices, GatewayTree, Jaeger,
     ROBOT_HOP_SPANS,
 };
-use stagetrace::{CallRecord, Figure, ServerRecord, StageLayer};
+use stagetrace::{record::CallRecord, record::ServerRecord, StageLayer};
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorServer};
 use stagetrace_net::{BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, Relay};
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, Collect};
 use tracing_subscriber::layer::SubscriberExt;
 

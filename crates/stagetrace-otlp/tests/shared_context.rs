@@ -134,7 +134,7 @@ fn a_panicking_hook_does_not_reach_the_app() {
         _: &tracing::Dispatch,
         _: &tracing::span::Id,
         _: &'static str,
-    ) -> Option<stagetrace::SharedIds> {
+    ) -> Option<stagetrace::context::SharedIds> {
         panic!("a broken trace-context hook");
     }
     let (stages, guard, kept) = Collect::build(StageLayer::builder().share_trace_context(bad_hook));

@@ -70,8 +70,8 @@ impl HostFigure {
     }
 }
 
-/// What one end's host did to one call (or, sampled, so far: see
-/// [`HostShare::sample`]). Times in µs, counts as counts; a figure the
+/// What one end's host did to one call (or, as a sample of cumulative
+/// counters, so far: see [`HostShare::since`]). Times in µs, counts as counts; a figure the
 /// host does not offer is absent, never 0. 44 bytes, `Copy`: it rides in
 /// the call state to the worker without an allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

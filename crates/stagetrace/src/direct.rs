@@ -6,7 +6,7 @@
 //! instead: its stages are stamped on the layer's own clock ([`Mark::now`])
 //! and added to the same per-call state the layer keeps for a call span
 //! (`CallState`), and the finished call is the
-//! same [`Msg`] on the same bounded queue (`try_send`: a full queue drops the
+//! same message on the same bounded queue (`try_send`: a full queue drops the
 //! call and counts it in `queue_drops`, never blocks). The worker cannot
 //! tell the two apart, so records, summaries, clock stitching and every sink
 //! are exactly those of a call made of spans (`docs/architecture.md` §4).

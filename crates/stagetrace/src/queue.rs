@@ -2,7 +2,7 @@
 //!
 //! When a call span closes, the layer moves the call's state into one
 //! fixed-size [`Msg`] and `try_send`s it on a bounded channel; the worker
-//! turns it into a [`CallRecord`](crate::CallRecord). Nothing in here
+//! turns it into a [`CallRecord`](crate::record::CallRecord). Nothing in here
 //! allocates on the app thread: the few boxes a call may carry (an executor
 //! ack, relays' hops, a server timing's finer figures) are made when they
 //! arrive and moved, not copied. Both the layer and the worker import this

@@ -1,5 +1,5 @@
 //! [`ThreadSample`]: a [`HostShare`] read from the kernel on one thread, and
-//! [`RunWaitMark`], one thread's run-queue wait at one moment. The share
+//! `RunWaitMark`, one thread's run-queue wait at one moment. The share
 //! itself (the figures and their arithmetic) is the wire's, since a server
 //! sends its own; this module only reads it ([`crate::host`]).
 

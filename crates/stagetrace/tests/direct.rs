@@ -9,8 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stagetrace::direct::{DirectTransport, Mark};
 use stagetrace::{
-    CallRecord, ClockMode, Figure, RecordSink, ServerTiming, Stage, StageLayer, StageSpanExt,
+    clock::ClockMode, record::CallRecord, sink::RecordSink, ServerTiming, Stage, StageLayer,
+    StageSpanExt,
 };
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{spin_for, Collect};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;

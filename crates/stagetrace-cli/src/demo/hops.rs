@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::{RequestHook, ServerClock};
 use stagetrace_schema::ms_to_ns;

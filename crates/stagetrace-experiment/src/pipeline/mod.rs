@@ -18,7 +18,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_grpc::lerobot::RobotReport;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::MsgMap;

@@ -19,8 +19,8 @@ mod text;
 
 use std::collections::BTreeMap;
 
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
 
 use crate::figures;
 use crate::plan::VerdictSpec;
@@ -130,7 +130,7 @@ pub(crate) fn analyze(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use stagetrace::schema::FIGURE_COUNT;
+    use stagetrace_schema::FIGURE_COUNT;
 
     use super::*;
 

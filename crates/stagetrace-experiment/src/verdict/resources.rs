@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn saturated_throttled_and_idle_are_told_apart() {
         use crate::verdict::text::next_step;
-        use stagetrace::Figure;
+        use stagetrace_schema::Figure;
         let samples = vec![
             cpu(0, 20.0, 2600.0, Some(0)),
             cpu(0, 22.0, 2600.0, Some(0)),

@@ -54,7 +54,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn reject(&self) {
         self.rejected_trailers.fetch_add(1, Ordering::Relaxed);
-        stagetrace::count_rejected_header();
+        stagetrace::health::count_rejected_header();
     }
 }
 

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{HeaderMap, Request, Response};
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_net::{ServerClock, ServerStats};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
@@ -280,7 +280,7 @@ impl Shared {
         let found = TraceContext::extract(&parents, &states);
         for _ in 0..found.rejected() {
             self.rejected_headers.fetch_add(1, Ordering::Relaxed);
-            stagetrace::count_rejected_header();
+            stagetrace::health::count_rejected_header();
         }
         found.context
     }

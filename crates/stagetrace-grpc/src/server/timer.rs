@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use stagetrace::ThreadSample;
+use stagetrace::thread_sample::ThreadSample;
 use stagetrace_net::ServerClock;
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{TraceParent, MAX_BATCH_SIZE};

@@ -33,7 +33,7 @@ use axum::extract::State;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
-use stagetrace::{ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_wire::{
     TimingChain, TimingMap, TraceContext, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
     TRACEPARENT, TRACESTATE,

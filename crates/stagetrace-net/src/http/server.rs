@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use stagetrace::{ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{
     TimingChain, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,

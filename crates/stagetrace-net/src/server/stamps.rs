@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use stagetrace::ThreadSample;
+use stagetrace::thread_sample::ThreadSample;
 use stagetrace_wire::{HostFigure, ServerTiming};
 use stagetrace_wire::{RelayTiming, TimingChain};
 
@@ -161,10 +161,10 @@ impl RequestStamps {
 impl RequestStamps {
     /// For a relay whose handler forwarded the request: its downstream call
     /// as the relay's record tells it (`None` for a plain server).
-    pub(crate) fn forwarded(&self) -> Option<stagetrace::Forwarded> {
+    pub(crate) fn forwarded(&self) -> Option<stagetrace::record::Forwarded> {
         let (_, _, timer) = self.handler.as_ref()?;
         let d = timer.inner.downstream.get()?;
-        Some(stagetrace::Forwarded {
+        Some(stagetrace::record::Forwarded {
             span_id: d.span_id,
             forward_ns: ns_between(self.recv, d.forward),
             reply_ns: ns_between(self.recv, d.reply),

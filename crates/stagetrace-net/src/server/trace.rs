@@ -1,7 +1,7 @@
 //! A request's trace context (W3C Trace Context, each rejected header
 //! counted), the span its handler runs in, and the record the hook gets.
 
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::TraceContext;
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::{ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{
     TimingMap, TraceContext, TraceParent, MAX_DURATION_NS, SERVER_TIMING_KEY, TRACEPARENT,

@@ -8,9 +8,10 @@ use std::future::Future;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stagetrace::{CallRecord, Figure, ServerTiming};
+use stagetrace::{record::CallRecord, ServerTiming};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::ServerClock;
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
 use stagetrace_wire::RelayTiming;
 

@@ -2,7 +2,7 @@
 //! queue / infer / downlink split, per peer, in the chosen [`ClockMode`].
 
 use crate::record::ClockBasis;
-use crate::Figure;
+use stagetrace_schema::Figure;
 use stagetrace_wire::ServerTiming;
 
 use super::filter::{FilterConfig, OffsetFilter};

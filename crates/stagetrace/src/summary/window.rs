@@ -180,7 +180,7 @@ pub struct WindowSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_slew_ppm: Option<f64>,
     /// Counters the record sinks report about themselves, cumulative
-    /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
+    /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::sink::RecordSink::counters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sink_counters: BTreeMap<String, u64>,
 }

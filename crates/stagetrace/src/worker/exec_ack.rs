@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::clock::{Anchor, ClientTimes, Stitcher};
 use crate::executor::ExecAcc;
 use crate::record::SpanTime;
-use crate::Figure;
+use stagetrace_schema::Figure;
 
 /// The figures an ack gives, integer ns; `None` where it cannot tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! The worker thread (`docs/architecture.md` §4): drains the queue from the
-//! app threads, turns each call into a [`CallRecord`](crate::CallRecord)
+//! app threads, turns each call into a [`CallRecord`](crate::record::CallRecord)
 //! ([`convert`]), adds it to the rolling and cumulative summaries and hands
 //! it to every [`RecordSink`] — the JSONL files ([`files`]) among them.
 
