@@ -67,6 +67,7 @@
 
 mod advice;
 mod builder;
+mod call_state;
 pub mod clock;
 pub mod context;
 pub mod direct;
@@ -78,7 +79,7 @@ mod ids;
 mod inline_str;
 mod layer;
 pub mod log_writer;
-mod queue;
+mod message;
 pub mod record;
 pub mod sink;
 mod stage;

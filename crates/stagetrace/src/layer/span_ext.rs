@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::call_state::{CallState, PackedTiming};
 use crate::executor::ExecutorAck;
-use crate::queue::{CallState, PackedTiming};
 use stagetrace_wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
 use super::callsite::REMOTE_PARENT_SPAN;
@@ -173,19 +173,19 @@ impl StageSpanExt for tracing::Span {
     }
 
     fn record_response_first_byte(&self, at: Instant) {
-        with_transport(self, |t| t.first_byte = Some(at));
+        with_transport(self, |t| t.stamps.first_byte = Some(at));
     }
 
     fn record_request_first_byte(&self, at: Instant) {
-        with_transport(self, |t| t.request_first_byte = Some(at));
+        with_transport(self, |t| t.stamps.request_first_byte = Some(at));
     }
 
     fn record_request_written(&self, at: Instant) {
-        with_transport(self, |t| t.request_written = Some(at));
+        with_transport(self, |t| t.stamps.request_written = Some(at));
     }
 
     fn record_response_kernel_rx(&self, at: Instant) {
-        with_transport(self, |t| t.kernel_rx = Some(at));
+        with_transport(self, |t| t.stamps.kernel_rx = Some(at));
     }
 
     fn trace_parent(&self) -> Option<TraceParent> {

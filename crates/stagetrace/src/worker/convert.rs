@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::call_state::{CallState, PackedTiming, StageAcc, TransportAcc};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
-use crate::queue::{CallState, PackedTiming, RawCall, StageAcc, TransportAcc};
+use crate::message::RawCall;
 use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
@@ -191,7 +192,10 @@ impl Converter {
         let mut t_end_at = cal.instant(t.end);
         // The kernel had the response's last byte before the app read it:
         // the exchange ends there; the app's wait is the robot's rx_wait.
-        let kernel_end = t.kernel_rx.filter(|k| (t_start_at..=t_end_at).contains(k));
+        let kernel_end = t
+            .stamps
+            .kernel_rx
+            .filter(|k| (t_start_at..=t_end_at).contains(k));
         let rx_wait_ns = kernel_end.map_or(0, |k| ns_since(k, t_end_at));
         if let Some(k) = kernel_end {
             rec.set(Figure::RxWait, to_i64(rx_wait_ns));
@@ -203,6 +207,7 @@ impl Converter {
         // the uplink, not the network's. One attempt only: a retry's
         // write is not the first span's.
         let written = t
+            .stamps
             .request_written
             .filter(|w| (t_start_at..=t_end_at).contains(w));
         if let (Some(w), true) = (written, s.stages[Stage::Transport.index()].count <= 1) {
@@ -213,6 +218,7 @@ impl Converter {
         // in one segment is all in before its first read: its first byte
         // is then the kernel's stamp too.
         let first_byte = t
+            .stamps
             .first_byte
             .filter(|fb| (t_start_at..=cal.instant(t.end)).contains(fb))
             .map(|fb| fb.min(t_end_at));
@@ -228,15 +234,19 @@ impl Converter {
                 send_unix_ns: anchor.to_unix_ns(t_start_at),
                 recv_unix_ns: anchor.to_unix_ns(t_end_at),
                 first_byte_unix_ns: t
+                    .stamps
                     .first_byte
                     .map(|fb| anchor.to_unix_ns(kernel_end.map_or(fb, |k| fb.min(k)))),
-                request_first_byte_unix_ns: t.request_first_byte.map(|at| anchor.to_unix_ns(at)),
+                request_first_byte_unix_ns: t
+                    .stamps
+                    .request_first_byte
+                    .map(|at| anchor.to_unix_ns(at)),
             };
             let direct = Hops::new();
             let relays = s.relays.as_deref().unwrap_or(&direct);
-            let (st, hops) = self
-                .stitcher
-                .stitch_hops(t.peer.as_str(), client, relays, &timing);
+            let (st, hops) =
+                self.stitcher
+                    .stitch_hops(t.stamps.peer.as_str(), client, relays, &timing);
             // The relays' own time, each on its own clock.
             let relay: Option<i64> = hops
                 .iter()
