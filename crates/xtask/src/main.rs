@@ -246,7 +246,7 @@ fn test(args: &[String]) -> Result<(), String> {
     let _ = std::fs::remove_file(&skip_log);
 
     let mut phases = Phases::new();
-    let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cargo = cargo();
     cargo
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"])
@@ -307,42 +307,36 @@ fn test(args: &[String]) -> Result<(), String> {
 /// The tests behind features (the gRPC exporter's Jaeger test, the NVML
 /// sampler's skip path) and the doctests, which `--all-targets` leaves out.
 fn feature_and_doc_tests(root: &Path, cargo_env: &[(String, String)]) -> Result<(), String> {
-    // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let feature_tests: [&[&str]; 2] = [
+        // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
+        &[
+            "-p",
+            "stagetrace-otlp",
+            "--features",
+            "grpc",
+            "--test",
+            "jaeger",
+        ],
+        // The NVML sampler sits behind a feature; without a GPU its skip path runs.
+        &["-p", "stagetrace-experiment", "--features", "nvml", "--lib"],
+    ];
+    for args in feature_tests {
+        run(cargo()
             .current_dir(root)
             .envs(cargo_env.iter().cloned())
-            .args([
-                "test",
-                "-p",
-                "stagetrace-otlp",
-                "--features",
-                "grpc",
-                "--test",
-                "jaeger",
-            ]),
-    )?;
-    // The NVML sampler sits behind a feature; without a GPU its skip path runs.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(root)
-            .envs(cargo_env.iter().cloned())
-            .args([
-                "test",
-                "-p",
-                "stagetrace-experiment",
-                "--features",
-                "nvml",
-                "--lib",
-            ]),
-    )?;
+            .arg("test")
+            .args(args))?;
+    }
     // Doctests are not part of --all-targets.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(root)
-            .args(["test", "--workspace", "--doc"]),
-    )?;
+    run(cargo()
+        .current_dir(root)
+        .args(["test", "--workspace", "--doc"]))?;
     Ok(())
+}
+
+/// The cargo that runs xtask (`$CARGO`), or the one on `PATH`.
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
 /// Where the time of `cargo xtask test` went, phase by phase.
@@ -379,20 +373,18 @@ impl Phases {
 /// (`--target`, `--inputs`, default ten million, `--seed`, `--replay FILE`);
 /// a failing input is written to `target/fuzz-failures/`.
 fn fuzz(extra: &[String]) -> Result<(), String> {
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(root())
-            .args([
-                "run",
-                "--release",
-                "-p",
-                "stagetrace-fuzz",
-                "--bin",
-                "stagetrace-fuzz",
-                "--",
-            ])
-            .args(extra),
-    )
+    run(cargo()
+        .current_dir(root())
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "stagetrace-fuzz",
+            "--bin",
+            "stagetrace-fuzz",
+            "--",
+        ])
+        .args(extra))
 }
 
 /// What a missing prerequisite means for this run: under CI (`CI=true`) it

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{in_torch_suite, prerequisite_env, python_developed, root, Prereqs};
+use super::{cargo, in_torch_suite, prerequisite_env, python_developed, root, Prereqs};
 
 mod list;
 
@@ -161,7 +161,7 @@ impl Drop for Load {
 
 /// Builds the test target and returns its executable (from cargo's JSON messages).
 fn build(test: &TimingTest, env: &[(String, String)]) -> Result<PathBuf, String> {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd = cargo();
     cmd.current_dir(root()).envs(env.iter().cloned()).args([
         "test",
         "--no-run",
