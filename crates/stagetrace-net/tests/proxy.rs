@@ -4,7 +4,7 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::record::ns_to_ms;
+use stagetrace_schema::ns_to_ms;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;

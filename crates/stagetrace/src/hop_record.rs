@@ -8,7 +8,7 @@
 use serde::de::{Error, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-pub use stagetrace_schema::MAX_HOPS_READ;
+use stagetrace_schema::MAX_HOPS_READ;
 use stagetrace_schema::{ms_to_ns, Figure, HOP_KEYS as KEYS};
 
 // One hop per relay plus the last one to the policy server.

@@ -327,21 +327,6 @@ fn stage_run_wait_slot(stage: Stage) -> Option<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn inline_str_truncates_on_char_boundary() {
-        let mut s = InlineStr::<4>::new();
-        s.set("abcdef");
-        assert_eq!(s.as_str(), "abcd");
-        s.set("aé€");
-        assert_eq!(s.as_str(), "aé");
-        assert!(!s.is_empty());
-    }
-}
-
-#[cfg(test)]
 mod size {
     /// The call's state stays small (see [`super::CallState`]): 736 bytes
     /// when the relays' hops were boxed (928 before), 784 with the async

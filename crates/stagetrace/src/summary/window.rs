@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::Figure;
+use stagetrace_schema::Figure;
 
 /// The figures a summary reports, in display order: the schema's call-time
 /// figures (the six stages and those derived from them; see

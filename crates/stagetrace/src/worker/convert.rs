@@ -10,11 +10,13 @@ use crate::call_state::{CallState, PackedTiming, StageAcc, TransportAcc};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
+use crate::hop_record::HopFigures;
 use crate::message::RawCall;
-use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
+use crate::record::{CacheOutcome, CallRecord, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
+use stagetrace_schema::{Figure, HostCount};
 use stagetrace_wire::{Hops, ServerTiming};
 use stagetrace_wire::{HostFigure, HostShare};
 
@@ -247,16 +249,7 @@ impl Converter {
             let (st, hops) =
                 self.stitcher
                     .stitch_hops(t.stamps.peer.as_str(), client, relays, &timing);
-            // The relays' own time, each on its own clock.
-            let relay: Option<i64> = hops
-                .iter()
-                .filter_map(|h| h.relay_ns)
-                .reduce(i64::saturating_add);
-            rec.figures.set(Figure::Relay, relay);
-            super::hop_spans::place(span, &hops, relays.as_slice(), &mut tl.hops);
-            rec.hops = hops;
-            self.stitched(&st, rec);
-            place_split(&st, span, tl);
+            self.place_stitched(&st, hops, relays, span, rec, tl);
         }
         let all = s.stages[Stage::Transport.index()];
         if !timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
@@ -278,6 +271,30 @@ impl Converter {
             );
         }
         rx_wait_ns
+    }
+
+    /// The server's timing, stitched (`st`, through `relays`), onto the
+    /// transport `span`: its figures, each relay's hop, and where they fall
+    /// on the call's timeline.
+    fn place_stitched(
+        &mut self,
+        st: &Stitched,
+        hops: Vec<HopFigures>,
+        relays: &Hops,
+        span: SpanTime,
+        rec: &mut CallRecord,
+        tl: &mut Timeline,
+    ) {
+        // The relays' own time, each on its own clock.
+        let relay: Option<i64> = hops
+            .iter()
+            .filter_map(|h| h.relay_ns)
+            .reduce(i64::saturating_add);
+        rec.figures.set(Figure::Relay, relay);
+        super::hop_spans::place(span, &hops, relays.as_slice(), &mut tl.hops);
+        rec.hops = hops;
+        self.stitched(st, rec);
+        place_split(st, span, tl);
     }
 
     /// The stitched figures of a call, its clock basis and step, and the
