@@ -121,94 +121,66 @@ impl TimingMap {
         let mut out = TimingMap::default();
         let mut infer_ms: Option<u64> = None;
         for (key, value) in entries {
+            // A key we do not know (or a non-string key) is skipped: newer
+            // servers may send more.
             let Some(key) = key else { continue };
-            if key == "infer_ms" || key == "prev_total_ms" {
-                let (ms, ns) = ms_entry(key, value)?;
-                if key == "infer_ms" {
-                    infer_ms = Some(ns);
-                } else {
-                    out.prev_total_ms = Some(ms);
-                }
-                continue;
-            }
-            if key == "batch_size" {
-                const B: &str = "batch_size";
-                let n = match value {
-                    MapValue::Unsigned(u) => u,
-                    // Python servers may send an integral float.
-                    MapValue::Float(f)
-                        if f.is_finite() && f >= 0.0 && f.fract() == 0.0 && f <= 1e9 =>
-                    {
-                        f as u64
-                    }
-                    MapValue::Negative(_) => return Err(value_err(C, B, "is negative")),
-                    _ => return Err(value_err(C, B, "is not a positive integer")),
-                };
-                // Beyond u32: out of range, rejected by `check` below.
-                out.timing.batch_size = Some(u32::try_from(n).unwrap_or(u32::MAX));
-                continue;
-            }
-            if key == "recv_at_pickup" {
-                // 1 or 0, as an integer or an integral float (Python).
-                out.timing.recv_at_pickup = match value {
-                    MapValue::Unsigned(1) => true,
-                    MapValue::Unsigned(0) => false,
-                    MapValue::Float(1.0) => true,
-                    MapValue::Float(0.0) => false,
-                    _ => return Err(value_err(C, "recv_at_pickup", "is not 0 or 1")),
-                };
-                continue;
-            }
-            if key == "cache" {
-                out.timing.cache_hit = match value {
-                    MapValue::Str("hit") => Some(true),
-                    MapValue::Str("miss") => Some(false),
-                    _ => return Err(value_err(C, "cache", "is not \"hit\" or \"miss\"")),
-                };
-                continue;
-            }
-            if let Some(f) = host_map_field(key) {
-                // An unsigned integer, or an integral float as Python
-                // servers may send; else the map is rejected, key named.
-                let n = match value {
-                    MapValue::Unsigned(u) => u,
-                    MapValue::Float(x)
-                        if x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= f.max() as f64 =>
-                    {
-                        x as u64
-                    }
-                    MapValue::Negative(_) => return Err(value_err(C, f.map_key, "is negative")),
-                    _ => return Err(value_err(C, f.map_key, "is not a non-negative integer")),
-                };
-                f.put(&mut out.timing.host, n)
-                    .map_err(|why| value_err(C, f.map_key, why))?;
-                continue;
-            }
-            let Some(f) = map_field(key) else {
-                continue;
-            };
-            let (name, max) = (f.map_key, f.max);
-            let n = match value {
-                MapValue::Unsigned(u) => u,
-                // Python servers may send floats (e.g. `time.time() * 1e9`).
-                MapValue::Float(f) if f.is_finite() && f >= 0.0 && f <= max as f64 => {
-                    f.round() as u64
-                }
-                MapValue::Float(_) => {
-                    return Err(value_err(C, name, "is negative, NaN or too large"))
-                }
-                MapValue::Negative(_) => return Err(value_err(C, name, "is negative")),
-                MapValue::Str(_) | MapValue::Other => {
-                    return Err(value_err(C, name, "is not a number"))
-                }
-            };
-            *f.slot(&mut out.timing) = Some(n);
+            out.put(key, value, &mut infer_ms)?;
         }
         if out.timing.infer_ns.is_none() {
             out.timing.infer_ns = infer_ms;
         }
         out.timing.check(C)?;
         Ok(out)
+    }
+
+    /// Reads one entry into the map; `infer_ms` keeps the millisecond
+    /// `infer_ms` aside (the nanosecond field wins when both came).
+    fn put(
+        &mut self,
+        key: &str,
+        value: MapValue<'_>,
+        infer_ms: &mut Option<u64>,
+    ) -> Result<(), WireError> {
+        const C: Codec = Codec::TimingMap;
+        match key {
+            "infer_ms" => *infer_ms = Some(ms_entry(key, value)?.1),
+            "prev_total_ms" => self.prev_total_ms = Some(ms_entry(key, value)?.0),
+            "batch_size" => {
+                // Beyond u32: out of range, rejected by the timing's `check`.
+                let n = integral(value, 1e9, "batch_size", "is not a positive integer")?;
+                self.timing.batch_size = Some(u32::try_from(n).unwrap_or(u32::MAX));
+            }
+            "recv_at_pickup" => {
+                // 1 or 0, as an integer or an integral float (Python).
+                self.timing.recv_at_pickup = match value {
+                    MapValue::Unsigned(1) | MapValue::Float(1.0) => true,
+                    MapValue::Unsigned(0) | MapValue::Float(0.0) => false,
+                    _ => return Err(value_err(C, "recv_at_pickup", "is not 0 or 1")),
+                };
+            }
+            "cache" => {
+                self.timing.cache_hit = match value {
+                    MapValue::Str("hit") => Some(true),
+                    MapValue::Str("miss") => Some(false),
+                    _ => return Err(value_err(C, "cache", "is not \"hit\" or \"miss\"")),
+                };
+            }
+            _ => {
+                if let Some(f) = host_map_field(key) {
+                    let n = integral(
+                        value,
+                        f.max() as f64,
+                        f.map_key,
+                        "is not a non-negative integer",
+                    )?;
+                    f.put(&mut self.timing.host, n)
+                        .map_err(|why| value_err(C, f.map_key, why))?;
+                } else if let Some(f) = map_field(key) {
+                    *f.slot(&mut self.timing) = Some(time_ns(value, f.map_key, f.max)?);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// As a JSON object (the same keys as msgpack).
@@ -294,6 +266,37 @@ fn ms_entry(key: &str, value: MapValue<'_>) -> Result<(f64, u64), WireError> {
     };
     let ns = ms_to_ns(ms).ok_or(value_err(C, field, "is negative, NaN or too large"))?;
     Ok((ms, ns))
+}
+
+/// A count: an unsigned integer, or an integral float up to `max` as
+/// Python servers may send; else the map is rejected, key named.
+fn integral(
+    value: MapValue<'_>,
+    max: f64,
+    key: &'static str,
+    not: &'static str,
+) -> Result<u64, WireError> {
+    match value {
+        MapValue::Unsigned(u) => Ok(u),
+        MapValue::Float(x) if x.is_finite() && x >= 0.0 && x.fract() == 0.0 && x <= max => {
+            Ok(x as u64)
+        }
+        MapValue::Negative(_) => Err(value_err(Codec::TimingMap, key, "is negative")),
+        _ => Err(value_err(Codec::TimingMap, key, not)),
+    }
+}
+
+/// A time in ns: an unsigned integer, or a float up to `max` (Python
+/// servers may send `time.time() * 1e9`), rounded.
+fn time_ns(value: MapValue<'_>, key: &'static str, max: u64) -> Result<u64, WireError> {
+    const C: Codec = Codec::TimingMap;
+    match value {
+        MapValue::Unsigned(u) => Ok(u),
+        MapValue::Float(f) if f.is_finite() && f >= 0.0 && f <= max as f64 => Ok(f.round() as u64),
+        MapValue::Float(_) => Err(value_err(C, key, "is negative, NaN or too large")),
+        MapValue::Negative(_) => Err(value_err(C, key, "is negative")),
+        MapValue::Str(_) | MapValue::Other => Err(value_err(C, key, "is not a number")),
+    }
 }
 
 #[cfg(test)]

@@ -310,8 +310,8 @@ impl StageLayerBuilder {
         Ok((layer.with_filter(filter), guard))
     }
 
-    /// Checks the configuration, starts the worker and makes the layer.
-    fn start(self, with_scope: WithScope) -> Result<(StageLayer, FlushGuard), BuildError> {
+    /// The options no layer can run with, as the first error.
+    fn check(&self) -> Result<(), BuildError> {
         if self.window.is_zero() {
             return Err(BuildError::ZeroWindow);
         }
@@ -324,11 +324,19 @@ impl StageLayerBuilder {
             return Err(BuildError::ZeroQueue);
         }
         if self.call_span_name.is_empty() {
-            return Err(BuildError::BadSpanName(self.call_span_name));
+            return Err(BuildError::BadSpanName(self.call_span_name.clone()));
         }
+        Ok(())
+    }
+
+    /// The span names the layer recognises: the call's, the mapped ones
+    /// (the first mapping of a name wins) and each stage's own name unless
+    /// it is mapped or names the call.
+    fn names(&mut self) -> Result<Names, BuildError> {
+        let call = std::mem::take(&mut self.call_span_name);
         let mut stages: Vec<(String, Stage)> = Vec::new();
-        for (name, stage) in self.map {
-            if name.is_empty() || name == self.call_span_name {
+        for (name, stage) in std::mem::take(&mut self.map) {
+            if name.is_empty() || name == call {
                 return Err(BuildError::BadSpanName(name));
             }
             if !stages.iter().any(|(n, _)| *n == name) {
@@ -337,11 +345,17 @@ impl StageLayerBuilder {
         }
         for stage in Stage::ALL {
             let name = stage.name();
-            if name != self.call_span_name && !stages.iter().any(|(n, _)| n == name) {
+            if name != call && !stages.iter().any(|(n, _)| n == name) {
                 stages.push((name.to_owned(), stage));
             }
         }
-        let names = Arc::new(Names::new(self.call_span_name, stages));
+        Ok(Names::new(call, stages))
+    }
+
+    /// Checks the configuration, starts the worker and makes the layer.
+    fn start(mut self, with_scope: WithScope) -> Result<(StageLayer, FlushGuard), BuildError> {
+        self.check()?;
+        let names = Arc::new(self.names()?);
         crate::stamp::init();
         let health = Arc::new(Health::default());
         let run = run_id();

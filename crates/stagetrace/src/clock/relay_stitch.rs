@@ -64,68 +64,15 @@ impl Stitcher {
         let Some(first) = hops.as_slice().first() else {
             return (out, Vec::new());
         };
-        let mut path: Vec<Hop> = Vec::with_capacity(hops.len() + 1);
-        path.push(Hop {
-            from: client,
-            to: first.as_server(),
-            relay: Some(*first),
-        });
-        for (i, r) in hops.as_slice().iter().enumerate() {
-            let next = hops.as_slice().get(i + 1);
-            path.push(Hop {
-                from: ClientTimes {
-                    send_unix_ns: r.recv_unix_ns.saturating_add(r.forward_ns),
-                    recv_unix_ns: r.recv_unix_ns.saturating_add(r.reply_ns),
-                    first_byte_unix_ns: None,
-                    request_first_byte_unix_ns: None,
-                },
-                to: next.map_or(*server, RelayTiming::as_server),
-                relay: next.copied(),
-            });
-        }
         let mut clamped = false;
-        let mut figures = Vec::with_capacity(path.len());
+        let mut figures = Vec::with_capacity(hops.len() + 1);
         // Σ offsets and Σ bounds, while every hop has an estimate.
         let mut composed: Option<(f64, f64)> = Some((0.0, 0.0));
-        for (i, hop) in path.iter().enumerate() {
-            let span = diff(hop.from.recv_unix_ns, hop.from.send_unix_ns);
-            let inside = hop.to.total_ns.or(hop.to.infer_ns);
-            let net = inside.map(|s| clamp(span - s as f64, f64::INFINITY, &mut clamped));
-            let mut h = HopFigures {
-                net_ns: net.map(whole),
-                relay_ns: hop
-                    .relay
-                    .map(|r| i64::try_from(r.own_ns()).unwrap_or(i64::MAX)),
-                ..HopFigures::default()
-            };
-            let sample = NtpSample::from_call(hop.from, &hop.to);
-            let est = match (self.mode(), sample) {
-                (ClockMode::Trusted, Some(_)) => Some((0.0, 0.0, None, None)),
-                (ClockMode::Estimate, Some(_)) => {
-                    let (from, _) = NtpSample::first_byte(hop.from, &hop.to);
-                    let key = format!("{peer}#hop{i}");
-                    from.and_then(|s| self.filter_mut(&key).add(s))
-                        .map(|e| (e.offset_ns, e.err_ns, e.drift_ppm, e.drift_err_ppm))
-                }
-                _ => None,
-            };
-            match (est, sample, net) {
-                (Some((offset, err, drift, drift_err)), Some(s), Some(net)) => {
-                    let up = clamp(diff(s.t1, s.t0) - offset, net, &mut clamped);
-                    h.up_ns = Some(whole(up));
-                    h.down_ns = Some(whole(net - up));
-                    h.offset_ns = Some(whole(offset));
-                    h.err_ns = Some(whole(err));
-                    h.drift_ppm = drift;
-                    h.drift_err_ppm = drift_err;
-                    // The path's offset and bound are the sums of the
-                    // hops' as the record shows them (whole ns), so the
-                    // numbers a user adds up agree to the nanosecond.
-                    let (o_ns, e_ns) = (whole(offset) as f64, whole(err) as f64);
-                    composed = composed.map(|(o, e)| (o + o_ns, e + e_ns));
-                }
-                _ => composed = None,
-            }
+        for (i, hop) in path(client, first, hops, server).iter().enumerate() {
+            let (h, est) = self.hop(peer, i, hop, &mut clamped);
+            composed = composed
+                .zip(est)
+                .map(|((o, e), (o_ns, e_ns))| (o + o_ns, e + e_ns));
             figures.push(h);
         }
         if let (Some((offset, err)), Some(t1), Some(net)) =
@@ -143,6 +90,77 @@ impl Stitcher {
         out.clamped |= clamped;
         (out, figures)
     }
+
+    /// One hop's figures (net, relay, and with an offset estimate its
+    /// uplink and downlink), and its offset and bound as the record shows
+    /// them (whole ns), when it has an estimate: the path's are their sums,
+    /// so the numbers a user adds up agree to the nanosecond.
+    fn hop(
+        &mut self,
+        peer: &str,
+        i: usize,
+        hop: &Hop,
+        clamped: &mut bool,
+    ) -> (HopFigures, Option<(f64, f64)>) {
+        let span = diff(hop.from.recv_unix_ns, hop.from.send_unix_ns);
+        let inside = hop.to.total_ns.or(hop.to.infer_ns);
+        let net = inside.map(|s| clamp(span - s as f64, f64::INFINITY, clamped));
+        let mut h = HopFigures {
+            net_ns: net.map(whole),
+            relay_ns: hop
+                .relay
+                .map(|r| i64::try_from(r.own_ns()).unwrap_or(i64::MAX)),
+            ..HopFigures::default()
+        };
+        let sample = NtpSample::from_call(hop.from, &hop.to);
+        let est = match (self.mode(), sample) {
+            (ClockMode::Trusted, Some(_)) => Some((0.0, 0.0, None, None)),
+            (ClockMode::Estimate, Some(_)) => {
+                let (from, _) = NtpSample::first_byte(hop.from, &hop.to);
+                let key = format!("{peer}#hop{i}");
+                from.and_then(|s| self.filter_mut(&key).add(s))
+                    .map(|e| (e.offset_ns, e.err_ns, e.drift_ppm, e.drift_err_ppm))
+            }
+            _ => None,
+        };
+        let (Some((offset, err, drift, drift_err)), Some(s), Some(net)) = (est, sample, net) else {
+            return (h, None);
+        };
+        let up = clamp(diff(s.t1, s.t0) - offset, net, clamped);
+        h.up_ns = Some(whole(up));
+        h.down_ns = Some(whole(net - up));
+        h.offset_ns = Some(whole(offset));
+        h.err_ns = Some(whole(err));
+        h.drift_ppm = drift;
+        h.drift_err_ppm = drift_err;
+        (h, Some((whole(offset) as f64, whole(err) as f64)))
+    }
+}
+
+/// The path of a relayed call, hop by hop: the robot to the first relay
+/// (the robot's own stamps), each relay to the next, the last to the policy
+/// server (each relay's forward and reply times, on its own clock).
+fn path(client: ClientTimes, first: &RelayTiming, hops: &Hops, server: &ServerTiming) -> Vec<Hop> {
+    let mut path: Vec<Hop> = Vec::with_capacity(hops.len() + 1);
+    path.push(Hop {
+        from: client,
+        to: first.as_server(),
+        relay: Some(*first),
+    });
+    for (i, r) in hops.as_slice().iter().enumerate() {
+        let next = hops.as_slice().get(i + 1);
+        path.push(Hop {
+            from: ClientTimes {
+                send_unix_ns: r.recv_unix_ns.saturating_add(r.forward_ns),
+                recv_unix_ns: r.recv_unix_ns.saturating_add(r.reply_ns),
+                first_byte_unix_ns: None,
+                request_first_byte_unix_ns: None,
+            },
+            to: next.map_or(*server, RelayTiming::as_server),
+            relay: next.copied(),
+        });
+    }
+    path
 }
 
 #[cfg(test)]
