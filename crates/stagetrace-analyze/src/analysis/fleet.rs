@@ -14,7 +14,6 @@ use std::path::PathBuf;
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::baseline::vs_baseline;
 use super::group::rate_of;
 use super::moves::{fmt_p, moves_of, Context};
@@ -228,7 +227,7 @@ fn differs(
         tail_floor_ms: spike_floor_ms(others_e2e),
     };
     let peers = split.iter().enumerate().filter(|(o, _)| *o != r).count();
-    moves_of(kind, &vs, &cx, advice)
+    moves_of(kind, &vs, &cx)
         .into_iter()
         .filter(|v| matches!(v.code, "median_shift" | "tail_only" | "network_moved"))
         .map(|v| robot_verdict(robot, peers, &vs, v))
@@ -251,13 +250,13 @@ fn robot_verdict(
             "robot {name} is slower than the other {peers} robot(s) in {m}: median {} against {} on the others (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}, shift {} [{}, {}]); p99 {} against {}. The whole stage is slower on {name} — look at what differs on it (hardware, model or its version, load, its link); {}.",
             fmt_ms(s.p50.after), fmt_ms(s.p50.before), s.p50.ratio, s.p50.lo, s.p50.hi,
             fmt_p(s.mann_whitney.p), fmt_ms(s.shift.estimate), fmt_ms(s.shift.lo), fmt_ms(s.shift.hi),
-            fmt_ms(s.p99.after), fmt_ms(s.p99.before), advice(m)
+            fmt_ms(s.p99.after), fmt_ms(s.p99.before), m.advice()
         ),
         ("tail_only", Some(s)) => format!(
             "robot {name} has a longer {m} tail than the other {peers} robot(s): p99 {} against {} (×{:.2}, 95% CI {:.2}–{:.2}), {:.1}% of its calls above the others' p99 (others {:.1}%, p={}), median {} against {}. A few of its requests are held up — {}.",
             fmt_ms(s.p99.after), fmt_ms(s.p99.before), s.p99.ratio, s.p99.lo, s.p99.hi,
             100.0 * s.exceed, 100.0 * s.baseline_exceed, fmt_p(s.exceed_p),
-            fmt_ms(s.p50.after), fmt_ms(s.p50.before), advice(m)
+            fmt_ms(s.p50.after), fmt_ms(s.p50.before), m.advice()
         ),
         _ => format!(
             "robot {name} differs from the other {peers} robot(s) (they are its baseline here): {}",

@@ -5,7 +5,6 @@
 use serde_json::json;
 use stagetrace_schema::{Figure, Side};
 
-use super::advice::advice;
 use super::report::{GroupReport, HostCause, Verdict};
 use crate::format::fmt_ms;
 
@@ -50,7 +49,7 @@ pub(super) fn host_spikes(
             fmt_ms(cause.spike_median_ms),
             fmt_ms(cause.median_ms),
             cause.diagnosis(),
-            advice(host)
+            host.advice()
         ),
         evidence: spikes_evidence(
             r,

@@ -8,7 +8,6 @@
 //! the groups, inference's parts and the server's waits, the deadline, the
 //! calls that stand out).
 
-mod advice;
 mod async_queue;
 mod baseline;
 mod causes;

@@ -4,7 +4,6 @@
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::deadline_verdict::{deadline_verdict, stall_verdicts};
 use super::host_verdict::host_spikes;
 use super::moves::{dedupe, e2e_moved, moves, Context};
@@ -65,7 +64,7 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
                 fmt_ms(s.mean_ms),
                 fmt_ms(median.p50),
                 fmt_ms(threshold),
-                advice(f)
+                f.advice()
             ),
             evidence: json!({
                 "cost_ms": cost_ms, "rounds": s.rounds, "calls": r.steady,
@@ -133,7 +132,7 @@ fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                     r.steady,
                     fmt_ms(m.excess_ms),
                     fmt_ms(m.median_ms),
-                    advice(f)
+                    f.advice()
                 ),
                 evidence: json!({
                     "cost_ms": m.excess_ms, "calls": m.calls, "share": m.share,
@@ -233,7 +232,7 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                 // On the executor's side the period is its own work (every
                 // n-th chunk behind a longer action): its next steps.
                 if matches!(m, Figure::ExecWait | Figure::ExecTx | Figure::Dispatch) {
-                    format!("; {}", advice(m))
+                    format!("; {}", m.advice())
                 } else {
                     String::new()
                 }
@@ -317,7 +316,7 @@ fn no_steady_calls(r: &GroupReport) -> Verdict {
 /// What the figures' shapes say: moves against the baseline, periodic
 /// figures, second modes, and (without a baseline) spikes.
 fn shape_verdicts(r: &GroupReport, cx: &Context) -> Vec<Verdict> {
-    let mut out = moves(r, cx, advice);
+    let mut out = moves(r, cx);
     let periodic: Vec<Figure> = r
         .periodicity
         .iter()
