@@ -134,10 +134,6 @@ pub enum Figure {
 /// Number of [`Figure`]s.
 pub const FIGURE_COUNT: usize = 45;
 
-/// Printed under every table that shows `ttfb`: what the black box is, so
-/// nobody reads the wait for the first byte as inference.
-pub const BLACK_BOX_NOTE: &str = "ttfb = send → the response's first byte: server AND network together, a black box (the server reports no timing; this is not inference); rx = the response's transfer. Add server timing to split it (docs/protocol.md).";
-
 /// One row of the figure table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FigureInfo {
