@@ -16,7 +16,7 @@ mod deadline_verdict;
 mod fleet;
 mod gap;
 mod group;
-mod hops;
+mod hop_report;
 mod host_cause;
 mod host_verdict;
 mod infer_parts;
@@ -40,7 +40,7 @@ use crate::stats::{self, Distribution};
 
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
-pub use hops::HopReport;
+pub use hop_report::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::HostCause;
 pub use report::{
@@ -51,7 +51,7 @@ pub use report::{
 };
 
 pub(crate) use group::inputs_of;
-pub(crate) use hops::nodes as hop_nodes;
+pub(crate) use hop_report::nodes as hop_nodes;
 pub(crate) use options::min_cost_ms;
 
 use async_queue::action_queue;
@@ -208,7 +208,7 @@ fn analyze_group(
         gap,
         mitigations: mitigations(ds, kind_idx, pooled),
         action_queue: action_queue(ds, g),
-        hops: hops::hop_reports(g, base, opts),
+        hops: hop_report::hop_reports(g, base, opts),
         infer_parts: infer_parts::infer_parts(ds, g, floor),
         server_waits: server_waits::server_waits(ds, g, spike_floor_ms(e2e_median)),
         verdicts: Vec::new(),
@@ -250,9 +250,9 @@ fn group_verdicts(
     };
     let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
     let mut out = verdicts(report, &cx, baseline_n);
-    let named = hops::hop_verdicts(&report.kind, &report.hops, floor);
+    let named = hop_report::hop_verdicts(&report.kind, &report.hops, floor);
     if !named.is_empty() {
-        out.retain(|v| !hops::superseded(v));
+        out.retain(|v| !hop_report::superseded(v));
         out.extend(named);
         out.sort_by(verdict_order);
     }

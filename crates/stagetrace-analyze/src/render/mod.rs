@@ -3,7 +3,7 @@
 //!
 //! One file per part of a kind's report, in the order printed: `header`
 //! (the kind's line, its rate, the mitigations), `stages` (the figure
-//! table and inference's parts), `robots`, `hops`, `baseline`, `outliers`,
+//! table and inference's parts), `robots`, `hop_table`, `baseline`, `outliers`,
 //! `periodicity` (spikes and second modes) and `variance`. This file holds
 //! what they share: cells, row names and the notes under a table (the
 //! words every table prints, the core's summary too, are
@@ -11,7 +11,7 @@
 
 mod baseline;
 mod header;
-mod hops;
+mod hop_table;
 mod outliers;
 mod periodicity;
 mod robots;
@@ -126,7 +126,7 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
     stages::stage_table(s, g);
     stages::infer_parts(s, g);
     robots::table(s, g, robots);
-    hops::table(s, g);
+    hop_table::table(s, g);
     baseline::baseline_table(s, g);
     outliers::outliers(s, g);
     periodicity::periodicity_and_shapes(s, g);
