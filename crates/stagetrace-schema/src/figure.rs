@@ -164,6 +164,8 @@ pub struct FigureInfo {
 
 use Figure as F;
 
+// One argument per column of the table, in the row's order.
+#[allow(clippy::too_many_arguments)]
 const fn row(
     name: &'static str,
     field: &'static str,

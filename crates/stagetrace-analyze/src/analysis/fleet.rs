@@ -48,17 +48,7 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
         return;
     }
     let ds = a.run;
-    let mut owner = vec![NOBODY; ds.len()];
-    let mut records = vec![0u64; robots.len()];
-    for (j, path) in ds.files.iter().enumerate() {
-        let Some(r) = robots.iter().position(|r| r.files.contains(path)) else {
-            continue;
-        };
-        for i in ds.file_calls(j) {
-            owner[i] = r as u32;
-            records[r] += 1;
-        }
-    }
+    let (owner, records) = owners(ds, robots);
     a.report.robots = robots
         .iter()
         .zip(&records)
@@ -72,35 +62,8 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
     for (g, report) in a.groups.iter().zip(a.report.groups.iter_mut()) {
         let split = split(ds, g, &owner, robots.len());
         for (r, robot) in robots.iter().enumerate() {
-            let stages: BTreeMap<&'static str, RobotStage> = figures::read()
-                .filter_map(|m| {
-                    let xs = &split[r][m.index()];
-                    (!xs.is_empty()).then(|| {
-                        (
-                            m.name(),
-                            RobotStage {
-                                n: xs.len() as u64,
-                                p50: stats::quantile(xs, 0.5),
-                                p99: stats::quantile(xs, 0.99),
-                            },
-                        )
-                    })
-                })
-                .collect();
-            let calls: Vec<u32> = g
-                .calls
-                .iter()
-                .copied()
-                .filter(|&i| owner.get(i as usize) == Some(&(r as u32)))
-                .collect();
-            report.robots.insert(
-                robot.name.clone(),
-                RobotStages {
-                    steady: split[r][Figure::E2e.index()].len() as u64,
-                    rate: rate_of(ds, &calls),
-                    stages,
-                },
-            );
+            let stages = robot_stages(ds, g, &split[r], &owner, r);
+            report.robots.insert(robot.name.clone(), stages);
         }
         // Each listed outlier round says whose call it was.
         for round in &mut report.outliers.rounds {
@@ -113,10 +76,11 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
         if g.kind == ALL_KINDS {
             continue;
         }
-        let mut vs = Vec::new();
-        for (r, robot) in robots.iter().enumerate() {
-            vs.extend(differs(&g.kind, robot, r, &split, opts));
-        }
+        let vs: Vec<Verdict> = robots
+            .iter()
+            .enumerate()
+            .flat_map(|(r, robot)| differs(&g.kind, robot, r, &split, opts))
+            .collect();
         if !vs.is_empty() {
             let named: Vec<Figure> = vs
                 .iter()
@@ -135,6 +99,60 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
         a.report.verdicts.extend(vs);
     }
     a.report.verdicts.sort_by(verdict_order);
+}
+
+/// Which robot each call of the run belongs to ([`NOBODY`] when its file
+/// is in no robot's list), and how many records each robot has.
+fn owners(ds: &Dataset, robots: &[Robot]) -> (Vec<u32>, Vec<u64>) {
+    let mut owner = vec![NOBODY; ds.len()];
+    let mut records = vec![0u64; robots.len()];
+    for (j, path) in ds.files.iter().enumerate() {
+        let Some(r) = robots.iter().position(|r| r.files.contains(path)) else {
+            continue;
+        };
+        for i in ds.file_calls(j) {
+            owner[i] = r as u32;
+            records[r] += 1;
+        }
+    }
+    (owner, records)
+}
+
+/// Robot `r`'s part of a group: its steady calls, its rate, and each
+/// figure's p50 / p99 over its sorted values `per` (per figure).
+fn robot_stages(
+    ds: &Dataset,
+    g: &GroupData,
+    per: &[Vec<f32>],
+    owner: &[u32],
+    r: usize,
+) -> RobotStages {
+    let stages: BTreeMap<&'static str, RobotStage> = figures::read()
+        .filter_map(|m| {
+            let xs = &per[m.index()];
+            (!xs.is_empty()).then(|| {
+                (
+                    m.name(),
+                    RobotStage {
+                        n: xs.len() as u64,
+                        p50: stats::quantile(xs, 0.5),
+                        p99: stats::quantile(xs, 0.99),
+                    },
+                )
+            })
+        })
+        .collect();
+    let calls: Vec<u32> = g
+        .calls
+        .iter()
+        .copied()
+        .filter(|&i| owner.get(i as usize) == Some(&(r as u32)))
+        .collect();
+    RobotStages {
+        steady: per[Figure::E2e.index()].len() as u64,
+        rate: rate_of(ds, &calls),
+        stages,
+    }
 }
 
 /// A merged-run verdict the robot verdicts on `named` make moot: `steady`,
