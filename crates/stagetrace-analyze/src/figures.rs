@@ -119,13 +119,6 @@ pub fn host_rows() -> Vec<Figure> {
     rows
 }
 
-/// The heading of the host figures' table.
-pub const HOST_HEADING: &str =
-    "the hosts: what the robot's and the policy server's hosts did during the call (overlaps the stages above, never add it to them; docs/host.md)";
-
-/// The legend under the host figures' table, in one line.
-pub const HOST_LEGEND: &str = "run_wait = a thread ready but waiting for a core; cpu_stall = some task of the host waiting for a CPU; gc = a garbage collection; tx_wait / rx_wait = a send / a read held up on the host; capture_ / dispatch_run_wait = run_wait inside that stage; server_… = the same on the policy server";
-
 /// The stage named by the name a user wrote: a figure's short or record
 /// name (`infer`, `infer_ms`), or the span names the docs tell users to
 /// write — `transport` (the client's span around send → response, which
@@ -267,17 +260,10 @@ mod tests {
         };
         // A full record's call-time figures and the observer: the table up to `late`.
         let full = &Figure::ALL[..F::Late.index()];
+        // The six stages, then the gap.
         assert_eq!(
             stacked(with(full)),
-            [
-                F::Capture,
-                F::Uplink,
-                F::Queue,
-                F::Infer,
-                F::Downlink,
-                F::Dispatch,
-                F::Gap
-            ]
+            [&Figure::STAGES[..], &[F::Gap]].concat()
         );
         assert_eq!(
             e2e_parts(with(full)),

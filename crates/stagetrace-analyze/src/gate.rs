@@ -104,58 +104,12 @@ impl FromStr for Gate {
     fn from_str(text: &str) -> Result<Gate, GateError> {
         let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
         let bad = |why: &str| GateError(format!("--fail-if '{text}': {why}; {SYNTAX}"));
-        let pos = t
-            .find(['>', '<'])
-            .ok_or_else(|| bad("no comparison (> >= < <=)"))?;
-        let (lhs, rest) = t.split_at(pos);
-        let (op, value) = if let Some(v) = rest.strip_prefix(">=") {
-            (Op::Ge, v)
-        } else if let Some(v) = rest.strip_prefix("<=") {
-            (Op::Le, v)
-        } else if let Some(v) = rest.strip_prefix('>') {
-            (Op::Gt, v)
-        } else if let Some(v) = rest.strip_prefix('<') {
-            (Op::Lt, v.trim_start_matches('='))
-        } else {
-            return Err(bad("no comparison"));
-        };
-        let (robot, lhs) = match lhs.split_once('@') {
-            Some((r, l)) if !r.is_empty() => (Some(r.to_string()), l),
-            Some(_) => return Err(bad("no robot name before '@'")),
-            None => (None, lhs),
-        };
-        let (kind, lhs) = match lhs.split_once(':') {
-            Some((k, l)) if !k.is_empty() => (Some(k.to_string()), l),
-            _ => (None, lhs),
-        };
+        let (lhs, op, value) = split_comparison(&t).map_err(bad)?;
+        let (robot, kind, lhs) = split_scope(lhs).map_err(bad)?;
         let (stage, stat) = lhs
             .split_once('.')
             .ok_or_else(|| bad("expected STAGE.STAT before the comparison"))?;
-        let target = match (stage, stat) {
-            ("deadline", "misses") => Target::DeadlineMisses,
-            ("deadline", "miss_rate") => Target::DeadlineMissRate,
-            ("outliers", "count") => Target::Outliers,
-            _ => {
-                // `transport` and `call` are the span names the docs tell
-                // users to write: the records call them roundtrip and e2e.
-                let figure = figures::from_user_name(stage)
-                    .filter(|f| figures::is_read(*f))
-                    .ok_or_else(|| bad(&format!("unknown stage '{stage}'")))?;
-                let stat = match stat {
-                    "p99.9" => "p999",
-                    "count" => "n",
-                    "median" => "p50",
-                    s => s,
-                };
-                if crate::stats::Distribution::default().get(stat).is_none() {
-                    return Err(bad(&format!("unknown statistic '{stat}'")));
-                }
-                Target::Stage {
-                    figure,
-                    stat: stat.to_string(),
-                }
-            }
-        };
+        let target = target(stage, stat).map_err(|why| bad(&why))?;
         if robot.is_some()
             && !matches!(&target, Target::Stage { stat, .. } if ["n", "p50", "p99"].contains(&stat.as_str()))
         {
@@ -163,30 +117,7 @@ impl FromStr for Gate {
                 "a per-robot gate (ROBOT@) reads a stage's n, p50 or p99",
             ));
         }
-        let split = value
-            .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
-            .unwrap_or(value.len());
-        let (num, unit) = value.split_at(split);
-        let num: f64 = num
-            .parse()
-            .map_err(|_| bad(&format!("'{value}' is not a number with an optional unit")))?;
-        let is_duration = matches!(&target, Target::Stage { stat, .. } if stat != "n");
-        let scale = match (unit, is_duration) {
-            ("" | "ms", true) => 1.0,
-            ("us" | "µs", true) => 1e-3,
-            ("s", true) => 1e3,
-            ("", false) => 1.0,
-            ("%", false) if target == Target::DeadlineMissRate => 0.01,
-            _ => return Err(bad(&format!("unit '{unit}' does not fit {lhs}"))),
-        };
-        // `1e309`, or `1e306s` once scaled, reads as infinity: a gate
-        // against an infinite limit never (or always) fires, silently.
-        let limit = num * scale;
-        if !limit.is_finite() {
-            return Err(bad(&format!(
-                "'{value}' is beyond any limit a gate can hold"
-            )));
-        }
+        let limit = limit(value, &target, lhs).map_err(|why| bad(&why))?;
         Ok(Gate {
             text: text.to_string(),
             kind,
@@ -196,6 +127,97 @@ impl FromStr for Gate {
             limit,
         })
     }
+}
+
+/// A gate's text (without whitespace) cut at its comparison: what is
+/// compared, the comparison, the limit as written.
+fn split_comparison(t: &str) -> Result<(&str, Op, &str), &'static str> {
+    let pos = t.find(['>', '<']).ok_or("no comparison (> >= < <=)")?;
+    let (lhs, rest) = t.split_at(pos);
+    let (op, value) = if let Some(v) = rest.strip_prefix(">=") {
+        (Op::Ge, v)
+    } else if let Some(v) = rest.strip_prefix("<=") {
+        (Op::Le, v)
+    } else if let Some(v) = rest.strip_prefix('>') {
+        (Op::Gt, v)
+    } else if let Some(v) = rest.strip_prefix('<') {
+        (Op::Lt, v.trim_start_matches('='))
+    } else {
+        return Err("no comparison");
+    };
+    Ok((lhs, op, value))
+}
+
+/// What is compared without its scope: the robot (`ROBOT@`) and the kind
+/// (`KIND:`) it names, each when given, and the `STAGE.STAT` left.
+fn split_scope(lhs: &str) -> Result<(Option<String>, Option<String>, &str), &'static str> {
+    let (robot, lhs) = match lhs.split_once('@') {
+        Some((r, l)) if !r.is_empty() => (Some(r.to_string()), l),
+        Some(_) => return Err("no robot name before '@'"),
+        None => (None, lhs),
+    };
+    let (kind, lhs) = match lhs.split_once(':') {
+        Some((k, l)) if !k.is_empty() => (Some(k.to_string()), l),
+        _ => (None, lhs),
+    };
+    Ok((robot, kind, lhs))
+}
+
+/// The target `STAGE.STAT` names: a deadline or outlier count, or a
+/// statistic of a figure the analysis reads.
+fn target(stage: &str, stat: &str) -> Result<Target, String> {
+    match (stage, stat) {
+        ("deadline", "misses") => return Ok(Target::DeadlineMisses),
+        ("deadline", "miss_rate") => return Ok(Target::DeadlineMissRate),
+        ("outliers", "count") => return Ok(Target::Outliers),
+        _ => {}
+    }
+    // `transport` and `call` are the span names the docs tell
+    // users to write: the records call them roundtrip and e2e.
+    let figure = figures::from_user_name(stage)
+        .filter(|f| figures::is_read(*f))
+        .ok_or_else(|| format!("unknown stage '{stage}'"))?;
+    let stat = match stat {
+        "p99.9" => "p999",
+        "count" => "n",
+        "median" => "p50",
+        s => s,
+    };
+    if crate::stats::Distribution::default().get(stat).is_none() {
+        return Err(format!("unknown statistic '{stat}'"));
+    }
+    Ok(Target::Stage {
+        figure,
+        stat: stat.to_string(),
+    })
+}
+
+/// The limit `value` gives for `target` (what `lhs` wrote), in ms for a
+/// duration: a number with a unit that fits the target, finite once scaled.
+fn limit(value: &str, target: &Target, lhs: &str) -> Result<f64, String> {
+    let split = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
+        .unwrap_or(value.len());
+    let (num, unit) = value.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("'{value}' is not a number with an optional unit"))?;
+    let is_duration = matches!(target, Target::Stage { stat, .. } if stat != "n");
+    let scale = match (unit, is_duration) {
+        ("" | "ms", true) => 1.0,
+        ("us" | "µs", true) => 1e-3,
+        ("s", true) => 1e3,
+        ("", false) => 1.0,
+        ("%", false) if *target == Target::DeadlineMissRate => 0.01,
+        _ => return Err(format!("unit '{unit}' does not fit {lhs}")),
+    };
+    // `1e309`, or `1e306s` once scaled, reads as infinity: a gate
+    // against an infinite limit never (or always) fires, silently.
+    let limit = num * scale;
+    if !limit.is_finite() {
+        return Err(format!("'{value}' is beyond any limit a gate can hold"));
+    }
+    Ok(limit)
 }
 
 /// A gate that fired.
@@ -213,7 +235,31 @@ impl Gate {
     /// Evaluates the gate; `Ok(Some(_))` when it fires, `Err` when the
     /// report has no such figure (a misconfigured gate must not pass silently).
     pub fn check(&self, report: &Report) -> Result<Option<Fired>, GateError> {
-        let group = match &self.kind {
+        let group = self.group(report)?;
+        if let Some(robot) = &self.robot {
+            return self.check_robots(report, group, robot);
+        }
+        let (value, unit) = self.measured(group)?;
+        if !self.op.holds(value, self.limit) {
+            return Ok(None);
+        }
+        Ok(Some(Fired {
+            gate: self.text.clone(),
+            value,
+            message: format!(
+                "fail-if fired: {} — measured {value:.3}{unit} {} {}{unit} (kind {})",
+                self.text,
+                self.op.symbol(),
+                self.limit,
+                group.kind
+            ),
+        }))
+    }
+
+    /// The group the gate reads: its kind's, else all kinds pooled (or the
+    /// only kind).
+    fn group<'r>(&self, report: &'r Report) -> Result<&'r GroupReport, GateError> {
+        match &self.kind {
             Some(k) => report.groups.iter().find(|g| &g.kind == k),
             None => report
                 .groups
@@ -227,74 +273,60 @@ impl Gate {
                 self.text,
                 self.kind.as_deref().unwrap_or("*")
             ))
-        })?;
-        let missing = |what: &str| {
-            GateError(format!(
-                "--fail-if '{}': the records carry no {what}",
-                self.text
-            ))
+        })
+    }
+
+    /// The error for a gate on something the records do not carry.
+    fn missing(&self, what: &str) -> GateError {
+        GateError(format!(
+            "--fail-if '{}': the records carry no {what}",
+            self.text
+        ))
+    }
+
+    /// The value the gate compares in `group`, and its unit as printed.
+    fn measured(&self, group: &GroupReport) -> Result<(f64, &'static str), GateError> {
+        let deadline = || {
+            group
+                .rate
+                .deadline
+                .as_ref()
+                .ok_or_else(|| self.missing("deadlines (no target rate)"))
         };
-        if let Some(robot) = &self.robot {
-            return self.check_robots(report, group, robot);
-        }
-        let (value, unit) = match &self.target {
+        Ok(match &self.target {
             Target::Stage { figure, stat } => {
-                let s = group.stages.get(figure.name()).ok_or_else(|| {
-                    let has = |f: Figure| group.stages.contains_key(f.name());
-                    let carried: Vec<&str> = figures::call_rows()
-                        .into_iter()
-                        .filter(|f| has(*f))
-                        .map(Figure::name)
-                        .collect();
-                    let why = if crate::render::lacks_server_timing(has) {
-                        "; no server timing: the policy server sends none (docs/protocol.md)"
-                    } else {
-                        ""
-                    };
-                    missing(&format!(
-                        "{} figures (they carry {}{why})",
-                        figure.name(),
-                        carried.join(", ")
-                    ))
-                })?;
-                let v = s.get(stat).ok_or_else(|| missing(stat))?;
+                let s = group
+                    .stages
+                    .get(figure.name())
+                    .ok_or_else(|| self.missing_figure(*figure, group))?;
+                let v = s.get(stat).ok_or_else(|| self.missing(stat))?;
                 (v, if stat == "n" { "" } else { " ms" })
             }
-            Target::DeadlineMisses => (
-                group
-                    .rate
-                    .deadline
-                    .as_ref()
-                    .ok_or_else(|| missing("deadlines (no target rate)"))?
-                    .misses as f64,
-                "",
-            ),
-            Target::DeadlineMissRate => (
-                group
-                    .rate
-                    .deadline
-                    .as_ref()
-                    .ok_or_else(|| missing("deadlines (no target rate)"))?
-                    .miss_rate,
-                "",
-            ),
+            Target::DeadlineMisses => (deadline()?.misses as f64, ""),
+            Target::DeadlineMissRate => (deadline()?.miss_rate, ""),
             Target::Outliers => (group.outliers.count as f64, ""),
-        };
-        if self.op.holds(value, self.limit) {
-            Ok(Some(Fired {
-                gate: self.text.clone(),
-                value,
-                message: format!(
-                    "fail-if fired: {} — measured {value:.3}{unit} {} {}{unit} (kind {})",
-                    self.text,
-                    self.op.symbol(),
-                    self.limit,
-                    group.kind
-                ),
-            }))
+        })
+    }
+
+    /// The error for a gate on a figure `group` does not carry: the figures
+    /// it does carry, and why a server's are absent when none came.
+    fn missing_figure(&self, figure: Figure, group: &GroupReport) -> GateError {
+        let has = |f: Figure| group.stages.contains_key(f.name());
+        let carried: Vec<&str> = figures::call_rows()
+            .into_iter()
+            .filter(|f| has(*f))
+            .map(Figure::name)
+            .collect();
+        let why = if crate::render::lacks_server_timing(has) {
+            "; no server timing: the policy server sends none (docs/protocol.md)"
         } else {
-            Ok(None)
-        }
+            ""
+        };
+        self.missing(&format!(
+            "{} figures (they carry {}{why})",
+            figure.name(),
+            carried.join(", ")
+        ))
     }
 }
 

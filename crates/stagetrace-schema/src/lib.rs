@@ -42,14 +42,16 @@ mod convert;
 mod field;
 mod figure;
 mod kind;
+pub mod notes;
 
 pub use convert::{ms_to_ns, ns_to_ms};
 pub use field::{
     Field, FieldInfo, FieldType, HostCount, CACHE_VALUES, CLOCK_VALUES, FIELDS, FIELD_COUNT,
     HOP_KEYS, MAX_HOPS_READ,
 };
-pub use figure::{Figure, FigureInfo, BLACK_BOX_NOTE, FIGURE_COUNT};
+pub use figure::{Figure, FigureInfo, FIGURE_COUNT};
 pub use kind::{Group, Side, Unit};
+pub use notes::BLACK_BOX_NOTE;
 
 #[cfg(test)]
 mod tests {

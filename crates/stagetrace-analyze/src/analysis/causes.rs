@@ -11,7 +11,6 @@
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::options::{MIN_SPIKES, SPIKE_SHARE};
 use super::report::{GroupReport, ServerWait, Verdict};
 use crate::figures;
@@ -100,7 +99,7 @@ fn server_wait(r: &GroupReport, f: Figure, w: &ServerWait) -> Option<Verdict> {
             format!(
                 "requests waited {} on average for a server worker {how}: time in queue{not_net}; {}.",
                 fmt_ms(mean),
-                advice(f)
+                f.advice()
             ),
         ),
         Figure::LoopWait => (
@@ -108,7 +107,7 @@ fn server_wait(r: &GroupReport, f: Figure, w: &ServerWait) -> Option<Verdict> {
             format!(
                 "the server's event loop was blocked for {} on average when requests came, {how}: time in queue{not_net}; {}.",
                 fmt_ms(mean),
-                advice(f)
+                f.advice()
             ),
         ),
         _ => return None,

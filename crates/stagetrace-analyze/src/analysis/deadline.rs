@@ -56,82 +56,111 @@ pub(super) fn deadline_cause(
     if missed.is_empty() {
         return None;
     }
-    let of = |f: Figure, on: &[usize]| -> Vec<f64> {
-        on.iter()
-            .filter_map(|&i| ds.value(f, i))
-            .collect::<Vec<f64>>()
-    };
-    let idle_p50_ms = idle_p50_ms(ds, &calls);
     let e2e_p50_ms = stats::quantile(g.sorted(Figure::E2e), 0.5);
-    let missed_e2e_p50_ms = median(of(Figure::E2e, &missed));
     let target_hz = 1000.0 / period_ms;
-    // Faster than its target: the loop does not wait for its ticks (its
-    // calls back to back, `idle_p50_ms` under a millisecond), or waits for
-    // a period of its own, not the target's.
-    let unpaced = effective_hz.is_some_and(|hz| hz > UNPACED_RATE * target_hz);
-    // How long after its tick each missed call started (the call before it
-    // overran): late − (e2e − period).
-    let late_start: Vec<f64> = missed
-        .iter()
-        .filter_map(|&i| to_deadline(ds, i).map(|d| period_ms - d))
-        .collect();
-    let late_start_ms = median(late_start);
+    let cause = loop_cause(effective_hz, target_hz, e2e_p50_ms, period_ms);
+    let late_start_ms = late_start_ms(ds, &missed, period_ms);
     let has = |f: Figure| !g.sorted(f).is_empty();
     let parts = timeline_parts(&has, split_err_ms);
-    let tight = e2e_p50_ms >= TIGHT_SHARE * period_ms;
-    let kind = if unpaced {
-        "unpaced"
-    } else if tight {
-        "over_period"
-    } else {
-        "held_up"
-    };
-    let mut stages: Vec<DeadlineShare> = match kind {
-        // The budget: where the typical missed call's time goes.
-        "over_period" => parts
-            .iter()
-            .map(|f| DeadlineShare {
-                stage: f.name(),
-                ms: median(of(*f, &missed)),
-            })
-            .filter(|s| s.ms.is_finite() && s.ms >= floor_ms)
-            .collect(),
-        // What grew on the missed calls: each part over its own median,
-        // and the late start the call before left them.
-        "held_up" => parts
-            .iter()
-            .map(|f| {
-                let typical = stats::quantile(g.sorted(*f), 0.5);
-                DeadlineShare {
-                    stage: f.name(),
-                    ms: median(of(*f, &missed).into_iter().map(|v| v - typical).collect()),
-                }
-            })
-            .chain([DeadlineShare {
-                stage: LATE_START,
-                ms: late_start_ms,
-            }])
-            .filter(|s| s.ms.is_finite() && s.ms >= floor_ms)
-            .collect(),
+    let mut stages: Vec<DeadlineShare> = match cause {
+        "over_period" => budget(ds, &parts, &missed),
+        "held_up" => growth(ds, g, &parts, &missed, late_start_ms),
         _ => Vec::new(),
     };
+    stages.retain(|s| s.ms.is_finite() && s.ms >= floor_ms);
     stages.sort_by(|a, b| b.ms.total_cmp(&a.ms));
-    let host_wait = |on: &[usize]| {
-        let waits: Vec<f64> = on.iter().filter_map(|&i| host_wait(ds, i)).collect();
-        (!waits.is_empty()).then(|| median(waits))
-    };
     Some(DeadlineCause {
         period_ms,
         target_hz,
-        cause: kind,
-        idle_p50_ms,
+        cause,
+        idle_p50_ms: idle_p50_ms(ds, &calls),
         e2e_p50_ms,
-        missed_e2e_p50_ms,
+        missed_e2e_p50_ms: median(values(ds, Figure::E2e, &missed)),
         late_start_ms,
         stages,
-        host_wait_ms: host_wait(&missed),
-        host_wait_typical_ms: host_wait(&calls),
+        host_wait_ms: median_host_wait(ds, &missed),
+        host_wait_typical_ms: median_host_wait(ds, &calls),
     })
+}
+
+/// What kind of miss the loop shows: `unpaced` when it runs faster than
+/// its target (its calls back to back, or paced by a period of its own,
+/// not the target's), `over_period` when its median call leaves no slack
+/// for ordinary jitter, else `held_up` (a few calls held up).
+fn loop_cause(
+    effective_hz: Option<f64>,
+    target_hz: f64,
+    e2e_p50_ms: f64,
+    period_ms: f64,
+) -> &'static str {
+    if effective_hz.is_some_and(|hz| hz > UNPACED_RATE * target_hz) {
+        "unpaced"
+    } else if e2e_p50_ms >= TIGHT_SHARE * period_ms {
+        "over_period"
+    } else {
+        "held_up"
+    }
+}
+
+/// `f`'s values on the calls `on` that carry it (ms).
+fn values(ds: &Dataset, f: Figure, on: &[usize]) -> Vec<f64> {
+    on.iter().filter_map(|&i| ds.value(f, i)).collect()
+}
+
+/// How long after its tick each missed call started (the call before it
+/// overran): late − (e2e − period); the median (ms).
+fn late_start_ms(ds: &Dataset, missed: &[usize], period_ms: f64) -> f64 {
+    median(
+        missed
+            .iter()
+            .filter_map(|&i| to_deadline(ds, i).map(|d| period_ms - d))
+            .collect(),
+    )
+}
+
+/// The budget of a loop over its period: where the typical missed call's
+/// time goes, each part's median on the missed calls.
+fn budget(ds: &Dataset, parts: &[Figure], missed: &[usize]) -> Vec<DeadlineShare> {
+    parts
+        .iter()
+        .map(|f| DeadlineShare {
+            stage: f.name(),
+            ms: median(values(ds, *f, missed)),
+        })
+        .collect()
+}
+
+/// What grew on the missed calls of a loop with slack: each part over its
+/// own median, and the late start the call before left them.
+fn growth(
+    ds: &Dataset,
+    g: &GroupData,
+    parts: &[Figure],
+    missed: &[usize],
+    late_start_ms: f64,
+) -> Vec<DeadlineShare> {
+    parts
+        .iter()
+        .map(|f| {
+            let typical = stats::quantile(g.sorted(*f), 0.5);
+            let grown = values(ds, *f, missed).into_iter().map(|v| v - typical);
+            DeadlineShare {
+                stage: f.name(),
+                ms: median(grown.collect()),
+            }
+        })
+        .chain([DeadlineShare {
+            stage: LATE_START,
+            ms: late_start_ms,
+        }])
+        .collect()
+}
+
+/// The median run-queue wait on both hosts over the calls `on` (ms);
+/// `None` when none of them carries one.
+fn median_host_wait(ds: &Dataset, on: &[usize]) -> Option<f64> {
+    let waits: Vec<f64> = on.iter().filter_map(|&i| host_wait(ds, i)).collect();
+    (!waits.is_empty()).then(|| median(waits))
 }
 
 /// Call `i`'s run-queue wait on both hosts (ms): the robot's and the

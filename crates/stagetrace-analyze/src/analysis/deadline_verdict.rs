@@ -5,7 +5,6 @@
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::deadline::{BACK_TO_BACK_MS, LATE_START};
 use super::options::SPIKE_SHARE;
 use super::report::{DeadlineCause, GroupReport, HostCause, Verdict};
@@ -114,9 +113,9 @@ fn over_period_text(c: &DeadlineCause, count: &str, period: &str, top: Option<Fi
                     fmt_ms(w),
                     c.host_wait_typical_ms.map_or_else(|| "-".to_string(), fmt_ms),
                     fmt_ms(over),
-                    advice(Figure::RunWait)
+                    Figure::RunWait.advice()
                 ),
-                None => top.map_or(String::new(), |f| format!(" — {f}: {}", advice(f))),
+                None => top.map_or(String::new(), |f| format!(" — {f}: {}", f.advice())),
             };
     format!(
                 "{count} missed their tick's deadline: the typical call does not fit the {period} — e2e median {} ({} over on the calls that missed); its time goes to {}. To keep the deadline, cut the largest{what}; or run the loop at {:.1} Hz or less (the rate its median call allows).",
@@ -149,9 +148,9 @@ fn held_up_text(c: &DeadlineCause, count: &str, period: &str, top: Option<Figure
                 _ if host_grew.is_some() => format!(
                     "; inside them the hosts' threads waited {} more for a core than on a typical call (run-queue wait, robot and server), as much as the largest stage grew: the hosts were short of CPU, not the stages; {}",
                     host_grew.map_or_else(|| "-".to_string(), fmt_ms),
-                    advice(Figure::RunWait)
+                    Figure::RunWait.advice()
                 ),
-                (Some(f), _) => format!("; {}", advice(f)),
+                (Some(f), _) => format!("; {}", f.advice()),
                 (None, Some(s)) if s.stage == LATE_START => "; the misses follow a call that overran: look at the calls before them in the outlier rounds".to_string(),
                 _ => format!(
                     "; make room in the period (e2e median {} of {}), or lower the rate",
@@ -188,7 +187,7 @@ pub(super) fn stall_verdicts(r: &GroupReport) -> Vec<Verdict> {
                     "its {f} was {} ({}): {}",
                     fmt_ms(*v),
                     cause.what(),
-                    cause.host_figure().map_or("", advice)
+                    cause.host_figure().map_or("", Figure::advice)
                 )
             } else if st.host_measured {
                 "the robot's host figures on that call are small: the robot's own code paused between its stages — a blocking call outside every stage (a log write, file or network I/O, a lock), or the process was stopped; look at what the robot did at that moment".to_string()

@@ -14,7 +14,6 @@ use std::path::PathBuf;
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::baseline::vs_baseline;
 use super::group::rate_of;
 use super::moves::{fmt_p, moves_of, Context};
@@ -49,17 +48,7 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
         return;
     }
     let ds = a.run;
-    let mut owner = vec![NOBODY; ds.len()];
-    let mut records = vec![0u64; robots.len()];
-    for (j, path) in ds.files.iter().enumerate() {
-        let Some(r) = robots.iter().position(|r| r.files.contains(path)) else {
-            continue;
-        };
-        for i in ds.file_calls(j) {
-            owner[i] = r as u32;
-            records[r] += 1;
-        }
-    }
+    let (owner, records) = owners(ds, robots);
     a.report.robots = robots
         .iter()
         .zip(&records)
@@ -73,35 +62,8 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
     for (g, report) in a.groups.iter().zip(a.report.groups.iter_mut()) {
         let split = split(ds, g, &owner, robots.len());
         for (r, robot) in robots.iter().enumerate() {
-            let stages: BTreeMap<&'static str, RobotStage> = figures::read()
-                .filter_map(|m| {
-                    let xs = &split[r][m.index()];
-                    (!xs.is_empty()).then(|| {
-                        (
-                            m.name(),
-                            RobotStage {
-                                n: xs.len() as u64,
-                                p50: stats::quantile(xs, 0.5),
-                                p99: stats::quantile(xs, 0.99),
-                            },
-                        )
-                    })
-                })
-                .collect();
-            let calls: Vec<u32> = g
-                .calls
-                .iter()
-                .copied()
-                .filter(|&i| owner.get(i as usize) == Some(&(r as u32)))
-                .collect();
-            report.robots.insert(
-                robot.name.clone(),
-                RobotStages {
-                    steady: split[r][Figure::E2e.index()].len() as u64,
-                    rate: rate_of(ds, &calls),
-                    stages,
-                },
-            );
+            let stages = robot_stages(ds, g, &split[r], &owner, r);
+            report.robots.insert(robot.name.clone(), stages);
         }
         // Each listed outlier round says whose call it was.
         for round in &mut report.outliers.rounds {
@@ -114,10 +76,11 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
         if g.kind == ALL_KINDS {
             continue;
         }
-        let mut vs = Vec::new();
-        for (r, robot) in robots.iter().enumerate() {
-            vs.extend(differs(&g.kind, robot, r, &split, opts));
-        }
+        let vs: Vec<Verdict> = robots
+            .iter()
+            .enumerate()
+            .flat_map(|(r, robot)| differs(&g.kind, robot, r, &split, opts))
+            .collect();
         if !vs.is_empty() {
             let named: Vec<Figure> = vs
                 .iter()
@@ -136,6 +99,60 @@ pub fn per_robot(a: &mut Analysis<'_>, robots: &[Robot], opts: &AnalyzeOptions) 
         a.report.verdicts.extend(vs);
     }
     a.report.verdicts.sort_by(verdict_order);
+}
+
+/// Which robot each call of the run belongs to ([`NOBODY`] when its file
+/// is in no robot's list), and how many records each robot has.
+fn owners(ds: &Dataset, robots: &[Robot]) -> (Vec<u32>, Vec<u64>) {
+    let mut owner = vec![NOBODY; ds.len()];
+    let mut records = vec![0u64; robots.len()];
+    for (j, path) in ds.files.iter().enumerate() {
+        let Some(r) = robots.iter().position(|r| r.files.contains(path)) else {
+            continue;
+        };
+        for i in ds.file_calls(j) {
+            owner[i] = r as u32;
+            records[r] += 1;
+        }
+    }
+    (owner, records)
+}
+
+/// Robot `r`'s part of a group: its steady calls, its rate, and each
+/// figure's p50 / p99 over its sorted values `per` (per figure).
+fn robot_stages(
+    ds: &Dataset,
+    g: &GroupData,
+    per: &[Vec<f32>],
+    owner: &[u32],
+    r: usize,
+) -> RobotStages {
+    let stages: BTreeMap<&'static str, RobotStage> = figures::read()
+        .filter_map(|m| {
+            let xs = &per[m.index()];
+            (!xs.is_empty()).then(|| {
+                (
+                    m.name(),
+                    RobotStage {
+                        n: xs.len() as u64,
+                        p50: stats::quantile(xs, 0.5),
+                        p99: stats::quantile(xs, 0.99),
+                    },
+                )
+            })
+        })
+        .collect();
+    let calls: Vec<u32> = g
+        .calls
+        .iter()
+        .copied()
+        .filter(|&i| owner.get(i as usize) == Some(&(r as u32)))
+        .collect();
+    RobotStages {
+        steady: per[Figure::E2e.index()].len() as u64,
+        rate: rate_of(ds, &calls),
+        stages,
+    }
 }
 
 /// A merged-run verdict the robot verdicts on `named` make moot: `steady`,
@@ -228,7 +245,7 @@ fn differs(
         tail_floor_ms: spike_floor_ms(others_e2e),
     };
     let peers = split.iter().enumerate().filter(|(o, _)| *o != r).count();
-    moves_of(kind, &vs, &cx, advice)
+    moves_of(kind, &vs, &cx)
         .into_iter()
         .filter(|v| matches!(v.code, "median_shift" | "tail_only" | "network_moved"))
         .map(|v| robot_verdict(robot, peers, &vs, v))
@@ -251,13 +268,13 @@ fn robot_verdict(
             "robot {name} is slower than the other {peers} robot(s) in {m}: median {} against {} on the others (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}, shift {} [{}, {}]); p99 {} against {}. The whole stage is slower on {name} — look at what differs on it (hardware, model or its version, load, its link); {}.",
             fmt_ms(s.p50.after), fmt_ms(s.p50.before), s.p50.ratio, s.p50.lo, s.p50.hi,
             fmt_p(s.mann_whitney.p), fmt_ms(s.shift.estimate), fmt_ms(s.shift.lo), fmt_ms(s.shift.hi),
-            fmt_ms(s.p99.after), fmt_ms(s.p99.before), advice(m)
+            fmt_ms(s.p99.after), fmt_ms(s.p99.before), m.advice()
         ),
         ("tail_only", Some(s)) => format!(
             "robot {name} has a longer {m} tail than the other {peers} robot(s): p99 {} against {} (×{:.2}, 95% CI {:.2}–{:.2}), {:.1}% of its calls above the others' p99 (others {:.1}%, p={}), median {} against {}. A few of its requests are held up — {}.",
             fmt_ms(s.p99.after), fmt_ms(s.p99.before), s.p99.ratio, s.p99.lo, s.p99.hi,
             100.0 * s.exceed, 100.0 * s.baseline_exceed, fmt_p(s.exceed_p),
-            fmt_ms(s.p50.after), fmt_ms(s.p50.before), advice(m)
+            fmt_ms(s.p50.after), fmt_ms(s.p50.before), m.advice()
         ),
         _ => format!(
             "robot {name} differs from the other {peers} robot(s) (they are its baseline here): {}",

@@ -24,76 +24,20 @@ pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
     if e2e.len() < MIN_N {
         return None;
     }
-    let has = |f: Figure| !g.sorted(f).is_empty();
-    let parts = figures::e2e_parts(has);
     let (_, var) = stats::mean_var(e2e.iter().copied());
     if var.is_nan() || var <= 0.0 {
         return None;
     }
-    let series = |f: Figure| -> Vec<f64> {
-        let col = &ds.columns[f.index()];
-        g.calls
-            .iter()
-            .map(|&i| {
-                let v = col[i as usize];
-                if v.is_nan() {
-                    0.0
-                } else {
-                    f64::from(v)
-                }
-            })
-            .collect()
-    };
-    let mut shares = BTreeMap::new();
-    for f in parts.iter().copied().filter(|f| has(*f)) {
-        shares.insert(f.name(), stats::covariance(&series(f), &e2e) / var);
-    }
-    // The figures inside those parts (queue and infer within the server
-    // total, infer's parts within infer, the observer within the gap) get
-    // their share too; the sums above them (roundtrip) do not.
-    let inside: Vec<Figure> = parts
-        .iter()
-        .flat_map(|p| figures::descendants(*p))
-        .collect();
-    for f in inside {
-        if has(f) && !shares.contains_key(f.name()) {
-            shares.insert(f.name(), stats::covariance(&series(f), &e2e) / var);
-        }
-    }
+    let has = |f: Figure| !g.sorted(f).is_empty();
+    let shares = variance_shares(ds, g, &e2e, var);
     let gap_share = shares.get(Figure::Gap.name()).copied().unwrap_or(0.0);
     let observer_share = shares.get(Figure::Observer.name()).copied().unwrap_or(0.0);
     let sd = var.sqrt();
     let median = stats::quantile(g.sorted(Figure::E2e), 0.5);
     let explains = |sd: f64, gap_share: f64| sd >= 0.01 * median && gap_share >= 0.5;
-    // Jitter rests on at least MIN_SPIKES calls, as spikes do: one 5 ms
-    // host hiccup in 290 calls can be two thirds of a quiet run's variance.
-    // So the gap must still explain the jitter with the worst calls set
-    // aside (they stay in the outlier list) ...
-    let gaps = series(Figure::Gap);
-    let rest = without_worst(&e2e, MIN_SPIKES - 1);
-    let (_, rest_var) = stats::mean_var(rest.iter().map(|&i| e2e[i]));
-    let rest_share = if rest_var > 0.0 {
-        let pick = |v: &[f64]| rest.iter().map(|&i| v[i]).collect::<Vec<f64>>();
-        stats::covariance(&pick(&gaps), &pick(&e2e)) / rest_var
-    } else {
-        0.0
-    };
-    // A call that paused outside every stage as long as a whole median call
-    // is an event of its own, named with its call (a `stall`), not jitter:
-    // set aside with the worst calls above, it leaves the jitter to the rest.
+    let gaps = series(ds, g, Figure::Gap);
+    let (rest_var, rest_share) = gap_share_without_worst(&gaps, &e2e);
     let gap_median = stats::quantile(g.sorted(Figure::Gap), 0.5);
-    let stalled: Vec<usize> = (0..gaps.len())
-        .filter(|&k| gaps[k] - gap_median >= median)
-        .collect();
-    // From MIN_SPIKES stalls on they are spikes of the gap, said as such.
-    let stalls = if stalled.len() < MIN_SPIKES {
-        stalled
-            .iter()
-            .map(|&k| stall(ds, g, g.calls[k] as usize, gaps[k], gap_median))
-            .collect()
-    } else {
-        Vec::new()
-    };
     Some(GapReport {
         n: e2e.len() as u64,
         e2e_stddev_ms: sd,
@@ -104,8 +48,80 @@ pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
         unexplained: has(Figure::Gap)
             && explains(sd, gap_share)
             && explains(rest_var.sqrt(), rest_share),
-        stalls,
+        stalls: stalls(ds, g, &gaps, gap_median, median),
     })
+}
+
+/// `f` on each of the group's calls, in call order (ms; 0 where absent).
+fn series(ds: &Dataset, g: &GroupData, f: Figure) -> Vec<f64> {
+    let col = &ds.columns[f.index()];
+    g.calls
+        .iter()
+        .map(|&i| {
+            let v = col[i as usize];
+            if v.is_nan() {
+                0.0
+            } else {
+                f64::from(v)
+            }
+        })
+        .collect()
+}
+
+/// Each measured part of e2e's share of its variance `var`, and the
+/// figures inside those parts (queue and infer within the server total,
+/// infer's parts within infer, the observer within the gap); the sums
+/// above them (roundtrip) get none.
+fn variance_shares(
+    ds: &Dataset,
+    g: &GroupData,
+    e2e: &[f64],
+    var: f64,
+) -> BTreeMap<&'static str, f64> {
+    let has = |f: Figure| !g.sorted(f).is_empty();
+    let parts = figures::e2e_parts(has);
+    let inside = parts.iter().flat_map(|p| figures::descendants(*p));
+    let mut shares = BTreeMap::new();
+    for f in parts.iter().copied().chain(inside) {
+        if has(f) && !shares.contains_key(f.name()) {
+            shares.insert(f.name(), stats::covariance(&series(ds, g, f), e2e) / var);
+        }
+    }
+    shares
+}
+
+/// e2e's variance and the gap's share of it with the worst calls set
+/// aside (they stay in the outlier list). Jitter rests on at least
+/// MIN_SPIKES calls, as spikes do: one 5 ms host hiccup in 290 calls can be
+/// two thirds of a quiet run's variance, so the gap must still explain the
+/// jitter without them.
+fn gap_share_without_worst(gaps: &[f64], e2e: &[f64]) -> (f64, f64) {
+    let rest = without_worst(e2e, MIN_SPIKES - 1);
+    let (_, rest_var) = stats::mean_var(rest.iter().map(|&i| e2e[i]));
+    let rest_share = if rest_var > 0.0 {
+        let pick = |v: &[f64]| rest.iter().map(|&i| v[i]).collect::<Vec<f64>>();
+        stats::covariance(&pick(gaps), &pick(e2e)) / rest_var
+    } else {
+        0.0
+    };
+    (rest_var, rest_share)
+}
+
+/// The calls that paused outside every stage as long as a whole median
+/// call (`median`): each an event of its own, named with its call (a
+/// `stall`), not jitter. From MIN_SPIKES stalls on they are spikes of the
+/// gap, said as such: none is listed.
+fn stalls(ds: &Dataset, g: &GroupData, gaps: &[f64], gap_median: f64, median: f64) -> Vec<Stall> {
+    let stalled: Vec<usize> = (0..gaps.len())
+        .filter(|&k| gaps[k] - gap_median >= median)
+        .collect();
+    if stalled.len() >= MIN_SPIKES {
+        return Vec::new();
+    }
+    stalled
+        .iter()
+        .map(|&k| stall(ds, g, g.calls[k] as usize, gaps[k], gap_median))
+        .collect()
 }
 
 /// Share of a stall's excess a host figure's own excess on that call must

@@ -5,24 +5,31 @@
 use serde_json::json;
 use stagetrace_schema::{Figure, Side};
 
-use super::advice::advice;
 use super::report::{GroupReport, HostCause, Verdict};
 use crate::format::fmt_ms;
 
-/// Spikes of `f` that its calls' host figures explain: the host and the
-/// cause named, with the host's remedies; the stage's own advice would
+/// A figure's spikes in a group, as a host-cause verdict tells them.
+pub(super) struct Spikes<'a> {
+    /// The group.
+    pub(super) r: &'a GroupReport,
+    /// The figure that spiked.
+    pub(super) f: Figure,
+    /// Calls it spiked on.
+    pub(super) rounds: u64,
+    /// What a spike adds to its call, on average (ms).
+    pub(super) cost_ms: f64,
+    /// The figure's median (ms).
+    pub(super) median_ms: f64,
+}
+
+/// Spikes of a figure that its calls' host figures explain: the host and
+/// the cause named, with the host's remedies; the stage's own advice would
 /// send the user after the wrong thing (the network, the model, the camera).
-pub(super) fn host_spikes(
-    r: &GroupReport,
-    f: Figure,
-    rounds: u64,
-    cost_ms: f64,
-    median_ms: f64,
-    cause: &HostCause,
-) -> Verdict {
+pub(super) fn host_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
     if cause.is_blocked_wait() {
-        return blocked_spikes(r, f, rounds, cost_ms, median_ms, cause);
+        return blocked_spikes(sp, cause);
     }
+    let (r, f) = (sp.r, sp.f);
     let host = cause.host_figure().unwrap_or(Figure::RunWait);
     let not = match f {
         Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => "not the network",
@@ -45,53 +52,36 @@ pub(super) fn host_spikes(
         group: Some(host.side().as_str()),
         text: format!(
             "{} coincide with {} ({} on those calls, {} on a typical one): {}, {not}; {}.",
-            spikes_said(r, f, rounds, cost_ms, median_ms),
+            spikes_said(sp),
             cause.what(),
             fmt_ms(cause.spike_median_ms),
             fmt_ms(cause.median_ms),
             cause.diagnosis(),
-            advice(host)
+            host.advice()
         ),
-        evidence: spikes_evidence(
-            r,
-            rounds,
-            cost_ms,
-            median_ms,
-            cause,
-            ("host_spike_median_ms", "host_median_ms"),
-        ),
+        evidence: spikes_evidence(sp, cause, ("host_spike_median_ms", "host_median_ms")),
     }
 }
 
 /// Spikes of a figure of the robot's own thread on calls where that thread
 /// blocked waiting (more voluntary switches than a typical call), no host
 /// time explaining them: a lock or a queue on the control thread.
-fn blocked_spikes(
-    r: &GroupReport,
-    f: Figure,
-    rounds: u64,
-    cost_ms: f64,
-    median_ms: f64,
-    cause: &HostCause,
-) -> Verdict {
+fn blocked_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
     Verdict {
         code: "blocked_wait",
-        kind: r.kind.clone(),
-        stage: Some(f.name()),
+        kind: sp.r.kind.clone(),
+        stage: Some(sp.f.name()),
         group: Some(Side::Client.as_str()),
         text: format!(
             "{} coincide with {} ({:.0} on those calls, {:.0} on a typical one): {}; not the CPU, the network or the observer. Find what the loop waits on (a profiler's off-CPU view, py-spy dump, or `strace -f -T -e trace=futex,read,write` on the loop's thread) and take it off the loop: hold no lock across the call, hand work to queues with a timeout; a synchronous logger shows as log_write_ms once its writer is wrapped (docs/host.md).",
-            spikes_said(r, f, rounds, cost_ms, median_ms),
+            spikes_said(sp),
             cause.what(),
             cause.spike_median_ms,
             cause.median_ms,
             cause.diagnosis(),
         ),
         evidence: spikes_evidence(
-            r,
-            rounds,
-            cost_ms,
-            median_ms,
+            sp,
             cause,
             ("voluntary_switches_on_spikes", "voluntary_switches_typical"),
         ),
@@ -100,29 +90,28 @@ fn blocked_spikes(
 
 /// How a host-cause verdict opens: the figure's spikes, how many, how
 /// large against its median.
-fn spikes_said(r: &GroupReport, f: Figure, rounds: u64, cost_ms: f64, median_ms: f64) -> String {
+fn spikes_said(sp: &Spikes<'_>) -> String {
     format!(
-        "{f} spikes on {rounds} of {} calls ({:.1}%, {} above its median of {} on average)",
-        r.steady,
-        100.0 * rounds as f64 / r.steady as f64,
-        fmt_ms(cost_ms),
-        fmt_ms(median_ms),
+        "{} spikes on {} of {} calls ({:.1}%, {} above its median of {} on average)",
+        sp.f,
+        sp.rounds,
+        sp.r.steady,
+        100.0 * sp.rounds as f64 / sp.r.steady as f64,
+        fmt_ms(sp.cost_ms),
+        fmt_ms(sp.median_ms),
     )
 }
 
 /// A host-cause verdict's evidence: the spikes, and the host figure's value
 /// on the spike calls and on a typical one under the two names given.
 fn spikes_evidence(
-    r: &GroupReport,
-    rounds: u64,
-    cost_ms: f64,
-    median_ms: f64,
+    sp: &Spikes<'_>,
     cause: &HostCause,
     (on_spikes, typical): (&str, &str),
 ) -> serde_json::Value {
     let mut e = json!({
-        "cost_ms": cost_ms, "rounds": rounds, "calls": r.steady,
-        "median_ms": median_ms, "host_figure": cause.figure,
+        "cost_ms": sp.cost_ms, "rounds": sp.rounds, "calls": sp.r.steady,
+        "median_ms": sp.median_ms, "host_figure": cause.figure,
     });
     e[on_spikes] = json!(cause.spike_median_ms);
     e[typical] = json!(cause.median_ms);

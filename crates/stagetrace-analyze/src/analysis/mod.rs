@@ -8,7 +8,6 @@
 //! the groups, inference's parts and the server's waits, the deadline, the
 //! calls that stand out).
 
-mod advice;
 mod async_queue;
 mod baseline;
 mod causes;
@@ -17,7 +16,7 @@ mod deadline_verdict;
 mod fleet;
 mod gap;
 mod group;
-mod hops;
+mod hop_report;
 mod host_cause;
 mod host_verdict;
 mod infer_parts;
@@ -41,7 +40,7 @@ use crate::stats::{self, Distribution};
 
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
-pub use hops::HopReport;
+pub use hop_report::HopReport;
 pub use options::AnalyzeOptions;
 pub use report::HostCause;
 pub use report::{
@@ -52,7 +51,7 @@ pub use report::{
 };
 
 pub(crate) use group::inputs_of;
-pub(crate) use hops::nodes as hop_nodes;
+pub(crate) use hop_report::nodes as hop_nodes;
 pub(crate) use options::min_cost_ms;
 
 use async_queue::action_queue;
@@ -138,6 +137,8 @@ fn counts(ds: &Dataset, kind_idx: Option<usize>, pooled: bool) -> (u64, u64, u64
     (calls, warm, failed)
 }
 
+/// One group's report: its counts and figures, against its baseline's
+/// group when given, its spikes, shapes and causes, and its verdicts.
 fn analyze_group(
     ds: &Dataset,
     g: &mut GroupData,
@@ -147,46 +148,19 @@ fn analyze_group(
     let pooled = g.kind == ALL_KINDS;
     let kind_idx = ds.kinds.iter().position(|k| *k == g.kind);
     let (calls, warm, failed) = counts(ds, kind_idx, pooled);
-    let mut stages = BTreeMap::new();
-    for m in figures::read() {
-        if let Some(s) = Distribution::of_sorted(g.sorted(m)) {
-            stages.insert(m.name(), s);
-        }
-    }
     let first = g.calls.first().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let last = g.calls.last().map_or(f64::NAN, |&i| ds.ts[i as usize]);
     let mut rate = rate(ds, g);
     // The split's bound on uplink / downlink.
     let split_err_ms = median_split_err(g);
     let vs = match base {
-        Some(b) if !pooled => analysed()
-            .filter_map(|m| Some((m.name(), vs_baseline(b.sorted(m), g.sorted(m), opts)?)))
-            .collect(),
+        Some(b) if !pooled => against_baseline(g, b, opts),
         _ => BTreeMap::new(),
     };
     let e2e_ref = base.map_or(g.sorted(Figure::E2e), |b| b.sorted(Figure::E2e));
     let e2e_median = stats::quantile(e2e_ref, 0.5);
     let floor = min_cost_ms(e2e_median);
-    let Thresholds {
-        mut by_figure,
-        shifted,
-        rule,
-    } = thresholds(g, base, &vs, opts, floor, spike_floor_ms(e2e_median));
-    let periodicity = if pooled {
-        Vec::new()
-    } else {
-        periodicities(ds, g)
-    };
-    // A figure above its threshold on many calls has a second mode, not
-    // spikes: its calls leave the outlier list, and the shape is said once.
-    let modes = second_modes(ds, g, &periodicity, e2e_median);
-    for m in &modes {
-        if let Some(f) = Figure::from_name(m.stage) {
-            g.thresholds[f.index()] = None;
-        }
-        by_figure.remove(m.stage);
-    }
-    let outliers = outliers(ds, g, rule, by_figure, shifted, opts);
+    let (outliers, periodicity, modes) = spikes(ds, g, base, &vs, opts, e2e_median);
     if let (false, Some(d)) = (pooled, rate.deadline.as_mut()) {
         d.cause = deadline::deadline_cause(ds, g, rate.effective_hz, split_err_ms, floor);
     }
@@ -201,7 +175,7 @@ fn analyze_group(
         end_unix_ms: last,
         rate,
         split_err_ms,
-        stages,
+        stages: distributions(g),
         baseline: vs,
         outliers,
         periodicity,
@@ -209,7 +183,7 @@ fn analyze_group(
         gap,
         mitigations: mitigations(ds, kind_idx, pooled),
         action_queue: action_queue(ds, g),
-        hops: hops::hop_reports(g, base, opts),
+        hops: hop_report::hop_reports(g, base, opts),
         infer_parts: infer_parts::infer_parts(ds, g, floor),
         server_waits: server_waits::server_waits(ds, g, spike_floor_ms(e2e_median)),
         verdicts: Vec::new(),
@@ -219,6 +193,59 @@ fn analyze_group(
         report.verdicts = group_verdicts(&report, base, floor, e2e_median);
     }
     report
+}
+
+/// Every figure the analysis reads that the group carries, as a distribution.
+fn distributions(g: &GroupData) -> BTreeMap<&'static str, Distribution> {
+    figures::read()
+        .filter_map(|m| Some((m.name(), Distribution::of_sorted(g.sorted(m))?)))
+        .collect()
+}
+
+/// Each analysed figure of the group against the baseline's group.
+fn against_baseline(
+    g: &GroupData,
+    b: &GroupData,
+    opts: &AnalyzeOptions,
+) -> BTreeMap<&'static str, StageVsBaseline> {
+    analysed()
+        .filter_map(|m| Some((m.name(), vs_baseline(b.sorted(m), g.sorted(m), opts)?)))
+        .collect()
+}
+
+/// The group's spikes: the thresholds, the periods the spikes repeat with
+/// (none for the pooled group), the second modes, and the rounds above the
+/// thresholds that are left. A figure above its threshold on many calls
+/// has a second mode, not spikes: its calls leave the outlier list (its
+/// threshold in `g` is cleared), and the shape is said once.
+fn spikes(
+    ds: &Dataset,
+    g: &mut GroupData,
+    base: Option<&GroupData>,
+    vs: &BTreeMap<&'static str, StageVsBaseline>,
+    opts: &AnalyzeOptions,
+    e2e_median: f64,
+) -> (Outliers, Vec<Periodicity>, Vec<SecondMode>) {
+    let floor = min_cost_ms(e2e_median);
+    let Thresholds {
+        mut by_figure,
+        shifted,
+        rule,
+    } = thresholds(g, base, vs, opts, floor, spike_floor_ms(e2e_median));
+    let periodicity = if g.kind == ALL_KINDS {
+        Vec::new()
+    } else {
+        periodicities(ds, g)
+    };
+    let modes = second_modes(ds, g, &periodicity, e2e_median);
+    for m in &modes {
+        if let Some(f) = Figure::from_name(m.stage) {
+            g.thresholds[f.index()] = None;
+        }
+        by_figure.remove(m.stage);
+    }
+    let outliers = outliers(ds, g, rule, by_figure, shifted, opts);
+    (outliers, periodicity, modes)
 }
 
 /// The median split bound of a group's records (ms); absent when they
@@ -251,9 +278,9 @@ fn group_verdicts(
     };
     let baseline_n = base.map_or(0, |b| b.calls.len() as u64);
     let mut out = verdicts(report, &cx, baseline_n);
-    let named = hops::hop_verdicts(&report.kind, &report.hops, floor);
+    let named = hop_report::hop_verdicts(&report.kind, &report.hops, floor);
     if !named.is_empty() {
-        out.retain(|v| !hops::superseded(v));
+        out.retain(|v| !hop_report::superseded(v));
         out.extend(named);
         out.sort_by(verdict_order);
     }

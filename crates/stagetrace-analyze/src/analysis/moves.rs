@@ -42,9 +42,6 @@ fn cost(code: &str, s: &StageVsBaseline) -> f64 {
     }
 }
 
-/// Advice per figure (the caller's exhaustive table).
-pub(super) type Advice = fn(Figure) -> &'static str;
-
 /// Keeps a derived figure only when none of its parts is in `flagged`.
 pub(super) fn dedupe(flagged: &[Figure]) -> Vec<Figure> {
     flagged
@@ -65,8 +62,8 @@ pub(super) fn fmt_p(p: f64) -> String {
 }
 
 /// The shape verdicts of a group against its baseline, each with its cost.
-pub(super) fn moves(r: &GroupReport, cx: &Context, advice: Advice) -> Vec<Verdict> {
-    moves_of(&r.kind, &r.baseline, cx, advice)
+pub(super) fn moves(r: &GroupReport, cx: &Context) -> Vec<Verdict> {
+    moves_of(&r.kind, &r.baseline, cx)
 }
 
 /// The shape verdicts of `kind`'s figures against a reference (`vs`: the
@@ -75,7 +72,6 @@ pub(super) fn moves_of(
     kind: &str,
     vs: &BTreeMap<&'static str, StageVsBaseline>,
     cx: &Context,
-    advice: Advice,
 ) -> Vec<Verdict> {
     let figure = |name: &str| Figure::from_name(name);
     // (code, figure, cost) of every move worth a verdict, parts before sums.
@@ -110,14 +106,14 @@ pub(super) fn moves_of(
         }
     }
     let mut out = Vec::new();
-    if let Some(v) = network(kind, vs, cx, &mut kept, advice) {
+    if let Some(v) = network(kind, vs, cx, &mut kept) {
         out.push(v);
     }
     for (code, m, cost) in kept {
         let Some(s) = vs.get(m.name()) else {
             continue;
         };
-        out.push(shape_verdict(kind, code, m, s, cost, advice));
+        out.push(shape_verdict(kind, code, m, s, cost));
     }
     out
 }
@@ -128,20 +124,19 @@ fn shape_verdict(
     m: Figure,
     s: &StageVsBaseline,
     cost: f64,
-    advice: Advice,
 ) -> Verdict {
     let text = match code {
         "median_shift" => format!(
             "{m} got slower as a whole: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}, shift {} [{}, {}]); p99 ×{:.2}. The whole stage is slower — {}.",
             fmt_ms(s.p50.before), fmt_ms(s.p50.after), s.p50.ratio, s.p50.lo, s.p50.hi,
             fmt_p(s.mann_whitney.p), fmt_ms(s.shift.estimate), fmt_ms(s.shift.lo), fmt_ms(s.shift.hi),
-            s.p99.ratio, advice(m)
+            s.p99.ratio, m.advice()
         ),
         "tail_only" => format!(
             "{m} has a longer tail with a flat median: p99 {} → {} (×{:.2}, 95% CI {:.2}–{:.2}), {:.1}% of calls above the baseline p99 (baseline {:.1}%, p={}), median ×{:.2} (shift {} within noise). A few requests are held up: queueing or contention — {}.",
             fmt_ms(s.p99.before), fmt_ms(s.p99.after), s.p99.ratio, s.p99.lo, s.p99.hi,
             100.0 * s.exceed, 100.0 * s.baseline_exceed, fmt_p(s.exceed_p), s.p50.ratio,
-            fmt_ms(s.shift.estimate), advice(m)
+            fmt_ms(s.shift.estimate), m.advice()
         ),
         _ => format!(
             "{m} got faster: median {} → {} (×{:.2}, 95% CI {:.2}–{:.2}; Mann–Whitney p={}).",
@@ -179,7 +174,6 @@ fn network(
     vs: &BTreeMap<&'static str, StageVsBaseline>,
     cx: &Context,
     kept: &mut Vec<(&'static str, Figure, f64)>,
-    advice: Advice,
 ) -> Option<Verdict> {
     let err = cx.split_err_ms?;
     let is_one_way = |m: Figure| Figure::Net.parts().contains(&m);
@@ -230,7 +224,7 @@ fn network(
             "the network moved{medians}; which direction is undetermined: {} — within the ±{} the clock split allows (split_err_ms, run + baseline; the split rests on an estimated clock offset, docs/clocks.md). Net itself is exact — {}.",
             each.join(", "),
             fmt_ms(err),
-            advice(Figure::Net)
+            Figure::Net.advice()
         ),
         evidence: json!({
             "cost_ms": net_shift,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use stagetrace_schema::Figure;
+use stagetrace_schema::{Figure, FIGURE_COUNT};
 
 use super::group::GroupData;
 use super::host_cause::host_cause;
@@ -24,36 +24,14 @@ pub(super) fn outliers(
 ) -> Outliers {
     let mut count = 0u64;
     let mut rounds = Vec::new();
-    // (rounds, sum of values) per figure, by index.
-    let mut per_figure = [(0u64, 0.0f64); stagetrace_schema::FIGURE_COUNT];
-    // The calls each figure spiked on (indices into the dataset).
-    let mut spike_calls: Vec<Vec<usize>> = vec![Vec::new(); stagetrace_schema::FIGURE_COUNT];
+    let mut tally = Tally::new();
     let call_time: Vec<Figure> = Figure::ALL
         .into_iter()
         .filter(|f| f.is_call_time())
         .collect();
     for &i in &g.calls {
         let i = i as usize;
-        let mut hit = Vec::new();
-        for &f in &call_time {
-            let Some(thr) = g.thresholds[f.index()] else {
-                continue;
-            };
-            let Some(v) = ds.value(f, i) else {
-                continue;
-            };
-            if v > thr {
-                let slot = &mut per_figure[f.index()];
-                slot.0 += 1;
-                slot.1 += v;
-                spike_calls[f.index()].push(i);
-                hit.push(OutlierStage {
-                    stage: f.name(),
-                    value_ms: v,
-                    threshold_ms: thr,
-                });
-            }
-        }
+        let hit = spikes_of_call(ds, g, i, &call_time, &mut tally);
         if hit.is_empty() {
             continue;
         }
@@ -70,28 +48,84 @@ pub(super) fn outliers(
             });
         }
     }
-    let by_stage = Figure::ALL
-        .into_iter()
-        .filter_map(|f| {
-            let (n, sum) = per_figure[f.index()];
-            (n > 0).then(|| {
-                (
-                    f.name(),
-                    StageSpikes {
-                        rounds: n,
-                        mean_ms: sum / n as f64,
-                        host: host_cause(ds, g, f, &spike_calls[f.index()]),
-                    },
-                )
-            })
-        })
-        .collect();
     Outliers {
         rule,
         thresholds,
         shifted,
         count,
-        by_stage,
+        by_stage: tally.by_stage(ds, g),
         rounds,
     }
+}
+
+/// Every figure's spikes over a group, by [`Figure::index`].
+struct Tally {
+    /// Rounds it spiked on, and the sum of its values there (ms).
+    per_figure: [(u64, f64); FIGURE_COUNT],
+    /// The calls it spiked on (indices into the dataset).
+    spike_calls: Vec<Vec<usize>>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            per_figure: [(0, 0.0); FIGURE_COUNT],
+            spike_calls: vec![Vec::new(); FIGURE_COUNT],
+        }
+    }
+
+    /// `f` spiked to `v` ms on call `i`.
+    fn add(&mut self, f: Figure, i: usize, v: f64) {
+        let slot = &mut self.per_figure[f.index()];
+        slot.0 += 1;
+        slot.1 += v;
+        self.spike_calls[f.index()].push(i);
+    }
+
+    /// Each figure that spiked: how often, by how much on average, and the
+    /// host cause its spike calls share.
+    fn by_stage(&self, ds: &Dataset, g: &GroupData) -> BTreeMap<&'static str, StageSpikes> {
+        Figure::ALL
+            .into_iter()
+            .filter_map(|f| {
+                let (n, sum) = self.per_figure[f.index()];
+                (n > 0).then(|| {
+                    (
+                        f.name(),
+                        StageSpikes {
+                            rounds: n,
+                            mean_ms: sum / n as f64,
+                            host: host_cause(ds, g, f, &self.spike_calls[f.index()]),
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+/// The figures of `call_time` above their threshold on call `i`, each
+/// counted in `tally`.
+fn spikes_of_call(
+    ds: &Dataset,
+    g: &GroupData,
+    i: usize,
+    call_time: &[Figure],
+    tally: &mut Tally,
+) -> Vec<OutlierStage> {
+    let mut hit = Vec::new();
+    for &f in call_time {
+        let (Some(thr), Some(v)) = (g.thresholds[f.index()], ds.value(f, i)) else {
+            continue;
+        };
+        if v > thr {
+            tally.add(f, i, v);
+            hit.push(OutlierStage {
+                stage: f.name(),
+                value_ms: v,
+                threshold_ms: thr,
+            });
+        }
+    }
+    hit
 }

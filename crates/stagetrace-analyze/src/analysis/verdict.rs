@@ -4,9 +4,8 @@
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::deadline_verdict::{deadline_verdict, stall_verdicts};
-use super::host_verdict::host_spikes;
+use super::host_verdict::{host_spikes, Spikes};
 use super::moves::{dedupe, e2e_moved, moves, Context};
 use super::options::{MIN_SPIKES, SPIKE_SHARE};
 use super::report::{GroupReport, Verdict};
@@ -49,7 +48,16 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
         }
         let threshold = o.thresholds.get(f.name()).copied().unwrap_or(f64::NAN);
         if let Some(cause) = &s.host {
-            out.push(host_spikes(r, f, s.rounds, cost_ms, median.p50, cause));
+            out.push(host_spikes(
+                &Spikes {
+                    r,
+                    f,
+                    rounds: s.rounds,
+                    cost_ms,
+                    median_ms: median.p50,
+                },
+                cause,
+            ));
             continue;
         }
         out.push(Verdict {
@@ -65,7 +73,7 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
                 fmt_ms(s.mean_ms),
                 fmt_ms(median.p50),
                 fmt_ms(threshold),
-                advice(f)
+                f.advice()
             ),
             evidence: json!({
                 "cost_ms": cost_ms, "rounds": s.rounds, "calls": r.steady,
@@ -119,7 +127,16 @@ fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                 return None;
             }
             if let Some(cause) = &m.host {
-                return Some(host_spikes(r, f, m.calls, m.excess_ms, m.median_ms, cause));
+                return Some(host_spikes(
+                    &Spikes {
+                        r,
+                        f,
+                        rounds: m.calls,
+                        cost_ms: m.excess_ms,
+                        median_ms: m.median_ms,
+                    },
+                    cause,
+                ));
             }
             Some(Verdict {
                 code: "second_mode",
@@ -133,7 +150,7 @@ fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                     r.steady,
                     fmt_ms(m.excess_ms),
                     fmt_ms(m.median_ms),
-                    advice(f)
+                    f.advice()
                 ),
                 evidence: json!({
                     "cost_ms": m.excess_ms, "calls": m.calls, "share": m.share,
@@ -212,7 +229,16 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
         let median = r.stages.get(m.name()).map(|s| s.p50);
         if let (Some(s), Some(median)) = (spiked, median) {
             if let Some(cause) = &s.host {
-                let mut v = host_spikes(r, m, s.rounds, s.mean_ms - median, median, cause);
+                let mut v = host_spikes(
+                    &Spikes {
+                        r,
+                        f: m,
+                        rounds: s.rounds,
+                        cost_ms: s.mean_ms - median,
+                        median_ms: median,
+                    },
+                    cause,
+                );
                 v.text = v
                     .text
                     .replacen(" spikes on ", &format!(" spikes recur {every}: on "), 1);
@@ -233,7 +259,7 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                 // On the executor's side the period is its own work (every
                 // n-th chunk behind a longer action): its next steps.
                 if matches!(m, Figure::ExecWait | Figure::ExecTx | Figure::Dispatch) {
-                    format!("; {}", advice(m))
+                    format!("; {}", m.advice())
                 } else {
                     String::new()
                 }
@@ -317,7 +343,7 @@ fn no_steady_calls(r: &GroupReport) -> Verdict {
 /// What the figures' shapes say: moves against the baseline, periodic
 /// figures, second modes, and (without a baseline) spikes.
 fn shape_verdicts(r: &GroupReport, cx: &Context) -> Vec<Verdict> {
-    let mut out = moves(r, cx, advice);
+    let mut out = moves(r, cx);
     let periodic: Vec<Figure> = r
         .periodicity
         .iter()

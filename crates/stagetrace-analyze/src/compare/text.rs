@@ -4,11 +4,10 @@
 
 use std::fmt::Write as _;
 
-use stagetrace_schema::Figure;
+use stagetrace_schema::{notes, Figure};
 
 use super::outputs::outputs_text;
 use super::{Comparison, GroupComparison, Row, COMPARE_ALPHA};
-use crate::figures;
 use crate::format::{fmt_ms, signed_ms};
 use crate::table::{Align, Table};
 
@@ -119,9 +118,9 @@ fn row_tables(s: &mut String, g: &GroupComparison, all: bool) {
         calls.write(s);
     }
     if !hosts.is_empty() {
-        let _ = writeln!(s, "\n  {}:", figures::HOST_HEADING);
+        let _ = writeln!(s, "\n  {}:", notes::HOST_HEADING);
         hosts.write(s);
-        let _ = writeln!(s, "    {}", figures::HOST_LEGEND);
+        let _ = writeln!(s, "    {}", notes::HOST_LEGEND);
     }
     if !hops.is_empty() {
         let _ = writeln!(
@@ -140,7 +139,7 @@ fn direction_unknown_note(s: &mut String, g: &GroupComparison) {
             let _ = writeln!(
                 s,
                 "    direction unknown: uplink / downlink moved by no more than the clock split's ± {} (each run's median split_err_ms, added): the move may be the other direction's — net is exact",
-                crate::render::bound(e)
+                notes::bound(e)
             );
         }
     }
@@ -175,7 +174,7 @@ fn row_cells(label: String, r: &Row, bound: Option<f64>) -> Vec<String> {
             format!(
                 "{} — within ± {}: direction unknown",
                 signed_ms(r.delta_ms),
-                bound.map_or_else(|| "-".to_string(), crate::render::bound)
+                bound.map_or_else(|| "-".to_string(), notes::bound)
             ),
             String::new(),
         )

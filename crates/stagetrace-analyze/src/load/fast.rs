@@ -1,7 +1,11 @@
 //! Fast path for the flat objects the layer writes. Returns `None` to hand
 //! the line to `serde_json` (which then either parses it or explains why not).
 
-use super::record::{cache_of, count_of, layout, validate, RawRecord, Slot};
+use stagetrace_schema::Field;
+
+use super::record::{
+    cache_of, count_of, layout, validate, RawRecord, Slot, ROBOT_VOLUNTARY_SWITCHES,
+};
 use super::RawHops;
 
 const POW10: [f64; 23] = [
@@ -292,7 +296,7 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
         // Keys the format does not know are skipped, as unused ones are.
         let (slot, required_bit, bit) = layout
             .key(name)
-            .map_or((Slot::Ignored, 0, 0), |k| (k.slot, k.required_bit, k.bit));
+            .map_or((Slot::Unknown, 0, 0), |k| (k.slot, k.required_bit, k.bit));
         // A field given twice, or a value out of range: serde words the error.
         if given & bit != 0 {
             return None;
@@ -300,35 +304,40 @@ pub(super) fn parse(line: &[u8], out: &mut RawRecord) -> Option<()> {
         given |= bit;
         match slot {
             Slot::Figure { figure, per_ms } => out.set_figure(figure, per_ms, c.f64()?).ok()?,
-            Slot::Seq => out.seq = c.u64()?,
-            Slot::TsUnix => out.ts = c.f64()?,
-            Slot::Kind => {
+            Slot::Field(Field::Seq) => out.seq = c.u64()?,
+            Slot::Field(Field::TsUnix) => out.ts = c.f64()?,
+            Slot::Field(Field::Kind) => {
                 let s = std::str::from_utf8(c.plain_str()?).ok()?;
                 out.kind.clear();
                 out.kind.push_str(s);
             }
-            Slot::Warmup => out.warmup = c.bool()?,
-            Slot::Failed => out.failed = c.bool()?,
-            Slot::DeadlineMiss => out.deadline_miss = Some(c.bool()?),
-            Slot::Error => {
+            Slot::Field(Field::Warmup) => out.warmup = c.bool()?,
+            Slot::Field(Field::Failed) => out.failed = c.bool()?,
+            Slot::Field(Field::DeadlineMiss) => out.deadline_miss = Some(c.bool()?),
+            Slot::Field(Field::Error) => {
                 let s = std::str::from_utf8(c.plain_str()?).ok()?;
                 out.error.clear();
                 out.error.push_str(s);
             }
-            Slot::OutputDigest => {
+            Slot::Field(Field::OutputDigest) => {
                 let s = std::str::from_utf8(c.plain_str()?).ok()?;
                 out.digest.clear();
                 out.digest.push_str(s);
                 out.has_digest = true;
             }
             // Anything unusual in these goes to serde (read loosely there).
-            Slot::BatchSize => out.batch = count_of(Some(c.u64()?)),
-            Slot::StaleDropped => out.stale = count_of(Some(c.u64()?)),
-            Slot::DryTicks => out.dry = count_of(Some(c.u64()?)),
-            Slot::VoluntarySwitches => out.vol_switches = Some(count_of(Some(c.u64()?))),
-            Slot::Cache => out.cache_hit = cache_of(c.plain_str()?),
-            Slot::Hops => c.hops(&mut out.hops)?,
-            Slot::Ignored => c.skip_value()?,
+            Slot::Field(Field::BatchSize) => out.batch = count_of(Some(c.u64()?)),
+            Slot::Field(Field::StaleDropped) => out.stale = count_of(Some(c.u64()?)),
+            Slot::Field(Field::DryTicks) => out.dry = count_of(Some(c.u64()?)),
+            Slot::Field(ROBOT_VOLUNTARY_SWITCHES) => {
+                out.vol_switches = Some(count_of(Some(c.u64()?)))
+            }
+            Slot::Field(Field::Cache) => out.cache_hit = cache_of(c.plain_str()?),
+            Slot::Field(Field::Hops) => c.hops(&mut out.hops)?,
+            // Fields the analysis does not read (`trace_id`, `clock`,
+            // `clock_step`, the other host counts: tools read those) and
+            // unknown keys: skipped whatever their value.
+            Slot::Field(_) | Slot::Unknown => c.skip_value()?,
         }
         seen |= required_bit;
         if !c.next_member()? {

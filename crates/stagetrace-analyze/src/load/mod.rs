@@ -10,7 +10,7 @@
 //! corrupt line.
 
 mod fast;
-mod hops;
+mod hop_columns;
 mod notes;
 mod range;
 mod record;
@@ -25,10 +25,10 @@ use std::path::{Path, PathBuf};
 
 use stagetrace_schema::{Figure, FIGURE_COUNT};
 
-pub use hops::HopFig;
+pub use hop_columns::HopFig;
 pub use notes::{LoadError, LoadNotes};
 
-pub(crate) use hops::RawHops;
+pub(crate) use hop_columns::RawHops;
 
 use notes::MAX_KINDS;
 use record::{layout, BadLine, RawRecord};
@@ -93,7 +93,7 @@ pub struct Dataset {
     /// nothing for runs without batcher, cache or stale filter).
     pub(crate) mitigated: Vec<Mitigated>,
     /// The `hops` of calls through gateways, per hop (empty without).
-    pub(crate) hops: hops::HopColumns,
+    pub(crate) hops: hop_columns::HopColumns,
     /// The robot's voluntary switches per call (NaN: absent); empty while
     /// no record has them.
     pub(crate) vol_switches: Vec<f32>,

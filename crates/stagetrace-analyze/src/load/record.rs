@@ -4,7 +4,7 @@
 
 use std::sync::LazyLock;
 
-use stagetrace_schema::{Field, Figure, FIELDS, FIGURE_COUNT};
+use stagetrace_schema::{Field, Figure, HostCount, FIELDS, FIGURE_COUNT};
 
 use super::range;
 use crate::figures;
@@ -96,81 +96,42 @@ impl RawRecord {
     }
 }
 
-/// What the reader does with one key of the record.
+/// What the reader does with one key of the record: a figure is stored
+/// in ms, any other field is read as the schema's table names it (the
+/// parsers read the ones the analysis uses and skip the rest, as they skip
+/// unknown keys).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Slot {
-    /// `seq`.
-    Seq,
-    /// `ts_unix_ms`.
-    TsUnix,
-    /// `kind`.
-    Kind,
-    /// A figure the analysis reads; `per_ms` turns its record unit into ms.
+    /// A figure; `per_ms` turns its record unit into ms. Every figure of
+    /// the table is kept, the clock's too: the analysis picks what it
+    /// tables (`figures::read`), tools read the rest.
     Figure {
         /// The figure.
         figure: Figure,
         /// Divisor from the record's unit to ms.
         per_ms: f64,
     },
-    /// `warmup`.
-    Warmup,
-    /// `failed`.
-    Failed,
-    /// `deadline_miss`.
-    DeadlineMiss,
-    /// `error`.
-    Error,
-    /// `output_digest`.
-    OutputDigest,
-    /// `batch_size` (read loosely: an odd value is ignored).
-    BatchSize,
-    /// `cache` (read loosely).
-    Cache,
-    /// `stale_dropped` (read loosely).
-    StaleDropped,
-    /// `dry_ticks` (read loosely).
-    DryTicks,
-    /// The robot's `voluntary_switches` (read loosely): a blocked control
-    /// thread's evidence.
-    VoluntarySwitches,
-    /// `hops` (read loosely: `load/hops.rs`).
-    Hops,
-    /// A field of the record the analysis does not use (`trace_id`,
-    /// `clock`, `clock_step`): skipped whatever its value, as unknown keys are.
-    Ignored,
+    /// Any other field of the record.
+    Field(Field),
+    /// A key the record format does not know: skipped whatever its value.
+    Unknown,
 }
+
+/// The robot's `voluntary_switches` (read loosely): a blocked control
+/// thread's evidence. The analysis reads no other host count.
+pub(crate) const ROBOT_VOLUNTARY_SWITCHES: Field = Field::HostCount {
+    server: false,
+    count: HostCount::VoluntarySwitches,
+};
 
 impl Slot {
     fn of(field: Field) -> Slot {
         match field {
-            Field::Seq => Slot::Seq,
-            Field::TsUnix => Slot::TsUnix,
-            Field::Kind => Slot::Kind,
-            // Every figure of the table is kept, the clock's too: the
-            // analysis picks what it tables (`figures::read`), tools read the rest.
             Field::Figure(figure) => Slot::Figure {
                 figure,
                 per_ms: figures::per_ms(figure.unit()),
             },
-            Field::HostCount {
-                server: false,
-                count: stagetrace_schema::HostCount::VoluntarySwitches,
-            } => Slot::VoluntarySwitches,
-            // The other counts of what the hosts did: for tools; the
-            // analysis reads the host figures' times.
-            Field::TraceId | Field::Clock | Field::ClockStep | Field::HostCount { .. } => {
-                Slot::Ignored
-            }
-            Field::DeadlineMiss => Slot::DeadlineMiss,
-            Field::Warmup => Slot::Warmup,
-            Field::Failed => Slot::Failed,
-            Field::Error => Slot::Error,
-            Field::OutputDigest => Slot::OutputDigest,
-            Field::BatchSize => Slot::BatchSize,
-            Field::Cache => Slot::Cache,
-            Field::StaleDropped => Slot::StaleDropped,
-            Field::DryTicks => Slot::DryTicks,
-            Field::Hops => Slot::Hops,
+            other => Slot::Field(other),
         }
     }
 }

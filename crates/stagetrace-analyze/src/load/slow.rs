@@ -7,9 +7,11 @@ use std::fmt;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::error::Category;
 use serde_json::Value;
+use stagetrace_schema::Field;
 
 use super::record::{
     cache_of, count_of, duplicate, layout, validate, BadLine, Layout, RawRecord, Slot,
+    ROBOT_VOLUNTARY_SWITCHES,
 };
 
 /// Parses one line into `out`; `Err` carries serde's message (with the
@@ -67,35 +69,49 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
                             .map_err(de::Error::custom)?;
                     }
                 }
-                Slot::Seq => out.seq = map.next_value()?,
-                Slot::TsUnix => out.ts = map.next_value()?,
-                Slot::Kind => out.kind = map.next_value()?,
-                Slot::Warmup => out.warmup = map.next_value::<Option<bool>>()? == Some(true),
-                Slot::Failed => out.failed = map.next_value::<Option<bool>>()? == Some(true),
-                Slot::DeadlineMiss => out.deadline_miss = map.next_value()?,
-                Slot::Error => out.error = map.next_value::<Option<String>>()?.unwrap_or_default(),
-                Slot::OutputDigest => {
+                Slot::Field(Field::Seq) => out.seq = map.next_value()?,
+                Slot::Field(Field::TsUnix) => out.ts = map.next_value()?,
+                Slot::Field(Field::Kind) => out.kind = map.next_value()?,
+                Slot::Field(Field::Warmup) => {
+                    out.warmup = map.next_value::<Option<bool>>()? == Some(true)
+                }
+                Slot::Field(Field::Failed) => {
+                    out.failed = map.next_value::<Option<bool>>()? == Some(true)
+                }
+                Slot::Field(Field::DeadlineMiss) => out.deadline_miss = map.next_value()?,
+                Slot::Field(Field::Error) => {
+                    out.error = map.next_value::<Option<String>>()?.unwrap_or_default()
+                }
+                Slot::Field(Field::OutputDigest) => {
                     if let Some(d) = map.next_value::<Option<String>>()? {
                         out.has_digest = true;
                         out.digest = d;
                     }
                 }
                 // Read loosely: a value of another type is ignored, not a corrupt line.
-                Slot::BatchSize => out.batch = count_of(map.next_value::<Value>()?.as_u64()),
-                Slot::StaleDropped => out.stale = count_of(map.next_value::<Value>()?.as_u64()),
-                Slot::DryTicks => out.dry = count_of(map.next_value::<Value>()?.as_u64()),
-                Slot::VoluntarySwitches => {
+                Slot::Field(Field::BatchSize) => {
+                    out.batch = count_of(map.next_value::<Value>()?.as_u64())
+                }
+                Slot::Field(Field::StaleDropped) => {
+                    out.stale = count_of(map.next_value::<Value>()?.as_u64())
+                }
+                Slot::Field(Field::DryTicks) => {
+                    out.dry = count_of(map.next_value::<Value>()?.as_u64())
+                }
+                Slot::Field(ROBOT_VOLUNTARY_SWITCHES) => {
                     out.vol_switches = map
                         .next_value::<Value>()?
                         .as_u64()
                         .and_then(|n| u32::try_from(n).ok());
                 }
-                Slot::Cache => {
+                Slot::Field(Field::Cache) => {
                     let v = map.next_value::<Value>()?;
                     out.cache_hit = v.as_str().and_then(|s| cache_of(s.as_bytes()));
                 }
-                Slot::Hops => out.hops.read_value(&map.next_value::<Value>()?),
-                Slot::Ignored => {
+                Slot::Field(Field::Hops) => out.hops.read_value(&map.next_value::<Value>()?),
+                // Fields the analysis does not read (`trace_id`, `clock`,
+                // `clock_step`, the other host counts): skipped whatever their value.
+                Slot::Field(_) | Slot::Unknown => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }

@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
+use stagetrace_schema::notes::{HOST_HEADING, HOST_LEGEND, NO_SERVER_TIMING_NOTE};
 use stagetrace_schema::{Figure, BLACK_BOX_NOTE};
 
-use super::{cell, lacks_server_timing, row_name, split_note, NO_SERVER_TIMING_NOTE};
+use super::{cell, lacks_server_timing, row_name, split_note};
 use crate::analysis::GroupReport;
 use crate::figures;
 use crate::format::fmt_ms;
@@ -71,9 +72,9 @@ pub(super) fn stage_table(s: &mut String, g: &GroupReport) {
         }
     }
     if !host.is_empty() {
-        let _ = writeln!(s, "\n  {}:", figures::HOST_HEADING);
+        let _ = writeln!(s, "\n  {}:", HOST_HEADING);
         host.write(s);
-        let _ = writeln!(s, "    {}", figures::HOST_LEGEND);
+        let _ = writeln!(s, "    {}", HOST_LEGEND);
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use stagetrace_schema::{Figure, BLACK_BOX_NOTE, FIGURE_COUNT};
+use stagetrace_schema::{notes, Figure, BLACK_BOX_NOTE, FIGURE_COUNT};
 
 use crate::figures;
 use crate::format::iso_time;
@@ -299,13 +299,13 @@ fn write_place(s: &mut String, rows: &[&Found<'_>], split: Option<f64>, only: &[
         let _ = writeln!(s, "    {BLACK_BOX_NOTE}");
     }
     if only.is_empty() && crate::render::lacks_server_timing(has) {
-        let _ = writeln!(s, "    {}", crate::render::NO_SERVER_TIMING_NOTE);
+        let _ = writeln!(s, "    {}", notes::NO_SERVER_TIMING_NOTE);
     }
     let hosts = stats_table(rows, "host (ms)", true, split);
     if !hosts.is_empty() {
-        let _ = writeln!(s, "\n  {}:", figures::HOST_HEADING);
+        let _ = writeln!(s, "\n  {}:", notes::HOST_HEADING);
         hosts.write(s);
-        let _ = writeln!(s, "    {}", figures::HOST_LEGEND);
+        let _ = writeln!(s, "    {}", notes::HOST_LEGEND);
     }
 }
 

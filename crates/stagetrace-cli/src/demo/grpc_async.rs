@@ -287,7 +287,7 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
     let none = String::new;
     // A one-way figure with its bound, when the split rests on an estimate.
     let one_way = |f: Figure| match p50(Figure::SplitErr) {
-        Some(e) => format!("{} ± {}", fmt(p50(f)), render::bound(e)),
+        Some(e) => format!("{} ± {}", fmt(p50(f)), stagetrace_schema::notes::bound(e)),
         None => fmt(p50(f)),
     };
     row(

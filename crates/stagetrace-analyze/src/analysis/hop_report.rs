@@ -15,7 +15,6 @@ use serde::Serialize;
 use serde_json::json;
 use stagetrace_schema::Figure;
 
-use super::advice::advice;
 use super::baseline::vs_baseline;
 use super::group::GroupData;
 use super::moves::fmt_p;
@@ -204,8 +203,8 @@ fn verdict(
         _ => String::new(),
     };
     let todo = match fig {
-        HopFig::Relay => advice(Figure::Relay).to_owned(),
-        _ => format!("on that hop: {}", advice(Figure::Net)),
+        HopFig::Relay => Figure::Relay.advice().to_owned(),
+        _ => format!("on that hop: {}", Figure::Net.advice()),
     };
     let f = figure(fig);
     Verdict {

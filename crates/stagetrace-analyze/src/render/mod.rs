@@ -3,13 +3,15 @@
 //!
 //! One file per part of a kind's report, in the order printed: `header`
 //! (the kind's line, its rate, the mitigations), `stages` (the figure
-//! table and inference's parts), `robots`, `hops`, `baseline`, `outliers`,
+//! table and inference's parts), `robots`, `hop_table`, `baseline`, `outliers`,
 //! `periodicity` (spikes and second modes) and `variance`. This file holds
-//! what they share: cells, bounds, row names and the notes under a table.
+//! what they share: cells, row names and the notes under a table (the
+//! words every table prints, the core's summary too, are
+//! `stagetrace_schema::notes`).
 
 mod baseline;
 mod header;
-mod hops;
+mod hop_table;
 mod outliers;
 mod periodicity;
 mod robots;
@@ -27,7 +29,7 @@ use baseline::{baseline_cells, baseline_table_of};
 
 use std::fmt::Write as _;
 
-use stagetrace_schema::Figure;
+use stagetrace_schema::{notes, Figure};
 
 use crate::analysis::{GroupReport, Report};
 use crate::figures;
@@ -124,29 +126,18 @@ fn group(s: &mut String, g: &GroupReport, robots: &[String]) {
     stages::stage_table(s, g);
     stages::infer_parts(s, g);
     robots::table(s, g, robots);
-    hops::table(s, g);
+    hop_table::table(s, g);
     baseline::baseline_table(s, g);
     outliers::outliers(s, g);
     periodicity::periodicity_and_shapes(s, g);
     variance::variance(s, g);
 }
 
-/// A bound as a table writes it after ±: "1.35", "12.8", "0.050".
-pub fn bound(v: f64) -> String {
-    if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 /// A figure's row name: a one-way stage carries the clock split's bound
 /// (`uplink ± 1.35`), which it is only known within.
 pub fn row_name(f: Figure, split_err_ms: Option<f64>) -> String {
     match split_err_ms {
-        Some(e) if figures::is_one_way(f) && e.is_finite() => format!("{f} ± {}", bound(e)),
+        Some(e) if figures::is_one_way(f) && e.is_finite() => format!("{f} ± {}", notes::bound(e)),
         _ => f.name().to_string(),
     }
 }
@@ -157,16 +148,11 @@ pub fn split_note(split_err_ms: f64, net_p50: Option<f64>) -> String {
     let net = net_p50.map_or(String::new(), |n| format!(" ({})", fmt_ms(n)));
     format!(
         "uplink / downlink: split ± {} (the median split_err_ms): the server's clock offset is estimated, so each direction is only known within that — net{net} is exact; to measure each direction, synchronise the clocks (PTP) and record with --clock trusted (docs/clocks.md)",
-        bound(split_err_ms)
+        notes::bound(split_err_ms)
     )
 }
 
-/// The line under a table of records that carry `roundtrip` with no
-/// server timing (and no first-byte stamps): what is missing and where
-/// to get it.
-pub const NO_SERVER_TIMING_NOTE: &str = "no server timing: roundtrip is your transport span (send → response) as one block, not split into uplink, queue, infer and downlink — the policy server must send its timing in each response (the server_timing map or the stagetrace-timing header; docs/protocol.md; stagetrace-net, stagetrace-grpc and stagetrace.server do it)";
-
-/// Whether a table of these figures needs [`NO_SERVER_TIMING_NOTE`]: the
+/// Whether a table of these figures needs [`notes::NO_SERVER_TIMING_NOTE`]: the
 /// transport as a whole, nothing of the server, no black-box cut.
 pub fn lacks_server_timing(has: impl Fn(Figure) -> bool) -> bool {
     has(Figure::Roundtrip) && !Figure::Roundtrip.parts().iter().any(|p| has(*p))

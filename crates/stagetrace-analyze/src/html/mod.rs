@@ -9,7 +9,7 @@
 //! of the gateways' hops and of the fleet's robots.
 
 mod curves;
-mod hops;
+mod hop_table;
 mod host_toggles;
 mod palette;
 mod robots;
@@ -126,6 +126,6 @@ fn kind_section(
     timeline::plot(s, a, g, r, suffix);
     let _ = writeln!(s, "<h3>CDF</h3>");
     curves::cdf_plot(s, g, base, suffix);
-    hops::table(s, r, suffix);
+    hop_table::table(s, r, suffix);
     robots::table(s, r, order, suffix);
 }
