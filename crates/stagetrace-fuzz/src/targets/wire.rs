@@ -1,4 +1,4 @@
-//! The HTTP header parsers of the core (`stagetrace::wire`): `traceparent`,
+//! The HTTP header parsers of the wire crate (`stagetrace_wire`): `traceparent`,
 //! `tracestate`, `stagetrace-timing` and `Server-Timing`.
 
 use stagetrace_wire::ServerTiming;
