@@ -160,6 +160,8 @@ pub struct DemoArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     pub(crate) server_addr: SocketAddr,
     /// Directory for records and summaries (default: runs/demo-<unix seconds>).
+    // The text is `--help`'s, where `<unix seconds>` is no HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
     /// Print one JSON object (field names as in the records) instead of the table.
