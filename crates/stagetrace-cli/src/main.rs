@@ -17,7 +17,6 @@ mod experiment;
 mod input;
 mod inputs;
 mod interrupt;
-mod mitigate_demo;
 mod parquet_input;
 mod report;
 mod robots;
@@ -37,7 +36,7 @@ struct Cli {
 enum Command {
     /// A real robot client and policy server over loopback, traced stage by stage.
     // Boxed: its knobs make it far larger than the other commands' arguments.
-    Demo(Box<demo::DemoArgs>),
+    Demo(Box<stagetrace_demo::DemoArgs>),
     /// Tables, baseline comparison, outliers, shape, periodicity and a verdict from record files.
     Report(report::ReportArgs),
     /// Per-stage change between two runs, with confidence (`~` when it is noise).
@@ -58,7 +57,7 @@ fn main() -> ExitCode {
             // The demo refuses knobs its scenario would ignore: it needs to
             // know which ones were typed, not only their values.
             if let Some(("demo", m)) = matches.subcommand() {
-                args.given = demo::args::typed_flags(m);
+                args.note_typed(m);
             }
             demo::run(*args)
         }

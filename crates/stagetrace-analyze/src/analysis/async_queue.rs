@@ -11,6 +11,7 @@ use super::options::MIN_SPIKES;
 use super::report::{ActionQueue, GroupReport, Verdict};
 use crate::format::fmt_ms;
 use crate::load::Dataset;
+use crate::stats::median;
 
 /// Share of the chunks that must come after the queue ran dry for a
 /// verdict: as for spikes, from 1 % on it sets the tail the robot feels.
@@ -40,17 +41,6 @@ pub(super) fn action_queue(ds: &Dataset, g: &GroupData) -> Option<ActionQueue> {
     if margins.is_empty() {
         return None;
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_unstable_by(f64::total_cmp);
-        let n = v.len();
-        (n > 0).then(|| {
-            if n % 2 == 1 {
-                v[n / 2]
-            } else {
-                0.5 * (v[n / 2 - 1] + v[n / 2])
-            }
-        })
-    };
     Some(ActionQueue {
         chunks: margins.len() as u64,
         dry_chunks: dry.len() as u64,

@@ -15,8 +15,8 @@ mod tests;
 
 pub use bootstrap::{quantile_diff, quantile_ratio, DiffCi, RatioCi, BOOTSTRAP_ITERATIONS};
 pub use order::{
-    cdf_at, count_above, covariance, mean_var, median_mad, quantile, thin_sorted, Distribution,
-    QUANTILES,
+    cdf_at, count_above, covariance, mean_var, median, median_mad, quantile, thin_sorted,
+    Distribution, QUANTILES,
 };
 pub use rng::SplitMix64;
 pub use significance::{

@@ -102,6 +102,21 @@ pub fn quantile(sorted: &[f32], q: f64) -> f64 {
     f64::from(sorted[idx])
 }
 
+/// Median of `values` (sorted in place): the middle value, or the mean of
+/// the two middle ones for an even count (not [`quantile`]'s nearest rank);
+/// `None` when empty.
+pub fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_unstable_by(f64::total_cmp);
+    let n = values.len();
+    (n > 0).then(|| {
+        if n % 2 == 1 {
+            values[n / 2]
+        } else {
+            0.5 * (values[n / 2 - 1] + values[n / 2])
+        }
+    })
+}
+
 /// Fraction of sorted values ≤ `x`.
 pub fn cdf_at(sorted: &[f32], x: f64) -> f64 {
     if sorted.is_empty() {

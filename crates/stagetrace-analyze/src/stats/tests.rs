@@ -49,6 +49,13 @@ fn nearest_rank_quantiles() {
 }
 
 #[test]
+fn median_takes_the_middle_or_the_mean_of_the_two_middle_values() {
+    assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+    assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    assert_eq!(median(&mut []), None);
+}
+
+#[test]
 fn mann_whitney_sees_shift_not_noise() {
     let mut rng = SplitMix64::new(7);
     let mut a: Vec<f32> = (0..2000).map(|_| (10.0 + rng.normal()) as f32).collect();

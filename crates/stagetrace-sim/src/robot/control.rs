@@ -101,33 +101,60 @@ impl ControlLoop {
         executor: Option<SocketAddr>,
         knobs: &Knobs,
         stop: &AtomicBool,
-        mut on_call: impl FnMut(CallProgress<'_>),
+        on_call: impl FnMut(CallProgress<'_>),
     ) -> Result<RobotStats, SimError> {
         let connection = Connection::connect(transport, addr, self.call_timeout).await?;
-        let pacer = Pacer::new(self.hz).ok_or_else(|| {
+        let pacer = self.pacer()?;
+        let mut robot = Robot::new(connection, self.robot);
+        if let Some(addr) = executor {
+            robot = robot.with_executor(self.connect_executor(addr).await?);
+        }
+        let stats = self
+            .call_until_done(&mut robot, &pacer, knobs, stop, on_call)
+            .await;
+        robot.close().await;
+        Ok(stats)
+    }
+
+    /// The pacer of `hz`; an error when it is not a rate.
+    fn pacer(&self) -> Result<Pacer, SimError> {
+        Pacer::new(self.hz).ok_or_else(|| {
             SimError::Config(format!(
                 "the control rate {} Hz is not a rate above 0 calls per second",
                 self.hz
             ))
-        })?;
+        })
+    }
+
+    /// A connection to the remote executor at `addr`, with the loop's call
+    /// timeout.
+    async fn connect_executor(&self, addr: SocketAddr) -> Result<ExecutorClient, SimError> {
+        let options = ClientOptions {
+            call_timeout: self.call_timeout,
+            ..ClientOptions::default()
+        };
+        ExecutorClient::connect_with(&format!("ws://{addr}"), options)
+            .await
+            .map_err(|e| SimError::Connect {
+                addr,
+                reason: e.to_string(),
+            })
+    }
+
+    /// One call of `robot` per tick of `pacer` until `calls` are made or
+    /// `stop` is set, the knobs read before each; `on_call` hears of each.
+    async fn call_until_done(
+        &self,
+        robot: &mut Robot,
+        pacer: &Pacer,
+        knobs: &Knobs,
+        stop: &AtomicBool,
+        mut on_call: impl FnMut(CallProgress<'_>),
+    ) -> RobotStats {
         let spin = self.robot.spin;
-        let mut robot = Robot::new(connection, self.robot);
-        if let Some(addr) = executor {
-            let options = ClientOptions {
-                call_timeout: self.call_timeout,
-                ..ClientOptions::default()
-            };
-            let client = ExecutorClient::connect_with(&format!("ws://{addr}"), options)
-                .await
-                .map_err(|e| SimError::Connect {
-                    addr,
-                    reason: e.to_string(),
-                })?;
-            robot = robot.with_executor(client);
-        }
         let mut stats = RobotStats::default();
-        let mut next_pause: Option<Instant> = None;
-        let mut kept_kb = u64::MAX;
+        let mut pause = ClientPause::default();
+        let mut kept = KeptObservation::new(self.keep_observation.as_ref());
         let mut seq: u64 = 0;
         let mut done: u64 = 0;
         let more = |seq: u64| self.calls.is_none_or(|n| seq < n);
@@ -140,32 +167,12 @@ impl ControlLoop {
             }
             pacer.wait(seq, spin).await;
             let kb = knobs.payload_kb.load(Ordering::Relaxed);
-            let pause = Duration::from_micros(knobs.pause_us.load(Ordering::Relaxed));
+            let length = Duration::from_micros(knobs.pause_us.load(Ordering::Relaxed));
             let every = Duration::from_micros(knobs.pause_every_us.load(Ordering::Relaxed).max(1));
             let outcome = robot
                 .call(seq, kb, |obs| {
-                    if pause.is_zero() {
-                        next_pause = None;
-                    } else {
-                        let now = Instant::now();
-                        let due = *next_pause.get_or_insert(now + every);
-                        if now >= due {
-                            std::thread::sleep(pause);
-                            let mut next = due;
-                            while next <= now {
-                                next += every;
-                            }
-                            next_pause = Some(next);
-                        }
-                    }
-                    if let Some(keep) = &self.keep_observation {
-                        if kept_kb != kb {
-                            if let Ok(mut k) = keep.lock() {
-                                *k = Some(obs.clone());
-                                kept_kb = kb;
-                            }
-                        }
-                    }
+                    pause.take(length, every);
+                    kept.keep(kb, obs);
                 })
                 .await;
             let first_failure = stats.count(outcome);
@@ -179,7 +186,63 @@ impl ControlLoop {
             });
             seq += 1;
         }
-        robot.close().await;
-        Ok(stats)
+        stats
+    }
+}
+
+/// The client's pause (`Knobs::pause_us` every `Knobs::pause_every_us`):
+/// the whole client thread stops once per period, inside the call but
+/// outside every stage, as a garbage collector's pause would.
+#[derive(Debug, Default)]
+struct ClientPause {
+    /// When the next pause is due (`None`: no pause set).
+    next: Option<Instant>,
+}
+
+impl ClientPause {
+    /// Sleeps `pause` when one is due, one every `every` (a zero `pause`:
+    /// none, and the period starts afresh when one is set).
+    fn take(&mut self, pause: Duration, every: Duration) {
+        if pause.is_zero() {
+            self.next = None;
+            return;
+        }
+        let now = Instant::now();
+        let due = *self.next.get_or_insert(now + every);
+        if now >= due {
+            std::thread::sleep(pause);
+            let mut next = due;
+            while next <= now {
+                next += every;
+            }
+            self.next = Some(next);
+        }
+    }
+}
+
+/// A copy of the observation sent after each change of the frame size
+/// (`ControlLoop::keep_observation`: what a replay of the robot's traffic
+/// sends).
+struct KeptObservation<'a> {
+    into: Option<&'a Arc<Mutex<Option<MsgMap>>>>,
+    /// The frame size (KiB) of the copy kept (`u64::MAX`: none yet).
+    kb: u64,
+}
+
+impl<'a> KeptObservation<'a> {
+    fn new(into: Option<&'a Arc<Mutex<Option<MsgMap>>>>) -> Self {
+        KeptObservation { into, kb: u64::MAX }
+    }
+
+    /// Keeps `obs`, a frame of `kb` KiB, when the size changed since the
+    /// copy kept.
+    fn keep(&mut self, kb: u64, obs: &MsgMap) {
+        let Some(into) = self.into else { return };
+        if self.kb != kb {
+            if let Ok(mut k) = into.lock() {
+                *k = Some(obs.clone());
+                self.kb = kb;
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{clock::ClockMode, record::CallRecord, sink::RecordSink, FlushGuard, StageLayer};
+use stagetrace::{record::CallRecord, FlushGuard, StageLayer};
 use stagetrace_net::proxy::ProxyHandle;
 use stagetrace_net::MsgMap;
 use stagetrace_otlp::OtlpMetrics;
@@ -20,29 +20,14 @@ use stagetrace_sim::{
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use super::args::{ClockArg, DemoArgs};
-use super::error::{err, DemoError};
-use super::hops::{self, Hops, ServerSeen};
-use super::otlp::{DemoOtlp, Services};
-use super::output::{self, Run};
-use super::progress::Progress;
-
-/// Every finished call, kept for `--json` and the comparison with the
-/// truth (bounded by `--calls`).
-struct Collect {
-    records: Arc<Mutex<Vec<CallRecord>>>,
-    cap: usize,
-}
-
-impl RecordSink for Collect {
-    fn on_record(&mut self, rec: &CallRecord) {
-        if let Ok(mut v) = self.records.lock() {
-            if v.len() < self.cap {
-                v.push(rec.clone());
-            }
-        }
-    }
-}
+use crate::args::DemoArgs;
+use crate::error::{err, DemoError};
+use crate::hops::{self, Hops, ServerSeen};
+use crate::otlp::{DemoOtlp, Services};
+use crate::output::{self, Run};
+use crate::progress::Progress;
+use crate::records::Collect;
+use crate::Outcome;
 
 /// The policy server: its own runtime, a skewed clock that may step once;
 /// hot waits (one call at a time on a quiet machine, timed to the µs).
@@ -55,7 +40,7 @@ fn start_server(
         .checksum_stride(64)
         .spin(Spin::Hot);
     let mut config = ServerConfig::new(model)
-        // `--transport grpc-async` has a run of its own (demo/mod.rs).
+        // `--transport grpc-async` has a run of its own (lib.rs).
         .transport(args.transport.transport().unwrap_or(Transport::Ws))
         .addr(args.server_addr)
         .metadata(
@@ -87,38 +72,26 @@ fn start_server(
     Ok((server, seen))
 }
 
-/// Run the demo into `out`, print its report; `rt` runs the robot, `stop`
-/// ends the loop early (what ran is still reported).
-pub(super) fn run(
+/// Run the demo into `out`; its report. `rt` runs the robot, `stop` ends
+/// the loop early (what ran is still reported).
+pub(crate) fn run(
     args: &DemoArgs,
     out: &Path,
     rt: &tokio::runtime::Runtime,
     stop: &AtomicBool,
-) -> Result<(), DemoError> {
+) -> Result<Outcome, DemoError> {
     let otlp = start_otlp(args)?;
     // `--metrics`: the stage histograms as OTLP metrics.
     let metrics = args
         .metrics
         .as_deref()
-        .map(|endpoint| super::otlp::start_metrics(endpoint, args.robot.as_deref()))
+        .map(|endpoint| crate::otlp::start_metrics(endpoint, args.robot.as_deref()))
         .transpose()?;
 
     let (server, seen) = start_server(args, otlp.as_ref())?;
 
     // The network between them: the built-in proxy delays each direction.
-    // With no delay to add the robot connects directly: the proxy is a
-    // process of ours on the same cores, and on a busy host it would delay
-    // the packets itself — host load the demo would inject as "network".
-    let proxy = (args.uplink_delay_ms > 0.0 || args.downlink_delay_ms > 0.0)
-        .then(|| {
-            hops::proxy(
-                server.addr(),
-                args.uplink_delay_ms,
-                args.downlink_delay_ms,
-                args.proxy_cpu,
-            )
-        })
-        .transpose()?;
+    let proxy = hops::server_proxy(args, server.addr())?;
     let policy_addr = proxy
         .as_ref()
         .map_or(server.addr(), ProxyHandle::local_addr);
@@ -142,12 +115,12 @@ pub(super) fn run(
         otlp.finish();
     }
     if let Some(metrics) = &metrics {
-        super::otlp::finish_metrics(metrics);
+        crate::otlp::finish_metrics(metrics);
     }
     let robot = robot.map_err(|e| err(e.to_string()))?;
     let records = take_records(&records)?;
     let interrupted = stop.load(std::sync::atomic::Ordering::SeqCst);
-    output::report(&Run {
+    let report = output::report(&Run {
         args,
         out,
         records: &records,
@@ -158,10 +131,8 @@ pub(super) fn run(
         interrupted,
         hops: &hop_run,
     })?;
-    if robot.completed == 0 && !interrupted {
-        return Err(no_call_completed(&robot));
-    }
-    Ok(())
+    let failed = (robot.completed == 0 && !interrupted).then(|| no_call_completed(&robot));
+    Ok(Outcome { report, failed })
 }
 
 /// OTLP export (`--otlp`): the client, the server (and the gateway and the
@@ -196,16 +167,12 @@ fn install_layer(
     let mut layer = StageLayer::builder()
         .output_dir(out)
         .target_hz(args.hz)
-        .clock_mode(match args.clock {
-            ClockArg::Estimate => ClockMode::Estimate,
-            ClockArg::Trusted => ClockMode::Trusted,
-            ClockArg::None => ClockMode::None,
-        })
+        .clock_mode(args.clock.mode())
         .warmup_calls(args.warmup)
-        .sink(Box::new(Collect {
-            records: Arc::clone(records),
-            cap: args.calls as usize,
-        }));
+        .sink(Box::new(Collect::new(
+            Arc::clone(records),
+            args.calls as usize,
+        )));
     if let Some(otlp) = otlp {
         layer = layer.sink(Box::new(otlp.client.clone()));
     }

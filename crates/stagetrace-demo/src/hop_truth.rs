@@ -7,14 +7,14 @@
 //! against its controller's own record of each chunk.
 
 use serde::Serialize;
-use stagetrace::record::CallRecord;
+use stagetrace::{hop_record::HopFigures, record::CallRecord};
 use stagetrace_net::ServerClock;
 use stagetrace_schema::ns_to_ms;
 use stagetrace_schema::Figure;
 
-use super::args::DemoArgs;
-use super::figures::steady;
-use super::hops::HopRun;
+use crate::args::DemoArgs;
+use crate::figures::steady;
+use crate::hops::HopRun;
 
 /// One µs of rounding (the record's resolution).
 const ROUND_MS: f64 = 1e-3;
@@ -41,81 +41,81 @@ fn true_ns(clock: &ServerClock, stamp: u64) -> i64 {
 /// One hop: the truth, what the record says, and whether the truth lies
 /// inside the stated bound.
 #[derive(Debug, Serialize)]
-pub(super) struct LinkTruth {
+pub(crate) struct LinkTruth {
     /// Its index in the record's `hops` array (0: robot → gateway, 1:
     /// gateway → server); the text says hop 1, hop 2.
-    pub(super) index: usize,
-    pub(super) from: &'static str,
-    pub(super) to: &'static str,
+    pub(crate) index: usize,
+    pub(crate) from: &'static str,
+    pub(crate) to: &'static str,
     /// Calls compared.
-    pub(super) calls: usize,
-    pub(super) injected_up_ms: f64,
-    pub(super) injected_down_ms: f64,
+    pub(crate) calls: usize,
+    pub(crate) injected_up_ms: f64,
+    pub(crate) injected_down_ms: f64,
     /// Medians: the truth per call, the record's figures, its bound.
-    pub(super) true_up_ms: f64,
-    pub(super) true_down_ms: f64,
-    pub(super) up_ms: f64,
-    pub(super) down_ms: f64,
-    pub(super) err_ms: f64,
-    pub(super) net_ms: f64,
-    pub(super) true_net_ms: f64,
+    pub(crate) true_up_ms: f64,
+    pub(crate) true_down_ms: f64,
+    pub(crate) up_ms: f64,
+    pub(crate) down_ms: f64,
+    pub(crate) err_ms: f64,
+    pub(crate) net_ms: f64,
+    pub(crate) true_net_ms: f64,
     /// Largest |net − truth| of one call.
-    pub(super) net_max_err_ms: f64,
+    pub(crate) net_max_err_ms: f64,
     /// Share of calls whose true up and down both lie within ± err.
-    pub(super) inside: f64,
+    pub(crate) inside: f64,
     /// This node's clock − the previous node's: the last call's estimate
     /// and the truth then.
-    pub(super) offset_ms: Option<f64>,
-    pub(super) injected_offset_ms: f64,
+    pub(crate) offset_ms: Option<f64>,
+    pub(crate) injected_offset_ms: f64,
     /// The last call's drift estimate against the injected rate difference.
-    pub(super) drift_ppm: Option<f64>,
-    pub(super) injected_drift_ppm: f64,
+    pub(crate) drift_ppm: Option<f64>,
+    pub(crate) injected_drift_ppm: f64,
 }
 
 /// The gateway path: per hop, the gateway's own time, `net`, `infer`.
 #[derive(Debug, Serialize)]
-pub(super) struct HopTruth {
-    pub(super) hops: Vec<LinkTruth>,
+pub(crate) struct HopTruth {
+    pub(crate) hops: Vec<LinkTruth>,
     /// The gateway's own time (`hops[0].relay_ms`), median, and its largest
     /// error against the gateway's own stamps.
-    pub(super) gateway_ms: f64,
-    pub(super) true_gateway_ms: f64,
-    pub(super) gateway_max_err_ms: f64,
+    pub(crate) gateway_ms: f64,
+    pub(crate) true_gateway_ms: f64,
+    pub(crate) gateway_max_err_ms: f64,
     /// Largest |net − truth| and |infer − truth| of one call.
-    pub(super) net_max_err_ms: f64,
-    pub(super) infer_max_err_ms: f64,
+    pub(crate) net_max_err_ms: f64,
+    pub(crate) infer_max_err_ms: f64,
     /// Share of calls whose whole-path uplink / downlink lie within ± split_err.
-    pub(super) path_inside: f64,
+    pub(crate) path_inside: f64,
 }
 
 /// The remote executor: its wait against the controller's own record.
 #[derive(Debug, Serialize)]
-pub(super) struct ExecTruth {
-    pub(super) calls: usize,
-    pub(super) busy_ms: f64,
-    pub(super) busy_every: u64,
+pub(crate) struct ExecTruth {
+    pub(crate) calls: usize,
+    pub(crate) busy_ms: f64,
+    pub(crate) busy_every: u64,
     /// Steady calls whose chunk found the executor busy, and how many of
     /// them show at least the busy time as `exec_wait`.
-    pub(super) busy_calls: usize,
-    pub(super) busy_shown: usize,
+    pub(crate) busy_calls: usize,
+    pub(crate) busy_shown: usize,
     /// Median `exec_wait` of the busy calls; largest of the others.
-    pub(super) busy_wait_ms: f64,
-    pub(super) other_wait_max_ms: f64,
+    pub(crate) busy_wait_ms: f64,
+    pub(crate) other_wait_max_ms: f64,
     /// Largest |exec_wait − the controller's own wait| of one call.
-    pub(super) wait_max_err_ms: f64,
+    pub(crate) wait_max_err_ms: f64,
     /// Median `exec_tx`, the truth (dispatch start → the executor's
     /// receive stamp, both on the host's clock), the injected delay, and
     /// the share of calls whose truth lies within ± `exec_err`.
-    pub(super) exec_tx_ms: f64,
-    pub(super) true_tx_ms: f64,
-    pub(super) injected_tx_ms: f64,
-    pub(super) tx_inside: f64,
+    pub(crate) exec_tx_ms: f64,
+    pub(crate) true_tx_ms: f64,
+    pub(crate) injected_tx_ms: f64,
+    pub(crate) tx_inside: f64,
     /// The last call's executor offset, the truth then, its bound (median),
     /// and the share of calls whose true offset lies within it.
-    pub(super) exec_offset_ms: Option<f64>,
-    pub(super) injected_offset_ms: f64,
-    pub(super) exec_err_ms: f64,
-    pub(super) offset_inside: f64,
+    pub(crate) exec_offset_ms: Option<f64>,
+    pub(crate) injected_offset_ms: f64,
+    pub(crate) exec_err_ms: f64,
+    pub(crate) offset_inside: f64,
 }
 
 /// Per call: hop 0, hop 1 (true up, true down, up, down, err), path.
@@ -174,7 +174,9 @@ fn call_truth(run: &HopRun, gw: &ServerClock, rec: &CallRecord) -> Option<CallTr
 }
 
 impl HopTruth {
-    pub(super) fn of(a: &DemoArgs, run: &HopRun, records: &[CallRecord]) -> Option<HopTruth> {
+    /// The truth of the gateway path over the steady calls of `records`;
+    /// `None` without a gateway or without a call whose truth is known.
+    pub(crate) fn of(a: &DemoArgs, run: &HopRun, records: &[CallRecord]) -> Option<HopTruth> {
         let gw = run.gateway_clock.as_ref()?;
         let calls: Vec<CallTruth> = records
             .iter()
@@ -191,64 +193,12 @@ impl HopTruth {
         // The truth of each hop's offset at the last call: that node's
         // clock − the previous node's, both read at the call's start.
         let at = last.map_or(0, |r| r.timeline.call_start_unix_ns);
-        let (g_off, s_off) = (gw.offset_at(at), run.server_clock.offset_at(at));
-        let h = &a.hops;
-        let injected = [
-            (
-                "robot",
-                "gateway",
-                h.gateway_uplink_delay_ms,
-                h.gateway_downlink_delay_ms,
-                g_off,
-                h.gateway_drift_ppm,
-            ),
-            (
-                "gateway",
-                "server",
-                a.uplink_delay_ms,
-                a.downlink_delay_ms,
-                s_off - g_off,
-                a.server_drift_ppm - h.gateway_drift_ppm,
-            ),
-        ];
-        let n = calls.len() as f64;
-        let hops = injected
+        let hops = injected(a, run, gw, at)
             .iter()
             .enumerate()
-            .map(|(i, &(from, to, up, down, off, drift))| {
-                let col = |k: usize| median(calls.iter().map(|c| c.hops[i][k]).collect());
-                let hop = last.and_then(|r| r.hops.get(i));
-                LinkTruth {
-                    index: i,
-                    from,
-                    to,
-                    calls: calls.len(),
-                    injected_up_ms: up,
-                    injected_down_ms: down,
-                    true_up_ms: col(0),
-                    true_down_ms: col(1),
-                    up_ms: col(2),
-                    down_ms: col(3),
-                    err_ms: col(4),
-                    net_ms: col(5),
-                    true_net_ms: col(6),
-                    net_max_err_ms: max(calls.iter().map(|c| (c.hops[i][5] - c.hops[i][6]).abs())),
-                    inside: calls
-                        .iter()
-                        .filter(|c| {
-                            let l = c.hops[i];
-                            (l[2] - l[0]).abs() <= l[4] + ROUND_MS
-                                && (l[3] - l[1]).abs() <= l[4] + ROUND_MS
-                        })
-                        .count() as f64
-                        / n,
-                    offset_ms: hop.and_then(|x| x.offset_ns).map(ns_to_ms),
-                    injected_offset_ms: ns_to_ms(off),
-                    drift_ppm: hop.and_then(|x| x.drift_ppm),
-                    injected_drift_ppm: drift,
-                }
-            })
+            .map(|(i, inj)| LinkTruth::of(i, inj, &calls, last.and_then(|r| r.hops.get(i))))
             .collect();
+        let n = calls.len() as f64;
         Some(HopTruth {
             hops,
             gateway_ms: median(calls.iter().map(|c| c.relay.0).collect()),
@@ -261,8 +211,81 @@ impl HopTruth {
     }
 }
 
+/// What the demo injected on one hop: its two ends, its delays, and the
+/// offset and drift of its far end's clock against its near end's.
+struct Injected {
+    from: &'static str,
+    to: &'static str,
+    up_ms: f64,
+    down_ms: f64,
+    offset_ns: i64,
+    drift_ppm: f64,
+}
+
+/// What the demo injected on robot → gateway and on gateway → server, the
+/// clock offsets as they stood at `at` (ns since the epoch).
+fn injected(a: &DemoArgs, run: &HopRun, gw: &ServerClock, at: u64) -> [Injected; 2] {
+    let (g_off, s_off) = (gw.offset_at(at), run.server_clock.offset_at(at));
+    let h = &a.hops;
+    [
+        Injected {
+            from: "robot",
+            to: "gateway",
+            up_ms: h.gateway_uplink_delay_ms,
+            down_ms: h.gateway_downlink_delay_ms,
+            offset_ns: g_off,
+            drift_ppm: h.gateway_drift_ppm,
+        },
+        Injected {
+            from: "gateway",
+            to: "server",
+            up_ms: a.uplink_delay_ms,
+            down_ms: a.downlink_delay_ms,
+            offset_ns: s_off - g_off,
+            drift_ppm: a.server_drift_ppm - h.gateway_drift_ppm,
+        },
+    ]
+}
+
+impl LinkTruth {
+    /// Hop `i` over `calls`: its truth against what the records say, the
+    /// clock's offset and drift from `last`, the last steady call's record
+    /// of the hop.
+    fn of(i: usize, inj: &Injected, calls: &[CallTruth], last: Option<&HopFigures>) -> LinkTruth {
+        let col = |k: usize| median(calls.iter().map(|c| c.hops[i][k]).collect());
+        let inside = calls
+            .iter()
+            .filter(|c| {
+                let l = c.hops[i];
+                (l[2] - l[0]).abs() <= l[4] + ROUND_MS && (l[3] - l[1]).abs() <= l[4] + ROUND_MS
+            })
+            .count();
+        LinkTruth {
+            index: i,
+            from: inj.from,
+            to: inj.to,
+            calls: calls.len(),
+            injected_up_ms: inj.up_ms,
+            injected_down_ms: inj.down_ms,
+            true_up_ms: col(0),
+            true_down_ms: col(1),
+            up_ms: col(2),
+            down_ms: col(3),
+            err_ms: col(4),
+            net_ms: col(5),
+            true_net_ms: col(6),
+            net_max_err_ms: max(calls.iter().map(|c| (c.hops[i][5] - c.hops[i][6]).abs())),
+            inside: inside as f64 / calls.len() as f64,
+            offset_ms: last.and_then(|x| x.offset_ns).map(ns_to_ms),
+            injected_offset_ms: ns_to_ms(inj.offset_ns),
+            drift_ppm: last.and_then(|x| x.drift_ppm),
+            injected_drift_ppm: inj.drift_ppm,
+        }
+    }
+}
+
 impl ExecTruth {
-    pub(super) fn of(a: &DemoArgs, run: &HopRun, records: &[CallRecord]) -> Option<ExecTruth> {
+    pub(crate) fn of(a: &DemoArgs, run: &HopRun, records: &[CallRecord]) -> Option<ExecTruth> {
         let (clock, starts) = run.executor.as_ref()?;
         let h = &a.hops;
         let busy_ms = h.executor_busy_ms;
@@ -350,7 +373,7 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 
 impl HopTruth {
     /// The truth table's lines for the gateway path.
-    pub(super) fn text(&self, s: &mut String) {
+    pub(crate) fn text(&self, s: &mut String) {
         use std::fmt::Write as _;
         let _ = writeln!(
             s,
@@ -387,7 +410,7 @@ impl HopTruth {
 
 impl ExecTruth {
     /// The truth table's lines for the remote executor.
-    pub(super) fn text(&self, s: &mut String) {
+    pub(crate) fn text(&self, s: &mut String) {
         use std::fmt::Write as _;
         if self.busy_calls > 0 {
             let _ = writeln!(

@@ -15,13 +15,13 @@ use stagetrace_schema::ms_to_ns;
 use stagetrace_sim::{ms, ExecStart, ExecutorConfig, GatewayConfig, SimExecutor, SimGateway};
 use stagetrace_wire::{RelayTiming, ServerTiming};
 
-use super::args::DemoArgs;
-use super::error::{err, DemoError};
-use super::otlp::DemoOtlp;
+use crate::args::DemoArgs;
+use crate::error::{err, DemoError};
+use crate::otlp::DemoOtlp;
 
 /// A proxy delaying each direction, in front of `upstream`; its threads on
 /// `cpu` when given (`--proxy-cpu`).
-pub(super) fn proxy(
+pub(crate) fn proxy(
     upstream: SocketAddr,
     up_ms: f64,
     down_ms: f64,
@@ -40,16 +40,30 @@ pub(super) fn proxy(
     .map_err(|e| err(format!("cannot start the network proxy: {e}")))
 }
 
+/// The delay proxy in front of the policy server at `server`
+/// (`--uplink-delay-ms`, `--downlink-delay-ms`, `--proxy-cpu`); `None` with
+/// no delay to add: the robot then connects directly, since the proxy is a
+/// process of ours on the same cores and on a busy host it would delay the
+/// packets itself — host load the demo would inject as "network".
+pub(crate) fn server_proxy(
+    a: &DemoArgs,
+    server: SocketAddr,
+) -> Result<Option<ProxyHandle>, DemoError> {
+    (a.uplink_delay_ms > 0.0 || a.downlink_delay_ms > 0.0)
+        .then(|| proxy(server, a.uplink_delay_ms, a.downlink_delay_ms, a.proxy_cpu))
+        .transpose()
+}
+
 /// The server's record of each request, by trace id (what the truth of the
 /// last hop and of `net` rests on: its receive stamp on its own clock).
 #[derive(Clone, Default)]
-pub(super) struct ServerSeen {
+pub(crate) struct ServerSeen {
     seen: Arc<Mutex<Vec<ServerRecord>>>,
     cap: usize,
 }
 
 impl ServerSeen {
-    pub(super) fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         ServerSeen {
             seen: Arc::default(),
             cap,
@@ -57,7 +71,7 @@ impl ServerSeen {
     }
 
     /// A request hook that keeps each record, then calls `next`.
-    pub(super) fn hook(&self, next: Option<RequestHook>) -> RequestHook {
+    pub(crate) fn hook(&self, next: Option<RequestHook>) -> RequestHook {
         let me = self.clone();
         Arc::new(move |rec: &ServerRecord| {
             if let Some(next) = &next {
@@ -84,11 +98,11 @@ impl ServerSeen {
 }
 
 /// The gateway and the executor while the robot runs.
-pub(super) struct Hops {
-    pub(super) gateway: Option<(SimGateway, ProxyHandle)>,
-    pub(super) executor: Option<(SimExecutor, ProxyHandle)>,
+pub(crate) struct Hops {
+    pub(crate) gateway: Option<(SimGateway, ProxyHandle)>,
+    pub(crate) executor: Option<(SimExecutor, ProxyHandle)>,
     /// The gateway's stamps of each call, as its answer reported them.
-    pub(super) relays: Vec<(u64, RelayTiming)>,
+    pub(crate) relays: Vec<(u64, RelayTiming)>,
     cap: usize,
 }
 
@@ -96,7 +110,7 @@ impl Hops {
     /// Start what the knobs ask for; `server` is the address in front of
     /// the policy server (its proxy).
     /// With `otlp`, the gateway and the executor export their own spans.
-    pub(super) fn start(
+    pub(crate) fn start(
         a: &DemoArgs,
         server: SocketAddr,
         otlp: Option<&DemoOtlp>,
@@ -153,19 +167,19 @@ impl Hops {
     }
 
     /// Where the robot sends its requests: the gateway's proxy, or `server`.
-    pub(super) fn robot_target(&self, server: SocketAddr) -> SocketAddr {
+    pub(crate) fn robot_target(&self, server: SocketAddr) -> SocketAddr {
         self.gateway
             .as_ref()
             .map_or(server, |(_, p)| p.local_addr())
     }
 
     /// Where the robot dispatches its chunks (the executor's proxy).
-    pub(super) fn executor_target(&self) -> Option<SocketAddr> {
+    pub(crate) fn executor_target(&self) -> Option<SocketAddr> {
         self.executor.as_ref().map(|(_, p)| p.local_addr())
     }
 
     /// Keep the gateway's stamps of call `seq` (the first relay's).
-    pub(super) fn note(&mut self, seq: u64, hops: &stagetrace_wire::Hops) {
+    pub(crate) fn note(&mut self, seq: u64, hops: &stagetrace_wire::Hops) {
         if let Some(r) = hops.as_slice().first() {
             if self.relays.len() < self.cap {
                 self.relays.push((seq, *r));
@@ -174,7 +188,7 @@ impl Hops {
     }
 
     /// Stop everything; what the truth needs stays.
-    pub(super) fn stop(self, server_clock: &ServerClock, seen: &ServerSeen) -> HopRun {
+    pub(crate) fn stop(self, server_clock: &ServerClock, seen: &ServerSeen) -> HopRun {
         let gateway_clock = self.gateway.map(|(gw, p)| {
             p.shutdown();
             let clock = gw.clock().clone();
@@ -197,13 +211,13 @@ impl Hops {
 }
 
 /// What the truth of the hops rests on, after the run.
-pub(super) struct HopRun {
-    pub(super) gateway_clock: Option<ServerClock>,
-    pub(super) server_clock: ServerClock,
+pub(crate) struct HopRun {
+    pub(crate) gateway_clock: Option<ServerClock>,
+    pub(crate) server_clock: ServerClock,
     /// The gateway's stamps by call `seq`.
-    pub(super) relays: HashMap<u64, RelayTiming>,
+    pub(crate) relays: HashMap<u64, RelayTiming>,
     /// The server's timing by trace id.
-    pub(super) server: HashMap<String, ServerTiming>,
+    pub(crate) server: HashMap<String, ServerTiming>,
     /// The executor's clock and its controller's record of each chunk.
-    pub(super) executor: Option<(ServerClock, Vec<ExecStart>)>,
+    pub(crate) executor: Option<(ServerClock, Vec<ExecStart>)>,
 }

@@ -12,16 +12,18 @@
 //! injected or counted where it happened, against what the records say.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{clock::ClockMode, record::CallRecord, sink::RecordSink, StageLayer};
+use stagetrace::{record::CallRecord, FlushGuard, StageLayer};
 use stagetrace_analyze::render;
+use stagetrace_analyze::stats::median;
 use stagetrace_analyze::table::{Align, Table};
 use stagetrace_grpc::lerobot::{
-    PolicyConfig, PolicyServer, Robot, RobotConfig, ServerEvent, SpawnedServer,
+    PolicyConfig, PolicyServer, Robot, RobotConfig, RobotReport, ServerEvent, SpawnedServer,
 };
 use stagetrace_grpc::wire::Disposition;
 use stagetrace_grpc::ServerLayer;
@@ -30,24 +32,12 @@ use stagetrace_schema::{ms_to_ns, Figure};
 use stagetrace_sim::ms;
 use tonic::transport::Channel;
 
-use super::args::{ClockArg, DemoArgs};
-use super::error::{err, DemoError};
-use super::figures::analyze_run;
-use crate::stdout;
-
-/// Every record of the run, for the truth table (bounded by the ticks: one
-/// observation at most per tick).
-struct Collect(Arc<Mutex<Vec<CallRecord>>>, usize);
-
-impl RecordSink for Collect {
-    fn on_record(&mut self, rec: &CallRecord) {
-        if let Ok(mut v) = self.0.lock() {
-            if v.len() < self.1 {
-                v.push(rec.clone());
-            }
-        }
-    }
-}
+use crate::args::DemoArgs;
+use crate::error::{err, DemoError};
+use crate::figures::analyze_run;
+use crate::hops::server_proxy;
+use crate::records::Collect;
+use crate::Outcome;
 
 /// What the server did, as it did it: the dropped observations, and per
 /// chunk its own readings (queue, infer, the uplink on the one wall clock
@@ -114,41 +104,69 @@ fn record_event(events: &Mutex<ServerTruth>, e: ServerEvent) {
     }
 }
 
-/// Run the async scenario into `out` and print its report and truth table.
+/// Run the async scenario into `out`; its report and truth table.
 pub(crate) fn run(
     a: &DemoArgs,
     out: &Path,
     rt: &tokio::runtime::Runtime,
     stop: &AtomicBool,
-) -> Result<(), DemoError> {
+) -> Result<Outcome, DemoError> {
     let events = Arc::new(Mutex::new(ServerTruth::default()));
     let served = serve(a, Arc::clone(&events))?;
-    let proxy = (a.uplink_delay_ms > 0.0 || a.downlink_delay_ms > 0.0)
-        .then(|| {
-            super::hops::proxy(
-                served.addr(),
-                a.uplink_delay_ms,
-                a.downlink_delay_ms,
-                a.proxy_cpu,
-            )
-        })
-        .transpose()?;
+    let proxy = server_proxy(a, served.addr())?;
     let target = proxy.as_ref().map_or(served.addr(), |p| p.local_addr());
-
     let records = Arc::new(Mutex::new(Vec::new()));
-    let (layer, guard) = StageLayer::builder()
+    let (layer, guard) = stage_layer(a, out, &records)?;
+    let robot = drive_robot(a, rt, &layer, target)?;
+    let summary = guard.finish();
+    if let Some(p) = proxy {
+        p.shutdown();
+    }
+    drop(served);
+    if stop.load(Ordering::SeqCst) {
+        return Ok(Outcome::done(String::new()));
+    }
+    let records = records.lock().map(|v| v.clone()).unwrap_or_default();
+    let truth = events
+        .lock()
+        .map(|mut t| std::mem::take(&mut *t))
+        .unwrap_or_default();
+    let mut text = render::text(&analyze_run(out, &summary.run)?);
+    text.push_str(&truth_table(a, &records, &truth, robot.dry_ticks));
+    text.push_str(&format!("\nrecords and summaries: {}\n", out.display()));
+    Ok(Outcome {
+        report: text,
+        failed: no_chunk(&robot),
+    })
+}
+
+/// The robot's stage layer: records and summaries to `out`, every record
+/// also to `records` (for the truth table; one observation at most per
+/// tick bounds them).
+fn stage_layer(
+    a: &DemoArgs,
+    out: &Path,
+    records: &Arc<Mutex<Vec<CallRecord>>>,
+) -> Result<(StageLayer, FlushGuard), DemoError> {
+    StageLayer::builder()
         .output_dir(out)
-        .clock_mode(match a.clock {
-            ClockArg::Estimate => ClockMode::Estimate,
-            ClockArg::Trusted => ClockMode::Trusted,
-            ClockArg::None => ClockMode::None,
-        })
-        .sink(Box::new(Collect(
-            Arc::clone(&records),
+        .clock_mode(a.clock.mode())
+        .sink(Box::new(Collect::new(
+            Arc::clone(records),
             4 * a.calls as usize + 64,
         )))
         .build()
-        .map_err(|e| err(format!("cannot start the stage layer: {e}")))?;
+        .map_err(|e| err(format!("cannot start the stage layer: {e}")))
+}
+
+/// The LeRobot-style robot for `--calls` control ticks at `--hz`, its
+/// calls stamped through `layer`, against the policy server at `target`.
+fn drive_robot(
+    a: &DemoArgs,
+    rt: &tokio::runtime::Runtime,
+    layer: &StageLayer,
+    target: SocketAddr,
+) -> Result<RobotReport, DemoError> {
     let cfg = RobotConfig {
         fps: a.hz,
         chunk_size: a.lerobot.chunk_size,
@@ -162,7 +180,7 @@ pub(crate) fn run(
         "stagetrace demo: LeRobot-style async inference over gRPC, {} control ticks at {} Hz …",
         a.calls, a.hz
     );
-    let report = rt.block_on(async {
+    rt.block_on(async {
         let channel = Channel::from_shared(format!("http://{target}"))
             .map_err(|e| err(format!("bad server address: {e}")))?
             .connect()
@@ -175,44 +193,17 @@ pub(crate) fn run(
             format!("grpc://{target}"),
         );
         // The robot moves by one step per timestep: `--similarity` in steps.
-        Ok::<_, DemoError>(robot.run(|ts| ts as f64).await)
-    })?;
-    let summary = guard.finish();
-    if let Some(p) = proxy {
-        p.shutdown();
-    }
-    drop(served);
-    if stop.load(Ordering::SeqCst) {
-        return Ok(());
-    }
-    let records = records.lock().map(|v| v.clone()).unwrap_or_default();
-    let truth = events
-        .lock()
-        .map(|mut t| std::mem::take(&mut *t))
-        .unwrap_or_default();
-    let analysis = analyze_run(out, &summary.run)?;
-    let mut text = render::text(&analysis);
-    text.push_str(&truth_table(a, &records, &truth, report.dry_ticks));
-    text.push_str(&format!("\nrecords and summaries: {}\n", out.display()));
-    stdout::print(&text).map_err(err)?;
-    if report.chunks == 0 {
-        return Err(err(format!(
-            "no chunk came back ({} observations sent, {} poll errors): is the server reachable?",
-            report.observations, report.poll_errors
-        )));
-    }
-    Ok(())
+        Ok(robot.run(|ts| ts as f64).await)
+    })
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    (n > 0).then(|| {
-        if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            0.5 * (v[n / 2 - 1] + v[n / 2])
-        }
+/// A run in which no chunk came back, with what the robot sent.
+fn no_chunk(robot: &RobotReport) -> Option<DemoError> {
+    (robot.chunks == 0).then(|| {
+        err(format!(
+            "no chunk came back ({} observations sent, {} poll errors): is the server reachable?",
+            robot.observations, robot.poll_errors
+        ))
     })
 }
 
@@ -238,26 +229,36 @@ fn per_chunk(
         tv.push(*t);
         rv.push(v);
     }
-    Some((median(tv)?, median(rv)?, worst))
+    Some((median(&mut tv)?, median(&mut rv)?, worst))
+}
+
+/// The median of figure `f` over the chunks' records, ms.
+fn p50(chunks: &[&CallRecord], f: Figure) -> Option<f64> {
+    median(&mut chunks.iter().filter_map(|r| r.ms(f)).collect::<Vec<_>>())
+}
+
+/// A figure in ms, as the truth table prints it.
+fn ms_text(v: f64) -> String {
+    format!("{v:.3} ms")
+}
+
+/// A figure that may be missing (`—`).
+fn opt_ms_text(v: Option<f64>) -> String {
+    v.map_or("—".to_string(), ms_text)
+}
+
+/// The records that failed for reason `why` (`replaced`, `cancelled`).
+fn failed_for(records: &[CallRecord], why: &str) -> usize {
+    records
+        .iter()
+        .filter(|r| r.error.as_deref() == Some(why))
+        .count()
 }
 
 /// The truth table: measured or counted where it happened, against the
 /// records.
 fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks: u64) -> String {
     let chunks: Vec<&CallRecord> = records.iter().filter(|r| r.failed != Some(true)).collect();
-    let p50 = |f: Figure| median(chunks.iter().filter_map(|r| r.ms(f)).collect());
-    let reason = |why: &str| {
-        records
-            .iter()
-            .filter(|r| r.error.as_deref() == Some(why))
-            .count()
-    };
-    let in_records: u64 = chunks
-        .iter()
-        .filter_map(|r| r.dry_ticks)
-        .map(u64::from)
-        .sum();
-    let mut s = String::from("\ntruth (measured or counted where it happened) vs the records:\n");
     let mut table = Table::new(
         2,
         &[
@@ -267,10 +268,22 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
             ("worst |error|", Align::Right),
         ],
     );
-    let mut row = |what: &str, truth: String, measured: String, worst: String| {
-        table.row(vec![what.to_string(), truth, measured, worst]);
-    };
-    let ms = |v: f64| format!("{v:.3} ms");
+    per_chunk_rows(&mut table, &chunks, t);
+    injected_rows(&mut table, a, &chunks);
+    count_rows(&mut table, records, &chunks, t, dry_ticks);
+    let mut s = String::from("\ntruth (measured or counted where it happened) vs the records:\n");
+    table.write(&mut s);
+    s.push_str(&format!(
+        "    (split_err p50 {}: each record's bound on its uplink/downlink; cancelled at the end: {})\n",
+        opt_ms_text(p50(&chunks, Figure::SplitErr)),
+        failed_for(records, "cancelled")
+    ));
+    s
+}
+
+/// The rows of the figures the server read itself, chunk by chunk: the
+/// uplink on the one wall clock, queue and infer on its own stamps.
+fn per_chunk_rows(table: &mut Table, chunks: &[&CallRecord], t: &ServerTruth) {
     let uplink: fn(&ChunkTruth) -> f64 = |c| c.3;
     let queue: fn(&ChunkTruth) -> f64 = |c| c.1;
     let infer: fn(&ChunkTruth) -> f64 = |c| c.2;
@@ -279,64 +292,84 @@ fn truth_table(a: &DemoArgs, records: &[CallRecord], t: &ServerTruth, dry_ticks:
         ("queue p50 (server's own stamps)", Figure::Queue, queue),
         ("infer p50 (server's own stamps)", Figure::Infer, infer),
     ] {
-        if let Some((truth, got, worst)) = per_chunk(&chunks, &t.per_chunk, f, pick) {
-            row(name, ms(truth), ms(got), ms(worst));
+        if let Some((truth, got, worst)) = per_chunk(chunks, &t.per_chunk, f, pick) {
+            table.row(vec![
+                name.to_string(),
+                ms_text(truth),
+                ms_text(got),
+                ms_text(worst),
+            ]);
         }
     }
-    let fmt = |v: Option<f64>| v.map_or("—".to_string(), ms);
-    let none = String::new;
+}
+
+/// The rows of what the demo injected: the proxy's delays and the server's
+/// skew, against the records' medians.
+fn injected_rows(table: &mut Table, a: &DemoArgs, chunks: &[&CallRecord]) {
     // A one-way figure with its bound, when the split rests on an estimate.
-    let one_way = |f: Figure| match p50(Figure::SplitErr) {
-        Some(e) => format!("{} ± {}", fmt(p50(f)), stagetrace_schema::notes::bound(e)),
-        None => fmt(p50(f)),
+    let one_way = |f: Figure| match p50(chunks, Figure::SplitErr) {
+        Some(e) => format!("{} ± {}", opt_ms_text(p50(chunks, f)), stagetrace_schema::notes::bound(e)),
+        None => opt_ms_text(p50(chunks, f)),
     };
-    row(
-        "uplink delay injected (proxy)",
-        ms(a.uplink_delay_ms),
-        one_way(Figure::Uplink),
-        none(),
-    );
-    row(
-        "downlink delay injected (proxy)",
-        ms(a.downlink_delay_ms),
-        one_way(Figure::Downlink),
-        none(),
-    );
-    row(
-        "clock offset p50 (server skew)",
-        ms(a.server_skew_ms),
-        fmt(p50(Figure::Offset)),
-        none(),
-    );
-    row(
-        "chunks (server sent)",
-        t.chunks.to_string(),
-        chunks.len().to_string(),
-        none(),
-    );
-    row(
-        "observations replaced",
-        t.replaced.to_string(),
-        reason("replaced").to_string(),
-        none(),
-    );
-    row(
-        "observations skipped",
-        t.skipped.to_string(),
-        reason("skipped").to_string(),
-        none(),
-    );
-    row(
-        "idle control ticks (robot counted)",
-        dry_ticks.to_string(),
-        in_records.to_string(),
-        none(),
-    );
-    table.write(&mut s);
-    s.push_str(&format!(
-        "    (split_err p50 {}: each record's bound on its uplink/downlink; cancelled at the end: {})\n",
-        fmt(p50(Figure::SplitErr)),
-        reason("cancelled")
-    ));
-    s
+    for (what, injected, measured) in [
+        (
+            "uplink delay injected (proxy)",
+            a.uplink_delay_ms,
+            one_way(Figure::Uplink),
+        ),
+        (
+            "downlink delay injected (proxy)",
+            a.downlink_delay_ms,
+            one_way(Figure::Downlink),
+        ),
+        (
+            "clock offset p50 (server skew)",
+            a.server_skew_ms,
+            opt_ms_text(p50(chunks, Figure::Offset)),
+        ),
+    ] {
+        table.row(vec![
+            what.to_string(),
+            ms_text(injected),
+            measured,
+            String::new(),
+        ]);
+    }
+}
+
+/// The rows of what was counted: chunks, the server's dropped
+/// observations, the robot's idle ticks, against the records.
+fn count_rows(
+    table: &mut Table,
+    records: &[CallRecord],
+    chunks: &[&CallRecord],
+    t: &ServerTruth,
+    dry_ticks: u64,
+) {
+    let in_records: u64 = chunks
+        .iter()
+        .filter_map(|r| r.dry_ticks)
+        .map(u64::from)
+        .sum();
+    for (what, counted, in_the_records) in [
+        ("chunks (server sent)", t.chunks, chunks.len() as u64),
+        (
+            "observations replaced",
+            t.replaced,
+            failed_for(records, "replaced") as u64,
+        ),
+        (
+            "observations skipped",
+            t.skipped,
+            failed_for(records, "skipped") as u64,
+        ),
+        ("idle control ticks (robot counted)", dry_ticks, in_records),
+    ] {
+        table.row(vec![
+            what.to_string(),
+            counted.to_string(),
+            in_the_records.to_string(),
+            String::new(),
+        ]);
+    }
 }

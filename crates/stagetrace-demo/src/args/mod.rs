@@ -7,10 +7,10 @@ mod ids;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use stagetrace::clock::ClockMode;
 use stagetrace_sim::Transport;
 
 pub(crate) use checks::validate;
-pub(crate) use ids::typed_flags;
 
 /// Transport between the robot client and the policy server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -28,7 +28,7 @@ pub(crate) enum TransportArg {
 
 impl TransportArg {
     /// The request/response transport of the paced demo (`None` for the
-    /// async shape, which has a run of its own: `demo/grpc_async.rs`).
+    /// async shape, which has a run of its own: `grpc_async.rs`).
     pub(crate) fn transport(self) -> Option<Transport> {
         match self {
             TransportArg::Ws => Some(Transport::Ws),
@@ -78,11 +78,22 @@ impl ClockArg {
             ClockArg::None => "none",
         }
     }
+
+    /// The stage layer's clock mode for this choice.
+    pub(crate) fn mode(self) -> ClockMode {
+        match self {
+            ClockArg::Estimate => ClockMode::Estimate,
+            ClockArg::Trusted => ClockMode::Trusted,
+            ClockArg::None => ClockMode::None,
+        }
+    }
 }
 
-/// Arguments of `stagetrace demo`.
+/// Arguments of `stagetrace demo`: a clap [`Args`](clap::Args) struct the
+/// command line flattens in, then tells which of its flags were typed
+/// ([`DemoArgs::note_typed`]).
 #[derive(Debug, clap::Args)]
-pub(crate) struct DemoArgs {
+pub struct DemoArgs {
     /// Calls to make, warm-up included.
     #[arg(long, default_value_t = 150)]
     pub(crate) calls: u64,
@@ -149,6 +160,8 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
     pub(crate) server_addr: SocketAddr,
     /// Directory for records and summaries (default: runs/demo-<unix seconds>).
+    // The text is `--help`'s, where `<unix seconds>` is no HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
     /// Print one JSON object (field names as in the records) instead of the table.
@@ -187,7 +200,8 @@ pub(crate) struct DemoArgs {
     /// LeRobot async-inference knobs (`--transport grpc-async`).
     #[command(flatten)]
     pub(crate) lerobot: LeRobotArgs,
-    /// The flags typed on the command line (clap ids, `uplink_delay_ms`).
+    /// The flags typed on the command line (clap ids, `uplink_delay_ms`),
+    /// from [`DemoArgs::note_typed`].
     #[arg(skip)]
     pub(crate) given: Vec<String>,
 }

@@ -105,15 +105,21 @@ pub(super) const NOT_ASYNC: &[&str] = &[
     "tail_sample",
 ];
 
-/// The ids of the arguments typed on the command line (not defaults).
-pub(crate) fn typed_flags(m: &clap::ArgMatches) -> Vec<String> {
-    m.ids()
-        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
-        .map(|id| id.as_str().to_owned())
-        .collect()
-}
-
 impl DemoArgs {
+    /// Notes which knobs were typed on the command line (not defaults),
+    /// from the demo's own matches (`stagetrace demo`'s subcommand
+    /// matches): the demo refuses knobs its scenario would ignore, so it
+    /// needs to know which ones were typed, not only their values.
+    pub fn note_typed(&mut self, matches: &clap::ArgMatches) {
+        self.given = matches
+            .ids()
+            .filter(|id| {
+                matches.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .map(|id| id.as_str().to_owned())
+            .collect();
+    }
+
     /// Whether the knob `id` was typed on the command line.
     pub(super) fn typed(&self, id: &str) -> bool {
         self.given.iter().any(|g| g == id)

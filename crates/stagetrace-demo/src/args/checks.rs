@@ -5,7 +5,7 @@ use super::ids::{
     OTLP_SHUTDOWN_MS, SINGLE_CLIENT_ONLY,
 };
 use super::{DemoArgs, TransportArg};
-use crate::demo::error::{err, DemoError};
+use crate::error::{err, DemoError};
 
 /// A real oscillator is 5–30 ppm off; the demo allows far more (a short
 /// run covering hours), up to what the simulated clock takes.

@@ -8,7 +8,7 @@ use stagetrace::record::ServerRecord;
 use stagetrace_net::RequestHook;
 use stagetrace_otlp::{OtlpExporter, OtlpMetrics, ShutdownDeadline, TailSampling};
 
-use super::error::{err, DemoError};
+use crate::error::{err, DemoError};
 
 /// The robot client's service name, for traces and metrics.
 const CLIENT_SERVICE: &str = "stagetrace-demo-client";
@@ -19,7 +19,7 @@ const DEMO_EXPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs
 
 /// `--metrics`: the robot's stage histograms and counters. An empty
 /// `endpoint` leaves it to the OTEL_* variables or the default.
-pub(super) fn start_metrics(endpoint: &str, robot: Option<&str>) -> Result<OtlpMetrics, DemoError> {
+pub(crate) fn start_metrics(endpoint: &str, robot: Option<&str>) -> Result<OtlpMetrics, DemoError> {
     let mut b = OtlpMetrics::builder().service_name(CLIENT_SERVICE);
     if !endpoint.trim().is_empty() {
         b = b.endpoint(endpoint);
@@ -37,7 +37,7 @@ pub(super) fn start_metrics(endpoint: &str, robot: Option<&str>) -> Result<OtlpM
 }
 
 /// Sends what the metrics pipeline holds and says on stderr how it went.
-pub(super) fn finish_metrics(metrics: &OtlpMetrics) {
+pub(crate) fn finish_metrics(metrics: &OtlpMetrics) {
     let stats = metrics.shutdown();
     eprintln!(
         "{CLIENT_SERVICE} metrics -> {}: {stats}",
@@ -48,8 +48,8 @@ pub(super) fn finish_metrics(metrics: &OtlpMetrics) {
 /// `--otlp`: one exporter for the robot client, one for the policy server,
 /// and one each for the gateway and the executor when the demo has them:
 /// each a service of its own in the same trace.
-pub(super) struct DemoOtlp {
-    pub(super) client: OtlpExporter,
+pub(crate) struct DemoOtlp {
+    pub(crate) client: OtlpExporter,
     server: OtlpExporter,
     gateway: Option<OtlpExporter>,
     executor: Option<OtlpExporter>,
@@ -57,9 +57,9 @@ pub(super) struct DemoOtlp {
 
 /// Which services the demo runs besides the robot and the policy server.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Services {
-    pub(super) gateway: bool,
-    pub(super) executor: bool,
+pub(crate) struct Services {
+    pub(crate) gateway: bool,
+    pub(crate) executor: bool,
 }
 
 impl DemoOtlp {
@@ -69,7 +69,7 @@ impl DemoOtlp {
     /// flushes the client's exporter.
     /// `robot` names the process (`service.instance.id`); `tail_sample`
     /// exports only the client calls worth a look.
-    pub(super) fn start(
+    pub(crate) fn start(
         endpoint: &str,
         shutdown: Duration,
         robot: Option<&str>,
@@ -105,24 +105,24 @@ impl DemoOtlp {
         })
     }
 
-    pub(super) fn server_hook(&self) -> RequestHook {
+    pub(crate) fn server_hook(&self) -> RequestHook {
         hook_of(&self.server)
     }
 
     /// The gateway's records to its exporter (`None`: no gateway).
-    pub(super) fn gateway_hook(&self) -> Option<RequestHook> {
+    pub(crate) fn gateway_hook(&self) -> Option<RequestHook> {
         self.gateway.as_ref().map(hook_of)
     }
 
     /// The executor's records to its exporter (`None`: no remote executor).
-    pub(super) fn executor_hook(&self) -> Option<RequestHook> {
+    pub(crate) fn executor_hook(&self) -> Option<RequestHook> {
         self.executor.as_ref().map(hook_of)
     }
 
     /// Sends what is still queued within what is left of the shutdown
     /// bound and says on stderr what went where: every record, exported,
     /// dropped, failed or abandoned.
-    pub(super) fn finish(&self) {
+    pub(crate) fn finish(&self) {
         let services = [Some(&self.client), Some(&self.server)]
             .into_iter()
             .chain([self.gateway.as_ref(), self.executor.as_ref()]);

@@ -9,7 +9,7 @@ use stagetrace_analyze::analysis::{AnalyzeOptions, GroupReport, Report, ALL_KIND
 use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Unit};
 
-use super::error::{err, DemoError};
+use crate::error::{err, DemoError};
 
 /// The record files the layer wrote for run `run_id` in `out` (files of
 /// earlier runs in the same directory are left out).
@@ -39,7 +39,7 @@ pub(crate) fn analyze_run(out: &Path, run_id: &str) -> Result<Report, DemoError>
 
 /// The group that covers every call: the pooled one when there are
 /// several kinds, else the only one.
-pub(super) fn main_group(report: &Report) -> Option<&GroupReport> {
+pub(crate) fn main_group(report: &Report) -> Option<&GroupReport> {
     report
         .groups
         .iter()
@@ -48,13 +48,13 @@ pub(super) fn main_group(report: &Report) -> Option<&GroupReport> {
 }
 
 /// Neither warm-up nor failed: a call the figures count.
-pub(super) fn steady(rec: &CallRecord) -> bool {
+pub(crate) fn steady(rec: &CallRecord) -> bool {
     rec.warmup.is_none() && rec.failed.is_none()
 }
 
 /// Distribution of one figure over the steady calls, by the analysis' own
 /// order statistics.
-pub(super) fn summarize(values: impl Iterator<Item = f64>) -> Option<Distribution> {
+pub(crate) fn summarize(values: impl Iterator<Item = f64>) -> Option<Distribution> {
     let mut v: Vec<f32> = values.filter(|x| x.is_finite()).map(|x| x as f32).collect();
     stats::sort_f32(&mut v);
     Distribution::of_sorted(&v)
@@ -80,7 +80,7 @@ fn in_unit(s: Distribution, fig: Figure) -> Distribution {
 
 /// Every figure's distribution over the steady calls, keyed by its record
 /// field name (`infer_ms`, `observer_us`), in the field's unit.
-pub(super) fn stage_table(
+pub(crate) fn stage_table(
     group: Option<&GroupReport>,
     records: &[CallRecord],
 ) -> BTreeMap<&'static str, Distribution> {

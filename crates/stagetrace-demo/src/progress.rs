@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 /// Progress on stderr: a live line on a terminal, a few lines otherwise.
-pub(super) struct Progress {
+pub(crate) struct Progress {
     total: u64,
     tty: bool,
     start: Instant,
@@ -12,7 +12,7 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub(super) fn new(total: u64) -> Self {
+    pub(crate) fn new(total: u64) -> Self {
         let now = Instant::now();
         Progress {
             total,
@@ -22,7 +22,7 @@ impl Progress {
         }
     }
 
-    pub(super) fn tick(&self, done: u64, failed: u64) {
+    pub(crate) fn tick(&self, done: u64, failed: u64) {
         let now = Instant::now();
         let quarter = (self.total / 4).max(1);
         let show = if self.tty {
@@ -46,7 +46,7 @@ impl Progress {
         }
     }
 
-    pub(super) fn done(&self) {
+    pub(crate) fn done(&self) {
         if self.tty {
             eprintln!();
         }

@@ -13,29 +13,28 @@ use stagetrace_analyze::render;
 use stagetrace_analyze::stats::Distribution;
 use stagetrace_sim::{RobotStats, SimServerStats};
 
-use super::args::{DemoArgs, TransportArg};
-use super::error::{err, DemoError};
-use super::figures::{analyze_run, main_group, stage_table, steady};
-use super::hops::HopRun;
-use super::truth::Truth;
-use crate::stdout;
+use crate::args::{DemoArgs, TransportArg};
+use crate::error::{err, DemoError};
+use crate::figures::{analyze_run, main_group, stage_table, steady};
+use crate::hops::HopRun;
+use crate::truth::Truth;
 
 /// One finished run of the demo, as the report needs it.
-pub(super) struct Run<'a> {
-    pub(super) args: &'a DemoArgs,
-    pub(super) out: &'a Path,
+pub(crate) struct Run<'a> {
+    pub(crate) args: &'a DemoArgs,
+    pub(crate) out: &'a Path,
     /// Every record, in the order the layer finished them.
-    pub(super) records: &'a [CallRecord],
+    pub(crate) records: &'a [CallRecord],
     /// The layer's cumulative summary (its own counters).
-    pub(super) summary: &'a WindowSummary,
-    pub(super) robot: &'a RobotStats,
-    pub(super) server: &'a SimServerStats,
+    pub(crate) summary: &'a WindowSummary,
+    pub(crate) robot: &'a RobotStats,
+    pub(crate) server: &'a SimServerStats,
     /// The delay proxy's counters; `None`: the robot connected to the
     /// server directly (no delay asked).
-    pub(super) proxy: Option<stagetrace_net::proxy::ProxyStats>,
-    pub(super) interrupted: bool,
+    pub(crate) proxy: Option<stagetrace_net::proxy::ProxyStats>,
+    pub(crate) interrupted: bool,
     /// What the truth of the gateway and the executor rests on.
-    pub(super) hops: &'a HopRun,
+    pub(crate) hops: &'a HopRun,
 }
 
 /// What the split rests on for most steady calls.
@@ -69,7 +68,7 @@ struct Config {
     server_drift_ppm: f64,
     /// The gateway and executor knobs.
     #[serde(flatten)]
-    hops: super::args::HopArgs,
+    hops: crate::args::HopArgs,
 }
 
 /// Counters of the layer, the server and the proxy.
@@ -111,8 +110,8 @@ struct DemoJson<'a> {
     records: &'a [CallRecord],
 }
 
-/// Analyse the run, write `demo.json`, print the report (or the JSON).
-pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
+/// Analyse the run, write `demo.json`; the report to print (or the JSON).
+pub(crate) fn report(run: &Run<'_>) -> Result<String, DemoError> {
     let a = run.args;
     let report = analyze(run)?;
     let group = report.as_ref().and_then(main_group);
@@ -144,13 +143,10 @@ pub(super) fn report(run: &Run<'_>) -> Result<(), DemoError> {
         .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
     let _ = std::fs::write(run.out.join("demo.json"), &pretty);
     if a.json {
-        // A closed pipe (`| head`) ends the output quietly.
-        stdout::print(&(pretty + "\n")).map_err(err)?;
-        return Ok(());
+        return Ok(pretty + "\n");
     }
     let steady = group.map_or(0, |g| g.steady);
-    stdout::print(&text(run, report.as_ref(), &truth, steady)).map_err(err)?;
-    Ok(())
+    Ok(text(run, report.as_ref(), &truth, steady))
 }
 
 /// Analyze's report of the run; `None` when nothing steady was left to

@@ -7,7 +7,7 @@ use stagetrace_analyze::table::{Align, Table};
 use stagetrace_schema::Figure;
 
 use super::{Against, DriftTruth, Truth};
-use crate::demo::args::DemoArgs;
+use crate::args::DemoArgs;
 
 impl Truth {
     /// The comparison as a table of record fields, then the sentences

@@ -13,9 +13,9 @@ use stagetrace::{record::CallRecord, summary::WindowSummary};
 use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Group};
 
-use super::args::{ClockArg, DemoArgs};
-use super::hop_truth::{ExecTruth, HopTruth};
-use super::hops::HopRun;
+use crate::args::{ClockArg, DemoArgs};
+use crate::hop_truth::{ExecTruth, HopTruth};
+use crate::hops::HopRun;
 
 /// Two clocks read at different instants on one host differ by this much
 /// (the split's bound does not cover it).
@@ -23,7 +23,7 @@ const ANCHOR_TOL_MS: f64 = 0.1;
 
 /// One figure's median against what the demo injected.
 #[derive(Debug, Serialize)]
-pub(super) struct Against {
+pub(crate) struct Against {
     /// The record field (`net_ms`).
     field: &'static str,
     /// Median over the steady calls, ms.
@@ -40,7 +40,7 @@ pub(super) struct Against {
 
 /// The clock step: median offset before and after it.
 #[derive(Debug, Serialize)]
-pub(super) struct Step {
+pub(crate) struct Step {
     before_ms: f64,
     after_ms: f64,
     injected_ms: f64,
@@ -48,7 +48,7 @@ pub(super) struct Step {
 
 /// The stage that takes most of the median call.
 #[derive(Debug, Serialize)]
-pub(super) struct Dominant {
+pub(crate) struct Dominant {
     stage: &'static str,
     p50_ms: f64,
     e2e_p50_ms: f64,
@@ -56,14 +56,14 @@ pub(super) struct Dominant {
 
 /// Clocks declared trusted that disagree: negative splits clamped.
 #[derive(Debug, Serialize)]
-pub(super) struct Disagree {
+pub(crate) struct Disagree {
     clamped: u64,
     calls: u64,
 }
 
 /// The comparison with the injected truth.
 #[derive(Debug, Default, Serialize)]
-pub(super) struct Truth {
+pub(crate) struct Truth {
     net: Option<Against>,
     uplink: Option<Against>,
     downlink: Option<Against>,
@@ -90,7 +90,7 @@ pub(super) struct Truth {
 
 /// The network the demo made between robot and server.
 #[derive(Debug, Serialize)]
-pub(super) struct ProxyTruth {
+pub(crate) struct ProxyTruth {
     /// The robot connected to the server directly (no delay asked).
     direct: bool,
     /// How late the proxy's own scheduling released its chunks, ms: delay
@@ -108,7 +108,7 @@ const PROXY_LATE_NOTE_MS: f64 = 0.2;
 
 /// The server clock's drift: estimated (± its bound) against injected.
 #[derive(Debug, Serialize)]
-pub(super) struct DriftTruth {
+pub(crate) struct DriftTruth {
     estimated_ppm: f64,
     err_ppm: f64,
     injected_ppm: f64,
@@ -132,7 +132,7 @@ fn median_offset(records: &[CallRecord], seqs: impl Fn(u64) -> bool) -> Option<f
 
 impl Truth {
     /// Compare the figures (`stages`, keyed by record field) with the knobs.
-    pub(super) fn of(
+    pub(crate) fn of(
         a: &DemoArgs,
         stages: &BTreeMap<&'static str, Distribution>,
         records: &[CallRecord],
@@ -187,7 +187,7 @@ impl Truth {
 
     /// The network the robot's calls went through: `proxy`'s counters, or
     /// a direct connection.
-    pub(super) fn with_proxy(mut self, proxy: Option<stagetrace_net::proxy::ProxyStats>) -> Truth {
+    pub(crate) fn with_proxy(mut self, proxy: Option<stagetrace_net::proxy::ProxyStats>) -> Truth {
         let ms = |ns: u64| ns as f64 / 1e6;
         self.network = Some(match proxy {
             None => ProxyTruth {
@@ -213,7 +213,7 @@ impl Truth {
     }
 
     /// The warning for trusted clocks that disagree.
-    pub(super) fn warning(&self, a: &DemoArgs) -> Option<String> {
+    pub(crate) fn warning(&self, a: &DemoArgs) -> Option<String> {
         let d = self.clocks_disagree.as_ref()?;
         Some(format!(
             "the clocks were declared trusted (--clock trusted) but disagree: {} of {} calls had a negative uplink or downlink clamped to 0, so uplink_ms and downlink_ms are wrong (the demo set the server's clock {:+} ms off). Use --clock estimate to estimate the offset from each call.",
@@ -223,7 +223,7 @@ impl Truth {
 
     /// The conclusions in sentences (the JSON's `diagnosis` after analyze's
     /// verdicts).
-    pub(super) fn sentences(&self, a: &DemoArgs) -> Vec<String> {
+    pub(crate) fn sentences(&self, a: &DemoArgs) -> Vec<String> {
         let mut out: Vec<String> = self.warning(a).into_iter().collect();
         if let Some(d) = &self.dominant {
             let label = match Figure::from_name(d.stage) {

@@ -22,10 +22,10 @@ use stagetrace_sim::{
 };
 use tracing_subscriber::layer::SubscriberExt;
 
-use crate::demo::args::DemoArgs;
-use crate::demo::error::{err, DemoError};
-use crate::demo::figures::analyze_run;
-use crate::stdout;
+use crate::args::DemoArgs;
+use crate::error::{err, DemoError};
+use crate::figures::analyze_run;
+use crate::Outcome;
 
 /// `--json`: throughput, the mitigations' counters, analyze's report.
 #[derive(Serialize)]
@@ -74,13 +74,13 @@ struct AdmissionJson {
     shed_timeout: u64,
 }
 
-/// Run the mitigation scenario into `out` and print its report.
+/// Run the mitigation scenario into `out`; its report.
 pub(crate) fn run(
     a: &DemoArgs,
     out: &Path,
     rt: &tokio::runtime::Runtime,
     stop: &Arc<AtomicBool>,
-) -> Result<(), DemoError> {
+) -> Result<Outcome, DemoError> {
     let k = &a.mitigate;
     let (layer, guard) = StageLayer::builder()
         .output_dir(out)
@@ -103,14 +103,17 @@ pub(crate) fn run(
         eprintln!("stagetrace demo: a client stopped: {e}");
     }
     let report = analyze_run(out, &summary.run).ok();
-    print_report(a, out, fleet.clients, &done, &server, report.as_ref())?;
-    if done.answered == 0 || done.first_error.is_some() {
-        return Err(err(match done.first_error {
+    let text = report_text(a, out, fleet.clients, &done, &server, report.as_ref())?;
+    let failed = (done.answered == 0 || done.first_error.is_some()).then(|| {
+        err(match &done.first_error {
             Some(e) => format!("a client stopped before its last call: {e}"),
             None => "no call was answered".to_owned(),
-        }));
-    }
-    Ok(())
+        })
+    });
+    Ok(Outcome {
+        report: text,
+        failed,
+    })
 }
 
 /// The policy server of the scenario: a model costing a + b·batch, behind
@@ -154,31 +157,29 @@ fn server_config(a: &DemoArgs) -> ServerConfig {
     config
 }
 
-/// Print analyze's tables and verdicts, then the throughput and the
+/// Analyze's tables and verdicts, then the throughput and the
 /// mitigations' counters; with `--json`, all of it as one object.
-fn print_report(
+fn report_text(
     a: &DemoArgs,
     out: &Path,
     clients: u64,
     done: &FleetStats,
     server: &SimServerStats,
     report: Option<&Report>,
-) -> Result<(), DemoError> {
+) -> Result<String, DemoError> {
     if a.json {
         let doc = ScenarioJson::of(clients, done, server, out, report);
         let pretty = serde_json::to_string_pretty(&doc)
             .map_err(|e| err(format!("cannot encode the report as JSON: {e}")))?;
-        stdout::print(&(pretty + "\n")).map_err(err)?;
-    } else {
-        let mut text = report.map(render::text).unwrap_or_default();
-        for l in counter_lines(done, server, out) {
-            text.push('\n');
-            text.push_str(&l);
-        }
-        text.push('\n');
-        stdout::print(&text).map_err(err)?;
+        return Ok(pretty + "\n");
     }
-    Ok(())
+    let mut text = report.map(render::text).unwrap_or_default();
+    for l in counter_lines(done, server, out) {
+        text.push('\n');
+        text.push_str(&l);
+    }
+    text.push('\n');
+    Ok(text)
 }
 
 /// The throughput, the mitigations' counters and where the records are,
