@@ -308,7 +308,11 @@ fn per_chunk_rows(table: &mut Table, chunks: &[&CallRecord], t: &ServerTruth) {
 fn injected_rows(table: &mut Table, a: &DemoArgs, chunks: &[&CallRecord]) {
     // A one-way figure with its bound, when the split rests on an estimate.
     let one_way = |f: Figure| match p50(chunks, Figure::SplitErr) {
-        Some(e) => format!("{} ± {}", opt_ms_text(p50(chunks, f)), stagetrace_schema::notes::bound(e)),
+        Some(e) => format!(
+            "{} ± {}",
+            opt_ms_text(p50(chunks, f)),
+            stagetrace_schema::notes::bound(e)
+        ),
         None => opt_ms_text(p50(chunks, f)),
     };
     for (what, injected, measured) in [

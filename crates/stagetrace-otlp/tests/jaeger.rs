@@ -828,7 +828,7 @@ fn a_silent_servers_black_box_is_labelled_in_jaeger() {
         assert!(rec.ms(Figure::Ttfb).unwrap() >= 6.0, "{rec:?}");
         assert_eq!(
             b.attr_str("stagetrace.black_box").as_deref(),
-            Some(stagetrace_schema::BLACK_BOX_NOTE)
+            Some(stagetrace_schema::notes::BLACK_BOX_NOTE)
         );
     }
 }

@@ -607,7 +607,7 @@ fn a_silent_servers_roundtrip_is_a_labelled_black_box_never_inference() {
     assert_eq!(attr(rx, "stagetrace.rx_ms"), Some(&Value::F64(4.0)));
     assert_eq!(
         attr(b, "stagetrace.black_box"),
-        Some(&Value::from(stagetrace_schema::BLACK_BOX_NOTE))
+        Some(&Value::from(stagetrace_schema::notes::BLACK_BOX_NOTE))
     );
     // The call span carries both figures with the rest of the record.
     assert_eq!(

@@ -51,7 +51,6 @@ pub use field::{
 };
 pub use figure::{Figure, FigureInfo, FIGURE_COUNT};
 pub use kind::{Group, Side, Unit};
-pub use notes::BLACK_BOX_NOTE;
 
 #[cfg(test)]
 mod tests {

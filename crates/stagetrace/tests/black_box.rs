@@ -177,7 +177,10 @@ fn the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx() {
     let table = summary.table();
     let row = |name: &str| table.lines().any(|l| l.starts_with(&format!("{name} ")));
     assert!(row("ttfb") && row("rx") && !row("infer"), "{table}");
-    assert!(table.contains(stagetrace_schema::BLACK_BOX_NOTE), "{table}");
+    assert!(
+        table.contains(stagetrace_schema::notes::BLACK_BOX_NOTE),
+        "{table}"
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
+use stagetrace_schema::notes::BLACK_BOX_NOTE;
 use stagetrace_schema::notes::{HOST_HEADING, HOST_LEGEND, NO_SERVER_TIMING_NOTE};
-use stagetrace_schema::{Figure, BLACK_BOX_NOTE};
+use stagetrace_schema::Figure;
 
 use super::{cell, lacks_server_timing, row_name, split_note};
 use crate::analysis::GroupReport;

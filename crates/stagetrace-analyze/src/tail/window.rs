@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use stagetrace_schema::{notes, Figure, BLACK_BOX_NOTE, FIGURE_COUNT};
+use stagetrace_schema::notes::{self, BLACK_BOX_NOTE};
+use stagetrace_schema::{Figure, FIGURE_COUNT};
 
 use crate::figures;
 use crate::format::iso_time;

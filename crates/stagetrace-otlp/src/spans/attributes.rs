@@ -14,7 +14,7 @@ pub(crate) mod key {
     pub(crate) const CLOCK: &str = "stagetrace.clock";
     pub(crate) const SYNTHESIZED: &str = "stagetrace.synthesized";
     /// On the `ttfb` span of a server that reports no timing: what the
-    /// black box holds ([`stagetrace_schema::BLACK_BOX_NOTE`]).
+    /// black box holds ([`stagetrace_schema::notes::BLACK_BOX_NOTE`]).
     pub(crate) const BLACK_BOX: &str = "stagetrace.black_box";
     /// Pre-processing part of the server's `infer` (server timing, not a record field).
     pub(crate) const PRE_MS: &str = "stagetrace.pre_ms";

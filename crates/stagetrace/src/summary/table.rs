@@ -2,8 +2,11 @@
 
 use std::fmt::Write as _;
 
+use stagetrace_schema::notes::{
+    bound, BLACK_BOX_NOTE, HOST_HEADING, HOST_LEGEND, NO_SERVER_TIMING_NOTE,
+};
 use stagetrace_schema::Figure;
-use stagetrace_schema::{Side, BLACK_BOX_NOTE};
+use stagetrace_schema::Side;
 
 use super::window::{figures, WindowSummary};
 
@@ -55,25 +58,6 @@ fn host_rows() -> Vec<Figure> {
     let mut rows: Vec<Figure> = figures().filter(|f| f.is_host()).collect();
     rows.sort_by_key(|f| (f.side() == Side::Server, f.index()));
     rows
-}
-
-/// The host table's heading and the legend under it (as `stagetrace
-/// report` prints them).
-const HOST_HEADING: &str = "the hosts: what the robot's and the policy server's hosts did during the call (overlaps the stages above, never add it to them; docs/host.md):";
-const HOST_LEGEND: &str = "run_wait = a thread ready but waiting for a core; cpu_stall = some task of the host waiting for a CPU; gc = a garbage collection; tx_wait / rx_wait = a send / a read held up on the host; capture_ / dispatch_run_wait = run_wait inside that stage; server_… = the same on the policy server";
-
-/// Under a table of records with `roundtrip` and no server timing.
-const NO_SERVER_TIMING_NOTE: &str = "no server timing: roundtrip is your transport span (send → response) as one block, not split into uplink, queue, infer and downlink — the policy server must send its timing in each response (the server_timing map or the stagetrace-timing header; docs/protocol.md; stagetrace-net, stagetrace-grpc and stagetrace.server do it)";
-
-/// A bound as the table writes it after ±.
-fn bound(v: f64) -> String {
-    if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 /// Rows of cells as lines: every column as wide as its longest cell, two
@@ -190,7 +174,7 @@ impl WindowSummary {
             .filter_map(|f| self.row(f))
             .collect();
         if !hosts.is_empty() {
-            let _ = writeln!(out, "\n{HOST_HEADING}");
+            let _ = writeln!(out, "\n{HOST_HEADING}:");
             let mut t = vec![header("host (ms)")];
             t.extend(hosts);
             columns(&t, out);
