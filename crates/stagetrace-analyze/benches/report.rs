@@ -2,7 +2,7 @@
 //! on one core. Goal: ≥ 1 million records/s.
 //!
 //! Time is the benchmark thread's own CPU time
-//! (`stagetrace_test_support::bench::ThreadCpu`), so the figure is per core
+//! (`stagetrace_test_support::ThreadCpu`), so the figure is per core
 //! even on a loaded machine.
 
 #![allow(missing_docs, clippy::unwrap_used)]
@@ -16,7 +16,7 @@ use std::path::Path;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use stagetrace_analyze::analysis::{analyze, AnalyzeOptions};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
-use stagetrace_test_support::bench::ThreadCpu;
+use stagetrace_test_support::ThreadCpu;
 
 fn bench(c: &mut Criterion<ThreadCpu>) {
     let n = 200_000usize;

@@ -65,9 +65,6 @@ mod watchdog;
 
 use std::path::Path;
 
-pub use render::Format;
-pub use stagetrace_schema::Figure;
-
 use analysis::{AnalyzeOptions, Report};
 use load::{Dataset, LoadError, LoadOptions};
 
@@ -75,7 +72,7 @@ use load::{Dataset, LoadError, LoadOptions};
 /// FILES` prints, in one call. Render it with [`Format::render`].
 ///
 /// ```no_run
-/// use stagetrace_analyze::{analysis::AnalyzeOptions, report_files, Format};
+/// use stagetrace_analyze::{analysis::AnalyzeOptions, render::Format, report_files};
 /// let report = report_files(&["out/records-run.jsonl"], &AnalyzeOptions::default())?;
 /// print!("{}", Format::Text.render(&report)?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use stagetrace_experiment::{default_out_dir, run as run_plan, text, Plan, RunOptions};
+use stagetrace_experiment::{default_out_dir, plan::Plan, run as run_plan, text, RunOptions};
 
 use crate::{exit, interrupt, stdout};
 

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use stagetrace_analyze::analysis::{self, AnalyzeOptions, ALL_KINDS};
 use stagetrace_analyze::gate::Gate;
 use stagetrace_analyze::load::LoadOptions;
-use stagetrace_analyze::{figures, hgrm, html, Format};
+use stagetrace_analyze::{figures, hgrm, html, render::Format};
 
 use crate::inputs::Inputs;
 use crate::{exit, input, stdout};

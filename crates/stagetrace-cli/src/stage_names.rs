@@ -3,7 +3,7 @@
 //! the docs tell them to write (`transport`, `call`).
 
 use stagetrace_analyze::figures;
-use stagetrace_analyze::Figure;
+use stagetrace_schema::Figure;
 
 /// The figures `names` name, in the order given; a name that is none is a
 /// usage error that lists what is accepted.

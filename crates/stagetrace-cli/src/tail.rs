@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use stagetrace_analyze::tail::{window_table_of, Follower};
-use stagetrace_analyze::Figure;
+use stagetrace_schema::Figure;
 
 use crate::stdout::{self, Reader};
 use crate::{exit, interrupt};

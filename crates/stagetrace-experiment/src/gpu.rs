@@ -4,7 +4,7 @@
 //!
 //! `libnvidia-ml.so` is loaded at run time, so building needs no GPU or CUDA.
 //! A missing library, driver or device is one note in the report
-//! ([`crate::Sampler::gpu_note`]), never an error. Without the feature the
+//! ([`crate::sampler::Sampler::gpu_note`]), never an error. Without the feature the
 //! note says so and nothing else changes.
 
 use serde::Serialize;

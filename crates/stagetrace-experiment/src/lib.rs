@@ -35,7 +35,7 @@
 //!
 //! ```no_run
 //! use std::sync::{atomic::AtomicBool, Arc};
-//! use stagetrace_experiment::{run, Plan, RunOptions};
+//! use stagetrace_experiment::{run, plan::Plan, RunOptions};
 //!
 //! let plan = Plan::from_toml(r#"
 //!     [target]
@@ -76,11 +76,6 @@ pub mod sampler;
 pub mod verdict;
 
 pub use error::ExperimentError;
-pub use gpu::GpuSample;
 pub use inject::thread_names;
-pub use plan::{Plan, PlanError};
 pub use render::text;
-pub use report::ExperimentReport;
 pub use runner::{default_out_dir, run, RunOptions};
-pub use sampler::{ResourceSample, Sampler, SamplerCost};
-pub use verdict::{ExperimentVerdict, HostMover};

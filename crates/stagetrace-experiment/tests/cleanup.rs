@@ -6,7 +6,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use stagetrace_experiment::Plan;
+use stagetrace_experiment::plan::Plan;
 
 mod support;
 

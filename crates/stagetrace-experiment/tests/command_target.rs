@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stagetrace::{Rotation, StageLayer};
-use stagetrace_experiment::{run, Plan, RunOptions};
+use stagetrace_experiment::{plan::Plan, run, RunOptions};
 use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
 use stagetrace_test_support::timing;
 use tracing::Instrument;

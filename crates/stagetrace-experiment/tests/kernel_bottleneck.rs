@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use stagetrace_experiment::netns::{namespaces_of, remove_stale};
-use stagetrace_experiment::{thread_names, Plan};
+use stagetrace_experiment::{plan::Plan, thread_names};
 use stagetrace_test_support::timing;
 
 mod support;

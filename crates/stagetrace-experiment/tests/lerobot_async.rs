@@ -23,7 +23,7 @@
 use std::sync::Mutex;
 
 use serde_json::Value;
-use stagetrace_experiment::Plan;
+use stagetrace_experiment::plan::Plan;
 use stagetrace_test_support::timing;
 
 mod support;

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use stagetrace_experiment::Sampler;
+use stagetrace_experiment::sampler::Sampler;
 
-fn measure(secs: u64) -> stagetrace_experiment::SamplerCost {
+fn measure(secs: u64) -> stagetrace_experiment::sampler::SamplerCost {
     let s = Sampler::start(std::process::id() as i32, 10.0).unwrap();
     std::thread::sleep(Duration::from_secs(secs));
     let (cost, samples) = s.stop();

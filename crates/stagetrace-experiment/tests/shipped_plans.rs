@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 use stagetrace_experiment::netns::kernel_bottleneck_available;
+use stagetrace_experiment::plan::Plan;
 use stagetrace_experiment::plan::TargetKind;
-use stagetrace_experiment::Plan;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

@@ -80,19 +80,19 @@ mod executor;
 mod gateway;
 mod model;
 pub mod random;
-pub mod robot;
+mod robot;
 mod run_dir;
 mod server;
 mod service;
-pub mod wait;
+mod wait;
 
 pub use error::SimError;
 pub use executor::{ExecStart, ExecutorConfig, SimExecutor};
 pub use gateway::{GatewayConfig, SimGateway};
 pub use model::{ClockStep, SimModel, ACTION_CHUNK};
 pub use robot::{
-    observation, CallProgress, Camera, Connection, ControlLoop, Fleet, FleetStats, Knobs, Pacer,
-    Refresh, Robot, RobotConfig, RobotStats,
+    observation, scene, CallProgress, Camera, Connection, ControlLoop, Fleet, FleetStats, Knobs,
+    Pacer, Refresh, Robot, RobotConfig, RobotStats, PROMPT,
 };
 pub use run_dir::default_out_dir;
 pub use server::{CacheConfig, ServerConfig, SimServer, SimServerStats};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// to ~1 ms late, so a plain sleep would stretch every simulated stage by a
 /// random amount; sleeping until `deadline - SPIN` and spinning the rest
 /// lands on the deadline within microseconds.
-pub const SPIN: Duration = Duration::from_micros(1500);
+pub(crate) const SPIN: Duration = Duration::from_micros(1500);
 
 /// What a precise wait does in its final spin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,12 +38,12 @@ pub fn ms(v: f64) -> Duration {
 /// The part of a [`Spin::Yielding`] wait spent spinning: more than the OS
 /// timer's usual lateness (its 50 µs slack plus the wake-up), so the last
 /// sleep ends before the deadline.
-pub const HOT_TAIL: Duration = Duration::from_micros(150);
+pub(crate) const HOT_TAIL: Duration = Duration::from_micros(150);
 
 /// Waits until `deadline` without a timer's lateness (returns at once if it
 /// has passed): a busy-wait, or for [`Spin::Yielding`] short sleeps until
 /// [`HOT_TAIL`] before it and a busy-wait for the rest.
-pub fn spin_until(deadline: Instant, spin: Spin) {
+pub(crate) fn spin_until(deadline: Instant, spin: Spin) {
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -60,7 +60,7 @@ pub fn spin_until(deadline: Instant, spin: Spin) {
 
 /// Blocks the thread until `deadline`: sleeps until [`SPIN`] before it,
 /// then spins the rest (see [`SPIN`] for why).
-pub fn sleep_until_precise_blocking(deadline: Instant, spin: Spin) {
+pub(crate) fn sleep_until_precise_blocking(deadline: Instant, spin: Spin) {
     let now = Instant::now();
     if deadline > now + SPIN {
         std::thread::sleep(deadline - now - SPIN);
@@ -71,7 +71,7 @@ pub fn sleep_until_precise_blocking(deadline: Instant, spin: Spin) {
 /// Async version of [`sleep_until_precise_blocking`]: a tokio sleep until
 /// [`SPIN`] before `deadline`, then a spin that holds the executor thread
 /// for at most about [`SPIN`] plus the timer's lateness.
-pub async fn sleep_until_precise(deadline: Instant, spin: Spin) {
+pub(crate) async fn sleep_until_precise(deadline: Instant, spin: Spin) {
     if deadline > Instant::now() + SPIN {
         tokio::time::sleep_until((deadline - SPIN).into()).await;
     }

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stagetrace_mitigate::{AdmissionConfig, BatchConfig, KeySpec};
-use stagetrace_sim::robot::{scene, PROMPT};
 use stagetrace_sim::{
     observation, Camera, ClockStep, Connection, ControlLoop, Fleet, Knobs, Refresh, Robot,
     RobotConfig, RobotStats, ServerConfig, SimError, SimModel, SimServer, Spin, Transport,
     ACTION_CHUNK,
 };
+use stagetrace_sim::{scene, PROMPT};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

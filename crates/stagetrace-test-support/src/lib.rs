@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod app_log;
-pub mod bench;
+mod bench;
 pub mod busy;
 pub mod collector;
 pub mod prereq;
@@ -255,7 +255,7 @@ pub fn read_summaries(dir: &Path) -> Vec<WindowSummary> {
         .collect()
 }
 
-pub use bench::thread_cpu_ns;
+pub use bench::{thread_cpu_ns, ThreadCpu};
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stagetrace_experiment::{run, thread_names, ExperimentReport, Plan, RunOptions};
+use stagetrace_experiment::{plan::Plan, report::ExperimentReport, run, thread_names, RunOptions};
 
 /// What [`run_until_thread`] saw.
 pub struct Stopped {

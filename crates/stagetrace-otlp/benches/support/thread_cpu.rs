@@ -1,4 +1,4 @@
 //! The benchmarks' clock, shared with every crate's benches
-//! (`stagetrace_test_support::bench`): the calling thread's own CPU time.
+//! (`stagetrace_test_support::ThreadCpu`): the calling thread's own CPU time.
 
-pub(crate) use stagetrace_test_support::bench::{thread_cpu_ns, ThreadCpu};
+pub(crate) use stagetrace_test_support::{thread_cpu_ns, ThreadCpu};

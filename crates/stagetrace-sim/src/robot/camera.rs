@@ -6,14 +6,14 @@ use crate::random::{fill_random, xorshift};
 
 /// Width of a simulated camera frame in pixels (RGB, 3 bytes a pixel); the
 /// frame has as many rows as the payload needs.
-pub const FRAME_WIDTH: u64 = 160;
+pub(crate) const FRAME_WIDTH: u64 = 160;
 
 /// The prompt every simulated observation carries.
 pub const PROMPT: &str = "pick up the red cup";
 
 /// The observation key of the camera frame (openpi's naming); the simulated
 /// model's answer is a function of it.
-pub const IMAGE_KEY: &str = "observation/image";
+pub(crate) const IMAGE_KEY: &str = "observation/image";
 
 /// Seed of the simulated camera's pseudo-random pixels.
 const CAMERA_SEED: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -18,7 +18,8 @@ use stagetrace_net::MsgMap;
 use stagetrace_wire::Hops;
 use tracing::Instrument;
 
-pub use camera::{observation, scene, Camera, Refresh, FRAME_WIDTH, IMAGE_KEY, PROMPT};
+pub(crate) use camera::IMAGE_KEY;
+pub use camera::{observation, scene, Camera, Refresh, PROMPT};
 pub use connection::Connection;
 pub use control::{CallProgress, ControlLoop, Knobs};
 pub use fleet::{Fleet, FleetStats};
