@@ -1,6 +1,7 @@
 //! The record's field table: every JSON key, in the order a record is written.
 
-use crate::figure::{Figure, TABLE};
+use crate::figure::Figure;
+use crate::table::TABLE;
 use Figure as F;
 
 /// A field's value type in the JSON record.

@@ -43,14 +43,16 @@ mod field;
 mod figure;
 mod kind;
 pub mod notes;
+mod table;
 
 pub use convert::{ms_to_ns, ns_to_ms};
 pub use field::{
     Field, FieldInfo, FieldType, HostCount, CACHE_VALUES, CLOCK_VALUES, FIELDS, FIELD_COUNT,
     HOP_KEYS, MAX_HOPS_READ,
 };
-pub use figure::{Figure, FigureInfo, FIGURE_COUNT};
+pub use figure::{Figure, FIGURE_COUNT};
 pub use kind::{Group, Side, Unit};
+pub use table::FigureInfo;
 
 #[cfg(test)]
 mod tests {

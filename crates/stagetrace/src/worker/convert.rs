@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::exchange::{black_box_split, client_times, exchange, to_i64};
 use crate::call_state::{CallState, PackedTiming, StageAcc, TransportAcc};
-use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
+use crate::clock::{Anchor, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
 use crate::hop_record::HopFigures;
@@ -183,94 +184,37 @@ impl Converter {
         rec: &mut CallRecord,
         tl: &mut Timeline,
     ) -> u64 {
-        let start = cal.instant(s.start);
-        let mut span = SpanTime {
-            start_ns: cal.ns(t.start.ticks_since(s.start)),
-            dur_ns: cal.ns(t.end.ticks_since(t.start)),
-        };
-        tl.transport = Some(span);
-        tl.transport_span_id = Some(t.span_id.to_be_bytes());
-        let t_start_at = cal.instant(t.start);
-        let mut t_end_at = cal.instant(t.end);
-        // The kernel had the response's last byte before the app read it:
-        // the exchange ends there; the app's wait is the robot's rx_wait.
-        let kernel_end = t
-            .stamps
-            .kernel_rx
-            .filter(|k| (t_start_at..=t_end_at).contains(k));
-        let rx_wait_ns = kernel_end.map_or(0, |k| ns_since(k, t_end_at));
-        if let Some(k) = kernel_end {
-            rec.set(Figure::RxWait, to_i64(rx_wait_ns));
-            t_end_at = k;
-            span.dur_ns = span.dur_ns.saturating_sub(rx_wait_ns);
-        }
-        rec.set(Figure::Roundtrip, to_i64(span.dur_ns));
-        // The robot's own time before the kernel had the request: inside
-        // the uplink, not the network's. One attempt only: a retry's
-        // write is not the first span's.
-        let written = t
-            .stamps
-            .request_written
-            .filter(|w| (t_start_at..=t_end_at).contains(w));
-        if let (Some(w), true) = (written, s.stages[Stage::Transport.index()].count <= 1) {
-            rec.set(Figure::TxWait, to_i64(ns_since(t_start_at, w)));
-        }
-        // The first byte on the call's timeline; a stamp outside the
-        // transport span is kept off it (the stitch counts it). A response
-        // in one segment is all in before its first read: its first byte
-        // is then the kernel's stamp too.
-        let first_byte = t
-            .stamps
-            .first_byte
-            .filter(|fb| (t_start_at..=cal.instant(t.end)).contains(fb))
-            .map(|fb| fb.min(t_end_at));
-        tl.response_first_byte_ns = first_byte.map(|fb| ns_since(start, fb));
+        let ex = exchange(s, t, cal, rec, tl);
         let timing = t.timing.as_ref().map(PackedTiming::unpack);
         if let Some(timing) = timing {
             rec.batch_size = timing.batch_size;
             rec.cache = timing.cache_hit.map(CacheOutcome::from_hit);
             set_host(&timing.host, true, rec);
         }
-        if let Some(timing) = timing.filter(ServerTiming::has_times) {
-            let client = ClientTimes {
-                send_unix_ns: anchor.to_unix_ns(t_start_at),
-                recv_unix_ns: anchor.to_unix_ns(t_end_at),
-                first_byte_unix_ns: t
-                    .stamps
-                    .first_byte
-                    .map(|fb| anchor.to_unix_ns(kernel_end.map_or(fb, |k| fb.min(k)))),
-                request_first_byte_unix_ns: t
-                    .stamps
-                    .request_first_byte
-                    .map(|at| anchor.to_unix_ns(at)),
-            };
-            let direct = Hops::new();
-            let relays = s.relays.as_deref().unwrap_or(&direct);
-            let (st, hops) =
-                self.stitcher
-                    .stitch_hops(t.stamps.peer.as_str(), client, relays, &timing);
-            self.place_stitched(&st, hops, relays, span, rec, tl);
-        }
         let all = s.stages[Stage::Transport.index()];
-        if !timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
-            // No server timing: the first byte cuts the black box in two,
-            // the wait for it (server and network unsplit) and the
-            // response's transfer, both on this clock (ttfb + rx =
-            // roundtrip). Never drawn as queue or infer.
-            if let Some(fb_ns) = tl.response_first_byte_ns {
-                let end_ns = span.start_ns.saturating_add(span.dur_ns);
-                rec.set(Figure::Ttfb, to_i64(fb_ns.saturating_sub(span.start_ns)));
-                rec.set(Figure::Rx, to_i64(end_ns.saturating_sub(fb_ns)));
+        match timing.filter(ServerTiming::has_times) {
+            Some(timing) => {
+                let direct = Hops::new();
+                let relays = s.relays.as_deref().unwrap_or(&direct);
+                let (st, hops) = self.stitcher.stitch_hops(
+                    t.stamps.peer.as_str(),
+                    client_times(t, anchor, &ex),
+                    relays,
+                    &timing,
+                );
+                self.place_stitched(&st, hops, relays, ex.span, rec, tl);
             }
+            None if all.count <= 1 => black_box_split(ex.span, tl, rec),
+            None => {}
         }
         if all.count > 1 {
             // Retries: the roundtrip is every attempt; the split is the stitched one.
             rec.set(
                 Figure::Roundtrip,
-                to_i64(cal.ns(all.sum_ticks).saturating_sub(rx_wait_ns)),
+                to_i64(cal.ns(all.sum_ticks).saturating_sub(ex.rx_wait_ns)),
             );
         }
-        rx_wait_ns
+        ex.rx_wait_ns
     }
 
     /// The server's timing, stitched (`st`, through `relays`), onto the
@@ -426,16 +370,6 @@ const HOST_COUNTS: [HostFigure; HostCount::ALL.len()] = [
     HostFigure::GcCollections,
     HostFigure::VoluntarySwitches,
 ];
-
-/// `earlier` → `later` in ns (0 when `later` is not after it).
-fn ns_since(earlier: Instant, later: Instant) -> u64 {
-    u64::try_from(later.saturating_duration_since(earlier).as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A figure from integer ns: durations fit i64 for 292 years.
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
 
 /// The summed time of `stage`'s spans in the call, `None` without one.
 fn total(s: &CallState, cal: Calibration, stage: Stage) -> Option<i64> {

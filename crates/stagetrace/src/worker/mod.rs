@@ -4,6 +4,7 @@
 //! it to every [`RecordSink`] — the JSONL files ([`files`]) among them.
 
 pub(crate) mod convert;
+mod exchange;
 mod exec_ack;
 pub(crate) mod files;
 mod held;
