@@ -86,7 +86,7 @@ pub use http::{
     TimingService, TracedHttpClient,
 };
 pub use msg::{DecodeError, MsgMap, NdArray};
-pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
+pub use server::{InferTimer, RequestHook, RequestMark, RequestMarks, ServerClock, ServerStats};
 pub use timing_msgpack::TimingMsgpackExt;
 pub use ws::{
     BlockingPolicyClient, ClientError, ClientOptions, ConnectionGuard, Handler, HandlerError,
