@@ -14,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 /// `inner`, with what `add` puts into its trailers (sent as the trailers
 /// when the inner body ends without any). `add` runs when the trailers are
 /// due, and sees the inner ones (`grpc-status`): the timing is complete only
-/// then. The response body of [`ServerService`](crate::ServerService).
+/// then. The response body of [`ServerService`](crate::tower::ServerService).
 pub struct WithTrailer<B, F> {
     inner: B,
     add: Option<F>,

@@ -1,7 +1,7 @@
 //! [`Watched`]: an HTTP body passed through unchanged while a [`Watch`]
 //! sees each frame go by: the request body whose arrival a server's timer
-//! stamps ([`Arrival`](crate::server::Arrival)) and the response body whose
-//! trailers a client reads ([`ReadTrailers`](crate::client::ReadTrailers)).
+//! stamps ([`Arrival`](crate::tower::Arrival)) and the response body whose
+//! trailers a client reads ([`ReadTrailers`](crate::tower::ReadTrailers)).
 
 use std::fmt;
 use std::pin::Pin;

@@ -17,7 +17,7 @@ use stagetrace::{ClockMode, Figure, StageLayer};
 use stagetrace_grpc::proto::async_inference_client::AsyncInferenceClient;
 use stagetrace_grpc::proto::async_inference_server::{AsyncInference, AsyncInferenceServer};
 use stagetrace_grpc::proto::{Actions, Empty, Observation, PolicySetup};
-use stagetrace_grpc::{ClientLayer, ServerLayer};
+use stagetrace_grpc::tower::{ClientLayer, ClientService, ServerLayer};
 use stagetrace_test_support::{rt, timing, Observed};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -157,7 +157,7 @@ fn serve(
     )
 }
 
-type Client = AsyncInferenceClient<stagetrace_grpc::ClientService<Channel>>;
+type Client = AsyncInferenceClient<ClientService<Channel>>;
 
 async fn robot(addr: SocketAddr, layer: &ClientLayer) -> Client {
     let channel = Channel::from_shared(format!("http://{addr}"))

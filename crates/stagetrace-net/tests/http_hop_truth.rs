@@ -26,7 +26,8 @@ use axum::routing::post;
 use axum::Router;
 use stagetrace::wire::RelayTiming;
 use stagetrace::{Figure, ServerRecord, ServerTiming};
-use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
+use stagetrace_net::tower::TimingLayer;
+use stagetrace_net::{HttpRelay, ServerClock, TracedHttpClient};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{
     assert_hop_offsets, assert_inside_on_99_percent, proxy, service, share, true_ns, Call, Hop,

@@ -21,9 +21,9 @@ use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
 use stagetrace::wire::TraceParent;
 use stagetrace::{CallRecord, ServerRecord};
+use stagetrace_net::tower::TimingLayer;
 use stagetrace_net::{
-    HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TimingLayer,
-    TracedHttpClient,
+    HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TracedHttpClient,
 };
 use stagetrace_test_support::{rt, Observed};
 use tokio::net::TcpListener;

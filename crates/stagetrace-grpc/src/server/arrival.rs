@@ -60,7 +60,7 @@ impl AheadBudget {
 /// the end arrive. tonic reads a unary request to its end (trailers
 /// included) before the handler runs; a streaming handler reads it as it
 /// goes. While the request waits for the service inside the layer to be
-/// ready, [`ServerLayer`](super::ServerLayer) reads it ahead (bounded:
+/// ready, [`ServerLayer`](crate::tower::ServerLayer) reads it ahead (bounded:
 /// [`MAX_AHEAD_PER_REQUEST`], [`MAX_AHEAD_TOTAL`]) and the handler then
 /// reads those frames first, unchanged.
 pub struct Arrival<B: Body> {

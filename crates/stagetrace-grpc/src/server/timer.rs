@@ -1,6 +1,6 @@
 //! [`RequestTimer`]: one request's stamps on the server, from its head to
 //! the reply, which the handler marks (inference start and end, an async
-//! server's answer for an earlier request) and [`ServerLayer`](super::ServerLayer)
+//! server's answer for an earlier request) and [`ServerLayer`](crate::tower::ServerLayer)
 //! turns into the timing trailer. The marks are `stagetrace-net`'s
 //! [`RequestMarks`], the table every stagetrace server keeps; this adds
 //! what gRPC's layer stamps and sends (the receive read from the body, the
@@ -18,7 +18,7 @@ use stagetrace_net::{RequestMark, RequestMarks, ServerClock};
 use crate::wire::{GrpcTiming, ObsOutcome};
 
 /// Handed to a gRPC handler in its request's extensions
-/// ([`RequestTimer::of`]) by [`ServerLayer`](super::ServerLayer): where its
+/// ([`RequestTimer::of`]) by [`ServerLayer`](crate::tower::ServerLayer): where its
 /// inference starts and ends, and what its reply answers.
 ///
 /// The layer stamps the rest: the request's head, its receive (the whole
@@ -109,7 +109,7 @@ impl RequestTimer {
         }
     }
 
-    /// The timer [`ServerLayer`](super::ServerLayer) put into `request`'s
+    /// The timer [`ServerLayer`](crate::tower::ServerLayer) put into `request`'s
     /// extensions (`None` when the server has no such layer).
     pub fn of<T>(request: &tonic::Request<T>) -> Option<RequestTimer> {
         request.extensions().get::<RequestTimer>().cloned()
