@@ -6,5 +6,5 @@
 
 pub use crate::client::{ClientLayer, ClientService, ReadTrailers, TrailerReader};
 pub use crate::server::{
-    AddTrailers, Arrival, ArrivalStamps, ServerLayer, ServerService, WithTrailer,
+    AddTrailer, AddTrailers, Arrival, ArrivalStamps, ServerLayer, ServerService, WithTrailer,
 };

@@ -108,7 +108,7 @@ impl ArrivalStamps {
 }
 
 impl<D, E> Watch<D, E> for ArrivalStamps {
-    fn saw(&mut self, frame: &Option<Result<Frame<D>, E>>, ended: bool) {
+    fn saw(&mut self, frame: &mut Option<Result<Frame<D>, E>>, ended: bool) {
         match frame {
             Some(Ok(f)) if f.is_data() => {
                 self.timer.data_arrived();

@@ -17,7 +17,8 @@ use stagetrace_net::{ServerClock, ServerStats};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tracing::Instrument;
 
-pub use crate::trailers::WithTrailer;
+use crate::trailers::with_trailer;
+pub use crate::trailers::{AddTrailer, WithTrailer};
 use crate::wire::{OUTCOME_KEY, TIMING_KEY};
 
 mod arrival;
@@ -244,9 +245,9 @@ where
             if parts.headers.contains_key(GRPC_STATUS) {
                 add(&mut parts.headers);
                 let nothing: AddTrailers = Box::new(|_| {});
-                return Ok(Response::from_parts(parts, WithTrailer::new(body, nothing)));
+                return Ok(Response::from_parts(parts, with_trailer(body, nothing)));
             }
-            Ok(Response::from_parts(parts, WithTrailer::new(body, add)))
+            Ok(Response::from_parts(parts, with_trailer(body, add)))
         })
     }
 }
