@@ -20,7 +20,7 @@
 use std::process::ExitCode;
 
 use rmpv::Value;
-use stagetrace::{ClockMode, StageLayer};
+use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_net::{BlockingPolicyClient, MsgMap, NdArray};
 
 mod common;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use stagetrace::{CallRecord, RecordSink};
+use stagetrace::{record::CallRecord, sink::RecordSink};
 use stagetrace_parquet::read::Selection;
 use stagetrace_parquet::ParquetSink;
 

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_schema::Figure;
 use stagetrace_test_support::read_records;
 

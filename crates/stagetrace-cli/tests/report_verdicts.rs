@@ -186,7 +186,7 @@ fn a_silent_servers_spikes_are_named_as_the_black_box_never_as_inference() {
     for absent in ["infer", "queue", "server", "uplink", "downlink", "net"] {
         assert!(!row(absent), "{absent} row in\n{text}");
     }
-    assert!(text.contains(stagetrace::schema::BLACK_BOX_NOTE), "{text}");
+    assert!(text.contains(stagetrace_schema::BLACK_BOX_NOTE), "{text}");
     let verdict = text.split("verdict:").nth(1).unwrap();
     let spikes: Vec<&str> = verdict.lines().filter(|l| l.contains("(spikes)")).collect();
     assert_eq!(spikes.len(), 1, "{verdict}");

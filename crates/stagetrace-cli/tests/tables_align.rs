@@ -193,7 +193,7 @@ fn summary_line() -> String {
 #[test]
 fn tail_and_the_summary_table_keep_their_columns() {
     let line = summary_line();
-    let summary: stagetrace::WindowSummary = serde_json::from_str(&line).unwrap();
+    let summary: stagetrace::summary::WindowSummary = serde_json::from_str(&line).unwrap();
     let table = summary.table();
     // The stages, then the hosts.
     assert_eq!(check_tables(&table, "summary.table()"), 2, "{table}");

@@ -1,9 +1,9 @@
 //! The figures an experiment reads, chosen from the schema's figure table
-//! (`stagetrace::schema`). The verdict, the tables, the live line and the
+//! (`stagetrace_schema`). The verdict, the tables, the live line and the
 //! HTML all take their figures from here, so a stage added to the table is
 //! compared, tabled and drawn without a change in this crate.
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 
 /// Whether the experiment compares a figure against the baseline.
 ///

@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
-use stagetrace::Figure;
 use stagetrace_analyze::html::escape;
+use stagetrace_schema::Figure;
 
 use crate::figures;
 use crate::report::{ExperimentReport, Timeline};

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 
 use crate::figures;
 use crate::report::ExperimentReport;

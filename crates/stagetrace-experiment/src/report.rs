@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use stagetrace::schema::FIGURE_COUNT;
+use stagetrace_schema::FIGURE_COUNT;
 
 use crate::sampler::SamplerCost;
 use crate::verdict::{ExperimentVerdict, LevelResult, PhaseSpan, ResourceSummary, Thresholds};
@@ -59,7 +59,7 @@ pub struct Timeline {
     /// Time zero of the plots (ms since the epoch): the baseline's start.
     pub t0_unix_ms: f64,
     /// Windows: (start, s after t0; windowed p90 of each figure drawn,
-    /// indexed by [`stagetrace::Figure::index`]; NaN = none or not drawn).
+    /// indexed by [`stagetrace_schema::Figure::index`]; NaN = none or not drawn).
     /// Not serialised (serde has no arrays above 32; the report skips the
     /// timeline anyway).
     #[serde(skip)]

@@ -377,8 +377,8 @@ fn cpu_ramp_carries_the_clock_and_tells_saturated_from_throttled() {
     assert!(v["first_stage"].is_string(), "nothing moved: {v}");
     let host = v["host"]["figure"].as_str();
     assert!(
-        host.and_then(stagetrace::Figure::from_name)
-            .is_some_and(stagetrace::Figure::is_host),
+        host.and_then(stagetrace_schema::Figure::from_name)
+            .is_some_and(stagetrace_schema::Figure::is_host),
         "no host named: {v}"
     );
     assert!(

@@ -22,11 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stagetrace::clock::{ClientTimes, ClockMode, Stitcher};
-use stagetrace::{CallRecord, Figure, ServerRecord, ServerTiming, StageLayer};
+use stagetrace::{record::CallRecord, record::ServerRecord, ServerTiming, StageLayer};
 use stagetrace_experiment::netns::KernelPath;
 use stagetrace_experiment::plan::Direction;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, ServerClock};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use tracing::Instrument;
 

@@ -11,9 +11,9 @@
 use std::fmt;
 
 use rmpv::Value;
-use stagetrace::wire::{TimingMap, WireError};
-use stagetrace::ServerTiming;
 use stagetrace_net::TimingMsgpackExt;
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{TimingMap, WireError};
 
 /// Trailing metadata key of the server's timing map (msgpack; a `-bin` key:
 /// base64 on the HTTP/2 wire, bytes in the metadata API).

@@ -13,11 +13,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::{ClockMode, Figure, StageLayer};
+use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_grpc::proto::async_inference_client::AsyncInferenceClient;
 use stagetrace_grpc::proto::async_inference_server::{AsyncInference, AsyncInferenceServer};
 use stagetrace_grpc::proto::{Actions, Empty, Observation, PolicySetup};
 use stagetrace_grpc::tower::{ClientLayer, ClientService, ServerLayer};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};
@@ -191,7 +192,7 @@ fn a_request_waiting_for_a_busy_handler_is_accept_wait_not_uplink() {
 }
 
 /// Six rounds: robot a calls, robot b calls as a's handler starts.
-fn run() -> (Vec<stagetrace::CallRecord>, Starts, Starts) {
+fn run() -> (Vec<stagetrace::record::CallRecord>, Starts, Starts) {
     // Trusted clocks that are one clock: the uplink is the stamps' own.
     let mut obs = Observed::with(StageLayer::builder().clock_mode(ClockMode::Trusted));
     let (arrivals, starts): (Starts, Starts) = Default::default();
@@ -219,7 +220,7 @@ fn run() -> (Vec<stagetrace::CallRecord>, Starts, Starts) {
     (records, arrivals, starts)
 }
 
-fn check(records: &[stagetrace::CallRecord], arrivals: &Starts, starts: &Starts) {
+fn check(records: &[stagetrace::record::CallRecord], arrivals: &Starts, starts: &Starts) {
     let of_robot = |stamps: &Starts, robot: &str| -> Vec<Instant> {
         let stamps = stamps.lock().unwrap();
         stamps
@@ -230,12 +231,12 @@ fn check(records: &[stagetrace::CallRecord], arrivals: &Starts, starts: &Starts)
     };
     let (starts_b, arrivals_b) = (of_robot(starts, "b"), of_robot(arrivals, "b"));
     assert_eq!((starts_b.len(), arrivals_b.len()), (ROUNDS, ROUNDS));
-    let of = |kind: &str| -> Vec<&stagetrace::CallRecord> {
+    let of = |kind: &str| -> Vec<&stagetrace::record::CallRecord> {
         records.iter().filter(|r| r.kind == kind).collect()
     };
     let (recs_a, recs_b) = (of("a"), of("b"));
     assert_eq!((recs_a.len(), recs_b.len()), (ROUNDS, ROUNDS));
-    let ms = |r: &stagetrace::CallRecord, f: Figure| {
+    let ms = |r: &stagetrace::record::CallRecord, f: Figure| {
         r.ms(f)
             .unwrap_or_else(|| panic!("seq {}: no {f:?} in {r:?}", r.seq))
     };

@@ -14,13 +14,14 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{CallRecord, ClockBasis, Figure, StageLayer, TraceParent};
+use stagetrace::{record::CallRecord, record::ClockBasis, StageLayer, TraceParent};
 use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer, Robot, RobotConfig, ServerEvent};
 use stagetrace_grpc::proto::async_inference_client::AsyncInferenceClient;
 use stagetrace_grpc::proto::Empty;
 use stagetrace_grpc::tower::{ClientLayer, ServerLayer};
 use stagetrace_grpc::{Disposition, TrailerSlot, OUTCOME_KEY, TIMING_KEY};
 use stagetrace_net::ServerClock;
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{read_records, timing, Collect};
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Server};

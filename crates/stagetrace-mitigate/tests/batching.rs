@@ -7,13 +7,13 @@
 
 mod support;
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Batcher};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle};
 use stagetrace_test_support::{quantile, rt, timing, Observed};

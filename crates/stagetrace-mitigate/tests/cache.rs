@@ -7,10 +7,10 @@
 
 mod support;
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::time::Duration;
 
-use stagetrace::{CacheOutcome, CallRecord};
+use stagetrace::{record::CacheOutcome, record::CallRecord};
 use stagetrace_mitigate::{action_cache, record_action_digest, CacheStats, CachedHandler, KeySpec};
 use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
 use stagetrace_test_support::{quantile, rt, timing, Observed};

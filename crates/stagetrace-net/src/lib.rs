@@ -12,7 +12,7 @@
 //! - The server stamps its receive time when the *whole* request has arrived,
 //!   times the handler (`infer`, optionally split with an [`InferTimer`]),
 //!   stamps `total` just before sending, and reports each request to an
-//!   optional hook as a [`stagetrace::ServerRecord`] (for an exporter).
+//!   optional hook as a [`stagetrace::record::ServerRecord`] (for an exporter).
 //! - A server that receives a valid W3C trace context runs its handler under
 //!   that remote parent ([`stagetrace::remote_parent_span`]): the calls the
 //!   handler makes with [`TracedHttpClient`] or [`PolicyClient`] continue the

@@ -2,21 +2,21 @@
 //! carries it.
 //!
 //! The map's keys, units and checks are the core's
-//! ([`TimingMap`](stagetrace::wire::TimingMap), which also has the JSON
+//! ([`TimingMap`](stagetrace_wire::TimingMap), which also has the JSON
 //! form); this file only converts msgpack values to and from its neutral
 //! [`MapValue`], so the core's API carries no msgpack type.
 
 use rmpv::Value;
-use stagetrace::wire::{
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{
     Codec, EncodedMap, MapValue, TimingChain, TimingMap, WireError, DOWNSTREAM_KEY,
 };
-use stagetrace::ServerTiming;
 
 /// The msgpack form of the `server_timing` map, on
-/// [`TimingMap`](stagetrace::wire::TimingMap) and [`ServerTiming`].
+/// [`TimingMap`](stagetrace_wire::TimingMap) and [`ServerTiming`].
 ///
 /// ```
-/// use stagetrace::ServerTiming;
+/// use stagetrace_wire::ServerTiming;
 /// use stagetrace_net::TimingMsgpackExt;
 ///
 /// let t = ServerTiming { infer_ns: Some(12_500_000), ..ServerTiming::default() };
@@ -29,7 +29,7 @@ pub trait TimingMsgpackExt: Sized {
     fn to_msgpack(&self) -> Value;
 
     /// Read a msgpack `server_timing` map. Anything but a map of at most
-    /// [`MAX_TIMING_MAP_ENTRIES`](stagetrace::wire::MAX_TIMING_MAP_ENTRIES)
+    /// [`MAX_TIMING_MAP_ENTRIES`](stagetrace_wire::MAX_TIMING_MAP_ENTRIES)
     /// entries with values in range is rejected.
     fn from_msgpack(v: &Value) -> Result<Self, WireError>;
 }
@@ -134,13 +134,13 @@ impl TimingMsgpackExt for ServerTiming {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use stagetrace::wire::MAX_TIMING_MAP_ENTRIES;
+    use stagetrace_wire::MAX_TIMING_MAP_ENTRIES;
 
     // The JSON halves of these two tests are in `stagetrace` (`wire/timing_map.rs`).
 
     #[test]
     fn a_relay_chain_round_trips_and_a_deep_one_is_rejected() {
-        use stagetrace::wire::{RelayTiming, MAX_HOPS};
+        use stagetrace_wire::{RelayTiming, MAX_HOPS};
         let relay = RelayTiming {
             recv_unix_ns: 1_700_000_000_000_000_000,
             total_ns: 9_000_000,

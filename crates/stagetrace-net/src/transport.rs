@@ -21,7 +21,7 @@ pub(crate) fn transport_span(peer: &str) -> Span {
 
 /// The `traceparent` to send for this transport span, when a stage layer is
 /// installed and tracks the span.
-pub(crate) fn traceparent(span: &Span) -> Option<[u8; stagetrace::wire::TRACEPARENT_LEN]> {
+pub(crate) fn traceparent(span: &Span) -> Option<[u8; stagetrace_wire::TRACEPARENT_LEN]> {
     span.trace_parent().map(|tp| tp.to_bytes())
 }
 
@@ -34,7 +34,7 @@ pub(crate) fn tracestate(span: &Span) -> Option<String> {
 }
 
 /// Attach the server's timing (parsed from the response) to the span.
-pub(crate) fn attach(span: &Span, timing: stagetrace::ServerTiming) {
+pub(crate) fn attach(span: &Span, timing: stagetrace_wire::ServerTiming) {
     if !timing.is_empty() {
         span.record_server_timing(timing);
     }
@@ -78,5 +78,5 @@ pub(crate) fn fail(span: &Span, reason: &'static str) {
 
 /// Count a server-timing input that was malformed and ignored.
 pub(crate) fn reject() {
-    stagetrace::count_rejected_header();
+    stagetrace::health::count_rejected_header();
 }

@@ -22,10 +22,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::{CallRecord, Figure};
+use stagetrace::record::CallRecord;
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorClient, ExecutorServer};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
 use stagetrace_net::{MsgMap, NdArray, Relay, ServerClock};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
 use tracing::Instrument;
 
@@ -395,7 +396,7 @@ fn through_a_gateway_each_hop_has_its_offset_and_the_gateways_forwarding_is_exec
         )
         .unwrap()
     };
-    let gateway_seen: Arc<Mutex<Vec<stagetrace::ServerRecord>>> = Arc::default();
+    let gateway_seen: Arc<Mutex<Vec<stagetrace::record::ServerRecord>>> = Arc::default();
     let mut keep = None;
     let seen = Arc::clone(&gateway_seen);
     let runs = run(ServerClock::skewed_ns(220_000_000), |executor| {

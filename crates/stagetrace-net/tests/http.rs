@@ -3,18 +3,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::Extension;
 use axum::routing::post;
 use axum::Router;
-use stagetrace::wire::TraceParent;
-use stagetrace::{CallRecord, ServerRecord};
+use stagetrace::{record::CallRecord, record::ServerRecord};
 use stagetrace_net::tower::TimingLayer;
 use stagetrace_net::{HttpCallError, InferTimer, TracedHttpClient};
 use stagetrace_test_support::{rt, Observed};
+use stagetrace_wire::TraceParent;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use tracing::Instrument;
@@ -109,7 +109,7 @@ fn layer_and_client_carry_context_and_timing() {
         );
         assert!(rec.ms(Figure::Infer).unwrap() >= 6.0);
         assert_eq!(rec.batch_size, Some(3));
-        assert_eq!(rec.cache, Some(stagetrace::CacheOutcome::Miss));
+        assert_eq!(rec.cache, Some(stagetrace::record::CacheOutcome::Miss));
         assert_eq!(srv.timing.batch_size, Some(3));
         assert_eq!(srv.trace_parent.map(|t| t.trace_id_hex()), rec.trace_id);
     }
@@ -172,7 +172,10 @@ fn degraded_with_only_a_standard_server_timing_header() {
         assert_eq!(reply.server_timing.unwrap().infer_ns, Some(3_500_000));
     });
     assert_eq!(records[0].ms(Figure::Infer), Some(3.5));
-    assert_eq!(records[0].clock, Some(stagetrace::ClockBasis::Degraded));
+    assert_eq!(
+        records[0].clock,
+        Some(stagetrace::record::ClockBasis::Degraded)
+    );
     assert_eq!(records[0].ms(Figure::Uplink), None);
 }
 

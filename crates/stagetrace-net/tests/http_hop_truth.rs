@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 
 use axum::routing::post;
 use axum::Router;
-use stagetrace::wire::RelayTiming;
-use stagetrace::{Figure, ServerRecord, ServerTiming};
+use stagetrace::{record::ServerRecord, ServerTiming};
 use stagetrace_net::tower::TimingLayer;
 use stagetrace_net::{HttpRelay, ServerClock, TracedHttpClient};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
+use stagetrace_wire::RelayTiming;
 use support::{
     assert_hop_offsets, assert_inside_on_99_percent, proxy, service, share, true_ns, Call, Hop,
     Thread,
@@ -284,7 +285,7 @@ fn http_relay_continues_the_trace_and_passes_failures_through() {
     });
     let (status_ok, chain, top, status_failed, failed_body) = outcomes;
     assert_eq!(status_ok, http::StatusCode::OK);
-    let chain = stagetrace::wire::TimingChain::from_header_bytes(chain.as_bytes()).unwrap();
+    let chain = stagetrace_wire::TimingChain::from_header_bytes(chain.as_bytes()).unwrap();
     assert_eq!(chain.hops.len(), 1);
     assert!(chain.map.timing.infer_ns.unwrap() >= INFER.as_nanos() as u64);
     // The top header is the relay's own level: no inference claimed there.
@@ -302,7 +303,7 @@ fn http_relay_continues_the_trace_and_passes_failures_through() {
     // The gateway's own record (what its exporter draws): a relay, under the
     // caller's parent, naming the parent id the server got as its forward.
     let gw = gw_seen.lock().unwrap();
-    assert_eq!(gw[0].role, stagetrace::ServiceRole::Relay);
+    assert_eq!(gw[0].role, stagetrace::record::ServiceRole::Relay);
     assert_eq!(
         gw[0].trace_parent.unwrap().parent_id_hex(),
         "00f067aa0ba902b7"

@@ -10,8 +10,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::Figure;
 use stagetrace_net::{InferTimer, MsgMap, NdArray};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{timing, Observed};
 
 #[path = "support/policy_server.rs"]

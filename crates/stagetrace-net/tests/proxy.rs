@@ -4,7 +4,7 @@
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::record::ns_to_ms;
+use stagetrace_schema::ns_to_ms;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
@@ -345,7 +345,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[test]
 fn ground_truth_split_through_the_proxy() {
     use stagetrace::clock::{ClockMode, Stitcher};
-    use stagetrace::ClockBasis;
+    use stagetrace::record::ClockBasis;
     // Server clock +250 ms, uplink 20 ms, downlink 5 ms.
     let server = timing_server(250, Duration::from_millis(3));
     let proxy = Proxy::spawn_in_thread(

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_net::executor::{ExecutorClient, ExecutorServer};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay};
 use stagetrace_test_support::{rt, Observed};
@@ -138,7 +138,7 @@ fn the_executor_hears_the_robots_dispatch_span_as_its_parent() {
         assert_ne!(Some(dispatch), rec.timeline.call_span_id);
         assert_eq!(
             exec.timing.queue_ns.map(|ns| ns as i64),
-            rec.get(stagetrace::Figure::ExecWait)
+            rec.get(stagetrace_schema::Figure::ExecWait)
         );
     }
 }

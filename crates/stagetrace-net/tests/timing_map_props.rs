@@ -7,9 +7,9 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use stagetrace::wire::{ServerTiming, TimingMap, MAX_BATCH_SIZE, MAX_DURATION_NS};
 use stagetrace_net::TimingMsgpackExt;
 use stagetrace_test_support::strategies::server_timing as timing;
+use stagetrace_wire::{ServerTiming, TimingMap, MAX_BATCH_SIZE, MAX_DURATION_NS};
 
 fn json_of(v: &rmpv::Value) -> serde_json::Value {
     match v {

@@ -19,13 +19,13 @@ use axum::routing::post;
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::wire::TraceParent;
-use stagetrace::{CallRecord, ServerRecord};
+use stagetrace::{record::CallRecord, record::ServerRecord};
 use stagetrace_net::tower::TimingLayer;
 use stagetrace_net::{
     HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TracedHttpClient,
 };
 use stagetrace_test_support::{rt, Observed};
+use stagetrace_wire::TraceParent;
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;

@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_net::{
     BlockingPolicyClient, ClientError, ClientOptions, Handler, InferTimer, MsgMap, NdArray,
     PolicyClient, PolicyServer, Reply, ServerHandle,
@@ -291,7 +291,7 @@ fn degraded_against_a_server_that_only_sends_openpi_infer_ms() {
         None,
         "no split without the server's receive time"
     );
-    assert_eq!(rec.clock, Some(stagetrace::ClockBasis::Degraded));
+    assert_eq!(rec.clock, Some(stagetrace::record::ClockBasis::Degraded));
 }
 
 #[test]

@@ -21,10 +21,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::wire::RelayTiming;
-use stagetrace::{Figure, ServerRecord, ServerTiming};
+use stagetrace::{record::ServerRecord, ServerTiming};
 use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay, ServerClock};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
+use stagetrace_wire::RelayTiming;
 use support::{
     assert_hop_offsets, assert_inside_on_99_percent, proxy, service, share, true_ns, Call, Hop,
     Thread,

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, Criterion};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer, StageSpanExt};
+use stagetrace::{record::CallRecord, ServerTiming, StageLayer, StageSpanExt};
 use stagetrace_otlp::{OtlpExporter, OtlpMetrics, TailSampling};
+use stagetrace_schema::Figure;
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
 
@@ -256,7 +257,7 @@ fn app_thread_fleet(c: &mut Criterion<ThreadCpu>) {
 /// Counts the calls the worker handed to the sinks.
 struct Seen(Arc<AtomicU64>);
 
-impl stagetrace::RecordSink for Seen {
+impl stagetrace::sink::RecordSink for Seen {
     fn on_record(&mut self, _rec: &CallRecord) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
@@ -368,7 +369,7 @@ fn counting_collector() -> (u16, std::sync::Arc<std::sync::atomic::AtomicU64>) {
 /// exported as traces, every call or tail-sampled, and as metrics (four
 /// exports, the interval of 15 s): the bytes the collector received.
 fn bytes_per_robot_minute() {
-    use stagetrace::RecordSink;
+    use stagetrace::sink::RecordSink;
     let t0 = now_unix_ns() - 70_000_000_000;
     let call = |seq: u64| {
         let extra = if seq % 150 == 149 { 40_000_000 } else { 0 };

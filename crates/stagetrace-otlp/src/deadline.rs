@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 /// ([`OtlpBuilder::shutdown_deadline`](crate::OtlpBuilder::shutdown_deadline)).
 ///
 /// Shutdown flushes wait: the layer's flush of its sinks
-/// ([`RecordSink::flush`](stagetrace::RecordSink::flush)), [`OtlpExporter::shutdown`](crate::OtlpExporter::shutdown)
+/// ([`RecordSink::flush`](stagetrace::sink::RecordSink::flush)), [`OtlpExporter::shutdown`](crate::OtlpExporter::shutdown)
 /// and dropping the last clone of an exporter. Without a shared deadline each
 /// exporter has its own, and a process with two exporters (a robot client and
 /// a policy server, say) would wait out two bounds one after the other. With

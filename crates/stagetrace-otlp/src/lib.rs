@@ -3,14 +3,14 @@
 //!
 //! # Core concepts
 //!
-//! - The client exports each [`CallRecord`](stagetrace::CallRecord) as a trace: a root `call` span
+//! - The client exports each [`CallRecord`](stagetrace::record::CallRecord) as a trace: a root `call` span
 //!   with `capture`, `transport` and `dispatch` children, and under
 //!   `transport` the synthesized `uplink` and `downlink` spans, placed with
 //!   the estimated clock offset (attributes `stagetrace.offset_ms`,
 //!   `stagetrace.split_err_ms`). The `call` span carries every field of the
 //!   record as a `stagetrace.*` attribute; every stage span carries
 //!   `stagetrace.stage`, `stagetrace.kind` and `stagetrace.seq`.
-//! - The server exports each [`ServerRecord`](stagetrace::ServerRecord) as `queue` and `infer` spans in
+//! - The server exports each [`ServerRecord`](stagetrace::record::ServerRecord) as `queue` and `infer` spans in
 //!   the client's trace, children of the client's `transport` span through
 //!   the request's `traceparent`: the ids in `traceparent` are the exported
 //!   ids. Client and server appear as two services.
@@ -68,12 +68,12 @@
 //!     .service_name("robot-client")
 //!     .header("authorization", "Bearer s3cret")
 //!     .build()?;
-//! # let record = stagetrace::CallRecord::default();
+//! # let record = stagetrace::record::CallRecord::default();
 //! client.export_call(&record);
 //!
 //! // Server side, in the policy server's process.
 //! let server = OtlpExporter::builder().service_name("policy-server").build()?;
-//! # let request = stagetrace::ServerRecord::default();
+//! # let request = stagetrace::record::ServerRecord::default();
 //! server.export_server(&request);
 //!
 //! client.flush(Duration::from_secs(2));

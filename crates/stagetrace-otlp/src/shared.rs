@@ -31,10 +31,10 @@
 
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry::KeyValue;
-use stagetrace::SharedIds;
+use stagetrace::context::SharedIds;
 use tracing_core::{span, Dispatch};
 
-/// A [`stagetrace::TraceContextHook`] for `tracing-opentelemetry` 0.34: the
+/// A [`stagetrace::context::TraceContextHook`] for `tracing-opentelemetry` 0.34: the
 /// OpenTelemetry trace and span id of span `id`, read through
 /// [`tracing_opentelemetry::get_otel_context`] (which starts the
 /// OpenTelemetry span if that layer has not yet), and the span labelled

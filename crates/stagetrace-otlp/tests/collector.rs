@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_otlp::OtlpExporter;
 use stagetrace_test_support::collector::silent_collector;
 use stagetrace_test_support::timing;

@@ -9,8 +9,9 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stagetrace::{CallRecord, Figure};
+use stagetrace::record::CallRecord;
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_schema::Figure;
 
 /// The request line and headers of one request.
 type Seen = (String, Vec<(String, String)>);

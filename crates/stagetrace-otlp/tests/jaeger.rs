@@ -10,7 +10,7 @@
 
 mod common;
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -117,7 +117,7 @@ fn steal_ms() -> Option<i64> {
 }
 
 /// A call's stages in one line: where a slow call's time went.
-fn where_the_time_went(r: &stagetrace::CallRecord) -> String {
+fn where_the_time_went(r: &stagetrace::record::CallRecord) -> String {
     let parts: Vec<String> = [
         Figure::E2e,
         Figure::Capture,
@@ -251,7 +251,7 @@ fn each_call_is_one_trace_across_client_and_server() {
             Some(transport.span_id.clone()),
             rec.timeline
                 .transport_span_id
-                .map(|b| stagetrace::wire::to_lc_hex(&b)),
+                .map(|b| stagetrace_wire::to_lc_hex(&b)),
             "the transport span has the id sent in traceparent"
         );
 
@@ -514,8 +514,8 @@ fn jaeger_going_away_costs_the_calls_nothing_and_export_resumes() {
 #[cfg(feature = "grpc")]
 #[test]
 fn grpc_export_arrives_in_jaeger() {
+    use stagetrace::record::CallRecord;
     use stagetrace::record::{SpanTime, Timeline};
-    use stagetrace::CallRecord;
     let Some(jaeger) = Jaeger::start_or_skip("grpc_export_arrives_in_jaeger") else {
         return;
     };
@@ -656,13 +656,13 @@ fn an_apps_own_tracing_opentelemetry_trace_is_shared_not_duplicated() {
             Some(call.span_id.clone()),
             rec.timeline
                 .call_span_id
-                .map(|b| stagetrace::wire::to_lc_hex(&b))
+                .map(|b| stagetrace_wire::to_lc_hex(&b))
         );
         assert_eq!(
             Some(transport.span_id.clone()),
             rec.timeline
                 .transport_span_id
-                .map(|b| stagetrace::wire::to_lc_hex(&b)),
+                .map(|b| stagetrace_wire::to_lc_hex(&b)),
             "traceparent carried the app's own transport span id"
         );
         for child in ["uplink", "downlink", "infer"] {
@@ -828,7 +828,7 @@ fn a_silent_servers_black_box_is_labelled_in_jaeger() {
         assert!(rec.ms(Figure::Ttfb).unwrap() >= 6.0, "{rec:?}");
         assert_eq!(
             b.attr_str("stagetrace.black_box").as_deref(),
-            Some(stagetrace::schema::BLACK_BOX_NOTE)
+            Some(stagetrace_schema::BLACK_BOX_NOTE)
         );
     }
 }

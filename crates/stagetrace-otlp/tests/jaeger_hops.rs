@@ -25,10 +25,11 @@ use common::jaeger::{
     assert_gateway_tree, assert_span_names, one, span_list, FourServices, GatewayTree, Jaeger,
     ROBOT_HOP_SPANS,
 };
-use stagetrace::{CallRecord, Figure, ServerRecord, StageLayer};
+use stagetrace::{record::CallRecord, record::ServerRecord, StageLayer};
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorServer};
 use stagetrace_net::{BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, Relay};
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, Collect};
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -231,7 +232,7 @@ fn run(jaeger: &Jaeger) -> Run {
 }
 
 fn hex(id: Option<[u8; 8]>) -> String {
-    stagetrace::wire::to_lc_hex(&id.unwrap())
+    stagetrace_wire::to_lc_hex(&id.unwrap())
 }
 
 /// What each service exports per call, by name (the robot's:

@@ -13,8 +13,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::prometheus::Prometheus;
-use stagetrace::{CallRecord, Figure, RecordSink};
+use stagetrace::{record::CallRecord, sink::RecordSink};
 use stagetrace_otlp::{Histograms, OtlpMetrics};
+use stagetrace_schema::Figure;
 
 /// Finest scale the test allows: 32 buckets per octave. The values span
 /// 5–60 ms (3.6 octaves, 115 buckets at this scale), within the 160-bucket

@@ -13,8 +13,9 @@ mod common;
 use std::time::Duration;
 
 use common::prometheus::Prometheus;
-use stagetrace::{CallRecord, Figure, RecordSink};
+use stagetrace::{record::CallRecord, sink::RecordSink};
 use stagetrace_otlp::{OtlpExporter, OtlpMetrics};
+use stagetrace_schema::Figure;
 
 #[test]
 fn resource_attributes_from_the_environment_name_the_robot() {

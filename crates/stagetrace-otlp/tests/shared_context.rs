@@ -52,7 +52,7 @@ fn in_memory_otel() -> (InMemorySpanExporter, SdkTracerProvider) {
 }
 
 fn hex(b: &[u8]) -> String {
-    stagetrace::wire::to_lc_hex(b)
+    stagetrace_wire::to_lc_hex(b)
 }
 
 #[test]
@@ -134,7 +134,7 @@ fn a_panicking_hook_does_not_reach_the_app() {
         _: &tracing::Dispatch,
         _: &tracing::span::Id,
         _: &'static str,
-    ) -> Option<stagetrace::SharedIds> {
+    ) -> Option<stagetrace::context::SharedIds> {
         panic!("a broken trace-context hook");
     }
     let (stages, guard, kept) = Collect::build(StageLayer::builder().share_trace_context(bad_hook));

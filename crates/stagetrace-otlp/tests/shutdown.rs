@@ -15,7 +15,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::{ServerRecord, StageLayer, WindowSummary};
+use stagetrace::{record::ServerRecord, summary::WindowSummary, StageLayer};
 use stagetrace_otlp::{ExportStats, OtlpBuilder, OtlpExporter, ShutdownDeadline};
 use stagetrace_test_support::collector::silent_collector;
 use stagetrace_test_support::{read_summaries, timing, Collect};

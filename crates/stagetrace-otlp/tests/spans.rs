@@ -11,8 +11,11 @@ use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData, SpanExporter};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, ClockBasis, Figure, ServerRecord, ServerTiming, TraceParent};
+use stagetrace::{
+    record::CallRecord, record::ClockBasis, record::ServerRecord, ServerTiming, TraceParent,
+};
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_schema::Figure;
 
 const T0: u64 = 1_764_000_000_123_456_789;
 const TRACE: [u8; 16] = [
@@ -39,7 +42,7 @@ fn record() -> CallRecord {
         seq: 42,
         ts_unix_ns: T0,
         kind: "infer".into(),
-        trace_id: Some(stagetrace::wire::to_lc_hex(&TRACE)),
+        trace_id: Some(stagetrace_wire::to_lc_hex(&TRACE)),
         figures: [
             (Figure::Capture, 3.0),
             (Figure::Uplink, 2.0),
@@ -604,7 +607,7 @@ fn a_silent_servers_roundtrip_is_a_labelled_black_box_never_inference() {
     assert_eq!(attr(rx, "stagetrace.rx_ms"), Some(&Value::F64(4.0)));
     assert_eq!(
         attr(b, "stagetrace.black_box"),
-        Some(&Value::from(stagetrace::schema::BLACK_BOX_NOTE))
+        Some(&Value::from(stagetrace_schema::BLACK_BOX_NOTE))
     );
     // The call span carries both figures with the rest of the record.
     assert_eq!(
@@ -622,13 +625,13 @@ const FORWARD_ID: [u8; 8] = [0xf0, 1, 2, 3, 4, 5, 6, 7];
 /// its wait 16–17.5, the ack 17.5–19.
 fn relayed_record() -> CallRecord {
     let mut rec = record();
-    let hop = |up: f64, down: f64| stagetrace::HopFigures {
+    let hop = |up: f64, down: f64| stagetrace::hop_record::HopFigures {
         up_ns: Some(ms(up) as i64),
         down_ns: Some(ms(down) as i64),
         net_ns: Some(ms(up + down) as i64),
         offset_ns: Some(ms(300.0) as i64),
         err_ns: Some(ms(0.1) as i64),
-        ..stagetrace::HopFigures::default()
+        ..stagetrace::hop_record::HopFigures::default()
     };
     rec.hops = vec![hop(1.0, 1.0), hop(0.5, 0.5)];
     let tl = &mut rec.timeline;
@@ -721,8 +724,8 @@ fn a_gateways_record_is_its_relay_span_under_the_callers_transport_and_its_forwa
             infer_ns: Some(ms(10.0)),
             ..ServerTiming::default()
         },
-        role: stagetrace::ServiceRole::Relay,
-        forward: Some(stagetrace::Forwarded {
+        role: stagetrace::record::ServiceRole::Relay,
+        forward: Some(stagetrace::record::Forwarded {
             span_id: Some(FORWARD_ID),
             forward_ns: ms(0.5),
             reply_ns: ms(9.5),
@@ -775,7 +778,7 @@ fn an_executors_record_is_its_wait_under_the_robots_dispatch_span() {
             infer_ns: Some(ms(0.1)),
             ..ServerTiming::default()
         },
-        role: stagetrace::ServiceRole::Executor,
+        role: stagetrace::record::ServiceRole::Executor,
         ..ServerRecord::default()
     };
     let spans = export(OtlpExporter::builder(), |e| {
@@ -812,7 +815,7 @@ fn a_gateway_that_failed_before_forwarding_is_one_relay_span_with_the_error() {
             ..ServerTiming::default()
         },
         error: Some("relay: policy server refused the connection".into()),
-        role: stagetrace::ServiceRole::Relay,
+        role: stagetrace::record::ServiceRole::Relay,
         forward: None,
     };
     let spans = export(OtlpExporter::builder(), |e| {

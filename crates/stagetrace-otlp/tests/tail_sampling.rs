@@ -17,8 +17,9 @@ use common::jaeger::Jaeger;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
 use stagetrace::prelude::*;
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure, RecordSink, StageLayer};
+use stagetrace::{record::CallRecord, sink::RecordSink, StageLayer};
 use stagetrace_otlp::{OtlpExporter, SampleStats, TailSampling};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::Collect;
 use tracing_subscriber::layer::SubscriberExt;
 

@@ -2,7 +2,7 @@
 //! the same rounding, the same absences, so a Parquet row reads back as the
 //! JSON line of the same call.
 
-use stagetrace::{CallRecord, HopFigures};
+use stagetrace::{hop_record::HopFigures, record::CallRecord};
 use stagetrace_schema::{Field, FieldInfo, Figure};
 
 /// One field of one record.

@@ -130,7 +130,7 @@ impl OpenFile {
 /// writes its files (same schema, compression and properties), in row
 /// groups of `row_group_rows`: for tests and fuzzing of the reader.
 pub fn file_bytes(
-    records: &[stagetrace::CallRecord],
+    records: &[stagetrace::record::CallRecord],
     row_group_rows: usize,
 ) -> Result<Vec<u8>, ParquetError> {
     let mut writer =

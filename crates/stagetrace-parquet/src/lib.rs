@@ -3,7 +3,7 @@
 //!
 //! # What it is
 //!
-//! [`ParquetSink`] is a [`stagetrace::RecordSink`]: registered on the
+//! [`ParquetSink`] is a [`stagetrace::sink::RecordSink`]: registered on the
 //! layer's builder, it writes every call as one row of a Parquet file under
 //! `robot=<robot>/date=<YYYY-MM-DD>/part-<run>-<n>.parquet`, which DuckDB,
 //! polars, pandas, Spark and ClickHouse read as one partitioned table. The

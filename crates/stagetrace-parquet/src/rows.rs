@@ -9,7 +9,7 @@ use arrow_array::builder::{
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field as ArrowField, SchemaRef};
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_schema::FIELDS;
 
 use crate::cells::{cell, hop_values, Cell};
@@ -92,7 +92,7 @@ impl ColumnBuilder {
     }
 }
 
-fn append_hops(list: &mut ListBuilder<StructBuilder>, hops: &[stagetrace::HopFigures]) {
+fn append_hops(list: &mut ListBuilder<StructBuilder>, hops: &[stagetrace::hop_record::HopFigures]) {
     if hops.is_empty() {
         // No relay: the JSON record has no `hops`, the row a null.
         list.append(false);

@@ -4,7 +4,8 @@
 //! places. Not part of the stable API.
 
 use stagetrace::record::{CacheOutcome, ClockBasis};
-use stagetrace::{CallRecord, Figure, HopFigures};
+use stagetrace::{hop_record::HopFigures, record::CallRecord};
+use stagetrace_schema::Figure;
 
 /// 2026-12-03 10:00:00 UTC.
 const T0_NS: u64 = 1_796_292_000_000_000_000;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use stagetrace::sink::Loss;
-use stagetrace::{CallRecord, RecordSink};
+use stagetrace::{record::CallRecord, sink::RecordSink};
 
 use crate::file::{OpenFile, WriteError};
 use crate::layout::day_of;

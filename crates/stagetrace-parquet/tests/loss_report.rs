@@ -1,8 +1,9 @@
 //! Calls the Parquet sink could not write are its loss report, which the
 //! layer's flush guard turns into the app's one warning (issue 40).
 
-use stagetrace::{CallRecord, Figure, RecordSink};
+use stagetrace::{record::CallRecord, sink::RecordSink};
 use stagetrace_parquet::ParquetSink;
+use stagetrace_schema::Figure;
 
 fn record(seq: u64) -> CallRecord {
     let mut r = CallRecord {

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use stagetrace::record::{CacheOutcome, ClockBasis};
-use stagetrace::{CallRecord, Figure, HopFigures, RecordSink};
+use stagetrace::{hop_record::HopFigures, record::CallRecord, sink::RecordSink};
 use stagetrace_parquet::read::{self, Selection};
 use stagetrace_parquet::ParquetSink;
+use stagetrace_schema::Figure;
 
 /// 2026-12-03 10:00:00 UTC.
 const T0_NS: u64 = 1_796_292_000_000_000_000;

@@ -7,9 +7,10 @@
 //! `STAGETRACE_SIZE_CALLS=N` sets the number of calls (default 200 000).
 
 use stagetrace::record::ClockBasis;
-use stagetrace::{CallRecord, Figure, RecordSink};
+use stagetrace::{record::CallRecord, sink::RecordSink};
 use stagetrace_parquet::read::{self, Selection};
 use stagetrace_parquet::ParquetSink;
+use stagetrace_schema::Figure;
 
 /// A small deterministic generator (xorshift): no dependency, same bytes every run.
 struct Noise(u64);

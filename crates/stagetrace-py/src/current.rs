@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::sync::{GILOnceCell, GILProtected};
 use pyo3::types::{IntoPyDict, PyString};
-use stagetrace::TraceParent;
+use stagetrace_wire::TraceParent;
 
 use crate::shared::{Recorder, Shared};
 

@@ -60,7 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",
-        stagetrace::schema::FIELDS
+        stagetrace_schema::FIELDS
             .iter()
             .map(|f| f.name)
             .collect::<Vec<_>>(),

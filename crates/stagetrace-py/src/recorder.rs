@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use stagetrace::{AdviceFor, BuildError, ClockMode, Stage, StageLayer};
+use stagetrace::{clock::ClockMode, AdviceFor, BuildError, Stage, StageLayer};
 
 use crate::call::Call;
 use crate::losses;

@@ -10,7 +10,8 @@ use pyo3::sync::GILProtected;
 use pyo3::types::{PyString, PyStringMethods};
 use pyo3::{Py, PyObject, Python};
 use stagetrace::direct::{DirectCall, DirectTransport, Mark};
-use stagetrace::{Stage, TraceParent};
+use stagetrace::Stage;
+use stagetrace_wire::TraceParent;
 
 use crate::shared::Shared;
 

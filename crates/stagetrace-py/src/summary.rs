@@ -5,7 +5,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use stagetrace::WindowSummary;
+use stagetrace::summary::WindowSummary;
 
 /// The table of a summary given as its JSON line (what
 /// `Recorder.finish()` returns, a line of `summary.*.jsonl`).

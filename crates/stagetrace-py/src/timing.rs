@@ -6,7 +6,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
-use stagetrace::wire::{EncodedMap, MapValue, TimingChain, DOWNSTREAM_KEY, MAX_HOPS};
+use stagetrace_wire::{EncodedMap, MapValue, TimingChain, DOWNSTREAM_KEY, MAX_HOPS};
 
 /// The whole `server_timing` in `map`: the policy server's timing and the
 /// relays the response came through (a relay's level nests the next one's

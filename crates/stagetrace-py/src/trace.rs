@@ -4,13 +4,13 @@
 //! [`TraceContext::extract`] (several `traceparent`s: none used; `tracestate`
 //! lines combined; a repeated key keeps its left-most member; a malformed
 //! list dropped whole) followed by [`TraceParent::continued`] and
-//! [`TraceState::to_header`](stagetrace::wire::TraceState::to_header) (the
+//! [`TraceState::to_header`](stagetrace_wire::TraceState::to_header) (the
 //! 512-character cut), as `stagetrace-net`'s servers and clients do.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
-use stagetrace::wire::{TraceContext, MAX_HOPS};
+use stagetrace_wire::{TraceContext, MAX_HOPS};
 
 /// A header value as Python holds it: `str` or `bytes`. Anything else is a
 /// malformed header (a byte the grammars refuse), as a msgpack request's

@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::{
-    CallRecord, FlushGuard, RecordSink, StageLayer, StageLayerBuilder, WindowSummary,
+    record::CallRecord, sink::RecordSink, summary::WindowSummary, FlushGuard, StageLayer,
+    StageLayerBuilder,
 };
 use tracing_subscriber::layer::SubscriberExt;
 

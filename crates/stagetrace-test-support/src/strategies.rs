@@ -3,7 +3,7 @@
 //! timing map (`stagetrace-net`'s `timing_map_props`).
 
 use proptest::prelude::*;
-use stagetrace::wire::{ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_UNIX_NS};
+use stagetrace_wire::{ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_UNIX_NS};
 
 fn opt(max: u64) -> impl Strategy<Value = Option<u64>> {
     proptest::option::of(0..=max)

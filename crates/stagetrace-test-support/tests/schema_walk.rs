@@ -25,14 +25,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::Value;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
-use stagetrace::wire::{Hops, RelayTiming};
 use stagetrace::{
-    CallRecord, ClockBasis, ExecutorAck, Figure, HostFigure, HostShare, ServerTiming, StageLayer,
-    StageSpanExt,
+    record::CallRecord, record::ClockBasis, ExecutorAck, ServerTiming, StageLayer, StageSpanExt,
 };
 use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_otlp::OtlpExporter;
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{read_records, read_summaries, spin_for, Collect};
+use stagetrace_wire::{Hops, RelayTiming};
+use stagetrace_wire::{HostFigure, HostShare};
 use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -371,7 +372,8 @@ fn every_figure_of_the_table_reaches_every_consumer() {
             .iter()
             .find(|kv| kv.key.as_str() == "stagetrace.hops")
             .map(|kv| kv.value.to_string());
-        let want = (!r.hops.is_empty()).then(|| stagetrace::HopFigures::list_to_json(&r.hops));
+        let want =
+            (!r.hops.is_empty()).then(|| stagetrace::hop_record::HopFigures::list_to_json(&r.hops));
         assert_eq!(hops, want, "stagetrace.hops");
         // The dispatch span carries the executor's split of it.
         let dispatch = finished

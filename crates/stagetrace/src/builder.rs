@@ -20,7 +20,7 @@ use crate::context::TraceContextHook;
 use crate::health::Health;
 use crate::layer::callsite::Names;
 use crate::layer::{FilteredStageLayer, StageFilter, StageLayer, WithScope};
-use crate::queue::Msg;
+use crate::message::Msg;
 use crate::sink::{report_loss, warn, RecordSink};
 use crate::stage::Stage;
 use crate::summary::Summary;

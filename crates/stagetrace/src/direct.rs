@@ -6,7 +6,7 @@
 //! instead: its stages are stamped on the layer's own clock ([`Mark::now`])
 //! and added to the same per-call state the layer keeps for a call span
 //! (`CallState`), and the finished call is the
-//! same [`Msg`] on the same bounded queue (`try_send`: a full queue drops the
+//! same message on the same bounded queue (`try_send`: a full queue drops the
 //! call and counts it in `queue_drops`, never blocks). The worker cannot
 //! tell the two apart, so records, summaries, clock stitching and every sink
 //! are exactly those of a call made of spans (`docs/architecture.md` §4).
@@ -35,14 +35,18 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
+use crate::call_state::{
+    trace_of, CallState, NewCall, PackedTiming, TransportAcc, TransportStamps,
+};
 use crate::health::Health;
-use crate::host_share::{HostFigure, RunWaitMark};
 use crate::ids;
-use crate::inline_str::{InlineStr, PEER_LEN};
-use crate::queue::{CallState, Msg, PackedTiming, RawCall, TransportAcc};
+use crate::inline_str::InlineStr;
+use crate::message::{Msg, RawCall};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
-use crate::wire::{Hops, ServerTiming, TraceParent};
+use crate::thread_sample::{RunWaitMark, ThreadSample};
+use stagetrace_wire::HostFigure;
+use stagetrace_wire::{Hops, ServerTiming, TraceParent};
 
 /// A point in time on the layer's hot-path clock (the calibrated TSC or the
 /// monotonic clock, as for spans): where a stage started; for the robot's
@@ -115,20 +119,20 @@ impl DirectCalls {
         if let Some(kind) = kind {
             k.set(kind);
         }
-        let (trace_id, flags) = match parent {
-            Some(tp) => (
-                u128::from_be_bytes(tp.trace_id),
-                tp.flags & TraceParent::KNOWN_FLAGS,
-            ),
-            None => (
-                ids::trace_id(),
-                TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
-            ),
-        };
-        let mut state = CallState::new(t0, ordinal, seq, trace_id, flags, ids::span_id(), k, false);
-        if self.host_figures {
-            state.open_host();
-        }
+        let (trace_id, flags) = trace_of(parent);
+        let mut state = CallState::new(
+            t0,
+            NewCall {
+                ordinal,
+                seq,
+                trace_id,
+                flags,
+                span_id: ids::span_id(),
+                kind: k,
+                shared_context: false,
+                host_at_open: self.host_figures.then(ThreadSample::now),
+            },
+        );
         state.observer_ticks = stamp::now().ticks_since(t0);
         DirectCall { state }
     }
@@ -207,11 +211,7 @@ impl DirectCall {
             span_id: transport.span_id,
             // Packed here, as the relays are boxed below (see `PackedTiming`).
             timing: transport.timing.map(PackedTiming::pack),
-            peer: transport.peer,
-            first_byte: transport.first_byte,
-            request_first_byte: transport.request_first_byte,
-            request_written: transport.request_written,
-            kernel_rx: transport.kernel_rx,
+            stamps: transport.stamps,
         };
         // Boxed only when there are relays (see `CallState::relays`).
         let relays = (!transport.hops.is_empty()).then(|| Box::new(transport.hops));
@@ -286,14 +286,10 @@ pub struct DirectTransport {
     start: Stamp,
     span_id: u64,
     timing: Option<ServerTiming>,
-    peer: InlineStr<PEER_LEN>,
     hops: Hops,
-    /// The socket stamps a binding's transport took (see the `record_*`
-    /// methods): the same as a transport span's.
-    first_byte: Option<Instant>,
-    request_first_byte: Option<Instant>,
-    request_written: Option<Instant>,
-    kernel_rx: Option<Instant>,
+    /// The peer and the socket stamps a binding's transport took (see the
+    /// `record_*` methods): the same as a transport span's.
+    stamps: TransportStamps,
 }
 
 impl DirectTransport {
@@ -309,12 +305,11 @@ impl DirectTransport {
             start,
             span_id: ids::span_id(),
             timing: None,
-            peer: p,
             hops: Hops::new(),
-            first_byte: None,
-            request_first_byte: None,
-            request_written: None,
-            kernel_rx: None,
+            stamps: TransportStamps {
+                peer: p,
+                ..TransportStamps::default()
+            },
         }
     }
 
@@ -335,27 +330,27 @@ impl DirectTransport {
     /// The response's first byte arrived, as
     /// [`StageSpanExt::record_response_first_byte`](crate::StageSpanExt::record_response_first_byte).
     pub fn record_response_first_byte(&mut self, at: Instant) {
-        self.first_byte = Some(at);
+        self.stamps.first_byte = Some(at);
     }
 
     /// The request's first byte left (a stamp taken just before the write
     /// that took it), as
     /// [`StageSpanExt::record_request_first_byte`](crate::StageSpanExt::record_request_first_byte).
     pub fn record_request_first_byte(&mut self, at: Instant) {
-        self.request_first_byte = Some(at);
+        self.stamps.request_first_byte = Some(at);
     }
 
     /// The write that took the request's first bytes returned (the robot's
     /// `tx_wait` ends there), as
     /// [`StageSpanExt::record_request_written`](crate::StageSpanExt::record_request_written).
     pub fn record_request_written(&mut self, at: Instant) {
-        self.request_written = Some(at);
+        self.stamps.request_written = Some(at);
     }
 
     /// The kernel had the response's last byte (a kernel receive stamp; the
     /// robot's `rx_wait` starts there), as
     /// [`StageSpanExt::record_response_kernel_rx`](crate::StageSpanExt::record_response_kernel_rx).
     pub fn record_response_kernel_rx(&mut self, at: Instant) {
-        self.kernel_rx = Some(at);
+        self.stamps.kernel_rx = Some(at);
     }
 }

@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use crate::inline_str::{InlineStr, PEER_LEN};
-use crate::wire::{Hops, ServerTiming};
+use stagetrace_wire::{Hops, ServerTiming};
 
 /// One acknowledged action chunk: the executor's timing and the client's
 /// stamps of the exchange. Build with [`ExecutorAck::new`].

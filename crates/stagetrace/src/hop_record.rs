@@ -8,11 +8,11 @@
 use serde::de::{Error, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-pub use stagetrace_schema::MAX_HOPS_READ;
+use stagetrace_schema::MAX_HOPS_READ;
 use stagetrace_schema::{ms_to_ns, Figure, HOP_KEYS as KEYS};
 
 // One hop per relay plus the last one to the policy server.
-const _: () = assert!(MAX_HOPS_READ == crate::wire::MAX_HOPS + 1);
+const _: () = assert!(MAX_HOPS_READ == stagetrace_wire::MAX_HOPS + 1);
 
 /// One hop of the path, from the node before it (the client, or a relay)
 /// to the node at its end (a relay, or the policy server), and that node's

@@ -53,3 +53,18 @@ impl<const N: usize> fmt::Debug for InlineStr<N> {
 pub(crate) const KIND_LEN: usize = 32;
 /// Longest transport `peer` kept (bytes).
 pub(crate) const PEER_LEN: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::InlineStr;
+
+    #[test]
+    fn inline_str_truncates_on_char_boundary() {
+        let mut s = InlineStr::<4>::new();
+        s.set("abcdef");
+        assert_eq!(s.as_str(), "abcd");
+        s.set("aé€");
+        assert_eq!(s.as_str(), "aé");
+        assert!(!s.is_empty());
+    }
+}

@@ -19,10 +19,10 @@
 //!   [`StageSpanExt::record_server_timing`]); the worker
 //!   then splits the round trip into `uplink`, `queue`, `infer`, `downlink`
 //!   with the clock offset between the machines estimated ([`clock`]).
-//! - Every finished call becomes one [`CallRecord`], handed from the app thread
+//! - Every finished call becomes one [`CallRecord`](record::CallRecord), handed from the app thread
 //!   to one worker thread through a bounded queue (full = dropped and counted,
 //!   never blocking). The worker writes `records-*.jsonl`, rolling
-//!   `summary.*.jsonl` windows and feeds any [`RecordSink`].
+//!   `summary.*.jsonl` windows and feeds any [`RecordSink`](sink::RecordSink).
 //! - What the app knows about a call and the layer cannot see — the server's
 //!   timing, a failure, an output digest — it tells through its spans, with
 //!   the [`StageSpanExt`] methods on `tracing::Span` (also in the
@@ -67,6 +67,7 @@
 
 mod advice;
 mod builder;
+mod call_state;
 pub mod clock;
 pub mod context;
 pub mod direct;
@@ -74,41 +75,33 @@ mod executor;
 pub mod health;
 pub mod hop_record;
 pub mod host;
-pub mod host_share;
 mod ids;
 mod inline_str;
 mod layer;
 pub mod log_writer;
-mod queue;
+mod message;
 pub mod record;
 pub mod sink;
-pub mod stage;
+mod stage;
 mod stamp;
 pub mod summary;
-pub mod wire;
+pub mod thread_sample;
 mod worker;
 
+// The root names only what an app writes in its first lines: the layer, its
+// builder and options, the span helpers and what they take. Everything else
+// has one path, through its module (`stagetrace::record::CallRecord`,
+// `stagetrace::sink::RecordSink`, …); the schema's figures are
+// `stagetrace_schema`'s and the wire's types `stagetrace_wire`'s, re-exported
+// here only where a span helper takes them.
 pub use advice::AdviceFor;
 pub use builder::{BuildError, FlushGuard, Rotation, StageLayerBuilder};
 pub use executor::ExecutorAck;
-pub use health::{count_clamped, count_rejected_header};
-pub use hop_record::HopFigures;
-pub use host_share::{HostFigure, HostShare, ThreadSample};
 pub use layer::callsite::REMOTE_PARENT_SPAN;
 pub use layer::span_ext::{remote_parent_span, StageSpanExt};
 pub use layer::{FilteredStageLayer, StageFilter, StageLayer};
-pub use sink::RecordSink;
-pub use summary::{Summary, WindowSummary};
-pub use wire::TraceParent;
-
-pub use clock::ClockMode;
-pub use context::{SharedIds, TraceContextHook};
-pub use record::{
-    CacheOutcome, CallRecord, ClockBasis, Figures, Forwarded, HostCounts, ServerRecord, ServiceRole,
-};
-pub use stage::Stage;
-pub use stagetrace_schema::{self as schema, Figure};
-pub use wire::ServerTiming;
+pub use stage::{Stage, UnknownStage};
+pub use stagetrace_wire::{ServerTiming, TraceParent};
 
 /// What an instrumented app needs in scope: `use stagetrace::prelude::*;`
 /// brings the span helpers ([`StageSpanExt`]) and the types they take.

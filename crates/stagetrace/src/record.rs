@@ -6,7 +6,7 @@
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
-pub use stagetrace_schema::{ns_to_ms, Figure, HostCount, FIGURE_COUNT};
+use stagetrace_schema::{ns_to_ms, Figure, HostCount, FIGURE_COUNT};
 use stagetrace_schema::{Field, FIELDS};
 
 /// What the hosts did to a call, counted — involuntary switches, page
@@ -160,7 +160,7 @@ pub struct Timeline {
     /// wire, index `i` as the record's `hops[i]` (hop `i` ends at relay
     /// `i`, the last one at the policy server), each placed with that
     /// hop's own clock offset. Empty (all `None`) for a direct call.
-    pub hops: [HopTime; crate::hop_record::MAX_HOPS_READ],
+    pub hops: [HopTime; stagetrace_schema::MAX_HOPS_READ],
     /// The call's trace id and the `call` / `transport` span ids were taken
     /// from another tracing layer (e.g. `tracing-opentelemetry`, see
     /// [`crate::context`]), which exports the call and its stage spans itself:
@@ -260,7 +260,7 @@ pub struct CallRecord {
     pub dry_ticks: Option<u32>,
     /// Per-hop figures when the call went through relays (client → first
     /// relay, …, last relay → policy server; at most
-    /// [`MAX_HOPS_READ`](crate::hop_record::MAX_HOPS_READ)); empty, and
+    /// [`MAX_HOPS_READ`](stagetrace_schema::MAX_HOPS_READ)); empty, and
     /// absent from the JSON, without a relay.
     pub hops: Vec<crate::hop_record::HopFigures>,
     /// What the hosts did to the call, counted, per end (`docs/host.md`).
@@ -455,13 +455,13 @@ impl<'de> Visitor<'de> for RecordVisitor {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServerRecord {
     /// The context the request carried (`None` when it carried none or a rejected one).
-    pub trace_parent: Option<crate::wire::TraceParent>,
+    pub trace_parent: Option<stagetrace_wire::TraceParent>,
     /// Request kind, `"call"` when the request names none.
     pub kind: String,
     /// The server's timing for this request (`recv_unix_ns` anchors it in wall time).
     /// A relay's `infer_ns` is its whole handler (the forward included); an
     /// executor's `queue_ns` is its wait until the chunk started.
-    pub timing: crate::wire::ServerTiming,
+    pub timing: stagetrace_wire::ServerTiming,
     /// `Some(reason)` when the request failed on the server.
     pub error: Option<String>,
     /// What kind of service answered (default: a policy server).

@@ -13,7 +13,8 @@ use crate::summary::WindowSummary;
 /// that panics is disabled and reported once; the other outputs keep running.
 ///
 /// ```
-/// use stagetrace::{CallRecord, Figure, RecordSink};
+/// use stagetrace::{record::CallRecord, sink::RecordSink};
+/// use stagetrace_schema::Figure;
 ///
 /// #[derive(Debug, Default)]
 /// struct Slowest(f64);

@@ -2,7 +2,7 @@
 //! context, failures, digests, deadlines, and isolation from other layers.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -101,7 +101,7 @@ fn server_timing_is_stitched_and_trace_context_matches_the_record() {
         r.ms(Figure::Downlink).unwrap(),
     );
     assert!((up + down - net).abs() < 0.003, "{up} + {down} vs {net}");
-    assert_eq!(r.clock, Some(stagetrace::ClockBasis::Estimate));
+    assert_eq!(r.clock, Some(stagetrace::record::ClockBasis::Estimate));
     assert!(r.ms(Figure::SplitErr).is_some(), "{r:?}");
     let tl = r.timeline;
     let (t, u, d) = (
@@ -192,10 +192,10 @@ fn batch_cache_and_stale_drops_reach_the_record() {
     });
     assert_eq!(recs.len(), 3);
     assert_eq!(recs[0].batch_size, Some(4));
-    assert_eq!(recs[0].cache, Some(stagetrace::CacheOutcome::Miss));
+    assert_eq!(recs[0].cache, Some(stagetrace::record::CacheOutcome::Miss));
     assert_eq!(recs[0].ms(Figure::Server), Some(0.5));
     assert_eq!(recs[0].stale_dropped, None);
-    assert_eq!(recs[1].cache, Some(stagetrace::CacheOutcome::Hit));
+    assert_eq!(recs[1].cache, Some(stagetrace::record::CacheOutcome::Hit));
     assert_eq!(recs[1].batch_size, None);
     // No time fields came back: no stitch, the roundtrip as a black box.
     assert!(recs[1].ms(Figure::Server).is_none() && recs[1].clock.is_none());

@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use stagetrace::{CallRecord, Figure, ServerTiming, StageLayer, StageSpanExt};
+use stagetrace::{record::CallRecord, ServerTiming, StageLayer, StageSpanExt};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{run_collecting, spin_for, timing};
 use tracing::info_span;
 
@@ -176,10 +177,7 @@ fn the_first_byte_splits_a_silent_servers_roundtrip_into_ttfb_and_rx() {
     let table = summary.table();
     let row = |name: &str| table.lines().any(|l| l.starts_with(&format!("{name} ")));
     assert!(row("ttfb") && row("rx") && !row("infer"), "{table}");
-    assert!(
-        table.contains(stagetrace::schema::BLACK_BOX_NOTE),
-        "{table}"
-    );
+    assert!(table.contains(stagetrace_schema::BLACK_BOX_NOTE), "{table}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Calls in flight at once on different threads never mix their stages.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

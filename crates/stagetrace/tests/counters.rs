@@ -5,7 +5,9 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use stagetrace::{health, ClockMode, ServerTiming, StageLayer, StageSpanExt, WindowSummary};
+use stagetrace::{
+    clock::ClockMode, health, summary::WindowSummary, ServerTiming, StageLayer, StageSpanExt,
+};
 use stagetrace_test_support::Collect;
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -53,15 +55,15 @@ fn two_layers_in_one_process_keep_separate_counts() {
     let b = tracing::Dispatch::new(tracing_subscriber::registry().with(layer_b));
 
     tracing::dispatcher::with_default(&a, || {
-        stagetrace::count_rejected_header();
-        stagetrace::count_rejected_header();
+        stagetrace::health::count_rejected_header();
+        stagetrace::health::count_rejected_header();
         assert_eq!(health::rejected_headers(), 2);
         a_call_that_clamps();
     });
     tracing::dispatcher::with_default(&b, || {
         assert_eq!(health::rejected_headers(), 0, "A's count leaked into B");
-        stagetrace::count_rejected_header();
-        stagetrace::count_clamped();
+        stagetrace::health::count_rejected_header();
+        stagetrace::health::count_clamped();
         assert_eq!((health::rejected_headers(), health::clamped()), (1, 1));
     });
     tracing::dispatcher::with_default(&a, || {
@@ -82,12 +84,12 @@ fn two_layers_in_one_process_keep_separate_counts() {
 
 #[test]
 fn without_a_stage_layer_counts_go_nowhere() {
-    stagetrace::count_rejected_header();
-    stagetrace::count_clamped();
+    stagetrace::health::count_rejected_header();
+    stagetrace::health::count_clamped();
     assert_eq!((health::rejected_headers(), health::clamped()), (0, 0));
     // A subscriber without a stage layer: the same.
     tracing::subscriber::with_default(tracing_subscriber::registry(), || {
-        stagetrace::count_rejected_header();
+        stagetrace::health::count_rejected_header();
         assert_eq!(health::rejected_headers(), 0);
     });
 }
@@ -103,13 +105,13 @@ fn the_layer_is_found_unfiltered_and_behind_other_layers() {
     let (layer, guard) = StageLayer::builder().sink(kept.sink()).build().unwrap();
     let subscriber = tracing_subscriber::registry().with(AppLayer).with(layer);
     tracing::subscriber::with_default(subscriber, || {
-        stagetrace::count_rejected_header();
+        stagetrace::health::count_rejected_header();
         assert_eq!(health::rejected_headers(), 1);
     });
     assert_eq!(guard.finish().rejected_headers, 1);
 
     let (layer, guard, _kept) = Collect::build(StageLayer::builder());
     let subscriber = tracing_subscriber::registry().with(layer).with(AppLayer);
-    tracing::subscriber::with_default(subscriber, stagetrace::count_rejected_header);
+    tracing::subscriber::with_default(subscriber, stagetrace::health::count_rejected_header);
     assert_eq!(guard.finish().rejected_headers, 1);
 }

@@ -9,8 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use stagetrace::direct::{DirectTransport, Mark};
 use stagetrace::{
-    CallRecord, ClockMode, Figure, RecordSink, ServerTiming, Stage, StageLayer, StageSpanExt,
+    clock::ClockMode, record::CallRecord, sink::RecordSink, ServerTiming, Stage, StageLayer,
+    StageSpanExt,
 };
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{spin_for, Collect};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;
@@ -187,8 +189,8 @@ fn a_direct_call_continues_a_remote_parent_and_carries_its_transports_relays() {
     spin_for(MS);
     let t = timing();
     transport.record_server_timing(t);
-    let mut hops = stagetrace::wire::Hops::new();
-    hops.push(stagetrace::wire::RelayTiming {
+    let mut hops = stagetrace_wire::Hops::new();
+    hops.push(stagetrace_wire::RelayTiming {
         recv_unix_ns: t.recv_unix_ns.unwrap() - 200_000,
         total_ns: 1_500_000,
         transfer_ns: None,

@@ -1,10 +1,10 @@
 //! Bad input and faults: the host app keeps running, problems are counted.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::time::Duration;
 
-use stagetrace::{CallRecord, RecordSink, StageLayer};
+use stagetrace::{record::CallRecord, sink::RecordSink, StageLayer};
 use stagetrace_test_support::{read_records, read_summaries, run_collecting};
 use tracing::info_span;
 use tracing_subscriber::prelude::*;

@@ -3,7 +3,7 @@
 //! and spans that are not stages after all.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::time::Duration;
 
 use stagetrace::StageLayer;
@@ -12,7 +12,7 @@ use tracing::info_span;
 
 /// e2e − (sum of the top-level stages) − gap, ms: 0 when the gap subtracts
 /// exactly the top-level stages.
-fn gap_residual(r: &stagetrace::CallRecord, top_level_ms: f64) -> f64 {
+fn gap_residual(r: &stagetrace::record::CallRecord, top_level_ms: f64) -> f64 {
     (r.ms(Figure::E2e).unwrap() - top_level_ms - r.ms(Figure::Gap).unwrap()).abs()
 }
 

@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use stagetrace::{Figure, Stage, StageLayer};
+use stagetrace::{Stage, StageLayer};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{spin_for, Collect};
 use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use stagetrace::direct::Mark;
 use stagetrace::sink::Loss;
-use stagetrace::{CallRecord, RecordSink, Stage, StageLayer, Summary};
+use stagetrace::{record::CallRecord, sink::RecordSink, summary::Summary, Stage, StageLayer};
 use stagetrace_test_support::app_log::AppLog;
 use tracing_subscriber::prelude::*;
 

@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use stagetrace::{Figure, Stage, StageLayer, StageLayerBuilder};
+use stagetrace::{Stage, StageLayer, StageLayerBuilder};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{spin_for, Collect};
 use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;
@@ -218,7 +219,7 @@ fn parent_paths(truth: &mut Truth) {
 
 fn check_parent_paths(
     kept: &Collect,
-    summary: &stagetrace::WindowSummary,
+    summary: &stagetrace::summary::WindowSummary,
     truth: &Truth,
     how: &str,
 ) {

@@ -2,7 +2,7 @@
 //! against exact ones, warm-up exclusion, the files on disk.
 #![allow(missing_docs, clippy::unwrap_used)]
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 use std::time::{Duration, Instant};
 
 use stagetrace::{Rotation, StageLayer};
@@ -212,7 +212,7 @@ fn summary_percentiles_match_exact_percentiles_of_the_records() {
     for (name, get) in [
         (
             "capture",
-            (|r: &stagetrace::CallRecord| r.ms(Figure::Capture).unwrap()) as fn(&_) -> f64,
+            (|r: &stagetrace::record::CallRecord| r.ms(Figure::Capture).unwrap()) as fn(&_) -> f64,
         ),
         ("e2e", |r| r.ms(Figure::E2e).unwrap()),
         ("gap", |r| r.ms(Figure::Gap).unwrap()),

@@ -8,7 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use stagetrace::{CallRecord, ClockMode, Figure, StageLayer};
+use stagetrace::{clock::ClockMode, record::CallRecord, StageLayer};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::busy::{pin_to_cpu, Busy};
 use stagetrace_test_support::Collect;
 use tracing::info_span;

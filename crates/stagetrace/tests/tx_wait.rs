@@ -9,7 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use stagetrace::{Figure, StageLayer, StageSpanExt};
+use stagetrace::{StageLayer, StageSpanExt};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{run_collecting, spin_for, timing};
 use tracing::info_span;
 

@@ -9,11 +9,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use stagetrace::wire::{
-    Codec, TraceContext, TraceParent, TraceState, WireError, MAX_TRACESTATE_INPUT,
-};
 use stagetrace::{remote_parent_span, StageLayer, StageSpanExt, REMOTE_PARENT_SPAN};
 use stagetrace_test_support::run_collecting;
+use stagetrace_wire::{
+    Codec, TraceContext, TraceParent, TraceState, WireError, MAX_TRACESTATE_INPUT,
+};
 
 const TID: &str = "12345678901234567890123456789012";
 const PID: &str = "1234567890123456";
@@ -26,7 +26,7 @@ fn valid(flags: &str) -> String {
     format!("00-{TID}-{PID}-{flags}")
 }
 
-fn extract(tps: &[&str], tss: &[&str]) -> stagetrace::wire::Extracted {
+fn extract(tps: &[&str], tss: &[&str]) -> stagetrace_wire::Extracted {
     let tps: Vec<&[u8]> = tps.iter().map(|s| s.as_bytes()).collect();
     let tss: Vec<&[u8]> = tss.iter().map(|s| s.as_bytes()).collect();
     TraceContext::extract(&tps, &tss)

@@ -8,7 +8,7 @@
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::{CallRecord, RecordSink, StageLayer, WindowSummary};
+use stagetrace::{record::CallRecord, sink::RecordSink, summary::WindowSummary, StageLayer};
 use stagetrace_test_support::{read_records, read_summaries, spin_for, timing};
 use tracing::info_span;
 use tracing_subscriber::layer::SubscriberExt;

@@ -216,60 +216,28 @@ fn prerequisite_env(ci: &Prereqs) -> Result<Vec<(String, String)>, String> {
     Ok(vars)
 }
 
+/// `cargo xtask test`: every Rust test with its prerequisites set up, the
+/// feature and doc tests, then the Python package's; where the time went
+/// and what was skipped, said at the end.
 fn test(args: &[String]) -> Result<(), String> {
-    // `--torch` (before any `--`) is ours; the rest goes to `cargo test`.
-    let torch = args
-        .iter()
-        .take_while(|a| *a != "--")
-        .any(|a| a == "--torch");
-    let extra: Vec<String> = args.iter().filter(|a| *a != "--torch").cloned().collect();
+    let (torch, extra) = test_args(args);
     let root = root();
     let started = Instant::now();
-    let needed = if torch { NEEDED_GIB_TORCH } else { NEEDED_GIB };
-    if let Some(free) = free_gib(&root) {
-        eprintln!(
-            "xtask: {free:.1} GiB free on the disk holding {}",
-            root.display()
-        );
-        if free < needed {
-            eprintln!(
-                "\n!!! xtask: less than {needed} GiB free: the build may fail at link time \
-                 (a linker 'Bus error' means the disk filled up) or in pip (\"No space left \
-                 on device\"). Free space, e.g. `cargo clean`.\n"
-            );
-        }
-    }
+    warn_if_disk_short(&root, torch);
     let ci = Prereqs::from_env();
-    // Tests append a line here for every prerequisite they skipped for.
-    let skip_log = root.join("target/xtask-skipped.log");
-    let _ = std::fs::create_dir_all(root.join("target"));
-    let _ = std::fs::remove_file(&skip_log);
+    let skip_log = fresh_skip_log(&root);
 
     let mut phases = Phases::new();
-    let mut cargo = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cargo = cargo();
     cargo
         .current_dir(&root)
         .args(["test", "--workspace", "--all-targets"])
         .env("STAGETRACE_SKIP_LOG", &skip_log)
         .envs(prerequisite_env(&ci)?);
     phases.done("Go tools (Jaeger, Prometheus)");
-    match chromium() {
-        Some(bin) => {
-            cargo
-                .env("STAGETRACE_CHROMIUM", bin)
-                .env("STAGETRACE_REQUIRE_CHROMIUM", "1");
-        }
-        None => ci.missing(
-            "chromium",
-            "chromium is not installed and could not be (apt-get install -y chromium)",
-            "the HTML screenshot test",
-        )?,
-    }
+    with_chromium(&mut cargo, &ci)?;
     cargo.args(&extra);
-    let cargo_env: Vec<(String, String)> = cargo
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
-        .collect();
+    let cargo_env = envs_of(&cargo);
     phases.done("Chromium");
     run(&mut cargo)?;
     phases.done("cargo test --workspace --all-targets (build and run)");
@@ -279,7 +247,85 @@ fn test(args: &[String]) -> Result<(), String> {
     python_tests(&root, &ci, torch)?;
     phases.done("Python package (venv, maturin, pytest)");
     phases.print();
-    let skipped = std::fs::read_to_string(&skip_log).unwrap_or_default();
+    let skipped = report_skipped(&skip_log);
+    if !torch {
+        eprintln!(
+            "xtask: NOT RUN, the torch suite (`cargo xtask test --torch`; ~7 GiB more venv): {}",
+            TORCH_MODULES.join(", ")
+        );
+    }
+    eprintln!(
+        "xtask: all tests passed in {:.0} s ({skipped} skipped for a missing prerequisite)",
+        started.elapsed().as_secs_f64(),
+    );
+    Ok(())
+}
+
+/// `--torch` (before any `--`) is ours; the rest goes to `cargo test`.
+fn test_args(args: &[String]) -> (bool, Vec<String>) {
+    let torch = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--torch");
+    let extra = args.iter().filter(|a| *a != "--torch").cloned().collect();
+    (torch, extra)
+}
+
+/// Says how much space is free under `root`, loudly when less than the
+/// run needs ([`NEEDED_GIB`], with `torch` [`NEEDED_GIB_TORCH`]).
+fn warn_if_disk_short(root: &Path, torch: bool) {
+    let needed = if torch { NEEDED_GIB_TORCH } else { NEEDED_GIB };
+    let Some(free) = free_gib(root) else { return };
+    eprintln!(
+        "xtask: {free:.1} GiB free on the disk holding {}",
+        root.display()
+    );
+    if free < needed {
+        eprintln!(
+            "\n!!! xtask: less than {needed} GiB free: the build may fail at link time \
+             (a linker 'Bus error' means the disk filled up) or in pip (\"No space left \
+             on device\"). Free space, e.g. `cargo clean`.\n"
+        );
+    }
+}
+
+/// The file tests append a line to for every prerequisite they skipped
+/// for, emptied for this run.
+fn fresh_skip_log(root: &Path) -> PathBuf {
+    let skip_log = root.join("target/xtask-skipped.log");
+    let _ = std::fs::create_dir_all(root.join("target"));
+    let _ = std::fs::remove_file(&skip_log);
+    skip_log
+}
+
+/// Points the tests at Chromium for the HTML screenshot test, or says it
+/// is missing (an error under CI).
+fn with_chromium(cargo: &mut Command, ci: &Prereqs) -> Result<(), String> {
+    match chromium() {
+        Some(bin) => {
+            cargo
+                .env("STAGETRACE_CHROMIUM", bin)
+                .env("STAGETRACE_REQUIRE_CHROMIUM", "1");
+            Ok(())
+        }
+        None => ci.missing(
+            "chromium",
+            "chromium is not installed and could not be (apt-get install -y chromium)",
+            "the HTML screenshot test",
+        ),
+    }
+}
+
+/// The variables `cmd` sets, for the commands run after it.
+fn envs_of(cmd: &Command) -> Vec<(String, String)> {
+    cmd.get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+        .collect()
+}
+
+/// Prints the tests the skip log names, loudly; returns how many.
+fn report_skipped(skip_log: &Path) -> usize {
+    let skipped = std::fs::read_to_string(skip_log).unwrap_or_default();
     let skipped: Vec<&str> = skipped.lines().filter(|l| !l.is_empty()).collect();
     if !skipped.is_empty() {
         eprintln!(
@@ -290,59 +336,42 @@ fn test(args: &[String]) -> Result<(), String> {
             eprintln!("!!!   {}", line.replace('\t', " | "));
         }
     }
-    if !torch {
-        eprintln!(
-            "xtask: NOT RUN, the torch suite (`cargo xtask test --torch`; ~7 GiB more venv): {}",
-            TORCH_MODULES.join(", ")
-        );
-    }
-    eprintln!(
-        "xtask: all tests passed in {:.0} s ({} skipped for a missing prerequisite)",
-        started.elapsed().as_secs_f64(),
-        skipped.len()
-    );
-    Ok(())
+    skipped.len()
 }
 
 /// The tests behind features (the gRPC exporter's Jaeger test, the NVML
 /// sampler's skip path) and the doctests, which `--all-targets` leaves out.
 fn feature_and_doc_tests(root: &Path, cargo_env: &[(String, String)]) -> Result<(), String> {
-    // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let feature_tests: [&[&str]; 2] = [
+        // The gRPC exporter sits behind a feature; its Jaeger test runs on its own.
+        &[
+            "-p",
+            "stagetrace-otlp",
+            "--features",
+            "grpc",
+            "--test",
+            "jaeger",
+        ],
+        // The NVML sampler sits behind a feature; without a GPU its skip path runs.
+        &["-p", "stagetrace-experiment", "--features", "nvml", "--lib"],
+    ];
+    for args in feature_tests {
+        run(cargo()
             .current_dir(root)
             .envs(cargo_env.iter().cloned())
-            .args([
-                "test",
-                "-p",
-                "stagetrace-otlp",
-                "--features",
-                "grpc",
-                "--test",
-                "jaeger",
-            ]),
-    )?;
-    // The NVML sampler sits behind a feature; without a GPU its skip path runs.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(root)
-            .envs(cargo_env.iter().cloned())
-            .args([
-                "test",
-                "-p",
-                "stagetrace-experiment",
-                "--features",
-                "nvml",
-                "--lib",
-            ]),
-    )?;
+            .arg("test")
+            .args(args))?;
+    }
     // Doctests are not part of --all-targets.
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(root)
-            .args(["test", "--workspace", "--doc"]),
-    )?;
+    run(cargo()
+        .current_dir(root)
+        .args(["test", "--workspace", "--doc"]))?;
     Ok(())
+}
+
+/// The cargo that runs xtask (`$CARGO`), or the one on `PATH`.
+fn cargo() -> Command {
+    Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
 /// Where the time of `cargo xtask test` went, phase by phase.
@@ -379,20 +408,18 @@ impl Phases {
 /// (`--target`, `--inputs`, default ten million, `--seed`, `--replay FILE`);
 /// a failing input is written to `target/fuzz-failures/`.
 fn fuzz(extra: &[String]) -> Result<(), String> {
-    run(
-        Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(root())
-            .args([
-                "run",
-                "--release",
-                "-p",
-                "stagetrace-fuzz",
-                "--bin",
-                "stagetrace-fuzz",
-                "--",
-            ])
-            .args(extra),
-    )
+    run(cargo()
+        .current_dir(root())
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "stagetrace-fuzz",
+            "--bin",
+            "stagetrace-fuzz",
+            "--",
+        ])
+        .args(extra))
 }
 
 /// What a missing prerequisite means for this run: under CI (`CI=true`) it

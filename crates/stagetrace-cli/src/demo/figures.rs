@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_analyze::analysis::{AnalyzeOptions, GroupReport, Report, ALL_KINDS};
 use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Unit};

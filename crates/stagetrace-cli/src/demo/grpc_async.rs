@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
+use stagetrace::{clock::ClockMode, record::CallRecord, sink::RecordSink, StageLayer};
 use stagetrace_analyze::render;
 use stagetrace_analyze::table::{Align, Table};
 use stagetrace_grpc::lerobot::{

@@ -7,9 +7,10 @@
 //! against its controller's own record of each chunk.
 
 use serde::Serialize;
-use stagetrace::{CallRecord, Figure};
+use stagetrace::record::CallRecord;
 use stagetrace_net::ServerClock;
 use stagetrace_schema::ns_to_ms;
+use stagetrace_schema::Figure;
 
 use super::args::DemoArgs;
 use super::figures::steady;

@@ -8,12 +8,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use stagetrace::wire::{RelayTiming, ServerTiming};
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::{RequestHook, ServerClock};
 use stagetrace_schema::ms_to_ns;
 use stagetrace_sim::{ms, ExecStart, ExecutorConfig, GatewayConfig, SimExecutor, SimGateway};
+use stagetrace_wire::{RelayTiming, ServerTiming};
 
 use super::args::DemoArgs;
 use super::error::{err, DemoError};
@@ -165,7 +165,7 @@ impl Hops {
     }
 
     /// Keep the gateway's stamps of call `seq` (the first relay's).
-    pub(super) fn note(&mut self, seq: u64, hops: &stagetrace::wire::Hops) {
+    pub(super) fn note(&mut self, seq: u64, hops: &stagetrace_wire::Hops) {
         if let Some(r) = hops.as_slice().first() {
             if self.relays.len() < self.cap {
                 self.relays.push((seq, *r));

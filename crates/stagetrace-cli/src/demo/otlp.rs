@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_net::RequestHook;
 use stagetrace_otlp::{OtlpExporter, OtlpMetrics, ShutdownDeadline, TailSampling};
 

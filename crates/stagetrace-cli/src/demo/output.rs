@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
-use stagetrace::{CallRecord, ClockBasis, WindowSummary};
+use stagetrace::{record::CallRecord, record::ClockBasis, summary::WindowSummary};
 use stagetrace_analyze::analysis::Report;
 use stagetrace_analyze::render;
 use stagetrace_analyze::stats::Distribution;

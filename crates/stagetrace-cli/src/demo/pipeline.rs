@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{CallRecord, ClockMode, FlushGuard, RecordSink, StageLayer};
+use stagetrace::{clock::ClockMode, record::CallRecord, sink::RecordSink, FlushGuard, StageLayer};
 use stagetrace_net::proxy::ProxyHandle;
 use stagetrace_net::MsgMap;
 use stagetrace_otlp::OtlpMetrics;

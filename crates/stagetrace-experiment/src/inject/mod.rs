@@ -52,88 +52,67 @@ impl Injector {
     /// Set the target to `level` (replacing the previous level).
     pub(crate) fn apply(&mut self, p: &Pipeline, level: &Level) -> Result<(), ExperimentError> {
         match self.kind {
-            FactorKind::Net => {
-                let Some(proxy) = p.proxy.as_ref() else {
-                    return Err(ExperimentError::Start("the proxy is not running".into()));
-                };
-                let shape = |base: LinkConfig| {
-                    let mut l = base;
-                    if let Some(d) = level.delay_ms {
-                        l.delay = base.delay + Duration::from_secs_f64(d / 1e3);
-                    }
-                    if let Some(j) = level.jitter_ms {
-                        l.jitter = Jitter::Uniform(Duration::from_secs_f64(j / 1e3));
-                    }
-                    if let Some(b) = level.bandwidth_mbps {
-                        l.bandwidth = Some(mbps_to_bytes(b));
-                    }
-                    if let (Some(e), Some(s)) = (level.stall_every_ms, level.stall_ms) {
-                        l.stall = Some(Stall {
-                            every: Duration::from_secs_f64(e / 1e3),
-                            length: Duration::from_secs_f64(s / 1e3),
-                        });
-                    }
-                    l
-                };
-                if self.direction != Direction::Downlink {
-                    proxy.set_uplink(shape(p.base_uplink));
-                }
-                if self.direction != Direction::Uplink {
-                    proxy.set_downlink(shape(p.base_downlink));
-                }
-                if let Some(k) = &p.kernel {
-                    let mut k = k.lock().unwrap_or_else(|e| e.into_inner());
-                    self.cross_bytes = Some(k.cross_bytes.load(Ordering::Relaxed));
-                    k.set(
-                        self.direction,
-                        level.rate_mbit,
-                        level.queue_ms,
-                        level.cross_mbit,
-                    )?;
-                }
-            }
-            FactorKind::Payload => {
-                if let Some(kb) = level.payload_kb {
-                    p.set_payload(kb)?;
-                }
-            }
+            FactorKind::Net => self.shape_network(p, level),
+            FactorKind::Payload => match level.payload_kb {
+                Some(kb) => p.set_payload(kb),
+                None => Ok(()),
+            },
             FactorKind::Pause => {
-                let pause_us = (level.pause_ms.unwrap_or(0.0) * 1e3).round() as u64;
-                let every_us = (level.every_s.unwrap_or(2.0) * 1e6).round() as u64;
-                p.knobs.pause_every_us.store(every_us, Ordering::Relaxed);
-                p.knobs.pause_us.store(pause_us, Ordering::Relaxed);
+                set_pause(p, level);
+                Ok(())
             }
-            FactorKind::Infer => {
-                self.stop_infer();
-                let n = level.in_flight.unwrap_or(1);
-                if let Some(req) = &p.http_replay {
-                    self.infer = Some(InferLoad::start(Replay::Http(Arc::clone(req)), n)?);
-                    return Ok(());
-                }
-                let obs = p
-                    .captured
-                    .lock()
-                    .ok()
-                    .and_then(|c| c.clone())
-                    .ok_or_else(|| {
-                        ExperimentError::Start(
-                            "no observation captured from the robot yet to replay; raise target.warmup_s"
-                                .into(),
-                        )
-                    })?;
-                let what = Replay::Ws(p.server_addr, Arc::new(obs));
-                self.infer = Some(InferLoad::start(what, n)?);
-            }
-            FactorKind::Cpu => {
-                self.stop_burners();
-                let b = Burners::start(
-                    level.threads.unwrap_or(1),
-                    level.duty.unwrap_or(1.0),
-                    level.cores.clone(),
-                )?;
-                self.burners = Some(b);
-            }
+            FactorKind::Infer => self.load_inference(p, level),
+            FactorKind::Cpu => self.burn_cpu(level),
         }
+    }
+
+    /// A net level: the proxy's links in the factor's direction(s) shaped
+    /// from the target's standing shaping, and the kernel bottleneck set.
+    fn shape_network(&mut self, p: &Pipeline, level: &Level) -> Result<(), ExperimentError> {
+        let Some(proxy) = p.proxy.as_ref() else {
+            return Err(ExperimentError::Start("the proxy is not running".into()));
+        };
+        if self.direction != Direction::Downlink {
+            proxy.set_uplink(shaped_link(p.base_uplink, level));
+        }
+        if self.direction != Direction::Uplink {
+            proxy.set_downlink(shaped_link(p.base_downlink, level));
+        }
+        if let Some(k) = &p.kernel {
+            let mut k = k.lock().unwrap_or_else(|e| e.into_inner());
+            self.cross_bytes = Some(k.cross_bytes.load(Ordering::Relaxed));
+            k.set(
+                self.direction,
+                level.rate_mbit,
+                level.queue_ms,
+                level.cross_mbit,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// An infer level: the previous load stopped, then `in_flight` replays
+    /// of a captured request (HTTP) or observation (the robot's last).
+    fn load_inference(&mut self, p: &Pipeline, level: &Level) -> Result<(), ExperimentError> {
+        self.stop_infer();
+        let n = level.in_flight.unwrap_or(1);
+        let what = match &p.http_replay {
+            Some(req) => Replay::Http(Arc::clone(req)),
+            None => Replay::Ws(p.server_addr, Arc::new(captured_observation(p)?)),
+        };
+        self.infer = Some(InferLoad::start(what, n)?);
+        Ok(())
+    }
+
+    /// A cpu level: the previous burners stopped, the level's started.
+    fn burn_cpu(&mut self, level: &Level) -> Result<(), ExperimentError> {
+        self.stop_burners();
+        let b = Burners::start(
+            level.threads.unwrap_or(1),
+            level.duty.unwrap_or(1.0),
+            level.cores.clone(),
+        )?;
+        self.burners = Some(b);
         Ok(())
     }
 
@@ -196,6 +175,50 @@ impl Drop for Injector {
     fn drop(&mut self) {
         self.restore(None);
     }
+}
+
+/// `base` with a net level's delay added and its jitter, bandwidth and
+/// stalls set (what the level leaves out stays as in `base`).
+fn shaped_link(base: LinkConfig, level: &Level) -> LinkConfig {
+    let mut l = base;
+    if let Some(d) = level.delay_ms {
+        l.delay = base.delay + Duration::from_secs_f64(d / 1e3);
+    }
+    if let Some(j) = level.jitter_ms {
+        l.jitter = Jitter::Uniform(Duration::from_secs_f64(j / 1e3));
+    }
+    if let Some(b) = level.bandwidth_mbps {
+        l.bandwidth = Some(mbps_to_bytes(b));
+    }
+    if let (Some(e), Some(s)) = (level.stall_every_ms, level.stall_ms) {
+        l.stall = Some(Stall {
+            every: Duration::from_secs_f64(e / 1e3),
+            length: Duration::from_secs_f64(s / 1e3),
+        });
+    }
+    l
+}
+
+/// A pause level: the demo client's pause and how often it comes.
+fn set_pause(p: &Pipeline, level: &Level) {
+    let pause_us = (level.pause_ms.unwrap_or(0.0) * 1e3).round() as u64;
+    let every_us = (level.every_s.unwrap_or(2.0) * 1e6).round() as u64;
+    p.knobs.pause_every_us.store(every_us, Ordering::Relaxed);
+    p.knobs.pause_us.store(pause_us, Ordering::Relaxed);
+}
+
+/// The observation the robot sent last, for the infer factor to replay.
+fn captured_observation(p: &Pipeline) -> Result<stagetrace_net::MsgMap, ExperimentError> {
+    p.captured
+        .lock()
+        .ok()
+        .and_then(|c| c.clone())
+        .ok_or_else(|| {
+            ExperimentError::Start(
+                "no observation captured from the robot yet to replay; raise target.warmup_s"
+                    .into(),
+            )
+        })
 }
 
 /// Names of this process's threads (`comm`), for checks that load threads are gone.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 
 use crate::error::ExperimentError;
 

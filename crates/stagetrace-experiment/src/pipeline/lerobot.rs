@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stagetrace::{ClockMode, StageLayer};
+use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_grpc::lerobot::{
     PolicyConfig, PolicyServer, Robot, RobotConfig, RobotReport, SpawnedServer,
 };

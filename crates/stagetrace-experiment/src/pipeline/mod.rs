@@ -12,13 +12,13 @@ mod lerobot;
 mod robot;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_grpc::lerobot::RobotReport;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::MsgMap;
@@ -133,6 +133,96 @@ pub(crate) fn mbps_to_bytes(mbps: f64) -> u64 {
     ((mbps * 1e6 / 8.0).round() as u64).max(1)
 }
 
+/// A command target's addresses, argv and records directory, read from
+/// the plan's `target` table.
+struct CommandTarget {
+    upstream: SocketAddr,
+    listen: SocketAddr,
+    argv: Vec<String>,
+    records_dir: PathBuf,
+}
+
+impl CommandTarget {
+    /// The fields a command target needs; the error names the one missing
+    /// or invalid.
+    fn of(t: &Target) -> Result<CommandTarget, ExperimentError> {
+        let bad =
+            |what: &str| ExperimentError::Plan(format!("target.{what} is missing or invalid"));
+        let upstream: SocketAddr = t
+            .upstream
+            .as_deref()
+            .and_then(|u| u.parse().ok())
+            .ok_or_else(|| bad("upstream"))?;
+        let listen: SocketAddr = match &t.listen {
+            Some(l) => l.parse().map_err(|_| bad("listen"))?,
+            None => SocketAddr::from(([127, 0, 0, 1], 0)),
+        };
+        let argv = t
+            .command
+            .clone()
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| bad("command"))?;
+        let records_dir = t.records_dir.clone().ok_or_else(|| bad("records_dir"))?;
+        Ok(CommandTarget {
+            upstream,
+            listen,
+            argv,
+            records_dir,
+        })
+    }
+}
+
+/// What the infer factor replays against a command target, read from
+/// `target.replay_file`: an observation map (msgpack), or with
+/// `replay_http_path` an HTTP request body POSTed to `upstream`.
+fn replay_of(
+    t: &Target,
+    upstream: SocketAddr,
+) -> Result<(Option<MsgMap>, Option<Arc<HttpReplay>>), ExperimentError> {
+    let Some(f) = &t.replay_file else {
+        return Ok((None, None));
+    };
+    let bytes = std::fs::read(f).map_err(|e| ExperimentError::Io(f.clone(), e))?;
+    if let Some(path) = &t.replay_http_path {
+        let http = HttpReplay {
+            url: format!("http://{upstream}{path}"),
+            body: bytes.into(),
+            content_type: t
+                .replay_content_type
+                .clone()
+                .unwrap_or_else(|| "application/msgpack".into()),
+        };
+        return Ok((None, Some(Arc::new(http))));
+    }
+    let obs = MsgMap::from_msgpack(&bytes).map_err(|e| {
+        ExperimentError::Plan(format!(
+            "target.replay_file {} is not a msgpack observation map ({e}); save one request's map as sent by your client",
+            f.display()
+        ))
+    })?;
+    Ok((Some(obs), None))
+}
+
+/// The reader thread that follows the records files the command writes
+/// under `dir` (from their current ends; the experiment's own file in `out`
+/// left out) and sends each record to the runner.
+fn follow_records(
+    dir: &Path,
+    out: &Path,
+    stop: &Arc<AtomicBool>,
+    dropped: &Arc<AtomicU64>,
+    tx: SyncSender<CallRecord>,
+) -> Result<JoinHandle<()>, ExperimentError> {
+    let (stop, dropped) = (Arc::clone(stop), Arc::clone(dropped));
+    let dir = dir.to_path_buf();
+    let skip = out.join("records-experiment.jsonl");
+    let offsets = existing_sizes(&dir);
+    std::thread::Builder::new()
+        .name("st-tail".into())
+        .spawn(move || tail_records(&dir, &skip, offsets, &stop, &tx, &dropped))
+        .map_err(|e| ExperimentError::Start(format!("the records reader: {e}")))
+}
+
 /// The client side of the target.
 enum Client {
     /// The demo's robot, a thread of this process.
@@ -155,73 +245,21 @@ impl Pipeline {
         }
     }
 
+    /// Start the user's command behind the proxy, its records files followed.
     fn start_command(t: &Target, out: &Path, kernel: bool) -> Result<Pipeline, ExperimentError> {
-        let bad =
-            |what: &str| ExperimentError::Plan(format!("target.{what} is missing or invalid"));
-        let upstream: SocketAddr = t
-            .upstream
-            .as_deref()
-            .and_then(|u| u.parse().ok())
-            .ok_or_else(|| bad("upstream"))?;
-        let listen: SocketAddr = match &t.listen {
-            Some(l) => l.parse().map_err(|_| bad("listen"))?,
-            None => SocketAddr::from(([127, 0, 0, 1], 0)),
-        };
-        let argv = t
-            .command
-            .clone()
-            .filter(|c| !c.is_empty())
-            .ok_or_else(|| bad("command"))?;
-        let records_dir = t.records_dir.clone().ok_or_else(|| bad("records_dir"))?;
-        let mut http_replay = None;
-        let captured = match &t.replay_file {
-            Some(f) if t.replay_http_path.is_some() => {
-                let body = std::fs::read(f).map_err(|e| ExperimentError::Io(f.clone(), e))?;
-                http_replay = Some(Arc::new(HttpReplay {
-                    url: format!(
-                        "http://{upstream}{}",
-                        t.replay_http_path.as_deref().unwrap_or("/")
-                    ),
-                    body: body.into(),
-                    content_type: t
-                        .replay_content_type
-                        .clone()
-                        .unwrap_or_else(|| "application/msgpack".into()),
-                }));
-                None
-            }
-            Some(f) => {
-                let bytes = std::fs::read(f).map_err(|e| ExperimentError::Io(f.clone(), e))?;
-                let obs = MsgMap::from_msgpack(&bytes).map_err(|e| {
-                    ExperimentError::Plan(format!(
-                        "target.replay_file {} is not a msgpack observation map ({e}); save one request's map as sent by your client",
-                        f.display()
-                    ))
-                })?;
-                Some(obs)
-            }
-            None => None,
-        };
-        let net = Network::start(t, listen, upstream, kernel)?;
+        let c = CommandTarget::of(t)?;
+        let (captured, http_replay) = replay_of(t, c.upstream)?;
+        let net = Network::start(t, c.listen, c.upstream, kernel)?;
         let proxy = net.proxy;
         let (tx, records) = std::sync::mpsc::sync_channel(RECORD_QUEUE);
         let dropped = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        std::fs::create_dir_all(&records_dir)
-            .map_err(|e| ExperimentError::Io(records_dir.clone(), e))?;
-        let tailer = {
-            let (stop, dropped) = (Arc::clone(&stop), Arc::clone(&dropped));
-            let dir = records_dir.clone();
-            let skip = out.join("records-experiment.jsonl");
-            let offsets = existing_sizes(&dir);
-            std::thread::Builder::new()
-                .name("st-tail".into())
-                .spawn(move || tail_records(&dir, &skip, offsets, &stop, &tx, &dropped))
-                .map_err(|e| ExperimentError::Start(format!("the records reader: {e}")))?
-        };
+        std::fs::create_dir_all(&c.records_dir)
+            .map_err(|e| ExperimentError::Io(c.records_dir.clone(), e))?;
+        let tailer = follow_records(&c.records_dir, out, &stop, &dropped, tx)?;
         let pid = Arc::new(AtomicI32::new(0));
         let client = CommandClient {
-            argv,
+            argv: c.argv,
             env: t.env.clone(),
             payload_env: t.payload_env.clone(),
             proxy_addr: proxy.local_addr(),
@@ -240,7 +278,7 @@ impl Pipeline {
             http_replay,
             records,
             dropped,
-            server_addr: upstream,
+            server_addr: c.upstream,
             server: None,
             policy: None,
             stop,

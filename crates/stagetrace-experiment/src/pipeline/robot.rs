@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stagetrace::{CallRecord, ClockMode, RecordSink, StageLayer};
+use stagetrace::{clock::ClockMode, record::CallRecord, sink::RecordSink, StageLayer};
 use stagetrace_net::MsgMap;
 use stagetrace_sim::{ControlLoop, Knobs, Refresh, RobotConfig, RobotStats, Spin, Transport};
 use tracing_subscriber::layer::SubscriberExt;

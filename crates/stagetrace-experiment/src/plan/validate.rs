@@ -9,6 +9,21 @@ use super::Plan;
 impl Plan {
     /// Check every value; the error names the field and the fix.
     pub fn validate(&self) -> Result<(), PlanError> {
+        self.check_target_values()?;
+        self.check_target_kind()?;
+        self.check_transport()?;
+        check_hold("baseline", &self.baseline)?;
+        check_hold("factor", &self.factor.hold())?;
+        self.check_factor()?;
+        if !(self.sampler.hz.is_finite() && self.sampler.hz > 0.0 && self.sampler.hz <= 100.0) {
+            return Err(invalid("sampler.hz must be between 0 and 100"));
+        }
+        self.check_levels()
+    }
+
+    /// The target's rate, stage times, path shaping, payload, server
+    /// concurrency and warm-up, each in range.
+    fn check_target_values(&self) -> Result<(), PlanError> {
         let t = &self.target;
         let ms_ok = |v: f64| v.is_finite() && (0.0..=60_000.0).contains(&v);
         if !(t.hz.is_finite() && t.hz > 0.0 && t.hz <= 1000.0) {
@@ -48,10 +63,12 @@ impl Plan {
         if !(t.warmup_s.is_finite() && (0.0..=600.0).contains(&t.warmup_s)) {
             return Err(invalid("target.warmup_s must be between 0 and 600 s"));
         }
-        self.check_target_kind()?;
-        self.check_transport()?;
-        check_hold("baseline", &self.baseline)?;
-        check_hold("factor", &self.factor.hold())?;
+        Ok(())
+    }
+
+    /// The factor's settle time within its hold, its number of levels, and
+    /// `kernel` and `direction` on a net factor only.
+    fn check_factor(&self) -> Result<(), PlanError> {
         let f = &self.factor;
         if !(f.settle_s.is_finite() && f.settle_s >= 0.0) {
             return Err(invalid("factor.settle_s must be 0 or more seconds"));
@@ -84,32 +101,24 @@ impl Plan {
                 f.kind.name()
             )));
         }
-        if !(self.sampler.hz.is_finite() && self.sampler.hz > 0.0 && self.sampler.hz <= 100.0) {
-            return Err(invalid("sampler.hz must be between 0 and 100"));
-        }
+        Ok(())
+    }
+
+    /// Every level: its own values, and no kernel-bottleneck field unless
+    /// the factor shapes the kernel bottleneck.
+    fn check_levels(&self) -> Result<(), PlanError> {
+        let f = &self.factor;
         for (i, level) in self.levels().iter().enumerate() {
             check_level(f.kind, i + 1, level)?;
             if !f.kernel {
-                if let Some((name, _)) = [
-                    ("rate_mbit", level.rate_mbit.is_some()),
-                    ("cross_mbit", level.cross_mbit.is_some()),
-                    ("queue_ms", level.queue_ms.is_some()),
-                ]
-                .iter()
-                .find(|(_, set)| *set)
-                {
-                    return Err(invalid(format!(
-                        "level {}: {name} shapes the kernel bottleneck; set factor.kernel = true (needs root), or use bandwidth_mbps for the userspace proxy",
-                        i + 1
-                    )));
-                }
+                check_no_kernel_fields(i + 1, level)?;
             }
         }
         Ok(())
     }
-}
 
-impl Plan {
+    /// The command target's fields on a command target only, each given
+    /// and valid there, and a factor it can take.
     fn check_target_kind(&self) -> Result<(), PlanError> {
         let t = &self.target;
         let command_fields = [
@@ -251,6 +260,23 @@ fn check_level_fields(kind: FactorKind, i: usize, l: &Level) -> Result<(), PlanE
                 kind.name()
             )));
         }
+    }
+    Ok(())
+}
+
+/// A level of a factor without the kernel bottleneck sets none of its fields.
+fn check_no_kernel_fields(i: usize, l: &Level) -> Result<(), PlanError> {
+    if let Some((name, _)) = [
+        ("rate_mbit", l.rate_mbit.is_some()),
+        ("cross_mbit", l.cross_mbit.is_some()),
+        ("queue_ms", l.queue_ms.is_some()),
+    ]
+    .iter()
+    .find(|(_, set)| *set)
+    {
+        return Err(invalid(format!(
+            "level {i}: {name} shapes the kernel bottleneck; set factor.kernel = true (needs root), or use bandwidth_mbps for the userspace proxy"
+        )));
     }
     Ok(())
 }

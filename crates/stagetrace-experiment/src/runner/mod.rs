@@ -20,7 +20,7 @@ use crate::pipeline::Pipeline;
 use crate::plan::Plan;
 use crate::report::ExperimentReport;
 use crate::sampler::{now_unix_ms, Sampler, SamplerCost};
-use crate::verdict;
+use crate::verdict::{self, ExperimentVerdict, LevelResult, ResourceSummary, Thresholds};
 
 use schedule::Stop;
 use tag::State;
@@ -41,19 +41,8 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     plan.validate()
         .map_err(|e| ExperimentError::Plan(e.to_string()))?;
     let (mut rec_file, mut res_file) = create_outputs(&opts.out)?;
-
-    // Namespaces left by a run that was killed outright (SIGKILL, a crash).
-    let stale = crate::netns::remove_stale();
-    let mut pipeline = Pipeline::start(&plan.target, &opts.out, plan.factor.kernel)?;
+    let (mut pipeline, sampler, mut injector) = start_target(plan, &opts.out)?;
     let addresses = addresses_of(&pipeline);
-    let sampler = start_sampler(plan, &pipeline)?;
-    let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
-    if !stale.is_empty() {
-        injector.restored.push(format!(
-            "namespaces of a dead run deleted: {}",
-            stale.join(", ")
-        ));
-    }
     let mut st = State::new();
 
     let outcome = schedule::drive(
@@ -76,29 +65,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
         &mut rec_file,
         &mut res_file,
     );
-
-    let stopped_because = match outcome {
-        Ok(()) => None,
-        Err(Stop::Interrupted) => Some("interrupted (Ctrl-C)".to_owned()),
-        Err(Stop::Failed(e)) => Some(e),
-    };
-    if st.phases.iter().all(|p| p.phase != "baseline") {
-        if let Some(why) = stopped_because {
-            return Err(ExperimentError::Stopped(why));
-        }
-    }
+    let stopped_because = stopped_because(outcome, &st)?;
 
     st.count_calls();
-    let (thresholds, baseline_resources, mut levels, mut verdict) =
-        verdict::analyze(&st.phases, &st.obs, &st.samples, &plan.verdict);
-    // LeRobot's async pair: its action queue moves like a stage.
-    verdict::attach_action_queue(
-        (&st.phases, &st.obs),
-        plan.target.hz,
-        (&thresholds, baseline_resources.as_ref()),
-        &mut levels,
-        &mut verdict,
-    );
+    let (thresholds, baseline_resources, levels, verdict) = judge(plan, &st);
     let baseline = tables::baseline_table(&st);
     let timeline = tables::timeline(&st);
     let counters = counters_of(&robot, &pipeline, &injector, &st);
@@ -123,6 +93,67 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<ExperimentReport, Experimen
     };
     write_report(&opts.out, &report)?;
     Ok(report)
+}
+
+/// Start the target, the resource sampler following it and the injector;
+/// namespaces a run killed outright (SIGKILL, a crash) left are deleted
+/// first and said so among what was restored.
+fn start_target(plan: &Plan, out: &Path) -> Result<(Pipeline, Sampler, Injector), ExperimentError> {
+    let stale = crate::netns::remove_stale();
+    let pipeline = Pipeline::start(&plan.target, out, plan.factor.kernel)?;
+    let sampler = start_sampler(plan, &pipeline)?;
+    let mut injector = Injector::new(plan.factor.kind, plan.factor.direction);
+    if !stale.is_empty() {
+        injector.restored.push(format!(
+            "namespaces of a dead run deleted: {}",
+            stale.join(", ")
+        ));
+    }
+    Ok((pipeline, sampler, injector))
+}
+
+/// Why the run stopped early, `None` when it ran to the end; a run stopped
+/// before its baseline has nothing to compare and is an error.
+fn stopped_because(
+    outcome: Result<(), Stop>,
+    st: &State,
+) -> Result<Option<String>, ExperimentError> {
+    let why = match outcome {
+        Ok(()) => None,
+        Err(Stop::Interrupted) => Some("interrupted (Ctrl-C)".to_owned()),
+        Err(Stop::Failed(e)) => Some(e),
+    };
+    if st.phases.iter().all(|p| p.phase != "baseline") {
+        if let Some(why) = why {
+            return Err(ExperimentError::Stopped(why));
+        }
+    }
+    Ok(why)
+}
+
+/// The verdict on the tagged calls and samples: the thresholds, the
+/// baseline's resources, each level against the baseline, and the verdict
+/// — with LeRobot's action queue judged like a stage.
+fn judge(
+    plan: &Plan,
+    st: &State,
+) -> (
+    Thresholds,
+    Option<ResourceSummary>,
+    Vec<LevelResult>,
+    ExperimentVerdict,
+) {
+    let (thresholds, baseline_resources, mut levels, mut verdict) =
+        verdict::analyze(&st.phases, &st.obs, &st.samples, &plan.verdict);
+    // LeRobot's async pair: its action queue moves like a stage.
+    verdict::attach_action_queue(
+        (&st.phases, &st.obs),
+        plan.target.hz,
+        (&thresholds, baseline_resources.as_ref()),
+        &mut levels,
+        &mut verdict,
+    );
+    (thresholds, baseline_resources, levels, verdict)
 }
 
 /// Create `out` and the tagged records and resource files in it.

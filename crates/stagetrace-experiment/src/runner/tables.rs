@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use stagetrace::schema::FIGURE_COUNT;
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
+use stagetrace_schema::FIGURE_COUNT;
 
 use super::tag::State;
 use crate::figures;

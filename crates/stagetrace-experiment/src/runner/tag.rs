@@ -5,8 +5,9 @@
 use std::io::Write;
 
 use serde::Serialize;
-use stagetrace::schema::{ns_to_ms, FIGURE_COUNT};
-use stagetrace::{CallRecord, Figure};
+use stagetrace::record::CallRecord;
+use stagetrace_schema::Figure;
+use stagetrace_schema::{ns_to_ms, FIGURE_COUNT};
 
 use crate::sampler::ResourceSample;
 use crate::verdict::{Obs, PhaseSpan};

@@ -2,8 +2,8 @@
 //! p50 and p99 ratios, a tail-exceedance test, and a one-sided CUSUM over
 //! windowed p90 to time the move.
 
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
 
 use super::obs::Obs;
 use super::result::{ComponentResult, Thresholds};

@@ -7,8 +7,8 @@
 //! stage that moved by no more than that is not blamed: when no one-way stage
 //! moved by more, the network moved and the direction is undetermined.
 
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
 
 use super::obs::{column, Obs, PhaseSpan};
 use super::result::{LevelResult, Thresholds};

@@ -2,8 +2,8 @@
 //! which level and in what shape, which it dragged along, which stayed flat,
 //! and the period of its spikes when it moved as a tail.
 
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
 
 use super::direction;
 use super::obs::{column, Obs, PhaseSpan};

@@ -3,7 +3,7 @@
 //! server) moved at the first mover's level or before it, the host slowed
 //! first and the stage only absorbed it — the verdict names the host.
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 
 use super::result::{HostMover, LevelResult};
 

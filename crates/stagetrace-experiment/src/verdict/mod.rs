@@ -19,8 +19,8 @@ mod text;
 
 use std::collections::BTreeMap;
 
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
 
 use crate::figures;
 use crate::plan::VerdictSpec;
@@ -57,61 +57,21 @@ pub(crate) fn analyze(
             ExperimentVerdict::nothing("the run ended before the baseline"),
         );
     };
-    // The baseline of every compared figure, by `Figure::index` (others empty).
-    let mut base: Vec<Vec<f32>> = vec![Vec::new(); Figure::ALL.len()];
-    for f in figures::compared().chain(host::host_figures()) {
-        base[f.index()] = column(obs, base_idx, f);
-    }
-    let e2e_p50 = stats::quantile(&base[Figure::E2e.index()], 0.5);
-    let e2e_p50 = if e2e_p50.is_finite() { e2e_p50 } else { 0.0 };
-    let th = Thresholds {
-        min_p50_ms: spec.min_p50_ms.unwrap_or((0.05 * e2e_p50).max(0.5)),
-        min_p99_ms: spec.min_p99_ms.unwrap_or((0.10 * e2e_p50).max(2.0)),
-    };
+    let base = baseline_columns(obs, base_idx);
+    let th = thresholds(&base, spec);
     let base_res = resources::resources(samples, base_idx, None);
-    // The first mover is never the whole call (that is the question), nor a
-    // sum whose parts were measured: `net` competes only where the clocks
-    // gave no uplink/downlink split.
-    let measured = |f: &Figure| !base[f.index()].is_empty();
-    let candidates: Vec<Figure> = figures::compared()
-        .filter(|f| *f != Figure::E2e && !f.parts().iter().any(measured))
-        .collect();
-
-    let mut levels = Vec::new();
-    for (pi, p) in phases
+    let levels: Vec<LevelResult> = phases
         .iter()
         .enumerate()
         .filter(|(_, p)| p.phase == "level")
-    {
-        let mut components = BTreeMap::new();
-        for (c, f) in figures::compared().chain(host::host_figures()).enumerate() {
-            let lv = column(obs, pi, f);
-            if lv.is_empty() {
-                continue;
-            }
-            let seed = 0x5eed ^ ((p.level as u64) << 8) ^ c as u64;
-            let r = compare::compare(&base[f.index()], &lv, &th, seed);
-            let change = if r.moved {
-                compare::cusum_change(obs, base_idx, pi, f, &th)
-            } else {
-                None
-            };
-            components.insert(
-                f.name(),
-                ComponentResult {
-                    change_unix_ms: change,
-                    ..r
-                },
-            );
-        }
-        levels.push(LevelResult {
+        .map(|(pi, p)| LevelResult {
             level: p.level,
             label: p.label.clone(),
-            components,
+            components: compare_level(obs, base_idx, &base, pi, p.level, &th),
             resources: resources::resources(samples, pi, base_res.as_ref()).unwrap_or_default(),
             action_queue: None,
-        });
-    }
+        })
+        .collect();
 
     // Levels without a call did not run (the experiment was stopped after
     // the baseline): nothing can be said about the factor, least of all
@@ -123,14 +83,81 @@ pub(crate) fn analyze(
         v.next_step = "run the plan to the end (each level needs its hold time)".into();
         return (th, base_res, levels, v);
     }
+    let candidates = first_mover_candidates(&base);
     let verdict = first_mover::decide(&levels, phases, obs, &candidates, base_res.as_ref(), &th);
     (th, base_res, levels, verdict)
+}
+
+/// The baseline's values of every compared figure (stages and host
+/// figures), by `Figure::index`; the others empty.
+fn baseline_columns(obs: &[Obs], base_idx: usize) -> Vec<Vec<f32>> {
+    let mut base: Vec<Vec<f32>> = vec![Vec::new(); Figure::ALL.len()];
+    for f in figures::compared().chain(host::host_figures()) {
+        base[f.index()] = column(obs, base_idx, f);
+    }
+    base
+}
+
+/// The smallest p50 and p99 moves that count: the plan's, or a share of
+/// the baseline's e2e median with a floor.
+fn thresholds(base: &[Vec<f32>], spec: &VerdictSpec) -> Thresholds {
+    let e2e_p50 = stats::quantile(&base[Figure::E2e.index()], 0.5);
+    let e2e_p50 = if e2e_p50.is_finite() { e2e_p50 } else { 0.0 };
+    Thresholds {
+        min_p50_ms: spec.min_p50_ms.unwrap_or((0.05 * e2e_p50).max(0.5)),
+        min_p99_ms: spec.min_p99_ms.unwrap_or((0.10 * e2e_p50).max(2.0)),
+    }
+}
+
+/// The figures that may be named first mover: never the whole call (that
+/// is the question), nor a sum whose parts were measured — `net` competes
+/// only where the clocks gave no uplink/downlink split.
+fn first_mover_candidates(base: &[Vec<f32>]) -> Vec<Figure> {
+    let measured = |f: &Figure| !base[f.index()].is_empty();
+    figures::compared()
+        .filter(|f| *f != Figure::E2e && !f.parts().iter().any(measured))
+        .collect()
+}
+
+/// Phase `pi` (level `level`) against the baseline (phase `base_idx`, its
+/// columns `base`), each figure the level has values of: the comparison,
+/// and when it moved, when (CUSUM).
+fn compare_level(
+    obs: &[Obs],
+    base_idx: usize,
+    base: &[Vec<f32>],
+    pi: usize,
+    level: usize,
+    th: &Thresholds,
+) -> BTreeMap<&'static str, ComponentResult> {
+    let mut components = BTreeMap::new();
+    for (c, f) in figures::compared().chain(host::host_figures()).enumerate() {
+        let lv = column(obs, pi, f);
+        if lv.is_empty() {
+            continue;
+        }
+        let seed = 0x5eed ^ ((level as u64) << 8) ^ c as u64;
+        let r = compare::compare(&base[f.index()], &lv, th, seed);
+        let change = if r.moved {
+            compare::cusum_change(obs, base_idx, pi, f, th)
+        } else {
+            None
+        };
+        components.insert(
+            f.name(),
+            ComponentResult {
+                change_unix_ms: change,
+                ..r
+            },
+        );
+    }
+    components
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use stagetrace::schema::FIGURE_COUNT;
+    use stagetrace_schema::FIGURE_COUNT;
 
     use super::*;
 

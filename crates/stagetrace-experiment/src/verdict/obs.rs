@@ -2,8 +2,8 @@
 //! and the phases that timeline is cut into.
 
 use serde::Serialize;
-use stagetrace::schema::FIGURE_COUNT;
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
+use stagetrace_schema::FIGURE_COUNT;
 
 /// One call as the verdict sees it.
 #[derive(Clone, Copy, Debug)]

@@ -115,14 +115,17 @@ pub(crate) fn resources(
     if s.is_empty() {
         return None;
     }
-    let cores = s.iter().map(|x| x.cpu_pct.len()).max().unwrap_or(0);
-    let max_core = (0..cores)
-        .filter_map(|i| mean(s.iter().filter_map(|x| x.cpu_pct.get(i).copied())))
-        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-    let mut r = ResourceSummary {
+    let mut r = summarize(&s);
+    r.state = state_of(&r, base);
+    Some(r)
+}
+
+/// The means and totals over one phase's samples (its state not yet told).
+fn summarize(s: &[&ResourceSample]) -> ResourceSummary {
+    ResourceSummary {
         samples: s.len(),
         cpu_total_pct: mean(s.iter().filter_map(|x| x.cpu_total_pct)),
-        cpu_max_core_pct: max_core,
+        cpu_max_core_pct: busiest_core(s),
         psi_cpu_some_pct: mean(s.iter().filter_map(|x| x.psi_cpu_some_pct)),
         target_cpu_pct: mean(s.iter().filter_map(|x| x.target_cpu_pct)),
         run_delay_ms_per_s: mean(s.iter().filter_map(|x| x.run_delay_ms_per_s)),
@@ -141,58 +144,78 @@ pub(crate) fn resources(
             s.iter()
                 .flat_map(|x| [x.cpu_core_throttles, x.cpu_package_throttles]),
         ),
-        loss: {
-            // Every namespace's counters, the sampler's own first.
-            let all = || {
-                s.iter()
-                    .flat_map(|x| std::iter::once(&x.loss).chain(x.netns.iter().map(|n| &n.loss)))
-            };
-            NetLoss {
-                if_drops: total(all().map(|l| l.if_drops)),
-                if_errors: total(all().map(|l| l.if_errors)),
-                udp_in_errors: total(all().map(|l| l.udp_in_errors)),
-                udp_rcvbuf_errors: total(all().map(|l| l.udp_rcvbuf_errors)),
-                udp_sndbuf_errors: total(all().map(|l| l.udp_sndbuf_errors)),
-            }
-        },
-        gpu_util_pct: {
-            let gpus = s.iter().map(|x| x.gpus.len()).max().unwrap_or(0);
-            (0..gpus)
-                .filter_map(|i| {
-                    mean(
-                        s.iter()
-                            .filter_map(|x| x.gpus.get(i).and_then(|g| g.util_gpu_pct)),
-                    )
-                })
-                .reduce(f64::max)
-        },
-        gpu_throttle: {
-            let mut t: Vec<&'static str> = s
-                .iter()
-                .flat_map(|x| x.gpus.iter().flat_map(|g| g.throttle.iter().copied()))
-                .filter(|r| crate::gpu::is_limiting(r))
-                .collect();
-            t.sort_unstable();
-            t.dedup();
-            t
-        },
+        loss: net_loss(s),
+        gpu_util_pct: busiest_gpu(s),
+        gpu_throttle: gpu_throttle_reasons(s),
         state: "unsaturated",
+    }
+}
+
+/// The busiest core's mean busy share, percent.
+fn busiest_core(s: &[&ResourceSample]) -> Option<f64> {
+    let cores = s.iter().map(|x| x.cpu_pct.len()).max().unwrap_or(0);
+    (0..cores)
+        .filter_map(|i| mean(s.iter().filter_map(|x| x.cpu_pct.get(i).copied())))
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+}
+
+/// Drops and errors summed over every namespace's counters, the sampler's
+/// own first.
+fn net_loss(s: &[&ResourceSample]) -> NetLoss {
+    let all = || {
+        s.iter()
+            .flat_map(|x| std::iter::once(&x.loss).chain(x.netns.iter().map(|n| &n.loss)))
     };
+    NetLoss {
+        if_drops: total(all().map(|l| l.if_drops)),
+        if_errors: total(all().map(|l| l.if_errors)),
+        udp_in_errors: total(all().map(|l| l.udp_in_errors)),
+        udp_rcvbuf_errors: total(all().map(|l| l.udp_rcvbuf_errors)),
+        udp_sndbuf_errors: total(all().map(|l| l.udp_sndbuf_errors)),
+    }
+}
+
+/// The busiest GPU's mean utilisation, percent.
+fn busiest_gpu(s: &[&ResourceSample]) -> Option<f64> {
+    let gpus = s.iter().map(|x| x.gpus.len()).max().unwrap_or(0);
+    (0..gpus)
+        .filter_map(|i| {
+            mean(
+                s.iter()
+                    .filter_map(|x| x.gpus.get(i).and_then(|g| g.util_gpu_pct)),
+            )
+        })
+        .reduce(f64::max)
+}
+
+/// The throttle reasons that held a GPU's clocks down, each once, sorted.
+fn gpu_throttle_reasons(s: &[&ResourceSample]) -> Vec<&'static str> {
+    let mut t: Vec<&'static str> = s
+        .iter()
+        .flat_map(|x| x.gpus.iter().flat_map(|g| g.throttle.iter().copied()))
+        .filter(|r| crate::gpu::is_limiting(r))
+        .collect();
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// `"throttled"`, `"saturated"` or `"unsaturated"` (see [`ResourceSummary::state`]).
+fn state_of(r: &ResourceSummary, base: Option<&ResourceSummary>) -> &'static str {
     // A GPU kept busy ≥ 90 % of the time is the bottleneck (GPU-bound).
     let saturated = r.gpu_util_pct.is_some_and(|v| v >= SATURATED.gpu_pct)
         || r.cpu_total_pct.is_some_and(|v| v >= SATURATED.cpu_pct)
         || r.cpu_max_core_pct.is_some_and(|v| v >= SATURATED.core_pct)
         || r.psi_cpu_some_pct
             .is_some_and(|v| v >= SATURATED.pressure_pct);
-    let throttled = r.cpu_throttles.is_some_and(|n| n > 0) || clock_drop(&r, base).is_some();
-    r.state = if throttled {
+    let throttled = r.cpu_throttles.is_some_and(|n| n > 0) || clock_drop(r, base).is_some();
+    if throttled {
         "throttled"
     } else if saturated {
         "saturated"
     } else {
         "unsaturated"
-    };
-    Some(r)
+    }
 }
 
 /// How far (share) the clock fell below the baseline's, when beyond [`CLOCK_DROP`].
@@ -204,8 +227,40 @@ fn clock_drop(r: &ResourceSummary, base: Option<&ResourceSummary>) -> Option<f64
 
 /// What the resources of a level say, against the baseline's when there is one.
 pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>) -> String {
-    let f = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.0}"));
-    // The word with the numbers that decide it.
+    let mut s = state_and_cpu(r);
+    if let Some(b) = base {
+        s.push_str(&baseline_cpu(b));
+    }
+    if let Some(m) = r.cpu_mhz {
+        s.push_str(&cpu_clock(m, r, base));
+    }
+    s.push_str(&events(r));
+    if let Some(g) = r.gpu_util_pct {
+        s.push_str(&gpu_use(g, base));
+    }
+    if !r.gpu_throttle.is_empty() {
+        s.push_str(&format!(
+            "; GPU clocks throttled: {}",
+            r.gpu_throttle.join(", ")
+        ));
+    }
+    s.push('.');
+    s
+}
+
+/// A mean to the unit, `–` without one.
+fn units(v: Option<f64>) -> String {
+    v.map_or("–".to_owned(), |v| format!("{v:.0}"))
+}
+
+/// A mean to a tenth, `–` without one.
+fn tenths(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.1}"))
+}
+
+/// The note's opening: the state with the numbers that decide it, then
+/// CPU, the busiest core, CPU pressure and the target's run-queue wait.
+fn state_and_cpu(r: &ResourceSummary) -> String {
     let rule = match r.state {
         "saturated" => format!(
             " (CPU ≥ {:.0} %, a core ≥ {:.0} % or CPU pressure ≥ {:.0} %)",
@@ -217,45 +272,55 @@ pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>)
         ),
         _ => String::new(),
     };
-    let mut s = format!(
+    format!(
         "Resources {}{rule}: CPU {} % (busiest core {} %), CPU pressure {} %, target run-queue wait {} ms/s",
         r.state,
-        f(r.cpu_total_pct),
-        f(r.cpu_max_core_pct),
-        f(r.psi_cpu_some_pct),
-        r.run_delay_ms_per_s.map_or("–".into(), |v| format!("{v:.1}")),
+        units(r.cpu_total_pct),
+        units(r.cpu_max_core_pct),
+        units(r.psi_cpu_some_pct),
+        tenths(r.run_delay_ms_per_s),
+    )
+}
+
+/// The baseline's CPU, pressure and wait, and whether the host was already
+/// busy then.
+fn baseline_cpu(b: &ResourceSummary) -> String {
+    let mut s = format!(
+        " (baseline: CPU {} %, pressure {} %, wait {} ms/s)",
+        units(b.cpu_total_pct),
+        units(b.psi_cpu_some_pct),
+        tenths(b.run_delay_ms_per_s)
     );
-    if let Some(b) = base {
-        s.push_str(&format!(
-            " (baseline: CPU {} %, pressure {} %, wait {} ms/s)",
-            f(b.cpu_total_pct),
-            f(b.psi_cpu_some_pct),
-            b.run_delay_ms_per_s
-                .map_or("–".into(), |v| format!("{v:.1}"))
-        ));
-        if b.state == "saturated" {
-            s.push_str("; the host was already busy in the baseline — contention from outside the experiment");
-        }
+    if b.state == "saturated" {
+        s.push_str(
+            "; the host was already busy in the baseline — contention from outside the experiment",
+        );
     }
-    if let Some(m) = r.cpu_mhz {
-        match (clock_drop(r, base), base.and_then(|b| b.cpu_mhz)) {
-            (Some(d), Some(b)) => s.push_str(&format!(
-                "; CPU clock {m:.0} MHz, {:.0} % below the baseline's {b:.0} MHz (throttled: more than {:.0} % down)",
-                d * 100.0,
-                CLOCK_DROP * 100.0
-            )),
-            (_, Some(b)) => s.push_str(&format!("; CPU clock {m:.0} MHz (baseline {b:.0} MHz)")),
-            _ => s.push_str(&format!("; CPU clock {m:.0} MHz")),
-        }
+    s
+}
+
+/// The CPU clock (`mhz`), against the baseline's, and whether it fell far
+/// enough to count as throttled.
+fn cpu_clock(mhz: f64, r: &ResourceSummary, base: Option<&ResourceSummary>) -> String {
+    match (clock_drop(r, base), base.and_then(|b| b.cpu_mhz)) {
+        (Some(d), Some(b)) => format!(
+            "; CPU clock {mhz:.0} MHz, {:.0} % below the baseline's {b:.0} MHz (throttled: more than {:.0} % down)",
+            d * 100.0,
+            CLOCK_DROP * 100.0
+        ),
+        (_, Some(b)) => format!("; CPU clock {mhz:.0} MHz (baseline {b:.0} MHz)"),
+        _ => format!("; CPU clock {mhz:.0} MHz"),
     }
-    if let Some(n) = r.cpu_throttles.filter(|n| *n > 0) {
-        s.push_str(&format!("; {n} thermal-throttle events"));
-    }
-    if let Some(n) = r.tcp_retrans.filter(|n| *n > 0) {
-        s.push_str(&format!("; {n} TCP retransmits"));
-    }
+}
+
+/// The events counted in the phase, those above zero: thermal throttles,
+/// TCP retransmits, interface drops and errors, UDP errors.
+fn events(r: &ResourceSummary) -> String {
     let l = &r.loss;
+    let mut s = String::new();
     for (v, what) in [
+        (r.cpu_throttles, "thermal-throttle events"),
+        (r.tcp_retrans, "TCP retransmits"),
         (l.if_drops, "interface drops"),
         (l.if_errors, "interface errors"),
         (l.udp_in_errors, "UDP receive errors"),
@@ -269,22 +334,18 @@ pub(crate) fn resource_note(r: &ResourceSummary, base: Option<&ResourceSummary>)
             s.push_str(&format!("; {n} {what}"));
         }
     }
-    if let Some(g) = r.gpu_util_pct {
-        s.push_str(&format!("; GPU {g:.0} %"));
-        if g >= 90.0 {
-            s.push_str(" (GPU-bound)");
-        }
-        if let Some(b) = base.and_then(|b| b.gpu_util_pct) {
-            s.push_str(&format!(" (baseline {b:.0} %)"));
-        }
+    s
+}
+
+/// The busiest GPU's utilisation `util`, GPU-bound at 90 %, and the baseline's.
+fn gpu_use(util: f64, base: Option<&ResourceSummary>) -> String {
+    let mut s = format!("; GPU {util:.0} %");
+    if util >= 90.0 {
+        s.push_str(" (GPU-bound)");
     }
-    if !r.gpu_throttle.is_empty() {
-        s.push_str(&format!(
-            "; GPU clocks throttled: {}",
-            r.gpu_throttle.join(", ")
-        ));
+    if let Some(b) = base.and_then(|b| b.gpu_util_pct) {
+        s.push_str(&format!(" (baseline {b:.0} %)"));
     }
-    s.push('.');
     s
 }
 
@@ -312,7 +373,7 @@ mod tests {
     #[test]
     fn saturated_throttled_and_idle_are_told_apart() {
         use crate::verdict::text::next_step;
-        use stagetrace::Figure;
+        use stagetrace_schema::Figure;
         let samples = vec![
             cpu(0, 20.0, 2600.0, Some(0)),
             cpu(0, 22.0, 2600.0, Some(0)),

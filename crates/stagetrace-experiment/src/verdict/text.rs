@@ -1,7 +1,7 @@
 //! The verdict's words: the next step for the figure that moved first, and
 //! the summary sentence.
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 
 use super::direction;
 use super::result::{ComponentResult, LevelResult};

@@ -4,10 +4,11 @@
 
 use std::path::Path;
 
-use stagetrace::schema::{Group, Unit};
-use stagetrace::{CallRecord, Figure};
+use stagetrace::record::CallRecord;
 use stagetrace_analyze::gate::{Gate, Op, Target as GateTarget};
 use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_schema::Figure;
+use stagetrace_schema::{Group, Unit};
 
 use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;

@@ -3,10 +3,10 @@
 //! `server_timing` map a response carries (`TimingMsgpackExt`).
 
 use rmpv::Value;
-use stagetrace::wire::{TimingMap, MAX_DURATION_NS, SERVER_TIMING_KEY};
-use stagetrace::ServerTiming;
 use stagetrace_net::msg::{MAX_DEPTH, MAX_ELEMENTS};
 use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{TimingMap, MAX_DURATION_NS, SERVER_TIMING_KEY};
 
 use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
@@ -209,9 +209,9 @@ fn timing_map_seeds() -> Vec<Vec<u8>> {
             poll_wait_ns: Some(3),
             batch_size: Some(3),
             cache_hit: Some(true),
-            host: stagetrace::HostShare::default()
-                .with(stagetrace::HostFigure::RunWait, 40)
-                .with(stagetrace::HostFigure::MajorFaults, 1),
+            host: stagetrace_wire::HostShare::default()
+                .with(stagetrace_wire::HostFigure::RunWait, 40)
+                .with(stagetrace_wire::HostFigure::MajorFaults, 1),
         },
         prev_total_ms: Some(30.5),
     };
@@ -260,9 +260,9 @@ fn timing_map_check(input: &[u8]) -> Result<Outcome, String> {
             .iter()
             .all(|d| d.is_none_or(|v| v <= MAX_DURATION_NS))
             && t.batch_size
-                .is_none_or(|b| (1..=stagetrace::wire::MAX_BATCH_SIZE).contains(&b))
+                .is_none_or(|b| (1..=stagetrace_wire::MAX_BATCH_SIZE).contains(&b))
             && t.recv_unix_ns
-                .is_none_or(|v| v <= stagetrace::wire::MAX_UNIX_NS),
+                .is_none_or(|v| v <= stagetrace_wire::MAX_UNIX_NS),
         || format!("accepted out of range: {t:?}"),
     )?;
     let back = MsgMap::from_msgpack(&response(&map.to_msgpack()))

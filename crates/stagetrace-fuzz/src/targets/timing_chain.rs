@@ -3,12 +3,12 @@
 //! relay, read as the WebSocket client reads a response.
 
 use rmpv::Value;
-use stagetrace::wire::{
+use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{
     RelayTiming, TimingChain, TimingMap, MAX_DURATION_NS, MAX_HOPS, MAX_TIMING_CHAIN_HEADER_LEN,
     MAX_UNIX_NS, SERVER_TIMING_KEY,
 };
-use stagetrace::ServerTiming;
-use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
 
 use super::msgpack::msgpack_bound;
 use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};

@@ -1,12 +1,12 @@
 //! The trace context of one request as a server takes it
-//! (`stagetrace::wire::TraceContext::extract`): all its `traceparent` values
+//! (`stagetrace_wire::TraceContext::extract`): all its `traceparent` values
 //! and `tracestate` lines together, as a middle service receives them.
 //!
 //! An input is a list of header lines separated by `\n`: a line starting
 //! with `p` is a `traceparent` value (the rest of the line), any other line a
 //! `tracestate` line (after its first byte).
 
-use stagetrace::wire::{
+use stagetrace_wire::{
     TraceContext, TraceParent, TraceState, MAX_TRACESTATE_INPUT, MAX_TRACESTATE_MEMBERS,
 };
 

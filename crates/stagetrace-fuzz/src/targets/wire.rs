@@ -1,12 +1,12 @@
 //! The HTTP header parsers of the core (`stagetrace::wire`): `traceparent`,
 //! `tracestate`, `stagetrace-timing` and `Server-Timing`.
 
-use stagetrace::wire::{
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{
     TraceParent, TraceState, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN,
     MAX_TRACEPARENT_LEN, MAX_TRACESTATE_INPUT, MAX_TRACESTATE_LEN, MAX_TRACESTATE_MEMBERS,
     MAX_UNIX_NS,
 };
-use stagetrace::ServerTiming;
 
 use super::{ensure, Outcome, Target, DEFAULT_TEST_INPUTS};
 use crate::alloc::peak_during;
@@ -210,9 +210,9 @@ fn timings() -> Vec<ServerTiming> {
             poll_wait_ns: Some(20_000_000),
             batch_size: Some(4),
             cache_hit: Some(false),
-            host: stagetrace::HostShare::default()
-                .with(stagetrace::HostFigure::RunWait, 40)
-                .with(stagetrace::HostFigure::MajorFaults, 1),
+            host: stagetrace_wire::HostShare::default()
+                .with(stagetrace_wire::HostFigure::RunWait, 40)
+                .with(stagetrace_wire::HostFigure::MajorFaults, 1),
         },
         ServerTiming {
             infer_ns: Some(7),

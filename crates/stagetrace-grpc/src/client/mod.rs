@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response};
-use stagetrace::wire::{TRACEPARENT, TRACESTATE};
 use stagetrace::StageSpanExt;
+use stagetrace_wire::{TRACEPARENT, TRACESTATE};
 use tracing::Span;
 
 mod body;
@@ -54,7 +54,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn reject(&self) {
         self.rejected_trailers.fetch_add(1, Ordering::Relaxed);
-        stagetrace::count_rejected_header();
+        stagetrace::health::count_rejected_header();
     }
 }
 

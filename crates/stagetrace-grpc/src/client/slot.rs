@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stagetrace::TraceParent;
+use stagetrace_wire::TraceParent;
 
 use crate::wire::{GrpcTiming, ObsOutcome};
 

@@ -11,9 +11,10 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{HeaderMap, Request, Response};
-use stagetrace::wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
-use stagetrace::{ServerRecord, ServerTiming};
+use stagetrace::record::ServerRecord;
 use stagetrace_net::{ServerClock, ServerStats};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tracing::Instrument;
 
@@ -280,7 +281,7 @@ impl Shared {
         let found = TraceContext::extract(&parents, &states);
         for _ in 0..found.rejected() {
             self.rejected_headers.fetch_add(1, Ordering::Relaxed);
-            stagetrace::count_rejected_header();
+            stagetrace::health::count_rejected_header();
         }
         found.context
     }

@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use stagetrace::wire::TraceParent;
-use stagetrace::{ServerTiming, ThreadSample};
+use stagetrace::thread_sample::ThreadSample;
 use stagetrace_net::{RequestMark, RequestMarks, ServerClock};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::TraceParent;
 
 use crate::wire::{GrpcTiming, ObsOutcome};
 

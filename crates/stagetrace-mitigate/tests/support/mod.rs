@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_net::{MsgMap, NdArray};
 
 /// The simulated model's cost for a batch of `n`: a + b·n.

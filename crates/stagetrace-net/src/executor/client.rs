@@ -1,7 +1,8 @@
 //! The robot side: [`ExecutorClient::dispatch`] sends an action chunk in the
 //! `dispatch` span and attaches the executor's ack to the call.
 
-use stagetrace::{ExecutorAck, ServerTiming, StageSpanExt};
+use stagetrace::{ExecutorAck, StageSpanExt};
+use stagetrace_wire::ServerTiming;
 use tracing::Span;
 
 use super::{REASON_KEY, STARTED_KEY};

@@ -30,7 +30,7 @@ impl ExecutorServer {
             // queue: the order of execution is the controller's, not a permit's.
             inner: PolicyServer::builder()
                 .max_concurrency(1024)
-                .role(stagetrace::ServiceRole::Executor),
+                .role(stagetrace::record::ServiceRole::Executor),
             queue: DEFAULT_QUEUE,
         }
     }
@@ -60,7 +60,7 @@ impl ExecutorServerBuilder {
     /// Called once per chunk with what the executor saw (for an exporter).
     pub fn on_request(
         mut self,
-        hook: impl Fn(&stagetrace::ServerRecord) + Send + Sync + 'static,
+        hook: impl Fn(&stagetrace::record::ServerRecord) + Send + Sync + 'static,
     ) -> Self {
         self.inner = self.inner.on_request(hook);
         self

@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
-use stagetrace::wire::{
+use stagetrace::StageSpanExt;
+use stagetrace_wire::{
     Hops, TimingChain, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER, TRACEPARENT,
     TRACESTATE,
 };
-use stagetrace::{ServerTiming, StageSpanExt, TraceParent};
+use stagetrace_wire::{ServerTiming, TraceParent};
 use tracing::{Instrument, Span};
 
 use crate::transport;

@@ -33,11 +33,11 @@ use axum::extract::State;
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
-use stagetrace::wire::{
+use stagetrace::{record::ServerRecord, record::ServiceRole};
+use stagetrace_wire::{
     TimingChain, TimingMap, TraceContext, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
     TRACEPARENT, TRACESTATE,
 };
-use stagetrace::{ServerRecord, ServiceRole};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::oneshot;
 

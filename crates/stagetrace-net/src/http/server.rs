@@ -15,11 +15,12 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use stagetrace::wire::{
+use stagetrace::{record::ServerRecord, record::ServiceRole};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{
     TimingChain, TraceContext, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER,
     TIMING_HEADER, TRACEPARENT, TRACESTATE,
 };
-use stagetrace::{ServerRecord, ServerTiming, ServiceRole};
 use tokio::sync::Semaphore;
 use tracing::Instrument;
 
@@ -38,10 +39,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// takes the trace context from the `traceparent` and `tracestate` headers
 /// (W3C Trace Context Level 2: a malformed or repeated `traceparent` is
 /// ignored and counted, `tracestate` lines are combined; see
-/// [`TraceContext::extract`](stagetrace::wire::TraceContext::extract)), runs the inner service under that remote
+/// [`TraceContext::extract`](stagetrace_wire::TraceContext::extract)), runs the inner service under that remote
 /// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`](super::TracedHttpClient) or
 /// [`PolicyClient`](crate::PolicyClient) call made by the handler continues
-/// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace::wire::TraceContext) and an
+/// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace_wire::TraceContext) and an
 /// [`InferTimer`](crate::InferTimer) into the request extensions (a handler
 /// may mark its pre / infer / post split), and adds
 /// `stagetrace-timing` and `Server-Timing` to the response. The inner service's

@@ -23,7 +23,7 @@ impl ServerCounters {
 
     pub(crate) fn reject_header(&self) {
         self.rejected_headers.fetch_add(1, Ordering::Relaxed);
-        stagetrace::count_rejected_header();
+        stagetrace::health::count_rejected_header();
     }
 }
 

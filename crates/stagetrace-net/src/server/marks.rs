@@ -9,8 +9,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use stagetrace::wire::{MAX_BATCH_SIZE, MAX_DURATION_NS};
-use stagetrace::ServerTiming;
+use stagetrace_wire::{ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS};
 
 /// A point on a request's timeline that a server or its handler marks
 /// with [`RequestMarks::set`].

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 
 mod clock;
 mod counters;

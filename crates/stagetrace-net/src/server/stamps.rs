@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use stagetrace::wire::{RelayTiming, TimingChain};
-use stagetrace::{HostFigure, ServerTiming, ThreadSample};
+use stagetrace::thread_sample::ThreadSample;
+use stagetrace_wire::{HostFigure, ServerTiming};
+use stagetrace_wire::{RelayTiming, TimingChain};
 
 use super::clock::ServerClock;
 use super::marks::{ns_between, RequestMark};
@@ -126,7 +127,7 @@ impl RequestStamps {
     /// answer with, its own stamps in front of the downstream's chain
     /// (`timing` is [`timing_now`](Self::timing_now)'s). `None` for a plain
     /// server, or when the downstream's chain already holds
-    /// [`MAX_HOPS`](stagetrace::wire::MAX_HOPS) relays (the relay then
+    /// [`MAX_HOPS`](stagetrace_wire::MAX_HOPS) relays (the relay then
     /// answers with its own timing alone).
     pub(crate) fn relayed(&self, timing: &ServerTiming) -> Option<TimingChain> {
         let (_, _, timer) = self.handler.as_ref()?;
@@ -152,10 +153,10 @@ impl RequestStamps {
 impl RequestStamps {
     /// For a relay whose handler forwarded the request: its downstream call
     /// as the relay's record tells it (`None` for a plain server).
-    pub(crate) fn forwarded(&self) -> Option<stagetrace::Forwarded> {
+    pub(crate) fn forwarded(&self) -> Option<stagetrace::record::Forwarded> {
         let (_, _, timer) = self.handler.as_ref()?;
         let d = timer.inner.downstream.get()?;
-        Some(stagetrace::Forwarded {
+        Some(stagetrace::record::Forwarded {
             span_id: d.span_id,
             forward_ns: ns_between(self.recv, d.forward),
             reply_ns: ns_between(self.recv, d.reply),

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use stagetrace::ServerTiming;
+use stagetrace_wire::ServerTiming;
 
 use super::*;
 use std::time::Duration;
@@ -102,5 +102,5 @@ fn batch_size_and_cache_outcome_reach_the_timing() {
     let back = ServerTiming::parse_timing_header(&t.to_timing_header()).unwrap();
     assert_eq!(back, t);
     timer.set_batch_size(usize::MAX);
-    assert_eq!(timer.batch_size(), Some(stagetrace::wire::MAX_BATCH_SIZE));
+    assert_eq!(timer.batch_size(), Some(stagetrace_wire::MAX_BATCH_SIZE));
 }

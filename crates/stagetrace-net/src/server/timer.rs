@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use stagetrace::wire::TimingChain;
+use stagetrace_wire::TimingChain;
 
 use super::marks::{RequestMark, RequestMarks};
 
@@ -135,7 +135,7 @@ impl InferTimer {
 
     /// The request ran in a batch of `n` requests (itself included). Sent as
     /// the server timing's `batch_size`; 0 is ignored, and values above
-    /// [`MAX_BATCH_SIZE`](stagetrace::wire::MAX_BATCH_SIZE) are capped to it.
+    /// [`MAX_BATCH_SIZE`](stagetrace_wire::MAX_BATCH_SIZE) are capped to it.
     pub fn set_batch_size(&self, n: usize) {
         self.inner.marks.set_batch_size(n);
     }

@@ -1,8 +1,9 @@
 //! A request's trace context (W3C Trace Context, each rejected header
 //! counted), the span its handler runs in, and the record the hook gets.
 
-use stagetrace::wire::TraceContext;
-use stagetrace::{ServerRecord, ServerTiming};
+use stagetrace::record::ServerRecord;
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::TraceContext;
 
 use super::counters::ServerCounters;
 
@@ -30,7 +31,7 @@ pub(crate) fn handler_span(context: Option<TraceContext>) -> tracing::Span {
 
 /// Build the record handed to the hook.
 pub(crate) fn server_record(
-    trace_parent: Option<stagetrace::wire::TraceParent>,
+    trace_parent: Option<stagetrace_wire::TraceParent>,
     kind: Option<&str>,
     timing: ServerTiming,
     error: Option<String>,

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::wire::{Hops, TimingChain, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
-use stagetrace::{ServerTiming, StageSpanExt};
+use stagetrace::StageSpanExt;
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{Hops, TimingChain, SERVER_TIMING_KEY, TRACEPARENT, TRACESTATE};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;

@@ -9,11 +9,12 @@ use std::time::Instant;
 
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use rmpv::Value;
-use stagetrace::wire::{
+use stagetrace::{record::ServerRecord, record::ServiceRole};
+use stagetrace_wire::ServerTiming;
+use stagetrace_wire::{
     TimingMap, TraceContext, TraceParent, MAX_DURATION_NS, SERVER_TIMING_KEY, TRACEPARENT,
     TRACESTATE,
 };
-use stagetrace::{ServerRecord, ServerTiming, ServiceRole};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;

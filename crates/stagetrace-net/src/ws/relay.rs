@@ -25,8 +25,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stagetrace::wire::{TimingChain, TimingMap};
-use stagetrace::{ServerRecord, ServiceRole, StageSpanExt};
+use stagetrace::{record::ServerRecord, record::ServiceRole, StageSpanExt};
+use stagetrace_wire::{TimingChain, TimingMap};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 

@@ -10,7 +10,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stagetrace::{ClockMode, Figure, StageLayer};
+use stagetrace::{clock::ClockMode, StageLayer};
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, timing, Observed};
 
 use crate::{MsgMap, NdArray};

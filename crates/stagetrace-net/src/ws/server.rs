@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use stagetrace::{ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::{watch, Semaphore};
 

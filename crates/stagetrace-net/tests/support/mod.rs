@@ -8,11 +8,12 @@ use std::future::Future;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stagetrace::wire::RelayTiming;
-use stagetrace::{CallRecord, Figure, ServerTiming};
+use stagetrace::{record::CallRecord, ServerTiming};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
 use stagetrace_net::ServerClock;
+use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
+use stagetrace_wire::RelayTiming;
 
 /// Stops a server or relay thread when dropped.
 pub struct Thread {

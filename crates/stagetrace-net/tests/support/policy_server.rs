@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use stagetrace::CallRecord;
+use stagetrace::record::CallRecord;
 use stagetrace_net::{Handler, MsgMap, PolicyClient, PolicyServer, PolicyServerBuilder};
 use stagetrace_test_support::{rt, Observed};
 use tracing::Instrument;

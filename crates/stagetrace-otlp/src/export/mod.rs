@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, unbounded, Sender, TrySendError};
 use opentelemetry_sdk::trace::{RandomIdGenerator, SpanExporter};
 use stagetrace::sink::{report_loss, Loss};
-use stagetrace::{AdviceFor, CallRecord, ServerRecord};
+use stagetrace::{record::CallRecord, record::ServerRecord, AdviceFor};
 
 use self::queue::{Control, Item};
 use self::stats::Counters;
@@ -49,7 +49,7 @@ use crate::spans::SpanMaker;
 ///
 /// ```no_run
 /// use stagetrace_otlp::OtlpExporter;
-/// # fn record() -> stagetrace::CallRecord { Default::default() }
+/// # fn record() -> stagetrace::record::CallRecord { Default::default() }
 ///
 /// let exporter = OtlpExporter::builder().service_name("robot-client").build()?;
 /// exporter.export_call(&record()); // never blocks; counted as dropped when the queue is full
@@ -441,7 +441,7 @@ impl Drop for Inner {
 
 /// Registered with `StageLayer::builder().sink(Box::new(exporter.clone()))`,
 /// the exporter receives every finished call on stagetrace's worker thread.
-impl stagetrace::RecordSink for OtlpExporter {
+impl stagetrace::sink::RecordSink for OtlpExporter {
     fn on_record(&mut self, rec: &CallRecord) {
         self.export_call(rec);
     }

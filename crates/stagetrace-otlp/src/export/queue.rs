@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
-use stagetrace::{CallRecord, ServerRecord};
+use stagetrace::{record::CallRecord, record::ServerRecord};
 
 /// One record waiting for export.
 pub(super) enum Item {

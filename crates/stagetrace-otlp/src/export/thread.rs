@@ -283,9 +283,11 @@ mod tests {
     /// arrival as from an empty queue.
     #[test]
     fn a_pending_batch_does_not_bring_back_the_10_ms_poll() {
-        let rec = stagetrace::CallRecord {
-            figures: [(stagetrace::Figure::E2e, 1_000_000)].into_iter().collect(),
-            ..stagetrace::CallRecord::default()
+        let rec = stagetrace::record::CallRecord {
+            figures: [(stagetrace_schema::Figure::E2e, 1_000_000)]
+                .into_iter()
+                .collect(),
+            ..stagetrace::record::CallRecord::default()
         };
         let (data_tx, looks) = looks_in_a_second(Some(Item::Call(Box::new(rec))));
         drop(data_tx);

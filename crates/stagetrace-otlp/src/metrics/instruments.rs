@@ -10,7 +10,8 @@ use std::sync::Arc;
 use opentelemetry::metrics::{Counter, Histogram, Meter, ObservableCounter};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, InstrumentKind, Stream};
-use stagetrace::{CallRecord, Figure, WindowSummary};
+use stagetrace::{record::CallRecord, summary::WindowSummary};
+use stagetrace_schema::Figure;
 
 use super::config::Histograms;
 use super::counting::MetricsCounters;

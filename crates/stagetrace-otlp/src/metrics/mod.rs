@@ -1,5 +1,5 @@
 //! Stage histograms as OTLP metrics, through the OpenTelemetry SDK's metrics
-//! pipeline: a [`RecordSink`](stagetrace::RecordSink) that records every
+//! pipeline: a [`RecordSink`](stagetrace::sink::RecordSink) that records every
 //! call's figures into one histogram per figure (exponential, base-2, by
 //! default: they merge across robots and windows with a known relative
 //! error), with the call's `kind` as attribute and the robot named by the
@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use stagetrace::{CallRecord, WindowSummary};
+use stagetrace::{record::CallRecord, summary::WindowSummary};
 
 pub use self::config::{Histograms, MetricsBuilder, ENV_METRICS_EXPORTER};
 pub use self::counting::MetricsStats;
@@ -147,7 +147,7 @@ impl OtlpMetrics {
     }
 }
 
-impl stagetrace::RecordSink for OtlpMetrics {
+impl stagetrace::sink::RecordSink for OtlpMetrics {
     fn on_record(&mut self, rec: &CallRecord) {
         if self.shared.provider.is_some() {
             let attrs = self.kinds.get(&rec.kind);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
 
 /// Calls of one kind the rolling p99 is computed over.
 pub(super) const DEFAULT_P99_WINDOW: usize = 1000;
@@ -32,7 +32,7 @@ pub(super) const DEFAULT_P99_MIN_CALLS: usize = 100;
 ///
 /// ```
 /// use std::time::Duration;
-/// use stagetrace::Figure;
+/// use stagetrace_schema::Figure;
 /// use stagetrace_otlp::{OtlpExporter, TailSampling};
 ///
 /// let sampling = TailSampling::new()

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stagetrace::{CallRecord, Figure};
+use stagetrace::record::CallRecord;
+use stagetrace_schema::Figure;
 
 use super::bucket::{Rng, TokenBucket};
 use super::config::TailSampling;

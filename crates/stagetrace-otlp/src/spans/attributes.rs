@@ -2,8 +2,9 @@
 //! name from the schema table (`stagetrace.infer_ms`), in the record's unit.
 
 use opentelemetry::{KeyValue, Value};
-use stagetrace::schema::{Field, FIELDS};
-use stagetrace::{CallRecord, ClockBasis, Figure};
+use stagetrace::{record::CallRecord, record::ClockBasis};
+use stagetrace_schema::Figure;
+use stagetrace_schema::{Field, FIELDS};
 
 /// Attribute keys that are not record fields.
 pub(crate) mod key {
@@ -13,7 +14,7 @@ pub(crate) mod key {
     pub(crate) const CLOCK: &str = "stagetrace.clock";
     pub(crate) const SYNTHESIZED: &str = "stagetrace.synthesized";
     /// On the `ttfb` span of a server that reports no timing: what the
-    /// black box holds ([`stagetrace::schema::BLACK_BOX_NOTE`]).
+    /// black box holds ([`stagetrace_schema::BLACK_BOX_NOTE`]).
     pub(crate) const BLACK_BOX: &str = "stagetrace.black_box";
     /// Pre-processing part of the server's `infer` (server timing, not a record field).
     pub(crate) const PRE_MS: &str = "stagetrace.pre_ms";
@@ -122,7 +123,9 @@ pub(super) fn record_attributes(rec: &CallRecord, out: &mut Vec<KeyValue>) {
             },
             // The per-hop figures as the record writes them (a JSON array).
             Field::Hops if rec.hops.is_empty() => continue,
-            Field::Hops => Value::String(stagetrace::HopFigures::list_to_json(&rec.hops).into()),
+            Field::Hops => {
+                Value::String(stagetrace::hop_record::HopFigures::list_to_json(&rec.hops).into())
+            }
             Field::HostCount { server, count } => match rec.host_counts.get(server, count) {
                 Some(n) => Value::I64(i64::from(n)),
                 None => continue,

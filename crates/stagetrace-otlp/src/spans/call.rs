@@ -9,8 +9,9 @@ use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{IdGenerator, SpanData};
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::schema::BLACK_BOX_NOTE;
-use stagetrace::{CallRecord, ClockBasis, Figure};
+use stagetrace::{record::CallRecord, record::ClockBasis};
+use stagetrace_schema::Figure;
+use stagetrace_schema::BLACK_BOX_NOTE;
 
 use super::attributes::{clock_name, key, record_attributes, seq_value, stage_attributes};
 use super::{unix, SpanMaker};

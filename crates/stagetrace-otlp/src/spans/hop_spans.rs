@@ -12,8 +12,9 @@ use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{IdGenerator, SpanData};
 use stagetrace::record::SpanTime;
-use stagetrace::schema::HOP_KEYS;
-use stagetrace::{CallRecord, Figure, HopFigures};
+use stagetrace::{hop_record::HopFigures, record::CallRecord};
+use stagetrace_schema::Figure;
+use stagetrace_schema::HOP_KEYS;
 
 use super::attributes::{key, stage_attributes};
 use super::SpanMaker;

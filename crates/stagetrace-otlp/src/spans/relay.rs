@@ -15,7 +15,8 @@
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{IdGenerator, SpanData};
-use stagetrace::{Figure, ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
+use stagetrace_schema::Figure;
 
 use super::attributes::{duration_attribute, key};
 use super::{unix, SpanMaker};

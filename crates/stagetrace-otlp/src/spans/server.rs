@@ -8,7 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use opentelemetry::trace::{SpanId, SpanKind, Status, TraceId};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::{IdGenerator, SpanData};
-use stagetrace::{Figure, ServerRecord, ServiceRole};
+use stagetrace::{record::ServerRecord, record::ServiceRole};
+use stagetrace_schema::Figure;
 
 use super::attributes::{duration_attribute, key};
 use super::relay::{error_status, remote_parent};

@@ -2,8 +2,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use stagetrace::record::CallRecord;
 use stagetrace::record::{SpanTime, Timeline};
-use stagetrace::{CallRecord, Figure};
+use stagetrace_schema::Figure;
 
 /// Call `seq` of two spans, the call (2 ms) and its capture (1 ms).
 pub fn two_span_call(seq: u64) -> CallRecord {

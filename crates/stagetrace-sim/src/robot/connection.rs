@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use stagetrace::wire::Hops;
 use stagetrace_net::{ClientOptions, MsgMap, PolicyClient, TracedHttpClient};
+use stagetrace_wire::Hops;
 
 use crate::{SimError, Transport};
 

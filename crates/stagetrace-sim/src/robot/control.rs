@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace::wire::Hops;
 use stagetrace_net::executor::ExecutorClient;
 use stagetrace_net::{ClientOptions, MsgMap};
+use stagetrace_wire::Hops;
 
 use super::{Connection, Pacer, Robot, RobotConfig, RobotStats};
 use crate::{SimError, Transport};

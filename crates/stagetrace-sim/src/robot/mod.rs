@@ -12,10 +12,10 @@ mod pacer;
 
 use std::time::{Duration, Instant};
 
-use stagetrace::wire::Hops;
 use stagetrace::StageSpanExt;
 use stagetrace_net::executor::ExecutorClient;
 use stagetrace_net::MsgMap;
+use stagetrace_wire::Hops;
 use tracing::Instrument;
 
 pub use camera::{observation, scene, Camera, Refresh, FRAME_WIDTH, IMAGE_KEY, PROMPT};

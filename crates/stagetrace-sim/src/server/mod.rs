@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stagetrace::ServerRecord;
+use stagetrace::record::ServerRecord;
 use stagetrace_mitigate::{AdmissionStats, BatchStats, CacheStats};
 use stagetrace_net::{PolicyServer, RequestHook, ServeError, ServerClock, ServerHandle};
 

@@ -10,7 +10,7 @@
 //!   NTP clock filter over those samples: minimum delay over a sliding
 //!   window, drift followed by regression, clock steps detected and the
 //!   window reset.
-//! - [`Stitcher::stitch_hops`] (`hops.rs`): a call through relays, one
+//! - [`Stitcher::stitch_hops`] (`relay_stitch.rs`): a call through relays, one
 //!   estimate per hop, offsets and bounds composed along the path.
 //! - [`Stitcher`] (`stitch.rs`): per-peer filters plus the [`ClockMode`];
 //!   turns a call's [`ClientTimes`] and [`ServerTiming`](crate::ServerTiming)
@@ -22,7 +22,7 @@
 mod anchor;
 mod filter;
 mod fit;
-mod hops;
+mod relay_stitch;
 mod sample;
 mod stitch;
 

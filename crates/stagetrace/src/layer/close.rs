@@ -11,11 +11,12 @@ use tracing_subscriber::registry::LookupSpan;
 use super::live::Membership;
 use super::span_state::{Enclosing, SpanState, TransportState};
 use super::StageLayer;
+use crate::call_state::{CallState, TransportAcc};
 use crate::health::Health;
-use crate::host_share::RunWaitMark;
-use crate::queue::{CallState, Msg, RawCall, TransportAcc};
+use crate::message::{Msg, RawCall};
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
+use crate::thread_sample::RunWaitMark;
 
 /// What a closed stage span hands to its call.
 struct ClosedStage<'a> {
@@ -168,11 +169,7 @@ fn add_stage(call: &mut CallState, closed: &mut ClosedStage<'_>, nested: bool, e
             end,
             span_id: t.span_id,
             timing: t.timing.take(),
-            peer: t.peer,
-            first_byte: t.first_byte,
-            request_first_byte: t.request_first_byte,
-            request_written: t.request_written,
-            kernel_rx: t.kernel_rx,
+            stamps: t.stamps,
         });
         call.relays = t.hops.take();
     }

@@ -44,7 +44,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::context::TraceContextHook;
 use crate::health::Health;
-use crate::queue::Msg;
+use crate::message::Msg;
 
 use callsite::Names;
 use fields::Fields;
@@ -191,7 +191,7 @@ where
             }
             SpanState::Transport(t) => {
                 if let Some(p) = fields.peer {
-                    t.peer = p;
+                    t.stamps.peer = p;
                 }
             }
             _ => {}

@@ -14,15 +14,14 @@ use super::entered;
 use super::fields::Fields;
 use super::span_state::{Enclosing, Home, RemoteState, SpanState, StageState, TransportState};
 use super::StageLayer;
+use crate::call_state::{trace_of, CallState, NewCall, TransportStamps};
 use crate::context::SharedIds;
 use crate::health::Health;
-use crate::host_share::{RunWaitMark, ThreadSample};
 use crate::ids;
-use crate::inline_str::{InlineStr, KIND_LEN};
-use crate::queue::CallState;
 use crate::stage::Stage;
 use crate::stamp::{self, Stamp};
-use crate::wire::TraceParent;
+use crate::thread_sample::{RunWaitMark, ThreadSample};
+use stagetrace_wire::TraceParent;
 
 impl StageLayer {
     /// `on_new_span` of a span whose callsite may be a stage (`class`).
@@ -81,7 +80,7 @@ impl StageLayer {
                     _ => None,
                 };
                 let call = self.new_call(&fields, remote, shared_ids);
-                let home = self.keep(id, ctx, |s| call.fill(s, t0));
+                let home = self.keep(id, ctx, |s| fill_call(s, call, t0));
                 self.opened(
                     id,
                     home.map(|home| Enclosing {
@@ -160,11 +159,10 @@ impl StageLayer {
                     shared,
                     observer_ticks: stamp::now().ticks_since(t0),
                     timing: None,
-                    peer,
-                    first_byte: None,
-                    request_first_byte: None,
-                    request_written: None,
-                    kernel_rx: None,
+                    stamps: TransportStamps {
+                        peer,
+                        ..TransportStamps::default()
+                    },
                     hops: None,
                     to,
                 });
@@ -331,18 +329,10 @@ impl StageLayer {
         shared_ids: Option<SharedIds>,
     ) -> NewCall {
         let ordinal = self.next_ordinal.fetch_add(1, Ordering::Relaxed);
-        // Our own trace ids are random (at least the right-most 7 bytes, as
-        // the Level 2 random flag promises); another layer's may not be.
+        // Another layer's trace ids may not be random: only sampled.
         let (trace_id, flags) = match (remote, shared_ids) {
-            (Some(tp), _) => (
-                u128::from_be_bytes(tp.trace_id),
-                tp.flags & TraceParent::KNOWN_FLAGS,
-            ),
             (None, Some(s)) => (s.trace_id, TraceParent::FLAG_SAMPLED),
-            (None, None) => (
-                ids::trace_id(),
-                TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
-            ),
+            (remote, _) => trace_of(remote),
         };
         NewCall {
             ordinal,
@@ -351,7 +341,7 @@ impl StageLayer {
             flags,
             span_id: shared_ids.map_or_else(ids::span_id, |s| s.span_id),
             kind: fields.kind.unwrap_or_default(),
-            shared: shared_ids.is_some(),
+            shared_context: shared_ids.is_some(),
             // Sampled before the slot is locked: it reads /proc.
             host_at_open: self.host_figures.then(ThreadSample::now),
         }
@@ -380,41 +370,17 @@ impl StageLayer {
     }
 }
 
-/// A call span's ids and numbers, worked out before its state is written.
-struct NewCall {
-    ordinal: u64,
-    seq: Option<u64>,
-    trace_id: u128,
-    flags: u8,
-    span_id: u64,
-    kind: InlineStr<KIND_LEN>,
-    shared: bool,
-    host_at_open: Option<ThreadSample>,
-}
-
-impl NewCall {
-    /// Writes the call's state, opened at `t0`, into `slot`: over the
-    /// call state a closed call left there when there is one (no 1 KB copy
-    /// of a new state built aside).
-    #[inline]
-    fn fill(self, slot: &mut SpanState, t0: Stamp) {
-        if !matches!(slot, SpanState::Call(_)) {
-            *slot = SpanState::Call(CallState::default());
-        }
-        if let SpanState::Call(state) = slot {
-            state.begin(
-                t0,
-                self.ordinal,
-                self.seq,
-                self.trace_id,
-                self.flags,
-                self.span_id,
-                self.kind,
-                self.shared,
-            );
-            state.host_at_open = self.host_at_open;
-            state.observer_ticks = stamp::now().ticks_since(t0);
-        }
+/// Writes a call's state, opened at `t0`, into `slot`: over the call state
+/// a closed call left there when there is one (no 1 KB copy of a new state
+/// built aside).
+#[inline]
+fn fill_call(slot: &mut SpanState, call: NewCall, t0: Stamp) {
+    if !matches!(slot, SpanState::Call(_)) {
+        *slot = SpanState::Call(CallState::default());
+    }
+    if let SpanState::Call(state) = slot {
+        state.begin(t0, call);
+        state.observer_ticks = stamp::now().ticks_since(t0);
     }
 }
 

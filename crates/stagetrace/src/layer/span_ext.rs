@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::call_state::{CallState, PackedTiming};
 use crate::executor::ExecutorAck;
-use crate::queue::{CallState, PackedTiming};
-use crate::wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
+use stagetrace_wire::{Hops, ServerTiming, TraceContext, TraceParent, TraceState};
 
 use super::callsite::REMOTE_PARENT_SPAN;
 use super::scope::walk;
@@ -51,7 +51,7 @@ pub trait StageSpanExt: sealed::Sealed {
     fn record_server_timing(&self, timing: ServerTiming);
 
     /// Attach the relays a response came through (outermost first, as
-    /// [`TimingChain`](crate::wire::TimingChain) reads them from its
+    /// [`TimingChain`](stagetrace_wire::TimingChain) reads them from its
     /// `server_timing`) to this transport span, or to the nearest transport
     /// span enclosing it; the [`ServerTiming`] given to
     /// [`record_server_timing`](Self::record_server_timing) is then the
@@ -173,19 +173,19 @@ impl StageSpanExt for tracing::Span {
     }
 
     fn record_response_first_byte(&self, at: Instant) {
-        with_transport(self, |t| t.first_byte = Some(at));
+        with_transport(self, |t| t.stamps.first_byte = Some(at));
     }
 
     fn record_request_first_byte(&self, at: Instant) {
-        with_transport(self, |t| t.request_first_byte = Some(at));
+        with_transport(self, |t| t.stamps.request_first_byte = Some(at));
     }
 
     fn record_request_written(&self, at: Instant) {
-        with_transport(self, |t| t.request_written = Some(at));
+        with_transport(self, |t| t.stamps.request_written = Some(at));
     }
 
     fn record_response_kernel_rx(&self, at: Instant) {
-        with_transport(self, |t| t.kernel_rx = Some(at));
+        with_transport(self, |t| t.stamps.kernel_rx = Some(at));
     }
 
     fn trace_parent(&self) -> Option<TraceParent> {
@@ -257,13 +257,13 @@ fn with_call(span: &tracing::Span, mut f: impl FnMut(&mut CallState)) {
 
 /// A span to run one request's handler in, under the remote parent
 /// `context` (the caller's trace context, from
-/// [`TraceContext::extract`](crate::wire::TraceContext::extract)): calls and
+/// [`TraceContext::extract`](stagetrace_wire::TraceContext::extract)): calls and
 /// transport spans opened inside continue the caller's trace. Named
 /// [`REMOTE_PARENT_SPAN`](crate::REMOTE_PARENT_SPAN); disabled (and
 /// harmless) without a [`StageLayer`](crate::StageLayer).
 ///
 /// ```
-/// use stagetrace::wire::TraceContext;
+/// use stagetrace_wire::TraceContext;
 /// use stagetrace::StageSpanExt;
 ///
 /// let tp: &[u8] = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03";

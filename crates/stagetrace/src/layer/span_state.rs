@@ -4,14 +4,12 @@
 //! worker receives when the call closes.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use crate::host_share::RunWaitMark;
-use crate::inline_str::{InlineStr, PEER_LEN};
-use crate::queue::{CallState, PackedTiming};
+use crate::call_state::{CallState, PackedTiming, TransportStamps};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
-use crate::wire::{Hops, TraceParent, TraceState};
+use crate::thread_sample::RunWaitMark;
+use stagetrace_wire::{Hops, TraceParent, TraceState};
 
 /// Per-stage-span state (stages other than transport). Kept small: the
 /// registry boxes one per span.
@@ -45,15 +43,8 @@ pub(crate) struct TransportState {
     /// The server timing the response carried, packed as the call keeps
     /// it (its finer figures boxed).
     pub(crate) timing: Option<PackedTiming>,
-    pub(crate) peer: InlineStr<PEER_LEN>,
-    /// The response's first byte arrived (the transport's stamp).
-    pub(crate) first_byte: Option<Instant>,
-    /// The request's first byte left (the transport's stamp).
-    pub(crate) request_first_byte: Option<Instant>,
-    /// The write that took the request's first bytes returned.
-    pub(crate) request_written: Option<Instant>,
-    /// The kernel had the response's last byte (a kernel receive stamp).
-    pub(crate) kernel_rx: Option<Instant>,
+    /// The peer and the socket stamps the transport took.
+    pub(crate) stamps: TransportStamps,
     /// The relays the response came through (none: a direct call). Boxed:
     /// only relayed responses pay for their 200 bytes.
     pub(crate) hops: Option<Box<Hops>>,

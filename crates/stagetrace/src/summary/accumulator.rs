@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::record::{round_us, CallRecord, Figure};
+use crate::record::{round_us, CallRecord};
+use stagetrace_schema::Figure;
 
 use super::deadline::DeadlineObs;
 use super::dist::{FigureSet, Plain};

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use crate::record::{round_us, CallRecord, Figure, FIGURE_COUNT};
+use crate::record::{round_us, CallRecord};
+use stagetrace_schema::{Figure, FIGURE_COUNT};
 
 use super::window::{figures, Quantiles, StageStats};
 

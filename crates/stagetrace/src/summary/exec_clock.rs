@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{CallRecord, Figure};
+use crate::record::CallRecord;
+use stagetrace_schema::Figure;
 
 use super::dist::Plain;
 use super::window::{OffsetRange, Quantiles};

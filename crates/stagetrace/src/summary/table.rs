@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::record::Figure;
+use stagetrace_schema::Figure;
 use stagetrace_schema::{Side, BLACK_BOX_NOTE};
 
 use super::window::{figures, WindowSummary};

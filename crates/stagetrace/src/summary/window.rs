@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::Figure;
+use stagetrace_schema::Figure;
 
 /// The figures a summary reports, in display order: the schema's call-time
 /// figures (the six stages and those derived from them; see
@@ -180,7 +180,7 @@ pub struct WindowSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wall_slew_ppm: Option<f64>,
     /// Counters the record sinks report about themselves, cumulative
-    /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::RecordSink::counters).
+    /// (e.g. `otlp.dropped`, `otlp.failed`), from [`RecordSink::counters`](crate::sink::RecordSink::counters).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sink_counters: BTreeMap<String, u64>,
 }

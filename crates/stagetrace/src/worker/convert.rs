@@ -6,16 +6,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::call_state::{CallState, PackedTiming, StageAcc, TransportAcc};
 use crate::clock::{Anchor, ClientTimes, ClockMode, Stitched, Stitcher};
 use crate::executor::ExecAcc;
 use crate::health::Health;
-use crate::host_share::{HostFigure, HostShare};
-use crate::queue::{CallState, PackedTiming, RawCall, StageAcc, TransportAcc};
-use crate::record::{CacheOutcome, CallRecord, Figure, HostCount, SpanTime, Timeline};
+use crate::hop_record::HopFigures;
+use crate::message::RawCall;
+use crate::record::{CacheOutcome, CallRecord, SpanTime, Timeline};
 use crate::stage::Stage;
 use crate::stamp::Calibration;
 use crate::summary::{DeadlineObs, DeadlineTracker};
-use crate::wire::{Hops, ServerTiming};
+use stagetrace_schema::{Figure, HostCount};
+use stagetrace_wire::{Hops, ServerTiming};
+use stagetrace_wire::{HostFigure, HostShare};
 
 /// Turns queued calls into records; keeps what spans calls: the per-peer
 /// clock estimates, the deadline ticks and the warm-up clock.
@@ -191,7 +194,10 @@ impl Converter {
         let mut t_end_at = cal.instant(t.end);
         // The kernel had the response's last byte before the app read it:
         // the exchange ends there; the app's wait is the robot's rx_wait.
-        let kernel_end = t.kernel_rx.filter(|k| (t_start_at..=t_end_at).contains(k));
+        let kernel_end = t
+            .stamps
+            .kernel_rx
+            .filter(|k| (t_start_at..=t_end_at).contains(k));
         let rx_wait_ns = kernel_end.map_or(0, |k| ns_since(k, t_end_at));
         if let Some(k) = kernel_end {
             rec.set(Figure::RxWait, to_i64(rx_wait_ns));
@@ -203,6 +209,7 @@ impl Converter {
         // the uplink, not the network's. One attempt only: a retry's
         // write is not the first span's.
         let written = t
+            .stamps
             .request_written
             .filter(|w| (t_start_at..=t_end_at).contains(w));
         if let (Some(w), true) = (written, s.stages[Stage::Transport.index()].count <= 1) {
@@ -213,6 +220,7 @@ impl Converter {
         // in one segment is all in before its first read: its first byte
         // is then the kernel's stamp too.
         let first_byte = t
+            .stamps
             .first_byte
             .filter(|fb| (t_start_at..=cal.instant(t.end)).contains(fb))
             .map(|fb| fb.min(t_end_at));
@@ -228,25 +236,20 @@ impl Converter {
                 send_unix_ns: anchor.to_unix_ns(t_start_at),
                 recv_unix_ns: anchor.to_unix_ns(t_end_at),
                 first_byte_unix_ns: t
+                    .stamps
                     .first_byte
                     .map(|fb| anchor.to_unix_ns(kernel_end.map_or(fb, |k| fb.min(k)))),
-                request_first_byte_unix_ns: t.request_first_byte.map(|at| anchor.to_unix_ns(at)),
+                request_first_byte_unix_ns: t
+                    .stamps
+                    .request_first_byte
+                    .map(|at| anchor.to_unix_ns(at)),
             };
             let direct = Hops::new();
             let relays = s.relays.as_deref().unwrap_or(&direct);
-            let (st, hops) = self
-                .stitcher
-                .stitch_hops(t.peer.as_str(), client, relays, &timing);
-            // The relays' own time, each on its own clock.
-            let relay: Option<i64> = hops
-                .iter()
-                .filter_map(|h| h.relay_ns)
-                .reduce(i64::saturating_add);
-            rec.figures.set(Figure::Relay, relay);
-            super::hop_spans::place(span, &hops, relays.as_slice(), &mut tl.hops);
-            rec.hops = hops;
-            self.stitched(&st, rec);
-            place_split(&st, span, tl);
+            let (st, hops) =
+                self.stitcher
+                    .stitch_hops(t.stamps.peer.as_str(), client, relays, &timing);
+            self.place_stitched(&st, hops, relays, span, rec, tl);
         }
         let all = s.stages[Stage::Transport.index()];
         if !timing.is_some_and(|t| t.has_times()) && all.count <= 1 {
@@ -268,6 +271,30 @@ impl Converter {
             );
         }
         rx_wait_ns
+    }
+
+    /// The server's timing, stitched (`st`, through `relays`), onto the
+    /// transport `span`: its figures, each relay's hop, and where they fall
+    /// on the call's timeline.
+    fn place_stitched(
+        &mut self,
+        st: &Stitched,
+        hops: Vec<HopFigures>,
+        relays: &Hops,
+        span: SpanTime,
+        rec: &mut CallRecord,
+        tl: &mut Timeline,
+    ) {
+        // The relays' own time, each on its own clock.
+        let relay: Option<i64> = hops
+            .iter()
+            .filter_map(|h| h.relay_ns)
+            .reduce(i64::saturating_add);
+        rec.figures.set(Figure::Relay, relay);
+        super::hop_spans::place(span, &hops, relays.as_slice(), &mut tl.hops);
+        rec.hops = hops;
+        self.stitched(st, rec);
+        place_split(st, span, tl);
     }
 
     /// The stitched figures of a call, its clock basis and step, and the

@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::clock::{Anchor, ClientTimes, Stitcher};
 use crate::executor::ExecAcc;
 use crate::record::SpanTime;
-use crate::Figure;
+use stagetrace_schema::Figure;
 
 /// The figures an ack gives, integer ns; `None` where it cannot tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -146,7 +146,7 @@ mod tests {
     use super::*;
     use crate::clock::ClockMode;
     use crate::executor::ExecutorAck;
-    use crate::wire::{Hops, RelayTiming, ServerTiming};
+    use stagetrace_wire::{Hops, RelayTiming, ServerTiming};
 
     const MS: u64 = 1_000_000;
 

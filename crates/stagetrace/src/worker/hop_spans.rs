@@ -10,7 +10,7 @@
 
 use crate::hop_record::HopFigures;
 use crate::record::{HopTime, SpanTime};
-use crate::wire::RelayTiming;
+use stagetrace_wire::RelayTiming;
 
 /// Places the hops of `figures` (the record's `hops`, with `relays` the
 /// relays' stamps, outermost first) inside `transport` into `out`; stops at

@@ -1,5 +1,5 @@
 //! The worker thread (`docs/architecture.md` §4): drains the queue from the
-//! app threads, turns each call into a [`CallRecord`](crate::CallRecord)
+//! app threads, turns each call into a [`CallRecord`](crate::record::CallRecord)
 //! ([`convert`]), adds it to the rolling and cumulative summaries and hands
 //! it to every [`RecordSink`] — the JSONL files ([`files`]) among them.
 
@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::advice::AdviceFor;
+use crate::call_state::PackedTiming;
 use crate::clock::{ClockMode, WallClock};
 use crate::health::Health;
-use crate::queue::{Msg, PackedTiming, RawCall};
+use crate::message::{Msg, RawCall};
 use crate::sink::{Loss, RecordSink};
 use crate::stamp::Calibration;
 use crate::summary::{Accum, Counters, DeadlineTracker, Span, Summary, WindowSummary};
@@ -227,7 +228,7 @@ impl Worker {
             .and_then(|t| t.timing.as_ref())
             .map(PackedTiming::unpack);
         let answer = Answer {
-            peer: transport.map(|t| t.peer.as_str()),
+            peer: transport.map(|t| t.stamps.peer.as_str()),
             answered: timing.is_some_and(|t| t.has_times()),
             prev_tx_wait_ns: timing.and_then(|t| t.prev_tx_wait_ns),
         };

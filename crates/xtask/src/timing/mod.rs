@@ -6,12 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{in_torch_suite, prerequisite_env, python_developed, root, Prereqs};
+use super::{cargo, in_torch_suite, prerequisite_env, python_developed, root, Prereqs};
 
 mod list;
 
@@ -29,6 +29,27 @@ struct Tally {
 }
 
 impl Tally {
+    /// Run `run` of `test`, which gave `out`: passed or not (the first
+    /// failure's output kept in a file under `logs`), and its report lines.
+    fn count(&mut self, test: &TimingTest, run: usize, out: &Output, logs: &Path) {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.runs += 1;
+        // `--exact` with a name that matches nothing runs 0 tests and "passes".
+        if out.status.success() && text.contains("1 passed") {
+            self.passed += 1;
+        } else if self.failure_log.is_none() {
+            let path = logs.join(format!("{}-run{run}.log", file_name(test.name)));
+            let _ = std::fs::write(&path, &text);
+            self.failure_log = Some(path);
+        }
+        self.note(&text);
+    }
+
+    /// Keeps the worst of `output`'s report lines against its bound.
     fn note(&mut self, output: &str) {
         for line in output.lines() {
             let Some(rest) = line.trim().strip_prefix("stagetrace-timing:") else {
@@ -161,7 +182,7 @@ impl Drop for Load {
 
 /// Builds the test target and returns its executable (from cargo's JSON messages).
 fn build(test: &TimingTest, env: &[(String, String)]) -> Result<PathBuf, String> {
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let mut cmd = cargo();
     cmd.current_dir(root()).envs(env.iter().cloned()).args([
         "test",
         "--no-run",
@@ -205,9 +226,30 @@ fn build(test: &TimingTest, env: &[(String, String)]) -> Result<PathBuf, String>
         })
 }
 
+/// `cargo xtask timing`: the selected timing tests built, run `--runs`
+/// times round robin, and the table of their tallies printed.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let o = options(args)?;
-    let tests: Vec<&TimingTest> = TESTS
+    let tests = selected(&o);
+    if tests.is_empty() {
+        return Err("no timing test matches --only / --package".into());
+    }
+    let env = prerequisite_env(&Prereqs::from_env())?;
+    let root = root();
+    let (bins, python) = executables(&tests, &env, &root, o.torch)?;
+    let tallies = run_rounds(&tests, &bins, python.as_ref(), &env, &root, &o)?;
+    print!("{}", table(&tests, &tallies, &o, o.runs));
+    let failed = tallies.values().filter(|t| t.passed < t.runs).count();
+    if failed > 0 {
+        return Err(format!("{failed} timing test(s) failed at least once"));
+    }
+    Ok(())
+}
+
+/// The tests `--only` and `--package` name, less those `--load` or a
+/// missing `--torch` leave out (each said so).
+fn selected(o: &Options) -> Vec<&'static TimingTest> {
+    TESTS
         .iter()
         .filter(|t| {
             o.only
@@ -229,24 +271,47 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             }
             !skip && !untorched
         })
-        .collect();
-    if tests.is_empty() {
-        return Err("no timing test matches --only / --package".into());
-    }
-    let env = prerequisite_env(&Prereqs::from_env())?;
-    let root = root();
+        .collect()
+}
+
+/// The package's developed Python: its executable and the `PATH` to run it with.
+type Python = (PathBuf, String);
+
+/// What runs each test: its test binary built (an empty path for a pytest
+/// node), and for pytest nodes the package's developed Python, built once.
+fn executables(
+    tests: &[&TimingTest],
+    env: &[(String, String)],
+    root: &Path,
+    torch: bool,
+) -> Result<(Vec<PathBuf>, Option<Python>), String> {
     let mut bins = Vec::new();
-    let mut python: Option<(PathBuf, String)> = None;
-    for test in &tests {
+    let mut python: Option<Python> = None;
+    for test in tests {
         if test.target == "pytest" {
             if python.is_none() {
-                python = Some(python_developed(&root, o.torch)?);
+                python = Some(python_developed(root, torch)?);
             }
             bins.push(PathBuf::new());
         } else {
-            bins.push(build(test, &env)?);
+            bins.push(build(test, env)?);
         }
     }
+    Ok((bins, python))
+}
+
+/// Runs every test `o.runs` times, round robin (run 1 of every test, then
+/// run 2, so what the machine does meanwhile falls on every test alike),
+/// with `--load` beside busy loops; the table so far is written after
+/// every round.
+fn run_rounds(
+    tests: &[&TimingTest],
+    bins: &[PathBuf],
+    python: Option<&Python>,
+    env: &[(String, String)],
+    root: &Path,
+    o: &Options,
+) -> Result<BTreeMap<usize, Tally>, String> {
     let logs = root.join("target/timing-failures");
     let _ = std::fs::create_dir_all(&logs);
     let partial = logs.join(if o.load {
@@ -257,28 +322,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let load = o.load.then(Load::start);
     let started = Instant::now();
     let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
-    // Round robin: run 1 of every test, then run 2, so what the machine
-    // does meanwhile falls on every test alike.
     for run in 1..=o.runs {
-        for (i, (test, bin)) in tests.iter().zip(&bins).enumerate() {
-            let out = run_once(test, bin, python.as_ref(), &env, &root)
+        for (i, (test, bin)) in tests.iter().zip(bins).enumerate() {
+            let out = run_once(test, bin, python, env, root)
                 .map_err(|e| format!("cannot start {}: {e}", test.name))?;
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let tally = tallies.entry(i).or_default();
-            tally.runs += 1;
-            // `--exact` with a name that matches nothing runs 0 tests and "passes".
-            if out.status.success() && text.contains("1 passed") {
-                tally.passed += 1;
-            } else if tally.failure_log.is_none() {
-                let path = logs.join(format!("{}-run{run}.log", file_name(test.name)));
-                let _ = std::fs::write(&path, &text);
-                tally.failure_log = Some(path);
-            }
-            tally.note(&text);
+            tallies.entry(i).or_default().count(test, run, &out, &logs);
         }
         eprintln!(
             "xtask: timing run {run} of {} done ({:.0} s)",
@@ -287,15 +335,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         );
         // The table so far, after every round: a run cut off after an hour
         // still leaves what it saw.
-        let _ = std::fs::write(&partial, table(&tests, &tallies, &o, run));
+        let _ = std::fs::write(&partial, table(tests, &tallies, o, run));
     }
     drop(load);
-    print!("{}", table(&tests, &tallies, &o, o.runs));
-    let failed = tallies.values().filter(|t| t.passed < t.runs).count();
-    if failed > 0 {
-        return Err(format!("{failed} timing test(s) failed at least once"));
-    }
-    Ok(())
+    Ok(tallies)
 }
 
 /// One run of `test`: its test binary `bin` with the test's exact name, or
@@ -303,10 +346,10 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 fn run_once(
     test: &TimingTest,
     bin: &Path,
-    python: Option<&(PathBuf, String)>,
+    python: Option<&Python>,
     env: &[(String, String)],
     root: &Path,
-) -> std::io::Result<std::process::Output> {
+) -> std::io::Result<Output> {
     let dir = root.join("crates").join(test.package);
     match (python, test.target) {
         (Some((py, path)), "pytest") => Command::new(py)

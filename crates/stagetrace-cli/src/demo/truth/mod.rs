@@ -9,7 +9,7 @@ mod table;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use stagetrace::{CallRecord, WindowSummary};
+use stagetrace::{record::CallRecord, summary::WindowSummary};
 use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Group};
 

@@ -17,8 +17,8 @@
 mod tests;
 mod text;
 
-use stagetrace::Figure;
 use stagetrace_analyze::stats;
+use stagetrace_schema::Figure;
 
 use super::obs::{column, Obs, PhaseSpan};
 use super::queue_figures::{ActionQueueLevel, ActionQueuePhase, ActionQueueVerdict};

@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use stagetrace::schema::FIGURE_COUNT;
-use stagetrace::Figure;
+use stagetrace_schema::Figure;
+use stagetrace_schema::FIGURE_COUNT;
 
 use crate::figures;
 use crate::plan::VerdictSpec;

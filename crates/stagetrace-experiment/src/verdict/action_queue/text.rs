@@ -184,7 +184,7 @@ fn lead(
     } else {
         step.to_owned()
     };
-    verdict.first_stage = Some(stagetrace::Figure::Margin.name());
+    verdict.first_stage = Some(stagetrace_schema::Figure::Margin.name());
     verdict.first_level = Some(level);
     verdict.first_level_label = lv.map(|l| l.label.clone());
     verdict.first_change_unix_ms = None;

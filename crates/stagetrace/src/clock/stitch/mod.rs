@@ -2,8 +2,8 @@
 //! queue / infer / downlink split, per peer, in the chosen [`ClockMode`].
 
 use crate::record::ClockBasis;
-use crate::wire::ServerTiming;
-use crate::Figure;
+use stagetrace_schema::Figure;
+use stagetrace_wire::ServerTiming;
 
 use super::filter::{FilterConfig, OffsetFilter};
 use super::sample::{diff, NtpSample};

@@ -1,24 +1,44 @@
-//! The message from the app thread to the worker (`docs/architecture.md` §4).
+//! One call's state (`docs/architecture.md` §4): what the layer keeps for
+//! an open call span (or a call timed without spans, [`crate::direct`]) and
+//! what the worker receives when it closes ([`crate::message`]), turned
+//! there into a [`CallRecord`](crate::record::CallRecord).
 //!
-//! When a call span closes, the layer moves the call's state into one
-//! fixed-size [`Msg`] and `try_send`s it on a bounded channel; the worker
-//! turns it into a [`CallRecord`](crate::CallRecord). Nothing in here
-//! allocates on the app thread: the few boxes a call may carry (an executor
-//! ack, relays' hops, a server timing's finer figures) are made when they
-//! arrive and moved, not copied. Both the layer and the worker import this
-//! module; neither imports the other.
+//! Nothing in here allocates on the app thread: the few boxes a call may
+//! carry (an executor ack, relays' hops, a server timing's finer figures)
+//! are made when they arrive and moved, not copied. The layer, the direct
+//! API and the worker import this module; it imports none of them.
 
 use std::time::Instant;
 
 use crate::executor::ExecAcc;
-use crate::host_share::{HostShare, ThreadSample};
 use crate::inline_str::{InlineStr, KIND_LEN, PEER_LEN};
 use crate::stage::Stage;
 use crate::stamp::Stamp;
+use crate::thread_sample::ThreadSample;
+use stagetrace_wire::{HostShare, TraceParent};
 
 mod packed_timing;
 
 pub(crate) use packed_timing::PackedTiming;
+
+/// What a call's opening knows: its number and ids, from the caller's
+/// trace, another layer or our own, and the host's counters (with host
+/// figures on). Worked out before the call's state is written.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewCall {
+    pub(crate) ordinal: u64,
+    pub(crate) seq: Option<u64>,
+    pub(crate) trace_id: u128,
+    /// The W3C trace flags sent with the call's requests.
+    pub(crate) flags: u8,
+    pub(crate) span_id: u64,
+    pub(crate) kind: InlineStr<KIND_LEN>,
+    /// `trace_id` / `span_id` came from another layer (see [`crate::context`]).
+    pub(crate) shared_context: bool,
+    /// The host's counters when the call opened (sampled before a slot is
+    /// locked: it reads /proc).
+    pub(crate) host_at_open: Option<ThreadSample>,
+}
 
 /// Accumulated time of one stage inside one call, in stamp ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +51,23 @@ pub(crate) struct StageAcc {
     pub(crate) first_start_ticks: u64,
 }
 
+/// What a transport stage's own stamps say about its exchange, beyond its
+/// start and end: the peer, and the socket moments a transport stamped
+/// (`StageSpanExt::record_*`). One struct, kept alike by a transport span,
+/// a direct transport and the call they close into: moved whole.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TransportStamps {
+    pub(crate) peer: InlineStr<PEER_LEN>,
+    /// The response's first byte arrived.
+    pub(crate) first_byte: Option<Instant>,
+    /// The request's first byte left.
+    pub(crate) request_first_byte: Option<Instant>,
+    /// The write that took the request's first bytes returned.
+    pub(crate) request_written: Option<Instant>,
+    /// The kernel had the response's last byte (a kernel receive stamp).
+    pub(crate) kernel_rx: Option<Instant>,
+}
+
 /// The transport span used for stitching (its relays, if any, are the
 /// call's [`relays`](CallState::relays)).
 #[derive(Clone, Debug)]
@@ -38,17 +75,10 @@ pub(crate) struct TransportAcc {
     pub(crate) start: Stamp,
     pub(crate) end: Stamp,
     pub(crate) span_id: u64,
+    /// The server timing the response carried, packed (its finer figures
+    /// boxed).
     pub(crate) timing: Option<PackedTiming>,
-    pub(crate) peer: InlineStr<PEER_LEN>,
-    /// The response's first byte arrived, when the transport stamped it.
-    pub(crate) first_byte: Option<Instant>,
-    /// The request's first byte left, when the transport stamped it.
-    pub(crate) request_first_byte: Option<Instant>,
-    /// The write that took the request's first bytes returned, when the
-    /// transport stamped it.
-    pub(crate) request_written: Option<Instant>,
-    /// The kernel had the response's last byte, when it stamped it.
-    pub(crate) kernel_rx: Option<Instant>,
+    pub(crate) stamps: TransportStamps,
 }
 
 /// Per-call state, in the layer's table of open spans (or the call span's
@@ -82,7 +112,7 @@ pub(crate) struct CallState {
     /// direct call). Boxed, and beside `transport` rather than in it, for
     /// the same reason as `executor`: only relayed calls pay for their 200
     /// bytes, and the rest of the state is copied whole.
-    pub(crate) relays: Option<Box<crate::wire::Hops>>,
+    pub(crate) relays: Option<Box<stagetrace_wire::Hops>>,
     /// Id of the call's first `dispatch` span (0: none): the parent id sent
     /// to a remote executor.
     pub(crate) dispatch_span_id: u64,
@@ -123,28 +153,9 @@ impl CallState {
 
     /// A call started at `start` with no stage yet: the layer's call span
     /// and a call timed without spans ([`crate::direct`]) start alike.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        start: Stamp,
-        ordinal: u64,
-        seq: Option<u64>,
-        trace_id: u128,
-        flags: u8,
-        span_id: u64,
-        kind: InlineStr<KIND_LEN>,
-        shared_context: bool,
-    ) -> Self {
+    pub(crate) fn new(start: Stamp, call: NewCall) -> Self {
         let mut state = CallState::default();
-        state.begin(
-            start,
-            ordinal,
-            seq,
-            trace_id,
-            flags,
-            span_id,
-            kind,
-            shared_context,
-        );
+        state.begin(start, call);
         state
     }
 
@@ -152,19 +163,18 @@ impl CallState {
     /// place: a call's state reused in the layer's table is not built aside
     /// and copied in. The one place a call's state is set up
     /// ([`new`](Self::new) calls it too).
-    #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub(crate) fn begin(
-        &mut self,
-        start: Stamp,
-        ordinal: u64,
-        seq: Option<u64>,
-        trace_id: u128,
-        flags: u8,
-        span_id: u64,
-        kind: InlineStr<KIND_LEN>,
-        shared_context: bool,
-    ) {
+    pub(crate) fn begin(&mut self, start: Stamp, call: NewCall) {
+        let NewCall {
+            ordinal,
+            seq,
+            trace_id,
+            flags,
+            span_id,
+            kind,
+            shared_context,
+            host_at_open,
+        } = call;
         // Every field named, no `..`: a field added to the state does not
         // compile until it is reset here (a reused slot would carry the
         // last call's value into the next one).
@@ -188,7 +198,7 @@ impl CallState {
             action_queue,
             observer_ticks,
             shared_context: shared_context_,
-            host_at_open,
+            host_at_open: host_at_open_,
             host,
             stage_run_wait_ns,
         } = self;
@@ -211,7 +221,7 @@ impl CallState {
         *action_queue = None;
         *observer_ticks = 0;
         *shared_context_ = shared_context;
-        *host_at_open = None;
+        *host_at_open_ = host_at_open;
         *host = HostShare::default();
         *stage_run_wait_ns = [None; 2];
     }
@@ -235,14 +245,10 @@ impl CallState {
             .flatten()
     }
 
-    /// Samples the host's counters as the call opens.
-    pub(crate) fn open_host(&mut self) {
-        self.host_at_open = Some(ThreadSample::now());
-    }
-
     /// What the host did to the call since it opened: the thread's own
     /// figures when it closes on the thread it opened on, the host's stall
-    /// always; nothing without [`open_host`](Self::open_host).
+    /// always; nothing without a sample at open
+    /// ([`NewCall::host_at_open`]).
     pub(crate) fn close_host(&mut self) {
         if let Some(at_open) = &self.host_at_open {
             // What a binding set already (its runtime's GC) stays.
@@ -261,7 +267,7 @@ impl CallState {
         start: Stamp,
         end: Stamp,
         nested: bool,
-        transport: Option<(TransportAcc, Option<Box<crate::wire::Hops>>)>,
+        transport: Option<(TransportAcc, Option<Box<stagetrace_wire::Hops>>)>,
     ) {
         self.add_span(stage, start, end, nested);
         if let Some((t, relays)) = transport {
@@ -295,46 +301,28 @@ impl CallState {
     }
 }
 
+/// A new call's trace id and W3C flags: the caller's trace id and known
+/// flags when it continues `parent`'s trace, else ids of our own (random,
+/// at least in the right-most 7 bytes, as the Level 2 random flag promises).
+pub(crate) fn trace_of(parent: Option<TraceParent>) -> (u128, u8) {
+    match parent {
+        Some(tp) => (
+            u128::from_be_bytes(tp.trace_id),
+            tp.flags & TraceParent::KNOWN_FLAGS,
+        ),
+        None => (
+            crate::ids::trace_id(),
+            TraceParent::FLAG_SAMPLED | TraceParent::FLAG_RANDOM,
+        ),
+    }
+}
+
 /// Where a stage's run-queue wait is kept in a [`CallState`].
 fn stage_run_wait_slot(stage: Stage) -> Option<usize> {
     match stage {
         Stage::Capture => Some(0),
         Stage::Dispatch => Some(1),
         _ => None,
-    }
-}
-
-/// One finished call, as queued to the worker.
-#[derive(Clone, Debug)]
-pub(crate) struct RawCall {
-    pub(crate) state: CallState,
-    pub(crate) end: Stamp,
-    pub(crate) panicking: bool,
-}
-
-/// Messages to the worker.
-// Boxing the call would allocate on the app thread; the queue's slots are
-// preallocated at this size instead.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub(crate) enum Msg {
-    Call(RawCall),
-    /// Drain, write the cumulative summary, reply, exit.
-    Shutdown,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn inline_str_truncates_on_char_boundary() {
-        let mut s = InlineStr::<4>::new();
-        s.set("abcdef");
-        assert_eq!(s.as_str(), "abcd");
-        s.set("aé€");
-        assert_eq!(s.as_str(), "aé");
-        assert!(!s.is_empty());
     }
 }
 

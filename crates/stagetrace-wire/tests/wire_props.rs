@@ -6,10 +6,10 @@
 #![allow(missing_docs, clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use stagetrace::wire::{
+use stagetrace_test_support::strategies::server_timing as timing;
+use stagetrace_wire::{
     ServerTiming, TraceParent, TraceState, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TRACESTATE_LEN,
 };
-use stagetrace_test_support::strategies::server_timing as timing;
 
 fn to_us(t: ServerTiming) -> ServerTiming {
     let r = |v: Option<u64>| v.map(|ns| (ns + 500) / 1000 * 1000);

@@ -233,19 +233,22 @@ impl TimingMap {
         let serde_json::Value::Object(m) = v else {
             return Err(syntax(Codec::TimingMap, "is not an object"));
         };
-        Self::from_entries(m.iter().map(|(k, v)| {
-            let value = match v {
-                serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
-                    (Some(u), _, _) => MapValue::Unsigned(u),
-                    (None, Some(i), _) => MapValue::Negative(i),
-                    (None, None, Some(f)) => MapValue::Float(f),
-                    _ => MapValue::Other,
-                },
-                serde_json::Value::String(s) => MapValue::Str(s),
-                _ => MapValue::Other,
-            };
-            (Some(k.as_str()), value)
-        }))
+        Self::from_entries(m.iter().map(|(k, v)| (Some(k.as_str()), json_value(v))))
+    }
+}
+
+/// A JSON value as the timing map reads it: the one reading of JSON numbers
+/// and strings for the map and for the relay chain's levels.
+pub(crate) fn json_value(v: &serde_json::Value) -> MapValue<'_> {
+    match v {
+        serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => MapValue::Unsigned(u),
+            (None, Some(i), _) => MapValue::Negative(i),
+            (None, None, Some(f)) => MapValue::Float(f),
+            _ => MapValue::Other,
+        },
+        serde_json::Value::String(s) => MapValue::Str(s),
+        _ => MapValue::Other,
     }
 }
 

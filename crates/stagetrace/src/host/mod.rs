@@ -65,7 +65,7 @@ pub struct HostCounters {
 impl HostCounters {
     /// The calling thread's counters now, and the host's stall read from
     /// the pressure file now (exact; a call's boundaries take the sampled
-    /// one instead: [`sampled_stall_us`]).
+    /// one instead: [`stall_between_us`]).
     pub fn now() -> HostCounters {
         HostCounters {
             cpu_stall_ns: cpu_stall_ns(),

@@ -1,4 +1,8 @@
-//! Wire formats (`docs/architecture.md` §3): W3C trace context and server timing.
+//! What crosses the network (`docs/architecture.md` §3): W3C trace context,
+//! the server's timing and the host's share of a call. Below the core crate:
+//! `stagetrace` (the layer), `stagetrace-net` and `stagetrace-grpc` (the
+//! servers and clients) and the Python bindings all read and write these
+//! formats through this crate, and it depends on none of them.
 //!
 //! Every parser here takes untrusted bytes: bounded lengths, no panics; a
 //! rejected input returns a [`WireError`] the caller counts and otherwise
@@ -22,35 +26,40 @@
 //! - [`TimingChain`]: the `server_timing` map of a response that came
 //!   through relays, one nested `downstream` level per relay
 //!   ([`RelayTiming`], at most [`MAX_HOPS`]), read through [`EncodedMap`].
+//! - [`HostShare`]: what one end's host did to one call ([`HostFigure`]),
+//!   which a server sends inside its timing.
 //!
 //! `docs/protocol.md` describes the fields for server authors in other
 //! languages.
 //!
 //! One file per format (`traceparent`, `tracestate`, `trace_context`,
 //! `timing` with its `stagetrace-timing` header, `server_timing` for the
-//! standard header, `timing_map`, `hops`); `error` and `lex` hold what they share. This file
-//! only names things: no file below imports it.
+//! standard header, `timing_map`, `timing_chain`, `host_fields` with
+//! `host_share`); `error` and `lex` hold what they share. This file only
+//! names things: no file below imports it.
 
 mod error;
-mod hops;
 mod host_fields;
+mod host_share;
 mod lex;
 mod limits;
 mod server_timing;
 mod timing;
+mod timing_chain;
 mod timing_map;
 mod trace_context;
 mod traceparent;
 mod tracestate;
 
 pub use error::{Codec, WireError};
-pub use hops::{
-    EncodedMap, Hops, RelayTiming, TimingChain, DOWNSTREAM_KEY, MAX_HOPS,
-    MAX_TIMING_CHAIN_HEADER_LEN, TIMING_CHAIN_HEADER,
-};
+pub use host_share::{HostFigure, HostShare};
 pub use lex::to_lc_hex;
 pub use timing::{
     ServerTiming, MAX_BATCH_SIZE, MAX_DURATION_NS, MAX_TIMING_HEADER_LEN, MAX_UNIX_NS,
+};
+pub use timing_chain::{
+    EncodedMap, Hops, RelayTiming, TimingChain, DOWNSTREAM_KEY, MAX_HOPS,
+    MAX_TIMING_CHAIN_HEADER_LEN, TIMING_CHAIN_HEADER,
 };
 pub use timing_map::{MapValue, TimingMap, MAX_TIMING_MAP_ENTRIES};
 pub use trace_context::{Extracted, TraceContext};

@@ -9,8 +9,8 @@
 //! bytes: this project's servers send it on every response after a
 //! connection's first, and boxed it cost every such call an allocation.
 
-use crate::host_share::HostShare;
-use crate::wire::ServerTiming;
+use stagetrace_wire::HostShare;
+use stagetrace_wire::ServerTiming;
 
 /// A [`ServerTiming`] with its finer figures boxed: [`pack`](Self::pack)
 /// it where the timing arrives, [`unpack`](Self::unpack) it on the worker.
@@ -130,7 +130,7 @@ impl PackedTiming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_share::HostFigure;
+    use stagetrace_wire::HostFigure;
 
     /// Every field set, each to a value of its own.
     fn every_field() -> ServerTiming {

@@ -13,7 +13,7 @@
 
 use super::error::{check_len, syntax, value_err, Codec, WireError};
 use super::timing::{ServerTiming, MAX_DURATION_NS, MAX_UNIX_NS};
-use super::timing_map::{MapValue, TimingMap};
+use super::timing_map::{json_value, MapValue, TimingMap};
 
 /// Most relays between a client and the policy server; a deeper chain is
 /// rejected (and counted) whole.
@@ -306,19 +306,6 @@ impl EncodedMap for JsonMap<'_> {
 
     fn get(&self, key: &str) -> Option<Self> {
         self.0.as_object()?.get(key).map(JsonMap)
-    }
-}
-
-fn json_value(v: &serde_json::Value) -> MapValue<'_> {
-    match v {
-        serde_json::Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
-            (Some(u), _, _) => MapValue::Unsigned(u),
-            (None, Some(i), _) => MapValue::Negative(i),
-            (None, None, Some(f)) => MapValue::Float(f),
-            _ => MapValue::Other,
-        },
-        serde_json::Value::String(s) => MapValue::Str(s),
-        _ => MapValue::Other,
     }
 }
 

@@ -14,7 +14,7 @@
 //! server has the whole request, however many hops between) rest on.
 
 use crate::hop_record::HopFigures;
-use crate::wire::{Hops, RelayTiming, ServerTiming};
+use stagetrace_wire::{Hops, RelayTiming, ServerTiming};
 
 use super::sample::{diff, NtpSample};
 use super::stitch::{ClientTimes, ClockMode, Stitched, Stitcher};

@@ -119,7 +119,8 @@ impl HostField {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::wire::{ServerTiming, TimingMap};
+    use crate::timing::ServerTiming;
+    use crate::timing_map::TimingMap;
 
     fn with_host() -> ServerTiming {
         let mut t = ServerTiming {
