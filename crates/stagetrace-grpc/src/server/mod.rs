@@ -11,8 +11,9 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use http::{HeaderMap, Request, Response};
-use stagetrace::wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
+use stagetrace::wire::{TraceContext, TraceParent};
 use stagetrace::{ServerRecord, ServerTiming};
+use stagetrace_net::http::extract_trace_context;
 use stagetrace_net::{ServerClock, ServerStats};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tracing::Instrument;
@@ -267,17 +268,7 @@ impl Shared {
     /// The request's trace context (W3C Trace Context Level 2, as
     /// `stagetrace-net`'s servers read it); each rejected header counted.
     fn take_context(&self, headers: &HeaderMap) -> Option<TraceContext> {
-        let parents: Vec<&[u8]> = headers
-            .get_all(TRACEPARENT)
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        let states: Vec<&[u8]> = headers
-            .get_all(TRACESTATE)
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        let found = TraceContext::extract(&parents, &states);
+        let found = extract_trace_context(headers);
         for _ in 0..found.rejected() {
             self.rejected_headers.fetch_add(1, Ordering::Relaxed);
             stagetrace::count_rejected_header();

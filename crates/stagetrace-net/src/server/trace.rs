@@ -1,20 +1,15 @@
 //! A request's trace context (W3C Trace Context, each rejected header
 //! counted), the span its handler runs in, and the record the hook gets.
 
-use stagetrace::wire::TraceContext;
+use stagetrace::wire::{Extracted, TraceContext};
 use stagetrace::{ServerRecord, ServerTiming};
 
 use super::counters::ServerCounters;
 
-/// The trace context of one request, from all its `traceparent` values and
-/// `tracestate` lines in the order received (W3C Trace Context Level 2: see
+/// The trace context `found` in one request's `traceparent` values and
+/// `tracestate` lines (W3C Trace Context Level 2: see
 /// [`TraceContext::extract`]); each rejected header is counted.
-pub(crate) fn take_context(
-    counters: &ServerCounters,
-    traceparents: &[&[u8]],
-    tracestates: &[&[u8]],
-) -> Option<TraceContext> {
-    let found = TraceContext::extract(traceparents, tracestates);
+pub(crate) fn take_context(counters: &ServerCounters, found: Extracted) -> Option<TraceContext> {
     for _ in 0..found.rejected() {
         counters.reject_header();
     }
