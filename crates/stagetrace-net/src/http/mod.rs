@@ -51,6 +51,7 @@ pub use client::{
     read_timing_chain, read_timing_headers, HttpCallError, HttpReply, TracedHttpClient,
 };
 pub use relay::{HttpRelay, HttpRelayBuilder, HttpRelayHandle};
+pub use server::extract_trace_context;
 
 /// Largest request body the layer buffers by default (32 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;

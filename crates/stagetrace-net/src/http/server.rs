@@ -18,7 +18,7 @@ use http_body_util::{BodyExt, Limited};
 use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{
-    TimingChain, TraceContext, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER,
+    Extracted, TimingChain, TraceContext, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER,
     TIMING_HEADER, TRACEPARENT, TRACESTATE,
 };
 use tokio::sync::Semaphore;
@@ -282,17 +282,7 @@ impl LayerShared {
 
     /// The request's trace context, each rejected header counted.
     fn take_context(&self, headers: &HeaderMap) -> Option<TraceContext> {
-        let parents: Vec<&[u8]> = headers
-            .get_all(TRACEPARENT)
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        let states: Vec<&[u8]> = headers
-            .get_all(TRACESTATE)
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        take_context(&self.counters, &parents, &states)
+        take_context(&self.counters, extract_trace_context(headers))
     }
 
     /// The status and message for a request body that could not be read
@@ -435,6 +425,25 @@ fn insert_timing_headers(headers: &mut HeaderMap, timing: &ServerTiming) {
     if let Ok(v) = HeaderValue::from_str(&timing.to_server_timing_header()) {
         headers.append(HeaderName::from_static(SERVER_TIMING_HEADER), v);
     }
+}
+
+/// The W3C trace context of a request's HTTP headers (or gRPC metadata):
+/// all its `traceparent` values and `tracestate` lines, in the order
+/// received, read as [`TraceContext::extract`] reads them, with the count
+/// of those rejected. The HTTP layer and `stagetrace-grpc`'s server layer
+/// both read their requests' with it.
+pub fn extract_trace_context(headers: &HeaderMap) -> Extracted {
+    let parents: Vec<&[u8]> = headers
+        .get_all(TRACEPARENT)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let states: Vec<&[u8]> = headers
+        .get_all(TRACESTATE)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    TraceContext::extract(&parents, &states)
 }
 
 /// The request's kind, from its `stagetrace-kind` header.
