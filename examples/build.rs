@@ -10,10 +10,15 @@
 //! full of those. Only blocks whose info string starts with `rust` are taken.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The manifest's folder when the script runs, not when it was built: a
+    // target folder shared by several checkouts (git worktrees) reuses one
+    // build of this script, which must read the docs of the checkout it
+    // runs for.
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let root = manifest.join("..");
     let mut files = vec![root.join("README.md")];
     let docs = root.join("docs");
     println!("cargo:rerun-if-changed={}", docs.display());

@@ -15,66 +15,46 @@
 //! apart. At the end it prints the per-stage table on stderr and one JSON
 //! line on stdout: `{"calls":24,"started":24,"dropped":0,"failed":0}`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use stagetrace::StageLayer;
 use stagetrace_net::executor::BlockingExecutorClient;
 use stagetrace_net::{MsgMap, NdArray};
-use tracing_subscriber::prelude::*;
+
+mod common;
+use common::{ClientArgs, Outcome};
 
 const USAGE: &str = "usage: executor_client WS_URL [--calls N] [--out DIR] [--period-ms MS]";
 
 struct Args {
-    url: String,
-    calls: u64,
-    out: PathBuf,
+    client: ClientArgs,
     period: Duration,
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args = Args {
-        url: String::new(),
-        calls: 24,
-        out: PathBuf::from("stagetrace-out"),
-        period: Duration::from_millis(5),
-    };
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--calls" => {
-                args.calls = value("--calls")?
-                    .parse()
-                    .map_err(|e| format!("--calls: {e}"))?
-            }
-            "--out" => args.out = PathBuf::from(value("--out")?),
+fn parse_args(it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut period = Duration::from_millis(5);
+    let client = common::parse_args(it, 24, "missing the executor's ws:// URL", |flag, value| {
+        match flag {
             "--period-ms" => {
                 let ms: u64 = value("--period-ms")?
                     .parse()
                     .map_err(|e| format!("--period-ms: {e}"))?;
-                args.period = Duration::from_millis(ms);
+                period = Duration::from_millis(ms);
             }
-            "-h" | "--help" => return Err(String::new()),
-            url if !url.starts_with('-') && args.url.is_empty() => args.url = url.to_owned(),
-            other => return Err(format!("unexpected argument {other:?}")),
+            _ => return Ok(false),
         }
-    }
-    if args.url.is_empty() {
-        return Err("missing the executor's ws:// URL".to_owned());
-    }
-    Ok(args)
+        Ok(true)
+    })?;
+    Ok(Args { client, period })
 }
 
-fn run(args: Args) -> Result<serde_json::Value, String> {
-    let (stages, guard) = StageLayer::builder()
-        .output_dir(&args.out)
-        .build()
-        .map_err(|e| e.to_string())?;
-    tracing_subscriber::registry()
-        .with(stages)
-        .try_init()
-        .map_err(|e| format!("cannot install the tracing subscriber: {e}"))?;
+fn run(args: Args) -> Result<Outcome, String> {
+    let Args {
+        client: args,
+        period,
+    } = args;
+    let guard = common::install_stages(StageLayer::builder().output_dir(&args.out))?;
     let mut executor = BlockingExecutorClient::connect(&args.url).map_err(|e| e.to_string())?;
     let (mut started, mut dropped, mut failed) = (0u64, 0u64, 0u64);
     for seq in 0..args.calls {
@@ -95,37 +75,19 @@ fn run(args: Args) -> Result<serde_json::Value, String> {
                     .map_err(|e| format!("the executor is gone after chunk {seq}: {e}"))?;
             }
         }
-        std::thread::sleep(args.period);
+        std::thread::sleep(period);
     }
     let summary = guard.finish();
     eprintln!("{}", summary.table());
-    Ok(serde_json::json!({
+    let line = serde_json::json!({
         "calls": args.calls,
         "started": started,
         "dropped": dropped,
         "failed": failed,
-    }))
+    });
+    Ok(Outcome { line, error: None })
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("executor_client: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("executor_client: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main("executor_client", USAGE, parse_args, run)
 }

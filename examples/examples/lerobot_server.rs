@@ -1,5 +1,5 @@
 //! A Rust policy server in LeRobot's async-inference shape
-//! (`stagetrace_grpc::lerobot::PolicyServer` behind `stagetrace_grpc::ServerLayer`):
+//! (`stagetrace_grpc::lerobot::PolicyServer` behind `stagetrace_grpc::tower::ServerLayer`):
 //! one pending observation at most (a newer one replaces it, a similar one
 //! or one of a timestep already predicted is skipped), a chunk per
 //! `GetActions`, its timing and each observation's outcome in the gRPC
@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer};
-use stagetrace_grpc::ServerLayer;
+use stagetrace_grpc::tower::ServerLayer;
 use stagetrace_net::ServerClock;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;

@@ -17,43 +17,29 @@
 //! When the server goes away for good it still prints both (the JSON line
 //! with an `"error"`), then the error, and exits with 1.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rmpv::Value;
 use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_net::{BlockingPolicyClient, MsgMap, NdArray};
-use tracing_subscriber::prelude::*;
+
+mod common;
+use common::{ClientArgs, Outcome};
 
 const USAGE: &str = "usage: policy_client WS_URL [--calls N] [--out DIR] [--clock estimate|trusted|none] [--image WxH]";
 
 struct Args {
-    url: String,
-    calls: u64,
-    out: PathBuf,
+    client: ClientArgs,
     clock: ClockMode,
     image: (u64, u64),
 }
 
-fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args = Args {
-        url: String::new(),
-        calls: 20,
-        out: PathBuf::from("stagetrace-out"),
-        clock: ClockMode::Estimate,
-        image: (96, 96),
-    };
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match a.as_str() {
-            "--calls" => {
-                args.calls = value("--calls")?
-                    .parse()
-                    .map_err(|e| format!("--calls: {e}"))?
-            }
-            "--out" => args.out = PathBuf::from(value("--out")?),
+fn parse_args(it: impl Iterator<Item = String>) -> Result<Args, String> {
+    let (mut clock, mut image) = (ClockMode::Estimate, (96, 96));
+    let client = common::parse_args(it, 20, "missing the server's ws:// URL", |flag, value| {
+        match flag {
             "--clock" => {
-                args.clock = match value("--clock")?.as_str() {
+                clock = match value("--clock")?.as_str() {
                     "estimate" => ClockMode::Estimate,
                     "trusted" => ClockMode::Trusted,
                     "none" => ClockMode::None,
@@ -66,17 +52,17 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                     .split_once('x')
                     .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
                     .ok_or_else(|| format!("--image {v}: use WIDTHxHEIGHT, e.g. 224x224"))?;
-                args.image = (w, h);
+                image = (w, h);
             }
-            "-h" | "--help" => return Err(String::new()),
-            url if !url.starts_with('-') && args.url.is_empty() => args.url = url.to_owned(),
-            other => return Err(format!("unexpected argument {other:?}")),
+            _ => return Ok(false),
         }
-    }
-    if args.url.is_empty() {
-        return Err("missing the server's ws:// URL".to_owned());
-    }
-    Ok(args)
+        Ok(true)
+    })?;
+    Ok(Args {
+        client,
+        clock,
+        image,
+    })
 }
 
 /// A msgpack value as JSON, for the summary line (binary as its length).
@@ -111,29 +97,22 @@ fn to_json(v: &Value) -> serde_json::Value {
     }
 }
 
-/// What a run measured, and the error that ended it early (a server that
-/// went away for good), if any.
-struct Outcome {
-    line: serde_json::Value,
-    error: Option<String>,
-}
-
 fn run(args: Args) -> Result<Outcome, String> {
-    let (stages, guard) = StageLayer::builder()
-        .output_dir(&args.out)
-        .clock_mode(args.clock)
-        .build()
-        .map_err(|e| e.to_string())?;
-    tracing_subscriber::registry()
-        .with(stages)
-        .try_init()
-        .map_err(|e| format!("cannot install the tracing subscriber: {e}"))?;
+    let Args {
+        client: args,
+        clock,
+        image: (w, h),
+    } = args;
+    let guard = common::install_stages(
+        StageLayer::builder()
+            .output_dir(&args.out)
+            .clock_mode(clock),
+    )?;
 
     let mut client = BlockingPolicyClient::connect(&args.url).map_err(|e| e.to_string())?;
     let metadata = to_json(&client.metadata().clone().into_value());
 
     // A simulated camera frame and joint state, as an openpi observation.
-    let (w, h) = args.image;
     let pixels: Vec<u8> = (0..w * h * 3).map(|i| (i % 251) as u8).collect();
     let image = NdArray::from_u8(pixels, &[h, w, 3]);
     let (mut ok, mut failed) = (0u64, 0u64);
@@ -182,32 +161,5 @@ fn run(args: Args) -> Result<Outcome, String> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("policy_client: {e}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args) {
-        Ok(Outcome { line, error: None }) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Ok(Outcome {
-            line,
-            error: Some(e),
-        }) => {
-            println!("{line}");
-            eprintln!("policy_client: {e}");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("policy_client: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    common::main("policy_client", USAGE, parse_args, run)
 }

@@ -25,8 +25,8 @@ use stagetrace_analyze::table::{Align, Table};
 use stagetrace_grpc::lerobot::{
     PolicyConfig, PolicyServer, Robot, RobotConfig, RobotReport, ServerEvent, SpawnedServer,
 };
+use stagetrace_grpc::tower::ServerLayer;
 use stagetrace_grpc::wire::Disposition;
-use stagetrace_grpc::ServerLayer;
 use stagetrace_net::ServerClock;
 use stagetrace_schema::{ms_to_ns, Figure};
 use stagetrace_sim::ms;

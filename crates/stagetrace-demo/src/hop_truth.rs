@@ -1,7 +1,7 @@
 //! The truth of the hops: per call, each hop's true
 //! uplink and downlink from the real stamps of both its ends less each
 //! machine's known clock error (never from the estimate, as
-//! `crates/stagetrace-net/tests/hops.rs` does), against the record's
+//! `crates/stagetrace-net/tests/ws_hop_truth.rs` does), against the record's
 //! `hops` and their bounds; the gateway's own time, `net` and `infer`; the
 //! estimated drift against the injected one; and the executor's wait
 //! against its controller's own record of each chunk.

@@ -17,27 +17,29 @@
 //!   body's end was read, send = the handler's response resolved. A request
 //!   that waits for a handler (a concurrency limit inside the layer) is read
 //!   ahead while it waits: its receive is when it came in, and the wait is
-//!   `accept_wait`, part of `queue` ([`ServerLayer`]). A handler
-//!   marks the rest on its [`RequestTimer`]; an async server answers one
+//!   `accept_wait`, part of `queue`
+//!   ([`ServerLayer`](crate::tower::ServerLayer)). A handler marks the rest on its [`RequestTimer`]; an async server answers one
 //!   request with another's timing ([`RequestTimer::answer_for`]) and says
 //!   what it did with an observation in `stagetrace-obs-bin`
 //!   ([`ObsOutcome`]).
 //! - Peers are untrusted: a malformed `traceparent` or trailer is ignored
-//!   and counted ([`ServerLayer::stats`], [`ClientLayer::stats`], and the
+//!   and counted ([`ServerLayer::stats`](crate::tower::ServerLayer::stats),
+//!   [`ClientLayer::stats`](crate::tower::ClientLayer::stats), and the
 //!   stage layer's `rejected_headers`), never an error or a panic.
 //!
 //! # Usage
 //!
-//! One layer on each side: [`ServerLayer`] around the server's services,
-//! [`ClientLayer`] on the client's `Channel`. A call made inside a `call`
-//! span then gets its transport stage, split with the server's timing; the
+//! One layer on each side, in [`tower`]:
+//! [`ServerLayer`](crate::tower::ServerLayer) around the server's services,
+//! [`ClientLayer`](crate::tower::ClientLayer) on the client's `Channel`. A
+//! call made inside a `call` span then gets its transport stage, split with the server's timing; the
 //! handler gets a [`RequestTimer`] (`RequestTimer::of(&request)`) to mark
 //! `infer_start`, `pre_done`, `post_start` and `ready`.
 //!
 //! ```no_run
 //! use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer};
 //! use stagetrace_grpc::proto::{async_inference_client::AsyncInferenceClient, Empty};
-//! use stagetrace_grpc::{ClientLayer, ServerLayer};
+//! use stagetrace_grpc::tower::{ClientLayer, ServerLayer};
 //! use tonic::transport::{Channel, Server};
 //! use tracing::Instrument;
 //!
@@ -84,13 +86,14 @@ pub mod proto {
     tonic::include_proto!("transport");
 }
 
-pub mod client;
+mod client;
 pub mod lerobot;
-pub mod server;
+mod server;
+pub mod tower;
 mod trailers;
 pub mod watched;
 pub mod wire;
 
-pub use client::{ClientLayer, ClientService, ClientStats, SendTrace, TrailerSlot, Trailers};
-pub use server::{RequestTimer, ServerLayer, ServerService};
+pub use client::{ClientStats, SendTrace, TrailerSlot, Trailers};
+pub use server::{RequestHook, RequestTimer};
 pub use wire::{Disposition, GrpcTiming, ObsOutcome, OUTCOME_KEY, TIMING_KEY};

@@ -5,82 +5,65 @@
 //! gRPC carries a `-bin` metadata value base64-encoded on the HTTP/2 wire;
 //! the entries are added through tonic's `MetadataMap`, which encodes them.
 
-use std::pin::Pin;
-use std::task::{ready, Context, Poll};
-
 use http::HeaderMap;
-use http_body::{Body, Frame, SizeHint};
+use http_body::Frame;
+
+use crate::watched::{Watch, Watched};
 
 /// `inner`, with what `add` puts into its trailers (sent as the trailers
 /// when the inner body ends without any). `add` runs when the trailers are
 /// due, and sees the inner ones (`grpc-status`): the timing is complete only
-/// then. The response body of [`ServerService`](crate::ServerService).
-pub struct WithTrailer<B, F> {
-    inner: B,
+/// then. The response body of [`ServerService`](crate::tower::ServerService).
+pub type WithTrailer<B, F> = Watched<B, AddTrailer<F>>;
+
+/// `body`, with what `add` puts into its trailers.
+pub(crate) fn with_trailer<B, F>(body: B, add: F) -> WithTrailer<B, F> {
+    Watched::new(body, AddTrailer { add: Some(add) })
+}
+
+/// The watch of a [`WithTrailer`] body: adds to the trailers when they
+/// pass, or sends its own when the body ends without.
+pub struct AddTrailer<F> {
     add: Option<F>,
 }
 
-impl<B, F> std::fmt::Debug for WithTrailer<B, F> {
+impl<F> std::fmt::Debug for AddTrailer<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WithTrailer")
+        f.debug_struct("AddTrailer")
             .field("trailers_due", &self.add.is_some())
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
-impl<B, F> WithTrailer<B, F>
+impl<D, E, F> Watch<D, E> for AddTrailer<F>
 where
     F: FnOnce(&mut HeaderMap),
 {
-    pub(crate) fn new(inner: B, add: F) -> Self {
-        WithTrailer {
-            inner,
-            add: Some(add),
-        }
-    }
-}
-
-impl<B, F> Body for WithTrailer<B, F>
-where
-    B: Body + Unpin,
-    F: FnOnce(&mut HeaderMap) + Unpin,
-{
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.get_mut();
-        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-            Some(Ok(mut frame)) => {
-                if let Some(map) = frame.trailers_mut() {
-                    if let Some(add) = this.add.take() {
+    fn saw(&mut self, frame: &mut Option<Result<Frame<D>, E>>, _ended: bool) {
+        match frame {
+            Some(Ok(f)) => {
+                if let Some(map) = f.trailers_mut() {
+                    if let Some(add) = self.add.take() {
                         add(map);
                     }
                 }
-                Poll::Ready(Some(Ok(frame)))
             }
-            Some(Err(e)) => Poll::Ready(Some(Err(e))),
+            Some(Err(_)) => {}
             None => {
                 // The inner body ended without trailers: send ours alone.
-                let Some(add) = this.add.take() else {
-                    return Poll::Ready(None);
-                };
-                let mut map = HeaderMap::new();
-                add(&mut map);
-                Poll::Ready((!map.is_empty()).then(|| Ok(Frame::trailers(map))))
+                if let Some(add) = self.add.take() {
+                    let mut map = HeaderMap::new();
+                    add(&mut map);
+                    if !map.is_empty() {
+                        *frame = Some(Ok(Frame::trailers(map)));
+                    }
+                }
             }
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.add.is_none() && self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+    fn adds_at_end(&self) -> bool {
+        self.add.is_some()
     }
 }
 
@@ -90,6 +73,7 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use http::HeaderValue;
+    use http_body::Body;
     use http_body_util::{BodyExt, Empty, Full};
 
     fn add_x(map: &mut HeaderMap) {
@@ -102,7 +86,7 @@ mod tests {
         status.insert("grpc-status", HeaderValue::from_static("0"));
         let inner =
             Full::new(Bytes::from_static(b"hi")).with_trailers(async move { Some(Ok(status)) });
-        let body = WithTrailer::new(Box::pin(inner), add_x);
+        let body = with_trailer(Box::pin(inner), add_x);
         let collected = body.collect().await.unwrap();
         let trailers = collected.trailers().cloned().unwrap();
         assert_eq!(trailers.get("grpc-status").unwrap(), "0");
@@ -112,7 +96,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_without_trailers_gets_ours_alone() {
-        let body = WithTrailer::new(Empty::<Bytes>::new(), add_x);
+        let body = with_trailer(Empty::<Bytes>::new(), add_x);
         assert!(!body.is_end_stream());
         let collected = body.collect().await.unwrap();
         assert_eq!(collected.trailers().unwrap().len(), 1);

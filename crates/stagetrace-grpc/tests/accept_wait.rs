@@ -17,7 +17,7 @@ use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_grpc::proto::async_inference_client::AsyncInferenceClient;
 use stagetrace_grpc::proto::async_inference_server::{AsyncInference, AsyncInferenceServer};
 use stagetrace_grpc::proto::{Actions, Empty, Observation, PolicySetup};
-use stagetrace_grpc::{ClientLayer, ServerLayer};
+use stagetrace_grpc::tower::{ClientLayer, ClientService, ServerLayer};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
 use tonic::transport::server::TcpIncoming;
@@ -158,7 +158,7 @@ fn serve(
     )
 }
 
-type Client = AsyncInferenceClient<stagetrace_grpc::ClientService<Channel>>;
+type Client = AsyncInferenceClient<ClientService<Channel>>;
 
 async fn robot(addr: SocketAddr, layer: &ClientLayer) -> Client {
     let channel = Channel::from_shared(format!("http://{addr}"))

@@ -18,9 +18,8 @@ use stagetrace::{record::CallRecord, record::ClockBasis, StageLayer, TraceParent
 use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer, Robot, RobotConfig, ServerEvent};
 use stagetrace_grpc::proto::async_inference_client::AsyncInferenceClient;
 use stagetrace_grpc::proto::Empty;
-use stagetrace_grpc::{
-    ClientLayer, Disposition, ServerLayer, TrailerSlot, OUTCOME_KEY, TIMING_KEY,
-};
+use stagetrace_grpc::tower::{ClientLayer, ServerLayer};
+use stagetrace_grpc::{Disposition, TrailerSlot, OUTCOME_KEY, TIMING_KEY};
 use stagetrace_net::ServerClock;
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{read_records, timing, Collect};

@@ -341,13 +341,14 @@ impl<H: Handler> Handler for AdmittedHandler<H> {
 /// [`Overloaded`], with the [`Shed`] message as the body), service timeouts
 /// `504 Gateway Timeout`.
 ///
-/// Put it *inside* `stagetrace_net::TimingLayer` so the wait is reported as
+/// Put it *inside* `stagetrace_net::tower::TimingLayer` so the wait is reported as
 /// `queue` (axum: `.layer(admission).layer(TimingLayer::new())`).
 ///
 /// ```
 /// use axum::{routing::post, Router};
-/// use stagetrace_mitigate::{AdmissionConfig, AdmissionLayer};
-/// use stagetrace_net::TimingLayer;
+/// use stagetrace_mitigate::tower::AdmissionLayer;
+/// use stagetrace_mitigate::AdmissionConfig;
+/// use stagetrace_net::tower::TimingLayer;
 ///
 /// let admission = AdmissionLayer::new(AdmissionConfig::default().max_concurrency(2));
 /// let app: Router = Router::new()

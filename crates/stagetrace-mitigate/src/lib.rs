@@ -12,7 +12,8 @@
 //!     `queue` stage (its [`InferTimer`](stagetrace_net::InferTimer) is marked
 //!     when its batch starts) and its batch size lands on the call's record
 //!     (`batch_size`).
-//!   - [`Admission`] / [`AdmittedHandler`] (WebSocket) and [`AdmissionLayer`]
+//!   - [`Admission`] / [`AdmittedHandler`] (WebSocket) and
+//!     [`tower::AdmissionLayer`]
 //!     (HTTP, on tower's concurrency-limit and timeout services): a
 //!     concurrency limit, a bounded queue with a timeout, and load shedding
 //!     with an error that says what happened, counted.
@@ -67,11 +68,9 @@ mod callers;
 mod digest;
 mod handler;
 mod stale;
+pub mod tower;
 
-pub use admission::{
-    Admission, AdmissionConfig, AdmissionLayer, AdmissionService, AdmissionStats, Admitted,
-    AdmittedHandler, Shed,
-};
+pub use admission::{Admission, AdmissionConfig, AdmissionStats, Admitted, AdmittedHandler, Shed};
 pub use batch::{BatchConfig, BatchError, BatchPolicy, BatchStats, Batched, Batcher};
 pub use cache::{
     action_cache, ActionCache, CacheStats, CachedHandler, ResultCache, ENTRY_OVERHEAD_BYTES,

@@ -10,9 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::{routing::post, Router};
-use stagetrace_mitigate::{Admission, AdmissionConfig, AdmissionLayer, AdmittedHandler};
+use stagetrace_mitigate::tower::AdmissionLayer;
+use stagetrace_mitigate::{Admission, AdmissionConfig, AdmittedHandler};
 use stagetrace_net::http::read_timing_headers;
-use stagetrace_net::{ClientError, InferTimer, MsgMap, PolicyClient, PolicyServer, TimingLayer};
+use stagetrace_net::tower::TimingLayer;
+use stagetrace_net::{ClientError, InferTimer, MsgMap, PolicyClient, PolicyServer};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{observation, policy};
 use tracing::Instrument;

@@ -32,8 +32,9 @@
 //! - [`ws::relay`]: a [`Relay`] (gateway) between robots and a policy server
 //!   that continues the trace and nests the downstream's timing in its own,
 //!   so the client's record carries per-hop figures.
-//! - [`http`]: a tower [`TimingLayer`] for axum servers and a reqwest
-//!   [`TracedHttpClient`].
+//! - [`http`]: a reqwest [`TracedHttpClient`] and an [`HttpRelay`]; the
+//!   server side is a tower layer for axum servers,
+//!   [`tower::TimingLayer`].
 //! - [`executor`]: an actuator controller receiving action chunks over the
 //!   network ([`executor::ExecutorServer`]) acknowledges each when it starts
 //!   it; [`executor::ExecutorClient`] sends them in the robot's `dispatch`
@@ -78,15 +79,15 @@ pub mod msg;
 pub mod proxy;
 mod server;
 mod timing_msgpack;
+pub mod tower;
 mod transport;
 pub mod ws;
 
 pub use http::{
-    HttpCallError, HttpRelay, HttpRelayBuilder, HttpRelayHandle, HttpReply, TimingLayer,
-    TimingService, TracedHttpClient,
+    HttpCallError, HttpRelay, HttpRelayBuilder, HttpRelayHandle, HttpReply, TracedHttpClient,
 };
 pub use msg::{DecodeError, MsgMap, NdArray};
-pub use server::{InferTimer, RequestHook, ServerClock, ServerStats};
+pub use server::{InferTimer, RequestHook, RequestMark, RequestMarks, ServerClock, ServerStats};
 pub use timing_msgpack::TimingMsgpackExt;
 pub use ws::{
     BlockingPolicyClient, ClientError, ClientOptions, ConnectionGuard, Handler, HandlerError,

@@ -20,9 +20,9 @@ use axum::Router;
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
 use stagetrace::{record::CallRecord, record::ServerRecord};
+use stagetrace_net::tower::TimingLayer;
 use stagetrace_net::{
-    HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TimingLayer,
-    TracedHttpClient,
+    HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TracedHttpClient,
 };
 use stagetrace_test_support::{rt, Observed};
 use stagetrace_wire::TraceParent;

@@ -17,7 +17,7 @@ use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_grpc::lerobot::{
     PolicyConfig, PolicyServer, Robot, RobotConfig, RobotReport, SpawnedServer,
 };
-use stagetrace_grpc::ServerLayer;
+use stagetrace_grpc::tower::ServerLayer;
 use stagetrace_sim::{ms, Knobs, RobotStats};
 use tonic::transport::Channel;
 

@@ -209,96 +209,120 @@ fn edge(m: &mut Mutator) -> u8 {
 /// length too); false when it changed the length, after which `l` no
 /// longer describes it.
 fn one(m: &mut Mutator, l: &Layout, out: &mut Vec<u8>) -> bool {
-    let n = out.len();
-    if l.footer.1 + 8 != n {
+    if l.footer.1 + 8 != out.len() {
         return false;
     }
-    let pick_chunk = |m: &mut Mutator| l.chunks.get(m.below(l.chunks.len())).copied();
     match m.below(12) {
-        // The stored Arrow schema: a base64 character for another, so the
-        // blob still decodes and the IPC decoder gets damaged bytes.
-        0 | 1 => {
-            if let Some((a, b)) = l.arrow_schema.filter(|(a, b)| b > a) {
-                let i = a + m.below(b - a);
-                out[i] = BASE64[m.below(BASE64.len())];
-            }
-        }
-        // The footer's Thrift: a byte set to an edge value or flipped.
-        2 | 3 => {
-            let (a, b) = l.footer;
-            if b > a {
-                let i = a + m.below(b - a);
-                if m.below(2) == 0 {
-                    out[i] = edge(m);
-                } else {
-                    out[i] ^= 1 << m.below(8);
-                }
-            }
-        }
-        // The footer length.
-        4 => {
-            let i = n - 8 + m.below(4);
-            out[i] = edge(m);
-        }
-        // A page header: the first bytes of a dictionary or data page
-        // (type, sizes, CRC, value count, encoding, definition levels).
-        5..=7 => {
-            if let Some((start, data, _)) = pick_chunk(m) {
-                let at = if m.below(2) == 0 { start } else { data };
-                let i = at + m.below(24);
-                if i < n {
-                    out[i] = if m.below(3) == 0 {
-                        out[i] ^ (1 << m.below(8))
-                    } else {
-                        edge(m)
-                    };
-                }
-            }
-        }
-        // A page body byte (levels, dictionary indices, values).
-        8 => {
-            if let Some((start, _, end)) = pick_chunk(m) {
-                let i = start + m.below(end - start);
-                out[i] = m.below(256) as u8;
-            }
-        }
-        // One column's page written over another's: a dictionary of the
-        // wrong type, a data page of the wrong width.
-        9 => {
-            if let (Some((a0, a1, a2)), Some((b0, b1, _))) = (pick_chunk(m), pick_chunk(m)) {
-                let (from, to) = if m.below(2) == 0 { (a0, b0) } else { (a1, b1) };
-                let len = (1 + m.below(64)).min(a2 - from);
-                if to + len <= n && from + len <= n {
-                    let copy = out[from..from + len].to_vec();
-                    out[to..to + len].copy_from_slice(&copy);
-                }
-            }
-        }
-        // Cut the file short inside a column chunk or the footer, keeping
-        // the footer's tail (the reader then finds a footer that lies).
-        10 => {
-            if let Some((start, _, end)) = pick_chunk(m) {
-                let cut = start + m.below(end - start);
-                let tail = out[l.footer.0..].to_vec();
-                out.truncate(cut);
-                out.extend_from_slice(&tail);
-                return false;
-            }
-        }
-        // Two adjacent bytes of a page header zeroed or saturated (a
-        // varint length made huge or empty).
-        _ => {
-            if let Some((start, data, _)) = pick_chunk(m) {
-                let at = if m.below(2) == 0 { start } else { data };
-                let i = at + m.below(20);
-                let v = if m.below(2) == 0 { 0x00 } else { 0xff };
-                for b in out.iter_mut().take((i + 2).min(n)).skip(i) {
-                    *b = v;
-                }
-            }
-        }
+        0 | 1 => arrow_schema_char(m, l, out),
+        2 | 3 => footer_byte(m, l, out),
+        4 => footer_length(m, out),
+        5..=7 => page_header_byte(m, l, out),
+        8 => page_body_byte(m, l, out),
+        9 => page_over_another(m, l, out),
+        10 => return !cut_short(m, l, out),
+        _ => page_header_pair(m, l, out),
     }
     true
+}
+
+/// A column chunk of the file, at random: (start, data page, end).
+fn pick_chunk(m: &mut Mutator, l: &Layout) -> Option<(usize, usize, usize)> {
+    l.chunks.get(m.below(l.chunks.len())).copied()
+}
+
+/// The stored Arrow schema: a base64 character for another, so the blob
+/// still decodes and the IPC decoder gets damaged bytes.
+fn arrow_schema_char(m: &mut Mutator, l: &Layout, out: &mut [u8]) {
+    if let Some((a, b)) = l.arrow_schema.filter(|(a, b)| b > a) {
+        let i = a + m.below(b - a);
+        out[i] = BASE64[m.below(BASE64.len())];
+    }
+}
+
+/// The footer's Thrift: a byte set to an edge value or flipped.
+fn footer_byte(m: &mut Mutator, l: &Layout, out: &mut [u8]) {
+    let (a, b) = l.footer;
+    if b > a {
+        let i = a + m.below(b - a);
+        if m.below(2) == 0 {
+            out[i] = edge(m);
+        } else {
+            out[i] ^= 1 << m.below(8);
+        }
+    }
+}
+
+/// The footer length: one of its bytes set to an edge value.
+fn footer_length(m: &mut Mutator, out: &mut [u8]) {
+    let i = out.len() - 8 + m.below(4);
+    out[i] = edge(m);
+}
+
+/// A page header: the first bytes of a dictionary or data page (type,
+/// sizes, CRC, value count, encoding, definition levels), one flipped or
+/// set to an edge value.
+fn page_header_byte(m: &mut Mutator, l: &Layout, out: &mut [u8]) {
+    if let Some((start, data, _)) = pick_chunk(m, l) {
+        let at = if m.below(2) == 0 { start } else { data };
+        let i = at + m.below(24);
+        if i < out.len() {
+            out[i] = if m.below(3) == 0 {
+                out[i] ^ (1 << m.below(8))
+            } else {
+                edge(m)
+            };
+        }
+    }
+}
+
+/// A page body byte (levels, dictionary indices, values) set at random.
+fn page_body_byte(m: &mut Mutator, l: &Layout, out: &mut [u8]) {
+    if let Some((start, _, end)) = pick_chunk(m, l) {
+        let i = start + m.below(end - start);
+        out[i] = m.below(256) as u8;
+    }
+}
+
+/// One column's page written over another's: a dictionary of the wrong
+/// type, a data page of the wrong width.
+fn page_over_another(m: &mut Mutator, l: &Layout, out: &mut [u8]) {
+    let n = out.len();
+    if let (Some((a0, a1, a2)), Some((b0, b1, _))) = (pick_chunk(m, l), pick_chunk(m, l)) {
+        let (from, to) = if m.below(2) == 0 { (a0, b0) } else { (a1, b1) };
+        let len = (1 + m.below(64)).min(a2 - from);
+        if to + len <= n && from + len <= n {
+            let copy = out[from..from + len].to_vec();
+            out[to..to + len].copy_from_slice(&copy);
+        }
+    }
+}
+
+/// Cuts the file short inside a column chunk, keeping the footer's tail
+/// (the reader then finds a footer that lies); true when it did (the
+/// length changed).
+fn cut_short(m: &mut Mutator, l: &Layout, out: &mut Vec<u8>) -> bool {
+    let Some((start, _, end)) = pick_chunk(m, l) else {
+        return false;
+    };
+    let cut = start + m.below(end - start);
+    let tail = out[l.footer.0..].to_vec();
+    out.truncate(cut);
+    out.extend_from_slice(&tail);
+    true
+}
+
+/// Two adjacent bytes of a page header zeroed or saturated (a varint
+/// length made huge or empty).
+fn page_header_pair(m: &mut Mutator, l: &Layout, out: &mut [u8]) {
+    let n = out.len();
+    if let Some((start, data, _)) = pick_chunk(m, l) {
+        let at = if m.below(2) == 0 { start } else { data };
+        let i = at + m.below(20);
+        let v = if m.below(2) == 0 { 0x00 } else { 0xff };
+        for b in out.iter_mut().take((i + 2).min(n)).skip(i) {
+            *b = v;
+        }
+    }
 }
 
 /// The structure-aware mutator (see the module's comment).

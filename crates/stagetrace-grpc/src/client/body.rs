@@ -162,7 +162,7 @@ impl TrailerReader {
 }
 
 impl<D, E> Watch<D, E> for TrailerReader {
-    fn saw(&mut self, frame: &Option<Result<Frame<D>, E>>, _ended: bool) {
+    fn saw(&mut self, frame: &mut Option<Result<Frame<D>, E>>, _ended: bool) {
         match frame {
             Some(Ok(f)) => {
                 if let Some(map) = f.trailers_ref() {

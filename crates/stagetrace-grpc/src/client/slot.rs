@@ -1,4 +1,4 @@
-//! What a caller hands [`ClientLayer`](super::ClientLayer) in a request's
+//! What a caller hands [`ClientLayer`](crate::tower::ClientLayer) in a request's
 //! extensions: the trace context to send ([`SendTrace`]) and where to put
 //! what the response's trailers said ([`TrailerSlot`]).
 
@@ -9,14 +9,14 @@ use stagetrace_wire::TraceParent;
 
 use crate::wire::{GrpcTiming, ObsOutcome};
 
-/// Put into a `tonic::Request`'s extensions: [`ClientLayer`](super::ClientLayer)
+/// Put into a `tonic::Request`'s extensions: [`ClientLayer`](crate::tower::ClientLayer)
 /// sends this `traceparent` (a call timed without spans:
 /// [`DirectCall::trace_parent`](stagetrace::direct::DirectCall::trace_parent))
 /// instead of the current span's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendTrace(pub TraceParent);
 
-/// What a response's trailers said, read by [`ClientLayer`](super::ClientLayer).
+/// What a response's trailers said, read by [`ClientLayer`](crate::tower::ClientLayer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trailers {
     /// The server's timing (`stagetrace-timing-bin`), when sent and valid.
@@ -31,7 +31,7 @@ pub struct Trailers {
     pub at: Instant,
 }
 
-/// A slot [`ClientLayer`](super::ClientLayer) fills when the response's
+/// A slot [`ClientLayer`](crate::tower::ClientLayer) fills when the response's
 /// trailers arrive: put a clone into the request's extensions, read it
 /// after the call returned (tonic reads a unary response's trailers before
 /// it returns).

@@ -1,5 +1,5 @@
 //! [`PolicyServer`]: LeRobot's async policy server (`transport.AsyncInference`)
-//! with an injected inference time, timed through [`ServerLayer`](crate::ServerLayer)'s
+//! with an injected inference time, timed through [`ServerLayer`](crate::tower::ServerLayer)'s
 //! [`RequestTimer`] as `stagetrace.lerobot.trace_policy_server` times
 //! LeRobot's own.
 
@@ -86,7 +86,7 @@ type EventHook = Arc<dyn Fn(ServerEvent) + Send + Sync>;
 /// last one run, is skipped, unless `must_go`); `GetActions` takes it, runs
 /// the policy and returns a chunk of [`PolicyConfig::chunk_size`] actions.
 ///
-/// Served behind a [`ServerLayer`](crate::ServerLayer), each reply's
+/// Served behind a [`ServerLayer`](crate::tower::ServerLayer), each reply's
 /// trailers say what the robot needs: `SendObservations` the outcome
 /// (`stagetrace-obs-bin`, no timing), `GetActions` the timing of the
 /// observation whose chunk it carries, from that observation's receive
@@ -172,7 +172,7 @@ impl PolicyServer {
         }
     }
 
-    /// The tonic service, to add to a `Server` (behind a [`ServerLayer`](crate::ServerLayer)).
+    /// The tonic service, to add to a `Server` (behind a [`ServerLayer`](crate::tower::ServerLayer)).
     pub fn into_service(self) -> AsyncInferenceServer<PolicyServer> {
         AsyncInferenceServer::new(self)
     }

@@ -10,7 +10,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 
 use super::PolicyServer;
-use crate::ServerLayer;
+use crate::tower::ServerLayer;
 
 /// The served policy, until [`stop`](Self::stop) or drop.
 #[derive(Debug)]

@@ -60,7 +60,7 @@ impl AheadBudget {
 /// the end arrive. tonic reads a unary request to its end (trailers
 /// included) before the handler runs; a streaming handler reads it as it
 /// goes. While the request waits for the service inside the layer to be
-/// ready, [`ServerLayer`](super::ServerLayer) reads it ahead (bounded:
+/// ready, [`ServerLayer`](crate::tower::ServerLayer) reads it ahead (bounded:
 /// [`MAX_AHEAD_PER_REQUEST`], [`MAX_AHEAD_TOTAL`]) and the handler then
 /// reads those frames first, unchanged.
 pub struct Arrival<B: Body> {
@@ -108,7 +108,7 @@ impl ArrivalStamps {
 }
 
 impl<D, E> Watch<D, E> for ArrivalStamps {
-    fn saw(&mut self, frame: &Option<Result<Frame<D>, E>>, ended: bool) {
+    fn saw(&mut self, frame: &mut Option<Result<Frame<D>, E>>, ended: bool) {
         match frame {
             Some(Ok(f)) if f.is_data() => {
                 self.timer.data_arrived();

@@ -12,13 +12,15 @@ use std::time::Instant;
 
 use http::{HeaderMap, Request, Response};
 use stagetrace::record::ServerRecord;
+use stagetrace_net::http::extract_trace_context;
 use stagetrace_net::{ServerClock, ServerStats};
 use stagetrace_wire::ServerTiming;
-use stagetrace_wire::{TraceContext, TraceParent, TRACEPARENT, TRACESTATE};
+use stagetrace_wire::{TraceContext, TraceParent};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tracing::Instrument;
 
-pub use crate::trailers::WithTrailer;
+use crate::trailers::with_trailer;
+pub use crate::trailers::{AddTrailer, WithTrailer};
 use crate::wire::{OUTCOME_KEY, TIMING_KEY};
 
 mod arrival;
@@ -245,9 +247,9 @@ where
             if parts.headers.contains_key(GRPC_STATUS) {
                 add(&mut parts.headers);
                 let nothing: AddTrailers = Box::new(|_| {});
-                return Ok(Response::from_parts(parts, WithTrailer::new(body, nothing)));
+                return Ok(Response::from_parts(parts, with_trailer(body, nothing)));
             }
-            Ok(Response::from_parts(parts, WithTrailer::new(body, add)))
+            Ok(Response::from_parts(parts, with_trailer(body, add)))
         })
     }
 }
@@ -267,17 +269,7 @@ impl Shared {
     /// The request's trace context (W3C Trace Context Level 2, as
     /// `stagetrace-net`'s servers read it); each rejected header counted.
     fn take_context(&self, headers: &HeaderMap) -> Option<TraceContext> {
-        let parents: Vec<&[u8]> = headers
-            .get_all(TRACEPARENT)
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        let states: Vec<&[u8]> = headers
-            .get_all(TRACESTATE)
-            .iter()
-            .map(|v| v.as_bytes())
-            .collect();
-        let found = TraceContext::extract(&parents, &states);
+        let found = extract_trace_context(headers);
         for _ in 0..found.rejected() {
             self.rejected_headers.fetch_add(1, Ordering::Relaxed);
             stagetrace::health::count_rejected_header();

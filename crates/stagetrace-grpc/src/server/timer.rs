@@ -1,22 +1,25 @@
 //! [`RequestTimer`]: one request's stamps on the server, from its head to
 //! the reply, which the handler marks (inference start and end, an async
-//! server's answer for an earlier request) and [`ServerLayer`](super::ServerLayer)
-//! turns into the timing trailer.
+//! server's answer for an earlier request) and [`ServerLayer`](crate::tower::ServerLayer)
+//! turns into the timing trailer. The marks are `stagetrace-net`'s
+//! [`RequestMarks`], the table every stagetrace server keeps; this adds
+//! what gRPC's layer stamps and sends (the receive read from the body, the
+//! answer for an earlier request, the outcome).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use stagetrace::thread_sample::ThreadSample;
-use stagetrace_net::ServerClock;
+use stagetrace_net::{RequestMark, RequestMarks, ServerClock};
 use stagetrace_wire::ServerTiming;
-use stagetrace_wire::{TraceParent, MAX_BATCH_SIZE};
+use stagetrace_wire::TraceParent;
 
 use crate::wire::{GrpcTiming, ObsOutcome};
 
 /// Handed to a gRPC handler in its request's extensions
-/// ([`RequestTimer::of`]) by [`ServerLayer`](super::ServerLayer): where its
+/// ([`RequestTimer::of`]) by [`ServerLayer`](crate::tower::ServerLayer): where its
 /// inference starts and ends, and what its reply answers.
 ///
 /// The layer stamps the rest: the request's head, its receive (the whole
@@ -42,26 +45,17 @@ pub struct RequestTimer {
 }
 
 struct Stamps {
-    /// The request's head reached the layer: its first byte, as near as a
-    /// tower layer sees it.
-    head: Instant,
+    /// Relative to the request's head, which reached the layer: its first
+    /// byte, as near as a tower layer sees it. The layer marks the body's
+    /// data frames ([`RequestMark::BodyData`]), the hand-over to the
+    /// service inside it, its handler's stack, after waiting for it to be
+    /// ready ([`RequestMark::HandlerStart`]), and the send
+    /// ([`RequestMark::Sent`]); the handler the rest.
+    marks: RequestMarks,
     clock: ServerClock,
     host_figures: bool,
     trace_parent: Option<TraceParent>,
     recv: OnceLock<Recv>,
-    /// ns after `head` + 1 (0 = unset).
-    last_data: AtomicU64,
-    /// The request was handed to the service inside the layer (its
-    /// handler's stack), after waiting for it to be ready.
-    handler: AtomicU64,
-    infer_start: AtomicU64,
-    pre_done: AtomicU64,
-    post_start: AtomicU64,
-    ready: AtomicU64,
-    sent: AtomicU64,
-    batch_size: AtomicU32,
-    /// 0 = unset, 1 = miss, 2 = hit.
-    cache: AtomicU8,
     skip_timing: AtomicBool,
     answer: Mutex<Option<(RequestTimer, u64)>>,
     outcome: Mutex<Option<ObsOutcome>>,
@@ -79,9 +73,9 @@ impl fmt::Debug for RequestTimer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequestTimer")
             .field("received", &self.inner.recv.get().map(|r| r.at))
-            .field("infer_start", &self.mark(&self.inner.infer_start))
-            .field("ready", &self.mark(&self.inner.ready))
-            .field("sent", &self.mark(&self.inner.sent))
+            .field("infer_start", &self.mark(RequestMark::InferStart))
+            .field("ready", &self.mark(RequestMark::Ready))
+            .field("sent", &self.mark(RequestMark::Sent))
             .finish_non_exhaustive()
     }
 }
@@ -104,20 +98,11 @@ impl RequestTimer {
     ) -> Self {
         RequestTimer {
             inner: Arc::new(Stamps {
-                head,
+                marks: RequestMarks::new(head),
                 clock,
                 host_figures,
                 trace_parent,
                 recv: OnceLock::new(),
-                last_data: AtomicU64::new(0),
-                handler: AtomicU64::new(0),
-                infer_start: AtomicU64::new(0),
-                pre_done: AtomicU64::new(0),
-                post_start: AtomicU64::new(0),
-                ready: AtomicU64::new(0),
-                sent: AtomicU64::new(0),
-                batch_size: AtomicU32::new(0),
-                cache: AtomicU8::new(0),
                 skip_timing: AtomicBool::new(false),
                 answer: Mutex::new(None),
                 outcome: Mutex::new(None),
@@ -125,7 +110,7 @@ impl RequestTimer {
         }
     }
 
-    /// The timer [`ServerLayer`](super::ServerLayer) put into `request`'s
+    /// The timer [`ServerLayer`](crate::tower::ServerLayer) put into `request`'s
     /// extensions (`None` when the server has no such layer).
     pub fn of<T>(request: &tonic::Request<T>) -> Option<RequestTimer> {
         request.extensions().get::<RequestTimer>().cloned()
@@ -136,21 +121,12 @@ impl RequestTimer {
         self.inner.trace_parent
     }
 
-    fn set(&self, slot: &AtomicU64) {
-        slot.store(
-            ns_between(self.inner.head, Instant::now()).saturating_add(1),
-            Ordering::Relaxed,
-        );
+    fn set(&self, mark: RequestMark) {
+        self.inner.marks.set(mark);
     }
 
-    fn mark(&self, slot: &AtomicU64) -> Option<Instant> {
-        match slot.load(Ordering::Relaxed) {
-            0 => None,
-            v => self
-                .inner
-                .head
-                .checked_add(std::time::Duration::from_nanos(v - 1)),
-        }
+    fn mark(&self, mark: RequestMark) -> Option<Instant> {
+        self.inner.marks.at(mark)
     }
 
     /// The whole request has arrived now (a client stream's last message,
@@ -167,53 +143,47 @@ impl RequestTimer {
 
     /// A data frame of the request body arrived now.
     pub(crate) fn data_arrived(&self) {
-        self.set(&self.inner.last_data);
+        self.set(RequestMark::BodyData);
     }
 
     /// The service inside the layer was ready and the request is handed to
     /// it now: its handler starts. A request that came in before waited for
     /// it (`accept_wait`, in `queue`).
     pub(crate) fn handler_started(&self) {
-        self.set(&self.inner.handler);
+        self.set(RequestMark::HandlerStart);
     }
 
     /// Inference starts now: the time since the receive is `queue`.
     pub fn infer_start(&self) {
-        self.set(&self.inner.infer_start);
+        self.set(RequestMark::InferStart);
     }
 
     /// Pre-processing is done, the model starts now.
     pub fn pre_done(&self) {
-        self.set(&self.inner.pre_done);
+        self.set(RequestMark::PreDone);
     }
 
     /// The model is done, post-processing starts now.
     pub fn post_start(&self) {
-        self.set(&self.inner.post_start);
+        self.set(RequestMark::PostStart);
     }
 
     /// The output is ready now (inference ends): the time from here to the
     /// reply's send is `poll_wait` (waiting for the client's poll, padding,
     /// serialisation).
     pub fn ready(&self) {
-        self.set(&self.inner.ready);
+        self.set(RequestMark::Ready);
     }
 
     /// The request ran in a batch of `n` (itself included): sent as
     /// `batch_size`; 0 is ignored, larger than the wire's limit capped.
     pub fn set_batch_size(&self, n: usize) {
-        if n > 0 {
-            let n = u32::try_from(n)
-                .unwrap_or(MAX_BATCH_SIZE)
-                .min(MAX_BATCH_SIZE);
-            self.inner.batch_size.store(n, Ordering::Relaxed);
-        }
+        self.inner.marks.set_batch_size(n);
     }
 
     /// A result cache answered (`true`) or missed (`false`): sent as `cache`.
     pub fn set_cache_hit(&self, hit: bool) {
-        let v = if hit { 2 } else { 1 };
-        self.inner.cache.store(v, Ordering::Relaxed);
+        self.inner.marks.set_cache_hit(hit);
     }
 
     /// This reply carries the result of the request `earlier` timed (an
@@ -238,7 +208,7 @@ impl RequestTimer {
 
     /// The handler's response resolved now: the send stamp.
     pub(crate) fn sent_now(&self) {
-        self.set(&self.inner.sent);
+        self.set(RequestMark::Sent);
     }
 
     pub(crate) fn outcome(&self) -> Option<ObsOutcome> {
@@ -251,7 +221,7 @@ impl RequestTimer {
         if self.inner.skip_timing.load(Ordering::Relaxed) {
             return None;
         }
-        let sent = self.mark(&self.inner.sent).unwrap_or_else(Instant::now);
+        let sent = self.mark(RequestMark::Sent).unwrap_or_else(Instant::now);
         let answer = lock(&self.inner.answer).clone();
         Some(match answer {
             Some((earlier, ts)) => (
@@ -277,7 +247,9 @@ impl RequestTimer {
         if let Some(r) = self.inner.recv.get() {
             return *r;
         }
-        let at = self.mark(&self.inner.last_data).unwrap_or(self.inner.head);
+        let at = self
+            .mark(RequestMark::BodyData)
+            .unwrap_or(self.inner.marks.base());
         let back = ns_between(at, Instant::now());
         Recv {
             at,
@@ -289,52 +261,42 @@ impl RequestTimer {
     /// The timing of this request, sent at `sent`.
     fn timing_at(&self, sent: Instant) -> ServerTiming {
         let recv = self.recv();
-        let after_recv = |slot: &AtomicU64| self.mark(slot).map(|m| m.max(recv.at).min(sent));
-        let ready = after_recv(&self.inner.ready);
+        let after_recv = |mark| self.mark(mark).map(|m| m.max(recv.at).min(sent));
+        let ready = after_recv(RequestMark::Ready);
         // The whole request was in before its handler started: it waited
         // for one (a concurrency limit, a busy pool inside the layer).
         let accepted = self
-            .mark(&self.inner.handler)
+            .mark(RequestMark::HandlerStart)
             .filter(|h| *h > recv.at)
             .map(|h| h.min(sent));
         // Inference starts no earlier than the handler did.
-        let start = after_recv(&self.inner.infer_start)
+        let start = after_recv(RequestMark::InferStart)
             .unwrap_or(recv.at)
             .max(accepted.unwrap_or(recv.at))
             .min(ready.unwrap_or(sent));
         let end = ready.unwrap_or(sent);
-        let within = |slot: &AtomicU64| self.mark(slot).map(|m| m.clamp(start, end));
-        let pre_done = within(&self.inner.pre_done);
-        // A post mark set before the pre mark is taken at it: the three
-        // parts then still add up to infer.
-        let post_start = within(&self.inner.post_start).map(|q| q.max(pre_done.unwrap_or(q)));
-        ServerTiming {
+        let head = self.inner.marks.base();
+        let mut t = ServerTiming {
             recv_unix_ns: Some(recv.unix_ns),
             total_ns: Some(ns_between(recv.at, sent)),
-            transfer_ns: Some(ns_between(self.inner.head, recv.at)),
+            transfer_ns: Some(ns_between(head, recv.at)),
             queue_ns: Some(ns_between(recv.at, start)),
             accept_wait_ns: accepted.map(|h| ns_between(recv.at, h.min(start))),
             infer_ns: Some(ns_between(start, end)),
-            pre_ns: pre_done.map(|p| ns_between(start, p)),
-            // The model: between the two marks, when the handler set both.
-            model_ns: pre_done.zip(post_start).map(|(p, q)| ns_between(p, q)),
-            post_ns: post_start.map(|p| ns_between(p, end)),
             poll_wait_ns: ready.map(|r| ns_between(r, sent)),
-            batch_size: match self.inner.batch_size.load(Ordering::Relaxed) {
-                0 => None,
-                n => Some(n),
-            },
-            cache_hit: match self.inner.cache.load(Ordering::Relaxed) {
-                1 => Some(false),
-                2 => Some(true),
-                _ => None,
-            },
             host: recv
                 .host
                 .map(|h| ThreadSample::now().since(&h))
                 .unwrap_or_default(),
             ..ServerTiming::default()
-        }
+        };
+        // The handler's parts, batch and cache, by the rule every server
+        // keeps (on the marks' own clock: ns after the head).
+        let (start_ns, end_ns) = (ns_between(head, start), ns_between(head, end));
+        self.inner
+            .marks
+            .fill_handler_parts(start_ns, end_ns, &mut t);
+        t
     }
 }
 

@@ -131,33 +131,36 @@ impl TracedHttpClient {
                 return Err(HttpCallError::Request(e.to_string()));
             }
         };
-        let peer = match (
-            request.url().host_str(),
-            request.url().port_or_known_default(),
-        ) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_owned(),
-            _ => String::new(),
-        };
-        let span = transport::transport_span(&peer);
-        if let Some(tp) = transport::traceparent(&span) {
-            let headers = request.headers_mut();
-            if let Ok(v) = HeaderValue::from_bytes(&tp) {
-                headers.insert(HeaderName::from_static(TRACEPARENT), v);
-            }
-            // Ours replaces any the app set: a tracestate goes with its parent.
-            headers.remove(TRACESTATE);
-            if let Some(v) =
-                transport::tracestate(&span).and_then(|ts| HeaderValue::from_str(&ts).ok())
-            {
-                headers.insert(HeaderName::from_static(TRACESTATE), v);
-            }
-        }
+        let span = transport::transport_span(&peer(request.url()));
+        send_trace_context(&span, request.headers_mut());
         let sent_parent_id = request
             .headers()
             .get(TRACEPARENT)
             .and_then(|v| TraceParent::parse_bytes(v.as_bytes()).ok())
             .map(|tp| tp.parent_id);
+        let (status, headers, body) = self.exchange(request, &span).await?;
+        let (server_timing, hops) = attach_server_timing(&span, &headers);
+        if !status.is_success() {
+            transport::fail(&span, "http error status");
+            return Err(HttpCallError::Status { status, body });
+        }
+        Ok(HttpReply {
+            status,
+            headers,
+            body,
+            server_timing,
+            hops,
+            sent_parent_id,
+        })
+    }
+
+    /// Sends `request` and reads its whole response in `span`, within the
+    /// call timeout; a broken connection or the timeout fails the span.
+    async fn exchange(
+        &self,
+        request: reqwest::Request,
+        span: &Span,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), HttpCallError> {
         let client = &self.client;
         let exchange = async move {
             let resp = client
@@ -175,43 +178,62 @@ impl TracedHttpClient {
                 .map_err(|e| HttpCallError::Transport(e.to_string()))?;
             Ok::<_, HttpCallError>((status, headers, body))
         };
-        let (status, headers, body) =
-            match tokio::time::timeout(self.timeout, exchange.instrument(span.clone())).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    transport::fail(&span, "disconnected");
-                    return Err(e);
-                }
-                Err(_) => {
-                    transport::fail(&span, "timeout");
-                    return Err(HttpCallError::Timeout(self.timeout));
-                }
-            };
-        // Through relays the chain holds the policy server's timing and
-        // every relay's stamps; else the server's own headers.
-        let (server_timing, hops) = match read_timing_chain(&headers) {
-            Some(chain) => (Some(chain.map.timing).filter(|t| !t.is_empty()), chain.hops),
-            None => (read_timing_headers(&headers), Hops::new()),
-        };
-        if let Some(t) = server_timing {
-            transport::attach(&span, t);
+        match tokio::time::timeout(self.timeout, exchange.instrument(span.clone())).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => {
+                transport::fail(span, "disconnected");
+                Err(e)
+            }
+            Err(_) => {
+                transport::fail(span, "timeout");
+                Err(HttpCallError::Timeout(self.timeout))
+            }
         }
-        if !hops.is_empty() {
-            span.record_hops(hops);
-        }
-        if !status.is_success() {
-            transport::fail(&span, "http error status");
-            return Err(HttpCallError::Status { status, body });
-        }
-        Ok(HttpReply {
-            status,
-            headers,
-            body,
-            server_timing,
-            hops,
-            sent_parent_id,
-        })
     }
+}
+
+/// The peer a request goes to, `host:port` (one clock-offset estimate per
+/// peer).
+fn peer(url: &reqwest::Url) -> String {
+    match (url.host_str(), url.port_or_known_default()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_owned(),
+        _ => String::new(),
+    }
+}
+
+/// Puts the transport span's `traceparent` and `tracestate` into the
+/// request's headers (ours replace any the app set).
+fn send_trace_context(span: &Span, headers: &mut HeaderMap) {
+    let Some(tp) = transport::traceparent(span) else {
+        return;
+    };
+    if let Ok(v) = HeaderValue::from_bytes(&tp) {
+        headers.insert(HeaderName::from_static(TRACEPARENT), v);
+    }
+    // Ours replaces any the app set: a tracestate goes with its parent.
+    headers.remove(TRACESTATE);
+    if let Some(v) = transport::tracestate(span).and_then(|ts| HeaderValue::from_str(&ts).ok()) {
+        headers.insert(HeaderName::from_static(TRACESTATE), v);
+    }
+}
+
+/// Reads the server's timing from the response's headers and attaches it,
+/// and the relays' stamps, to `span`. Through relays the chain holds the
+/// policy server's timing and every relay's stamps; else the server's own
+/// headers.
+fn attach_server_timing(span: &Span, headers: &HeaderMap) -> (Option<ServerTiming>, Hops) {
+    let (server_timing, hops) = match read_timing_chain(headers) {
+        Some(chain) => (Some(chain.map.timing).filter(|t| !t.is_empty()), chain.hops),
+        None => (read_timing_headers(headers), Hops::new()),
+    };
+    if let Some(t) = server_timing {
+        transport::attach(span, t);
+    }
+    if !hops.is_empty() {
+        span.record_hops(hops);
+    }
+    (server_timing, hops)
 }
 
 /// The timing chain a relay's response carries (`stagetrace-timing-chain`,

@@ -1,14 +1,14 @@
 //! HTTP: a tower layer for axum servers, a reqwest client wrapper and a
 //! relay made of both.
 //!
-//! The server side, [`TimingLayer`], buffers the request body so the receive
+//! The server side, [`TimingLayer`](crate::tower::TimingLayer), buffers the request body so the receive
 //! time is stamped when the *whole* request has arrived, takes the remote
 //! parent from `traceparent`, and adds the `stagetrace-timing` and standard
 //! `Server-Timing` headers to the response:
 //!
 //! ```no_run
 //! use axum::{routing::post, Router};
-//! use stagetrace_net::TimingLayer;
+//! use stagetrace_net::tower::TimingLayer;
 //!
 //! # async fn run() -> std::io::Result<()> {
 //! let app = Router::new()
@@ -39,18 +39,19 @@
 //! answers with its own timing and the downstream's nested
 //! (`docs/protocol.md`, "Relays").
 //!
-//! One file per part: the server layer (`server`), the client (`client`),
-//! the relay (`relay`, both of them); this file only names things.
+//! One file per part: the server layer (`server`, public in
+//! [`crate::tower`]), the client (`client`), the relay (`relay`, both of
+//! them); this file only names things.
 
 mod client;
 mod relay;
-mod server;
+pub(crate) mod server;
 
 pub use client::{
     read_timing_chain, read_timing_headers, HttpCallError, HttpReply, TracedHttpClient,
 };
 pub use relay::{HttpRelay, HttpRelayBuilder, HttpRelayHandle};
-pub use server::{TimingLayer, TimingService};
+pub use server::extract_trace_context;
 
 /// Largest request body the layer buffers by default (32 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;

@@ -18,8 +18,8 @@ use http_body_util::{BodyExt, Limited};
 use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{
-    TimingChain, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER, TIMING_HEADER,
-    TRACEPARENT, TRACESTATE,
+    Extracted, TimingChain, TraceContext, TraceParent, SERVER_TIMING_HEADER, TIMING_CHAIN_HEADER,
+    TIMING_HEADER, TRACEPARENT, TRACESTATE,
 };
 use tokio::sync::Semaphore;
 use tracing::Instrument;
@@ -243,9 +243,11 @@ impl LayerShared {
             .with_host(self.host_figures)
     }
 
+    /// One request: read it whole, run the handler on it, answer with its
+    /// timing.
     async fn handle<S, ReqB, ResB>(
         &self,
-        mut inner: S,
+        inner: S,
         req: Request<ReqB>,
     ) -> Response<axum::body::Body>
     where
@@ -258,49 +260,67 @@ impl LayerShared {
         // The service is called once the request's head has arrived: the
         // request's first byte, as near as a tower layer sees it.
         let head = Instant::now();
-        let (mut parts, body) = req.into_parts();
+        let (parts, body) = req.into_parts();
         let collected = Limited::new(body, self.max_body_bytes).collect().await;
         // The whole request has arrived (or failed to): the receive time.
         let mut stamps = self.received(head);
-        let context = {
-            let h = &parts.headers;
-            let parents: Vec<&[u8]> = h
-                .get_all(TRACEPARENT)
-                .iter()
-                .map(|v| v.as_bytes())
-                .collect();
-            let states: Vec<&[u8]> = h.get_all(TRACESTATE).iter().map(|v| v.as_bytes()).collect();
-            take_context(&self.counters, &parents, &states)
-        };
+        let context = self.take_context(&parts.headers);
         let trace_parent = context.as_ref().map(|c| c.parent);
-        let kind = parts
-            .headers
-            .get(KIND_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let kind = request_kind(&parts.headers);
         let body = match collected {
             Ok(c) => c.to_bytes(),
             Err(e) => {
-                let too_large = e
-                    .downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some();
-                let (status, msg) = if too_large {
-                    (
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        format!(
-                            "request body larger than {} bytes; raise TimingLayer::max_body_bytes",
-                            self.max_body_bytes
-                        ),
-                    )
-                } else {
-                    (
-                        StatusCode::BAD_REQUEST,
-                        format!("request body could not be read: {e}"),
-                    )
-                };
+                let (status, msg) = self.unread_body(&e);
                 return self.finish_error(&stamps, trace_parent, kind.as_deref(), status, msg);
             }
         };
+        let resp = self
+            .run_handler(inner, parts, body, context, &mut stamps)
+            .await;
+        self.answer(resp, &stamps, trace_parent, kind.as_deref())
+    }
+
+    /// The request's trace context, each rejected header counted.
+    fn take_context(&self, headers: &HeaderMap) -> Option<TraceContext> {
+        take_context(&self.counters, extract_trace_context(headers))
+    }
+
+    /// The status and message for a request body that could not be read
+    /// whole.
+    fn unread_body(&self, e: &BoxError) -> (StatusCode, String) {
+        let too_large = e
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some();
+        if too_large {
+            (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "request body larger than {} bytes; raise TimingLayer::max_body_bytes",
+                    self.max_body_bytes
+                ),
+            )
+        } else {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("request body could not be read: {e}"),
+            )
+        }
+    }
+
+    /// Runs the inner service on the request (with its trace context and
+    /// timer in the extensions, under its remote parent, holding a
+    /// concurrency slot when there is a limit) and stamps the handler's run.
+    async fn run_handler<S, ResB>(
+        &self,
+        mut inner: S,
+        mut parts: http::request::Parts,
+        body: Bytes,
+        context: Option<TraceContext>,
+        stamps: &mut RequestStamps,
+    ) -> Response<ResB>
+    where
+        S: tower::Service<Request<axum::body::Body>, Response = Response<ResB>, Error = Infallible>,
+    {
         if let Some(c) = &context {
             parts.extensions.insert(c.parent);
             parts.extensions.insert(c.clone());
@@ -319,7 +339,22 @@ impl LayerShared {
         let end = Instant::now();
         drop(permit);
         stamps.handled(start, end, timer);
+        resp
+    }
 
+    /// The handler's response with the timing headers (ending now), the
+    /// request counted and its record handed to the hook.
+    fn answer<ResB>(
+        &self,
+        resp: Response<ResB>,
+        stamps: &RequestStamps,
+        trace_parent: Option<TraceParent>,
+        kind: Option<&str>,
+    ) -> Response<axum::body::Body>
+    where
+        ResB: http_body::Body<Data = Bytes> + Send + 'static,
+        ResB::Error: Into<BoxError>,
+    {
         let (mut parts, body) = resp.into_parts();
         let timing = stamps.timing_now();
         if self.report_timing {
@@ -337,7 +372,7 @@ impl LayerShared {
         } else {
             None
         };
-        let mut record = server_record(trace_parent, kind.as_deref(), timing, error);
+        let mut record = server_record(trace_parent, kind, timing, error);
         record.forward = stamps.forwarded();
         self.emit(record);
         Response::from_parts(parts, axum::body::Body::new(body))
@@ -390,4 +425,31 @@ fn insert_timing_headers(headers: &mut HeaderMap, timing: &ServerTiming) {
     if let Ok(v) = HeaderValue::from_str(&timing.to_server_timing_header()) {
         headers.append(HeaderName::from_static(SERVER_TIMING_HEADER), v);
     }
+}
+
+/// The W3C trace context of a request's HTTP headers (or gRPC metadata):
+/// all its `traceparent` values and `tracestate` lines, in the order
+/// received, read as [`TraceContext::extract`] reads them, with the count
+/// of those rejected. The HTTP layer and `stagetrace-grpc`'s server layer
+/// both read their requests' with it.
+pub fn extract_trace_context(headers: &HeaderMap) -> Extracted {
+    let parents: Vec<&[u8]> = headers
+        .get_all(TRACEPARENT)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let states: Vec<&[u8]> = headers
+        .get_all(TRACESTATE)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    TraceContext::extract(&parents, &states)
+}
+
+/// The request's kind, from its `stagetrace-kind` header.
+fn request_kind(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(KIND_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }

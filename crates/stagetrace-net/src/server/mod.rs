@@ -1,6 +1,7 @@
 //! Server-side pieces shared by the WebSocket server and the HTTP layer: the
 //! clock that stamps `recv_unix_ns` (`clock.rs`), the [`InferTimer`] a
-//! handler uses to report its pre / infer / post split (`timer.rs`), one
+//! handler uses to report its pre / infer / post split (`timer.rs`) on the
+//! request's marks, the table every server's timer keeps (`marks.rs`), one
 //! request's stamps from receive to send (`stamps.rs`), the server's
 //! counters (`counters.rs`), the request's trace context and record
 //! (`trace.rs`), and the per-request hook.
@@ -11,6 +12,7 @@ use stagetrace::record::ServerRecord;
 
 mod clock;
 mod counters;
+mod marks;
 mod stamps;
 mod timer;
 mod trace;
@@ -18,6 +20,7 @@ mod trace;
 pub use clock::ServerClock;
 pub(crate) use counters::ServerCounters;
 pub use counters::ServerStats;
+pub use marks::{RequestMark, RequestMarks};
 pub(crate) use stamps::RequestStamps;
 pub(crate) use timer::Downstream;
 pub use timer::InferTimer;

@@ -8,7 +8,8 @@ use stagetrace_wire::{HostFigure, ServerTiming};
 use stagetrace_wire::{RelayTiming, TimingChain};
 
 use super::clock::ServerClock;
-use super::timer::{ns_between, InferTimer};
+use super::marks::{ns_between, RequestMark};
+use super::timer::InferTimer;
 
 /// One request's server-side stamps, from receive to send.
 #[derive(Debug)]
@@ -109,22 +110,13 @@ impl RequestStamps {
         if let Some((start, end, timer)) = &self.handler {
             let start_ns = ns_between(self.recv, *start);
             let end_ns = ns_between(self.recv, *end);
-            let infer_from = timer
-                .mark(&timer.inner.infer_start)
+            let marks = timer.marks();
+            let infer_from = marks
+                .ns(RequestMark::InferStart)
                 .map_or(start_ns, |m| m.clamp(start_ns, end_ns));
             t.queue_ns = Some(infer_from);
             t.infer_ns = Some(end_ns - infer_from);
-            let within = |slot| timer.mark(slot).map(|m| m.clamp(infer_from, end_ns));
-            let pre_done = within(&timer.inner.pre_done);
-            // A post mark set before the pre mark is taken at it: the three
-            // parts then still add up to infer.
-            let post_start = within(&timer.inner.post_start).map(|q| q.max(pre_done.unwrap_or(q)));
-            t.pre_ns = pre_done.map(|p| p - infer_from);
-            t.model_ns = pre_done.zip(post_start).map(|(p, q)| q - p);
-            t.post_ns = post_start.map(|q| end_ns - q);
-            t.device_ns = timer.device_ns();
-            t.batch_size = timer.batch_size();
-            t.cache_hit = timer.cache_hit();
+            marks.fill_handler_parts(infer_from, end_ns, &mut t);
         }
         t
     }

@@ -1,6 +1,5 @@
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use stagetrace_wire::ServerTiming;
@@ -27,11 +26,8 @@ fn marks_split_the_handler_time() {
     let start = s.recv + Duration::from_millis(1);
     let end = s.recv + Duration::from_millis(11);
     // Marks set "by hand" at known offsets.
-    timer.inner.pre_done.store(3_000_000 + 1, Ordering::Relaxed);
-    timer
-        .inner
-        .post_start
-        .store(9_000_000 + 1, Ordering::Relaxed);
+    timer.marks().set_ns(RequestMark::PreDone, 3_000_000);
+    timer.marks().set_ns(RequestMark::PostStart, 9_000_000);
     s.handled(start, end, timer);
     let t = s.timing_at(s.recv + Duration::from_millis(12));
     assert_eq!(t.total_ns, Some(12_000_000));
@@ -53,11 +49,8 @@ fn the_three_parts_add_up_to_infer_whatever_the_marks_order() {
     let (start, end) = (s.recv, s.recv + Duration::from_millis(10));
     // Post-processing "started" before the model did: taken at the model's
     // start, so the model is nil and the parts still add up.
-    timer.inner.pre_done.store(6_000_000 + 1, Ordering::Relaxed);
-    timer
-        .inner
-        .post_start
-        .store(4_000_000 + 1, Ordering::Relaxed);
+    timer.marks().set_ns(RequestMark::PreDone, 6_000_000);
+    timer.marks().set_ns(RequestMark::PostStart, 4_000_000);
     timer.set_device_time(Duration::from_micros(1_500));
     s.handled(start, end, timer);
     let t = s.timing_at(end);
@@ -70,10 +63,7 @@ fn the_three_parts_add_up_to_infer_whatever_the_marks_order() {
     // One mark alone gives its part alone.
     let mut s = RequestStamps::received(&clock);
     let timer = s.timer();
-    timer
-        .inner
-        .post_start
-        .store(7_000_000 + 1, Ordering::Relaxed);
+    timer.marks().set_ns(RequestMark::PostStart, 7_000_000);
     s.handled(s.recv, s.recv + Duration::from_millis(10), timer);
     let t = s.timing_at(s.recv + Duration::from_millis(10));
     assert_eq!(

@@ -1,12 +1,13 @@
-//! The [`InferTimer`] a handler marks its inference with, and what a
-//! relay's handler saw of its downstream call.
+//! The [`InferTimer`] a handler marks its inference with (on the request's
+//! [`RequestMarks`]), and what a relay's handler saw of its downstream call.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use stagetrace_wire::TimingChain;
+
+use super::marks::{RequestMark, RequestMarks};
 
 /// Handed to a request handler so it can say where its inference starts and
 /// ends; the server stamps everything else.
@@ -33,17 +34,8 @@ pub struct InferTimer {
 }
 
 pub(super) struct TimerMarks {
-    pub(super) base: Instant,
-    /// ns after `base` + 1 (0 = unset).
-    pub(super) infer_start: AtomicU64,
-    pub(super) pre_done: AtomicU64,
-    pub(super) post_start: AtomicU64,
-    /// The device's own time for the model's work, ns + 1 (0 = unset).
-    pub(super) device: AtomicU64,
-    /// 0 = unset.
-    pub(super) batch_size: AtomicU32,
-    /// 0 = unset, 1 = miss, 2 = hit.
-    pub(super) cache: AtomicU8,
+    /// Relative to the request's receive stamp.
+    pub(super) marks: RequestMarks,
     /// A relay's handler forwarded the request (set once): see
     /// [`InferTimer::set_downstream`].
     pub(super) downstream: OnceLock<Downstream>,
@@ -64,10 +56,11 @@ pub(crate) struct Downstream {
 
 impl fmt::Debug for InferTimer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = &self.inner.marks;
         f.debug_struct("InferTimer")
-            .field("infer_start", &self.mark(&self.inner.infer_start))
-            .field("pre_done", &self.mark(&self.inner.pre_done))
-            .field("post_start", &self.mark(&self.inner.post_start))
+            .field("infer_start", &m.ns(RequestMark::InferStart))
+            .field("pre_done", &m.ns(RequestMark::PreDone))
+            .field("post_start", &m.ns(RequestMark::PostStart))
             .field("device_ns", &self.device_ns())
             .field("batch_size", &self.batch_size())
             .field("cache_hit", &self.cache_hit())
@@ -79,13 +72,7 @@ impl InferTimer {
     pub(crate) fn new(base: Instant) -> Self {
         InferTimer {
             inner: Arc::new(TimerMarks {
-                base,
-                infer_start: AtomicU64::new(0),
-                pre_done: AtomicU64::new(0),
-                post_start: AtomicU64::new(0),
-                device: AtomicU64::new(0),
-                batch_size: AtomicU32::new(0),
-                cache: AtomicU8::new(0),
+                marks: RequestMarks::new(base),
                 downstream: OnceLock::new(),
             }),
         }
@@ -93,37 +80,30 @@ impl InferTimer {
 
     /// The instant the marks are relative to: the request's receive stamp.
     pub(crate) fn received(&self) -> Instant {
-        self.inner.base
+        self.inner.marks.base()
     }
 
-    fn set(&self, slot: &AtomicU64) {
-        let ns = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        slot.store(ns + 1, Ordering::Relaxed);
-    }
-
-    pub(super) fn mark(&self, slot: &AtomicU64) -> Option<u64> {
-        match slot.load(Ordering::Relaxed) {
-            0 => None,
-            v => Some(v - 1),
-        }
+    /// The marks set so far.
+    pub(super) fn marks(&self) -> &RequestMarks {
+        &self.inner.marks
     }
 
     /// Inference starts now: the time before (since the handler started) is
     /// reported as `queue`.
     pub fn infer_start(&self) {
-        self.set(&self.inner.infer_start);
+        self.inner.marks.set(RequestMark::InferStart);
     }
 
     /// Pre-processing is done, the model starts now. The same mark as
     /// [`model_start`](Self::model_start).
     pub fn pre_done(&self) {
-        self.set(&self.inner.pre_done);
+        self.inner.marks.set(RequestMark::PreDone);
     }
 
     /// The model is done, post-processing starts now. The same mark as
     /// [`model_done`](Self::model_done).
     pub fn post_start(&self) {
-        self.set(&self.inner.post_start);
+        self.inner.marks.set(RequestMark::PostStart);
     }
 
     /// The model starts now: the time from inference's start is `pre`.
@@ -145,34 +125,25 @@ impl InferTimer {
     /// the model's time measured on the device, not a stage of its own. The
     /// last call wins; capped at the wire's limit (one hour).
     pub fn set_device_time(&self, d: std::time::Duration) {
-        let ns = u64::try_from(d.as_nanos())
-            .unwrap_or(u64::MAX)
-            .min(stagetrace_wire::MAX_DURATION_NS);
-        self.inner.device.store(ns + 1, Ordering::Relaxed);
+        self.inner.marks.set_device_time(d);
     }
 
     /// The device time set so far, ns.
     pub fn device_ns(&self) -> Option<u64> {
-        self.mark(&self.inner.device)
+        self.inner.marks.device_ns()
     }
 
     /// The request ran in a batch of `n` requests (itself included). Sent as
     /// the server timing's `batch_size`; 0 is ignored, and values above
     /// [`MAX_BATCH_SIZE`](stagetrace_wire::MAX_BATCH_SIZE) are capped to it.
     pub fn set_batch_size(&self, n: usize) {
-        if n > 0 {
-            let max = stagetrace_wire::MAX_BATCH_SIZE;
-            let n = u32::try_from(n).unwrap_or(max).min(max);
-            self.inner.batch_size.store(n, Ordering::Relaxed);
-        }
+        self.inner.marks.set_batch_size(n);
     }
 
     /// A result cache answered the request (`true`: the model did not run)
     /// or missed (`false`). Sent as the server timing's `cache`.
     pub fn set_cache_hit(&self, hit: bool) {
-        self.inner
-            .cache
-            .store(if hit { 2 } else { 1 }, Ordering::Relaxed);
+        self.inner.marks.set_cache_hit(hit);
     }
 
     /// A relay forwarded the request at `forward` and had the downstream's
@@ -185,22 +156,11 @@ impl InferTimer {
 
     /// The batch size set so far, if any.
     pub fn batch_size(&self) -> Option<u32> {
-        match self.inner.batch_size.load(Ordering::Relaxed) {
-            0 => None,
-            n => Some(n),
-        }
+        self.inner.marks.batch_size()
     }
 
     /// The cache outcome set so far, if any.
     pub fn cache_hit(&self) -> Option<bool> {
-        match self.inner.cache.load(Ordering::Relaxed) {
-            1 => Some(false),
-            2 => Some(true),
-            _ => None,
-        }
+        self.inner.marks.cache_hit()
     }
-}
-
-pub(super) fn ns_between(a: Instant, b: Instant) -> u64 {
-    u64::try_from(b.saturating_duration_since(a).as_nanos()).unwrap_or(u64::MAX)
 }

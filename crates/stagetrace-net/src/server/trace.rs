@@ -3,19 +3,14 @@
 
 use stagetrace::record::ServerRecord;
 use stagetrace_wire::ServerTiming;
-use stagetrace_wire::TraceContext;
+use stagetrace_wire::{Extracted, TraceContext};
 
 use super::counters::ServerCounters;
 
-/// The trace context of one request, from all its `traceparent` values and
-/// `tracestate` lines in the order received (W3C Trace Context Level 2: see
+/// The trace context `found` in one request's `traceparent` values and
+/// `tracestate` lines (W3C Trace Context Level 2: see
 /// [`TraceContext::extract`]); each rejected header is counted.
-pub(crate) fn take_context(
-    counters: &ServerCounters,
-    traceparents: &[&[u8]],
-    tracestates: &[&[u8]],
-) -> Option<TraceContext> {
-    let found = TraceContext::extract(traceparents, tracestates);
+pub(crate) fn take_context(counters: &ServerCounters, found: Extracted) -> Option<TraceContext> {
     for _ in 0..found.rejected() {
         counters.reject_header();
     }

@@ -344,7 +344,7 @@ impl Shared {
         }
         let parents: Vec<&[u8]> = parents.iter().map(value_bytes).collect();
         let states: Vec<&[u8]> = states.iter().map(value_bytes).collect();
-        take_context(&self.counters, &parents, &states)
+        take_context(&self.counters, TraceContext::extract(&parents, &states))
     }
 
     async fn fail(

@@ -1,4 +1,4 @@
-//! What the two three-clock tests (`hops.rs` over WebSocket, `http_hops.rs`
+//! What the two three-clock tests (`ws_hop_truth.rs` over WebSocket, `http_hop_truth.rs`
 //! over HTTP) share: services on threads of their own, the delay proxy on
 //! a hop, the truth of a stamp, and one hop's truth against its bound.
 

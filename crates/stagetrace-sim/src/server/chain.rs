@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use stagetrace_mitigate::tower::AdmissionLayer;
 use stagetrace_mitigate::{
-    action_cache, ActionCache, Admission, AdmissionLayer, AdmissionStats, AdmittedHandler,
-    BatchStats, BatchedHandler, Batcher, CacheStats, CachedHandler,
+    action_cache, ActionCache, Admission, AdmissionStats, AdmittedHandler, BatchStats,
+    BatchedHandler, Batcher, CacheStats, CachedHandler,
 };
 use stagetrace_net::ws::HandlerFuture;
 use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};

@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use axum::extract::Extension;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use stagetrace_net::{Handler, InferTimer, MsgMap, RequestHook, ServerClock, TimingLayer};
+use stagetrace_net::tower::TimingLayer;
+use stagetrace_net::{Handler, InferTimer, MsgMap, RequestHook, ServerClock};
 
 use super::chain::{AdmissionPart, DynHandler, Parts};
 use crate::SimError;

@@ -113,17 +113,17 @@ pub(crate) const TESTS: &[TimingTest] = &[
     ),
     t(
         "stagetrace-net",
-        "hops",
+        "ws_hop_truth",
         "three_clocks_every_hop_inside_its_bound_and_net_gateway_infer_within_1ms",
     ),
     t(
         "stagetrace-net",
-        "hops",
+        "ws_hop_truth",
         "drifting_clocks_every_split_and_drift_inside_its_stated_bound",
     ),
     t(
         "stagetrace-net",
-        "http_hops",
+        "http_hop_truth",
         "http_relay_three_clocks_every_hop_inside_its_bound_and_relay_time_right",
     ),
     t("stagetrace-net", "proxy", "delays_show_up_in_the_roundtrip"),

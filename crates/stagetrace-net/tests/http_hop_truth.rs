@@ -3,7 +3,7 @@
 //! ([`TracedHttpClient`]) → gateway ([`HttpRelay`]) → policy server (axum
 //! behind a [`TimingLayer`]) on loopback, each with its own injected clock
 //! (+300 ms, −80 ms), and the project's delay proxy on each hop with
-//! asymmetric delays. The twin of `tests/hops.rs` (WebSocket).
+//! asymmetric delays. The twin of `tests/ws_hop_truth.rs` (WebSocket).
 //!
 //! The truth comes from the real stamps of each side less its known clock
 //! error: the client's transport span, the gateway's stamps (from the chain
@@ -11,7 +11,7 @@
 //! durations), the server's receive time less its skew (its own record) —
 //! never from the estimate.
 //!
-//! `cargo test -p stagetrace-net --test http_hops -- --nocapture` prints the
+//! `cargo test -p stagetrace-net --test http_hop_truth -- --nocapture` prints the
 //! per-hop errors and bounds.
 
 #![allow(clippy::unwrap_used)]
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use axum::routing::post;
 use axum::Router;
 use stagetrace::{record::ServerRecord, ServerTiming};
-use stagetrace_net::{HttpRelay, ServerClock, TimingLayer, TracedHttpClient};
+use stagetrace_net::tower::TimingLayer;
+use stagetrace_net::{HttpRelay, ServerClock, TracedHttpClient};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use stagetrace_wire::RelayTiming;

@@ -10,7 +10,7 @@
 //! forward / reply / total durations), the server's receive time less its
 //! skew — never from the estimate.
 //!
-//! `cargo test -p stagetrace-net --test hops -- --nocapture` prints the
+//! `cargo test -p stagetrace-net --test ws_hop_truth -- --nocapture` prints the
 //! per-hop errors and bounds.
 
 #![allow(clippy::unwrap_used)]
