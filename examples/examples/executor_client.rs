@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use stagetrace::StageLayer;
 use stagetrace_net::executor::BlockingExecutorClient;
-use stagetrace_net::{MsgMap, NdArray};
+use stagetrace_net::{msg::MsgMap, msg::NdArray};
 
 mod common;
 use common::{ClientArgs, Outcome};

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use rmpv::Value;
 use stagetrace::{clock::ClockMode, StageLayer};
-use stagetrace_net::{BlockingPolicyClient, MsgMap, NdArray};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::BlockingPolicyClient};
 
 mod common;
 use common::{ClientArgs, Outcome};

@@ -1,5 +1,5 @@
 //! A Rust policy server in the openpi / LingBot-VA protocol
-//! (`stagetrace_net::PolicyServer`), with a stand-in model that costs
+//! (`stagetrace_net::ws::PolicyServer`), with a stand-in model that costs
 //! `--model-ms` and answers a `[10, 7]` float32 action chunk plus the
 //! observation's keys (`"keys"`, so a client can check that `traceparent`
 //! never reaches the policy). Every response carries `server_timing`.
@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyServer};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyServer, InferTimer};
 
 fn main() {
     if let Err(e) = run() {

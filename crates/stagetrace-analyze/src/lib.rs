@@ -7,8 +7,8 @@
 //!
 //! # Core concepts
 //!
-//! - The figures come from the schema's table (`stagetrace-schema`,
-//!   re-exported as [`Figure`]): the reader, the tables, `--json`,
+//! - The figures come from the schema's table (`stagetrace-schema`'s
+//!   [`Figure`](stagetrace_schema::Figure)): the reader, the tables, `--json`,
 //!   `--fail-if` and the verdicts walk it; [`figures`] says which figures
 //!   the analysis reads.
 //! - [`Dataset`]: records streamed line by line into compact
@@ -46,6 +46,124 @@
 //! # Supported Rust versions
 //!
 //! The workspace's `rust-version` (1.85) and newer.
+//!
+//! # Public API
+//!
+//! At the root:
+//!
+//! - [`report_files`]: record files to the report `stagetrace report`
+//!   prints, in one call.
+//!
+//! [`load`]: reading records:
+//!
+//! - [`load::Dataset`]: the calls of one or more record files as columns;
+//!   [`load::Dataset::load`] reads files, [`load::Dataset::load_reader`] any
+//!   reader.
+//! - [`load::LoadOptions`]: how to load; [`load::LoadNotes`]: what the
+//!   reader skipped or tolerated; [`load::LoadError`]: why loading failed.
+//! - [`load::HopFig`]: a per-hop figure read from a `hops` entry.
+//!
+//! [`analysis`]: from records to figures and verdicts:
+//!
+//! - [`analysis::analyze`]: analyse a dataset, optionally against a
+//!   baseline, tuned by [`analysis::AnalyzeOptions`]; returns an
+//!   [`analysis::Analysis`] (the [`analysis::Report`] plus what renderers
+//!   need).
+//! - [`analysis::per_robot`]: add the fleet view, one
+//!   [`analysis::RobotInput`] / [`analysis::Robot`] per robot.
+//! - [`analysis::group_data`]: split a dataset into per-kind groups
+//!   ([`analysis::GroupData`]), for custom renderers.
+//! - The report's parts, as `--json` prints them: [`analysis::GroupReport`],
+//!   [`analysis::Inputs`], [`analysis::Rate`], [`analysis::Deadline`],
+//!   [`analysis::DeadlineCause`], [`analysis::DeadlineShare`],
+//!   [`analysis::StageVsBaseline`], [`analysis::Outliers`],
+//!   [`analysis::OutlierRound`], [`analysis::OutlierStage`],
+//!   [`analysis::Periodicity`], [`analysis::SecondMode`],
+//!   [`analysis::GapReport`], [`analysis::Stall`], [`analysis::HostCause`],
+//!   [`analysis::InferParts`], [`analysis::PartShare`],
+//!   [`analysis::DeviceTime`], [`analysis::ServerWait`],
+//!   [`analysis::HopReport`], [`analysis::ActionQueue`],
+//!   [`analysis::Mitigations`], [`analysis::ErrorCount`],
+//!   [`analysis::RobotStages`], [`analysis::RobotStage`],
+//!   [`analysis::Verdict`].
+//! - Constants: [`analysis::ALL_KINDS`] (the pooled group's kind),
+//!   [`analysis::REPORT_SCHEMA`] (the `--json` version tag).
+//!
+//! [`compare`]: two runs, stage by stage:
+//!
+//! - [`compare::compare`], [`compare::compare_with`] (with a clock-drift
+//!   bound): returns a [`compare::Comparison`].
+//! - [`compare::text`], [`compare::render`]: the comparison as the terminal
+//!   shows it (changed rows, or every row).
+//! - Its parts: [`compare::GroupComparison`], [`compare::Row`],
+//!   [`compare::HopRows`], [`compare::CarriedOffset`],
+//!   [`compare::DigestCheck`], [`compare::Mismatch`].
+//! - Constants: [`compare::COMPARE_SCHEMA`], [`compare::COMPARE_ALPHA`].
+//!
+//! [`render`]: the report as text:
+//!
+//! - [`render::Format`]: text or JSON, with [`render::Format::render`].
+//! - [`render::text`], [`render::json`]: the terminal tables and the
+//!   `--json` document.
+//! - [`render::row_name`], [`render::split_note`],
+//!   [`render::lacks_server_timing`]: row names and notes, for other tables
+//!   of figures.
+//!
+//! [`html`]: the self-contained HTML report:
+//!
+//! - [`html::html`]: the whole document; [`html::escape`]: HTML escaping.
+//!
+//! [`hgrm`]: HdrHistogram percentile spectra:
+//!
+//! - [`hgrm::percentile_spectrum`]: a sorted sample as an `.hgrm` file.
+//!
+//! [`gate`]: `--fail-if` conditions for CI:
+//!
+//! - [`gate::Gate`]: one condition (`str::parse` it, then
+//!   [`check`](gate::Gate::check) a report), looking at a
+//!   [`gate::Target`] with an [`gate::Op`]; [`gate::Fired`]: one that fired;
+//!   [`gate::GateError`]: why one could not be read or evaluated.
+//!
+//! [`tail`]: rolling summary files for `stagetrace tail`:
+//!
+//! - [`tail::newest_summary`]: the newest summary file of a directory;
+//!   [`tail::Follower`] follows it.
+//! - [`tail::window_table`], [`tail::window_table_of`]: a window as a
+//!   terminal table; [`tail::stats_tables`]: its statistics objects.
+//!
+//! [`figures`]: which schema figures the analysis reads:
+//!
+//! - [`figures::is_read`], [`figures::read`], [`figures::display_order`],
+//!   [`figures::call_rows`], [`figures::host_rows`]: the figures read and
+//!   the orders the tables show them in.
+//! - [`figures::from_user_name`]: the figure a user's stage name means;
+//!   [`figures::USER_NAMES`]: the extra names it accepts.
+//!
+//! [`stats`]: exact order statistics and tests:
+//!
+//! - [`stats::Distribution`]: one figure's exact distribution;
+//!   [`stats::QUANTILES`]: the percentiles every table shows.
+//! - [`stats::quantile`], [`stats::median`], [`stats::median_mad`],
+//!   [`stats::mean_var`], [`stats::covariance`], [`stats::cdf_at`],
+//!   [`stats::count_above`], [`stats::thin_sorted`], [`stats::sort_f32`]:
+//!   descriptive statistics on (sorted) samples.
+//! - [`stats::quantile_ratio`] ([`stats::RatioCi`]), [`stats::quantile_diff`]
+//!   ([`stats::DiffCi`]): bootstrap intervals, [`stats::BOOTSTRAP_ITERATIONS`]
+//!   resamples.
+//! - [`stats::mann_whitney`] ([`stats::MannWhitney`]),
+//!   [`stats::hodges_lehmann`] ([`stats::Shift`]), [`stats::exceedance`],
+//!   [`stats::holm`], [`stats::normal_sf`]: tests and corrections.
+//! - [`stats::SplitMix64`]: the seeded generator that keeps reports
+//!   reproducible.
+//!
+//! [`format`](mod@format): how numbers and times are written:
+//!
+//! - [`format::fmt_ms`], [`format::signed_ms`], [`format::iso_time`].
+//!
+//! [`table`]: text tables for people:
+//!
+//! - [`table::Table`]: a table under construction; [`table::Align`]: a
+//!   column's alignment; [`table::GAP`]: the space between columns.
 
 pub mod analysis;
 mod axis;
@@ -69,7 +187,8 @@ use analysis::{AnalyzeOptions, Report};
 use load::{Dataset, LoadError, LoadOptions};
 
 /// Reads record files and analyses them: the report `stagetrace report
-/// FILES` prints, in one call. Render it with [`Format::render`].
+/// FILES` prints, in one call. Render it with
+/// [`Format::render`](render::Format::render).
 ///
 /// ```no_run
 /// use stagetrace_analyze::{analysis::AnalyzeOptions, render::Format, report_files};

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use stagetrace::StageLayer;
 use stagetrace_mitigate::{action_cache, record_action_digest, CachedHandler, KeySpec};
-use stagetrace_net::{HandlerError, InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_net::{
+    msg::MsgMap, msg::NdArray, ws::HandlerError, ws::PolicyClient, ws::PolicyServer, InferTimer,
+};
 use support::{p, stagetrace, stderr, stdout};
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;

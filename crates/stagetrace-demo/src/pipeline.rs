@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use stagetrace::{record::CallRecord, FlushGuard, StageLayer};
+use stagetrace_net::msg::MsgMap;
 use stagetrace_net::proxy::ProxyHandle;
-use stagetrace_net::MsgMap;
 use stagetrace_otlp::OtlpMetrics;
 use stagetrace_schema::ms_to_ns;
 use stagetrace_sim::{

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use stagetrace::{Rotation, StageLayer};
 use stagetrace_experiment::{plan::Plan, run, RunOptions};
-use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer, InferTimer};
 use stagetrace_test_support::timing;
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;

@@ -26,7 +26,7 @@ use stagetrace::{record::CallRecord, record::ServerRecord, ServerTiming, StageLa
 use stagetrace_experiment::netns::KernelPath;
 use stagetrace_experiment::plan::Direction;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
-use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, ServerClock};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer, ServerClock};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use tracing::Instrument;

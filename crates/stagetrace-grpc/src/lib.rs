@@ -96,4 +96,3 @@ pub mod wire;
 
 pub use client::{ClientStats, SendTrace, TrailerSlot, Trailers};
 pub use server::{RequestHook, RequestTimer};
-pub use wire::{Disposition, GrpcTiming, ObsOutcome, OUTCOME_KEY, TIMING_KEY};

@@ -19,7 +19,7 @@ use stagetrace_grpc::lerobot::{PolicyConfig, PolicyServer, Robot, RobotConfig, S
 use stagetrace_grpc::proto::async_inference_client::AsyncInferenceClient;
 use stagetrace_grpc::proto::Empty;
 use stagetrace_grpc::tower::{ClientLayer, ServerLayer};
-use stagetrace_grpc::{Disposition, TrailerSlot, OUTCOME_KEY, TIMING_KEY};
+use stagetrace_grpc::{wire::Disposition, wire::OUTCOME_KEY, wire::TIMING_KEY, TrailerSlot};
 use stagetrace_net::ServerClock;
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{read_records, timing, Collect};

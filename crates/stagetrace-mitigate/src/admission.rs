@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use http::{Request, Response, StatusCode};
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};
+use stagetrace_net::{msg::MsgMap, ws::ConnectionGuard, ws::Handler, ws::HandlerError, InferTimer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::limit::ConcurrencyLimit;
 use tower::load_shed::error::Overloaded;
@@ -283,7 +283,7 @@ impl Admission {
 /// A policy-server [`Handler`] behind [`Admission`]: shed requests are
 /// answered with the [`Shed`] message as the server's error, never run.
 ///
-/// Give the [`PolicyServer`](stagetrace_net::PolicyServer) a
+/// Give the [`PolicyServer`](stagetrace_net::ws::PolicyServer) a
 /// `max_concurrency` at least `max_concurrency + max_queue` of this handler,
 /// so that waiting happens here — bounded and timed — rather than in the
 /// server's own unbounded queue.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use moka::notification::RemovalCause;
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{ConnectionGuard, Handler, InferTimer, MsgMap};
+use stagetrace_net::{msg::MsgMap, ws::ConnectionGuard, ws::Handler, InferTimer};
 
 use crate::digest::{CacheKey, KeySpec};
 
@@ -189,7 +189,7 @@ pub fn action_cache(max_bytes: u64) -> ActionCache {
 ///
 /// ```no_run
 /// use stagetrace_mitigate::{action_cache, CachedHandler, KeySpec};
-/// use stagetrace_net::{MsgMap, PolicyServer};
+/// use stagetrace_net::{msg::MsgMap, ws::PolicyServer};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let model = |obs: MsgMap, _timer| async move { Ok(MsgMap::new().with("echo", obs.len())) };

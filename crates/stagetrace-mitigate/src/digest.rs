@@ -12,7 +12,7 @@ use std::io;
 
 use rmpv::Value;
 use stagetrace::StageSpanExt;
-use stagetrace_net::MsgMap;
+use stagetrace_net::msg::MsgMap;
 use xxhash_rust::xxh3::Xxh3;
 
 /// Feeds encoded bytes straight into the hasher (no intermediate buffer).
@@ -69,7 +69,7 @@ pub fn digest_bytes(bytes: &[u8]) -> u64 {
 ///
 /// ```
 /// use stagetrace_mitigate::digest_map;
-/// use stagetrace_net::MsgMap;
+/// use stagetrace_net::msg::MsgMap;
 ///
 /// let a = MsgMap::new().with("x", 1).with("y", 2);
 /// let b = MsgMap::new().with("y", 2).with("x", 1);
@@ -151,7 +151,7 @@ impl CacheKey {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use stagetrace_net::NdArray;
+    use stagetrace_net::msg::NdArray;
 
     #[test]
     fn digests_are_stable_across_processes() {

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};
+use stagetrace_net::{msg::MsgMap, ws::ConnectionGuard, ws::Handler, ws::HandlerError, InferTimer};
 
 use crate::batch::Batcher;
 

@@ -36,7 +36,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use stagetrace_mitigate::{BatchConfig, Batcher, BatchedHandler};
-//! use stagetrace_net::{MsgMap, PolicyServer};
+//! use stagetrace_net::{msg::MsgMap, ws::PolicyServer};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let batcher = Batcher::spawn(

@@ -14,7 +14,9 @@ use stagetrace_mitigate::tower::AdmissionLayer;
 use stagetrace_mitigate::{Admission, AdmissionConfig, AdmittedHandler};
 use stagetrace_net::http::read_timing_headers;
 use stagetrace_net::tower::TimingLayer;
-use stagetrace_net::{ClientError, InferTimer, MsgMap, PolicyClient, PolicyServer};
+use stagetrace_net::{
+    msg::MsgMap, ws::ClientError, ws::PolicyClient, ws::PolicyServer, InferTimer,
+};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{observation, policy};
 use tracing::Instrument;
@@ -23,7 +25,7 @@ const CLIENTS: u64 = 16;
 const MODEL_MS: u64 = 10;
 const RUN: Duration = Duration::from_millis(1500);
 
-async fn model(o: MsgMap, _t: InferTimer) -> Result<MsgMap, stagetrace_net::HandlerError> {
+async fn model(o: MsgMap, _t: InferTimer) -> Result<MsgMap, stagetrace_net::ws::HandlerError> {
     tokio::time::sleep(Duration::from_millis(MODEL_MS)).await;
     Ok(policy(&o))
 }

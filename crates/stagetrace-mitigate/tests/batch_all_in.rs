@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stagetrace_mitigate::{BatchConfig, BatchPolicy, BatchStats, BatchedHandler, Batcher};
-use stagetrace_net::{MsgMap, PolicyClient, PolicyServer};
+use stagetrace_net::{msg::MsgMap, ws::PolicyClient, ws::PolicyServer};
 use stagetrace_test_support::{quantile, rt, timing};
 use support::{observation, policy};
 use tokio::sync::{oneshot, Barrier};

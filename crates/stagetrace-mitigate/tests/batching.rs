@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use stagetrace::record::CallRecord;
 use stagetrace_mitigate::{record_action_digest, BatchConfig, BatchedHandler, Batcher};
-use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle};
+use stagetrace_net::{
+    msg::MsgMap, ws::PolicyClient, ws::PolicyServer, ws::ServerHandle, InferTimer,
+};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{cost, digests, observation, policy};
 use tokio::sync::Barrier;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use stagetrace::{record::CacheOutcome, record::CallRecord};
 use stagetrace_mitigate::{action_cache, record_action_digest, CacheStats, CachedHandler, KeySpec};
-use stagetrace_net::{InferTimer, MsgMap, PolicyClient, PolicyServer};
+use stagetrace_net::{msg::MsgMap, ws::PolicyClient, ws::PolicyServer, InferTimer};
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use support::{digests, observation, policy};
 use tracing::Instrument;
@@ -21,7 +21,7 @@ const CALLS: u64 = 24;
 const SCENES: u64 = 4;
 const MODEL_MS: u64 = 15;
 
-async fn model(o: MsgMap, _t: InferTimer) -> Result<MsgMap, stagetrace_net::HandlerError> {
+async fn model(o: MsgMap, _t: InferTimer) -> Result<MsgMap, stagetrace_net::ws::HandlerError> {
     tokio::time::sleep(Duration::from_millis(MODEL_MS)).await;
     Ok(policy(&o))
 }

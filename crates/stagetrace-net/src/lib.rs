@@ -45,7 +45,7 @@
 //! # Usage
 //!
 //! ```no_run
-//! use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer};
+//! use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer};
 //! use tracing::Instrument;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -83,14 +83,5 @@ pub mod tower;
 mod transport;
 pub mod ws;
 
-pub use http::{
-    HttpCallError, HttpRelay, HttpRelayBuilder, HttpRelayHandle, HttpReply, TracedHttpClient,
-};
-pub use msg::{DecodeError, MsgMap, NdArray};
 pub use server::{InferTimer, RequestHook, RequestMark, RequestMarks, ServerClock, ServerStats};
 pub use timing_msgpack::TimingMsgpackExt;
-pub use ws::{
-    BlockingPolicyClient, ClientError, ClientOptions, ConnectionGuard, Handler, HandlerError,
-    PolicyClient, PolicyServer, PolicyServerBuilder, Relay, RelayBuilder, RelayError, Reply,
-    ServeError, ServerHandle,
-};

@@ -7,7 +7,7 @@
 use futures_util::{SinkExt, StreamExt};
 use stagetrace_net::msg::MAX_ELEMENTS;
 use stagetrace_net::ws::DEFAULT_MAX_MESSAGE_BYTES;
-use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer, InferTimer};
 use stagetrace_test_support::rt;
 use tokio_tungstenite::tungstenite::Message;
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use stagetrace::record::CallRecord;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
-use stagetrace_net::{MsgMap, NdArray, PolicyClient, TracedHttpClient};
+use stagetrace_net::{http::TracedHttpClient, msg::MsgMap, msg::NdArray, ws::PolicyClient};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
 use tokio_tungstenite::tungstenite::Message;

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use stagetrace::record::CallRecord;
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorClient, ExecutorServer};
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig};
-use stagetrace_net::{MsgMap, NdArray, Relay, ServerClock};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::Relay, ServerClock};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, timing, Observed};
 use tracing::Instrument;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::host::thread_cpu_ns;
-use stagetrace_net::{InferTimer, MsgMap, NdArray, PolicyClient, PolicyServer};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer, InferTimer};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::busy::pin_to_cpu;
 use stagetrace_test_support::{rt, Observed};

@@ -12,7 +12,7 @@ use axum::routing::post;
 use axum::Router;
 use stagetrace::{record::CallRecord, record::ServerRecord};
 use stagetrace_net::tower::TimingLayer;
-use stagetrace_net::{HttpCallError, InferTimer, TracedHttpClient};
+use stagetrace_net::{http::HttpCallError, http::TracedHttpClient, InferTimer};
 use stagetrace_test_support::{rt, Observed};
 use stagetrace_wire::TraceParent;
 use tokio::io::AsyncReadExt;

@@ -26,7 +26,7 @@ use axum::routing::post;
 use axum::Router;
 use stagetrace::{record::ServerRecord, ServerTiming};
 use stagetrace_net::tower::TimingLayer;
-use stagetrace_net::{HttpRelay, ServerClock, TracedHttpClient};
+use stagetrace_net::{http::HttpRelay, http::TracedHttpClient, ServerClock};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use stagetrace_wire::RelayTiming;

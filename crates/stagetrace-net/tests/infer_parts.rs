@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stagetrace_net::{InferTimer, MsgMap, NdArray};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, InferTimer};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{timing, Observed};
 
@@ -44,7 +44,7 @@ async fn handler(
     obs: MsgMap,
     timer: InferTimer,
     truths: Truths,
-) -> Result<MsgMap, stagetrace_net::HandlerError> {
+) -> Result<MsgMap, stagetrace_net::ws::HandlerError> {
     let seq = obs.get("seq").and_then(rmpv::Value::as_u64).unwrap();
     let [pre, model, post] = plan(seq);
     timer.infer_start();

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use stagetrace::{record::ServerRecord, record::ServiceRole};
 use stagetrace_net::executor::{ExecutorClient, ExecutorServer};
-use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer, ws::Relay};
 use stagetrace_test_support::{rt, Observed};
 use tracing::Instrument;
 

@@ -22,7 +22,8 @@ use rmpv::Value;
 use stagetrace::{record::CallRecord, record::ServerRecord};
 use stagetrace_net::tower::TimingLayer;
 use stagetrace_net::{
-    HandlerError, InferTimer, MsgMap, PolicyClient, PolicyServer, ServerHandle, TracedHttpClient,
+    http::TracedHttpClient, msg::MsgMap, ws::HandlerError, ws::PolicyClient, ws::PolicyServer,
+    ws::ServerHandle, InferTimer,
 };
 use stagetrace_test_support::{rt, Observed};
 use stagetrace_wire::TraceParent;

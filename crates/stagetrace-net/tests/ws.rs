@@ -12,8 +12,8 @@ use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
 use stagetrace::record::ServerRecord;
 use stagetrace_net::{
-    BlockingPolicyClient, ClientError, ClientOptions, Handler, InferTimer, MsgMap, NdArray,
-    PolicyClient, PolicyServer, Reply, ServerHandle,
+    msg::MsgMap, msg::NdArray, ws::BlockingPolicyClient, ws::ClientError, ws::ClientOptions,
+    ws::Handler, ws::PolicyClient, ws::PolicyServer, ws::Reply, ws::ServerHandle, InferTimer,
 };
 use stagetrace_test_support::{rt, Observed};
 use tokio::net::TcpListener;
@@ -485,7 +485,7 @@ fn a_failing_handler_answers_like_openpi() {
                     if req.get_str("kind") == Some("panic") {
                         panic!("a bug in the policy");
                     }
-                    Err(stagetrace_net::HandlerError::new("CUDA out of memory"))
+                    Err(stagetrace_net::ws::HandlerError::new("CUDA out of memory"))
                 },
             )
             .await

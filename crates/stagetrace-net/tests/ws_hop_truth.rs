@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace::{record::ServerRecord, ServerTiming};
-use stagetrace_net::{MsgMap, NdArray, PolicyClient, PolicyServer, Relay, ServerClock};
+use stagetrace_net::{
+    msg::MsgMap, msg::NdArray, ws::PolicyClient, ws::PolicyServer, ws::Relay, ServerClock,
+};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, rt, timing, Observed};
 use stagetrace_wire::RelayTiming;
@@ -336,7 +338,7 @@ fn a_failing_downstream_fails_the_call_counted_and_the_relay_recovers() {
                 let k = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 async move {
                     if k % 2 == 1 {
-                        return Err(stagetrace_net::HandlerError::new("model crashed"));
+                        return Err(stagetrace_net::ws::HandlerError::new("model crashed"));
                     }
                     Ok(MsgMap::new().with("actions", NdArray::from_f32(&[0.5; 7], &[7])))
                 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::jaeger::{JSpan, Jaeger};
 use stagetrace::{FlushGuard, StageLayer};
 use stagetrace_net::{
-    BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, ServerHandle,
+    msg::MsgMap, msg::NdArray, ws::BlockingPolicyClient, ws::PolicyServer, ws::ServerHandle,
+    InferTimer,
 };
 use stagetrace_otlp::{OtlpBuilder, OtlpExporter};
 use stagetrace_test_support::{quantile, timing, Collect};
@@ -87,7 +88,7 @@ fn install_client_layer(exp: &OtlpExporter) -> (DefaultGuard, FlushGuard, Collec
 fn control_cycle(
     client: &mut BlockingPolicyClient,
     seq: u64,
-) -> Result<(), stagetrace_net::ClientError> {
+) -> Result<(), stagetrace_net::ws::ClientError> {
     let call = tracing::info_span!("call", kind = "infer", seq = seq);
     let _call = call.enter();
     {

@@ -27,7 +27,9 @@ use common::jaeger::{
 };
 use stagetrace::{record::CallRecord, record::ServerRecord, StageLayer};
 use stagetrace_net::executor::{BlockingExecutorClient, ExecutorServer};
-use stagetrace_net::{BlockingPolicyClient, InferTimer, MsgMap, NdArray, PolicyServer, Relay};
+use stagetrace_net::{
+    msg::MsgMap, msg::NdArray, ws::BlockingPolicyClient, ws::PolicyServer, ws::Relay, InferTimer,
+};
 use stagetrace_otlp::OtlpExporter;
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{rt, Collect};

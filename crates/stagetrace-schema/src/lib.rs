@@ -36,6 +36,44 @@
 //! # Supported Rust versions
 //!
 //! Built and tested on stable Rust; the minimum supported version is 1.85.
+//!
+//! # Public API
+//!
+//! At the root, the figure and field tables:
+//!
+//! - [`Figure`]: one per-call duration (a row of the figure table); its
+//!   methods give the JSON name, unit, group, parts and unit conversions.
+//! - [`FigureInfo`]: one row of the figure table, as [`Figure::info`] gives it.
+//! - [`Field`]: one key of the JSON record (a figure or another field), for
+//!   readers and writers that walk the record.
+//! - [`FieldInfo`]: one row of the field table; [`FIELDS`] is every row, in
+//!   the order a record is written.
+//! - [`FieldType`]: a field's JSON value type, for validating or building a
+//!   column.
+//! - [`HostCount`]: a count of what a host did to a call (switches, faults,
+//!   GC), the record's `*_count` host fields.
+//! - [`Group`], [`Side`], [`Unit`]: what kind of figure a row is, which part
+//!   of the system it belongs to, and the unit it is written in.
+//! - [`ms_to_ns`], [`ns_to_ms`]: convert between the record's milliseconds
+//!   and in-process nanoseconds.
+//! - Constants: [`FIGURE_COUNT`], [`FIELD_COUNT`], [`CLOCK_VALUES`] and
+//!   [`CACHE_VALUES`] (the values of `clock` and `cache`), [`HOP_KEYS`] and
+//!   [`MAX_HOPS_READ`] (the `hops` entries).
+//!
+//! [`bounds`]: the largest values a record's numbers can hold, for readers
+//! that refuse corrupt lines:
+//!
+//! - [`bounds::MAX_LATENCY_MS`], [`bounds::MAX_OFFSET_MS`],
+//!   [`bounds::MAX_UNIX_MS`]: the bounds of a latency, a clock offset and a
+//!   timestamp.
+//!
+//! [`notes`]: the words printed with a table of figures (the core's summary
+//! table and `stagetrace report`):
+//!
+//! - [`notes::BLACK_BOX_NOTE`], [`notes::NO_SERVER_TIMING_NOTE`],
+//!   [`notes::HOST_HEADING`], [`notes::HOST_LEGEND`]: the notes, heading and
+//!   legend a table prints.
+//! - [`notes::bound`]: a ± bound written as a table writes it.
 
 pub mod bounds;
 mod convert;

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use stagetrace::StageLayer;
-use stagetrace_net::{Relay, RequestHook, ServerClock};
+use stagetrace_net::{ws::Relay, RequestHook, ServerClock};
 use tracing_subscriber::layer::SubscriberExt;
 
 use crate::service::ServiceThread;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{Handler, HandlerError, InferTimer, MsgMap, NdArray, ServerClock};
+use stagetrace_net::{
+    msg::MsgMap, msg::NdArray, ws::Handler, ws::HandlerError, InferTimer, ServerClock,
+};
 use tokio::sync::Semaphore;
 
 use crate::checksum::fnv1a_strided;

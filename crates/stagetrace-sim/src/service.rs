@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stagetrace_net::ServerHandle;
+use stagetrace_net::ws::ServerHandle;
 
 use crate::SimError;
 

@@ -8,27 +8,6 @@
 //! rejected input returns a [`WireError`] the caller counts and otherwise
 //! ignores.
 //!
-//! - [`TraceParent`]: the W3C `traceparent` header (Trace Context Level 2,
-//!   version `00`; higher versions parsed by the spec's forward-compatibility
-//!   rules, always re-emitted as `00`; sampled and random flags).
-//! - [`TraceState`]: the W3C `tracestate` header (≤ 32 members, Level 2
-//!   grammar).
-//! - [`TraceContext`]: both, taken from one request's headers as the spec's
-//!   processing model says (several `traceparent`s, several `tracestate`
-//!   lines, repeated keys), for a service that continues the trace.
-//! - [`ServerTiming`]: the server's timing of one request, with three
-//!   encodings: the `stagetrace-timing` header
-//!   ([`ServerTiming::to_timing_header`]), the standard `Server-Timing` header
-//!   ([`ServerTiming::to_server_timing_header`]) and the `server_timing` map of
-//!   the openpi / LingBot-VA protocol ([`TimingMap`]): its keys and checks
-//!   live here, with the JSON form; the msgpack form is in `stagetrace-net`,
-//!   which speaks msgpack, so this crate's API carries no msgpack type.
-//! - [`TimingChain`]: the `server_timing` map of a response that came
-//!   through relays, one nested `downstream` level per relay
-//!   ([`RelayTiming`], at most [`MAX_HOPS`]), read through [`EncodedMap`].
-//! - [`HostShare`]: what one end's host did to one call ([`HostFigure`]),
-//!   which a server sends inside its timing.
-//!
 //! `docs/protocol.md` describes the fields for server authors in other
 //! languages.
 //!
@@ -37,6 +16,52 @@
 //! standard header, `timing_map`, `timing_chain`, `host_fields` with
 //! `host_share`); `error` and `lex` hold what they share. This file only
 //! names things: no file below imports it.
+//!
+//! # Public API
+//!
+//! Everything is at the root; the formats:
+//!
+//! - [`TraceParent`]: the W3C `traceparent` header (Trace Context Level 2,
+//!   version `00`; higher versions parsed by the spec's forward-compatibility
+//!   rules, always re-emitted as `00`; sampled and random flags).
+//! - [`TraceState`]: the W3C `tracestate` header (≤ 32 members, Level 2
+//!   grammar).
+//! - [`TraceContext`]: both, taken from one request's headers as the spec's
+//!   processing model says (several `traceparent`s, several `tracestate`
+//!   lines, repeated keys), for a service that continues the trace;
+//!   [`TraceContext::extract`] returns an [`Extracted`] (the context and what
+//!   was rejected).
+//! - [`ServerTiming`]: the server's timing of one request, with three
+//!   encodings: the `stagetrace-timing` header
+//!   ([`ServerTiming::to_timing_header`]), the standard `Server-Timing` header
+//!   ([`ServerTiming::to_server_timing_header`]) and the `server_timing` map of
+//!   the openpi / LingBot-VA protocol ([`TimingMap`]): its keys and checks
+//!   live here, with the JSON form; the msgpack form is in `stagetrace-net`,
+//!   which speaks msgpack, so this crate's API carries no msgpack type.
+//! - [`MapValue`]: one value of a `server_timing` map in a self-describing
+//!   encoding, what [`TimingMap`] reads and yields (for a codec outside
+//!   this crate).
+//! - [`TimingChain`]: the `server_timing` map of a response that came
+//!   through relays, one nested `downstream` level per relay
+//!   ([`RelayTiming`], at most [`MAX_HOPS`]), read through [`EncodedMap`]
+//!   (implement it for your encoding); [`Hops`] is the relays of one
+//!   response, fixed-size, for carrying on a call's state.
+//! - [`HostShare`]: what one end's host did to one call ([`HostFigure`]),
+//!   which a server sends inside its timing.
+//! - [`WireError`]: why an input was rejected (count it, ignore the input);
+//!   [`Codec`] says which format it was about.
+//! - [`to_lc_hex`]: lowercase hex of bytes, e.g. a trace id for a record.
+//!
+//! Names and limits (constants):
+//!
+//! - Header and map keys: [`TRACEPARENT`], [`TRACESTATE`],
+//!   [`TIMING_HEADER`], [`SERVER_TIMING_HEADER`], [`SERVER_TIMING_KEY`],
+//!   [`TIMING_CHAIN_HEADER`], [`DOWNSTREAM_KEY`].
+//! - Limits a parser enforces: [`TRACEPARENT_LEN`], [`MAX_TRACEPARENT_LEN`],
+//!   [`MAX_TRACESTATE_INPUT`], [`MAX_TRACESTATE_LEN`],
+//!   [`MAX_TRACESTATE_MEMBERS`], [`MAX_TIMING_HEADER_LEN`],
+//!   [`MAX_TIMING_CHAIN_HEADER_LEN`], [`MAX_TIMING_MAP_ENTRIES`],
+//!   [`MAX_HOPS`], [`MAX_BATCH_SIZE`], [`MAX_DURATION_NS`], [`MAX_UNIX_NS`].
 
 mod error;
 mod host_fields;

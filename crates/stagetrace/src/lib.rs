@@ -64,6 +64,136 @@
 //!
 //! stagetrace is built and tested on stable Rust; the minimum supported
 //! version is 1.85.
+//!
+//! # Public API
+//!
+//! At the root, what an app writes in its first lines:
+//!
+//! - [`StageLayer`]: the layer; [`StageLayer::builder`] starts its
+//!   configuration.
+//! - [`StageLayerBuilder`]: output directory, window, target rate, sinks,
+//!   span mapping; `build()` returns the layer and its guard.
+//! - [`FilteredStageLayer`]: what `build()` returns, the layer with its
+//!   per-layer filter [`StageFilter`], for `registry().with(...)`.
+//! - [`FlushGuard`]: keep it alive; dropping it or [`FlushGuard::finish`]
+//!   drains the worker and returns the cumulative summary.
+//! - [`BuildError`]: why the layer could not be built.
+//! - [`Rotation`]: how the records and summary files rotate, for
+//!   [`StageLayerBuilder::rotation`] (`tracing-appender`'s).
+//! - [`AdviceFor`]: which API (Rust, Python) the layer's warnings name in
+//!   their fixes, for bindings.
+//! - [`Stage`]: a stage a span can be mapped onto; [`UnknownStage`] is the
+//!   error of parsing one from a string.
+//! - [`StageSpanExt`]: methods on `tracing::Span` to tell the layer what it
+//!   cannot see (server timing, first-byte stamps, a failure, an output
+//!   digest, an executor's ack, a remote parent).
+//! - [`ServerTiming`], [`TraceParent`]: `stagetrace-wire`'s types, which the
+//!   span helpers take.
+//! - [`ExecutorAck`]: one acknowledged action chunk from a remote executor,
+//!   for [`StageSpanExt::record_executor_ack`].
+//! - [`remote_parent_span`]: a span to run a server's request handler in,
+//!   under the caller's trace context; [`REMOTE_PARENT_SPAN`] is its name.
+//! - [`prelude`]: `use stagetrace::prelude::*;` brings [`StageLayer`],
+//!   [`StageSpanExt`], [`ServerTiming`] and [`TraceParent`].
+//!
+//! [`record`]: the call record every sink receives, and its JSON format:
+//!
+//! - [`record::CallRecord`]: one call (one line of `records-*.jsonl`).
+//! - [`record::ServerRecord`]: one request as a service on the call's path
+//!   saw it, made by [`record::ServiceRole`] (policy server, relay,
+//!   executor), with a relay's [`record::Forwarded`] call.
+//! - [`record::Figures`]: a call's duration figures in ns, indexed by
+//!   `stagetrace_schema::Figure`.
+//! - [`record::Timeline`], [`record::SpanTime`], [`record::HopTime`]: where
+//!   each stage and hop sat on the call's timeline, for exporters that draw
+//!   spans.
+//! - [`record::HostCounts`]: what the hosts did to a call, counted.
+//! - [`record::ClockBasis`], [`record::CacheOutcome`]: the `clock` and
+//!   `cache` fields.
+//! - [`record::round_us`]: round ms to microsecond resolution.
+//!
+//! [`sink`]: where finished calls go:
+//!
+//! - [`sink::RecordSink`]: implement it to receive every record and summary
+//!   window on the worker thread; register with
+//!   [`StageLayerBuilder::sink`].
+//! - [`sink::Loss`]: data a sink lost for good, from
+//!   [`RecordSink::loss_report`](sink::RecordSink::loss_report).
+//! - [`sink::report_loss`]: report such a loss as a warning in the app's
+//!   log.
+//!
+//! [`summary`]: rolling and cumulative summaries:
+//!
+//! - [`summary::WindowSummary`]: one line of `summary.*.jsonl`;
+//!   [`summary::Summary`] is the cumulative one [`FlushGuard::finish`]
+//!   returns.
+//! - [`summary::StageStats`], [`summary::KindSummary`],
+//!   [`summary::DeadlineSummary`], [`summary::ClockSummary`],
+//!   [`summary::ExecutorClockSummary`], [`summary::OffsetRange`],
+//!   [`summary::Drift`], [`summary::Quantiles`]: the parts of a window.
+//! - [`summary::figures`]: the figures a summary reports, in display order.
+//! - Constants: [`summary::MAX_KINDS`], [`summary::OTHER_KINDS`],
+//!   [`summary::SIGFIG`].
+//!
+//! [`clock`]: clock anchoring, offset estimation and stitching:
+//!
+//! - [`clock::Anchor`], [`clock::WallClock`]: place a monotonic instant on
+//!   the wall clock.
+//! - [`clock::OffsetFilter`] (tuned by [`clock::FilterConfig`]) gives an
+//!   [`clock::OffsetEstimate`] from [`clock::NtpSample`]s: one peer's clock
+//!   offset and drift.
+//! - [`clock::Stitcher`]: per-layer stitching of server timing onto the
+//!   client's [`clock::ClientTimes`], giving [`clock::Stitched`] figures, in
+//!   a [`clock::ClockMode`].
+//! - Constants: [`clock::ANCHOR_REFRESH`], [`clock::RATE_BASELINE`],
+//!   [`clock::MAX_PEERS`].
+//!
+//! [`context`]: sharing another tracing layer's trace context:
+//!
+//! - [`context::TraceContextHook`]: looks up the ids another layer (e.g.
+//!   `tracing-opentelemetry`) gave a span; [`context::SharedIds`] is what it
+//!   returns.
+//!
+//! [`direct`]: calls timed without `tracing` spans, for language bindings:
+//!
+//! - [`direct::DirectCalls`]: the layer's queue for such calls;
+//!   [`direct::DirectCall`] is one call being timed,
+//!   [`direct::DirectTransport`] its open transport stage, and
+//!   [`direct::Mark`] a point on the layer's clock.
+//!
+//! [`health`]: the layer's fault counters, reported in every window:
+//!
+//! - [`health::count_rejected_header`], [`health::count_clamped`]: count a
+//!   rejected header or a clamped duration on the current layer.
+//! - [`health::rejected_headers`], [`health::clamped`]: read those counts.
+//!
+//! [`hop_record`]: the record's per-hop figures:
+//!
+//! - [`hop_record::HopFigures`]: one hop between client and policy server.
+//!
+//! [`host`]: what the host did to a thread:
+//!
+//! - [`host::HostCounters`]: the calling thread's counters (run-queue wait,
+//!   switches, faults) and the host's CPU stall, by now.
+//! - [`host::thread_cpu_ns`], [`host::mono_ns`]: the thread's CPU time and
+//!   `CLOCK_MONOTONIC`, in ns.
+//! - [`host::stall_between_us`], [`host::keep_stall_sampler`]: the host's
+//!   CPU stall between two instants, and keeping its sampler running.
+//! - Constants: [`host::RUN_WAIT_REUSE`], [`host::STALL_SAMPLE_PERIOD`],
+//!   [`host::STALL_SAMPLER_IDLE_AFTER`].
+//!
+//! [`log_writer`]: a log writer that times itself (`log_write_ms`):
+//!
+//! - [`log_writer::timed`]: wrap the writer of a `fmt` layer;
+//!   [`log_writer::TimedMakeWriter`] and [`log_writer::TimedWriter`] are
+//!   what it makes.
+//! - [`log_writer::add_thread_ns`]: add log writing timed elsewhere (another
+//!   language's logger) to the thread's total.
+//!
+//! [`thread_sample`]: per-thread host figures:
+//!
+//! - [`thread_sample::ThreadSample`]: a `HostShare` read from the kernel
+//!   and the thread it was taken on.
 
 mod advice;
 mod builder;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stagetrace_net::{ClientOptions, MsgMap, PolicyClient};
+use stagetrace_net::{msg::MsgMap, ws::ClientOptions, ws::PolicyClient};
 
 use crate::error::ExperimentError;
 use crate::pipeline::HttpReplay;

@@ -208,7 +208,7 @@ fn set_pause(p: &Pipeline, level: &Level) {
 }
 
 /// The observation the robot sent last, for the infer factor to replay.
-fn captured_observation(p: &Pipeline) -> Result<stagetrace_net::MsgMap, ExperimentError> {
+fn captured_observation(p: &Pipeline) -> Result<stagetrace_net::msg::MsgMap, ExperimentError> {
     p.captured
         .lock()
         .ok()

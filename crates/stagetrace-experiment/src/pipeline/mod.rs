@@ -20,8 +20,8 @@ use std::thread::JoinHandle;
 
 use stagetrace::record::CallRecord;
 use stagetrace_grpc::lerobot::RobotReport;
+use stagetrace_net::msg::MsgMap;
 use stagetrace_net::proxy::{LinkConfig, Proxy, ProxyConfig, ProxyHandle};
-use stagetrace_net::MsgMap;
 use stagetrace_sim::{ms, Knobs, RobotStats, ServerConfig, SimModel, SimServer, Spin};
 
 use crate::error::ExperimentError;

@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use stagetrace::{clock::ClockMode, record::CallRecord, sink::RecordSink, StageLayer};
-use stagetrace_net::MsgMap;
+use stagetrace_net::msg::MsgMap;
 use stagetrace_sim::{ControlLoop, Knobs, Refresh, RobotConfig, RobotStats, Spin, Transport};
 use tracing_subscriber::layer::SubscriberExt;
 

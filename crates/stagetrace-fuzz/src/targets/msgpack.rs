@@ -4,7 +4,7 @@
 
 use rmpv::Value;
 use stagetrace_net::msg::{MAX_DEPTH, MAX_ELEMENTS};
-use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, TimingMsgpackExt};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{TimingMap, MAX_DURATION_NS, SERVER_TIMING_KEY};
 

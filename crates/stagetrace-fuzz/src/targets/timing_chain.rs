@@ -3,7 +3,7 @@
 //! relay, read as the WebSocket client reads a response.
 
 use rmpv::Value;
-use stagetrace_net::{MsgMap, NdArray, TimingMsgpackExt};
+use stagetrace_net::{msg::MsgMap, msg::NdArray, TimingMsgpackExt};
 use stagetrace_wire::ServerTiming;
 use stagetrace_wire::{
     RelayTiming, TimingChain, TimingMap, MAX_DURATION_NS, MAX_HOPS, MAX_TIMING_CHAIN_HEADER_LEN,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use stagetrace::record::CallRecord;
-use stagetrace_net::{MsgMap, NdArray};
+use stagetrace_net::{msg::MsgMap, msg::NdArray};
 
 /// The simulated model's cost for a batch of `n`: a + b·n.
 pub(crate) fn cost(a_ms: u64, b_ms: u64, n: usize) -> Duration {

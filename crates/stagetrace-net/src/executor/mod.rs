@@ -8,10 +8,10 @@
 //! `traceparent`), the ack a response map `{"started": true}` plus the same
 //! `server_timing` map a policy server sends, where `queue_ns` is the wait
 //! from the whole chunk's arrival to the start. So the executor side is a
-//! [`PolicyServer`](crate::PolicyServer) whose handler hands each chunk to
+//! [`PolicyServer`](crate::ws::PolicyServer) whose handler hands each chunk to
 //! the controller and answers when the controller calls
 //! [`Ticket::started`]; the client side is a
-//! [`PolicyClient`](crate::PolicyClient) exchange run in the `dispatch` span,
+//! [`PolicyClient`](crate::ws::PolicyClient) exchange run in the `dispatch` span,
 //! whose ack goes to the call with
 //! [`StageSpanExt::record_executor_ack`](stagetrace::StageSpanExt::record_executor_ack).
 //! A gateway in between relays the ack like any response: its timing sits
@@ -22,7 +22,7 @@
 //! ```no_run
 //! use stagetrace_net::executor::ExecutorServer;
 //!
-//! # async fn run() -> Result<(), stagetrace_net::ServeError> {
+//! # async fn run() -> Result<(), stagetrace_net::ws::ServeError> {
 //! let (server, mut chunks) = ExecutorServer::builder().spawn("0.0.0.0:8100").await?;
 //! std::thread::spawn(move || {
 //!     while let Some(chunk) = chunks.blocking_recv() {
@@ -38,9 +38,9 @@
 //!
 //! ```no_run
 //! use stagetrace_net::executor::ExecutorClient;
-//! use stagetrace_net::{MsgMap, NdArray};
+//! use stagetrace_net::{msg::MsgMap, msg::NdArray};
 //!
-//! # async fn run() -> Result<(), stagetrace_net::ClientError> {
+//! # async fn run() -> Result<(), stagetrace_net::ws::ClientError> {
 //! let mut executor = ExecutorClient::connect("ws://10.0.0.7:8100").await?;
 //! let chunk = MsgMap::new().with("actions", NdArray::from_f32(&[0.0; 14], &[2, 7]));
 //! let ack = executor.dispatch(&chunk).await?; // in a `dispatch` span

@@ -23,9 +23,9 @@
 //! span, injects `traceparent` and attaches the timing headers it reads back:
 //!
 //! ```no_run
-//! use stagetrace_net::TracedHttpClient;
+//! use stagetrace_net::http::TracedHttpClient;
 //!
-//! # async fn run() -> Result<(), stagetrace_net::HttpCallError> {
+//! # async fn run() -> Result<(), stagetrace_net::http::HttpCallError> {
 //! let client = TracedHttpClient::new()?;
 //! let reply = client
 //!     .send(client.inner().post("http://127.0.0.1:8000/infer").body(vec![1u8, 2, 3]))

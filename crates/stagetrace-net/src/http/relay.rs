@@ -1,6 +1,6 @@
 //! The HTTP relay (gateway) between robots and a policy server:
 //! [`HttpRelay`], the HTTP twin of the WebSocket
-//! [`Relay`](crate::Relay).
+//! [`Relay`](crate::ws::Relay).
 //!
 //! It is an axum server behind a [`TimingLayer`] whose one handler forwards
 //! every request (any method and path, the body and the end-to-end headers)
@@ -44,7 +44,7 @@ use tokio::sync::oneshot;
 use super::client::{HttpCallError, TracedHttpClient};
 use super::server::TimingLayer;
 use crate::server::{Downstream, InferTimer, ServerClock, ServerStats};
-use crate::ws::relay::RelayError;
+use crate::ws::RelayError;
 use crate::ws::ServeError;
 
 /// A relay in HTTP. Build with [`HttpRelay::builder`].

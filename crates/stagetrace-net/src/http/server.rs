@@ -41,7 +41,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// ignored and counted, `tracestate` lines are combined; see
 /// [`TraceContext::extract`](stagetrace_wire::TraceContext::extract)), runs the inner service under that remote
 /// parent ([`stagetrace::remote_parent_span`]: a [`TracedHttpClient`](super::TracedHttpClient) or
-/// [`PolicyClient`](crate::PolicyClient) call made by the handler continues
+/// [`PolicyClient`](crate::ws::PolicyClient) call made by the handler continues
 /// the caller's trace), puts the [`TraceParent`], the [`TraceContext`](stagetrace_wire::TraceContext) and an
 /// [`InferTimer`](crate::InferTimer) into the request extensions (a handler
 /// may mark its pre / infer / post split), and adds

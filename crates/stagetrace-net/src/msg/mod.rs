@@ -30,7 +30,7 @@ pub const MAX_DIMS: usize = 32;
 /// arrays as [`NdArray`] maps.
 ///
 /// ```
-/// use stagetrace_net::{MsgMap, NdArray};
+/// use stagetrace_net::{msg::MsgMap, msg::NdArray};
 ///
 /// let obs = MsgMap::new()
 ///     .with("prompt", "pick up the cup")

@@ -2,7 +2,7 @@
 //!
 //! On connect the server sends one metadata frame (a msgpack map). Then each
 //! request is one binary frame holding a msgpack map (the observation; numpy
-//! arrays as [`NdArray`](crate::NdArray) maps, `traceparent` as a string key)
+//! arrays as [`NdArray`](crate::msg::NdArray) maps, `traceparent` as a string key)
 //! and each response one binary frame holding the action map plus a
 //! `server_timing` map: openpi's `infer_ms` / `prev_total_ms` and
 //! stagetrace's `recv_unix_ns`, `total_ns`, `queue_ns`, `infer_ns`, `pre_ns`,
@@ -14,9 +14,9 @@
 //! Server, a few lines:
 //!
 //! ```no_run
-//! use stagetrace_net::{MsgMap, NdArray, PolicyServer};
+//! use stagetrace_net::{msg::MsgMap, msg::NdArray, ws::PolicyServer};
 //!
-//! # async fn run() -> Result<(), stagetrace_net::ServeError> {
+//! # async fn run() -> Result<(), stagetrace_net::ws::ServeError> {
 //! PolicyServer::builder()
 //!     .metadata(MsgMap::new().with("model", "my-policy"))
 //!     .serve("0.0.0.0:8000", |obs: MsgMap, _timer| async move {
@@ -31,9 +31,9 @@
 //! `traceparent` and the server timing are handled):
 //!
 //! ```no_run
-//! use stagetrace_net::{MsgMap, PolicyClient};
+//! use stagetrace_net::{msg::MsgMap, ws::PolicyClient};
 //!
-//! # async fn run() -> Result<(), stagetrace_net::ClientError> {
+//! # async fn run() -> Result<(), stagetrace_net::ws::ClientError> {
 //! let mut client = PolicyClient::connect("ws://127.0.0.1:8000").await?;
 //! let reply = client.infer(&MsgMap::new().with("prompt", "pick up the cup")).await?;
 //! let _actions = reply.action.array("actions");
@@ -51,7 +51,7 @@ mod connection;
 mod error;
 mod handler;
 mod limits;
-pub mod relay;
+mod relay;
 mod server;
 
 pub use blocking::BlockingPolicyClient;

@@ -14,7 +14,7 @@ use stagetrace::{clock::ClockMode, StageLayer};
 use stagetrace_schema::Figure;
 use stagetrace_test_support::{quantile, timing, Observed};
 
-use crate::{MsgMap, NdArray};
+use crate::{msg::MsgMap, msg::NdArray};
 
 #[path = "../../tests/support/policy_server.rs"]
 mod policy_server;

@@ -11,7 +11,9 @@
 use std::time::Duration;
 
 use stagetrace::record::CallRecord;
-use stagetrace_net::{Handler, MsgMap, PolicyClient, PolicyServer, PolicyServerBuilder};
+use stagetrace_net::{
+    msg::MsgMap, ws::Handler, ws::PolicyClient, ws::PolicyServer, ws::PolicyServerBuilder,
+};
 use stagetrace_test_support::{rt, Observed};
 use tracing::Instrument;
 

@@ -195,7 +195,7 @@ impl OtlpExporter {
     /// ```no_run
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let otlp = stagetrace_otlp::OtlpExporter::builder().service_name("gateway").build()?;
-    /// let gateway = stagetrace_net::Relay::builder()
+    /// let gateway = stagetrace_net::ws::Relay::builder()
     ///     .on_request(otlp.server_hook())
     ///     .spawn("0.0.0.0:8001", "ws://policy-server:8000")
     ///     .await?;

@@ -1,5 +1,5 @@
 """A relay (gateway) between robots and a policy server, in Python: the same
-wire as the Rust ``stagetrace_net::Relay`` (``docs/protocol.md``,
+wire as the Rust ``stagetrace_net::ws::Relay`` (``docs/protocol.md``,
 "Relays").
 
 It forwards each request of the openpi / LingBot-VA WebSocket + msgpack

@@ -1,6 +1,6 @@
 //! The simulated camera and the observations the robot sends.
 
-use stagetrace_net::{MsgMap, NdArray};
+use stagetrace_net::{msg::MsgMap, msg::NdArray};
 
 use crate::random::{fill_random, xorshift};
 

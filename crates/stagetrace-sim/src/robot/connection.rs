@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use stagetrace_net::{ClientOptions, MsgMap, PolicyClient, TracedHttpClient};
+use stagetrace_net::{http::TracedHttpClient, msg::MsgMap, ws::ClientOptions, ws::PolicyClient};
 use stagetrace_wire::Hops;
 
 use crate::{SimError, Transport};

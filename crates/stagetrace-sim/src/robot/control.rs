@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stagetrace_net::executor::ExecutorClient;
-use stagetrace_net::{ClientOptions, MsgMap};
+use stagetrace_net::{msg::MsgMap, ws::ClientOptions};
 use stagetrace_wire::Hops;
 
 use super::{Connection, Pacer, Robot, RobotConfig, RobotStats};

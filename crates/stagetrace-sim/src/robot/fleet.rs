@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stagetrace_mitigate::record_action_digest;
-use stagetrace_net::{ClientError, PolicyClient};
+use stagetrace_net::{ws::ClientError, ws::PolicyClient};
 use tokio::sync::Barrier;
 use tracing::Instrument;
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use stagetrace::StageSpanExt;
 use stagetrace_net::executor::ExecutorClient;
-use stagetrace_net::MsgMap;
+use stagetrace_net::msg::MsgMap;
 use stagetrace_wire::Hops;
 use tracing::Instrument;
 

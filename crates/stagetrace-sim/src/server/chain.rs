@@ -9,7 +9,7 @@ use stagetrace_mitigate::{
     BatchedHandler, Batcher, CacheStats, CachedHandler,
 };
 use stagetrace_net::ws::HandlerFuture;
-use stagetrace_net::{ConnectionGuard, Handler, HandlerError, InferTimer, MsgMap};
+use stagetrace_net::{msg::MsgMap, ws::ConnectionGuard, ws::Handler, ws::HandlerError, InferTimer};
 
 use super::config::ServerConfig;
 use crate::{SimError, Transport};

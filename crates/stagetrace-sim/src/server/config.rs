@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use stagetrace_mitigate::{AdmissionConfig, BatchConfig, KeySpec};
-use stagetrace_net::{MsgMap, RequestHook};
+use stagetrace_net::{msg::MsgMap, RequestHook};
 
 use crate::model::{ClockStep, SimModel};
 use crate::Transport;

@@ -7,7 +7,7 @@ use axum::extract::Extension;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use stagetrace_net::tower::TimingLayer;
-use stagetrace_net::{Handler, InferTimer, MsgMap, RequestHook, ServerClock};
+use stagetrace_net::{msg::MsgMap, ws::Handler, InferTimer, RequestHook, ServerClock};
 
 use super::chain::{AdmissionPart, DynHandler, Parts};
 use crate::SimError;

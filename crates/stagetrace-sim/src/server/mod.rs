@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use stagetrace::record::ServerRecord;
 use stagetrace_mitigate::{AdmissionStats, BatchStats, CacheStats};
-use stagetrace_net::{PolicyServer, RequestHook, ServeError, ServerClock, ServerHandle};
+use stagetrace_net::{
+    ws::PolicyServer, ws::ServeError, ws::ServerHandle, RequestHook, ServerClock,
+};
 
 pub use config::{CacheConfig, ServerConfig};
 
