@@ -7,7 +7,7 @@ use stagetrace_analyze::compare;
 use stagetrace_analyze::load::LoadOptions;
 
 use crate::inputs::Inputs;
-use crate::{exit, input, stdout};
+use crate::{exit, stdout};
 
 /// Arguments of `stagetrace compare`.
 #[derive(Debug, clap::Args)]
@@ -63,7 +63,6 @@ pub(crate) fn run(args: CompareArgs) -> ExitCode {
 
 fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
     let stages = crate::stage_names::parse(&args.stages)?;
-    input::stdin_at_most_once([&args.before, &args.after])?;
     let opts = LoadOptions {
         skip_bad: args.skip_bad,
         keep_digests: true,
@@ -71,6 +70,7 @@ fn compare_runs(args: &CompareArgs) -> Result<u8, String> {
     let sel = args.select.selection()?;
     let before = Inputs::resolve("before", std::slice::from_ref(&args.before), &sel)?;
     let after = Inputs::resolve("after", std::slice::from_ref(&args.after), &sel)?;
+    Inputs::stdin_at_most_once(&[&before, &after])?;
     let (before, after) = (before.load(opts)?, after.load(opts)?);
     let mut c = compare::compare_with(&before, &after, args.seed, args.drift_ppm);
     if !stages.is_empty() {

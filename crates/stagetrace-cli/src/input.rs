@@ -14,21 +14,6 @@ pub(crate) fn is_stdin(p: &Path) -> bool {
     p.as_os_str() == STDIN_ARG
 }
 
-/// Standard input can be read once: refuses a second `-` among all the
-/// input lists of one command (FILES and `--baseline`, BEFORE and AFTER).
-pub(crate) fn stdin_at_most_once<'a>(
-    paths: impl IntoIterator<Item = &'a PathBuf>,
-) -> Result<(), String> {
-    let n = paths.into_iter().filter(|p| is_stdin(p)).count();
-    if n > 1 {
-        return Err(format!(
-            "`-` (standard input) is given {n} times, but standard input can be read only once: \
-             save all but one of these inputs to files and pass their paths"
-        ));
-    }
-    Ok(())
-}
-
 /// A directory stands for the `records*.jsonl` files in it.
 pub(crate) fn expand_dirs(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut out = Vec::new();

@@ -93,6 +93,19 @@ impl Inputs {
         })
     }
 
+    /// Refuses standard input read by more than one of `inputs` (a run
+    /// and its baseline, compare's two sides): it can be read only once.
+    pub(crate) fn stdin_at_most_once(inputs: &[&Inputs]) -> Result<(), String> {
+        let n = inputs.iter().filter(|i| i.reads_stdin()).count();
+        if n > 1 {
+            return Err(format!(
+                "`-` (standard input) is given {n} times, but standard input can be read only once: \
+                 save all but one of these inputs to files and pass their paths"
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether standard input is one of the paths.
     pub(crate) fn reads_stdin(&self) -> bool {
         self.given.iter().any(|g| matches!(g, Given::Stdin))
@@ -165,8 +178,8 @@ impl Inputs {
                         crate::robots::add(&mut out, name, files)?;
                     }
                 }
-                Given::Lines { path, files, .. } => {
-                    let name = crate::robots::name_of(path).ok_or_else(|| {
+                Given::Lines { path, dir, files } => {
+                    let name = crate::robots::name_of(path, *dir).ok_or_else(|| {
                         format!(
                             "--per-robot: {}: cannot name a robot after this path",
                             path.display()

@@ -173,7 +173,6 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
             args.outlier_k
         ));
     }
-    input::stdin_at_most_once(args.files.iter().chain(&args.baseline))?;
     let sel = args.select.selection()?;
     let run_inputs = Inputs::resolve("run", &args.files, &sel)?;
     let baseline_inputs = if args.baseline.is_empty() {
@@ -181,6 +180,12 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     } else {
         Some(Inputs::resolve("baseline", &args.baseline, &sel)?)
     };
+    Inputs::stdin_at_most_once(
+        &[&run_inputs]
+            .into_iter()
+            .chain(&baseline_inputs)
+            .collect::<Vec<_>>(),
+    )?;
     let robots = if args.per_robot {
         run_inputs.robots()?
     } else {

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use stagetrace_analyze::analysis::Robot;
 
 /// A robot's name: the directory's own name (`runs/arm-3/` → `arm-3`), or a
-/// record file's name without `records-` and `.jsonl`.
-pub(crate) fn name_of(p: &Path) -> Option<String> {
+/// record file's name without `records-` and `.jsonl` (`dir`: `p` is a
+/// directory, as the inputs were resolved).
+pub(crate) fn name_of(p: &Path, dir: bool) -> Option<String> {
     // `.` or `..` have no name of their own: the directory they stand for has.
     let named = if p.file_name().is_some() {
         p.to_path_buf()
@@ -18,7 +19,7 @@ pub(crate) fn name_of(p: &Path) -> Option<String> {
         p.canonicalize().ok()?
     };
     let name = named.file_name()?.to_str()?;
-    if p.is_dir() {
+    if dir {
         return Some(name.to_owned());
     }
     let stem = name.strip_suffix(".jsonl").unwrap_or(name);
@@ -53,7 +54,7 @@ pub(crate) fn parquet_robots(files: &[PathBuf]) -> BTreeMap<String, Vec<PathBuf>
                     .map(str::to_owned)
             })
             .next()
-            .or_else(|| name_of(f.parent()?))
+            .or_else(|| name_of(f.parent()?, true))
             .unwrap_or_else(|| "unknown".to_owned());
         by_robot.entry(robot).or_default().push(f.clone());
     }

@@ -21,7 +21,7 @@
 //!   ([`ServerLayer`](crate::tower::ServerLayer)). A handler marks the rest on its [`RequestTimer`]; an async server answers one
 //!   request with another's timing ([`RequestTimer::answer_for`]) and says
 //!   what it did with an observation in `stagetrace-obs-bin`
-//!   ([`ObsOutcome`]).
+//!   ([`ObsOutcome`](wire::ObsOutcome)).
 //! - Peers are untrusted: a malformed `traceparent` or trailer is ignored
 //!   and counted ([`ServerLayer::stats`](crate::tower::ServerLayer::stats),
 //!   [`ClientLayer::stats`](crate::tower::ClientLayer::stats), and the
@@ -73,6 +73,33 @@
 //! # Supported Rust versions
 //!
 //! Built and tested on stable Rust; the minimum supported version is 1.85.
+//!
+//! # Public API
+//!
+//! - At the root: the client's [`ClientStats`], [`SendTrace`],
+//!   [`Trailers`] and [`TrailerSlot`] (what a call's trailers said), the
+//!   server's [`RequestTimer`] (on `stagetrace-net`'s `RequestMarks`) and
+//!   [`RequestHook`].
+//! - [`tower`]: the layers — [`ServerLayer`](tower::ServerLayer) /
+//!   [`ServerService`](tower::ServerService) and
+//!   [`ClientLayer`](tower::ClientLayer) / [`ClientService`](tower::ClientService),
+//!   with the bodies in their signatures ([`Arrival`](tower::Arrival),
+//!   [`ArrivalStamps`](tower::ArrivalStamps), [`AddTrailer`](tower::AddTrailer),
+//!   [`AddTrailers`](tower::AddTrailers), [`WithTrailer`](tower::WithTrailer),
+//!   [`ReadTrailers`](tower::ReadTrailers), [`TrailerReader`](tower::TrailerReader)).
+//! - [`wire`]: the trailers' codecs — [`GrpcTiming`](wire::GrpcTiming),
+//!   [`ObsOutcome`](wire::ObsOutcome), [`Disposition`](wire::Disposition),
+//!   [`TrailerError`](wire::TrailerError) and the keys `TIMING_KEY`,
+//!   `OUTCOME_KEY`, `TIMESTEP_KEY`, `MAX_TRAILER_BYTES`.
+//! - [`watched`]: a body that watches its frames ([`Watch`](watched::Watch),
+//!   [`Watched`](watched::Watched)).
+//! - [`lerobot`]: LeRobot's `AsyncInference` — its
+//!   [`PolicyServer`](lerobot::PolicyServer) ([`PolicyConfig`](lerobot::PolicyConfig),
+//!   [`ServerEvent`](lerobot::ServerEvent), [`SpawnedServer`](lerobot::SpawnedServer)),
+//!   [`Robot`](lerobot::Robot) ([`RobotConfig`](lerobot::RobotConfig),
+//!   [`RobotReport`](lerobot::RobotReport)) and [`lerobot::payload`]
+//!   (its messages and their limits).
+//! - [`proto`]: the generated `AsyncInference` messages and services.
 
 /// LeRobot's `transport.AsyncInference` messages and service (lerobot
 /// 0.4.4's field numbers), generated from `proto/async_inference.proto`.

@@ -60,6 +60,21 @@
 //! # Supported Rust versions
 //!
 //! Built and tested on stable Rust; the minimum supported version is 1.85.
+//!
+//! # Public API
+//!
+//! - Admission: [`Admission`], [`AdmissionConfig`], [`AdmissionStats`],
+//!   [`Admitted`], [`AdmittedHandler`] (WebSocket), [`Shed`]; for HTTP the
+//!   [`tower`] module's [`AdmissionLayer`](tower::AdmissionLayer) and
+//!   [`AdmissionService`](tower::AdmissionService).
+//! - Batching: [`Batcher`], [`BatchConfig`], [`BatchPolicy`], [`Batched`],
+//!   [`BatchError`], [`BatchStats`], [`BatchCaller`], [`BatchedHandler`].
+//! - Caching: [`ResultCache`], [`ActionCache`] ([`action_cache`]),
+//!   [`CachedHandler`], [`CacheStats`], [`CacheKey`], [`KeySpec`],
+//!   `ENTRY_OVERHEAD_BYTES`.
+//! - Stale actions: [`StaleFilter`], [`Stale`], [`CommandMerger`], `STALE_REASON`.
+//! - Digests: [`digest_bytes`], [`digest_hex`], [`digest_map`],
+//!   [`record_action_digest`].
 
 mod admission;
 mod batch;

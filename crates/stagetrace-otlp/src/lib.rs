@@ -93,6 +93,46 @@
 //! # Supported Rust versions
 //!
 //! The workspace's `rust-version` (1.85) and newer.
+//!
+//! # Public API
+//!
+//! Everything is at the root. Traces:
+//!
+//! - [`OtlpExporter`]: the trace exporter; a
+//!   [`RecordSink`](stagetrace::sink::RecordSink) for the layer, or call
+//!   [`export_call`](OtlpExporter::export_call) /
+//!   [`export_server`](OtlpExporter::export_server) yourself; built by
+//!   [`OtlpExporter::builder`].
+//! - [`OtlpBuilder`]: endpoint, protocol, headers, service name, timeouts,
+//!   TLS, tail sampling; resolves the `OTEL_*` variables.
+//! - [`BuildError`]: why an exporter could not be built (the setting and its
+//!   [`Origin`]); [`Protocol`]: HTTP/protobuf, HTTP/JSON or gRPC.
+//! - [`ExportStats`]: what an exporter has sent, dropped, failed and
+//!   abandoned so far.
+//! - [`ShutdownDeadline`]: one shutdown bound shared by several exporters.
+//! - [`TailSampling`]: which calls to send as traces when sampling at the
+//!   source; [`KeepReason`]: why a call was kept; [`SampleStats`]: what was
+//!   kept and skipped.
+//! - [`tracing_opentelemetry_context`]: shares `tracing-opentelemetry`'s
+//!   ids with the stage layer, as a
+//!   [`TraceContextHook`](stagetrace::context::TraceContextHook).
+//! - [`BLACK_BOX_SPAN`]: the name of a silent server's first-byte wait span.
+//!
+//! Metrics:
+//!
+//! - [`OtlpMetrics`]: stage histograms and counters as OTLP metrics (a
+//!   `RecordSink` too), built by [`MetricsBuilder`]; [`MetricsStats`]: what
+//!   it has done.
+//! - [`Histograms`]: exponential or explicit buckets; [`Temporality`]:
+//!   cumulative (Prometheus) or delta (`opentelemetry_sdk`'s).
+//!
+//! Constants: the defaults [`DEFAULT_HTTP_ENDPOINT`],
+//! [`DEFAULT_GRPC_ENDPOINT`], [`DEFAULT_SERVICE_NAME`], and the names of
+//! the variables read: [`ENV_ENDPOINT`], [`ENV_PROTOCOL`], [`ENV_HEADERS`],
+//! [`ENV_TIMEOUT`], [`ENV_TRACES_ENDPOINT`], [`ENV_TRACES_PROTOCOL`],
+//! [`ENV_TRACES_HEADERS`], [`ENV_TRACES_TIMEOUT`], [`ENV_TRACES_EXPORTER`],
+//! [`ENV_METRICS_EXPORTER`], [`ENV_SERVICE_NAME`],
+//! [`ENV_RESOURCE_ATTRIBUTES`].
 
 mod config;
 mod deadline;

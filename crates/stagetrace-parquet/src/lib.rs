@@ -8,7 +8,7 @@
 //! `robot=<robot>/date=<YYYY-MM-DD>/part-<run>-<n>.parquet`, which DuckDB,
 //! polars, pandas, Spark and ClickHouse read as one partitioned table. The
 //! columns are the JSON record's fields (the schema table of
-//! `stagetrace-schema`, [`arrow_schema`]): the same names, units and
+//! `stagetrace-schema`, [`arrow_schema()`]): the same names, units and
 //! absences (null where the JSON record has no key). [`read`] gives the
 //! files back as the JSON lines of the same calls, for `stagetrace report`.
 //!
@@ -45,6 +45,32 @@
 //! every summary window. A crash loses the file still open (at most
 //! `max_file_age` of calls, 5 minutes by default), which stays behind as a
 //! hidden `.part-….parquet.inprogress` file that readers skip and count.
+//!
+//! # Public API
+//!
+//! At the root, writing:
+//!
+//! - [`ParquetSink`]: the sink; [`ParquetSink::new`] with the defaults, or
+//!   [`ParquetSink::builder`] for [`ParquetOptions`] (robot, run, row-group
+//!   size, file age and size limits).
+//! - [`ParquetBuilderExt`]: adds [`parquet`](ParquetBuilderExt::parquet) to
+//!   the layer's builder, a sink with the defaults in one call.
+//! - [`SinkError`]: why a sink could not start.
+//! - [`arrow_schema()`]: the Arrow schema of every file written.
+//! - [`file_bytes`]: one Parquet file of given records in memory, written as
+//!   the sink writes (for tests and tools).
+//! - [`date_string`], [`parse_date`], [`partition_value`]: the partition
+//!   values, a day as `YYYY-MM-DD` and back, and a robot name made safe.
+//!
+//! [`read`]: reading records back:
+//!
+//! - [`read::list`]: the finished files under a path that a
+//!   [`read::Selection`] (robots, time range) keeps, as a [`read::Listing`].
+//! - [`read::open`], [`read::open_reader`]: one file (or bytes in memory) as
+//!   [`read::JsonLines`], a reader of the calls as JSON lines.
+//! - [`read::is_parquet`]: whether a path holds Parquet records.
+//! - [`read::verify`]: decode a whole file and check its columns.
+//! - [`read::ReadError`]: why records could not be read.
 
 mod builder_ext;
 mod cells;

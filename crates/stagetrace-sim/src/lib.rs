@@ -14,7 +14,7 @@
 //!   runs at once, a batcher, a result cache, admission control (from
 //!   `stagetrace-mitigate`) — on a runtime of its own; the handle gives the
 //!   address, the counters and a stop.
-//! - [`robot`]: one control cycle ([`Robot`]: `capture`, `transport`,
+//! - The robot: one control cycle ([`Robot`]: `capture`, `transport`,
 //!   `dispatch` inside a `call` span), the paced [`ControlLoop`] with
 //!   runtime [`Knobs`], and the closed-loop [`Fleet`] of the mitigation
 //!   scenario.
@@ -22,7 +22,7 @@
 //!   between robot and server, and a remote executor whose controller is
 //!   busy a known time on every n-th chunk, each on a thread and a clock of
 //!   its own ([`ControlLoop::run_with_executor`] dispatches to it).
-//! - Precise waits ([`wait`]), a deterministic pseudo-random source
+//! - Precise waits ([`ms`], [`Spin`]), a deterministic pseudo-random source
 //!   ([`random`]) and the FNV-1a checksum ([`checksum`]) the simulated
 //!   stages use as their work.
 //!
@@ -73,6 +73,57 @@
 //! # Supported Rust versions
 //!
 //! The workspace's `rust-version` (1.85) and newer.
+//!
+//! # Public API
+//!
+//! At the root, the policy server:
+//!
+//! - [`SimServer`]: a running simulated policy server
+//!   ([`SimServer::start`]); [`SimServerStats`]: what it has done so far.
+//! - [`ServerConfig`]: what a server starts with (model, transport, clock
+//!   skew, concurrency, batcher, admission), with a result cache
+//!   ([`CacheConfig`]).
+//! - [`SimModel`]: the simulated policy and its batch cost model;
+//!   [`ClockStep`]: a step of the server's clock mid-run;
+//!   [`ACTION_CHUNK`]: the shape of the chunk it answers.
+//!
+//! The robot:
+//!
+//! - [`ControlLoop`]: a robot calling the server at a fixed rate, paced by
+//!   a [`Pacer`], changed at run time through [`Knobs`]; reports
+//!   [`CallProgress`] after each call and [`RobotStats`] at the end.
+//! - [`Robot`]: one control cycle (camera, connection, actuator), what its
+//!   calls cost in [`RobotConfig`].
+//! - [`Fleet`]: N unpaced clients over WebSocket (the mitigation
+//!   scenario); [`FleetStats`]: what it counted.
+//! - [`Camera`]: the simulated camera, renewing its frame as [`Refresh`]
+//!   says.
+//! - [`Connection`]: the robot's connection to the server over a
+//!   [`Transport`] (WebSocket or HTTP).
+//! - [`observation`], [`scene`], [`PROMPT`]: the requests the robot sends.
+//!
+//! Between them and around them:
+//!
+//! - [`SimGateway`] ([`GatewayConfig`]): a relay between robot and server.
+//! - [`SimExecutor`] ([`ExecutorConfig`]): a remote executor; [`ExecStart`]
+//!   is its controller's record of one chunk.
+//! - [`SimError`]: why a server or robot could not start, or a call failed.
+//! - [`client_runtime`]: the single-threaded runtime a simulated client runs
+//!   on.
+//! - [`default_out_dir`]: `runs/<kind>-<unix seconds>`, the default output
+//!   directory of a demo or experiment.
+//! - [`ms`]: milliseconds as a `Duration`; [`Spin`]: how a precise wait
+//!   ends (hot or yielding).
+//!
+//! [`checksum`]: the simulated stages' work:
+//!
+//! - [`checksum::fnv1a`], [`checksum::fnv1a_strided`]: 64-bit FNV-1a over
+//!   all or every n-th byte.
+//!
+//! [`random`]: a cheap deterministic pseudo-random source:
+//!
+//! - [`random::xorshift`], [`random::fill_random`],
+//!   [`random::pseudo_actions`]: one step, a filled buffer, an action chunk.
 
 pub mod checksum;
 mod error;

@@ -20,7 +20,7 @@ pub enum Spin {
     Hot,
     /// Leave the core to threads that share it (other stages of the same
     /// pipeline, an experiment's CPU load) for all but the last
-    /// [`HOT_TAIL`]: short sleeps on the OS's high-resolution timer, then a
+    /// `HOT_TAIL`: short sleeps on the OS's high-resolution timer, then a
     /// hot spin. Not `sched_yield` in a loop: beside a CPU-bound thread one
     /// yield hands the core away for a whole scheduler slice (1.5–3 ms),
     /// which stretched a simulated 8 ms model to 11.5 ms on a loaded

@@ -5,6 +5,57 @@
 //! the app's own log kept in memory ([`app_log`]).
 //!
 //! Test code: it panics with a message on anything unexpected.
+//!
+//! # Public API
+//!
+//! At the root, a layer and what it wrote:
+//!
+//! - [`Collect`]: a sink keeping every record and window in memory; hand
+//!   [`Collect::sink`] to the builder, or [`Collect::build`] a layer with
+//!   it.
+//! - [`run_collecting`]: run a closure under a layer with a [`Collect`]
+//!   sink; returns the cumulative summary and the records.
+//! - [`Observed`]: a layer installed for the current thread, writing to a
+//!   temporary directory; [`Observed::finish`] checks files against memory.
+//! - [`rt`]: the current-thread Tokio runtime the network tests run on.
+//! - [`read_records`], [`read_summaries`], [`jsonl_lines`]: the records,
+//!   summary windows and lines of a run directory, records checked against
+//!   [`record_schema`] (`docs/record.schema.json`).
+//! - [`spin_for`]: busy-wait a duration precisely; [`quantile`]: the
+//!   nearest-rank quantile of a sample.
+//! - [`ThreadCpu`]: a Criterion measurement of the thread's CPU time;
+//!   [`thread_cpu_ns`]: that time now, ns.
+//!
+//! [`app_log`]: the app's own log in memory:
+//!
+//! - [`app_log::AppLog`]: what the app's `fmt` layer wrote.
+//!
+//! [`busy`]: rival threads that keep cores busy:
+//!
+//! - [`busy::Busy`]: busy loops until dropped; [`busy::cores`]: the cores
+//!   this process may run on; [`busy::pin_to_cpu`]: pin the calling thread.
+//!
+//! [`collector`]: collectors that misbehave, for export tests:
+//!
+//! - [`collector::silent_collector`]: an OTLP/HTTP endpoint that never
+//!   answers.
+//!
+//! [`prereq`]: prerequisites a machine may lack (Jaeger, Chromium, …):
+//!
+//! - [`prereq::have`]: skip a test when its prerequisite is missing, or
+//!   fail it when the run must be complete ([`prereq::missing`], decided by
+//!   [`prereq::Policy`]); [`prereq::allowed_in`]: whether a list names one.
+//!
+//! [`strategies`]: proptest strategies for the wire's values:
+//!
+//! - [`strategies::server_timing`]: any server timing the wire may carry.
+//!
+//! [`timing`]: the timing tests' error report (`cargo xtask timing`):
+//!
+//! - [`timing::error`], [`timing::worst`], [`timing::worst_pair`]: report a
+//!   measured error against its bound; [`timing::PREFIX`] starts each line.
+//! - [`timing::realtime`], [`timing::at_realtime`]: run at real-time
+//!   priority.
 
 #![allow(clippy::unwrap_used)]
 

@@ -1,9 +1,9 @@
 //! Resources sampled at a fixed rate onto the experiment's timeline
 //! (procfs): CPU per core, pressure stall information, the target process's
 //! threads, memory, context switches and run-queue delay, each core's clock
-//! and thermal-throttle events ([`cpufreq`]), TCP retransmits, interface
-//! drops and UDP errors ([`netloss`]), also inside the kernel bottleneck's
-//! network namespaces ([`netns_probe`]); with the `nvml` feature, each GPU's utilisation, clocks, temperature,
+//! and thermal-throttle events (`cpufreq`), TCP retransmits, interface
+//! drops and UDP errors (`netloss`), also inside the kernel bottleneck's
+//! network namespaces (`netns_probe`); with the `nvml` feature, each GPU's utilisation, clocks, temperature,
 //! power and throttle reasons ([`crate::gpu`]).
 //!
 //! Anything the kernel does not offer (no `/proc/pressure`, a process that

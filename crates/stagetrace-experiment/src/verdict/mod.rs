@@ -4,7 +4,7 @@
 //! move, the stages it dragged along, what the resources did, and the next
 //! step (`docs/architecture.md`, section 7).
 //!
-//! The figures compared come from the schema table ([`crate::figures`]).
+//! The figures compared come from the schema table (`figures.rs`).
 
 mod action_queue;
 mod compare;

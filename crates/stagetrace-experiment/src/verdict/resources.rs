@@ -56,9 +56,9 @@ pub struct ResourceSummary {
     /// (power, thermal, hardware slowdown, sync boost; not idling).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpu_throttle: Vec<&'static str>,
-    /// `"throttled"` (the clock fell more than [`CLOCK_DROP`] below the
+    /// `"throttled"` (the clock fell more than `CLOCK_DROP` below the
     /// baseline's, or throttle events), `"saturated"` (CPU, a core, CPU
-    /// pressure or a GPU at its [`SATURATED`] threshold) or `"unsaturated"`
+    /// pressure or a GPU at its `SATURATED` threshold) or `"unsaturated"`
     /// (none of those: whatever slowed it waited — not "idle", which a CPU
     /// at 60 % is not).
     pub state: &'static str,

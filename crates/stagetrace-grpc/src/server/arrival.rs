@@ -36,7 +36,7 @@ pub(crate) struct AheadBudget {
 }
 
 impl AheadBudget {
-    /// Room for more: below [`MAX_AHEAD_TOTAL`] (one frame may go past it).
+    /// Room for more: below `MAX_AHEAD_TOTAL` (one frame may go past it).
     fn has_room(&self) -> bool {
         self.held.load(Ordering::Relaxed) < MAX_AHEAD_TOTAL
     }
@@ -61,7 +61,7 @@ impl AheadBudget {
 /// included) before the handler runs; a streaming handler reads it as it
 /// goes. While the request waits for the service inside the layer to be
 /// ready, [`ServerLayer`](crate::tower::ServerLayer) reads it ahead (bounded:
-/// [`MAX_AHEAD_PER_REQUEST`], [`MAX_AHEAD_TOTAL`]) and the handler then
+/// `MAX_AHEAD_PER_REQUEST`, `MAX_AHEAD_TOTAL`) and the handler then
 /// reads those frames first, unchanged.
 pub struct Arrival<B: Body> {
     /// Frames read ahead, in order, not yet handed on.

@@ -7,7 +7,7 @@
 //! the Arrow IPC blob a writer stores in its metadata (arrow-ipc asserts on
 //! a damaged one); the footer's column chunks are checked against the
 //! file's length before any page is read; and a panic left deep in the
-//! third-party decoders is caught ([`contain`]) and returned as an error
+//! third-party decoders is caught (`contain`) and returned as an error
 //! naming the file.
 
 mod contain;

@@ -30,7 +30,7 @@ pub enum Refresh {
     Touch,
 }
 
-/// The simulated camera: an RGB frame [`FRAME_WIDTH`] pixels wide and as
+/// The simulated camera: an RGB frame `FRAME_WIDTH` pixels wide and as
 /// many rows as the payload needs, pseudo-random from a fixed seed (so a
 /// run's frames are the same in every run).
 #[derive(Debug)]
@@ -83,7 +83,7 @@ impl Camera {
 
 /// The observation the robot sends for call `seq`: the prompt, the call
 /// number, a 7-joint state and, if there is one, the camera frame
-/// ([`IMAGE_KEY`]).
+/// (`IMAGE_KEY`).
 pub fn observation(seq: u64, frame: Option<NdArray>) -> MsgMap {
     let mut obs = MsgMap::new().with("prompt", PROMPT).with("seq", seq).with(
         "observation/state",

@@ -46,7 +46,7 @@ impl Pacer {
         }
     }
 
-    /// Wait until call `seq` is due (see [`sleep_until_precise`]).
+    /// Wait until call `seq` is due (see `wait::sleep_until_precise`).
     pub fn wait(&self, seq: u64, spin: Spin) -> impl Future<Output = ()> {
         sleep_until_precise(self.due(seq), spin)
     }

@@ -19,7 +19,7 @@ pub struct CacheConfig {
     pub key: KeySpec,
 }
 
-/// What [`SimServer::start`] starts: the model, the transport, the clock
+/// What [`SimServer::start`](crate::SimServer::start) starts: the model, the transport, the clock
 /// and the mitigations in front of the model. Defaults: WebSocket on a free
 /// loopback port, one request at a time, the host's clock, no mitigation.
 #[derive(Clone)]
