@@ -35,7 +35,7 @@ use tonic::transport::Channel;
 use crate::args::DemoArgs;
 use crate::error::{err, DemoError};
 use crate::figures::analyze_run;
-use crate::hops::server_proxy;
+use crate::hop_services::server_proxy;
 use crate::records::Collect;
 use crate::Outcome;
 

@@ -14,7 +14,7 @@ use stagetrace_schema::Figure;
 
 use crate::args::DemoArgs;
 use crate::figures::steady;
-use crate::hops::HopRun;
+use crate::hop_services::HopRun;
 
 /// One µs of rounding (the record's resolution).
 const ROUND_MS: f64 = 1e-3;

@@ -16,7 +16,7 @@ use stagetrace_sim::{RobotStats, SimServerStats};
 use crate::args::{DemoArgs, TransportArg};
 use crate::error::{err, DemoError};
 use crate::figures::{analyze_run, main_group, stage_table, steady};
-use crate::hops::HopRun;
+use crate::hop_services::HopRun;
 use crate::truth::Truth;
 
 /// One finished run of the demo, as the report needs it.

@@ -22,7 +22,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::args::DemoArgs;
 use crate::error::{err, DemoError};
-use crate::hops::{self, Hops, ServerSeen};
+use crate::hop_services::{self, Hops, ServerSeen};
 use crate::otlp::{DemoOtlp, Services};
 use crate::output::{self, Run};
 use crate::progress::Progress;
@@ -91,7 +91,7 @@ pub(crate) fn run(
     let (server, seen) = start_server(args, otlp.as_ref())?;
 
     // The network between them: the built-in proxy delays each direction.
-    let proxy = hops::server_proxy(args, server.addr())?;
+    let proxy = hop_services::server_proxy(args, server.addr())?;
     let policy_addr = proxy
         .as_ref()
         .map_or(server.addr(), ProxyHandle::local_addr);

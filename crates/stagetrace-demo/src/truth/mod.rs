@@ -14,8 +14,8 @@ use stagetrace_analyze::stats::{self, Distribution};
 use stagetrace_schema::{Figure, Group};
 
 use crate::args::{ClockArg, DemoArgs};
+use crate::hop_services::HopRun;
 use crate::hop_truth::{ExecTruth, HopTruth};
-use crate::hops::HopRun;
 
 /// Two clocks read at different instants on one host differ by this much
 /// (the split's bound does not cover it).
