@@ -156,23 +156,7 @@ fn warn_of_pooling(
 }
 
 fn report(args: ReportArgs) -> Result<ExitCode, String> {
-    if let Some(q) = &args.percentile {
-        let q = q.as_deref().unwrap_or("99");
-        return Err(format!(
-            "--percentile: report has no such option — its tables already show every stage's p50, p90, p99, p99.9 and max; for one figure read the JSON (--json | jq '.groups[0].stages.e2e.p{q}'), or gate on it (--fail-if 'e2e.p{q}>40ms'; STAT: p50 p90 p99 p999)"
-        ));
-    }
-    let gates: Vec<Gate> = args
-        .fail_if
-        .iter()
-        .map(|t| t.parse::<Gate>().map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    if !(args.outlier_k.is_finite() && args.outlier_k > 0.0) {
-        return Err(format!(
-            "--outlier-k {}: must be a positive number of MADs (5 is the default)",
-            args.outlier_k
-        ));
-    }
+    let gates = checked_gates(&args)?;
     let sel = args.select.selection()?;
     let run_inputs = Inputs::resolve("run", &args.files, &sel)?;
     let baseline_inputs = if args.baseline.is_empty() {
@@ -210,6 +194,38 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     let mut a = analysis::analyze(&run, baseline.as_ref(), &opts);
     analysis::per_robot(&mut a, &robots, &opts);
     warn_of_pooling(&args, &run_inputs, baseline_inputs.as_ref(), &mut a);
+    write_report(&args, &a)?;
+    let fired = fire(&gates, &a)?;
+    Ok(exit::code(if fired > 0 { exit::FIRED } else { exit::OK }))
+}
+
+/// The gates to check, once the options that need no input are checked
+/// (`--percentile` is no option of report; `--outlier-k` is a positive
+/// number of MADs).
+fn checked_gates(args: &ReportArgs) -> Result<Vec<Gate>, String> {
+    if let Some(q) = &args.percentile {
+        let q = q.as_deref().unwrap_or("99");
+        return Err(format!(
+            "--percentile: report has no such option — its tables already show every stage's p50, p90, p99, p99.9 and max; for one figure read the JSON (--json | jq '.groups[0].stages.e2e.p{q}'), or gate on it (--fail-if 'e2e.p{q}>40ms'; STAT: p50 p90 p99 p999)"
+        ));
+    }
+    let gates: Vec<Gate> = args
+        .fail_if
+        .iter()
+        .map(|t| t.parse::<Gate>().map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    if !(args.outlier_k.is_finite() && args.outlier_k > 0.0) {
+        return Err(format!(
+            "--outlier-k {}: must be a positive number of MADs (5 is the default)",
+            args.outlier_k
+        ));
+    }
+    Ok(gates)
+}
+
+/// The report on standard output (text or JSON), and the HTML page and
+/// `.hgrm` files when asked for.
+fn write_report(args: &ReportArgs, a: &analysis::Analysis<'_>) -> Result<(), String> {
     let format = if args.json {
         Format::Json
     } else {
@@ -222,20 +238,25 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     // the files below are still written and the gates still decide.
     stdout::print(&text)?;
     if let Some(path) = &args.html {
-        fs::write(path, html::html(&a))
+        fs::write(path, html::html(a))
             .map_err(|e| format!("{}: cannot write the HTML report: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(dir) = &args.hgrm {
-        let n = write_hgrm(dir, &a)?;
+        let n = write_hgrm(dir, a)?;
         eprintln!("wrote {n} .hgrm file(s) to {}", dir.display());
     }
+    Ok(())
+}
+
+/// Checks every gate on the report, says each one that fired; how many did.
+fn fire(gates: &[Gate], a: &analysis::Analysis<'_>) -> Result<usize, String> {
     let mut fired = 0;
-    for g in &gates {
+    for g in gates {
         if let Some(f) = g.check(&a.report).map_err(|e| e.to_string())? {
             eprintln!("{}", f.message);
             fired += 1;
         }
     }
-    Ok(exit::code(if fired > 0 { exit::FIRED } else { exit::OK }))
+    Ok(fired)
 }
