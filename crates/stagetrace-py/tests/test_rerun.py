@@ -236,7 +236,7 @@ def test_the_host_figures_are_the_schema_crates() -> None:
     table: every `Group::Host` figure and every `HostCount` field."""
     from stagetrace._viewer_input import HOST_FIELDS
 
-    figure_rs = (ROOT / "crates/stagetrace-schema/src/figure.rs").read_text()
+    figure_rs = (ROOT / "crates/stagetrace-schema/src/table.rs").read_text()
     field_rs = (ROOT / "crates/stagetrace-schema/src/field.rs").read_text()
     host = set(re.findall(r'row\("[a-z_]+",\s*"([a-z_]+)",\s*Unit::\w+,\s*Group::Host\b', figure_rs))
     counts = set(re.findall(r'count\(\s*(?:true|false),\s*HostCount::\w+,\s*"([a-z_]+)"\)', field_rs))

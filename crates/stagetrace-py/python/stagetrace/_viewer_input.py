@@ -30,7 +30,7 @@ from ._native import FIELDS
 REQUIRED = ("seq", "ts_unix_ms", "kind", "e2e_ms")
 
 #: The host figures (the schema crate's ``Group::Host`` figures and its
-#: ``HostCount`` fields: crates/stagetrace-schema/src/figure.rs, field.rs):
+#: ``HostCount`` fields: crates/stagetrace-schema/src/table.rs, field.rs):
 #: what a host did to the call, overlapping the stages. Rerun puts them under
 #: ``stagetrace/host/``. tests/test_rerun.py checks this set against the
 #: schema crate's table, so a new host figure fails there until it is added.
