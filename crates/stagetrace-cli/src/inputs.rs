@@ -199,9 +199,10 @@ impl Inputs {
         Ok(out)
     }
 
-    /// Reads every record: JSON lines as they are; Parquet files decoded
-    /// first, so a damaged one is skipped by name, with a warning, before
-    /// anything is read (an error when nothing is left of a path).
+    /// Reads every record, the files on every core (JSON lines parsed,
+    /// Parquet columns decoded straight into the dataset) and appended in
+    /// order. A damaged Parquet file is skipped whole, by name, with a
+    /// warning; an error when nothing is left of a path.
     pub(crate) fn load(&self, opts: LoadOptions) -> Result<Dataset, String> {
         let what = self.what;
         if self.reads_stdin() {
@@ -213,26 +214,31 @@ impl Inputs {
                 .map_err(|e| format!("{what}: {e}"));
         }
         let mut sources = Vec::new();
-        for g in &self.given {
-            match g {
+        for (g, given) in self.given.iter().enumerate() {
+            match given {
                 Given::Stdin => {}
                 Given::Lines { files, .. } => {
                     sources.extend(files.iter().cloned().map(parquet_input::Source::Lines))
                 }
-                Given::Parquet { path, files } => sources.extend(
-                    parquet_input::verified(what, path, files)?
-                        .into_iter()
-                        .map(parquet_input::Source::Parquet),
+                Given::Parquet { files, .. } => sources.extend(
+                    files
+                        .iter()
+                        .cloned()
+                        .map(|f| parquet_input::Source::Parquet { given: g, file: f }),
                 ),
             }
         }
-        Dataset::load_sources(
-            sources
-                .into_iter()
-                .map(|s| parquet_input::open(s, &self.sel)),
-            opts,
-        )
-        .map_err(|e| format!("{what}: {e}"))
+        let damaged = parquet_input::Damaged::new(what);
+        let loaded = Dataset::load_parts(sources, parquet_input::threads(), |s| {
+            parquet_input::read(s, &self.sel, opts, &damaged)
+        });
+        for (g, given) in self.given.iter().enumerate() {
+            if let Given::Parquet { path, files } = given {
+                damaged.check_left(g, path, files.len())?;
+            }
+        }
+        damaged.report();
+        loaded.map_err(|e| format!("{what}: {e}"))
     }
 }
 

@@ -1,15 +1,15 @@
 //! Parquet inputs (a file, a directory, a `robot=…/date=…` tree): the files
 //! a path stands for under `--robot` / `--since` / `--until`, pruned by
-//! partition, each read as the JSON lines of its calls so the tables and
-//! verdicts are those of the same calls in JSON lines.
+//! partition and by row-group statistics, each file's columns decoded
+//! straight into the analysis's dataset, on every core.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::UNIX_EPOCH;
 
-use stagetrace_analyze::load::LoadError;
-use stagetrace_parquet::read::{self, Selection};
+use stagetrace_analyze::load::{FilePart, LoadError, LoadOptions};
+use stagetrace_parquet::read::{self, PartError, ReadError, Selection};
 
 /// Which calls of a Parquet tree to read.
 #[derive(Debug, Default, clap::Args)]
@@ -72,71 +72,109 @@ pub(crate) fn is_selective(sel: &Selection) -> bool {
     !sel.robots.is_empty() || sel.since_ms.is_some() || sel.until_ms.is_some()
 }
 
-/// One input file: Parquet (decoded) or JSON lines (as it is).
+/// One input file: Parquet (its columns decoded) or JSON lines (parsed).
 pub(crate) enum Source {
-    Parquet(PathBuf),
+    /// A Parquet file of the `given`-th input path.
+    Parquet { given: usize, file: PathBuf },
     Lines(PathBuf),
 }
 
-/// The Parquet files `listed` for the path `p`, every page decoded now: a
-/// damaged file is skipped whole, by name, and the report covers the rest
-/// (docs/records.md, "A damaged file"); an error when every one is damaged.
-pub(crate) fn verified(what: &str, p: &Path, listed: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::with_capacity(listed.len());
-    let mut damaged = Vec::new();
-    for f in listed {
-        match read::verify(f) {
-            Ok(_) => out.push(f.clone()),
-            Err(e) => {
-                eprintln!("warning: {what}: skipped a damaged Parquet file: {e}");
-                damaged.push(e);
+/// Threads to read files on: every core.
+pub(crate) fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Reads one file into its part of the dataset. A damaged Parquet file is
+/// skipped whole (`Ok(None)`), with a warning that names it
+/// (docs/records.md, "A damaged file"); a corrupt record stops the load,
+/// as a corrupt JSON line does.
+pub(crate) fn read(
+    source: Source,
+    sel: &Selection,
+    opts: LoadOptions,
+    damaged: &Damaged,
+) -> Result<Option<FilePart>, LoadError> {
+    match source {
+        Source::Lines(path) => {
+            let file = File::open(&path).map_err(|source| LoadError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            FilePart::read_lines(file, &path, opts).map(Some)
+        }
+        Source::Parquet { given, file } => match read::load_part(&file, sel, opts) {
+            Ok(part) => Ok(Some(part)),
+            Err(PartError::Load(e)) => Err(e),
+            Err(PartError::Damaged(e)) => {
+                damaged.skipped(given, e);
+                Ok(None)
             }
+        },
+    }
+}
+
+/// The damaged Parquet files skipped, per input path.
+pub(crate) struct Damaged {
+    what: &'static str,
+    files: Mutex<Vec<(usize, ReadError)>>,
+}
+
+impl Damaged {
+    pub(crate) fn new(what: &'static str) -> Damaged {
+        Damaged {
+            what,
+            files: Mutex::new(Vec::new()),
         }
     }
-    if out.is_empty() && !damaged.is_empty() {
-        let why: Vec<String> = damaged.iter().map(ToString::to_string).collect();
-        return Err(format!(
-            "{what}: {}: every Parquet file is damaged, nothing to report: {}",
-            p.display(),
-            why.join("; ")
-        ));
-    }
-    if !damaged.is_empty() {
-        let paths: Vec<PathBuf> = damaged.into_iter().map(|e| e.path).collect();
+
+    fn skipped(&self, given: usize, e: ReadError) {
         eprintln!(
-            "warning: {what}: this report leaves out {} damaged Parquet file(s) (their calls \
+            "warning: {}: skipped a damaged Parquet file: {e}",
+            self.what
+        );
+        if let Ok(mut files) = self.files.lock() {
+            files.push((given, e));
+        }
+    }
+
+    /// An error when every one of the `listed` files of the input path
+    /// `p` (the `given`-th) is damaged: nothing to report of it.
+    pub(crate) fn check_left(&self, given: usize, p: &Path, listed: usize) -> Result<(), String> {
+        let files = self.files.lock().map_err(|_| "a reader thread failed".to_string())?;
+        let why: Vec<String> = files
+            .iter()
+            .filter(|(g, _)| *g == given)
+            .map(|(_, e)| e.to_string())
+            .collect();
+        if listed > 0 && why.len() == listed {
+            return Err(format!(
+                "{}: {}: every Parquet file is damaged, nothing to report: {}",
+                self.what,
+                p.display(),
+                why.join("; ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Says which files the report leaves out, when any.
+    pub(crate) fn report(&self) {
+        let Ok(files) = self.files.lock() else { return };
+        if files.is_empty() {
+            return;
+        }
+        let paths: Vec<PathBuf> = files.iter().map(|(_, e)| e.path.clone()).collect();
+        eprintln!(
+            "warning: {}: this report leaves out {} damaged Parquet file(s) (their calls \
              are not in it): {}",
+            self.what,
             paths.len(),
             names(&paths)
         );
     }
-    Ok(out)
 }
 
 pub(crate) fn names(paths: &[PathBuf]) -> String {
     let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     v.join(", ")
-}
-
-/// A file opened as the JSON lines of its calls.
-pub(crate) fn open(source: Source, sel: &Selection) -> Result<(PathBuf, Box<dyn Read>), LoadError> {
-    let io = |path: &Path, source: std::io::Error| LoadError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    match source {
-        Source::Lines(path) => {
-            let file = File::open(&path).map_err(|e| io(&path, e))?;
-            Ok((path, Box::new(file)))
-        }
-        Source::Parquet(path) => {
-            let lines = read::open(&path, sel).map_err(|e| {
-                io(
-                    &path,
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.reason),
-                )
-            })?;
-            Ok((path, Box::new(lines)))
-        }
-    }
 }

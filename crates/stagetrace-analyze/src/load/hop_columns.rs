@@ -191,3 +191,29 @@ impl HopColumns {
             .map_or(&[], |cols| cols[fig.index()].as_slice())
     }
 }
+
+impl HopColumns {
+    /// Adds the `added` calls of `other` after this dataset's `len` calls.
+    pub(crate) fn append(&mut self, len: usize, other: HopColumns, added: usize) {
+        if self.hops.is_empty() && other.hops.is_empty() {
+            return;
+        }
+        while self.hops.len() < other.hops.len() {
+            self.hops
+                .push(std::array::from_fn(|_| vec![f32::NAN; len]));
+        }
+        let mut more = other.hops.into_iter();
+        for cols in &mut self.hops {
+            match more.next() {
+                Some(theirs) => {
+                    for (col, t) in cols.iter_mut().zip(theirs) {
+                        col.resize(len, f32::NAN);
+                        col.extend(t);
+                        col.resize(len + added, f32::NAN);
+                    }
+                }
+                None => cols.iter_mut().for_each(|c| c.resize(len + added, f32::NAN)),
+            }
+        }
+    }
+}

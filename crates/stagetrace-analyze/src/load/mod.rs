@@ -12,8 +12,10 @@
 mod fast;
 mod hop_columns;
 mod notes;
+mod part;
 mod range;
 mod record;
+mod row;
 mod slow;
 #[cfg(test)]
 mod tests;
@@ -27,10 +29,11 @@ use stagetrace_schema::{Figure, FIGURE_COUNT};
 
 pub use hop_columns::HopFig;
 pub use notes::{LoadError, LoadNotes};
+pub use part::FilePart;
+pub use row::{Cell, Row};
 
 pub(crate) use hop_columns::RawHops;
 
-use notes::MAX_KINDS;
 use record::{layout, BadLine, RawRecord};
 
 /// Most distinct failure reasons counted; further reasons count as "other".
@@ -309,19 +312,9 @@ impl Dataset {
                 return last;
             }
         }
-        if let Some(i) = self.kinds.iter().position(|k| k == kind) {
-            return i as u16;
-        }
-        if self.kinds.len() + 1 < MAX_KINDS {
-            self.kinds.push(kind.to_string());
-            return (self.kinds.len() - 1) as u16;
-        }
-        self.notes.pooled_kinds += 1;
-        if let Some(i) = self.kinds.iter().position(|k| k == "other") {
-            return i as u16;
-        }
-        self.kinds.push("other".to_string());
-        (self.kinds.len() - 1) as u16
+        let (i, pooled) = self.kind_slot(kind);
+        self.notes.pooled_kinds += u64::from(pooled);
+        i
     }
 
     /// Number of calls read (warm-up and failed ones included).

@@ -186,12 +186,15 @@ pub(crate) struct Layout {
     pub(crate) required: u128,
     /// Per figure (by [`Figure::index`]): whether the analysis reads it.
     pub(crate) reads: [bool; FIGURE_COUNT],
+    /// Per field (by its index in `FIELDS`): where its value goes.
+    pub(crate) slots: Vec<Slot>,
 }
 
 impl Layout {
     fn new() -> Layout {
         let mut by_len: Vec<Vec<Key>> = Vec::new();
         let mut required = 0u128;
+        let slots = FIELDS.iter().map(|info| Slot::of(info.field)).collect();
         for (i, info) in FIELDS.iter().enumerate() {
             let bit = 1u128 << i;
             let required_bit = if info.required { bit } else { 0 };
@@ -216,6 +219,7 @@ impl Layout {
             by_len,
             required,
             reads,
+            slots,
         }
     }
 

@@ -10,8 +10,10 @@
 //! third-party decoders is caught (`contain`) and returned as an error
 //! naming the file.
 
+mod columns;
 mod contain;
 mod json;
+mod view;
 
 use std::fs::{self, File};
 use std::io::Read;
@@ -25,6 +27,7 @@ use parquet::file::reader::ChunkReader;
 
 use crate::layout::{parse_date, IN_PROGRESS_SUFFIX, PART_EXTENSION};
 
+pub use columns::{load_part, PartError};
 pub use json::JsonLines;
 
 /// Which calls to read: robots (any when empty) and a time range.
@@ -155,6 +158,21 @@ pub fn open_reader<R: ChunkReader + 'static>(
     reader: R,
     sel: &Selection,
 ) -> Result<JsonLines, ReadError> {
+    let batches = batches(path, reader, |b| Ok(b))?;
+    Ok(JsonLines::new(path.to_path_buf(), batches, sel.clone()))
+}
+
+/// The file's batches, its footer read and checked now (`check_metadata`),
+/// the reader set up by `configure` (columns, row groups); a cut-short,
+/// damaged or foreign file is refused here, by name.
+pub(crate) fn batches<R: ChunkReader + 'static>(
+    path: &Path,
+    reader: R,
+    configure: impl FnOnce(
+            ParquetRecordBatchReaderBuilder<R>,
+        ) -> Result<ParquetRecordBatchReaderBuilder<R>, String>
+        + 'static,
+) -> Result<ParquetRecordBatchReader, ReadError> {
     let refuse = |reason: String| ReadError {
         path: path.to_path_buf(),
         reason,
@@ -172,14 +190,13 @@ pub fn open_reader<R: ChunkReader + 'static>(
         let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(reader, options)
             .map_err(|e| e.to_string())?;
         check_metadata(builder.metadata(), len)?;
-        builder.build().map_err(|e| e.to_string())
+        configure(builder)?.build().map_err(|e| e.to_string())
     });
-    let batches = match built {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => return Err(not_readable(e)),
-        Err(panic) => return Err(refuse(format!("damaged Parquet footer ({panic})"))),
-    };
-    Ok(JsonLines::new(path.to_path_buf(), batches, sel.clone()))
+    match built {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => Err(not_readable(e)),
+        Err(panic) => Err(refuse(format!("damaged Parquet footer ({panic})"))),
+    }
 }
 
 /// Decodes every page of the file at `path` and checks each column's type

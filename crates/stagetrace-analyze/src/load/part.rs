@@ -1,0 +1,261 @@
+//! One file's calls read apart from the others, so files (a Parquet tree's
+//! partitions, a run's record files) are read on every core and appended
+//! in their order: the dataset is the one a sequential read gives, call
+//! for call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+
+use super::notes::MAX_KINDS;
+use super::row::Row;
+use super::{Dataset, LoadError, LoadNotes, LoadOptions, MAX_ERRORS, MAX_SKIPPED_SHOWN};
+
+/// The calls of one file, read on a thread of its own and appended to the
+/// dataset in the files' order ([`Dataset::load_parts`]).
+#[derive(Debug)]
+pub struct FilePart {
+    ds: Dataset,
+    errors: HashMap<String, u64>,
+    opts: LoadOptions,
+    /// Rows given, valid or not (a corrupt one's position in messages).
+    rows: u64,
+}
+
+impl FilePart {
+    /// An empty part for the file `path` (its name in messages).
+    pub fn new(path: &Path, opts: LoadOptions) -> FilePart {
+        let mut ds = Dataset::empty();
+        ds.files.push(path.to_path_buf());
+        ds.file_starts.push(0);
+        FilePart {
+            ds,
+            errors: HashMap::new(),
+            opts,
+            rows: 0,
+        }
+    }
+
+    /// Reads a JSON-lines file (or any reader of JSON lines) whole.
+    pub fn read_lines<R: Read>(
+        reader: R,
+        path: &Path,
+        opts: LoadOptions,
+    ) -> Result<FilePart, LoadError> {
+        let mut ds = Dataset::empty();
+        let mut errors = HashMap::new();
+        ds.read_from(reader, path, opts, &mut errors)?;
+        Ok(FilePart {
+            ds,
+            errors,
+            opts,
+            rows: 0,
+        })
+    }
+
+    /// Adds one record given field by field. A record that is not whole
+    /// ([`Row::finish`]) is a corrupt record, as a corrupt JSON line is:
+    /// counted and skipped under `skip_bad`, else an error naming the file
+    /// and the row (1-based).
+    pub fn push(&mut self, row: &Row) -> Result<(), LoadError> {
+        self.rows += 1;
+        self.ds.notes.lines += 1;
+        match row.finish() {
+            Ok(()) => {
+                self.ds.push(&row.raw, self.opts, &mut self.errors);
+                Ok(())
+            }
+            Err(reason) if self.opts.skip_bad => {
+                let notes = &mut self.ds.notes;
+                notes.skipped += 1;
+                if notes.skipped_examples.len() < MAX_SKIPPED_SHOWN {
+                    let path = self.ds.files.first().map(|p| p.display().to_string());
+                    let at = format!("{}:row {}", path.unwrap_or_default(), self.rows);
+                    notes.skipped_examples.push(format!("{at}: {reason}"));
+                }
+                Ok(())
+            }
+            Err(reason) => Err(LoadError::Corrupt {
+                path: self.ds.files.first().cloned().unwrap_or_default(),
+                line: self.rows,
+                reason,
+            }),
+        }
+    }
+
+    /// Calls read so far.
+    pub fn len(&self) -> usize {
+        self.ds.len()
+    }
+
+    /// True while no call was read.
+    pub fn is_empty(&self) -> bool {
+        self.ds.is_empty()
+    }
+}
+
+impl Dataset {
+    /// Reads `jobs` (one file each) on up to `threads` threads and appends
+    /// their parts in the jobs' order. A job returns `Ok(None)` for a file
+    /// it skipped (and said so); its first error in the jobs' order stops
+    /// the load. An input with no record at all is an error.
+    pub fn load_parts<J, F>(jobs: Vec<J>, threads: usize, read: F) -> Result<Dataset, LoadError>
+    where
+        J: Send,
+        F: Fn(J) -> Result<Option<FilePart>, LoadError> + Sync,
+    {
+        let mut ds = Dataset::empty();
+        let mut errors = HashMap::new();
+        let threads = threads.clamp(1, jobs.len().max(1));
+        if threads == 1 {
+            for job in jobs {
+                if let Some(part) = read(job)? {
+                    ds.append(part, &mut errors);
+                }
+            }
+        } else {
+            in_parallel(jobs, threads, &read, |part| ds.append(part, &mut errors))?;
+        }
+        ds.finish(errors);
+        if ds.is_empty() {
+            return Err(LoadError::Empty { paths: ds.files });
+        }
+        Ok(ds)
+    }
+
+    /// Adds a part's calls after this dataset's.
+    fn append(&mut self, part: FilePart, errors: &mut HashMap<String, u64>) {
+        let FilePart { ds: p, errors: e, .. } = part;
+        let base = self.len();
+        let added = p.len();
+        if added == 0 && !p.files.is_empty() && p.notes.empty_files.is_empty() {
+            self.notes.empty_files.extend(p.files.iter().cloned());
+        }
+        self.file_starts
+            .extend(p.file_starts.iter().map(|s| base + s));
+        self.files.extend(p.files);
+        self.seq.extend(p.seq);
+        self.ts.extend(p.ts);
+        self.flags.extend(p.flags);
+        let kinds: Vec<(u16, bool)> = p.kinds.iter().map(|k| self.kind_slot(k)).collect();
+        for k in &p.kind {
+            let (to, pooled) = kinds.get(usize::from(*k)).copied().unwrap_or((0, false));
+            self.notes.pooled_kinds += u64::from(pooled);
+            self.kind.push(to);
+        }
+        for (col, more) in self.columns.iter_mut().zip(p.columns) {
+            col.extend(more);
+        }
+        let call = |i: u32| u32::try_from(base).unwrap_or(u32::MAX).saturating_add(i);
+        self.digests
+            .extend(p.digests.into_iter().map(|(i, d)| (call(i), d)));
+        self.mitigated.extend(p.mitigated.into_iter().map(|mut m| {
+            m.call = call(m.call);
+            m
+        }));
+        self.hops.append(base, p.hops, added);
+        if !p.vol_switches.is_empty() || !self.vol_switches.is_empty() {
+            self.vol_switches.resize(base, f32::NAN);
+            self.vol_switches.extend(p.vol_switches);
+            self.vol_switches.resize(base + added, f32::NAN);
+        }
+        for (reason, n) in e {
+            let key = if errors.len() < MAX_ERRORS || errors.contains_key(&reason) {
+                reason
+            } else {
+                "other".to_string()
+            };
+            *errors.entry(key).or_insert(0) += n;
+        }
+        self.notes.absorb(p.notes);
+    }
+
+    /// The index of `kind` among this dataset's kinds, added when new;
+    /// true when it is pooled as `other` (past [`MAX_KINDS`]).
+    pub(super) fn kind_slot(&mut self, kind: &str) -> (u16, bool) {
+        if let Some(i) = self.kinds.iter().position(|k| k == kind) {
+            return (i as u16, false);
+        }
+        if self.kinds.len() + 1 < MAX_KINDS {
+            self.kinds.push(kind.to_string());
+            return ((self.kinds.len() - 1) as u16, false);
+        }
+        if let Some(i) = self.kinds.iter().position(|k| k == "other") {
+            return (i as u16, true);
+        }
+        self.kinds.push("other".to_string());
+        ((self.kinds.len() - 1) as u16, true)
+    }
+}
+
+impl LoadNotes {
+    fn absorb(&mut self, other: LoadNotes) {
+        self.lines += other.lines;
+        self.skipped += other.skipped;
+        let room = MAX_SKIPPED_SHOWN.saturating_sub(self.skipped_examples.len());
+        self.skipped_examples
+            .extend(other.skipped_examples.into_iter().take(room));
+        self.truncated.extend(other.truncated);
+        self.empty_files.extend(other.empty_files);
+        self.pooled_kinds += other.pooled_kinds;
+    }
+}
+
+/// Runs `read` over `jobs` on `threads` threads and hands each part to
+/// `take` in the jobs' order (a part done early waits for those before it).
+fn in_parallel<J, F>(
+    jobs: Vec<J>,
+    threads: usize,
+    read: &F,
+    mut take: impl FnMut(FilePart),
+) -> Result<(), LoadError>
+where
+    J: Send,
+    F: Fn(J) -> Result<Option<FilePart>, LoadError> + Sync,
+{
+    let total = jobs.len();
+    let jobs: Vec<Mutex<Option<J>>> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (jobs, next, stop) = (&jobs, &next, &stop);
+            scope.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(slot) = jobs.get(i) else { break };
+                    let job = slot.lock().ok().and_then(|mut j| j.take());
+                    let Some(job) = job else { continue };
+                    if tx.send((i, read(job))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut waiting: BTreeMap<usize, Result<Option<FilePart>, LoadError>> = BTreeMap::new();
+        let mut due = 0;
+        for (i, result) in rx {
+            waiting.insert(i, result);
+            while let Some(result) = waiting.remove(&due) {
+                due += 1;
+                match result {
+                    Ok(Some(part)) => take(part),
+                    Ok(None) => {}
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+            if due == total {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
