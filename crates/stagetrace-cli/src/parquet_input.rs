@@ -75,7 +75,10 @@ pub(crate) fn is_selective(sel: &Selection) -> bool {
 /// One input file: Parquet (its columns decoded) or JSON lines (parsed).
 pub(crate) enum Source {
     /// A Parquet file of the `given`-th input path.
-    Parquet { given: usize, file: PathBuf },
+    Parquet {
+        given: usize,
+        file: PathBuf,
+    },
     Lines(PathBuf),
 }
 
@@ -140,7 +143,10 @@ impl Damaged {
     /// An error when every one of the `listed` files of the input path
     /// `p` (the `given`-th) is damaged: nothing to report of it.
     pub(crate) fn check_left(&self, given: usize, p: &Path, listed: usize) -> Result<(), String> {
-        let files = self.files.lock().map_err(|_| "a reader thread failed".to_string())?;
+        let files = self
+            .files
+            .lock()
+            .map_err(|_| "a reader thread failed".to_string())?;
         let why: Vec<String> = files
             .iter()
             .filter(|(g, _)| *g == given)

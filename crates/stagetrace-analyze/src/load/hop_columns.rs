@@ -199,8 +199,7 @@ impl HopColumns {
             return;
         }
         while self.hops.len() < other.hops.len() {
-            self.hops
-                .push(std::array::from_fn(|_| vec![f32::NAN; len]));
+            self.hops.push(std::array::from_fn(|_| vec![f32::NAN; len]));
         }
         let mut more = other.hops.into_iter();
         for cols in &mut self.hops {
@@ -212,7 +211,9 @@ impl HopColumns {
                         col.resize(len + added, f32::NAN);
                     }
                 }
-                None => cols.iter_mut().for_each(|c| c.resize(len + added, f32::NAN)),
+                None => cols
+                    .iter_mut()
+                    .for_each(|c| c.resize(len + added, f32::NAN)),
             }
         }
     }

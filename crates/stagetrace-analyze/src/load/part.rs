@@ -127,7 +127,9 @@ impl Dataset {
 
     /// Adds a part's calls after this dataset's.
     fn append(&mut self, part: FilePart, errors: &mut HashMap<String, u64>) {
-        let FilePart { ds: p, errors: e, .. } = part;
+        let FilePart {
+            ds: p, errors: e, ..
+        } = part;
         let base = self.len();
         let added = p.len();
         if added == 0 && !p.files.is_empty() && p.notes.empty_files.is_empty() {
@@ -258,4 +260,133 @@ where
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn line(i: u64, extra: &str) -> String {
+        let kind = if i % 4 == 0 { "reset" } else { "infer" };
+        format!(
+            "{{\"seq\":{i},\"ts_unix_ms\":{},\"kind\":\"{kind}\",\"infer_ms\":{},\"e2e_ms\":{}{extra}}}\n",
+            1_700_000_000_000u64 + 20 * i,
+            10.5 + (i % 7) as f64,
+            15.25 + (i % 5) as f64
+        )
+    }
+
+    /// Four files: plain calls; calls through a gateway with a new kind
+    /// and failures; an empty file; mitigated calls with digests and the
+    /// robot's voluntary switches.
+    fn files() -> Vec<(PathBuf, String)> {
+        let plain: String = (0..30).map(|i| line(i, "")).collect();
+        let hops: String = (30..60)
+            .map(|i| {
+                let extra = if i % 3 == 0 {
+                    ",\"failed\":true,\"error\":\"timeout\"".to_owned()
+                } else {
+                    format!(
+                        ",\"hops\":[{{\"up_ms\":{}.5,\"down_ms\":2}},{{\"net_ms\":3}}]",
+                        i % 4
+                    )
+                };
+                line(i, &extra).replace("\"infer\"", "\"gateway\"")
+            })
+            .collect();
+        let mitigated: String = (60..90)
+            .map(|i| {
+                line(
+                    i,
+                    &format!(
+                        ",\"batch_size\":{},\"cache\":\"hit\",\"output_digest\":\"ab{i}\",\"voluntary_switches\":{}",
+                        i % 3 + 1,
+                        i % 5
+                    ),
+                )
+            })
+            .collect();
+        vec![
+            ("a.jsonl".into(), plain),
+            ("b.jsonl".into(), hops),
+            ("empty.jsonl".into(), String::new()),
+            ("c.jsonl".into(), mitigated),
+        ]
+    }
+
+    #[test]
+    fn files_read_on_two_threads_load_what_one_sequential_read_loads() {
+        let opts = LoadOptions {
+            keep_digests: true,
+            ..LoadOptions::default()
+        };
+        let files = files();
+        let sequential = Dataset::load_sources(
+            files
+                .iter()
+                .map(|(p, text)| Ok((p.clone(), text.as_bytes()))),
+            opts,
+        )
+        .unwrap();
+        let parallel = Dataset::load_parts(files.clone(), 2, |(p, text)| {
+            FilePart::read_lines(text.as_bytes(), &p, opts).map(Some)
+        })
+        .unwrap();
+        assert_eq!(parallel.len(), 90);
+        assert_eq!(parallel.hop_count(), 2);
+        assert_eq!(parallel.kinds(), ["reset", "infer", "gateway"]);
+        assert_eq!(format!("{parallel:?}"), format!("{sequential:?}"));
+    }
+
+    #[test]
+    fn the_first_error_in_file_order_stops_the_load() {
+        let mut files = files();
+        files[1].1.push_str("{not json\n");
+        files[3].1.push_str("{\"seq\":1}\n");
+        let err = Dataset::load_parts(files, 2, |(p, text)| {
+            FilePart::read_lines(text.as_bytes(), &p, LoadOptions::default()).map(Some)
+        })
+        .unwrap_err();
+        assert!(err.to_string().starts_with("b.jsonl:31:"), "{err}");
+    }
+
+    #[test]
+    fn a_row_out_of_range_is_corrupt_as_its_json_line_is() {
+        let mut part = FilePart::new(std::path::Path::new("p.parquet"), LoadOptions::default());
+        let mut row = Row::new();
+        let index = |name: &str| {
+            stagetrace_schema::FIELDS
+                .iter()
+                .position(|f| f.name == name)
+                .unwrap()
+        };
+        row.set(index("seq"), super::super::Cell::Count(7)).unwrap();
+        row.set(index("ts_unix_ms"), super::super::Cell::Number(1.7e12))
+            .unwrap();
+        row.set(index("kind"), super::super::Cell::Text("call"))
+            .unwrap();
+        let refused = row.set(index("e2e_ms"), super::super::Cell::Number(1e300));
+        let json = "{\"seq\":7,\"ts_unix_ms\":1700000000000,\"kind\":\"call\",\"e2e_ms\":1e300}";
+        let want = match Dataset::load_reader(
+            json.as_bytes(),
+            std::path::Path::new("x"),
+            LoadOptions::default(),
+        ) {
+            Err(LoadError::Corrupt { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        // serde adds where in the line; the rest is the same sentence.
+        let want = want.split(" at line ").next().unwrap().to_owned();
+        assert_eq!(refused.unwrap_err(), want);
+        match part.push(&row) {
+            Err(LoadError::Corrupt {
+                line: 1, reason, ..
+            }) => assert_eq!(reason, want),
+            other => panic!("{other:?}"),
+        }
+        assert!(part.is_empty());
+    }
 }

@@ -169,7 +169,9 @@ fn hops(row: &mut Row, list: &ListArray, r: usize) -> Result<(), String> {
     let columns: Vec<(&str, &arrow_array::Float64Array)> = HOP_KEYS
         .iter()
         .filter_map(|k| {
-            let col = entries.column_by_name(k)?.as_primitive_opt::<Float64Type>()?;
+            let col = entries
+                .column_by_name(k)?
+                .as_primitive_opt::<Float64Type>()?;
             Some((*k, col))
         })
         .collect();
@@ -224,8 +226,12 @@ fn row_groups(meta: &ParquetMetaData, (since, until): (Option<f64>, Option<f64>)
             let Statistics::Double(s) = stats else {
                 return true;
             };
-            let before = since.zip(s.max_opt()).is_some_and(|(since, max)| *max < since);
-            let after = until.zip(s.min_opt()).is_some_and(|(until, min)| *min >= until);
+            let before = since
+                .zip(s.max_opt())
+                .is_some_and(|(since, max)| *max < since);
+            let after = until
+                .zip(s.min_opt())
+                .is_some_and(|(until, min)| *min >= until);
             !(before || after)
         })
         .collect()

@@ -94,4 +94,3 @@ pub(super) fn not_finite(name: &str, v: f64) -> io::Error {
         format!("column {name} holds {v}, no record's value (damaged data)"),
     )
 }
-
