@@ -62,6 +62,10 @@
 //! - [`load::LoadOptions`]: how to load; [`load::LoadNotes`]: what the
 //!   reader skipped or tolerated; [`load::LoadError`]: why loading failed.
 //! - [`load::HopFig`]: a per-hop figure read from a `hops` entry.
+//! - [`load::Dataset::load_parts`]: files read on every core, one
+//!   [`load::FilePart`] each ([`load::FilePart::read_lines`] for JSON
+//!   lines; a reader of typed columns fills a [`load::Row`] with
+//!   [`load::Cell`]s and pushes it), appended in the files' order.
 //!
 //! [`analysis`]: from records to figures and verdicts:
 //!

@@ -68,6 +68,10 @@
 //!   [`read::Selection`] (robots, time range) keeps, as a [`read::Listing`].
 //! - [`read::open`], [`read::open_reader`]: one file (or bytes in memory) as
 //!   [`read::JsonLines`], a reader of the calls as JSON lines.
+//! - [`read::load_part`], [`read::load_part_reader`]: one file's columns straight into the analysis's
+//!   dataset (a `stagetrace_analyze::load::FilePart`), row groups outside
+//!   the time range skipped; [`read::PartError`]: damaged, or a corrupt
+//!   record.
 //! - [`read::is_parquet`]: whether a path holds Parquet records.
 //! - [`read::verify`]: decode a whole file and check its columns.
 //! - [`read::ReadError`]: why records could not be read.

@@ -6,6 +6,7 @@ mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use stagetrace::sink::RecordSink;
@@ -26,7 +27,13 @@ fn written(dir: &Path) -> PathBuf {
         .build()
         .expect("sink");
     for i in 0..CALLS {
-        sink.on_record(&record(i));
+        let mut r = record(i);
+        // Calls through a gateway in the first two row groups only: the
+        // groups after them go column by column, these two row by row.
+        if i >= 2 * GROUP_ROWS as u64 {
+            r.hops.clear();
+        }
+        sink.on_record(&r);
         sink.on_drained();
     }
     sink.flush();
@@ -36,9 +43,22 @@ fn written(dir: &Path) -> PathBuf {
 }
 
 fn columnar(path: &Path, sel: &Selection, opts: LoadOptions) -> Result<Dataset, String> {
-    Dataset::load_parts(vec![path.to_path_buf()], 1, |p| {
+    columnar_counted(path, sel, opts).map(|(ds, _)| ds)
+}
+
+/// The dataset, and the batches that went column by column.
+fn columnar_counted(
+    path: &Path,
+    sel: &Selection,
+    opts: LoadOptions,
+) -> Result<(Dataset, u64), String> {
+    let whole = AtomicU64::new(0);
+    let ds = Dataset::load_parts(vec![path.to_path_buf()], 1, |p| {
         match read::load_part(&p, sel, opts) {
-            Ok(part) => Ok(Some(part)),
+            Ok(part) => {
+                whole.store(part.whole_batches(), Ordering::Relaxed);
+                Ok(Some(part))
+            }
             Err(PartError::Load(e)) => Err(e),
             Err(PartError::Damaged(e)) => Err(LoadError::Io {
                 path: p,
@@ -46,7 +66,8 @@ fn columnar(path: &Path, sel: &Selection, opts: LoadOptions) -> Result<Dataset, 
             }),
         }
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    Ok((ds, whole.load(Ordering::Relaxed)))
 }
 
 fn via_json_lines(path: &Path, sel: &Selection, opts: LoadOptions) -> Dataset {
@@ -66,9 +87,12 @@ fn columns_load_the_dataset_the_json_lines_of_the_same_calls_load() {
         since_ms: Some((T0_NS / 1_000_000) as f64 + 250.0 * 33.333_333),
         ..Selection::default()
     };
-    for sel in [Selection::default(), since] {
+    // All six groups, then the last three and a half: one decoded batch
+    // each, the range's run of rows column by column.
+    for (sel, whole) in [(Selection::default(), 1), (since, 1)] {
         let want = via_json_lines(&file, &sel, opts);
-        let got = columnar(&file, &sel, opts).expect("columnar");
+        let (got, batches) = columnar_counted(&file, &sel, opts).expect("columnar");
+        assert_eq!(batches, whole);
         assert!(got.len() > 300, "{}", got.len());
         // Every column, flag, kind, hop, digest and note, value for value.
         assert_eq!(format!("{got:?}"), format!("{want:?}"));
@@ -110,4 +134,53 @@ fn a_row_group_before_since_is_not_decoded() {
     let ds = columnar(&file, &sel, LoadOptions::default()).expect("group 0 skipped");
     assert_eq!(ds.len(), (CALLS - GROUP_ROWS as u64) as usize);
     assert_eq!(ds.seq(0), GROUP_ROWS as u64);
+}
+
+#[test]
+fn a_batch_with_a_corrupt_record_goes_row_by_row_and_skips_it_as_json_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sink = ParquetSink::builder(dir.path())
+        .robot("arm")
+        .build()
+        .expect("sink");
+    for i in 0..300 {
+        let mut r = record(i);
+        if i == 150 {
+            // Two days: no latency is that long.
+            r.set(stagetrace_schema::Figure::E2e, 172_800_000_000_000);
+        }
+        sink.on_record(&r);
+    }
+    sink.flush();
+    let file = read::list(dir.path(), &Selection::default())
+        .expect("list")
+        .files[0]
+        .clone();
+    let sel = Selection::default();
+
+    let strict = read::load_part(&file, &sel, LoadOptions::default()).expect_err("corrupt");
+    match strict {
+        PartError::Load(LoadError::Corrupt { line, reason, .. }) => {
+            assert_eq!(line, 151);
+            assert!(
+                reason.starts_with("e2e_ms = 172800000 is not a latency"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let opts = LoadOptions {
+        skip_bad: true,
+        keep_digests: true,
+    };
+    let (got, whole) = columnar_counted(&file, &sel, opts).expect("columnar");
+    assert_eq!(whole, 0);
+    assert_eq!((got.len(), got.notes.skipped), (299, 1));
+    let want = via_json_lines(&file, &sel, opts);
+    let shown = |ds: &Dataset| {
+        let examples = format!("skipped_examples: {:?}", ds.notes.skipped_examples);
+        format!("{ds:?}").replace(&examples, "")
+    };
+    assert_eq!(shown(&got), shown(&want));
 }

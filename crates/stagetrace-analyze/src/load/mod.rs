@@ -9,6 +9,7 @@
 //! back to `serde_json` (`slow.rs`), which also produces the message for a
 //! corrupt line.
 
+mod columns;
 mod fast;
 mod hop_columns;
 mod notes;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use stagetrace_schema::{Figure, FIGURE_COUNT};
 
+pub use columns::{Column, ColumnBatch, HopColumn, Valid};
 pub use hop_columns::HopFig;
 pub use notes::{LoadError, LoadNotes};
 pub use part::FilePart;
@@ -306,7 +308,7 @@ impl Dataset {
         }
     }
 
-    fn intern_kind(&mut self, kind: &str) -> u16 {
+    pub(super) fn intern_kind(&mut self, kind: &str) -> u16 {
         if let Some(&last) = self.kind.last() {
             if self.kinds.get(usize::from(last)).is_some_and(|k| k == kind) {
                 return last;

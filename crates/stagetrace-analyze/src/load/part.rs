@@ -17,11 +17,13 @@ use super::{Dataset, LoadError, LoadNotes, LoadOptions, MAX_ERRORS, MAX_SKIPPED_
 /// dataset in the files' order ([`Dataset::load_parts`]).
 #[derive(Debug)]
 pub struct FilePart {
-    ds: Dataset,
+    pub(super) ds: Dataset,
     errors: HashMap<String, u64>,
-    opts: LoadOptions,
+    pub(super) opts: LoadOptions,
     /// Rows given, valid or not (a corrupt one's position in messages).
-    rows: u64,
+    pub(super) rows: u64,
+    /// Batches pushed column by column ([`FilePart::push_columns`]).
+    pub(super) whole_batches: u64,
 }
 
 impl FilePart {
@@ -35,6 +37,7 @@ impl FilePart {
             errors: HashMap::new(),
             opts,
             rows: 0,
+            whole_batches: 0,
         }
     }
 
@@ -52,6 +55,7 @@ impl FilePart {
             errors,
             opts,
             rows: 0,
+            whole_batches: 0,
         })
     }
 
@@ -83,6 +87,24 @@ impl FilePart {
                 reason,
             }),
         }
+    }
+
+    /// Counts a failed call's reason (past [`MAX_ERRORS`] reasons, new
+    /// ones count as "other"), as the row path does.
+    pub(super) fn count_error(&mut self, reason: &str) {
+        let errors = &mut self.errors;
+        if let Some(n) = errors.get_mut(reason) {
+            *n += 1;
+        } else if errors.len() < MAX_ERRORS {
+            errors.insert(reason.to_string(), 1);
+        } else {
+            *errors.entry("other".to_string()).or_insert(0) += 1;
+        }
+    }
+
+    /// Batches pushed column by column (the others went row by row).
+    pub fn whole_batches(&self) -> u64 {
+        self.whole_batches
     }
 
     /// Calls read so far.

@@ -63,6 +63,36 @@ pub fn read_file(input: &[u8]) -> Result<String, String> {
     Ok(text)
 }
 
+/// Reads `input` as `report` does: its columns into a dataset; `None`
+/// when it refuses the file, `Err` when the refusal names no file.
+fn read_columns(input: &[u8], opts: LoadOptions) -> Result<Option<Dataset>, String> {
+    let bytes = Bytes::copy_from_slice(input);
+    let loaded = read::load_part_reader(Path::new(NAME), bytes, &Selection::default(), opts)
+        .map_err(|e| match e {
+            read::PartError::Damaged(e) => e.to_string(),
+            read::PartError::Load(e) => e.to_string(),
+        })
+        .and_then(|part| {
+            Dataset::load_parts(vec![part], 1, |p| Ok(Some(p))).map_err(|e| e.to_string())
+        });
+    match loaded {
+        Ok(ds) => Ok(Some(ds)),
+        Err(e) => {
+            ensure(e.contains(NAME), || {
+                format!("an error that names no file: {e}")
+            })?;
+            Ok(None)
+        }
+    }
+}
+
+/// A dataset's text without where each skipped record was (a line there,
+/// a row here; the rest is the same).
+fn comparable(ds: &Dataset) -> String {
+    let examples = format!("skipped_examples: {:?}", ds.notes.skipped_examples);
+    format!("{ds:?}").replace(&examples, "")
+}
+
 fn check_line(line: &str) -> Result<(), String> {
     let v: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("a line that is not JSON ({e}): {line}"))?;
@@ -121,7 +151,15 @@ fn check(input: &[u8]) -> Result<Outcome, String> {
         skip_bad: true,
         keep_digests: true,
     };
-    let _ = Dataset::load_reader(text.as_bytes(), Path::new(NAME), opts);
+    let from_lines = Dataset::load_reader(text.as_bytes(), Path::new(NAME), opts);
+    // `report`'s own path, the columns straight into the dataset: where
+    // both accept the file, the same dataset, call for call.
+    let (columnar, _) = peak_during(|| read_columns(input, opts));
+    if let (Ok(want), Some(got)) = (from_lines, columnar?) {
+        ensure(comparable(&got) == comparable(&want), || {
+            format!("the columns load another dataset than their JSON lines: {got:?} != {want:?}")
+        })?;
+    }
     Ok(Outcome {
         accepted: true,
         peak_bytes: peak,

@@ -11,16 +11,20 @@ use std::path::Path;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Float64Type;
 use arrow_array::{Array, ListArray, RecordBatch};
+use arrow_buffer::NullBuffer;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReader;
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaData;
+use parquet::file::reader::ChunkReader;
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::SchemaDescriptor;
-use stagetrace_analyze::load::{Cell, FilePart, LoadError, LoadOptions, Row};
+use stagetrace_analyze::load::{
+    Cell, Column, ColumnBatch, FilePart, HopColumn, LoadError, LoadOptions, Row, Valid,
+};
 use stagetrace_schema::{Field, FIELDS, HOP_KEYS};
 
 use super::contain::contain;
-use super::view::{not_finite, views, View};
+use super::view::{finite, not_finite, views, View};
 use super::{batches, ReadError, Selection};
 
 /// Rows per decoded batch: large enough that per-batch work is noise,
@@ -41,15 +45,25 @@ pub enum PartError {
 /// part of the dataset. Every page read is decoded before the part is
 /// returned, so a damaged file is refused whole, never half-read.
 pub fn load_part(path: &Path, sel: &Selection, opts: LoadOptions) -> Result<FilePart, PartError> {
-    let damaged = |reason: String| {
+    let file = File::open(path).map_err(|e| {
         PartError::Damaged(ReadError {
             path: path.to_path_buf(),
-            reason,
+            reason: format!("cannot read: {e}"),
         })
-    };
-    let file = File::open(path).map_err(|e| damaged(format!("cannot read: {e}")))?;
+    })?;
+    load_part_reader(path, file, sel, opts)
+}
+
+/// [`load_part`] for a file already in memory (or any [`ChunkReader`]);
+/// `path` names it in errors and in the dataset.
+pub fn load_part_reader<R: ChunkReader + 'static>(
+    path: &Path,
+    reader: R,
+    sel: &Selection,
+    opts: LoadOptions,
+) -> Result<FilePart, PartError> {
     let range = (sel.since_ms, sel.until_ms);
-    let reader = batches(path, file, move |builder| {
+    let reader = batches(path, reader, move |builder| {
         let columns = projection(builder.parquet_schema(), opts);
         let groups = row_groups(builder.metadata(), range);
         Ok(builder
@@ -105,21 +119,26 @@ fn push_batch(
     row: &mut Row,
     part: &mut FilePart,
 ) -> Result<(), BatchError> {
-    let all = views(batch).map_err(|e| BatchError::Damaged(e.to_string()))?;
-    // Only the columns present: a row visits what the file holds.
-    let present: Vec<(usize, View<'_>)> = all
-        .into_iter()
-        .enumerate()
-        .filter(|(_, v)| !matches!(v, View::Absent))
-        .collect();
     let ts = batch
         .column_by_name(Field::TsUnix.name())
         .and_then(|c| c.as_primitive_opt::<Float64Type>());
-    for r in 0..batch.num_rows() {
-        if let Some(ts) = ts.filter(|t| t.is_valid(r)) {
-            if !sel.keeps_time(ts.value(r)) {
-                continue;
-            }
+    let kept = |r: usize| ts.is_none_or(|t| !t.is_valid(r) || sel.keeps_time(t.value(r)));
+    // The calls of a range are one run of rows (a file is in time order):
+    // that run goes column by column.
+    let rows = batch.num_rows();
+    let first = (0..rows).find(|&r| kept(r));
+    let Some(first) = first else { return Ok(()) };
+    let end = (first..rows).find(|&r| !kept(r)).unwrap_or(rows);
+    if (end..rows).all(|r| !kept(r)) {
+        let run = batch.slice(first, end - first);
+        if push_whole(&run, part)? {
+            return Ok(());
+        }
+    }
+    let present = present(batch)?;
+    for r in 0..rows {
+        if !kept(r) {
+            continue;
         }
         row.clear();
         for (field, view) in &present {
@@ -128,6 +147,90 @@ fn push_batch(
         part.push(row).map_err(BatchError::Load)?;
     }
     Ok(())
+}
+
+/// The batch's columns seen as the record's fields, those it has only: a
+/// row visits what the file holds.
+fn present(batch: &RecordBatch) -> Result<Vec<(usize, View<'_>)>, BatchError> {
+    let all = views(batch).map_err(|e| BatchError::Damaged(e.to_string()))?;
+    Ok(all
+        .into_iter()
+        .enumerate()
+        .filter(|(_, v)| !matches!(v, View::Absent))
+        .collect())
+}
+
+/// Pushes the batch column by column (`FilePart::push_columns`); false
+/// when it must go row by row. `Err` is damage: a number no record holds.
+fn push_whole(batch: &RecordBatch, part: &mut FilePart) -> Result<bool, BatchError> {
+    let rows = batch.num_rows();
+    let present = present(batch)?;
+    for (field, view) in &present {
+        if let View::Number(a) = view {
+            let name = FIELDS.get(*field).map_or("a column", |f| f.name);
+            finite(name, a).map_err(|e| BatchError::Damaged(e.to_string()))?;
+        }
+    }
+    // The labels' dictionaries as text, kept while the batch borrows them.
+    let dicts: Vec<Vec<&str>> = present
+        .iter()
+        .map(|(_, v)| match v {
+            View::Label(_, values) => (0..values.len()).map(|i| values.value(i)).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let hops = hop_columns(&present).map_err(BatchError::Damaged)?;
+    let mut batch = ColumnBatch::new(rows);
+    for ((field, view), dict) in present.iter().zip(&dicts) {
+        let column = match view {
+            View::Absent => continue,
+            View::Count(a) => Column::Counts(a.values(), valid(a.nulls())),
+            View::Number(a) => Column::Numbers(a.values(), valid(a.nulls())),
+            View::Label(d, _) => Column::Labels(d.keys().values(), valid(d.nulls()), dict),
+            View::Bool(a) => {
+                let bits = a.values();
+                Column::Bools(bits.values(), bits.offset(), valid(a.nulls()))
+            }
+            View::Text(a) => Column::Texts(a.value_offsets(), a.value_data(), valid(a.nulls())),
+            View::Hops(list) => Column::Hops(list.value_offsets(), valid(list.nulls()), &hops),
+        };
+        batch.add(*field, column);
+    }
+    Ok(part.push_columns(&batch))
+}
+
+/// The `hops` entries' columns, one per key the file has; `Err` names a
+/// number no record holds.
+fn hop_columns<'a>(present: &'a [(usize, View<'a>)]) -> Result<Vec<HopColumn<'a>>, String> {
+    let Some(list) = present.iter().find_map(|(_, v)| match v {
+        View::Hops(list) => Some(*list),
+        _ => None,
+    }) else {
+        return Ok(Vec::new());
+    };
+    let entries = list.values().as_struct();
+    let mut out = Vec::new();
+    for key in HOP_KEYS {
+        if let Some(col) = entries
+            .column_by_name(key)
+            .and_then(|c| c.as_primitive_opt::<Float64Type>())
+        {
+            finite(Field::Hops.name(), col).map_err(|e| e.to_string())?;
+            out.push(HopColumn {
+                key,
+                values: col.values(),
+                valid: valid(col.nulls()),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn valid(nulls: Option<&NullBuffer>) -> Valid<'_> {
+    match nulls {
+        None => Valid::all(),
+        Some(n) => Valid::bitmap(n.validity(), n.offset()),
+    }
 }
 
 /// Sets one field of `row` from its column at row `r`; `Err` is damage

@@ -27,7 +27,7 @@ use parquet::file::reader::ChunkReader;
 
 use crate::layout::{parse_date, IN_PROGRESS_SUFFIX, PART_EXTENSION};
 
-pub use columns::{load_part, PartError};
+pub use columns::{load_part, load_part_reader, PartError};
 pub use json::JsonLines;
 
 /// Which calls to read: robots (any when empty) and a time range.
@@ -158,7 +158,7 @@ pub fn open_reader<R: ChunkReader + 'static>(
     reader: R,
     sel: &Selection,
 ) -> Result<JsonLines, ReadError> {
-    let batches = batches(path, reader, |b| Ok(b))?;
+    let batches = batches(path, reader, Ok)?;
     Ok(JsonLines::new(path.to_path_buf(), batches, sel.clone()))
 }
 
