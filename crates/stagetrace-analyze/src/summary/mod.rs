@@ -179,7 +179,11 @@ pub fn robot_of(path: &Path) -> String {
         .next()
         .map(str::to_owned)
         .or_else(|| {
-            let parent = path.parent()?;
+            // A bare file name sits in the working directory.
+            let parent = match path.parent()? {
+                p if p.as_os_str().is_empty() => Path::new("."),
+                p => p,
+            };
             let named = if parent.file_name().is_some() {
                 parent.to_path_buf()
             } else {
