@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::SummaryReport;
+use super::report::{SummaryGroup, SummaryReport};
 use crate::format::{fmt_ms, iso_time};
 use crate::table::{Align, Table};
 
@@ -30,66 +30,9 @@ impl SummaryReport {
             self.relative_error * 100.0
         );
         for g in &self.groups {
-            let _ = writeln!(
-                s,
-                "\nkind {}: {} steady calls{}",
-                g.kind,
-                g.steady,
-                if g.deadline_calls > 0 {
-                    format!(
-                        ", {} of {} missed their deadline",
-                        g.deadline_misses, g.deadline_calls
-                    )
-                } else {
-                    String::new()
-                }
-            );
-            let mut t = Table::new(
-                2,
-                &[
-                    ("stage", Align::Left),
-                    ("n", Align::Right),
-                    ("p50", Align::Right),
-                    ("p90", Align::Right),
-                    ("p99", Align::Right),
-                    ("max", Align::Right),
-                ],
-            );
-            for st in &g.stages {
-                t.row(vec![
-                    st.stage.clone(),
-                    st.n.to_string(),
-                    fmt_ms(st.p50),
-                    fmt_ms(st.p90),
-                    fmt_ms(st.p99),
-                    fmt_ms(st.max),
-                ]);
-            }
-            t.write(&mut s);
+            group_text(g, &mut s);
         }
-        if !self.slowest.is_empty() {
-            let _ = writeln!(s, "\nslowest calls:");
-            let mut t = Table::new(
-                2,
-                &[
-                    ("e2e", Align::Right),
-                    ("robot", Align::Left),
-                    ("kind", Align::Left),
-                    ("seq", Align::Right),
-                    ("start", Align::Left),
-                ],
-            );
-            for c in &self.slowest {
-                t.row(vec![
-                    fmt_ms(c.e2e_ms),
-                    c.robot.clone(),
-                    c.kind.clone(),
-                    c.seq.to_string(),
-                    iso_time(c.ts_unix_ms),
-                ]);
-            }
-            t.write(&mut s);
-        }
+        slowest_text(self, &mut s);
         if !self.errors.is_empty() {
             let _ = writeln!(s, "\nfailures:");
             for e in &self.errors {
@@ -98,4 +41,72 @@ impl SummaryReport {
         }
         s
     }
+}
+
+/// One kind's table: a row per figure.
+fn group_text(g: &SummaryGroup, s: &mut String) {
+    let _ = writeln!(
+        s,
+        "\nkind {}: {} steady calls{}",
+        g.kind,
+        g.steady,
+        if g.deadline_calls > 0 {
+            format!(
+                ", {} of {} missed their deadline",
+                g.deadline_misses, g.deadline_calls
+            )
+        } else {
+            String::new()
+        }
+    );
+    let mut t = Table::new(
+        2,
+        &[
+            ("stage", Align::Left),
+            ("n", Align::Right),
+            ("p50", Align::Right),
+            ("p90", Align::Right),
+            ("p99", Align::Right),
+            ("max", Align::Right),
+        ],
+    );
+    for st in &g.stages {
+        t.row(vec![
+            st.stage.clone(),
+            st.n.to_string(),
+            fmt_ms(st.p50),
+            fmt_ms(st.p90),
+            fmt_ms(st.p99),
+            fmt_ms(st.max),
+        ]);
+    }
+    t.write(s);
+}
+
+/// The slowest calls, slowest first.
+fn slowest_text(r: &SummaryReport, s: &mut String) {
+    if r.slowest.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\nslowest calls:");
+    let mut t = Table::new(
+        2,
+        &[
+            ("e2e", Align::Right),
+            ("robot", Align::Left),
+            ("kind", Align::Left),
+            ("seq", Align::Right),
+            ("start", Align::Left),
+        ],
+    );
+    for c in &r.slowest {
+        t.row(vec![
+            fmt_ms(c.e2e_ms),
+            c.robot.clone(),
+            c.kind.clone(),
+            c.seq.to_string(),
+            iso_time(c.ts_unix_ms),
+        ]);
+    }
+    t.write(s);
 }
