@@ -211,10 +211,14 @@ impl Summary {
             if !calls.is_empty() {
                 *s.robots.entry(robot.clone()).or_insert(0) += calls.len() as u64;
             }
+            // The e2e a call must reach to be among the slowest kept so far:
+            // below it, its stage times are not gathered at all.
+            let mut floor = f64::NEG_INFINITY;
             for i in calls {
-                s.add_call(ds, i, &robot, &read);
+                s.add_call(ds, i, &robot, &read, floor);
                 if s.slowest.len() >= 4 * TOP_K {
                     s.trim_slowest();
+                    floor = s.slowest.last().map_or(floor, |c| c.e2e_ms);
                 }
             }
         }
@@ -226,7 +230,7 @@ impl Summary {
         s
     }
 
-    fn add_call(&mut self, ds: &Dataset, i: usize, robot: &str, read: &[Figure]) {
+    fn add_call(&mut self, ds: &Dataset, i: usize, robot: &str, read: &[Figure], floor: f64) {
         self.calls += 1;
         let ts = ds.ts_unix_ms(i);
         if ts.is_finite() {
@@ -248,6 +252,8 @@ impl Summary {
             k.deadline_calls += 1;
             k.deadline_misses += u64::from(flags & F_DEADLINE_MISS != 0);
         }
+        let e2e = ds.value(Figure::E2e, i).map(|v| micros(v as f32));
+        let slow = e2e.is_some_and(|e| e >= floor);
         let mut stages = BTreeMap::new();
         for &f in read {
             let Some(&v) = ds.columns.get(f.index()).and_then(|c| c.get(i)) else {
@@ -265,13 +271,13 @@ impl Summary {
             if let Some(sketch) = k.figures.get_mut(f.name()) {
                 sketch.record(v);
             }
-            if f != Figure::E2e {
+            if slow && f != Figure::E2e {
                 stages.insert(f.name().to_owned(), micros(v));
             }
         }
-        if let Some(e2e) = ds.value(Figure::E2e, i) {
+        if let (Some(e2e_ms), true) = (e2e, slow) {
             self.slowest.push(SlowCall {
-                e2e_ms: micros(e2e as f32),
+                e2e_ms,
                 robot: robot.to_owned(),
                 kind: kind.to_owned(),
                 seq: ds.seq(i),
