@@ -25,6 +25,9 @@
 //! - Renderers: [`render::text`], [`render::json`], [`html::html`],
 //!   [`hgrm::percentile_spectrum`], and [`gate::Gate`] for `--fail-if`.
 //! - [`report_files`]: record files to the report in one call.
+//! - [`summary::Summary`]: a partition's mergeable summary (HdrHistograms
+//!   at 3 significant figures, exact counts, the slowest calls), for a
+//!   fleet's month in bounded memory: summarise each partition, merge.
 //!
 //! # Usage
 //!
@@ -160,6 +163,23 @@
 //! - [`stats::SplitMix64`]: the seeded generator that keeps reports
 //!   reproducible.
 //!
+//! [`summary`]: mergeable per-partition summaries (`stagetrace summarize`,
+//! Python's `stagetrace.summarize` / `stagetrace.merge`):
+//!
+//! - [`summary::Summary`]: [`of`](summary::Summary::of) a dataset,
+//!   [`merge`](summary::Summary::merge) (exact, associative, commutative),
+//!   [`to_bytes`](summary::Summary::to_bytes) /
+//!   [`from_bytes`](summary::Summary::from_bytes) (a bad blob is a
+//!   [`summary::SummaryError`]), [`report`](summary::Summary::report).
+//! - [`summary::SummaryReport`] (with [`summary::SummaryGroup`],
+//!   [`summary::SummaryStage`], [`summary::SlowCall`]): p50 / p90 / p99 /
+//!   max per kind × figure; [`summary::SummaryReport::text`] its table.
+//! - [`summary::robot_of`]: the robot a record file belongs to.
+//! - Constants: [`summary::SUMMARY_FORMAT`], [`summary::REPORT_SCHEMA`],
+//!   [`summary::QUANTILE_METHOD`], [`summary::SIGFIG`],
+//!   [`summary::RELATIVE_ERROR`], [`summary::THRESHOLDS_MS`],
+//!   [`summary::TOP_K`], [`summary::MAX_REASONS`].
+//!
 //! [`format`](mod@format): how numbers and times are written:
 //!
 //! - [`format::fmt_ms`], [`format::signed_ms`], [`format::iso_time`].
@@ -180,6 +200,7 @@ pub mod html;
 pub mod load;
 pub mod render;
 pub mod stats;
+pub mod summary;
 pub mod table;
 pub mod tail;
 #[cfg(test)]

@@ -213,6 +213,18 @@ impl Inputs {
             return Dataset::load_reader(stdin.lock(), Path::new(input::STDIN_NAME), opts)
                 .map_err(|e| format!("{what}: {e}"));
         }
+        let sources = self.sources();
+        let damaged = parquet_input::Damaged::new(what);
+        let loaded = Dataset::load_parts(sources, parquet_input::threads(), |s| {
+            parquet_input::read(s, &self.sel, opts, &damaged)
+        });
+        self.check_damaged(&damaged)?;
+        damaged.report();
+        loaded.map_err(|e| format!("{what}: {e}"))
+    }
+
+    /// Every file the paths stand for, in order (standard input aside).
+    pub(crate) fn sources(&self) -> Vec<parquet_input::Source> {
         let mut sources = Vec::new();
         for (g, given) in self.given.iter().enumerate() {
             match given {
@@ -228,17 +240,18 @@ impl Inputs {
                 ),
             }
         }
-        let damaged = parquet_input::Damaged::new(what);
-        let loaded = Dataset::load_parts(sources, parquet_input::threads(), |s| {
-            parquet_input::read(s, &self.sel, opts, &damaged)
-        });
+        sources
+    }
+
+    /// The Parquet paths given, with how many files each was listed as:
+    /// an error when every one of a path's files is damaged.
+    pub(crate) fn check_damaged(&self, damaged: &parquet_input::Damaged) -> Result<(), String> {
         for (g, given) in self.given.iter().enumerate() {
             if let Given::Parquet { path, files } = given {
                 damaged.check_left(g, path, files.len())?;
             }
         }
-        damaged.report();
-        loaded.map_err(|e| format!("{what}: {e}"))
+        Ok(())
     }
 }
 

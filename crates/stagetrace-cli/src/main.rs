@@ -1,4 +1,4 @@
-//! The `stagetrace` command: demo, report, compare, convert, tail, experiment.
+//! The `stagetrace` command: demo, report, compare, convert, tail, summarize, experiment.
 //!
 //! Every subcommand follows the same conventions: the exit codes of
 //! [`exit`], `-` for records on standard input ([`input`]), a closed stdout
@@ -22,6 +22,7 @@ mod report;
 mod robots;
 mod stage_names;
 mod stdout;
+mod summarize;
 mod tail;
 
 /// Where does your control loop's latency go?
@@ -45,6 +46,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// A live table from the rolling summary files of a run directory.
     Tail(tail::TailArgs),
+    /// Per-stage p50/p90/p99/max of a fleet's records in bounded memory: one file at a time, merged.
+    Summarize(summarize::SummarizeArgs),
     /// Baseline, then one factor in steps while resources are sampled: which stage moves first.
     Experiment(experiment::ExperimentArgs),
 }
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Tail(args) => tail::run(args),
+        Command::Summarize(args) => summarize::run(args),
         Command::Experiment(args) => experiment::run(args),
     }
 }

@@ -23,7 +23,9 @@
 //! - [`trace`]: W3C trace continuation for Python services in the middle;
 //! - [`gc_clock`]: the garbage collector's pauses, for the record's `gc_ms`;
 //! - [`host_stall`]: the host's CPU stall by time, for Python's own host samples;
-//! - [`sock`]: socket stamps of Python clients (`tx_wait`, `rx_wait`).
+//! - [`sock`]: socket stamps of Python clients (`tx_wait`, `rx_wait`);
+//! - [`partition`]: mergeable per-partition summaries (`stagetrace.summarize`,
+//!   `stagetrace.merge`), the analyze crate's, for `stagetrace.fleet`.
 
 use pyo3::prelude::*;
 
@@ -32,6 +34,7 @@ mod current;
 mod gc_clock;
 mod host_stall;
 mod losses;
+mod partition;
 mod recorder;
 mod scope;
 mod shared;
@@ -57,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     host_stall::register(m)?;
     sock::register(m)?;
     summary::register(m)?;
+    partition::register(m)?;
     m.add("STAGES", stagetrace::Stage::ALL.map(|s| s.name()).to_vec())?;
     m.add(
         "FIELDS",

@@ -147,6 +147,11 @@ impl Dataset {
         Ok(ds)
     }
 
+    /// The dataset of one file's part (an error when it holds no call).
+    pub fn of_part(part: FilePart) -> Result<Dataset, LoadError> {
+        Dataset::load_parts(vec![part], 1, |p| Ok(Some(p)))
+    }
+
     /// Adds a part's calls after this dataset's.
     fn append(&mut self, part: FilePart, errors: &mut HashMap<String, u64>) {
         let FilePart {

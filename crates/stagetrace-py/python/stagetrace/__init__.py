@@ -49,9 +49,11 @@ import os
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from . import _native
-from ._native import FIELDS, STAGES, Call, Recorder, Span
+from ._native import FIELDS, STAGES, Call, PartitionSummary, Recorder, Span
+from ._native import merge as merge
 from ._native import call as call
 from ._native import stage as stage
+from ._native import summarize as summarize
 from .device import ready as ready
 from .frames import load as load
 from .logwrite import timed_handler as timed_handler
@@ -64,6 +66,7 @@ if _native._gc_event not in gc.callbacks:
 __all__ = [
     "Call",
     "FIELDS",
+    "PartitionSummary",
     "STAGES",
     "Recorder",
     "Span",
@@ -74,9 +77,11 @@ __all__ = [
     "finish",
     "init",
     "load",
+    "merge",
     "ready",
     "recorder",
     "stage",
+    "summarize",
     "timed",
     "timed_handler",
 ]
