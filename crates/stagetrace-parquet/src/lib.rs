@@ -71,7 +71,8 @@
 //! - [`read::load_part`], [`read::load_part_reader`]: one file's columns straight into the analysis's
 //!   dataset (a `stagetrace_analyze::load::FilePart`), row groups outside
 //!   the time range skipped; [`read::PartError`]: damaged, or a corrupt
-//!   record.
+//!   record. [`read::group_rows`] and [`read::load_part_groups`]: a big
+//!   file a few row groups at a time.
 //! - [`read::is_parquet`]: whether a path holds Parquet records.
 //! - [`read::verify`]: decode a whole file and check its columns.
 //! - [`read::ReadError`]: why records could not be read.

@@ -1,7 +1,9 @@
 //! A small Parquet file of varied calls, the same bytes on every run: the
 //! seed of the reader's fuzz target (`stagetrace-fuzz`, target `parquet`)
 //! and the file the reader's damaged-file regression tests mutate at fixed
-//! places. Not part of the stable API.
+//! places; and calls shaped like a real run's ([`shaped_like_a_run`]),
+//! which the size test and the fleet generator
+//! (`examples/fleet_records.rs`) write. Not part of the stable API.
 
 use stagetrace::record::{CacheOutcome, ClockBasis};
 use stagetrace::{hop_record::HopFigures, record::CallRecord};
@@ -67,4 +69,81 @@ fn record(i: u64) -> CallRecord {
 pub fn file() -> Vec<u8> {
     #[allow(clippy::expect_used)]
     crate::file::file_bytes(&records(40), ROW_GROUP_ROWS).expect("an in-memory write cannot fail")
+}
+
+/// A small deterministic generator (xorshift): no dependency, same bytes every run.
+#[derive(Debug)]
+pub struct Noise(u64);
+
+impl Noise {
+    /// The generator every run starts from: the same calls each time.
+    pub fn new() -> Noise {
+        Noise(0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// A generator of its own, for one robot of a fleet.
+    pub fn seeded(seed: u64) -> Noise {
+        Noise((0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0xbf58_476d_1ce4_e5b9)) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// `median_ms` ± up to `spread_ms`, in ns.
+    fn ms(&mut self, median_ms: f64, spread_ms: f64) -> i64 {
+        let u = (self.next() % 1_000_000) as f64 / 1_000_000.0 * 2.0 - 1.0;
+        ((median_ms + u * spread_ms) * 1e6) as i64
+    }
+}
+
+/// Call `i` of a run shaped like a real one: every client and server
+/// stage, the clock split, a trace id, figures with microsecond noise;
+/// one call every 33 ms from 2026-12-03 10:00 UTC.
+pub fn shaped_like_a_run(i: u64, noise: &mut Noise) -> CallRecord {
+    let mut r = CallRecord {
+        seq: i,
+        ts_unix_ns: 1_796_292_000_000_000_000 + i * 33_333_333 + noise.next() % 200_000,
+        kind: "infer".to_owned(),
+        trace_id: Some(format!("{:016x}{:016x}", noise.next(), noise.next())),
+        clock: Some(ClockBasis::Estimate),
+        ..CallRecord::default()
+    };
+    let capture = noise.ms(2.0, 0.3);
+    let uplink = noise.ms(4.0, 0.8);
+    let queue = noise.ms(0.2, 0.05);
+    let infer = noise.ms(30.0, 3.0);
+    let downlink = noise.ms(1.5, 0.4);
+    let dispatch = noise.ms(1.0, 0.1);
+    let server = queue + infer + noise.ms(0.3, 0.05);
+    let roundtrip = uplink + server + downlink;
+    let e2e = capture + roundtrip + dispatch + noise.ms(0.2, 0.1);
+    for (f, v) in [
+        (Figure::Capture, capture),
+        (Figure::Uplink, uplink),
+        (Figure::Queue, queue),
+        (Figure::Infer, infer),
+        (Figure::Downlink, downlink),
+        (Figure::Dispatch, dispatch),
+        (Figure::Roundtrip, roundtrip),
+        (Figure::Server, server),
+        (Figure::Net, uplink + downlink),
+        (Figure::E2e, e2e),
+        (Figure::Gap, e2e - capture - roundtrip - dispatch),
+        (Figure::Offset, noise.ms(-120.0, 0.05)),
+        (Figure::SplitErr, noise.ms(0.08, 0.02)),
+        (Figure::Observer, noise.ms(0.004, 0.001)),
+    ] {
+        r.set(f, v);
+    }
+    r
+}
+
+impl Default for Noise {
+    fn default() -> Noise {
+        Noise::new()
+    }
 }

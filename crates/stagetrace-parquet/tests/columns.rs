@@ -184,3 +184,30 @@ fn a_batch_with_a_corrupt_record_goes_row_by_row_and_skips_it_as_json_does() {
     };
     assert_eq!(shown(&got), shown(&want));
 }
+
+#[test]
+fn a_file_read_a_few_row_groups_at_a_time_is_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = written(dir.path());
+    let groups = read::group_rows(&file).expect("footer");
+    assert_eq!(groups, vec![GROUP_ROWS as u64; 6]);
+    let sel = Selection::default();
+    let opts = LoadOptions::default();
+    let chunks: Vec<_> = [0..2, 2..4, 4..6]
+        .into_iter()
+        .map(|g| read::load_part_groups(&file, &sel, opts, g).expect("part"))
+        .collect();
+    assert_eq!(chunks[1].len(), 2 * GROUP_ROWS);
+    let pieced = Dataset::load_parts(chunks, 1, |p| Ok(Some(p))).expect("pieced");
+    let whole = columnar(&file, &sel, opts).expect("whole");
+    // The same calls, the file named once per piece.
+    assert_eq!(pieced.len(), whole.len());
+    assert_eq!(pieced.files.len(), 3);
+    for i in [0, 199, 200, 599] {
+        assert_eq!(pieced.seq(i), whole.seq(i));
+        assert_eq!(
+            pieced.value(stagetrace_schema::Figure::E2e, i),
+            whole.value(stagetrace_schema::Figure::E2e, i)
+        );
+    }
+}

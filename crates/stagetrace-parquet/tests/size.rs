@@ -6,68 +6,10 @@
 //! `DIR/parquet/`) for timing `stagetrace report` on each;
 //! `STAGETRACE_SIZE_CALLS=N` sets the number of calls (default 200 000).
 
-use stagetrace::record::ClockBasis;
-use stagetrace::{record::CallRecord, sink::RecordSink};
+use stagetrace::sink::RecordSink;
 use stagetrace_parquet::read::{self, Selection};
+use stagetrace_parquet::sample::{shaped_like_a_run, Noise};
 use stagetrace_parquet::ParquetSink;
-use stagetrace_schema::Figure;
-
-/// A small deterministic generator (xorshift): no dependency, same bytes every run.
-struct Noise(u64);
-
-impl Noise {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// `median_ms` ± up to `spread_ms`, in ns.
-    fn ms(&mut self, median_ms: f64, spread_ms: f64) -> i64 {
-        let u = (self.next() % 1_000_000) as f64 / 1_000_000.0 * 2.0 - 1.0;
-        ((median_ms + u * spread_ms) * 1e6) as i64
-    }
-}
-
-fn call(i: u64, noise: &mut Noise) -> CallRecord {
-    let mut r = CallRecord {
-        seq: i,
-        ts_unix_ns: 1_796_292_000_000_000_000 + i * 33_333_333 + noise.next() % 200_000,
-        kind: "infer".to_owned(),
-        trace_id: Some(format!("{:016x}{:016x}", noise.next(), noise.next())),
-        clock: Some(ClockBasis::Estimate),
-        ..CallRecord::default()
-    };
-    let capture = noise.ms(2.0, 0.3);
-    let uplink = noise.ms(4.0, 0.8);
-    let queue = noise.ms(0.2, 0.05);
-    let infer = noise.ms(30.0, 3.0);
-    let downlink = noise.ms(1.5, 0.4);
-    let dispatch = noise.ms(1.0, 0.1);
-    let server = queue + infer + noise.ms(0.3, 0.05);
-    let roundtrip = uplink + server + downlink;
-    let e2e = capture + roundtrip + dispatch + noise.ms(0.2, 0.1);
-    for (f, v) in [
-        (Figure::Capture, capture),
-        (Figure::Uplink, uplink),
-        (Figure::Queue, queue),
-        (Figure::Infer, infer),
-        (Figure::Downlink, downlink),
-        (Figure::Dispatch, dispatch),
-        (Figure::Roundtrip, roundtrip),
-        (Figure::Server, server),
-        (Figure::Net, uplink + downlink),
-        (Figure::E2e, e2e),
-        (Figure::Gap, e2e - capture - roundtrip - dispatch),
-        (Figure::Offset, noise.ms(-120.0, 0.05)),
-        (Figure::SplitErr, noise.ms(0.08, 0.02)),
-        (Figure::Observer, noise.ms(0.004, 0.001)),
-    ] {
-        r.set(f, v);
-    }
-    r
-}
 
 #[test]
 fn parquet_takes_a_fraction_of_json_lines() {
@@ -88,10 +30,10 @@ fn parquet_takes_a_fraction_of_json_lines() {
         .robot("arm-1")
         .build()
         .expect("sink");
-    let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
+    let mut noise = Noise::new();
     let mut json_bytes = 0u64;
     for i in 0..calls {
-        let rec = call(i, &mut noise);
+        let rec = shaped_like_a_run(i, &mut noise);
         let line = rec.to_json_line();
         json_bytes += line.len() as u64 + 1;
         writeln!(lines, "{line}").expect("write");

@@ -6,6 +6,7 @@
 //! exactly: both paths load the same columns.
 
 use std::fs::File;
+use std::ops::Range;
 use std::path::Path;
 
 use arrow_array::cast::AsArray;
@@ -62,10 +63,68 @@ pub fn load_part_reader<R: ChunkReader + 'static>(
     sel: &Selection,
     opts: LoadOptions,
 ) -> Result<FilePart, PartError> {
+    load_within(path, reader, sel, opts, None)
+}
+
+/// [`load_part`] of the row groups `groups` only (indices into the file's
+/// row groups, see [`group_rows`]): a big file read a few groups at a time,
+/// in bounded memory.
+pub fn load_part_groups(
+    path: &Path,
+    sel: &Selection,
+    opts: LoadOptions,
+    groups: Range<usize>,
+) -> Result<FilePart, PartError> {
+    let file = File::open(path).map_err(|e| {
+        PartError::Damaged(ReadError {
+            path: path.to_path_buf(),
+            reason: format!("cannot read: {e}"),
+        })
+    })?;
+    load_within(path, file, sel, opts, Some(groups))
+}
+
+/// The rows of each row group of the Parquet file at `path`, read off its
+/// footer alone (checked as [`load_part`] checks it).
+pub fn group_rows(path: &Path) -> Result<Vec<u64>, ReadError> {
+    let file = File::open(path).map_err(|e| ReadError {
+        path: path.to_path_buf(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    let rows = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = rows.clone();
+    batches(path, file, move |builder| {
+        let counts = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
+            .collect();
+        if let Ok(mut o) = out.lock() {
+            *o = counts;
+        }
+        // Nothing to decode: no column, no group.
+        let none = ProjectionMask::none(builder.parquet_schema().num_columns());
+        Ok(builder.with_projection(none).with_row_groups(Vec::new()))
+    })?;
+    let counts = rows.lock().map(|r| r.clone()).unwrap_or_default();
+    Ok(counts)
+}
+
+fn load_within<R: ChunkReader + 'static>(
+    path: &Path,
+    reader: R,
+    sel: &Selection,
+    opts: LoadOptions,
+    only: Option<Range<usize>>,
+) -> Result<FilePart, PartError> {
     let range = (sel.since_ms, sel.until_ms);
     let reader = batches(path, reader, move |builder| {
         let columns = projection(builder.parquet_schema(), opts);
-        let groups = row_groups(builder.metadata(), range);
+        let mut groups = row_groups(builder.metadata(), range);
+        if let Some(only) = only {
+            groups.retain(|g| only.contains(g));
+        }
         Ok(builder
             .with_projection(columns)
             .with_row_groups(groups)

@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
 };
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::ChunkReader;
 
 use crate::layout::{parse_date, IN_PROGRESS_SUFFIX, PART_EXTENSION};
 
-pub use columns::{load_part, load_part_reader, PartError};
+pub use columns::{group_rows, load_part, load_part_groups, load_part_reader, PartError};
 pub use json::JsonLines;
 
 /// Which calls to read: robots (any when empty) and a time range.
@@ -214,6 +214,36 @@ pub fn verify(path: &Path) -> Result<u64, ReadError> {
             reason: text.strip_prefix(&prefix).unwrap_or(&text).to_owned(),
         }
     })
+}
+
+/// How many calls the file at `path` holds, by its footer alone (no page
+/// is read): what `stagetrace report` weighs against its memory budget
+/// before loading. A cut-short or damaged footer is an error naming the
+/// file, never a panic: the footer parser runs inside [`contain`], as the
+/// rest of the reader does, since a damaged footer is untrusted bytes.
+pub fn row_count(path: &Path) -> Result<u64, ReadError> {
+    let refuse = |reason: String| ReadError {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = File::open(path).map_err(|e| refuse(format!("cannot read: {e}")))?;
+    let counted = contain::contain(move || -> Result<u64, String> {
+        let meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&file)
+            .map_err(|e| e.to_string())?;
+        // The row groups' counts, each checked: a negative one is damage,
+        // not a count.
+        meta.row_groups().iter().try_fold(0u64, |sum, rg| {
+            u64::try_from(rg.num_rows())
+                .map(|n| sum.saturating_add(n))
+                .map_err(|_| format!("a row group has {} rows", rg.num_rows()))
+        })
+    });
+    match counted {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(refuse(format!("not a readable Parquet footer ({e})"))),
+        Err(panic) => Err(refuse(format!("damaged Parquet footer ({panic})"))),
+    }
 }
 
 /// What the footer says that the decoders would assert on or read beyond
