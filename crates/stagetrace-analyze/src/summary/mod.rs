@@ -18,6 +18,7 @@
 //! partitions and reduces with `merge`; `stagetrace summarize` does the
 //! same on one machine, one file at a time.
 
+mod of;
 mod report;
 mod sketch;
 #[cfg(test)]
@@ -29,10 +30,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use stagetrace_schema::Figure;
-
-use crate::figures;
-use crate::load::{Dataset, F_DEADLINE_MISS, F_HAS_DEADLINE};
 
 pub use report::{SummaryGroup, SummaryReport, SummaryStage, QUANTILE_METHOD, REPORT_SCHEMA};
 pub use sketch::{RELATIVE_ERROR, SIGFIG, THRESHOLDS_MS};
@@ -198,93 +195,6 @@ impl Summary {
     /// An empty summary: the identity of [`merge`](Self::merge).
     pub fn new() -> Summary {
         Summary::default()
-    }
-
-    /// Summarises a dataset; each file's calls belong to the robot
-    /// [`robot_of`] names after the file's path.
-    pub fn of(ds: &Dataset) -> Summary {
-        let mut s = Summary::new();
-        let read: Vec<Figure> = figures::read().collect();
-        for (file, path) in ds.files.iter().enumerate() {
-            let robot = robot_of(path);
-            let calls = ds.file_calls(file);
-            if !calls.is_empty() {
-                *s.robots.entry(robot.clone()).or_insert(0) += calls.len() as u64;
-            }
-            // The e2e a call must reach to be among the slowest kept so far:
-            // below it, its stage times are not gathered at all.
-            let mut floor = f64::NEG_INFINITY;
-            for i in calls {
-                s.add_call(ds, i, &robot, &read, floor);
-                if s.slowest.len() >= 4 * TOP_K {
-                    s.trim_slowest();
-                    floor = s.slowest.last().map_or(floor, |c| c.e2e_ms);
-                }
-            }
-        }
-        for (reason, count) in &ds.errors {
-            *s.reasons.entry(reason.clone()).or_insert(0) += count;
-        }
-        s.trim_slowest();
-        s.trim_reasons();
-        s
-    }
-
-    fn add_call(&mut self, ds: &Dataset, i: usize, robot: &str, read: &[Figure], floor: f64) {
-        self.calls += 1;
-        let ts = ds.ts_unix_ms(i);
-        if ts.is_finite() {
-            self.first_ts_unix_ms = Some(self.first_ts_unix_ms.map_or(ts, |t| t.min(ts)));
-            self.last_ts_unix_ms = Some(self.last_ts_unix_ms.map_or(ts, |t| t.max(ts)));
-        }
-        let (warmup, failed) = (ds.is_warmup(i), ds.is_failed(i));
-        self.warmup += u64::from(warmup);
-        self.failed += u64::from(failed);
-        if warmup || failed {
-            // Kept out of the figures, as `analysis::group_data` does.
-            return;
-        }
-        let kind = ds.kind_of(i);
-        let k = self.kinds.entry(kind.to_owned()).or_default();
-        k.steady += 1;
-        let flags = ds.flags.get(i).copied().unwrap_or(0);
-        if flags & F_HAS_DEADLINE != 0 {
-            k.deadline_calls += 1;
-            k.deadline_misses += u64::from(flags & F_DEADLINE_MISS != 0);
-        }
-        let e2e = ds.value(Figure::E2e, i).map(|v| micros(v as f32));
-        let slow = e2e.is_some_and(|e| e >= floor);
-        let mut stages = BTreeMap::new();
-        for &f in read {
-            let Some(&v) = ds.columns.get(f.index()).and_then(|c| c.get(i)) else {
-                continue;
-            };
-            if v.is_nan() {
-                continue;
-            }
-            if !k.figures.contains_key(f.name()) {
-                let Some(sketch) = Sketch::new() else {
-                    continue;
-                };
-                k.figures.insert(f.name().to_owned(), sketch);
-            }
-            if let Some(sketch) = k.figures.get_mut(f.name()) {
-                sketch.record(v);
-            }
-            if slow && f != Figure::E2e {
-                stages.insert(f.name().to_owned(), micros(v));
-            }
-        }
-        if let (Some(e2e_ms), true) = (e2e, slow) {
-            self.slowest.push(SlowCall {
-                e2e_ms,
-                robot: robot.to_owned(),
-                kind: kind.to_owned(),
-                seq: ds.seq(i),
-                ts_unix_ms: ts,
-                stages,
-            });
-        }
     }
 
     /// Adds another summary: exact (histogram buckets, counts and the

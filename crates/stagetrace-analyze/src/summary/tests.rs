@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::sketch::ns_of;
 use super::*;
+use crate::load::Dataset;
+use stagetrace_schema::Figure;
 use crate::analysis::{self, AnalyzeOptions};
 use crate::load::LoadOptions;
 use crate::stats::{self, SplitMix64};
