@@ -94,7 +94,8 @@
 //!   [`analysis::RobotStages`], [`analysis::RobotStage`],
 //!   [`analysis::Verdict`].
 //! - Constants: [`analysis::ALL_KINDS`] (the pooled group's kind),
-//!   [`analysis::REPORT_SCHEMA`] (the `--json` version tag).
+//!   [`analysis::REPORT_SCHEMA`] (the `--json` version tag),
+//!   [`analysis::QUANTILE_METHOD`] (`"exact"`, the `quantiles` field).
 //!
 //! [`compare`]: two runs, stage by stage:
 //!

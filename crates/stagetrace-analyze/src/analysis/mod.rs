@@ -47,7 +47,7 @@ pub use report::{
     ActionQueue, Deadline, DeadlineCause, DeadlineShare, DeviceTime, ErrorCount, GapReport,
     GroupReport, InferParts, Inputs, Mitigations, OutlierRound, OutlierStage, Outliers, PartShare,
     Periodicity, Rate, Report, RobotInput, RobotStage, RobotStages, SecondMode, ServerWait,
-    StageVsBaseline, Stall, Verdict, ALL_KINDS, REPORT_SCHEMA,
+    StageVsBaseline, Stall, Verdict, ALL_KINDS, QUANTILE_METHOD, REPORT_SCHEMA,
 };
 
 pub(crate) use group::inputs_of;
@@ -98,6 +98,7 @@ pub fn analyze<'a>(
     verdicts.sort_by(verdict_order);
     let report = Report {
         schema: REPORT_SCHEMA,
+        quantiles: QUANTILE_METHOD,
         inputs: inputs_of(run),
         baseline: baseline.map(inputs_of),
         groups: reports,

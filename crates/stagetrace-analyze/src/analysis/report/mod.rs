@@ -21,6 +21,11 @@ pub use server::{DeviceTime, InferParts, PartShare, ServerWait};
 /// Version tag of the `--json` document.
 pub const REPORT_SCHEMA: &str = "stagetrace-report/1";
 
+/// How the report's quantiles were made: exact order statistics of every
+/// call (`stagetrace summarize`, and `report` over its memory budget, say
+/// `"hdr-3-sigfig"` instead: `summary::QUANTILE_METHOD`).
+pub const QUANTILE_METHOD: &str = "exact";
+
 /// The `kind` name of the group that pools every kind (only present when
 /// the input has more than one kind).
 pub const ALL_KINDS: &str = "*";
@@ -30,6 +35,8 @@ pub const ALL_KINDS: &str = "*";
 pub struct Report {
     /// [`REPORT_SCHEMA`].
     pub schema: &'static str,
+    /// [`QUANTILE_METHOD`]: every quantile is an exact order statistic.
+    pub quantiles: &'static str,
     /// What was read.
     pub inputs: Inputs,
     /// The baseline that was read, when `--baseline` was given.
