@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+mod budget;
 mod compare;
 mod convert;
 mod demo;

@@ -9,8 +9,9 @@ use stagetrace_analyze::gate::Gate;
 use stagetrace_analyze::load::LoadOptions;
 use stagetrace_analyze::{figures, hgrm, html, render::Format};
 
+use crate::budget::{self, OverBudget};
 use crate::inputs::Inputs;
-use crate::{exit, input, stdout};
+use crate::{exit, input, stdout, summarize};
 
 /// Arguments of `stagetrace report`.
 #[derive(Debug, clap::Args)]
@@ -44,9 +45,10 @@ pub(crate) struct ReportArgs {
     /// Skip corrupt lines (counted and reported) instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
-    /// Outlier rule: stands out above median + K·1.4826·MAD (of the baseline when given).
-    #[arg(long, value_name = "K", default_value_t = 5.0)]
-    outlier_k: f64,
+    /// Outlier rule: stands out above median + K·1.4826·MAD (of the baseline
+    /// when given) [default: 5].
+    #[arg(long, value_name = "K")]
+    outlier_k: Option<f64>,
     /// Seed of the bootstrap (reports are reproducible; change it to check stability).
     #[arg(long, value_name = "SEED")]
     seed: Option<u64>,
@@ -62,8 +64,32 @@ pub(crate) struct ReportArgs {
     /// rather than the parser's nearest option name (`--until`).
     #[arg(long, alias = "quantile", hide = true, value_name = "Q", num_args = 0..=1)]
     percentile: Option<Option<String>>,
+    /// Memory the exact report may take, in MB (2^20 bytes) [default: 512]:
+    /// inputs estimated to need more (Parquet footers' row counts, JSON
+    /// lines' sizes) get the summary's report, HdrHistogram quantiles
+    /// within 0.1 %, as `stagetrace summarize` prints it, and say so.
+    #[arg(long, value_name = "MB")]
+    memory_budget: Option<u64>,
     #[command(flatten)]
     select: crate::parquet_input::SelectArgs,
+}
+
+impl ReportArgs {
+    /// The options given that only the exact report answers, as typed.
+    fn exact_only(&self) -> Vec<&'static str> {
+        [
+            ("--baseline", !self.baseline.is_empty()),
+            ("--fail-if", !self.fail_if.is_empty()),
+            ("--html", self.html.is_some()),
+            ("--hgrm", self.hgrm.is_some()),
+            ("--per-robot", self.per_robot),
+            ("--outlier-k", self.outlier_k.is_some()),
+            ("--seed", self.seed.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
 }
 
 fn sanitize(name: &str) -> String {
@@ -170,6 +196,9 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
             .chain(&baseline_inputs)
             .collect::<Vec<_>>(),
     )?;
+    if let Some(over) = over_budget(&args, &run_inputs, baseline_inputs.as_ref())? {
+        return summary_report(&args, &run_inputs, &sel, &over);
+    }
     let robots = if args.per_robot {
         run_inputs.robots()?
     } else {
@@ -184,10 +213,10 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
         .as_ref()
         .map(|b| b.load(load_opts))
         .transpose()?;
-    let mut opts = AnalyzeOptions {
-        outlier_k: args.outlier_k,
-        ..AnalyzeOptions::default()
-    };
+    let mut opts = AnalyzeOptions::default();
+    if let Some(k) = args.outlier_k {
+        opts.outlier_k = k;
+    }
     if let Some(seed) = args.seed {
         opts.seed = seed;
     }
@@ -197,6 +226,66 @@ fn report(args: ReportArgs) -> Result<ExitCode, String> {
     write_report(&args, &a)?;
     let fired = fire(&gates, &a)?;
     Ok(exit::code(if fired > 0 { exit::FIRED } else { exit::OK }))
+}
+
+/// Whether the exact report's calls (the run's and the baseline's,
+/// estimated) exceed `--memory-budget`; an error when they do and an
+/// option only the exact report answers was given, or when the budget was
+/// given for standard input, whose size is not known before it is read.
+fn over_budget(
+    args: &ReportArgs,
+    run: &Inputs,
+    baseline: Option<&Inputs>,
+) -> Result<Option<OverBudget>, String> {
+    let estimates = [Some(run), baseline]
+        .into_iter()
+        .flatten()
+        .map(Inputs::estimated_calls)
+        .collect::<Option<Vec<u64>>>();
+    let Some(estimates) = estimates else {
+        // Standard input is read as it comes, exactly, as before the budget.
+        return match args.memory_budget {
+            Some(_) => Err(
+                "--memory-budget: the size of `-` (standard input) is not known \
+                            before it is read; save the records to a file and report that"
+                    .into(),
+            ),
+            None => Ok(None),
+        };
+    };
+    let calls = estimates.iter().fold(0u64, |a, n| a.saturating_add(*n));
+    let budget_mb = args.memory_budget.unwrap_or(budget::DEFAULT_BUDGET_MB);
+    let Some(over) = budget::over(calls, budget_mb) else {
+        return Ok(None);
+    };
+    let flags = args.exact_only();
+    if !flags.is_empty() {
+        return Err(over.refusal(&flags));
+    }
+    Ok(Some(over))
+}
+
+/// The report of inputs over the budget: the summary's (every file read
+/// alone and merged, as `stagetrace summarize` does), after the sentence
+/// that says which quantiles it used and why (stderr; in JSON its
+/// `memory_budget` field).
+fn summary_report(
+    args: &ReportArgs,
+    run: &Inputs,
+    sel: &stagetrace_parquet::read::Selection,
+    over: &OverBudget,
+) -> Result<ExitCode, String> {
+    let opts = LoadOptions {
+        skip_bad: args.skip_bad,
+        keep_digests: false,
+    };
+    if !args.json {
+        eprintln!("{}", over.sentence());
+    }
+    let summary = summarize::summary_of(run, sel, opts)?;
+    let note = args.json.then(|| over.json());
+    summarize::print(&summary, args.json, note.as_ref())?;
+    Ok(exit::code(exit::OK))
 }
 
 /// The gates to check, once the options that need no input are checked
@@ -214,10 +303,9 @@ fn checked_gates(args: &ReportArgs) -> Result<Vec<Gate>, String> {
         .iter()
         .map(|t| t.parse::<Gate>().map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
-    if !(args.outlier_k.is_finite() && args.outlier_k > 0.0) {
+    if let Some(k) = args.outlier_k.filter(|k| !(k.is_finite() && *k > 0.0)) {
         return Err(format!(
-            "--outlier-k {}: must be a positive number of MADs (5 is the default)",
-            args.outlier_k
+            "--outlier-k {k}: must be a positive number of MADs (5 is the default)"
         ));
     }
     Ok(gates)

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use stagetrace_analyze::load::{Dataset, LoadError, LoadOptions};
-use stagetrace_analyze::summary::Summary;
+use stagetrace_analyze::load::LoadOptions;
+use stagetrace_analyze::summary::{Summary, SummaryReport};
 use stagetrace_parquet::read::Selection;
 
 use crate::inputs::Inputs;
@@ -64,20 +64,59 @@ fn summarize(args: &SummarizeArgs) -> Result<(), String> {
         skip_bad: args.skip_bad,
         ..LoadOptions::default()
     };
-    let damaged = parquet_input::Damaged::new(WHAT);
-    let merged = merged(inputs.sources(), &sel, opts, &damaged)?;
+    let merged = summary_of(&inputs, &sel, opts)?;
+    if let Some(out) = &args.out {
+        std::fs::write(out, merged.to_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    }
+    print(&merged, args.json, None)
+}
+
+/// The merged summary of every file of `inputs` (not standard input: it
+/// has no files), each read alone ([`merged`]); damaged Parquet files are
+/// skipped by name, as `report` skips them; an error when no call is left.
+/// `report` over its memory budget takes this path too.
+pub(crate) fn summary_of(
+    inputs: &Inputs,
+    sel: &Selection,
+    opts: LoadOptions,
+) -> Result<Summary, String> {
+    let damaged = parquet_input::Damaged::new(inputs.what());
+    let merged = merged(inputs.sources(), sel, opts, &damaged)?;
     inputs.check_damaged(&damaged)?;
     damaged.report();
     if merged.calls() == 0 {
         return Err("no call in these inputs (for this selection)".into());
     }
-    if let Some(out) = &args.out {
-        std::fs::write(out, merged.to_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
-    }
-    let report = merged.report();
-    let text = if args.json {
-        serde_json::to_string_pretty(&report).map_err(|e| e.to_string())? + "\n"
+    Ok(merged)
+}
+
+/// Why a report is the summary's: `report --memory-budget`'s note, printed
+/// as one more field of the JSON.
+#[derive(serde::Serialize)]
+struct Noted<'a> {
+    #[serde(flatten)]
+    report: &'a SummaryReport,
+    memory_budget: &'a serde_json::Value,
+}
+
+/// The summary's report on standard output: text, or JSON (with `note`
+/// as its `memory_budget` field when given).
+pub(crate) fn print(
+    summary: &Summary,
+    json: bool,
+    note: Option<&serde_json::Value>,
+) -> Result<(), String> {
+    let report = summary.report();
+    let text = if json {
+        let encoded = match note {
+            Some(n) => serde_json::to_string_pretty(&Noted {
+                report: &report,
+                memory_budget: n,
+            }),
+            None => serde_json::to_string_pretty(&report),
+        };
+        encoded.map_err(|e| e.to_string())? + "\n"
     } else {
         report.text()
     };
@@ -99,15 +138,14 @@ fn merged(
     let work = || loop {
         let next = queue.lock().ok().and_then(|mut q| q.next());
         let Some(source) = next else { return };
-        let summary = parquet_input::read(source, sel, opts, damaged)
-            .and_then(|part| part.map(Dataset::of_part).transpose());
-        let result = match summary {
-            Ok(Some(ds)) => merged
+        // Summarised before the lock: the threads merge, not wait.
+        let result = match parquet_input::summarize(source, sel, opts, damaged) {
+            Ok(Some(one)) => merged
                 .lock()
                 .map_err(|_| "a summarizing thread failed".to_string())
-                .and_then(|mut m| m.merge(&Summary::of(&ds)).map_err(|e| e.to_string())),
-            // A file whose calls the selection left out, or an empty one.
-            Ok(None) | Err(LoadError::Empty { .. }) => Ok(()),
+                .and_then(|mut m| m.merge(&one).map_err(|e| e.to_string())),
+            // A damaged file, skipped and said.
+            Ok(None) => Ok(()),
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = result {
