@@ -75,13 +75,13 @@ impl OverBudget {
 
     /// The refusal of options only the exact report answers (`flags`, as typed).
     pub(crate) fn refusal(&self, flags: &[&str]) -> String {
+        let given = flags.join(", ");
+        let verb = if flags.len() == 1 { "needs" } else { "need" };
         format!(
-            "{} need(s) the exact report, and {}: narrow the inputs with --robot / --since / \
-             --until, raise --memory-budget (about {} MB would do), or leave out {}",
-            flags.join(", "),
+            "{given} {verb} the exact report, and {}: narrow the inputs with --robot / --since / \
+             --until, raise --memory-budget (about {} MB would do), or leave out {given}",
             self.sizes(),
             self.needed.div_ceil(MB),
-            flags.join(", ")
         )
     }
 
@@ -149,9 +149,10 @@ mod tests {
         assert!(s.contains("GB for exact quantiles"), "{s}");
         let r = o.refusal(&["--fail-if", "--html"]);
         assert!(
-            r.starts_with("--fail-if, --html need(s) the exact report"),
+            r.starts_with("--fail-if, --html need the exact report"),
             "{r}"
         );
+        assert!(o.refusal(&["--seed"]).starts_with("--seed needs the exact"));
         assert!(r.contains("512 MB budget"), "{r}");
         assert_eq!(o.json()["budget_mb"], 512);
     }

@@ -155,17 +155,17 @@ fn options_of_the_exact_report_over_the_budget_are_usage_errors() {
     let cases: [(Vec<&str>, &str); 5] = [
         (
             vec!["--fail-if", "infer.p99>80ms"],
-            "--fail-if need(s) the exact report",
+            "--fail-if needs the exact report",
         ),
         (
             vec!["--baseline", p(&arm1)],
-            "--baseline need(s) the exact report",
+            "--baseline needs the exact report",
         ),
-        (vec!["--html", p(&html)], "--html need(s) the exact report"),
-        (vec!["--per-robot"], "--per-robot need(s) the exact report"),
+        (vec!["--html", p(&html)], "--html needs the exact report"),
+        (vec!["--per-robot"], "--per-robot needs the exact report"),
         (
             vec!["--outlier-k", "4", "--seed", "7"],
-            "--outlier-k, --seed need(s)",
+            "--outlier-k, --seed need the exact report",
         ),
     ];
     for (extra, says) in cases {
