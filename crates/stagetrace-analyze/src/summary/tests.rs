@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use super::sketch::ns_of;
 use super::*;
-use crate::load::Dataset;
-use stagetrace_schema::Figure;
 use crate::analysis::{self, AnalyzeOptions};
+use crate::load::Dataset;
 use crate::load::LoadOptions;
 use crate::stats::{self, SplitMix64};
+use stagetrace_schema::Figure;
 
 /// Heavy-tailed calls: infer log-normal around `median` ms, one call in 50
 /// with a Pareto tail (α = 1.5) on top; `fail_every`-th calls failed with

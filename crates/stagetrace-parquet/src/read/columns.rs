@@ -67,7 +67,7 @@ pub fn load_part_reader<R: ChunkReader + 'static>(
 }
 
 /// [`load_part`] of the row groups `groups` only (indices into the file's
-/// row groups, see [`group_rows`]): a big file read a few groups at a time,
+/// row groups, see [`super::group_rows`]): a big file read a few groups at a time,
 /// in bounded memory.
 pub fn load_part_groups(
     path: &Path,
@@ -82,33 +82,6 @@ pub fn load_part_groups(
         })
     })?;
     load_within(path, file, sel, opts, Some(groups))
-}
-
-/// The rows of each row group of the Parquet file at `path`, read off its
-/// footer alone (checked as [`load_part`] checks it).
-pub fn group_rows(path: &Path) -> Result<Vec<u64>, ReadError> {
-    let file = File::open(path).map_err(|e| ReadError {
-        path: path.to_path_buf(),
-        reason: format!("cannot read: {e}"),
-    })?;
-    let rows = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let out = rows.clone();
-    batches(path, file, move |builder| {
-        let counts = builder
-            .metadata()
-            .row_groups()
-            .iter()
-            .map(|g| u64::try_from(g.num_rows()).unwrap_or(0))
-            .collect();
-        if let Ok(mut o) = out.lock() {
-            *o = counts;
-        }
-        // Nothing to decode: no column, no group.
-        let none = ProjectionMask::none(builder.parquet_schema().num_columns());
-        Ok(builder.with_projection(none).with_row_groups(Vec::new()))
-    })?;
-    let counts = rows.lock().map(|r| r.clone()).unwrap_or_default();
-    Ok(counts)
 }
 
 fn load_within<R: ChunkReader + 'static>(

@@ -27,7 +27,7 @@ use parquet::file::reader::ChunkReader;
 
 use crate::layout::{parse_date, IN_PROGRESS_SUFFIX, PART_EXTENSION};
 
-pub use columns::{group_rows, load_part, load_part_groups, load_part_reader, PartError};
+pub use columns::{load_part, load_part_groups, load_part_reader, PartError};
 pub use json::JsonLines;
 
 /// Which calls to read: robots (any when empty) and a time range.
@@ -222,22 +222,32 @@ pub fn verify(path: &Path) -> Result<u64, ReadError> {
 /// file, never a panic: the footer parser runs inside [`contain`], as the
 /// rest of the reader does, since a damaged footer is untrusted bytes.
 pub fn row_count(path: &Path) -> Result<u64, ReadError> {
+    Ok(group_rows(path)?
+        .iter()
+        .fold(0u64, |sum, n| sum.saturating_add(*n)))
+}
+
+/// The rows of each row group of the Parquet file at `path`, read off its
+/// footer alone (a big file is read a few groups at a time: [`load_part_groups`]).
+/// A cut-short or damaged footer is an error naming the file, never a panic.
+pub fn group_rows(path: &Path) -> Result<Vec<u64>, ReadError> {
     let refuse = |reason: String| ReadError {
         path: path.to_path_buf(),
         reason,
     };
     let file = File::open(path).map_err(|e| refuse(format!("cannot read: {e}")))?;
-    let counted = contain::contain(move || -> Result<u64, String> {
+    let counted = contain::contain(move || -> Result<Vec<u64>, String> {
         let meta = ParquetMetaDataReader::new()
             .parse_and_finish(&file)
             .map_err(|e| e.to_string())?;
-        // The row groups' counts, each checked: a negative one is damage,
-        // not a count.
-        meta.row_groups().iter().try_fold(0u64, |sum, rg| {
-            u64::try_from(rg.num_rows())
-                .map(|n| sum.saturating_add(n))
-                .map_err(|_| format!("a row group has {} rows", rg.num_rows()))
-        })
+        // Each group's count checked: a negative one is damage, not a count.
+        meta.row_groups()
+            .iter()
+            .map(|rg| {
+                u64::try_from(rg.num_rows())
+                    .map_err(|_| format!("a row group has {} rows", rg.num_rows()))
+            })
+            .collect()
     });
     match counted {
         Ok(Ok(n)) => Ok(n),
