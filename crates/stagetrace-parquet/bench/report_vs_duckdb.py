@@ -56,8 +56,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
     readers = {
-        "stagetrace report --json, Parquet": [a.stagetrace, "report", "--json", f"{a.dir}/parquet"],
-        "stagetrace report --json, JSON lines": [a.stagetrace, "report", "--json", f"{a.dir}/lines"],
+        "stagetrace report --json, Parquet": [a.stagetrace, "report", "--json", "--memory-budget", "100000", f"{a.dir}/parquet"],
+        "stagetrace report --json, JSON lines": [a.stagetrace, "report", "--json", "--memory-budget", "100000", f"{a.dir}/lines"],
         "stagetrace summarize --json, Parquet": [a.stagetrace, "summarize", "--json", f"{a.dir}/parquet"],
         "DuckDB, per-stage quantiles, Parquet": [
             sys.executable, "-c", DUCKDB, f"{a.dir}/parquet", ",".join(STAGES)],

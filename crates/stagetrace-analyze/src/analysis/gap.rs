@@ -15,11 +15,10 @@ use crate::stats;
 /// Each part's share of a group's e2e variance (`cov(part, e2e) / var(e2e)`),
 /// when the group has enough calls and e2e varies.
 pub(super) fn gap(ds: &Dataset, g: &GroupData) -> Option<GapReport> {
-    let e2e_col = &ds.columns[Figure::E2e.index()];
     let e2e: Vec<f64> = g
         .calls
         .iter()
-        .map(|&i| f64::from(e2e_col[i as usize]))
+        .map(|&i| ds.value(Figure::E2e, i as usize).unwrap_or(f64::NAN))
         .collect();
     if e2e.len() < MIN_N {
         return None;
@@ -58,7 +57,7 @@ fn series(ds: &Dataset, g: &GroupData, f: Figure) -> Vec<f64> {
     g.calls
         .iter()
         .map(|&i| {
-            let v = col[i as usize];
+            let v = col.get(i as usize).copied().unwrap_or(f32::NAN);
             if v.is_nan() {
                 0.0
             } else {

@@ -189,11 +189,8 @@ pub(super) fn rate_of(ds: &Dataset, calls: &[u32]) -> Rate {
         }
         _ => None,
     };
-    let e2e = &ds.columns[Figure::E2e.index()];
-    let mut done: Vec<f64> = calls
-        .iter()
-        .map(|&i| ds.ts[i as usize] + f64::from(e2e[i as usize]))
-        .collect();
+    let e2e = |i: u32| ds.value(Figure::E2e, i as usize).unwrap_or(f64::NAN);
+    let mut done: Vec<f64> = calls.iter().map(|&i| ds.ts[i as usize] + e2e(i)).collect();
     done.sort_unstable_by(f64::total_cmp);
     let mut d2: Vec<f32> = done
         .windows(3)

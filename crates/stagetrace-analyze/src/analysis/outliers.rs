@@ -41,7 +41,7 @@ pub(super) fn outliers(
                 seq: ds.seq[i],
                 ts_unix_ms: ds.ts[i],
                 time: iso_time(ds.ts[i]),
-                e2e_ms: f64::from(ds.columns[Figure::E2e.index()][i]),
+                e2e_ms: ds.value(Figure::E2e, i).unwrap_or(f64::NAN),
                 stages: hit,
                 robot: None,
                 index: i,

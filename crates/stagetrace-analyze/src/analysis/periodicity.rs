@@ -106,7 +106,7 @@ fn spike_events(
     let mut event_calls: Vec<usize> = Vec::new();
     let mut last_spike = f64::NEG_INFINITY;
     for (k, &i) in g.calls.iter().enumerate() {
-        let v = col[i as usize];
+        let v = col.get(i as usize).copied().unwrap_or(f32::NAN);
         if v.is_nan() || f64::from(v) <= thr {
             continue;
         }

@@ -196,7 +196,7 @@ impl FilePart {
             let k = self.ds.intern_kind(name);
             self.ds.kind.push(k);
         }
-        self.push_figures(batch);
+        self.push_figures(batch, base);
         self.push_flags(batch, base);
         self.push_sparse(batch, base);
         self.push_hops(batch, base);
@@ -249,7 +249,7 @@ impl FilePart {
         true
     }
 
-    fn push_figures(&mut self, batch: &ColumnBatch<'_>) {
+    fn push_figures(&mut self, batch: &ColumnBatch<'_>, base: usize) {
         let rows = batch.rows;
         let reads = &layout().reads;
         // The figures the analysis leaves out keep empty columns, as on the row path.
@@ -265,6 +265,11 @@ impl FilePart {
             }
             given[figure.index()] = true;
             let col = &mut self.ds.columns[figure.index()];
+            if col.is_empty() && !(0..rows).any(|r| valid.get(r)) {
+                // No call has it yet: the column stays empty.
+                continue;
+            }
+            col.resize(base, f32::NAN);
             col.extend((0..rows).map(|r| {
                 if valid.get(r) {
                     (v[r] / per_ms) as f32
@@ -274,8 +279,8 @@ impl FilePart {
             }));
         }
         for (f, col) in self.ds.columns.iter_mut().enumerate() {
-            if !given[f] {
-                col.resize(col.len() + rows, f32::NAN);
+            if !given[f] && !col.is_empty() {
+                col.resize(base + rows, f32::NAN);
             }
         }
     }

@@ -89,7 +89,9 @@ pub struct Dataset {
     pub(crate) kind: Vec<u16>,
     pub(crate) flags: Vec<u8>,
     /// `columns[f.index()][call]` (ms), NaN where the record lacks the
-    /// figure; empty for the figures the analysis does not read.
+    /// figure. A column is empty until a call has its figure (then as long
+    /// as the dataset, NaN before): a figure no call has costs no memory,
+    /// and readers use `get`, never an index.
     pub(crate) columns: Vec<Vec<f32>>,
     pub(crate) kinds: Vec<String>,
     /// `(call index, digest)` for calls that carry an output digest.
@@ -280,7 +282,9 @@ impl Dataset {
         self.flags.push(flags);
         let reads = &layout().reads;
         for ((col, v), read) in self.columns.iter_mut().zip(raw.values).zip(reads) {
-            if *read {
+            if *read && !(v.is_nan() && col.is_empty()) {
+                // The first call with this figure: the calls before lack it.
+                col.resize(idx, f32::NAN);
                 col.push(v as f32);
             }
         }

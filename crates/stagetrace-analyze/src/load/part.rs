@@ -175,7 +175,12 @@ impl Dataset {
             self.kind.push(to);
         }
         for (col, more) in self.columns.iter_mut().zip(p.columns) {
-            col.extend(more);
+            // Empty: no call of its side has the figure.
+            if !(col.is_empty() && more.is_empty()) {
+                col.resize(base, f32::NAN);
+                col.extend(more);
+                col.resize(base + added, f32::NAN);
+            }
         }
         let call = |i: u32| u32::try_from(base).unwrap_or(u32::MAX).saturating_add(i);
         self.digests

@@ -111,19 +111,23 @@ impl Summary {
         let Some(e2e) = ds.columns.get(Figure::E2e.index()) else {
             return;
         };
-        let mut slow: Vec<(f64, usize)> = calls
+        let mut slow: Vec<(f32, usize)> = calls
             .iter()
             .filter_map(|&i| {
                 let v = *e2e.get(i)?;
-                (!v.is_nan()).then(|| (micros(v), i))
+                (!v.is_nan()).then_some((v, i))
             })
             .collect();
         if slow.len() > TOP_K {
             slow.select_nth_unstable_by(TOP_K - 1, |a, b| b.0.total_cmp(&a.0));
-            let cut = slow[TOP_K - 1].0;
-            slow.retain(|(e, _)| *e >= cut);
+            // Ranked as the report shows them, rounded to the µs: every
+            // call that rounds level with the k-th is kept (a µs below
+            // the k-th's value holds them all).
+            let cut = micros(slow[TOP_K - 1].0);
+            slow.retain(|(e, _)| *e >= (cut - 0.001) as f32 && micros(*e) >= cut);
         }
-        for (e2e_ms, i) in slow {
+        for (e2e, i) in slow {
+            let e2e_ms = micros(e2e);
             let mut stages = BTreeMap::new();
             for &f in read {
                 if f == Figure::E2e {

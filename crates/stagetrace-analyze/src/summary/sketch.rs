@@ -70,10 +70,12 @@ impl Sketch {
         // of buckets, which `ns_of` cannot produce; such a value is dropped.
         if self.hist.record(ns).is_ok() {
             self.max_ns = self.max_ns.max(ns);
+            // The thresholds ascend: past the first one not exceeded, none is.
             for (count, t) in self.above.iter_mut().zip(THRESHOLDS_MS) {
-                if ns > u64::from(t) * 1_000_000 {
-                    *count += 1;
+                if ns <= u64::from(t) * 1_000_000 {
+                    break;
                 }
+                *count += 1;
             }
         }
     }
