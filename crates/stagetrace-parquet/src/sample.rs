@@ -9,8 +9,8 @@ use stagetrace::record::{CacheOutcome, ClockBasis};
 use stagetrace::{hop_record::HopFigures, record::CallRecord};
 use stagetrace_schema::Figure;
 
-/// 2026-12-03 10:00:00 UTC.
-const T0_NS: u64 = 1_796_292_000_000_000_000;
+/// 2026-12-03 10:00:00 UTC: the first call's start.
+pub const T0_NS: u64 = 1_796_292_000_000_000_000;
 
 /// Rows per row group of [`file`]: three row groups, each with its own
 /// dictionary pages.
@@ -22,7 +22,8 @@ pub fn records(n: u64) -> Vec<CallRecord> {
     (0..n).map(record).collect()
 }
 
-fn record(i: u64) -> CallRecord {
+/// Call `i` of [`records`], 33 ms apart from [`T0_NS`].
+pub fn record(i: u64) -> CallRecord {
     let mut r = CallRecord {
         seq: i,
         ts_unix_ns: T0_NS + i * 33_333_333,
