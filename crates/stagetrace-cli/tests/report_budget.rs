@@ -140,11 +140,38 @@ fn within_the_budget_the_report_is_exact_and_says_so() {
 fn json_lines_are_weighed_by_their_size() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, arm1) = fleet(tmp.path());
-    let summarized = json_of(&["summarize", p(&arm1), "--json"]);
-    let mut reported = json_of(&["report", p(&arm1), "--json", "--memory-budget", "1"]);
-    let why = reported.as_object_mut().unwrap().remove("memory_budget");
+    let arm2 = tmp.path().join("arm-2");
+    // Both robots' lines: weighed at the budget's bytes a line, they need
+    // more than the smallest budget (1 MB) for the exact report.
+    let bytes: u64 = [&arm1, &arm2]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap())
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let summarized = json_of(&["summarize", p(&arm1), p(&arm2), "--json"]);
+    let mut reported = json_of(&[
+        "report",
+        p(&arm1),
+        p(&arm2),
+        "--json",
+        "--memory-budget",
+        "1",
+    ]);
+    let why = reported
+        .as_object_mut()
+        .unwrap()
+        .remove("memory_budget")
+        .unwrap_or_else(|| panic!("{bytes} bytes of JSON lines weighed within 1 MB"));
     assert_eq!(reported, summarized);
-    assert!(why.unwrap()["estimated_calls"].as_u64().unwrap() > 0);
+    // The estimate is the files' size at 936 bytes a line.
+    assert_eq!(
+        why["estimated_calls"].as_u64().unwrap(),
+        [&arm1, &arm2]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(d).unwrap())
+            .map(|e| e.unwrap().metadata().unwrap().len().div_ceil(936))
+            .sum::<u64>()
+    );
 }
 
 #[test]
