@@ -19,7 +19,9 @@ mod gen;
 use std::collections::{BTreeMap, BTreeSet};
 
 use gen::{Parts, Scenario, Wait};
-use stagetrace_analyze::analysis::{analyze, AnalyzeOptions};
+use stagetrace_analyze::analysis::{analyze, AnalyzeOptions, Report};
+use stagetrace_analyze::load::{Dataset, LoadOptions};
+use stagetrace_analyze::summary::{Summary, SummaryReport};
 
 /// Codes that say nothing is wrong: never counted as a fault verdict.
 const QUIET: [&str; 2] = ["steady", "faster"];
@@ -704,6 +706,74 @@ fn corpus() -> Vec<Case> {
     c
 }
 
+/// A verdict as the corpus scores it: its code and stage; a host's
+/// verdict names the end too (`uplink/server`).
+fn named(code: &'static str, stage: Option<&str>, group: Option<&str>) -> (&'static str, String) {
+    let stage = stage.unwrap_or("-");
+    let named = if code.starts_with("host_") {
+        format!("{stage}/{}", group.unwrap_or("-"))
+    } else {
+        stage.to_string()
+    };
+    (code, named)
+}
+
+/// What a `deadline_misses` verdict's evidence names as carrying them.
+fn deadline_cause(evidence: &serde_json::Value) -> Option<String> {
+    if evidence["cause"] == "unpaced" {
+        Some("unpaced".into())
+    } else {
+        Some(evidence["stages"][0]["stage"].as_str()?.to_string())
+    }
+}
+
+/// The scored verdicts of a report, and how many are faults.
+fn scored(r: &Report) -> (BTreeSet<(&'static str, String)>, usize) {
+    let mut got: BTreeSet<(&str, String)> = r
+        .verdicts
+        .iter()
+        .filter(|v| !QUIET.contains(&v.code))
+        .map(|v| named(v.code, v.stage, v.group))
+        .collect();
+    let faults = got.len();
+    got.extend(
+        r.verdicts
+            .iter()
+            .filter(|v| v.code == "deadline_misses")
+            .filter_map(|v| Some((DEADLINE_CAUSE, deadline_cause(&v.evidence)?))),
+    );
+    got.extend(
+        r.groups
+            .iter()
+            .filter_map(|g| g.infer_parts.as_ref())
+            .map(|p| (BOTTLENECK, p.bottleneck_p95.to_string())),
+    );
+    (got, faults)
+}
+
+/// The scored verdicts of a merged summary's report.
+fn scored_merged(r: &SummaryReport) -> BTreeSet<(&'static str, String)> {
+    let code = |c: &str| -> &'static str { Box::leak(c.to_owned().into_boxed_str()) };
+    let mut got: BTreeSet<(&str, String)> = r
+        .verdicts
+        .iter()
+        .map(|v| named(code(&v.code), v.stage.as_deref(), v.group.as_deref()))
+        .collect();
+    got.extend(
+        r.verdicts
+            .iter()
+            .filter(|v| v.code == "deadline_misses")
+            .filter_map(|v| Some((DEADLINE_CAUSE, deadline_cause(&v.evidence)?))),
+    );
+    got.extend(
+        r.groups
+            .iter()
+            .filter_map(|g| g.bottleneck_p95.clone())
+            .map(|p| (BOTTLENECK, p)),
+    );
+    got
+}
+
 /// Per verdict code: (true positives, false positives, false negatives).
 type Tally = BTreeMap<&'static str, (u32, u32, u32)>;
 
@@ -716,43 +786,7 @@ fn every_verdict_of_the_corpus_is_right() {
         let ds = gen::dataset(&case.run);
         let base = case.baseline.as_ref().map(gen::dataset);
         let a = analyze(&ds, base.as_ref(), &AnalyzeOptions::default());
-        let mut got: BTreeSet<(&str, String)> = a
-            .report
-            .verdicts
-            .iter()
-            .filter(|v| !QUIET.contains(&v.code))
-            .map(|v| {
-                let stage = v.stage.unwrap_or("-");
-                let named = if v.code.starts_with("host_") {
-                    format!("{stage}/{}", v.group.unwrap_or("-"))
-                } else {
-                    stage.to_string()
-                };
-                (v.code, named)
-            })
-            .collect();
-        let faults = got.len();
-        got.extend(
-            a.report
-                .verdicts
-                .iter()
-                .filter(|v| v.code == "deadline_misses")
-                .filter_map(|v| {
-                    let named = if v.evidence["cause"] == "unpaced" {
-                        "unpaced"
-                    } else {
-                        v.evidence["stages"][0]["stage"].as_str()?
-                    };
-                    Some((DEADLINE_CAUSE, named.to_string()))
-                }),
-        );
-        got.extend(
-            a.report
-                .groups
-                .iter()
-                .filter_map(|g| g.infer_parts.as_ref())
-                .map(|p| (BOTTLENECK, p.bottleneck_p95.to_string())),
-        );
+        let (got, faults) = scored(&a.report);
         let want: BTreeSet<(&str, String)> = case
             .expect
             .iter()
@@ -797,5 +831,73 @@ fn every_verdict_of_the_corpus_is_right() {
         );
     }
     eprintln!("healthy runs without a fault verdict: {healthy_clean} of {healthy_runs}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A run's records cut into `k` partitions of consecutive calls, as a
+/// robot's day files cut its run, each loaded on its own.
+fn partitions(text: &str, k: usize) -> Vec<Dataset> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .chunks(lines.len().div_ceil(k))
+        .enumerate()
+        .map(|(i, c)| {
+            let name = format!("part-{i}.jsonl");
+            Dataset::load_reader(
+                c.join("\n").as_bytes(),
+                std::path::Path::new(&name),
+                LoadOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Every run of the corpus cut into 2 and into 3 partitions, each
+/// summarised with its verdict evidence (`Summary::of_analysed`), merged
+/// (in reverse order, and in order: the same bytes), gets the exact
+/// path's verdicts on the whole run: codes, stages, hosts, the deadline's
+/// cause and infer's bottleneck.
+#[test]
+fn the_merge_path_gives_the_exact_verdicts_partition_by_partition() {
+    let mut wrong = Vec::new();
+    let mut runs = 0;
+    for case in corpus() {
+        let text = gen::lines(&case.run);
+        let base = case.baseline.as_ref().map(gen::dataset);
+        let whole = Dataset::load_reader(
+            text.as_bytes(),
+            std::path::Path::new("run.jsonl"),
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let (exact, _) = scored(&analyze(&whole, base.as_ref(), &AnalyzeOptions::default()).report);
+        for k in [2, 3] {
+            runs += 1;
+            let parts: Vec<Summary> = partitions(&text, k)
+                .iter()
+                .map(|p| Summary::of_analysed(p, base.as_ref()))
+                .collect();
+            let forward = Summary::merge_all(&parts).unwrap();
+            let backward = Summary::merge_all(parts.iter().rev()).unwrap();
+            assert_eq!(
+                forward.to_bytes(),
+                backward.to_bytes(),
+                "{}: the merge order changed the bytes",
+                case.name
+            );
+            let merged = scored_merged(&backward.report());
+            if merged != exact {
+                wrong.push(format!(
+                    "{} in {k} partitions: merged {merged:?}, exact {exact:?}",
+                    case.name
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "{} of {runs} partitioned runs give the exact verdicts",
+        runs - wrong.len()
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

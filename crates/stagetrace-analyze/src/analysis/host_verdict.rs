@@ -5,13 +5,15 @@
 use serde_json::json;
 use stagetrace_schema::{Figure, Side};
 
-use super::report::{GroupReport, HostCause, Verdict};
+use super::report::{HostCause, Verdict};
 use crate::format::fmt_ms;
 
 /// A figure's spikes in a group, as a host-cause verdict tells them.
 pub(super) struct Spikes<'a> {
-    /// The group.
-    pub(super) r: &'a GroupReport,
+    /// The group's kind.
+    pub(super) kind: &'a str,
+    /// The group's steady calls.
+    pub(super) steady: u64,
     /// The figure that spiked.
     pub(super) f: Figure,
     /// Calls it spiked on.
@@ -29,7 +31,7 @@ pub(super) fn host_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
     if cause.is_blocked_wait() {
         return blocked_spikes(sp, cause);
     }
-    let (r, f) = (sp.r, sp.f);
+    let f = sp.f;
     let host = cause.host_figure().unwrap_or(Figure::RunWait);
     let not = match f {
         Figure::Uplink | Figure::Downlink | Figure::Net | Figure::Roundtrip => "not the network",
@@ -47,7 +49,7 @@ pub(super) fn host_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
     };
     Verdict {
         code,
-        kind: r.kind.clone(),
+        kind: sp.kind.to_owned(),
         stage: Some(f.name()),
         group: Some(host.side().as_str()),
         text: format!(
@@ -69,7 +71,7 @@ pub(super) fn host_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
 fn blocked_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
     Verdict {
         code: "blocked_wait",
-        kind: sp.r.kind.clone(),
+        kind: sp.kind.to_owned(),
         stage: Some(sp.f.name()),
         group: Some(Side::Client.as_str()),
         text: format!(
@@ -95,8 +97,8 @@ fn spikes_said(sp: &Spikes<'_>) -> String {
         "{} spikes on {} of {} calls ({:.1}%, {} above its median of {} on average)",
         sp.f,
         sp.rounds,
-        sp.r.steady,
-        100.0 * sp.rounds as f64 / sp.r.steady as f64,
+        sp.steady,
+        100.0 * sp.rounds as f64 / sp.steady as f64,
         fmt_ms(sp.cost_ms),
         fmt_ms(sp.median_ms),
     )
@@ -110,7 +112,7 @@ fn spikes_evidence(
     (on_spikes, typical): (&str, &str),
 ) -> serde_json::Value {
     let mut e = json!({
-        "cost_ms": sp.cost_ms, "rounds": sp.rounds, "calls": sp.r.steady,
+        "cost_ms": sp.cost_ms, "rounds": sp.rounds, "calls": sp.steady,
         "median_ms": sp.median_ms, "host_figure": cause.figure,
     });
     e[on_spikes] = json!(cause.spike_median_ms);

@@ -13,6 +13,7 @@ mod baseline;
 mod causes;
 mod deadline;
 mod deadline_verdict;
+mod evidence;
 mod fleet;
 mod gap;
 mod group;
@@ -38,6 +39,7 @@ use crate::figures;
 use crate::load::Dataset;
 use crate::stats::{self, Distribution};
 
+pub use evidence::{MergedVerdict, VerdictEvidence};
 pub use fleet::{per_robot, Robot};
 pub use group::{group_data, GroupData};
 pub use hop_report::HopReport;

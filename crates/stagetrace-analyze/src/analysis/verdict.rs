@@ -8,7 +8,7 @@ use super::deadline_verdict::{deadline_verdict, stall_verdicts};
 use super::host_verdict::{host_spikes, Spikes};
 use super::moves::{dedupe, e2e_moved, moves, Context};
 use super::options::{MIN_SPIKES, SPIKE_SHARE};
-use super::report::{GroupReport, Verdict};
+use super::report::{GroupReport, HostCause, Verdict};
 use crate::figures;
 use crate::format::fmt_ms;
 
@@ -47,41 +47,66 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
             continue;
         }
         let threshold = o.thresholds.get(f.name()).copied().unwrap_or(f64::NAN);
-        if let Some(cause) = &s.host {
-            out.push(host_spikes(
-                &Spikes {
-                    r,
-                    f,
-                    rounds: s.rounds,
-                    cost_ms,
-                    median_ms: median.p50,
-                },
-                cause,
-            ));
-            continue;
-        }
-        out.push(Verdict {
-            code: "spikes",
-            kind: r.kind.clone(),
-            stage: Some(f.name()),
-            group: Some(f.side().as_str()),
-            text: format!(
-                "{f} spikes on {} of {} calls ({:.1}%): {} on average against a median of {} (threshold {}), not periodic; {}.",
-                s.rounds,
-                r.steady,
-                100.0 * s.rounds as f64 / r.steady as f64,
-                fmt_ms(s.mean_ms),
-                fmt_ms(median.p50),
-                fmt_ms(threshold),
-                f.advice()
-            ),
-            evidence: json!({
-                "cost_ms": cost_ms, "rounds": s.rounds, "calls": r.steady,
-                "mean_ms": s.mean_ms, "median_ms": median.p50, "threshold_ms": threshold,
-            }),
-        });
+        let sp = Spikes {
+            kind: &r.kind,
+            steady: r.steady,
+            f,
+            rounds: s.rounds,
+            cost_ms,
+            median_ms: median.p50,
+        };
+        out.push(spike_verdict(
+            &sp,
+            s.mean_ms,
+            (threshold, threshold),
+            s.host.as_ref(),
+        ));
     }
     out
+}
+
+/// One figure's spikes as a verdict: laid at its host when a host figure
+/// explains them (`cause`), else the stage's own. `thresholds`: the lowest
+/// and highest outlier threshold the spikes were counted against (one
+/// value for one run; the partitions' range for a merged summary).
+pub(super) fn spike_verdict(
+    sp: &Spikes<'_>,
+    mean_ms: f64,
+    thresholds: (f64, f64),
+    cause: Option<&HostCause>,
+) -> Verdict {
+    if let Some(cause) = cause {
+        return host_spikes(sp, cause);
+    }
+    let f = sp.f;
+    let threshold = if thresholds.0 == thresholds.1 {
+        fmt_ms(thresholds.1)
+    } else {
+        format!(
+            "{}–{} across partitions",
+            fmt_ms(thresholds.0),
+            fmt_ms(thresholds.1)
+        )
+    };
+    Verdict {
+        code: "spikes",
+        kind: sp.kind.to_owned(),
+        stage: Some(f.name()),
+        group: Some(f.side().as_str()),
+        text: format!(
+            "{f} spikes on {} of {} calls ({:.1}%): {} on average against a median of {} (threshold {threshold}), not periodic; {}.",
+            sp.rounds,
+            sp.steady,
+            100.0 * sp.rounds as f64 / sp.steady as f64,
+            fmt_ms(mean_ms),
+            fmt_ms(sp.median_ms),
+            f.advice()
+        ),
+        evidence: json!({
+            "cost_ms": sp.cost_ms, "rounds": sp.rounds, "calls": sp.steady,
+            "mean_ms": mean_ms, "median_ms": sp.median_ms, "threshold_ms": thresholds.1,
+        }),
+    }
 }
 
 /// The figures that spike on enough calls to be a verdict's, periodic ones
@@ -129,7 +154,8 @@ fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
             if let Some(cause) = &m.host {
                 return Some(host_spikes(
                     &Spikes {
-                        r,
+                        kind: &r.kind,
+                        steady: r.steady,
                         f,
                         rounds: m.calls,
                         cost_ms: m.excess_ms,
@@ -231,7 +257,8 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
             if let Some(cause) = &s.host {
                 let mut v = host_spikes(
                     &Spikes {
-                        r,
+                        kind: &r.kind,
+                        steady: r.steady,
                         f: m,
                         rounds: s.rounds,
                         cost_ms: s.mean_ms - median,

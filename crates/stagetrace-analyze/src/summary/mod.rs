@@ -31,6 +31,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::VerdictEvidence;
+
 pub use report::{SummaryGroup, SummaryReport, SummaryStage, QUANTILE_METHOD, REPORT_SCHEMA};
 pub use sketch::{RELATIVE_ERROR, SIGFIG, THRESHOLDS_MS};
 
@@ -113,6 +115,10 @@ struct KindSummary {
     deadline_misses: u64,
     /// By figure name.
     figures: BTreeMap<String, Sketch>,
+    /// The verdict evidence of the partitions analysed
+    /// ([`Summary::of_analysed`]); absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verdicts: Option<VerdictEvidence>,
 }
 
 impl KindSummary {
@@ -127,6 +133,11 @@ impl KindSummary {
                     self.figures.insert(name.clone(), s.clone());
                 }
             }
+        }
+        match (self.verdicts.as_mut(), &other.verdicts) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (None, Some(theirs)) => self.verdicts = Some(theirs.clone()),
+            (_, None) => {}
         }
         Ok(())
     }

@@ -9,6 +9,7 @@ use stagetrace_schema::Figure;
 
 use super::sketch::Sketch;
 use super::{micros, robot_of, SlowCall, Summary, TOP_K};
+use crate::analysis::{analyze, AnalyzeOptions, VerdictEvidence};
 use crate::figures;
 use crate::load::{Dataset, F_DEADLINE_MISS, F_HAS_DEADLINE};
 
@@ -48,6 +49,22 @@ impl Summary {
         }
         s.trim_slowest();
         s.trim_reasons();
+        s
+    }
+
+    /// Summarises a dataset as [`of`](Self::of) does, with the evidence of
+    /// its verdicts: the dataset (a partition) analysed exactly, against
+    /// `baseline` when given, and reduced to what its verdicts stand on
+    /// (`analysis::evidence`). Merged summaries then give the verdicts of
+    /// the whole ([`Summary::report`]).
+    pub fn of_analysed(ds: &Dataset, baseline: Option<&Dataset>) -> Summary {
+        let mut s = Summary::of(ds);
+        let a = analyze(ds, baseline, &AnalyzeOptions::default());
+        for (kind, ev) in VerdictEvidence::of_report(&a.report) {
+            if let Some(k) = s.kinds.get_mut(&kind) {
+                k.verdicts = Some(ev);
+            }
+        }
         s
     }
 

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::sketch::{Sketch, RELATIVE_ERROR, THRESHOLDS_MS};
 use super::{KindSummary, SlowCall, Summary};
-use crate::analysis::{ErrorCount, ALL_KINDS};
+use stagetrace_schema::Figure;
+
+use crate::analysis::{ErrorCount, MergedVerdict, ALL_KINDS};
 use crate::figures;
 
 /// The version tag of [`SummaryReport`].
@@ -44,6 +46,9 @@ pub struct SummaryReport {
     pub thresholds_ms: [u32; THRESHOLDS_MS.len()],
     /// One group per kind (and `*`, all kinds pooled, when several).
     pub groups: Vec<SummaryGroup>,
+    /// Every kind's verdicts, largest cost first (empty when no partition
+    /// was analysed: `summarize --no-verdicts`).
+    pub verdicts: Vec<MergedVerdict>,
     /// The slowest calls by e2e, slowest first.
     pub slowest: Vec<SlowCall>,
 }
@@ -61,6 +66,14 @@ pub struct SummaryGroup {
     pub deadline_misses: u64,
     /// Per figure, in the report's display order.
     pub stages: Vec<SummaryStage>,
+    /// Steady calls of the partitions analysed for verdicts (`None`: no
+    /// partition was).
+    pub verdict_calls: Option<u64>,
+    /// The kind's verdicts through the merge path, largest cost first.
+    pub verdicts: Vec<MergedVerdict>,
+    /// The part of infer the partitions holding most of the calls name as
+    /// the bottleneck at p95, when they time infer's parts.
+    pub bottleneck_p95: Option<String>,
 }
 
 /// One figure of one kind.
@@ -123,6 +136,20 @@ fn group_of(kind: &str, k: &KindSummary) -> SummaryGroup {
             .into_iter()
             .filter_map(|n| Some(stage_of(n, k.figures.get(n)?)))
             .collect(),
+        verdict_calls: k.verdicts.as_ref().map(|v| v.steady),
+        verdicts: k.verdicts.as_ref().map_or_else(Vec::new, |v| {
+            let p50 = |f: Figure| {
+                let s = k.figures.get(f.name())?;
+                (s.n() > 0).then(|| ms(s.quantile_ns(0.5)))
+            };
+            let e2e = p50(Figure::E2e).unwrap_or(f64::NAN);
+            v.verdicts(kind, p50, e2e)
+        }),
+        bottleneck_p95: k
+            .verdicts
+            .as_ref()
+            .and_then(|v| v.bottleneck_p95())
+            .map(str::to_owned),
     }
 }
 
@@ -135,10 +162,17 @@ impl Summary {
             // Pooled as `analysis` pools: the kinds' histograms added.
             let mut all = KindSummary::default();
             let pooled = self.kinds.values().try_for_each(|k| all.merge(k));
+            // The pooled kinds get no verdicts of their own, as in `analysis`.
+            all.verdicts = None;
             if pooled.is_ok() {
                 groups.push(group_of(ALL_KINDS, &all));
             }
         }
+        let mut verdicts: Vec<MergedVerdict> = groups
+            .iter()
+            .flat_map(|g| g.verdicts.iter().cloned())
+            .collect();
+        verdicts.sort_by(MergedVerdict::order);
         let mut errors: Vec<ErrorCount> = self
             .reasons
             .iter()
@@ -170,6 +204,7 @@ impl Summary {
             robots: self.robots.clone(),
             thresholds_ms: THRESHOLDS_MS,
             groups,
+            verdicts,
             slowest: self.slowest.clone(),
         }
     }
