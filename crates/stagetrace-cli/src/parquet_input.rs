@@ -4,7 +4,6 @@
 //! straight into the analysis's dataset, on every core.
 
 use std::fs::File;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::UNIX_EPOCH;
@@ -118,23 +117,20 @@ pub(crate) fn read(
     }
 }
 
-/// Calls a Parquet file is read in at most, a few row groups at a time,
-/// when summarised: memory holds about 200 bytes a call of one chunk per
-/// core (~50 MB), whatever the file's size.
-const SUMMARY_CHUNK_CALLS: u64 = 262_144;
-
 /// One file's summary (`stagetrace summarize`), its calls read a chunk of
 /// row groups at a time and merged; `Ok(None)` for a damaged file, skipped
 /// whole (no chunk of it counts) and said. A file whose calls the
-/// selection leaves out gives an empty summary.
+/// selection leaves out gives an empty summary. `summarise` makes one
+/// chunk's summary (with its verdicts, or the table only).
 pub(crate) fn summarize(
     source: Source,
     sel: &Selection,
     opts: LoadOptions,
+    summarise: &(dyn Fn(&Dataset) -> Summary + Sync),
     damaged: &Damaged,
 ) -> Result<Option<Summary>, LoadError> {
     let of = |part: FilePart| match Dataset::of_part(part) {
-        Ok(ds) => Ok(Summary::of(&ds)),
+        Ok(ds) => Ok(summarise(&ds)),
         Err(LoadError::Empty { .. }) => Ok(Summary::new()),
         Err(e) => Err(e),
     };
@@ -150,7 +146,7 @@ pub(crate) fn summarize(
         }
     };
     let mut out = Summary::new();
-    for chunk in chunks(&groups, SUMMARY_CHUNK_CALLS) {
+    for chunk in read::group_chunks(&groups, read::SUMMARY_CHUNK_CALLS) {
         match read::load_part_groups(&file, sel, opts, chunk) {
             Ok(part) => {
                 let one = of(part)?;
@@ -165,24 +161,6 @@ pub(crate) fn summarize(
         }
     }
     Ok(Some(out))
-}
-
-/// Consecutive row groups of at most `calls` calls together (a bigger
-/// group alone).
-fn chunks(groups: &[u64], calls: u64) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let (mut start, mut held) = (0, 0u64);
-    for (g, rows) in groups.iter().enumerate() {
-        if g > start && held + rows > calls {
-            out.push(start..g);
-            (start, held) = (g, 0);
-        }
-        held += rows;
-    }
-    if start < groups.len() || groups.is_empty() {
-        out.push(start..groups.len());
-    }
-    out
 }
 
 /// The damaged Parquet files skipped, per input path.
@@ -252,19 +230,4 @@ impl Damaged {
 pub(crate) fn names(paths: &[PathBuf]) -> String {
     let v: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
     v.join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chunks;
-
-    #[test]
-    fn row_groups_are_read_in_chunks_of_at_most_the_calls_given() {
-        assert_eq!(chunks(&[10, 10, 10, 10, 10], 25), vec![0..2, 2..4, 4..5]);
-        // A group bigger than a chunk goes alone.
-        assert_eq!(chunks(&[5, 40, 5], 25), vec![0..1, 1..2, 2..3]);
-        assert_eq!(chunks(&[30], 25), vec![0..1]);
-        // A file of no row group: one empty chunk, read as no call.
-        assert_eq!(chunks(&[], 25), vec![0..0]);
-    }
 }

@@ -78,7 +78,6 @@ impl ReportArgs {
     /// The options given that only the exact report answers, as typed.
     fn exact_only(&self) -> Vec<&'static str> {
         [
-            ("--baseline", !self.baseline.is_empty()),
             ("--fail-if", !self.fail_if.is_empty()),
             ("--html", self.html.is_some()),
             ("--hgrm", self.hgrm.is_some()),
@@ -282,7 +281,12 @@ fn summary_report(
     if !args.json {
         eprintln!("{}", over.sentence());
     }
-    let summary = summarize::summary_of(run, sel, opts)?;
+    let baseline = summarize::load_baseline(&args.baseline, sel, opts)?;
+    let how = summarize::Summarise {
+        verdicts: true,
+        baseline: baseline.as_ref(),
+    };
+    let summary = summarize::summary_of(run, sel, opts, &how)?;
     let note = args.json.then(|| over.json());
     summarize::print(&summary, args.json, note.as_ref())?;
     Ok(exit::code(exit::OK))

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use stagetrace_analyze::load::LoadOptions;
+use stagetrace_analyze::load::{Dataset, LoadOptions};
 use stagetrace_analyze::summary::{Summary, SummaryReport};
 use stagetrace_parquet::read::Selection;
 
@@ -36,6 +36,15 @@ pub(crate) struct SummarizeArgs {
     /// Skip corrupt lines (counted) instead of stopping at the first.
     #[arg(long)]
     skip_bad: bool,
+    /// The table only: no partition analysed for verdicts (about half the
+    /// CPU; what a quantile query in SQL computes).
+    #[arg(long)]
+    no_verdicts: bool,
+    /// Idle-run record files each partition's stages are judged against
+    /// (median and tail tests), as `report --baseline`; loaded whole, so
+    /// a short run. Repeat the flag for several files.
+    #[arg(long, value_name = "PATH")]
+    baseline: Vec<PathBuf>,
     #[command(flatten)]
     select: parquet_input::SelectArgs,
 }
@@ -64,12 +73,57 @@ fn summarize(args: &SummarizeArgs) -> Result<(), String> {
         skip_bad: args.skip_bad,
         ..LoadOptions::default()
     };
-    let merged = summary_of(&inputs, &sel, opts)?;
+    if args.no_verdicts && !args.baseline.is_empty() {
+        return Err(
+            "--baseline judges the verdicts, and --no-verdicts asks for none: give one".into(),
+        );
+    }
+    let baseline = load_baseline(&args.baseline, &sel, opts)?;
+    let how = Summarise {
+        verdicts: !args.no_verdicts,
+        baseline: baseline.as_ref(),
+    };
+    let merged = summary_of(&inputs, &sel, opts, &how)?;
     if let Some(out) = &args.out {
         std::fs::write(out, merged.to_bytes())
             .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     }
     print(&merged, args.json, None)
+}
+
+/// How each partition is summarised: with the evidence of its verdicts
+/// (its exact analysis, against `baseline` when given), or its table only.
+pub(crate) struct Summarise<'a> {
+    pub(crate) verdicts: bool,
+    pub(crate) baseline: Option<&'a Dataset>,
+}
+
+impl Summarise<'_> {
+    pub(crate) fn of(&self, ds: &Dataset) -> Summary {
+        if self.verdicts {
+            Summary::of_analysed(ds, self.baseline)
+        } else {
+            Summary::of(ds)
+        }
+    }
+}
+
+/// The baseline's records, loaded whole (`None` when no path is given).
+pub(crate) fn load_baseline(
+    paths: &[PathBuf],
+    sel: &Selection,
+    opts: LoadOptions,
+) -> Result<Option<Dataset>, String> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let inputs = Inputs::resolve("baseline", paths, sel)?;
+    if inputs.reads_stdin() {
+        return Err(
+            "--baseline -: summarize reads files; save the baseline's records to a file".into(),
+        );
+    }
+    inputs.load(opts).map(Some)
 }
 
 /// The merged summary of every file of `inputs` (not standard input: it
@@ -80,9 +134,10 @@ pub(crate) fn summary_of(
     inputs: &Inputs,
     sel: &Selection,
     opts: LoadOptions,
+    how: &Summarise<'_>,
 ) -> Result<Summary, String> {
     let damaged = parquet_input::Damaged::new(inputs.what());
-    let merged = merged(inputs.sources(), sel, opts, &damaged)?;
+    let merged = merged(inputs.sources(), sel, opts, how, &damaged)?;
     inputs.check_damaged(&damaged)?;
     damaged.report();
     if merged.calls() == 0 {
@@ -130,6 +185,7 @@ fn merged(
     sources: Vec<Source>,
     sel: &Selection,
     opts: LoadOptions,
+    how: &Summarise<'_>,
     damaged: &parquet_input::Damaged,
 ) -> Result<Summary, String> {
     let queue = Mutex::new(sources.into_iter());
@@ -139,7 +195,7 @@ fn merged(
         let next = queue.lock().ok().and_then(|mut q| q.next());
         let Some(source) = next else { return };
         // Summarised before the lock: the threads merge, not wait.
-        let result = match parquet_input::summarize(source, sel, opts, damaged) {
+        let result = match parquet_input::summarize(source, sel, opts, &|ds| how.of(ds), damaged) {
             Ok(Some(one)) => merged
                 .lock()
                 .map_err(|_| "a summarizing thread failed".to_string())

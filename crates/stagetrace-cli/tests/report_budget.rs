@@ -87,6 +87,13 @@ fn over_the_budget_the_report_is_the_summarys_and_says_why() {
         "the summary's report, field for field"
     );
     let why = why.expect("a memory_budget field");
+    // Each partition analysed: every kind's verdicts over all its calls.
+    for g in summarized["groups"].as_array().unwrap() {
+        if g["kind"] != "*" {
+            assert_eq!(g["verdict_calls"], g["steady"], "{g}");
+        }
+    }
+    assert!(!summarized["verdicts"].as_array().unwrap().is_empty());
     assert_eq!(why["budget_mb"], 1);
     assert_eq!(why["quantiles"], "hdr-3-sigfig");
     // The footers' rows: every call the summary read (the damaged file's none).
@@ -177,16 +184,12 @@ fn json_lines_are_weighed_by_their_size() {
 #[test]
 fn options_of_the_exact_report_over_the_budget_are_usage_errors() {
     let tmp = tempfile::tempdir().unwrap();
-    let (tree, arm1) = fleet(tmp.path());
+    let (tree, _) = fleet(tmp.path());
     let html = tmp.path().join("r.html");
-    let cases: [(Vec<&str>, &str); 5] = [
+    let cases: [(Vec<&str>, &str); 4] = [
         (
             vec!["--fail-if", "infer.p99>80ms"],
             "--fail-if needs the exact report",
-        ),
-        (
-            vec!["--baseline", p(&arm1)],
-            "--baseline needs the exact report",
         ),
         (vec!["--html", p(&html)], "--html needs the exact report"),
         (vec!["--per-robot"], "--per-robot needs the exact report"),
@@ -210,6 +213,42 @@ fn options_of_the_exact_report_over_the_budget_are_usage_errors() {
         assert!(out.stdout.is_empty(), "{args:?}: nothing reported");
     }
     assert!(!html.exists());
+    // A baseline judges each partition's verdicts through the merge path,
+    // as `summarize --baseline` does: an idle run whose infer took 20 ms
+    // against the fleet's 30 ms names infer's median shift.
+    let idle = tmp.path().join("idle");
+    std::fs::create_dir_all(&idle).unwrap();
+    std::fs::write(
+        idle.join("records-idle.jsonl"),
+        gen::lines(&Scenario {
+            seed: 9,
+            calls: 600,
+            start_unix_ms: START_MS,
+            infer_ms: (20.0, 0.5),
+            ..Scenario::default()
+        }),
+    )
+    .unwrap();
+    let mut reported = json_of(&[
+        "report",
+        p(&tree),
+        "--memory-budget",
+        "1",
+        "--baseline",
+        p(&idle),
+        "--json",
+    ]);
+    reported.as_object_mut().unwrap().remove("memory_budget");
+    let summarized = json_of(&["summarize", p(&tree), "--baseline", p(&idle), "--json"]);
+    assert_eq!(reported, summarized);
+    let shifts: Vec<(&str, &str)> = summarized["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["code"] == "median_shift")
+        .map(|v| (v["kind"].as_str().unwrap(), v["stage"].as_str().unwrap()))
+        .collect();
+    assert!(shifts.contains(&("call", "infer")), "{shifts:?}");
     // Within the budget the same options are the exact report's, as before.
     let out = stagetrace(&["report", p(&tree), "--fail-if", "e2e.p99>100000ms"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

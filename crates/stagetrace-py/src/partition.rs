@@ -119,39 +119,100 @@ fn files_of(path: &Path) -> PyResult<(bool, Vec<PathBuf>)> {
     Ok((false, files))
 }
 
-/// One file's summary (an empty one for a file without calls), as
-/// `stagetrace summarize` makes it.
-fn summarize_file(parquet: bool, f: &Path) -> Result<Summary, String> {
+/// One file's calls, or one chunk of a Parquet file's row groups.
+fn part_of(
+    parquet: bool,
+    f: &Path,
+    groups: Option<std::ops::Range<usize>>,
+) -> Result<FilePart, String> {
     let opts = LoadOptions::default();
-    let part = if parquet {
+    if parquet {
         // Its columns straight into the dataset; a damaged file is an
         // error naming it, never half a summary.
-        read::load_part(f, &Selection::default(), opts).map_err(|e| match e {
+        let loaded = match groups {
+            Some(g) => read::load_part_groups(f, &Selection::default(), opts, g),
+            None => read::load_part(f, &Selection::default(), opts),
+        };
+        loaded.map_err(|e| match e {
             read::PartError::Damaged(e) => e.to_string(),
             read::PartError::Load(e) => e.to_string(),
-        })?
+        })
     } else {
         let file = std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        FilePart::read_lines(file, f, opts).map_err(|e| e.to_string())?
-    };
-    match Dataset::of_part(part) {
-        Ok(ds) => Ok(Summary::of(&ds)),
-        Err(LoadError::Empty { .. }) => Ok(Summary::new()),
-        Err(e) => Err(e.to_string()),
+        FilePart::read_lines(file, f, opts).map_err(|e| e.to_string())
     }
+}
+
+/// One file's summary (an empty one for a file without calls), as
+/// `stagetrace summarize` makes it: a Parquet file a chunk of row groups
+/// at a time (the CLI's chunks, so the same partitions' verdict
+/// evidence), each chunk analysed for its verdicts when `verdicts`,
+/// against `baseline` when given.
+fn summarize_file(
+    parquet: bool,
+    f: &Path,
+    verdicts: bool,
+    baseline: Option<&Dataset>,
+) -> Result<Summary, String> {
+    let chunks = if parquet {
+        let groups = read::group_rows(f).map_err(|e| e.to_string())?;
+        read::group_chunks(&groups, read::SUMMARY_CHUNK_CALLS)
+            .into_iter()
+            .map(Some)
+            .collect()
+    } else {
+        vec![None]
+    };
+    let mut out = Summary::new();
+    for chunk in chunks {
+        let one = match Dataset::of_part(part_of(parquet, f, chunk)?) {
+            Ok(ds) if verdicts => Summary::of_analysed(&ds, baseline),
+            Ok(ds) => Summary::of(&ds),
+            Err(LoadError::Empty { .. }) => Summary::new(),
+            Err(e) => return Err(e.to_string()),
+        };
+        out.merge(&one).map_err(|e| e.reason)?;
+    }
+    Ok(out)
+}
+
+/// An idle run's records, loaded whole: what each partition's stages are
+/// judged against.
+fn load_baseline(path: &Path) -> Result<Dataset, String> {
+    let (parquet, files) = files_of(path).map_err(|e| e.to_string())?;
+    let parts = files
+        .iter()
+        .map(|f| part_of(parquet, f, None))
+        .collect::<Result<Vec<_>, String>>()?;
+    Dataset::load_parts(parts, 1, |p| Ok(Some(p))).map_err(|e| e.to_string())
 }
 
 /// Summarises one partition: a Parquet file, a `robot=…/date=…`
 /// directory, a JSON-line record file or a run directory, one file at a
-/// time (the GIL released meanwhile).
+/// time (the GIL released meanwhile). With `verdicts` (the default) each
+/// file is analysed exactly and its verdict evidence kept, so the merged
+/// summary's report has the verdicts of the whole; `baseline`: an idle
+/// run's records (a file or directory) to judge the stages against.
 #[pyfunction]
-fn summarize(py: Python<'_>, path: PathBuf) -> PyResult<PartitionSummary> {
+#[pyo3(signature = (path, verdicts = true, baseline = None))]
+fn summarize(
+    py: Python<'_>,
+    path: PathBuf,
+    verdicts: bool,
+    baseline: Option<PathBuf>,
+) -> PyResult<PartitionSummary> {
+    if !verdicts && baseline.is_some() {
+        return Err(PyValueError::new_err(
+            "baseline judges the verdicts, and verdicts=False asks for none: give one",
+        ));
+    }
     let (parquet, files) = files_of(&path)?;
     let inner = py
         .allow_threads(|| {
+            let base = baseline.as_deref().map(load_baseline).transpose()?;
             let mut out = Summary::new();
             for f in &files {
-                out.merge(&summarize_file(parquet, f)?)
+                out.merge(&summarize_file(parquet, f, verdicts, base.as_ref())?)
                     .map_err(|e| e.reason)?;
             }
             Ok::<_, String>(out)

@@ -108,6 +108,11 @@ def test_dask_on_two_workers_gives_the_report_of_the_cli(fleet: Dict[str, Any]) 
     )
     assert cli_run.returncode == 0, cli_run.stderr
     assert merged == json.loads(cli_run.stdout)
+    # Every partition was analysed for its verdicts, on the workers as by
+    # the CLI: the same verdicts, sentences and numbers.
+    (group,) = merged["groups"]
+    assert group["verdict_calls"] == group["steady"]
+    assert merged["verdicts"] and merged["verdicts"] == group["verdicts"]
     assert merged["quantiles"] == "hdr-3-sigfig"
     assert merged["calls"] == ROBOTS * DAYS * CALLS
     assert merged["robots"] == {f"arm-{r}": DAYS * CALLS for r in range(ROBOTS)}

@@ -12,6 +12,9 @@
 //!   partition keeps every figure's spike count, the sum of its spike
 //!   values and the host figure that explains them, and the merge applies
 //!   the spike rules (`verdict.rs`) to the sums;
+//! - deadline misses are counted the same way: the misses and the calls
+//!   that carry a deadline summed, the rule (`deadline_verdict.rs`) applied
+//!   to the sums, the cause as the partition with the most misses gives it;
 //! - an event (a `stall`) is in one partition only: kept when any
 //!   partition has it.
 //!
@@ -43,6 +46,8 @@ const SPIKE_CODES: [&str; 5] = ["spikes", "host_cpu", "host_gc", "host_log", "bl
 /// Codes that say nothing is wrong: what the merge gives when no verdict
 /// stands, never voted.
 const QUIET: [&str; 2] = ["steady", "no_steady_calls"];
+/// The deadline's verdict: recomputed from the merged counts, never voted.
+const DEADLINE_CODE: &str = "deadline_misses";
 /// Event verdicts: one partition holds the event.
 const EVENTS: [&str; 1] = ["stall"];
 
@@ -77,6 +82,23 @@ pub struct VerdictEvidence {
     /// Per part of infer: steady calls of the partitions whose p95
     /// bottleneck it is.
     bottleneck_p95: BTreeMap<String, u64>,
+    /// The calls that carry a deadline and their misses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deadline: Option<DeadlineTally>,
+}
+
+/// Deadline misses over the partitions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadlineTally {
+    /// Calls that carry a deadline.
+    calls: u64,
+    /// Of those, the misses.
+    misses: u64,
+    /// The `deadline_misses` verdict of the partition with the most misses
+    /// that gave one: its misses, its count as its sentence opens, its
+    /// sentence and its numbers.
+    best: Option<(u64, String, String, serde_json::Value)>,
 }
 
 /// One figure's spikes over the partitions.
@@ -211,7 +233,7 @@ impl VerdictEvidence {
             ev.spikes.insert((*name).to_owned(), t);
         }
         for v in g.verdicts.iter().filter(|v| !from_spikes(v)) {
-            if QUIET.contains(&v.code) {
+            if QUIET.contains(&v.code) || v.code == DEADLINE_CODE {
                 continue;
             }
             let vote = Vote {
@@ -227,6 +249,25 @@ impl VerdictEvidence {
             ev.bottleneck_p95
                 .insert(p.bottleneck_p95.to_owned(), steady);
         }
+        if let Some(d) = &g.rate.deadline {
+            let best = g
+                .verdicts
+                .iter()
+                .find(|v| v.code == DEADLINE_CODE)
+                .map(|v| {
+                    (
+                        d.misses,
+                        missed(d.misses, d.calls),
+                        v.text.clone(),
+                        v.evidence.clone(),
+                    )
+                });
+            ev.deadline = Some(DeadlineTally {
+                calls: d.calls,
+                misses: d.misses,
+                best,
+            });
+        }
         ev
     }
 
@@ -237,6 +278,11 @@ impl VerdictEvidence {
         self.absorbed_calls = self.absorbed_calls.saturating_add(other.absorbed_calls);
         add_calls(&mut self.periodic_calls, &other.periodic_calls);
         add_calls(&mut self.bottleneck_p95, &other.bottleneck_p95);
+        match (self.deadline.as_mut(), &other.deadline) {
+            (Some(mine), Some(theirs)) => mine.merge(theirs),
+            (None, Some(theirs)) => self.deadline = Some(theirs.clone()),
+            (_, None) => {}
+        }
         for (name, t) in &other.spikes {
             match self.spikes.get_mut(name) {
                 Some(mine) => mine.merge(t),
@@ -296,6 +342,20 @@ impl VerdictEvidence {
             .collect();
         if !most(self.baseline_calls) && !most(self.absorbed_calls) {
             out.extend(self.spike_verdicts(kind, &p50_ms, min_cost_ms(e2e_p50_ms)));
+        }
+        out.extend(self.deadline.as_ref().and_then(|d| d.verdict(kind)));
+        if out.is_empty() && total > 0 {
+            out.push(MergedVerdict {
+                code: "steady".into(),
+                kind: kind.to_owned(),
+                stage: None,
+                group: None,
+                text: format!(
+                    "steady: no verdict stands over the {total} calls analysed partition by partition (no stage spikes on enough of them, no verdict of the partitions holding most of them)."
+                ),
+                evidence: serde_json::json!({ "calls": total }),
+                share_of_calls: 1.0,
+            });
         }
         out.sort_by(MergedVerdict::order);
         out
@@ -393,6 +453,76 @@ impl MergedVerdict {
             .then_with(|| a.code.cmp(&b.code))
             .then_with(|| a.stage.cmp(&b.stage))
     }
+}
+
+impl DeadlineTally {
+    fn merge(&mut self, other: &DeadlineTally) {
+        self.calls = self.calls.saturating_add(other.calls);
+        self.misses = self.misses.saturating_add(other.misses);
+        let key =
+            |b: &(u64, String, String, serde_json::Value)| (b.0, b.2.clone(), b.3.to_string());
+        if let Some(theirs) = &other.best {
+            if self
+                .best
+                .as_ref()
+                .is_none_or(|mine| key(theirs) > key(mine))
+            {
+                self.best = Some(theirs.clone());
+            }
+        }
+    }
+
+    /// `deadline_misses` when at least [`SPIKE_SHARE`] of the calls missed
+    /// (`deadline_verdict.rs`'s rule, on the sums): the count of the whole,
+    /// the cause and the stages that carry the time as the partition with
+    /// the most misses gives them.
+    fn verdict(&self, kind: &str) -> Option<MergedVerdict> {
+        let rate = self.misses as f64 / self.calls.max(1) as f64;
+        if !(self.misses > 0 && rate >= SPIKE_SHARE) {
+            return None;
+        }
+        let count = missed(self.misses, self.calls);
+        let (text, mut evidence) = match &self.best {
+            None => (
+                format!("{count} missed their tick's deadline."),
+                serde_json::json!({}),
+            ),
+            Some((_, _, _, evidence)) if evidence.get("cause").is_none() => (
+                format!("{count} missed their tick's deadline."),
+                evidence.clone(),
+            ),
+            Some((misses, theirs, text, evidence)) if *misses == self.misses => {
+                (text.replacen(theirs, &count, 1), evidence.clone())
+            }
+            Some((misses, theirs, text, evidence)) => (
+                format!(
+                    "{} (Why, and what carries the time: as the partition with the most misses, {misses}, says it.)",
+                    text.replacen(theirs, &count, 1)
+                ),
+                evidence.clone(),
+            ),
+        };
+        evidence["misses"] = serde_json::json!(self.misses);
+        evidence["calls"] = serde_json::json!(self.calls);
+        evidence["miss_rate"] = serde_json::json!(rate);
+        Some(MergedVerdict {
+            code: DEADLINE_CODE.into(),
+            kind: kind.to_owned(),
+            stage: Some(Figure::E2e.name().to_owned()),
+            group: Some(Figure::E2e.side().as_str().to_owned()),
+            text,
+            evidence,
+            share_of_calls: 1.0,
+        })
+    }
+}
+
+/// How a `deadline_misses` sentence opens: "12 of 300 calls (4.00%)".
+fn missed(misses: u64, calls: u64) -> String {
+    format!(
+        "{misses} of {calls} calls ({:.2}%)",
+        100.0 * misses as f64 / calls.max(1) as f64
+    )
 }
 
 impl SpikeTally {

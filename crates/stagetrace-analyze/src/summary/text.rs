@@ -29,6 +29,7 @@ impl SummaryReport {
             self.quantiles,
             self.relative_error * 100.0
         );
+        verdicts_text(self, &mut s);
         for g in &self.groups {
             group_text(g, &mut s);
         }
@@ -40,6 +41,40 @@ impl SummaryReport {
             }
         }
         s
+    }
+}
+
+/// The verdicts through the merge path, largest cost first; `steady`
+/// for a kind analysed with none; nothing when no partition was analysed.
+fn verdicts_text(r: &SummaryReport, s: &mut String) {
+    let analysed: Vec<&SummaryGroup> = r
+        .groups
+        .iter()
+        .filter(|g| g.verdict_calls.is_some())
+        .collect();
+    if analysed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nverdicts (each partition analysed exactly, the evidence merged):"
+    );
+    for v in &r.verdicts {
+        if v.code == "steady" {
+            let _ = writeln!(s, "  * [{}] {}", v.kind, v.text);
+        } else {
+            let _ = writeln!(s, "  * [{}] {} ({})", v.kind, v.text, v.code);
+        }
+    }
+    for g in analysed {
+        let calls = g.verdict_calls.unwrap_or(0);
+        if calls < g.steady {
+            let _ = writeln!(
+                s,
+                "  [{}] the verdicts cover {calls} of its {} steady calls: the rest come from summaries made without verdicts",
+                g.kind, g.steady
+            );
+        }
     }
 }
 

@@ -17,6 +17,7 @@ mod view;
 
 use std::fs::{self, File};
 use std::io::Read;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use parquet::arrow::arrow_reader::{
@@ -227,6 +228,31 @@ pub fn row_count(path: &Path) -> Result<u64, ReadError> {
         .fold(0u64, |sum, n| sum.saturating_add(*n)))
 }
 
+/// Calls a Parquet file is read in at most, a few row groups at a time,
+/// when summarised (`stagetrace summarize`, Python's
+/// `stagetrace.summarize`: the same chunks, so the same partitions'
+/// verdict evidence): memory holds one chunk per core, whatever the
+/// file's size.
+pub const SUMMARY_CHUNK_CALLS: u64 = 262_144;
+
+/// Consecutive row groups of at most `calls` calls together (a bigger
+/// group alone).
+pub fn group_chunks(groups: &[u64], calls: u64) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut held) = (0, 0u64);
+    for (g, rows) in groups.iter().enumerate() {
+        if g > start && held + rows > calls {
+            out.push(start..g);
+            (start, held) = (g, 0);
+        }
+        held += rows;
+    }
+    if start < groups.len() || groups.is_empty() {
+        out.push(start..groups.len());
+    }
+    out
+}
+
 /// The rows of each row group of the Parquet file at `path`, read off its
 /// footer alone (a big file is read a few groups at a time: [`load_part_groups`]).
 /// A cut-short or damaged footer is an error naming the file, never a panic.
@@ -324,4 +350,19 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_chunks as chunks;
+
+    #[test]
+    fn row_groups_are_read_in_chunks_of_at_most_the_calls_given() {
+        assert_eq!(chunks(&[10, 10, 10, 10, 10], 25), vec![0..2, 2..4, 4..5]);
+        // A group bigger than a chunk goes alone.
+        assert_eq!(chunks(&[5, 40, 5], 25), vec![0..1, 1..2, 2..3]);
+        assert_eq!(chunks(&[30], 25), vec![0..1]);
+        // A file of no row group: one empty chunk, read as no call.
+        assert_eq!(chunks(&[], 25), vec![0..0]);
+    }
 }

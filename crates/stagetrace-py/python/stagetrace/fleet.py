@@ -4,7 +4,9 @@ Each partition file of a Hive tree (``robot=<r>/date=<day>/part-*.parquet``,
 as ``stagetrace convert`` and the Parquet sink write it) is summarised on a
 worker (:func:`stagetrace.summarize`: one file's calls in memory at a time),
 the summaries are merged in a tree of :func:`stagetrace.merge` tasks, and the
-report is printed: the same JSON as ``stagetrace summarize TREE --json``
+report is printed: the same JSON as ``stagetrace summarize TREE --json``,
+verdicts included (each partition analysed exactly on its worker, the
+evidence of its verdicts merged: docs/records.md, "A fleet's month")
 (the merge is exact and order-free, so the cluster's scheduling cannot change
 a number). No scheduler of our own: Dask distributed schedules, retries and
 moves the summaries (pickled as their bytes, a few kB each).
@@ -55,21 +57,29 @@ def partition_files(tree: "str | Path", robots: Optional[Sequence[str]] = None) 
     return [str(p) for p in files]
 
 
-def _summarize(path: str) -> "stagetrace.PartitionSummary":
+def _summarize(path: str, verdicts: bool = True, baseline: Optional[str] = None) -> "stagetrace.PartitionSummary":
     # A plain Python function, so Dask pickles it by reference to this module.
-    return stagetrace.summarize(path)
+    return stagetrace.summarize(path, verdicts=verdicts, baseline=baseline)
 
 
 def _merge(*summaries: "stagetrace.PartitionSummary") -> "stagetrace.PartitionSummary":
     return stagetrace.merge(summaries)
 
 
-def summarize_on(client: Any, files: Sequence[str], fan_in: int = FAN_IN) -> "stagetrace.PartitionSummary":
+def summarize_on(
+    client: Any,
+    files: Sequence[str],
+    fan_in: int = FAN_IN,
+    verdicts: bool = True,
+    baseline: Optional[str] = None,
+) -> "stagetrace.PartitionSummary":
     """Summarises ``files`` on a Dask ``client``'s workers and merges them
-    there, ``fan_in`` at a time; returns the merged summary."""
+    there, ``fan_in`` at a time; returns the merged summary. ``verdicts``:
+    analyse each file for its verdicts (against ``baseline``, an idle run's
+    records every worker sees, when given)."""
     if not files:
         raise ValueError("no partition file to summarise")
-    futures = client.map(_summarize, list(files), pure=False)
+    futures = client.map(_summarize, list(files), verdicts=verdicts, baseline=baseline, pure=False)
     while len(futures) > 1:
         futures = [client.submit(_merge, *futures[i : i + fan_in], pure=False) for i in range(0, len(futures), fan_in)]
     return futures[0].result()
@@ -80,6 +90,8 @@ def run(
     scheduler: Optional[str] = None,
     workers: int = 2,
     robots: Optional[Sequence[str]] = None,
+    verdicts: bool = True,
+    baseline: Optional[str] = None,
 ) -> "stagetrace.PartitionSummary":
     """The merged summary of a tree, on the cluster at ``scheduler`` or on a
     local one of ``workers`` processes."""
@@ -90,11 +102,11 @@ def run(
         raise ValueError(f"{tree}: no Parquet file (nor records*.jsonl) found")
     if scheduler:
         with Client(scheduler) as client:
-            return summarize_on(client, files)
+            return summarize_on(client, files, verdicts=verdicts, baseline=baseline)
     with LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
     ) as cluster, Client(cluster) as client:
-        return summarize_on(client, files)
+        return summarize_on(client, files, verdicts=verdicts, baseline=baseline)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -110,9 +122,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--robot", action="append", metavar="ROBOT", help="only this robot= partition (repeatable)")
     p.add_argument("--table", action="store_true", help="print the table for people instead of JSON")
     p.add_argument("--out", metavar="FILE", help="also write the merged summary's bytes to FILE")
+    p.add_argument("--no-verdicts", action="store_true", help="the table only: no partition analysed for verdicts")
+    p.add_argument("--baseline", metavar="PATH", help="an idle run's records (file or directory, seen by every "
+                   "worker) each partition's stages are judged against")
     args = p.parse_args(argv)
+    if args.no_verdicts and args.baseline:
+        p.error("--baseline judges the verdicts, and --no-verdicts asks for none: give one")
     try:
-        summary = run(args.tree, scheduler=args.scheduler, workers=args.workers, robots=args.robot)
+        summary = run(
+            args.tree,
+            scheduler=args.scheduler,
+            workers=args.workers,
+            robots=args.robot,
+            verdicts=not args.no_verdicts,
+            baseline=args.baseline,
+        )
     except (ValueError, OSError) as e:
         print(f"stagetrace.fleet: {e}", file=sys.stderr)
         return 2
