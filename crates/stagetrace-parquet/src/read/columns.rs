@@ -26,7 +26,7 @@ use stagetrace_schema::{Field, FIELDS, HOP_KEYS};
 
 use super::contain::contain;
 use super::view::{finite, not_finite, views, View};
-use super::{batches, ReadError, Selection};
+use super::{batches, Plan, ReadError, Selection};
 
 /// Rows per decoded batch: large enough that per-batch work is noise,
 /// small enough that a batch's columns stay in cache.
@@ -92,16 +92,16 @@ fn load_within<R: ChunkReader + 'static>(
     only: Option<Range<usize>>,
 ) -> Result<FilePart, PartError> {
     let range = (sel.since_ms, sel.until_ms);
-    let reader = batches(path, reader, move |builder| {
-        let columns = projection(builder.parquet_schema(), opts);
-        let mut groups = row_groups(builder.metadata(), range);
+    let reader = batches(path, reader, move |meta| {
+        let mut groups = row_groups(meta, range);
         if let Some(only) = only {
             groups.retain(|g| only.contains(g));
         }
-        Ok(builder
-            .with_projection(columns)
-            .with_row_groups(groups)
-            .with_batch_size(BATCH_ROWS))
+        Plan {
+            groups: Some(groups),
+            columns: Some(projection(meta.file_metadata().schema_descr(), opts)),
+            batch_rows: Some(BATCH_ROWS),
+        }
     })
     .map_err(PartError::Damaged)?;
     fill(path, reader, sel, opts)

@@ -13,6 +13,7 @@
 mod columns;
 mod contain;
 mod json;
+mod pages;
 mod view;
 
 use std::fs::{self, File};
@@ -21,8 +22,10 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use parquet::arrow::arrow_reader::{
-    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
 };
+use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::ChunkReader;
 
@@ -159,20 +162,26 @@ pub fn open_reader<R: ChunkReader + 'static>(
     reader: R,
     sel: &Selection,
 ) -> Result<JsonLines, ReadError> {
-    let batches = batches(path, reader, Ok)?;
+    let batches = batches(path, reader, |_| Plan::default())?;
     Ok(JsonLines::new(path.to_path_buf(), batches, sel.clone()))
 }
 
+/// What of a file is decoded: its row groups and leaf columns (`None`:
+/// all), and the rows a batch holds.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    pub(crate) groups: Option<Vec<usize>>,
+    pub(crate) columns: Option<ProjectionMask>,
+    pub(crate) batch_rows: Option<usize>,
+}
+
 /// The file's batches, its footer read and checked now (`check_metadata`),
-/// the reader set up by `configure` (columns, row groups); a cut-short,
-/// damaged or foreign file is refused here, by name.
+/// then the page headers of what `plan` decodes (`pages.rs`); a
+/// cut-short, damaged or foreign file is refused here, by name.
 pub(crate) fn batches<R: ChunkReader + 'static>(
     path: &Path,
     reader: R,
-    configure: impl FnOnce(
-            ParquetRecordBatchReaderBuilder<R>,
-        ) -> Result<ParquetRecordBatchReaderBuilder<R>, String>
-        + 'static,
+    plan: impl FnOnce(&ParquetMetaData) -> Plan + 'static,
 ) -> Result<ParquetRecordBatchReader, ReadError> {
     let refuse = |reason: String| ReadError {
         path: path.to_path_buf(),
@@ -187,15 +196,31 @@ pub(crate) fn batches<R: ChunkReader + 'static>(
     let len = reader.len();
     // The schema from the Parquet schema, not the stored Arrow IPC blob.
     let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
-    let built = contain::contain(move || -> Result<ParquetRecordBatchReader, String> {
-        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(reader, options)
-            .map_err(|e| e.to_string())?;
-        check_metadata(builder.metadata(), len)?;
-        configure(builder)?.build().map_err(|e| e.to_string())
+    let built = contain::contain(move || -> Result<_, (bool, String)> {
+        let footer = |e: String| (false, e);
+        let meta =
+            ArrowReaderMetadata::load(&reader, options).map_err(|e| footer(e.to_string()))?;
+        check_metadata(meta.metadata(), len).map_err(footer)?;
+        let plan = plan(meta.metadata());
+        // Before any page is decoded: a page header's lying size would
+        // make the decoder reserve it (`pages.rs`).
+        pages::check_pages(&reader, meta.metadata(), &plan).map_err(|e| (true, e))?;
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, meta);
+        if let Some(columns) = plan.columns {
+            builder = builder.with_projection(columns);
+        }
+        if let Some(groups) = plan.groups {
+            builder = builder.with_row_groups(groups);
+        }
+        if let Some(rows) = plan.batch_rows {
+            builder = builder.with_batch_size(rows);
+        }
+        builder.build().map_err(|e| footer(e.to_string()))
     });
     match built {
         Ok(Ok(b)) => Ok(b),
-        Ok(Err(e)) => Err(not_readable(e)),
+        Ok(Err((false, e))) => Err(not_readable(e)),
+        Ok(Err((true, e))) => Err(refuse(format!("damaged Parquet data ({e})"))),
         Err(panic) => Err(refuse(format!("damaged Parquet footer ({panic})"))),
     }
 }
