@@ -67,9 +67,10 @@ impl OverBudget {
     /// (stderr before a text report; `memory_budget.note` in JSON).
     pub(crate) fn sentence(&self) -> String {
         format!(
-            "quantiles: HdrHistogram, within {:.1} % (not exact): {}. Verdicts, outlier rounds \
-             and periodicity need the exact path: narrow the inputs with --robot / --since / \
-             --until, or raise --memory-budget.",
+            "quantiles: HdrHistogram, within {:.1} % (not exact): {}. The verdicts come through \
+             the merge path (each chunk of a file analysed exactly, its evidence merged); the \
+             outlier rounds, the tables of every figure and the HTML need the exact path: narrow \
+             the inputs with --robot / --since / --until, or raise --memory-budget.",
             RELATIVE_ERROR * 100.0,
             self.sizes()
         )

@@ -58,10 +58,13 @@ def main():
     readers = {
         "stagetrace report --json, Parquet": [a.stagetrace, "report", "--json", "--memory-budget", "100000", f"{a.dir}/parquet"],
         "stagetrace report --json, JSON lines": [a.stagetrace, "report", "--json", "--memory-budget", "100000", f"{a.dir}/lines"],
-        "stagetrace summarize --json, Parquet": [a.stagetrace, "summarize", "--json", f"{a.dir}/parquet"],
+        "stagetrace summarize --json --no-verdicts, Parquet": [
+            a.stagetrace, "summarize", "--json", "--no-verdicts", f"{a.dir}/parquet"],
         "DuckDB, per-stage quantiles, Parquet": [
             sys.executable, "-c", DUCKDB, f"{a.dir}/parquet", ",".join(STAGES)],
         "Python start + import duckdb (DuckDB's floor)": [sys.executable, "-c", "import duckdb"],
+        "stagetrace summarize --json, Parquet (with the verdicts)": [
+            a.stagetrace, "summarize", "--json", f"{a.dir}/parquet"],
     }
     got = {name: [] for name in readers}
     for r in range(a.rounds):
@@ -74,7 +77,7 @@ def main():
     for name, runs in got.items():
         med[name] = statistics.median(c for c, _ in runs)
         print(f"| {name} | {med[name]:.2f} | {max(m for _, m in runs):.0f} |")
-    report, lines, summarize, duckdb, _ = readers
+    report, lines, summarize, duckdb, _, _ = readers
     print()
     print(f"report on Parquet / report on JSON lines, CPU: {med[report] / med[lines]:.2f}x")
     print(f"summarize on Parquet / DuckDB, CPU (the per-stage quantile table): "
