@@ -118,8 +118,8 @@ pub(crate) fn read(
 }
 
 /// One file's summary (`stagetrace summarize`), its calls read a chunk of
-/// row groups at a time and merged; `Ok(None)` for a damaged file, skipped
-/// whole (no chunk of it counts) and said. A file whose calls the
+/// row groups at a time and merged; for a damaged file, skipped whole (no
+/// chunk of it counts) and said, a summary that names it. A file whose calls the
 /// selection leaves out gives an empty summary. `summarise` makes one
 /// chunk's summary (with its verdicts, or the table only).
 pub(crate) fn summarize(
@@ -138,12 +138,16 @@ pub(crate) fn summarize(
         Source::Parquet { given, file } => (given, file),
         lines => return read(lines, sel, opts, damaged)?.map(of).transpose(),
     };
+    // A damaged file is skipped whole and said, and named in the summary
+    // too, so its report (and a cluster's) says what it left out.
+    let skip = |e: ReadError| {
+        let named = Summary::damaged(&e.path.display().to_string(), &e.reason);
+        damaged.skipped(given, e);
+        Ok(Some(named))
+    };
     let groups = match read::group_rows(&file) {
         Ok(groups) => groups,
-        Err(e) => {
-            damaged.skipped(given, e);
-            return Ok(None);
-        }
+        Err(e) => return skip(e),
     };
     let mut out = Summary::new();
     for chunk in read::group_chunks(&groups, read::SUMMARY_CHUNK_CALLS) {
@@ -154,10 +158,7 @@ pub(crate) fn summarize(
                 let _ = out.merge(&one);
             }
             Err(PartError::Load(e)) => return Err(e),
-            Err(PartError::Damaged(e)) => {
-                damaged.skipped(given, e);
-                return Ok(None);
-            }
+            Err(PartError::Damaged(e)) => return skip(e),
         }
     }
     Ok(Some(out))

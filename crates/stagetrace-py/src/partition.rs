@@ -119,27 +119,35 @@ fn files_of(path: &Path) -> PyResult<(bool, Vec<PathBuf>)> {
     Ok((false, files))
 }
 
+/// Why a file gave no part: damaged (skipped and named in the summary,
+/// as `stagetrace summarize` skips it), or an error that stops the task.
+enum Fail {
+    Damaged(read::ReadError),
+    Other(String),
+}
+
 /// One file's calls, or one chunk of a Parquet file's row groups.
 fn part_of(
     parquet: bool,
     f: &Path,
     groups: Option<std::ops::Range<usize>>,
-) -> Result<FilePart, String> {
+) -> Result<FilePart, Fail> {
     let opts = LoadOptions::default();
     if parquet {
-        // Its columns straight into the dataset; a damaged file is an
-        // error naming it, never half a summary.
+        // Its columns straight into the dataset; a damaged file is named,
+        // never half a summary.
         let loaded = match groups {
             Some(g) => read::load_part_groups(f, &Selection::default(), opts, g),
             None => read::load_part(f, &Selection::default(), opts),
         };
         loaded.map_err(|e| match e {
-            read::PartError::Damaged(e) => e.to_string(),
-            read::PartError::Load(e) => e.to_string(),
+            read::PartError::Damaged(e) => Fail::Damaged(e),
+            read::PartError::Load(e) => Fail::Other(e.to_string()),
         })
     } else {
-        let file = std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?;
-        FilePart::read_lines(file, f, opts).map_err(|e| e.to_string())
+        let file =
+            std::fs::File::open(f).map_err(|e| Fail::Other(format!("{}: {e}", f.display())))?;
+        FilePart::read_lines(file, f, opts).map_err(|e| Fail::Other(e.to_string()))
     }
 }
 
@@ -147,15 +155,20 @@ fn part_of(
 /// `stagetrace summarize` makes it: a Parquet file a chunk of row groups
 /// at a time (the CLI's chunks, so the same partitions' verdict
 /// evidence), each chunk analysed for its verdicts when `verdicts`,
-/// against `baseline` when given.
+/// against `baseline` when given. A damaged Parquet file gives a summary
+/// that names it and holds none of its calls, as the CLI skips it.
 fn summarize_file(
     parquet: bool,
     f: &Path,
     verdicts: bool,
     baseline: Option<&Dataset>,
 ) -> Result<Summary, String> {
+    let skipped = |e: read::ReadError| Summary::damaged(&e.path.display().to_string(), &e.reason);
     let chunks = if parquet {
-        let groups = read::group_rows(f).map_err(|e| e.to_string())?;
+        let groups = match read::group_rows(f) {
+            Ok(groups) => groups,
+            Err(e) => return Ok(skipped(e)),
+        };
         read::group_chunks(&groups, read::SUMMARY_CHUNK_CALLS)
             .into_iter()
             .map(Some)
@@ -165,7 +178,12 @@ fn summarize_file(
     };
     let mut out = Summary::new();
     for chunk in chunks {
-        let one = match Dataset::of_part(part_of(parquet, f, chunk)?) {
+        let part = match part_of(parquet, f, chunk) {
+            Ok(part) => part,
+            Err(Fail::Damaged(e)) => return Ok(skipped(e)),
+            Err(Fail::Other(e)) => return Err(e),
+        };
+        let one = match Dataset::of_part(part) {
             Ok(ds) if verdicts => Summary::of_analysed(&ds, baseline),
             Ok(ds) => Summary::of(&ds),
             Err(LoadError::Empty { .. }) => Summary::new(),
@@ -182,7 +200,12 @@ fn load_baseline(path: &Path) -> Result<Dataset, String> {
     let (parquet, files) = files_of(path).map_err(|e| e.to_string())?;
     let parts = files
         .iter()
-        .map(|f| part_of(parquet, f, None))
+        .map(|f| {
+            part_of(parquet, f, None).map_err(|e| match e {
+                Fail::Damaged(e) => format!("the baseline: {e}"),
+                Fail::Other(e) => e,
+            })
+        })
         .collect::<Result<Vec<_>, String>>()?;
     Dataset::load_parts(parts, 1, |p| Ok(Some(p))).map_err(|e| e.to_string())
 }

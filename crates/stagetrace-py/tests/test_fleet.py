@@ -84,7 +84,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
             capture_output=True, text=True, timeout=120,
         )
         assert conv.returncode == 0, conv.stderr
-    return {"tree": tree, "cli": cli, "calls": calls}
+    # A file damaged on disk: skipped whole and named, by the CLI and by
+    # the cluster alike.
+    broken = tree / "robot=arm-2" / "date=2025-12-04" / "part-broken.parquet"
+    broken.write_bytes(b"PAR1 not a parquet file")
+    return {"tree": tree, "cli": cli, "calls": calls, "broken": broken}
 
 
 def test_the_tree_is_4_robots_by_3_days(fleet: Dict[str, Any]) -> None:
@@ -108,6 +112,10 @@ def test_dask_on_two_workers_gives_the_report_of_the_cli(fleet: Dict[str, Any]) 
     )
     assert cli_run.returncode == 0, cli_run.stderr
     assert merged == json.loads(cli_run.stdout)
+    assert "part-broken.parquet" in cli_run.stderr
+    (skipped,) = merged["damaged_files"]
+    assert skipped["file"] == str(fleet["broken"])
+    assert "not a readable Parquet footer" in skipped["reason"]
     # Every partition was analysed for its verdicts, on the workers as by
     # the CLI: the same verdicts, sentences and numbers.
     (group,) = merged["groups"]

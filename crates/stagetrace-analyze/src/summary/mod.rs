@@ -33,7 +33,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::VerdictEvidence;
 
-pub use report::{SummaryGroup, SummaryReport, SummaryStage, QUANTILE_METHOD, REPORT_SCHEMA};
+pub use report::{
+    DamagedFile, SummaryGroup, SummaryReport, SummaryStage, QUANTILE_METHOD, REPORT_SCHEMA,
+};
 pub use sketch::{RELATIVE_ERROR, SIGFIG, THRESHOLDS_MS};
 
 use sketch::{Sketch, MAX_COUNT};
@@ -47,6 +49,9 @@ pub const TOP_K: usize = 20;
 /// (a rule that gives the same names whatever the order of merges); the
 /// rest are counted as `other`.
 pub const MAX_REASONS: usize = 32;
+/// Most damaged files kept by name (the first by path, as the reasons);
+/// the rest are counted.
+pub const MAX_DAMAGED: usize = 32;
 
 /// Why a summary's bytes could not be read, or two summaries merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +163,16 @@ pub struct Summary {
     robots: BTreeMap<String, u64>,
     kinds: BTreeMap<String, KindSummary>,
     slowest: Vec<SlowCall>,
+    /// Files skipped whole as damaged: path → what is wrong.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    damaged: BTreeMap<String, String>,
+    /// Damaged files past [`MAX_DAMAGED`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    other_damaged: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Default for Summary {
@@ -174,6 +189,8 @@ impl Default for Summary {
             robots: BTreeMap::new(),
             kinds: BTreeMap::new(),
             slowest: Vec::new(),
+            damaged: BTreeMap::new(),
+            other_damaged: 0,
         }
     }
 }
@@ -208,6 +225,20 @@ impl Summary {
         Summary::default()
     }
 
+    /// The summary of a file skipped whole as damaged: no call, the file
+    /// named with what is wrong, so a merged report says what it left out.
+    pub fn damaged(path: &str, reason: &str) -> Summary {
+        let mut s = Summary::new();
+        s.damaged.insert(path.to_owned(), reason.to_owned());
+        s
+    }
+
+    /// The files skipped as damaged (by name, the first [`MAX_DAMAGED`]
+    /// by path) and how many more.
+    pub fn damaged_files(&self) -> (&BTreeMap<String, String>, u64) {
+        (&self.damaged, self.other_damaged)
+    }
+
     /// Adds another summary: exact (histogram buckets, counts and the
     /// slowest calls combine without loss), associative and commutative.
     pub fn merge(&mut self, other: &Summary) -> Result<(), SummaryError> {
@@ -237,6 +268,10 @@ impl Summary {
             self.kinds.entry(kind.clone()).or_default().merge(k)?;
         }
         self.slowest.extend(other.slowest.iter().cloned());
+        for (path, why) in &other.damaged {
+            self.damaged.insert(path.clone(), why.clone());
+        }
+        self.other_damaged = self.other_damaged.saturating_add(other.other_damaged);
         self.trim_slowest();
         self.trim_reasons();
         Ok(())
@@ -265,6 +300,11 @@ impl Summary {
         while self.reasons.len() > MAX_REASONS {
             if let Some((_, c)) = self.reasons.pop_last() {
                 self.other_reasons = self.other_reasons.saturating_add(c);
+            }
+        }
+        while self.damaged.len() > MAX_DAMAGED {
+            if self.damaged.pop_last().is_some() {
+                self.other_damaged = self.other_damaged.saturating_add(1);
             }
         }
     }
@@ -315,7 +355,7 @@ impl Summary {
         {
             return Err(error("a damaged stagetrace summary: a count out of range"));
         }
-        if self.reasons.len() > MAX_REASONS {
+        if self.reasons.len() > MAX_REASONS || self.damaged.len() > MAX_DAMAGED {
             return Err(error(
                 "a damaged stagetrace summary: too many failure reasons",
             ));

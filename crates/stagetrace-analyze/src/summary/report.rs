@@ -51,6 +51,26 @@ pub struct SummaryReport {
     pub verdicts: Vec<MergedVerdict>,
     /// The slowest calls by e2e, slowest first.
     pub slowest: Vec<SlowCall>,
+    /// Files skipped whole as damaged (their calls are not in the report),
+    /// by path, with what is wrong; empty when none was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damaged_files: Vec<DamagedFile>,
+    /// Damaged files past the ones named.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub damaged_others: u64,
+}
+
+/// A file a summary skipped whole.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DamagedFile {
+    /// Its path.
+    pub file: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One kind's steady calls.
@@ -206,6 +226,15 @@ impl Summary {
             groups,
             verdicts,
             slowest: self.slowest.clone(),
+            damaged_files: self
+                .damaged
+                .iter()
+                .map(|(file, reason)| DamagedFile {
+                    file: file.clone(),
+                    reason: reason.clone(),
+                })
+                .collect(),
+            damaged_others: self.other_damaged,
         }
     }
 }

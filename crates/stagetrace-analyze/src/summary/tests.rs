@@ -290,3 +290,35 @@ fn the_text_names_the_method() {
         "{t}"
     );
 }
+
+#[test]
+fn damaged_files_are_named_in_any_order_and_counted_past_the_bound() {
+    let parts: Vec<Summary> = (0..40)
+        .map(|i| {
+            Summary::damaged(
+                &format!("tree/part-{i:02}.parquet"),
+                "damaged Parquet data (x)",
+            )
+        })
+        .collect();
+    let forward = Summary::merge_all(&parts).unwrap();
+    let backward = Summary::merge_all(parts.iter().rev()).unwrap();
+    assert_eq!(forward.to_bytes(), backward.to_bytes());
+    let (named, others) = forward.damaged_files();
+    assert_eq!(named.len(), 32);
+    assert_eq!(others, 8);
+    assert_eq!(
+        named.keys().next().map(String::as_str),
+        Some("tree/part-00.parquet")
+    );
+    let report = forward.report();
+    assert_eq!(report.damaged_files.len(), 32);
+    assert_eq!(report.damaged_others, 8);
+    assert!(
+        report.text().contains("left out, damaged (40 file(s)"),
+        "{}",
+        report.text()
+    );
+    let back = Summary::from_bytes(&forward.to_bytes()).unwrap();
+    assert_eq!(back.to_bytes(), forward.to_bytes());
+}

@@ -34,6 +34,19 @@ impl SummaryReport {
             group_text(g, &mut s);
         }
         slowest_text(self, &mut s);
+        if !self.damaged_files.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nleft out, damaged ({} file(s); their calls are not in this report):",
+                self.damaged_files.len() as u64 + self.damaged_others
+            );
+            for d in &self.damaged_files {
+                let _ = writeln!(s, "  {}: {}", d.file, d.reason);
+            }
+            if self.damaged_others > 0 {
+                let _ = writeln!(s, "  and {} more", self.damaged_others);
+            }
+        }
         if !self.errors.is_empty() {
             let _ = writeln!(s, "\nfailures:");
             for e in &self.errors {
