@@ -303,6 +303,18 @@ fn corpus() -> Vec<Case> {
             baseline: None,
             expect: &[("blocked_wait", "gap")],
         },
+        Case {
+            name: "the same lock on a host whose cores are steadily busy: every call's CPU stall 80 % of its time, the long calls' too",
+            run: Scenario {
+                stage_spikes: Some(("gap", 0.10, 12.0)),
+                host_figures: true,
+                vol_switches: Some(2),
+                stall_rate: Some(0.8),
+                ..sc(74)
+            },
+            baseline: None,
+            expect: &[("blocked_wait", "gap")],
+        },
         healthy(
             "a blocking client whose thread gives its core up once or twice a call",
             Scenario {

@@ -34,11 +34,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use stagetrace_schema::Figure;
 
+use super::host_cause::BLOCKED;
 use super::host_verdict::Spikes;
-use super::moves::dedupe;
 use super::options::{min_cost_ms, MIN_SPIKES, SPIKE_SHARE};
 use super::report::{GroupReport, HostCause, Report, Verdict, ALL_KINDS};
-use super::verdict::spike_verdict;
+use super::verdict::{spike_verdict, spiked};
 
 /// Codes a figure's spikes give (`verdict.rs`, `spikes`): recomputed from
 /// the merged counts, never voted.
@@ -384,8 +384,14 @@ impl VerdictEvidence {
             .filter_map(|(name, _)| Figure::from_name(name))
             .filter(|f| !f.is_host())
             .collect();
+        let recurring: Vec<Figure> = self
+            .periodic_calls
+            .keys()
+            .filter(|name| periodic(name))
+            .filter_map(|name| Figure::from_name(name))
+            .collect();
         let mut out = Vec::new();
-        for f in dedupe(&flagged) {
+        for f in spiked(&flagged, &recurring) {
             let (Some(t), Some(median)) = (self.spikes.get(f.name()), p50_ms(f)) else {
                 continue;
             };
@@ -403,7 +409,13 @@ impl VerdictEvidence {
                 .filter(|(_, h)| 2 * h.rounds > t.rounds)
                 .find_map(|(name, h)| {
                     Some(HostCause {
-                        figure: Figure::from_name(name)?.name(),
+                        // The robot's voluntary switches are a count, not
+                        // a figure (`blocked_wait`).
+                        figure: if name == BLOCKED {
+                            BLOCKED
+                        } else {
+                            Figure::from_name(name)?.name()
+                        },
                         spike_median_ms: h.best.1,
                         median_ms: h.best.2,
                     })

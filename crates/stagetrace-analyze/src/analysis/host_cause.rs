@@ -129,11 +129,22 @@ fn timed_cause(ds: &Dataset, g: &GroupData, f: Figure, spikes: &[usize]) -> Opti
     candidates(f)
         .filter_map(|h| {
             let median_ms = median_sorted(g.sorted(h))?;
+            // What the call would show anyway: the typical value, or for
+            // a stall (a host-wide rate times the call's time) the typical
+            // rate times this call's time, so a call longer for another
+            // reason on a steadily loaded host is not "short of CPU".
+            let rate = accrual_span(h).and_then(|span| typical_rate(ds, g, h, span));
+            let expected = |i: usize| match (rate, accrual_span(h)) {
+                (Some((r, span)), _) => ds
+                    .value(span, i)
+                    .map_or(median_ms, |t| (r * t).max(median_ms)),
+                _ => median_ms,
+            };
             let mut explained = 0.0;
             let mut on_explained = Vec::new();
             for &(i, fe) in &f_excess {
                 let Some(v) = ds.value(h, i) else { continue };
-                let he = (v - median_ms).max(0.0);
+                let he = (v - expected(i)).max(0.0);
                 explained += he.min(fe);
                 if he >= EXPLAINED_SHARE * fe {
                     on_explained.push(v);
@@ -154,6 +165,33 @@ fn timed_cause(ds: &Dataset, g: &GroupData, f: Figure, spikes: &[usize]) -> Opti
         })
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .map(|(_, cause)| cause)
+}
+
+/// The span a host figure accrues over when it is a host-wide rate times
+/// the call's time (`cpu_stall_ms`: the stall rate around the call times
+/// the call, docs/host.md): the call for the robot's, the server's handling
+/// for the server's.
+fn accrual_span(h: Figure) -> Option<Figure> {
+    match h {
+        Figure::CpuStall => Some(Figure::E2e),
+        Figure::ServerCpuStall => Some(Figure::Server),
+        _ => None,
+    }
+}
+
+/// The group's typical rate of `h` per ms of `span` (the median of each
+/// call's ratio), with the span.
+fn typical_rate(ds: &Dataset, g: &GroupData, h: Figure, span: Figure) -> Option<(f64, Figure)> {
+    let mut rates: Vec<f64> = g
+        .calls
+        .iter()
+        .filter_map(|&i| {
+            let i = i as usize;
+            let (v, t) = (ds.value(h, i)?, ds.value(span, i)?);
+            (t > 0.0).then(|| v / t)
+        })
+        .collect();
+    median(&mut rates).map(|r| (r, span))
 }
 
 /// The host figures that can delay `f`: the server's for what the server

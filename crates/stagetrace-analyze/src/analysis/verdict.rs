@@ -37,7 +37,7 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
     let o = &r.outliers;
     let flagged = spiking(r, periodic);
     let mut out = Vec::new();
-    for f in dedupe(&flagged) {
+    for f in spiked(&flagged, periodic) {
         let (Some(s), Some(median)) = (o.by_stage.get(f.name()), r.stages.get(f.name())) else {
             continue;
         };
@@ -63,6 +63,19 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
         ));
     }
     out
+}
+
+/// The figures whose spikes are a verdict of their own: `flagged` less
+/// the sums of a part already named, whether that part spikes or recurs
+/// with a period (`periodic`: its own verdict says it; the e2e that holds
+/// it would say it again).
+pub(super) fn spiked(flagged: &[Figure], periodic: &[Figure]) -> Vec<Figure> {
+    let named: Vec<Figure> = flagged.iter().chain(periodic).copied().collect();
+    flagged
+        .iter()
+        .copied()
+        .filter(|f| !f.parts().iter().any(|p| named.contains(p)))
+        .collect()
 }
 
 /// One figure's spikes as a verdict: laid at its host when a host figure

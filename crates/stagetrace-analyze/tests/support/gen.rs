@@ -88,6 +88,11 @@ pub(crate) struct Scenario {
     pub(crate) host_figures: bool,
     /// Healthy host noise: the occasional small run-queue wait.
     pub(crate) host_bumps: bool,
+    /// A host whose cores are steadily busy: `cpu_stall_ms` is this share
+    /// of every call's e2e, as the stall sampler gives it (the stall rate
+    /// around the call times the call's time, docs/host.md), whatever made
+    /// the call long.
+    pub(crate) stall_rate: Option<f64>,
     /// The `stage_spikes` calls' cause: this host figure (record field)
     /// carries this share of each spike's extra time on those calls.
     pub(crate) host_cause: Option<(&'static str, f64)>,
@@ -233,6 +238,7 @@ impl Default for Scenario {
             hiccups: None,
             stall: None,
             host_figures: false,
+            stall_rate: None,
             host_bumps: false,
             host_cause: None,
             vol_switches: None,
@@ -529,6 +535,9 @@ pub(crate) fn lines(s: &Scenario) -> String {
         if s.host_figures {
             l.push_str(&host_fields(s, &mut rng, spiked));
         }
+        if let Some(rate) = s.stall_rate {
+            let _ = write!(l, ",\"cpu_stall_ms\":{}", r3(rate * e2e));
+        }
         if let Some(more) = s.vol_switches {
             let n = 1 + u32::from(rng.next_f64() < 0.3) + if spiked.is_some() { more } else { 0 };
             let _ = write!(l, ",\"voluntary_switches\":{n}");
@@ -594,6 +603,10 @@ fn host_fields(s: &Scenario, rng: &mut SplitMix64, spiked: Option<f64>) -> Strin
             if cause == *f {
                 v += share * extra;
             }
+        }
+        if s.stall_rate.is_some() && *f == "cpu_stall_ms" {
+            // Written from the call's e2e instead (`stall_rate`).
+            continue;
         }
         let _ = write!(out, ",\"{f}\":{}", r3(v));
     }
