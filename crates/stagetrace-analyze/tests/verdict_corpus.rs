@@ -739,52 +739,64 @@ fn deadline_cause(evidence: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// The scored verdicts of a report, and how many are faults.
-fn scored(r: &Report) -> (BTreeSet<(&'static str, String)>, usize) {
-    let mut got: BTreeSet<(&str, String)> = r
-        .verdicts
-        .iter()
-        .filter(|v| !QUIET.contains(&v.code))
-        .map(|v| named(v.code, v.stage, v.group))
+/// One verdict as scoring reads it: code, stage, group, evidence.
+type Said<'a> = (
+    &'a str,
+    Option<&'a str>,
+    Option<&'a str>,
+    &'a serde_json::Value,
+);
+
+/// The scored verdicts, the deadline's cause and infer's bottlenecks, and
+/// how many are faults.
+fn score<'a>(
+    verdicts: impl Iterator<Item = Said<'a>> + Clone,
+    bottlenecks: impl Iterator<Item = String>,
+) -> (BTreeSet<(&'static str, String)>, usize) {
+    // The corpus's codes are a few dozen strings: kept for the test's life.
+    let code = |c: &str| -> &'static str { Box::leak(c.to_owned().into_boxed_str()) };
+    let mut got: BTreeSet<(&str, String)> = verdicts
+        .clone()
+        .filter(|v| !QUIET.contains(&v.0))
+        .map(|(c, stage, group, _)| named(code(c), stage, group))
         .collect();
     let faults = got.len();
     got.extend(
+        verdicts
+            .filter(|v| v.0 == "deadline_misses")
+            .filter_map(|v| Some((DEADLINE_CAUSE, deadline_cause(v.3)?))),
+    );
+    got.extend(bottlenecks.map(|p| (BOTTLENECK, p)));
+    (got, faults)
+}
+
+/// The scored verdicts of a report, and how many are faults.
+fn scored(r: &Report) -> (BTreeSet<(&'static str, String)>, usize) {
+    score(
         r.verdicts
             .iter()
-            .filter(|v| v.code == "deadline_misses")
-            .filter_map(|v| Some((DEADLINE_CAUSE, deadline_cause(&v.evidence)?))),
-    );
-    got.extend(
+            .map(|v| (v.code, v.stage, v.group, &v.evidence)),
         r.groups
             .iter()
             .filter_map(|g| g.infer_parts.as_ref())
-            .map(|p| (BOTTLENECK, p.bottleneck_p95.to_string())),
-    );
-    (got, faults)
+            .map(|p| p.bottleneck_p95.to_string()),
+    )
 }
 
 /// The scored verdicts of a merged summary's report.
 fn scored_merged(r: &SummaryReport) -> BTreeSet<(&'static str, String)> {
-    let code = |c: &str| -> &'static str { Box::leak(c.to_owned().into_boxed_str()) };
-    let mut got: BTreeSet<(&str, String)> = r
-        .verdicts
-        .iter()
-        .filter(|v| !QUIET.contains(&v.code.as_str()))
-        .map(|v| named(code(&v.code), v.stage.as_deref(), v.group.as_deref()))
-        .collect();
-    got.extend(
-        r.verdicts
-            .iter()
-            .filter(|v| v.code == "deadline_misses")
-            .filter_map(|v| Some((DEADLINE_CAUSE, deadline_cause(&v.evidence)?))),
-    );
-    got.extend(
-        r.groups
-            .iter()
-            .filter_map(|g| g.bottleneck_p95.clone())
-            .map(|p| (BOTTLENECK, p)),
-    );
-    got
+    score(
+        r.verdicts.iter().map(|v| {
+            (
+                v.code.as_str(),
+                v.stage.as_deref(),
+                v.group.as_deref(),
+                &v.evidence,
+            )
+        }),
+        r.groups.iter().filter_map(|g| g.bottleneck_p95.clone()),
+    )
+    .0
 }
 
 /// Per verdict code: (true positives, false positives, false negatives).

@@ -5,7 +5,8 @@
 //!
 //! The analysis of one robot's run is local in time, so a partition (a
 //! robot's day, a chunk of it) gets the same verdicts as the whole run,
-//! with two exceptions the evidence is shaped for:
+//! with three exceptions the evidence is shaped for (`spikes.rs`,
+//! `deadline.rs`):
 //!
 //! - spikes are counted: a stage that spikes on 5 calls of 300 reaches
 //!   [`MIN_SPIKES`] only in the whole run, never in a third of it. So each
@@ -19,7 +20,7 @@
 //!   partition has it.
 //!
 //! Every other verdict (a median shift against the baseline, a period, a
-//! second mode, a starved pool, deadline misses…) is a partition's vote,
+//! second mode, a starved pool…) is a partition's vote,
 //! weighted by its steady calls: kept when the partitions that give it hold
 //! more than half of the calls, with the sentence and numbers of the
 //! partition with the most calls. A healthy partition outvotes a false
@@ -34,25 +35,23 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use stagetrace_schema::Figure;
 
-use super::host_cause::BLOCKED;
-use super::host_verdict::Spikes;
-use super::options::{min_cost_ms, MIN_SPIKES, SPIKE_SHARE};
-use super::report::{GroupReport, HostCause, Report, Verdict, ALL_KINDS};
-use super::verdict::{spike_verdict, spiked};
+mod deadline;
+mod spikes;
 
-/// Codes a figure's spikes give (`verdict.rs`, `spikes`): recomputed from
-/// the merged counts, never voted.
-const SPIKE_CODES: [&str; 5] = ["spikes", "host_cpu", "host_gc", "host_log", "blocked_wait"];
+use deadline::{DeadlineTally, DEADLINE_CODE};
+use spikes::SpikeTally;
+
+use super::options::min_cost_ms;
+use super::report::{GroupReport, Report, ALL_KINDS};
+
 /// Codes that say nothing is wrong: what the merge gives when no verdict
 /// stands, never voted.
 const QUIET: [&str; 2] = ["steady", "no_steady_calls"];
-/// The deadline's verdict: recomputed from the merged counts, never voted.
-const DEADLINE_CODE: &str = "deadline_misses";
 /// Event verdicts: one partition holds the event.
 const EVENTS: [&str; 1] = ["stall"];
 
 /// Milliseconds as integer nanoseconds (sums stay exact in any order).
-fn ns(ms: f64) -> u64 {
+pub(super) fn ns(ms: f64) -> u64 {
     if ms.is_finite() && ms > 0.0 {
         (ms * 1e6).round().min(u64::MAX as f64) as u64
     } else {
@@ -85,48 +84,6 @@ pub struct VerdictEvidence {
     /// The calls that carry a deadline and their misses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deadline: Option<DeadlineTally>,
-}
-
-/// Deadline misses over the partitions.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeadlineTally {
-    /// Calls that carry a deadline.
-    calls: u64,
-    /// Of those, the misses.
-    misses: u64,
-    /// The `deadline_misses` verdict of the partition with the most misses
-    /// that gave one: its misses, its count as its sentence opens, its
-    /// sentence and its numbers.
-    best: Option<(u64, String, String, serde_json::Value)>,
-}
-
-/// One figure's spikes over the partitions.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpikeTally {
-    /// Calls it spiked on.
-    rounds: u64,
-    /// Sum of its values on those calls (ns).
-    sum_ns: u64,
-    /// Lowest and highest threshold they were counted against (ns).
-    threshold_ns: (u64, u64),
-    /// Spikes of partitions where the figure passed the spike rules and
-    /// still got no spike verdict: a cause the records name replaced it.
-    replaced_rounds: u64,
-    /// Per host figure: the spikes it explained.
-    hosts: BTreeMap<String, HostVote>,
-}
-
-/// A host figure that explained a figure's spikes in some partitions.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HostVote {
-    /// Spikes of the partitions where it did.
-    rounds: u64,
-    /// Its medians (on the spike calls, on all calls) in the partition
-    /// with the most of them, and that partition's spikes.
-    best: (u64, f64, f64),
 }
 
 /// A verdict some partitions gave.
@@ -199,40 +156,8 @@ impl VerdictEvidence {
         for stage in &periodic {
             ev.periodic_calls.insert((*stage).to_owned(), steady);
         }
-        let from_spikes = |v: &Verdict| {
-            SPIKE_CODES.contains(&v.code)
-                && v.evidence.get("period_s").is_none()
-                && !g.modes.iter().any(|m| Some(m.stage) == v.stage)
-        };
-        for (name, s) in &g.outliers.by_stage {
-            let threshold = ns(g.outliers.thresholds.get(name).copied().unwrap_or(0.0));
-            let passed = s.rounds >= MIN_SPIKES as u64
-                && s.rounds as f64 >= SPIKE_SHARE * steady as f64
-                && !periodic.contains(name)
-                && Figure::from_name(name).is_some_and(|f| !f.is_host());
-            let spoken = g
-                .verdicts
-                .iter()
-                .any(|v| from_spikes(v) && v.stage == Some(*name));
-            let mut t = SpikeTally {
-                rounds: s.rounds,
-                sum_ns: ns(s.mean_ms * s.rounds as f64),
-                threshold_ns: (threshold, threshold),
-                replaced_rounds: if passed && !spoken { s.rounds } else { 0 },
-                hosts: BTreeMap::new(),
-            };
-            if let Some(h) = &s.host {
-                t.hosts.insert(
-                    h.figure.to_owned(),
-                    HostVote {
-                        rounds: s.rounds,
-                        best: (s.rounds, h.spike_median_ms, h.median_ms),
-                    },
-                );
-            }
-            ev.spikes.insert((*name).to_owned(), t);
-        }
-        for v in g.verdicts.iter().filter(|v| !from_spikes(v)) {
+        ev.spikes = spikes::tally(g, &periodic);
+        for v in g.verdicts.iter().filter(|v| !spikes::from_spikes(g, v)) {
             if QUIET.contains(&v.code) || v.code == DEADLINE_CODE {
                 continue;
             }
@@ -249,25 +174,7 @@ impl VerdictEvidence {
             ev.bottleneck_p95
                 .insert(p.bottleneck_p95.to_owned(), steady);
         }
-        if let Some(d) = &g.rate.deadline {
-            let best = g
-                .verdicts
-                .iter()
-                .find(|v| v.code == DEADLINE_CODE)
-                .map(|v| {
-                    (
-                        d.misses,
-                        missed(d.misses, d.calls),
-                        v.text.clone(),
-                        v.evidence.clone(),
-                    )
-                });
-            ev.deadline = Some(DeadlineTally {
-                calls: d.calls,
-                misses: d.misses,
-                best,
-            });
-        }
+        ev.deadline = deadline::tally(g);
         ev
     }
 
@@ -361,88 +268,6 @@ impl VerdictEvidence {
         out
     }
 
-    /// The spike rules of `verdict.rs` applied to the merged counts.
-    fn spike_verdicts(
-        &self,
-        kind: &str,
-        p50_ms: &impl Fn(Figure) -> Option<f64>,
-        floor_ms: f64,
-    ) -> Vec<MergedVerdict> {
-        let periodic = |name: &str| {
-            self.periodic_calls
-                .get(name)
-                .is_some_and(|&c| 2 * u128::from(c) > u128::from(self.steady))
-        };
-        let flagged: Vec<Figure> = self
-            .spikes
-            .iter()
-            .filter(|(name, t)| {
-                t.rounds >= MIN_SPIKES as u64
-                    && t.rounds as f64 >= SPIKE_SHARE * self.steady as f64
-                    && !periodic(name)
-            })
-            .filter_map(|(name, _)| Figure::from_name(name))
-            .filter(|f| !f.is_host())
-            .collect();
-        let recurring: Vec<Figure> = self
-            .periodic_calls
-            .keys()
-            .filter(|name| periodic(name))
-            .filter_map(|name| Figure::from_name(name))
-            .collect();
-        let mut out = Vec::new();
-        for f in spiked(&flagged, &recurring) {
-            let (Some(t), Some(median)) = (self.spikes.get(f.name()), p50_ms(f)) else {
-                continue;
-            };
-            if 2 * t.replaced_rounds > t.rounds {
-                continue;
-            }
-            let mean_ms = t.sum_ns as f64 / t.rounds as f64 / 1e6;
-            let cost_ms = mean_ms - median;
-            if cost_ms < floor_ms {
-                continue;
-            }
-            let cause = t
-                .hosts
-                .iter()
-                .filter(|(_, h)| 2 * h.rounds > t.rounds)
-                .find_map(|(name, h)| {
-                    Some(HostCause {
-                        // The robot's voluntary switches are a count, not
-                        // a figure (`blocked_wait`).
-                        figure: if name == BLOCKED {
-                            BLOCKED
-                        } else {
-                            Figure::from_name(name)?.name()
-                        },
-                        spike_median_ms: h.best.1,
-                        median_ms: h.best.2,
-                    })
-                });
-            let sp = Spikes {
-                kind,
-                steady: self.steady,
-                f,
-                rounds: t.rounds,
-                cost_ms,
-                median_ms: median,
-            };
-            let thresholds = (t.threshold_ns.0 as f64 / 1e6, t.threshold_ns.1 as f64 / 1e6);
-            let v = spike_verdict(&sp, mean_ms, thresholds, cause.as_ref());
-            out.push(MergedVerdict {
-                code: v.code.to_owned(),
-                kind: v.kind,
-                stage: v.stage.map(str::to_owned),
-                group: v.group.map(str::to_owned),
-                text: v.text,
-                evidence: v.evidence,
-                share_of_calls: 1.0,
-            });
-        }
-        out
-    }
-
     /// The part of infer the partitions holding most of the calls name as
     /// the p95 bottleneck.
     pub fn bottleneck_p95(&self) -> Option<&str> {
@@ -464,96 +289,6 @@ impl MergedVerdict {
             .then_with(|| a.kind.cmp(&b.kind))
             .then_with(|| a.code.cmp(&b.code))
             .then_with(|| a.stage.cmp(&b.stage))
-    }
-}
-
-impl DeadlineTally {
-    fn merge(&mut self, other: &DeadlineTally) {
-        self.calls = self.calls.saturating_add(other.calls);
-        self.misses = self.misses.saturating_add(other.misses);
-        let key =
-            |b: &(u64, String, String, serde_json::Value)| (b.0, b.2.clone(), b.3.to_string());
-        if let Some(theirs) = &other.best {
-            if self
-                .best
-                .as_ref()
-                .is_none_or(|mine| key(theirs) > key(mine))
-            {
-                self.best = Some(theirs.clone());
-            }
-        }
-    }
-
-    /// `deadline_misses` when at least [`SPIKE_SHARE`] of the calls missed
-    /// (`deadline_verdict.rs`'s rule, on the sums): the count of the whole,
-    /// the cause and the stages that carry the time as the partition with
-    /// the most misses gives them.
-    fn verdict(&self, kind: &str) -> Option<MergedVerdict> {
-        let rate = self.misses as f64 / self.calls.max(1) as f64;
-        if !(self.misses > 0 && rate >= SPIKE_SHARE) {
-            return None;
-        }
-        let count = missed(self.misses, self.calls);
-        let (text, mut evidence) = match &self.best {
-            None => (
-                format!("{count} missed their tick's deadline."),
-                serde_json::json!({}),
-            ),
-            Some((_, _, _, evidence)) if evidence.get("cause").is_none() => (
-                format!("{count} missed their tick's deadline."),
-                evidence.clone(),
-            ),
-            Some((misses, theirs, text, evidence)) if *misses == self.misses => {
-                (text.replacen(theirs, &count, 1), evidence.clone())
-            }
-            Some((misses, theirs, text, evidence)) => (
-                format!(
-                    "{} (Why, and what carries the time: as the partition with the most misses, {misses}, says it.)",
-                    text.replacen(theirs, &count, 1)
-                ),
-                evidence.clone(),
-            ),
-        };
-        evidence["misses"] = serde_json::json!(self.misses);
-        evidence["calls"] = serde_json::json!(self.calls);
-        evidence["miss_rate"] = serde_json::json!(rate);
-        Some(MergedVerdict {
-            code: DEADLINE_CODE.into(),
-            kind: kind.to_owned(),
-            stage: Some(Figure::E2e.name().to_owned()),
-            group: Some(Figure::E2e.side().as_str().to_owned()),
-            text,
-            evidence,
-            share_of_calls: 1.0,
-        })
-    }
-}
-
-/// How a `deadline_misses` sentence opens: "12 of 300 calls (4.00%)".
-fn missed(misses: u64, calls: u64) -> String {
-    format!(
-        "{misses} of {calls} calls ({:.2}%)",
-        100.0 * misses as f64 / calls.max(1) as f64
-    )
-}
-
-impl SpikeTally {
-    fn merge(&mut self, other: &SpikeTally) {
-        self.rounds = self.rounds.saturating_add(other.rounds);
-        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
-        self.threshold_ns = (
-            self.threshold_ns.0.min(other.threshold_ns.0),
-            self.threshold_ns.1.max(other.threshold_ns.1),
-        );
-        self.replaced_rounds = self.replaced_rounds.saturating_add(other.replaced_rounds);
-        for (name, h) in &other.hosts {
-            let mine = self.hosts.entry(name.clone()).or_default();
-            mine.rounds = mine.rounds.saturating_add(h.rounds);
-            let key = |b: &(u64, f64, f64)| (b.0, b.1.to_bits(), b.2.to_bits());
-            if key(&h.best) > key(&mine.best) {
-                mine.best = h.best;
-            }
-        }
     }
 }
 
