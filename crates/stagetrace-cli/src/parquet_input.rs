@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::UNIX_EPOCH;
 
-use stagetrace_analyze::load::{Dataset, FilePart, LoadError, LoadOptions};
+use stagetrace_analyze::load::{Dataset, FilePart, LineChunks, LoadError, LoadOptions};
 use stagetrace_analyze::summary::Summary;
 use stagetrace_parquet::read::{self, PartError, ReadError, Selection};
 
@@ -136,7 +136,20 @@ pub(crate) fn summarize(
     };
     let (given, file) = match source {
         Source::Parquet { given, file } => (given, file),
-        lines => return read(lines, sel, opts, damaged)?.map(of).transpose(),
+        Source::Lines(path) => {
+            // A chunk of lines at a time, as a Parquet file's row groups.
+            let file = File::open(&path).map_err(|source| LoadError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let mut chunks = LineChunks::new(file, &path, opts);
+            let mut out = Summary::new();
+            while let Some(part) = chunks.next_part(read::SUMMARY_CHUNK_CALLS)? {
+                // Two summaries of this build always merge.
+                let _ = out.merge(&of(part)?);
+            }
+            return Ok(Some(out));
+        }
     };
     // A damaged file is skipped whole and said, and named in the summary
     // too, so its report (and a cluster's) says what it left out.

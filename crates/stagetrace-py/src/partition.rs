@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use stagetrace_analyze::load::{Dataset, FilePart, LoadError, LoadOptions};
+use stagetrace_analyze::load::{Dataset, FilePart, LineChunks, LoadError, LoadOptions};
 use stagetrace_analyze::summary::Summary;
 use stagetrace_parquet::read::{self, Selection};
 
@@ -177,21 +177,43 @@ fn summarize_file(
         vec![None]
     };
     let mut out = Summary::new();
+    if !parquet {
+        // A chunk of lines at a time, as the CLI reads them.
+        let file = std::fs::File::open(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let mut lines = LineChunks::new(file, f, LoadOptions::default());
+        while let Some(part) = lines
+            .next_part(read::SUMMARY_CHUNK_CALLS)
+            .map_err(|e| e.to_string())?
+        {
+            out.merge(&summary_of(part, verdicts, baseline)?)
+                .map_err(|e| e.reason)?;
+        }
+        return Ok(out);
+    }
     for chunk in chunks {
         let part = match part_of(parquet, f, chunk) {
             Ok(part) => part,
             Err(Fail::Damaged(e)) => return Ok(skipped(e)),
             Err(Fail::Other(e)) => return Err(e),
         };
-        let one = match Dataset::of_part(part) {
-            Ok(ds) if verdicts => Summary::of_analysed(&ds, baseline),
-            Ok(ds) => Summary::of(&ds),
-            Err(LoadError::Empty { .. }) => Summary::new(),
-            Err(e) => return Err(e.to_string()),
-        };
-        out.merge(&one).map_err(|e| e.reason)?;
+        out.merge(&summary_of(part, verdicts, baseline)?)
+            .map_err(|e| e.reason)?;
     }
     Ok(out)
+}
+
+/// One chunk's summary (an empty one for a chunk without calls).
+fn summary_of(
+    part: FilePart,
+    verdicts: bool,
+    baseline: Option<&Dataset>,
+) -> Result<Summary, String> {
+    match Dataset::of_part(part) {
+        Ok(ds) if verdicts => Ok(Summary::of_analysed(&ds, baseline)),
+        Ok(ds) => Ok(Summary::of(&ds)),
+        Err(LoadError::Empty { .. }) => Ok(Summary::new()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// An idle run's records, loaded whole: what each partition's stages are

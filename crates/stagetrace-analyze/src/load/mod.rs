@@ -31,7 +31,7 @@ use stagetrace_schema::{Figure, FIGURE_COUNT};
 pub use columns::{Column, ColumnBatch, HopColumn, Valid};
 pub use hop_columns::HopFig;
 pub use notes::{LoadError, LoadNotes};
-pub use part::FilePart;
+pub use part::{FilePart, LineChunks};
 pub use row::{Cell, Row};
 
 pub(crate) use hop_columns::RawHops;
@@ -194,10 +194,30 @@ impl Dataset {
         self.file_starts.push(self.len());
         let before = self.len();
         let mut reader = BufReader::with_capacity(1 << 20, reader);
+        let mut line_no = 0;
+        self.read_lines(&mut reader, path, opts, errors, &mut line_no, u64::MAX)?;
+        if self.len() == before {
+            self.notes.empty_files.push(path.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// Reads at most `max` lines of `path` from `reader` (`line_no`: the
+    /// lines read before, so a line is named by its place in the file);
+    /// true at the end of the file.
+    fn read_lines<R: BufRead>(
+        &mut self,
+        reader: &mut R,
+        path: &Path,
+        opts: LoadOptions,
+        errors: &mut HashMap<String, u64>,
+        line_no: &mut u64,
+        max: u64,
+    ) -> Result<bool, LoadError> {
         let mut buf: Vec<u8> = Vec::with_capacity(1024);
         let mut raw = RawRecord::default();
-        let mut line_no: u64 = 0;
-        loop {
+        let mut read = 0u64;
+        while read < max {
             buf.clear();
             let n = reader
                 .read_until(b'\n', &mut buf)
@@ -206,9 +226,11 @@ impl Dataset {
                     source,
                 })?;
             if n == 0 {
-                break;
+                return Ok(true);
             }
-            line_no += 1;
+            read += 1;
+            *line_no += 1;
+            let line_no = *line_no;
             self.notes.lines += 1;
             let complete = buf.last() == Some(&b'\n');
             let mut line: &[u8] = &buf;
@@ -248,10 +270,8 @@ impl Dataset {
                 }
             }
         }
-        if self.len() == before {
-            self.notes.empty_files.push(path.to_path_buf());
-        }
-        Ok(())
+        // At the end exactly when nothing follows.
+        Ok(reader.fill_buf().map(<[u8]>::is_empty).unwrap_or(false))
     }
 
     fn push(&mut self, raw: &RawRecord, opts: LoadOptions, errors: &mut HashMap<String, u64>) {
