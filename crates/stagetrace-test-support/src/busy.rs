@@ -2,14 +2,23 @@
 //! the guard drops (a panicking test leaves no loop spinning behind).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-/// Busy loops, running until dropped.
+/// One rival load at a time in a test process. The tests of one binary run
+/// side by side: a test that measures the host under its own load (the
+/// kernel's CPU-pressure count against the sampled one, a thread's wait
+/// beside a pinned rival) would read another test's load and its reads
+/// of the same counters as its own.
+static ONE_LOAD: Mutex<()> = Mutex::new(());
+
+/// Busy loops, running until dropped; while they run, no other `Busy` of
+/// the process starts.
 #[derive(Debug)]
 pub struct Busy {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    _alone: MutexGuard<'static, ()>,
 }
 
 impl Busy {
@@ -30,6 +39,9 @@ impl Busy {
     }
 
     fn start(n: usize, cpu: Option<usize>) -> Busy {
+        // A test that panicked while it held the load leaves the lock
+        // poisoned, not taken: the next one goes on.
+        let alone = ONE_LOAD.lock().unwrap_or_else(|e| e.into_inner());
         let stop = Arc::new(AtomicBool::new(false));
         let threads = (0..n)
             .map(|_| {
@@ -44,7 +56,11 @@ impl Busy {
                 })
             })
             .collect();
-        Busy { stop, threads }
+        Busy {
+            stop,
+            threads,
+            _alone: alone,
+        }
     }
 }
 
