@@ -120,8 +120,10 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let before = cpu_pressure_us();
+    let steal_before = steal_ms();
     let started = std::time::Instant::now();
     let idle = demo();
+    let idle_steal_ms = steal_ms() - steal_before;
     // How much of the "idle" run the host itself was short of CPU (what
     // else runs on this machine), from the kernel's pressure counter.
     let idle_pressure = before
@@ -193,7 +195,7 @@ fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() 
         }
         _ => assert!(
             idle_host.is_empty(),
-            "pressure {idle_pressure:?}: {idle_host:#?}"
+            "pressure {idle_pressure:?}, the hypervisor stole {idle_steal_ms} ms: {idle_host:#?}"
         ),
     }
 }
@@ -201,6 +203,20 @@ fn busy_cores_are_named_as_the_hosts_and_the_servers_uplink_stays_the_network() 
 /// The share of the time some task waited for a core above which a run is
 /// not on an idle host.
 const IDLE_PRESSURE: f64 = 0.05;
+
+/// The time the hypervisor ran something else while this machine's CPUs
+/// had work (`/proc/stat` steal, all CPUs, in 10 ms ticks): invisible to
+/// the pressure counter.
+fn steal_ms() -> u64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu = text.lines().find(|l| l.starts_with("cpu ")).unwrap_or("");
+    let ticks: u64 = cpu
+        .split_whitespace()
+        .nth(8)
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(0);
+    ticks * 10
+}
 
 /// The host's CPU pressure counter (`/proc/pressure/cpu`, "some" total,
 /// µs): time some task waited for a core. `None` without PSI.
