@@ -262,12 +262,28 @@ impl StageLayer {
     {
         match home {
             Home::Table(slot, raw) => self.live.with(slot, raw, |s| f(s, home)),
-            Home::Registry(raw) => {
-                let span = ctx.span(&span::Id::from_u64(raw))?;
-                let mut ext = span.extensions_mut();
-                ext.get_mut::<SpanState>().map(|s| f(s, home))
-            }
+            Home::Registry(raw) => Self::with_registry_home(raw, ctx, f),
         }
+    }
+
+    /// [`with_home`](Self::with_home) for a span whose state went to its
+    /// registry extensions (its bucket of the table was full). Out of line
+    /// and cold: a call's every stage close would otherwise carry this
+    /// registry lookup's code through the cache.
+    #[cold]
+    #[inline(never)]
+    fn with_registry_home<S, R>(
+        raw: u64,
+        ctx: &Context<'_, S>,
+        f: impl FnOnce(&mut SpanState, Home) -> R,
+    ) -> Option<R>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let span = ctx.span(&span::Id::from_u64(raw))?;
+        let mut ext = span.extensions_mut();
+        ext.get_mut::<SpanState>()
+            .map(|s| f(s, Home::Registry(raw)))
     }
 
     /// A handle for timing calls without `tracing` spans (language

@@ -57,18 +57,7 @@ impl StageLayer {
             None => None,
         };
         match role {
-            Role::Remote => {
-                self.remote_open.fetch_add(1, Ordering::AcqRel);
-                let span_id = ids::span_id();
-                self.keep(id, ctx, |s| {
-                    *s = SpanState::Remote(RemoteState {
-                        span_id,
-                        parent: None,
-                        state: None,
-                    });
-                });
-                self.opened(id, None);
-            }
+            Role::Remote => self.open_remote(id, ctx),
             Role::Call => {
                 // A call inside a server's handler continues the caller's
                 // trace, unless another layer owns the trace context. Looked
@@ -113,15 +102,31 @@ impl StageLayer {
         let raw = id.into_u64();
         match self.live.insert(raw, fill) {
             Ok(slot) => Some(Home::Table(slot, raw)),
-            Err(fill) => {
-                let span = ctx.span(id)?;
-                let mut state = SpanState::Vacant;
-                fill(&mut state);
-                span.extensions_mut().replace(state);
-                self.live.overflowed(raw);
-                Some(Home::Registry(raw))
-            }
+            Err(fill) => self.keep_in_registry(id, ctx, fill),
         }
+    }
+
+    /// Keeps a new span's state in its registry extensions: its bucket of
+    /// the table is full. Out of line and marked cold: the open path a call
+    /// takes 30 times a second stays a few cache lines of code, not this.
+    #[cold]
+    #[inline(never)]
+    fn keep_in_registry<S>(
+        &self,
+        id: &span::Id,
+        ctx: &Context<'_, S>,
+        fill: impl FnOnce(&mut SpanState),
+    ) -> Option<Home>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let raw = id.into_u64();
+        let span = ctx.span(id)?;
+        let mut state = SpanState::Vacant;
+        fill(&mut state);
+        span.extensions_mut().replace(state);
+        self.live.overflowed(raw);
+        Some(Home::Registry(raw))
     }
 
     /// Tracked span `id` opened on this thread; a stage inside it goes to
@@ -131,6 +136,25 @@ impl StageLayer {
         if self.sees_every_enter {
             entered::opened(self.live.tag(), id.into_u64(), child);
         }
+    }
+
+    /// A server handler's span opened: calls inside it continue its
+    /// caller's trace. Out of line: a robot never takes this path.
+    #[inline(never)]
+    fn open_remote<S>(&self, id: &span::Id, ctx: &Context<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        self.remote_open.fetch_add(1, Ordering::AcqRel);
+        let span_id = ids::span_id();
+        self.keep(id, ctx, |s| {
+            *s = SpanState::Remote(RemoteState {
+                span_id,
+                parent: None,
+                state: None,
+            });
+        });
+        self.opened(id, None);
     }
 
     /// Keeps the state of a stage span (`stage`) opening at `t0` inside `to`.
@@ -210,6 +234,23 @@ impl StageLayer {
                 return to;
             }
         }
+        self.enclosing_by_parent(attrs, id, ctx)
+    }
+
+    /// [`enclosing`](Self::enclosing) by a look at the parent's state: the
+    /// parent was entered on another thread, is explicit, or the layer does
+    /// not see every enter. Out of line: a robot's stages inside its call
+    /// take the fast path, and this code stays out of their cache lines.
+    #[inline(never)]
+    fn enclosing_by_parent<S>(
+        &self,
+        attrs: &Attributes<'_>,
+        id: &span::Id,
+        ctx: &Context<'_, S>,
+    ) -> Enclosing
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
         let Some(parent) = self.parent_of(attrs, ctx) else {
             return Enclosing::default();
         };
