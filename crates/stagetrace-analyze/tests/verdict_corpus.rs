@@ -914,7 +914,21 @@ fn the_merge_path_gives_the_exact_verdicts_partition_by_partition() {
             // Shipped as bytes between workers, the evidence reads back whole.
             let shipped = Summary::from_bytes(&forward.to_bytes()).unwrap();
             assert_eq!(shipped.to_bytes(), forward.to_bytes(), "{}", case.name);
-            let merged = scored_merged(&backward.report());
+            let report = backward.report();
+            // A merged deadline sentence names the summed misses, as the
+            // whole run's sentence does, once; the rest is a partition's.
+            for v in report
+                .verdicts
+                .iter()
+                .filter(|v| v.code == "deadline_misses")
+            {
+                let n = |k: &str| v.evidence[k].as_u64().unwrap_or(0);
+                let count = format!("{} of {} calls (", n("misses"), n("calls"));
+                if v.text.matches(&count).count() != 1 || v.text.contains('\0') {
+                    wrong.push(format!("{} in {k} partitions: {:?}", case.name, v.text));
+                }
+            }
+            let merged = scored_merged(&report);
             if merged != exact {
                 wrong.push(format!(
                     "{} in {k} partitions: merged {merged:?}, exact {exact:?}",

@@ -20,22 +20,13 @@ pub(super) fn deadline_verdict(r: &GroupReport) -> Option<Verdict> {
     if !(d.misses > 0 && d.miss_rate >= SPIKE_SHARE) {
         return None;
     }
-    let count = format!(
-        "{} of {} calls ({:.2}%)",
-        d.misses,
-        d.calls,
-        100.0 * d.miss_rate
-    );
     let mut evidence = json!({"misses": d.misses, "calls": d.calls, "miss_rate": d.miss_rate});
-    let text = match &d.cause {
-        None => format!("{count} missed their tick's deadline."),
-        Some(c) => {
-            evidence["cause"] = json!(c.cause);
-            evidence["period_ms"] = json!(c.period_ms);
-            evidence["stages"] = json!(c.stages);
-            deadline_text(r, c, &count)
-        }
-    };
+    if let Some(c) = &d.cause {
+        evidence["cause"] = json!(c.cause);
+        evidence["period_ms"] = json!(c.period_ms);
+        evidence["stages"] = json!(c.stages);
+    }
+    let text = deadline_sentence(r, &miss_count(d.misses, d.calls));
     Some(Verdict {
         code: "deadline_misses",
         kind: r.kind.clone(),
@@ -44,6 +35,24 @@ pub(super) fn deadline_verdict(r: &GroupReport) -> Option<Verdict> {
         text,
         evidence,
     })
+}
+
+/// How a deadline sentence names the calls that missed: "12 of 300 calls
+/// (4.00%)". The merge path names its summed count with it too.
+pub(super) fn miss_count(misses: u64, calls: u64) -> String {
+    // The rate as the group's `miss_rate` holds it, then scaled: the
+    // percent rounds alike wherever the count is named.
+    let rate = misses as f64 / calls.max(1) as f64;
+    format!("{misses} of {calls} calls ({:.2}%)", 100.0 * rate)
+}
+
+/// The `deadline_misses` sentence of group `r`, naming the calls that
+/// missed as `count` (its cause and what carries the time are `r`'s).
+pub(super) fn deadline_sentence(r: &GroupReport, count: &str) -> String {
+    match r.rate.deadline.as_ref().and_then(|d| d.cause.as_ref()) {
+        None => format!("{count} missed their tick's deadline."),
+        Some(c) => deadline_text(r, c, count),
+    }
 }
 
 /// "net 26.01 ms (59 %), infer 12.28 ms (28 %)": the stages that carry a

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use stagetrace_schema::Figure;
 
+use super::super::deadline_verdict::{deadline_sentence, miss_count};
 use super::super::options::SPIKE_SHARE;
 use super::super::report::GroupReport;
 use super::MergedVerdict;
@@ -21,10 +22,43 @@ pub(super) struct DeadlineTally {
     /// Of those, the misses.
     misses: u64,
     /// The `deadline_misses` verdict of the partition with the most misses
-    /// that gave one: its misses, its count as its sentence opens, its
-    /// sentence and its numbers.
-    best: Option<(u64, String, String, serde_json::Value)>,
+    /// that gave one.
+    best: Option<BestMiss>,
 }
+
+/// A partition's `deadline_misses` verdict, its count left out: the
+/// merged sentence is `before` + the summed count + `after`, built from
+/// the same parts the partition's own sentence was.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BestMiss {
+    misses: u64,
+    before: String,
+    after: String,
+    evidence: serde_json::Value,
+}
+
+impl BestMiss {
+    /// Which of two partitions' verdicts the merge keeps: the most misses,
+    /// then the sentence and the numbers (so any order merges alike).
+    fn key(&self) -> (u64, &str, &str, String) {
+        (
+            self.misses,
+            &self.before,
+            &self.after,
+            self.evidence.to_string(),
+        )
+    }
+
+    /// The sentence with `count` in its place.
+    fn sentence(&self, count: &str) -> String {
+        format!("{}{count}{}", self.before, self.after)
+    }
+}
+
+/// Stands for the count while a partition's sentence is cut around it:
+/// no sentence has a NUL of its own.
+const COUNT_MARK: &str = "\u{0}";
 
 /// One group's deadline evidence, when its calls carry deadlines.
 pub(super) fn tally(g: &GroupReport) -> Option<DeadlineTally> {
@@ -33,13 +67,15 @@ pub(super) fn tally(g: &GroupReport) -> Option<DeadlineTally> {
         .verdicts
         .iter()
         .find(|v| v.code == DEADLINE_CODE)
-        .map(|v| {
-            (
-                d.misses,
-                missed(d.misses, d.calls),
-                v.text.clone(),
-                v.evidence.clone(),
-            )
+        .and_then(|v| {
+            let marked = deadline_sentence(g, COUNT_MARK);
+            let (before, after) = marked.split_once(COUNT_MARK)?;
+            Some(BestMiss {
+                misses: d.misses,
+                before: before.to_owned(),
+                after: after.to_owned(),
+                evidence: v.evidence.clone(),
+            })
         });
     Some(DeadlineTally {
         calls: d.calls,
@@ -52,13 +88,11 @@ impl DeadlineTally {
     pub(super) fn merge(&mut self, other: &DeadlineTally) {
         self.calls = self.calls.saturating_add(other.calls);
         self.misses = self.misses.saturating_add(other.misses);
-        let key =
-            |b: &(u64, String, String, serde_json::Value)| (b.0, b.2.clone(), b.3.to_string());
         if let Some(theirs) = &other.best {
             if self
                 .best
                 .as_ref()
-                .is_none_or(|mine| key(theirs) > key(mine))
+                .is_none_or(|mine| theirs.key() > mine.key())
             {
                 self.best = Some(theirs.clone());
             }
@@ -74,25 +108,26 @@ impl DeadlineTally {
         if !(self.misses > 0 && rate >= SPIKE_SHARE) {
             return None;
         }
-        let count = missed(self.misses, self.calls);
+        let count = miss_count(self.misses, self.calls);
         let (text, mut evidence) = match &self.best {
             None => (
                 format!("{count} missed their tick's deadline."),
                 serde_json::json!({}),
             ),
-            Some((_, _, _, evidence)) if evidence.get("cause").is_none() => (
+            Some(best) if best.evidence.get("cause").is_none() => (
                 format!("{count} missed their tick's deadline."),
-                evidence.clone(),
+                best.evidence.clone(),
             ),
-            Some((misses, theirs, text, evidence)) if *misses == self.misses => {
-                (text.replacen(theirs, &count, 1), evidence.clone())
+            Some(best) if best.misses == self.misses => {
+                (best.sentence(&count), best.evidence.clone())
             }
-            Some((misses, theirs, text, evidence)) => (
+            Some(best) => (
                 format!(
-                    "{} (Why, and what carries the time: as the partition with the most misses, {misses}, says it.)",
-                    text.replacen(theirs, &count, 1)
+                    "{} (Why, and what carries the time: as the partition with the most misses, {}, says it.)",
+                    best.sentence(&count),
+                    best.misses
                 ),
-                evidence.clone(),
+                best.evidence.clone(),
             ),
         };
         evidence["misses"] = serde_json::json!(self.misses);
@@ -108,12 +143,4 @@ impl DeadlineTally {
             share_of_calls: 1.0,
         })
     }
-}
-
-/// How a `deadline_misses` sentence opens: "12 of 300 calls (4.00%)".
-fn missed(misses: u64, calls: u64) -> String {
-    format!(
-        "{misses} of {calls} calls ({:.2}%)",
-        100.0 * misses as f64 / calls.max(1) as f64
-    )
 }
