@@ -359,7 +359,8 @@ mod tests {
 
     use super::*;
 
-    fn line(i: u64, extra: &str) -> String {
+    /// Record `i` as one JSON line, with `extra` fields.
+    pub(super) fn line(i: u64, extra: &str) -> String {
         let kind = if i % 4 == 0 { "reset" } else { "infer" };
         format!(
             "{{\"seq\":{i},\"ts_unix_ms\":{},\"kind\":\"{kind}\",\"infer_ms\":{},\"e2e_ms\":{}{extra}}}\n",
@@ -496,15 +497,10 @@ mod chunk_tests {
             .map(|n| {
                 if n == 57 {
                     "{\"seq\": not a record\n".to_owned()
+                } else if n % 9 == 0 {
+                    super::tests::line(n, ",\"failed\":true,\"error\":\"timeout\"")
                 } else {
-                    let kind = if n % 4 == 0 { "reset" } else { "infer" };
-                    let failed = if n % 9 == 0 { ",\"failed\":true,\"error\":\"timeout\"" } else { "" };
-                    format!(
-                        "{{\"seq\":{n},\"ts_unix_ms\":{},\"kind\":\"{kind}\",\"infer_ms\":{},\"e2e_ms\":{}{failed}}}\n",
-                        1_700_000_000_000u64 + 20 * n,
-                        10.5 + (n % 7) as f64,
-                        15.25 + (n % 5) as f64
-                    )
+                    super::tests::line(n, "")
                 }
             })
             .collect()
