@@ -3,7 +3,7 @@
 //! thread spends per call, with host figures on or off.
 //!
 //! ```text
-//! cargo run --release -p stagetrace --example cold_call -- [on|off] [STAGE_US] [PERIOD_MS] [CALLS]
+//! cargo run --release -p examples --example cold_call -- [on|off] [STAGE_US] [PERIOD_MS] [CALLS]
 //! ```
 //!
 //! `STAGE_US`: busy time inside each of the four stages (default 0);
