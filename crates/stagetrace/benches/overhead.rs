@@ -428,7 +428,11 @@ fn python_rows() -> Vec<Row> {
             }
             let ratio = match cmd.output() {
                 Ok(o) if o.status.success() => {
-                    bindings_over_pure(&String::from_utf8_lossy(&o.stdout))
+                    let ratio = bindings_over_pure(&String::from_utf8_lossy(&o.stdout));
+                    if ratio.is_none() {
+                        println!("(the Python bench printed no `bindings / pure = …` line)");
+                    }
+                    ratio
                 }
                 Ok(o) => {
                     let err = String::from_utf8_lossy(&o.stderr);
