@@ -378,96 +378,12 @@ fn overhead_table() {
     for row in rows {
         println!("{row}");
     }
-    for row in python_rows() {
-        println!("{row}");
-    }
     for (name, r) in [("build()", &plain), ("build_filtered()", &filtered)] {
         println!(
             "{name}: observer's own cost per call as it reports itself p50 {:?} us, queue drops {}",
             r.observer_p50_us, r.queue_drops
         );
     }
-}
-
-/// The Python bindings' rows, from the package's own bench
-/// (`crates/stagetrace-py/bench/overhead.py`, its calls against the seeds'
-/// pure-Python stamps, paired rounds) run by the Python that
-/// `STAGETRACE_BENCH_PYTHON` names, with the release wheel installed
-/// (`maturin develop --release`): with host figures on (the default) and
-/// off. The bindings have one way of attaching: the value is in the first
-/// column. Without the variable the rows say how to get them.
-fn python_rows() -> Vec<Row> {
-    const ROWS: [(&str, bool, f64); 2] = [
-        (
-            "Python bindings, defaults (host figures on) / pure-Python perf_counter_ns stamps",
-            true,
-            2.0,
-        ),
-        (
-            "Python bindings, host figures off / pure-Python perf_counter_ns stamps",
-            false,
-            1.45,
-        ),
-    ];
-    let Some(python) = std::env::var_os("STAGETRACE_BENCH_PYTHON") else {
-        println!(
-            "(the Python rows: STAGETRACE_BENCH_PYTHON=path/to/python, with the release wheel installed)"
-        );
-        return Vec::new();
-    };
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../stagetrace-py/bench/overhead.py"
-    );
-    ROWS.iter()
-        .map(|&(name, host, goal)| {
-            let mut cmd = std::process::Command::new(&python);
-            cmd.arg(script);
-            if host {
-                cmd.arg("--host-figures");
-            }
-            let ratio = match cmd.output() {
-                Ok(o) if o.status.success() => {
-                    let ratio = bindings_over_pure(&String::from_utf8_lossy(&o.stdout));
-                    if ratio.is_none() {
-                        println!("(the Python bench printed no `bindings / pure = …` line)");
-                    }
-                    ratio
-                }
-                Ok(o) => {
-                    let err = String::from_utf8_lossy(&o.stderr);
-                    let tail: Vec<&str> = err.lines().rev().take(3).collect();
-                    println!(
-                        "(the Python bench failed, {}: {})",
-                        o.status,
-                        tail.join(" / ")
-                    );
-                    None
-                }
-                Err(e) => {
-                    println!("(the Python bench did not start: {e})");
-                    None
-                }
-            };
-            let ratio = ratio.unwrap_or(f64::NAN);
-            Row {
-                name,
-                plain: ratio,
-                filtered: f64::NAN,
-                unit: "x",
-                goal: Some(goal),
-            }
-        })
-        .collect()
-}
-
-/// The ratio on the Python bench's `bindings / pure    = 1.91  (...)` line.
-fn bindings_over_pure(out: &str) -> Option<f64> {
-    out.lines()
-        .find_map(|l| l.strip_prefix("bindings / pure "))
-        .and_then(|rest| rest.trim_start().strip_prefix('='))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
 }
 
 /// One row of the overhead table: a figure for each way of attaching
@@ -507,10 +423,6 @@ impl Row {
 impl std::fmt::Display for Row {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let cell = |v: f64| {
-            if v.is_nan() {
-                // Not measured this way (or the measurement failed).
-                return "-".to_owned();
-            }
             let mark = match self.goal {
                 Some(g) if v <= g => " ok",
                 Some(_) => " MISSED",
