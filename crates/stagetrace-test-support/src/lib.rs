@@ -26,6 +26,11 @@
 //! - [`ThreadCpu`]: a Criterion measurement of the thread's CPU time;
 //!   [`thread_cpu_ns`]: that time now, ns.
 //!
+//! [`alone`]: a test kept apart from its binary's other tests:
+//!
+//! - [`alone::in_own_process`]: run the test again, by itself, in a child
+//!   process.
+//!
 //! [`app_log`]: the app's own log in memory:
 //!
 //! - [`app_log::AppLog`]: what the app's `fmt` layer wrote.
@@ -59,6 +64,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod alone;
 pub mod app_log;
 mod bench;
 pub mod busy;

@@ -273,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_thread_that_touches_new_pages_counts_minor_faults_and_only_its_own() {
-        let before = HostCounters::now();
+        let before = HostCounters::thread_now();
         if before.minor_faults.is_none() {
             // Not Linux: nothing to count, and nothing claimed.
             return;
@@ -298,19 +298,19 @@ mod tests {
             // SAFETY: inside the mapping.
             unsafe { std::ptr::write_volatile(at.cast::<u8>().add(page * 4096), 1) };
         }
-        let d = HostCounters::now().since(&before);
+        let d = HostCounters::thread_now().since(&before);
         // SAFETY: the mapping made above, no longer used.
         unsafe { libc::munmap(at, len) };
         assert!(d.minor_faults.unwrap() >= PAGES as u64, "{d:?}");
         // Another thread's faults are not ours.
-        let quiet = HostCounters::now();
+        let quiet = HostCounters::thread_now();
         std::thread::spawn(|| {
             let v = vec![1u8; 256 * 4096];
             std::hint::black_box(v);
         })
         .join()
         .unwrap();
-        let d = HostCounters::now().since(&quiet);
+        let d = HostCounters::thread_now().since(&quiet);
         assert!(d.minor_faults.unwrap() < PAGES as u64, "{d:?}");
     }
 
@@ -384,19 +384,21 @@ mod tests {
         // does not run, it waits on the run queue. So its wait is its wall
         // time less its CPU time (the CPU clock is exact), whatever else
         // the machine does.
-        if HostCounters::now().run_wait_ns.is_none() {
+        if HostCounters::thread_now().run_wait_ns.is_none() {
             return;
         }
         let rival = Busy::pinned(0);
         // The three clocks are read one after another; a preemption between
         // two reads puts a slice into one and not the others. So each
         // reading is taken again (bounded) until the wall clock moved less
-        // than 100 µs across it.
+        // than 100 µs across it. The thread's counters only: the host's
+        // stall read in that loop would disturb the kernel's total for
+        // every reader (the stall clock's test among them).
         fn reading() -> (std::time::Instant, u64, HostCounters) {
             let mut last = None;
             for _ in 0..1000 {
                 let before = std::time::Instant::now();
-                let read = (before, thread_cpu_ns().unwrap(), HostCounters::now());
+                let read = (before, thread_cpu_ns().unwrap(), HostCounters::thread_now());
                 let tight = before.elapsed() < std::time::Duration::from_micros(100);
                 last = Some(read);
                 if tight {
