@@ -164,10 +164,10 @@ impl StallClock {
     fn run(&self) {
         let mut last_wanted = mono_ns();
         loop {
-            let at_ns = mono_ns();
-            if let Some(total_us) = read_total_us(self.file) {
-                self.push(Sample { at_ns, total_us });
+            if let Some(sample) = read_stamped(self.file) {
+                self.push(sample);
             }
+            let at_ns = mono_ns();
             if self.wanted.swap(false, Ordering::Relaxed) {
                 last_wanted = at_ns;
             } else if at_ns.saturating_sub(last_wanted) >= IDLE_AFTER.as_nanos() as u64 {
@@ -279,6 +279,41 @@ pub(crate) fn touch(file: &'static File) {
     started(file).touch();
 }
 
+/// A read whose two clock stamps lie further apart than this was
+/// preempted: the kernel took its total at an unknown point inside.
+const TIGHT_READ_NS: u64 = 50_000;
+/// Reads of one sample at most, keeping the tightest.
+const STAMP_TRIES: usize = 3;
+
+/// The stall total and the instant the kernel took it: the read between
+/// two clock stamps, its instant their midpoint. The host is short of CPU
+/// exactly when this matters, and a thread preempted between its stamp and
+/// its read (milliseconds, behind the threads that stall it) would date
+/// the total that much early; so a read whose stamps lie more than
+/// [`TIGHT_READ_NS`] apart is taken again, up to [`STAMP_TRIES`] times,
+/// and the tightest kept (each read costs the kernel's total at most a
+/// jiffy of weight, and only a preempted read is repeated).
+fn read_stamped(file: &File) -> Option<Sample> {
+    let mut best: Option<(u64, Sample)> = None;
+    for _ in 0..STAMP_TRIES {
+        let before = mono_ns();
+        let total_us = read_total_us(file)?;
+        let after = mono_ns();
+        let width = after.saturating_sub(before);
+        let sample = Sample {
+            at_ns: before + width / 2,
+            total_us,
+        };
+        if best.is_none_or(|(w, _)| width < w) {
+            best = Some((width, sample));
+        }
+        if width <= TIGHT_READ_NS {
+            break;
+        }
+    }
+    best.map(|(_, s)| s)
+}
+
 /// The stall total read from the file now, µs.
 pub(crate) fn read_total_us(file: &File) -> Option<u64> {
     let mut buf = [0u8; 256];
@@ -366,6 +401,16 @@ mod tests {
     /// kernel's total grow at another rate for part of a call, which no
     /// sampling at 100 ms can follow — that is the host's doing, not the
     /// clock's, and the test would measure it.
+    ///
+    /// The premise is checked, not assumed: a hypervisor that takes the
+    /// vCPUs for tens of ms dips the total's rate for one interval (seen:
+    /// 0.58 for 100 ms among 0.97–1.03), and a call that closes past the
+    /// newest sample is charged that dip's rate. A call is held to the
+    /// bound only when every interval of the sampler's own ring from one
+    /// before it to one after it grew at a rate within [`STEADY`] of the
+    /// others (the ring, not the comparison under test, decides); at most
+    /// 16 calls are made to find 4 such, else the test fails naming the
+    /// host as unsteady.
     #[test]
     fn a_steady_stall_is_the_kernels_count_within_a_tenth_of_the_call() {
         const CALL_BOUND: f64 = 0.10;
@@ -384,11 +429,33 @@ mod tests {
         std::thread::sleep(PERIOD * 3);
         let mut worst = 0f64;
         let (mut kernel_total, mut sampled_total, mut time_total) = (0u64, 0f64, 0f64);
-        for _ in 0..4 {
-            let (t0, k0) = (mono_ns(), read_total_us(file).unwrap());
+        let (mut held, mut unsteady) = (0, Vec::new());
+        while held < 4 && held + unsteady.len() < 16 {
+            // The truth's reads dated as the sampler's are: a preemption
+            // between a stamp and its read would move the call's edge.
+            let Sample {
+                at_ns: t0,
+                total_us: k0,
+            } = read_stamped(file).unwrap();
             std::thread::sleep(Duration::from_millis(300));
-            let (t1, k1) = (mono_ns(), read_total_us(file).unwrap());
+            let Sample {
+                at_ns: t1,
+                total_us: k1,
+            } = read_stamped(file).unwrap();
+            // Charged as the call closes, as the layer does.
             let sampled = c.between(t0, t1).unwrap() as f64;
+            // The interval after the call, sampled, then the premise.
+            std::thread::sleep(PERIOD + PERIOD / 2);
+            let spread = rate_spread(
+                c,
+                t0 - PERIOD.as_nanos() as u64,
+                t1 + PERIOD.as_nanos() as u64,
+            );
+            if spread > STEADY {
+                unsteady.push(spread);
+                continue;
+            }
+            held += 1;
             let kernel = (k1 - k0) as f64;
             kernel_total += k1 - k0;
             sampled_total += sampled;
@@ -396,6 +463,13 @@ mod tests {
             worst = worst.max((sampled - kernel).abs() / ((t1 - t0) as f64 / 1000.0));
         }
         drop(busy);
+        assert_eq!(
+            held, 4,
+            "the host's stall was not steady: the sampler's rates spread {unsteady:.2?} around 16 calls"
+        );
+        if !unsteady.is_empty() {
+            eprintln!("calls left out, the stall's rate unsteady around them: {unsteady:.2?}");
+        }
         // The host really was short of CPU: the count under test moved.
         assert!(
             kernel_total > 4 * 150_000,
@@ -422,6 +496,45 @@ mod tests {
             "the calls' stall {:.1} % of their time off the kernel's",
             overall * 100.0
         );
+    }
+
+    /// The most the ring's rates around a call may spread (a share of the
+    /// time: 0.97–1.03 on a steadily stalled host) for the call to count.
+    const STEADY: f64 = 0.10;
+
+    /// How far apart the rates (share of the time) of `c`'s intervals
+    /// between `from_ns` and `to_ns` lie: the largest less the smallest;
+    /// infinite with fewer than three intervals there (nothing to judge).
+    fn rate_spread(c: &StallClock, from_ns: u64, to_ns: u64) -> f64 {
+        let ring: Vec<Sample> = loop {
+            let seq = c.seq.load(Ordering::Acquire);
+            if seq % 2 == 1 {
+                continue;
+            }
+            let n = c.written.load(Ordering::Relaxed) as usize;
+            let ring = (n.saturating_sub(SLOTS)..n)
+                .map(|k| Sample {
+                    at_ns: c.at_ns[k % SLOTS].load(Ordering::Relaxed),
+                    total_us: c.total_us[k % SLOTS].load(Ordering::Relaxed),
+                })
+                .collect();
+            if c.seq.load(Ordering::Acquire) == seq {
+                break ring;
+            }
+        };
+        let rates: Vec<f64> = ring
+            .windows(2)
+            .filter(|w| w[1].at_ns > from_ns && w[0].at_ns < to_ns)
+            .map(|w| {
+                (w[1].total_us - w[0].total_us) as f64 * 1000.0 / (w[1].at_ns - w[0].at_ns) as f64
+            })
+            .collect();
+        if rates.len() < 3 {
+            return f64::INFINITY;
+        }
+        let max = rates.iter().copied().fold(f64::MIN, f64::max);
+        let min = rates.iter().copied().fold(f64::MAX, f64::min);
+        max - min
     }
 
     #[test]
