@@ -51,6 +51,11 @@
 //!   fail it when the run must be complete ([`prereq::missing`], decided by
 //!   [`prereq::Policy`]); [`prereq::allowed_in`]: whether a list names one.
 //!
+//! [`ports`]: loopback ports for a server a test starts as a child:
+//!
+//! - [`ports::reserve`]: free ports outside the kernel's ephemeral range,
+//!   never handed out twice in one process.
+//!
 //! [`strategies`]: proptest strategies for the wire's values:
 //!
 //! - [`strategies::server_timing`]: any server timing the wire may carry.
@@ -69,6 +74,7 @@ pub mod app_log;
 mod bench;
 pub mod busy;
 pub mod collector;
+pub mod ports;
 pub mod prereq;
 pub mod strategies;
 pub mod timing;

@@ -9,7 +9,7 @@
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -38,7 +38,7 @@ impl Jaeger {
     pub fn start_or_skip(test: &str) -> Option<Jaeger> {
         let tool =
             ToolProcess::locate(test, "Jaeger", "jaeger", "STAGETRACE_JAEGER_BIN", "jaeger")?;
-        let ports = free_ports(5);
+        let ports = stagetrace_test_support::ports::reserve(5);
         let mut jaeger = Jaeger {
             tool,
             otlp_http: ports[0],
@@ -118,8 +118,9 @@ exporters:
         );
     }
 
-    /// Stops Jaeger (its in-memory traces are lost); the ports stay reserved
-    /// for [`restart`](Self::restart) by nobody but chance.
+    /// Stops Jaeger (its in-memory traces are lost); its ports stay its own
+    /// for [`restart`](Self::restart): they lie outside the kernel's
+    /// ephemeral range (`stagetrace_test_support::ports`).
     pub fn stop(&mut self) {
         self.tool.stop(self.otlp_http);
     }
@@ -332,16 +333,6 @@ fn base64_to_hex(s: &str) -> String {
 }
 
 /// `n` distinct free loopback ports (bound together, then released).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
-
 pub fn port_open(port: u16) -> bool {
     TcpStream::connect_timeout(
         &SocketAddr::from(([127, 0, 0, 1], port)),

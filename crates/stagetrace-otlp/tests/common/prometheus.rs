@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::jaeger::{free_ports, port_open};
+use super::jaeger::port_open;
 use super::tool::ToolProcess;
 
 /// One running (or stopped) Prometheus.
@@ -42,7 +42,7 @@ impl Prometheus {
         )?;
         let mut p = Prometheus {
             tool,
-            port: free_ports(1)[0],
+            port: stagetrace_test_support::ports::reserve(1)[0],
         };
         // No scrape jobs: everything arrives over OTLP. The robot's identity
         // attributes become labels (service.name → job, service.instance.id
