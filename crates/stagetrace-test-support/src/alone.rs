@@ -17,6 +17,7 @@ const CHILD_ENV: &str = "STAGETRACE_TEST_ALONE";
 /// starts; in the parent, `false` once the child ran the test alone
 /// (`--test-threads=1`) and passed, its stderr (the timing lines
 /// included) passed on. Panics when the child failed, with its output.
+/// [`test_name!`](crate::test_name) spells `name`.
 #[track_caller]
 pub fn in_own_process(name: &str) -> bool {
     if std::env::var(CHILD_ENV).is_ok_and(|n| n == name) {
@@ -42,4 +43,29 @@ pub fn in_own_process(name: &str) -> bool {
         "{name} did not run in its own process:\n{stdout}"
     );
     false
+}
+
+/// The calling test's path in its binary, as `--exact` takes it
+/// (`host::stall_clock::tests::a_steady_stall…`): the path of the function
+/// it is written in, the crate's name taken off, so a renamed test still
+/// finds itself in the child.
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        let path = ::std::any::type_name_of_val(&here);
+        let path = path.strip_suffix("::here").unwrap_or(path);
+        path.split_once("::").map_or(path, |(_crate, rest)| rest)
+    }};
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_tests_name_is_its_path_without_the_crate() {
+        assert_eq!(
+            crate::test_name!(),
+            "alone::tests::a_tests_name_is_its_path_without_the_crate"
+        );
+    }
 }

@@ -113,33 +113,47 @@ impl StallClock {
         self.seq.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The samples around `t0_ns` and around `t1_ns` ([`around`]), read
-    /// in place under the sequence lock (a dozen loads, not the whole
-    /// ring: this runs on the app thread as its call closes); `None` when
-    /// either lies outside the ring or every try raced a write.
-    fn pairs(&self, t0_ns: u64, t1_ns: u64) -> Option<([Sample; 2], [Sample; 2])> {
+    /// `f` over the ring as it stands, read in place under the sequence
+    /// lock: `f` may read only what it needs (a dozen loads as a call
+    /// closes on the app thread, not the whole ring); `None` when every
+    /// try raced a write.
+    fn read<T>(&self, f: impl Fn(&RingView<'_>) -> T) -> Option<T> {
         for _ in 0..READ_TRIES {
             let before = self.seq.load(Ordering::Acquire);
             if before % 2 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            let n = self.written.load(Ordering::Relaxed);
-            let len = n.min(SLOTS as u64) as usize;
-            let get = |k: usize| {
-                let i = ((n - len as u64 + k as u64) % SLOTS as u64) as usize;
-                Sample {
-                    at_ns: self.at_ns[i].load(Ordering::Relaxed),
-                    total_us: self.total_us[i].load(Ordering::Relaxed),
-                }
+            let written = self.written.load(Ordering::Relaxed);
+            let view = RingView {
+                clock: self,
+                written,
+                len: written.min(SLOTS as u64) as usize,
             };
-            let (p0, p1) = (around(len, get, t0_ns), around(len, get, t1_ns));
+            let out = f(&view);
             std::sync::atomic::fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
-                return Some((p0?, p1?));
+                return Some(out);
             }
         }
         None
+    }
+
+    /// The samples around `t0_ns` and around `t1_ns` ([`around`]); `None`
+    /// when either lies outside the ring or every read raced a write.
+    fn pairs(&self, t0_ns: u64, t1_ns: u64) -> Option<([Sample; 2], [Sample; 2])> {
+        let (p0, p1) = self.read(|ring| {
+            let get = |k| ring.get(k);
+            (around(ring.len, get, t0_ns), around(ring.len, get, t1_ns))
+        })?;
+        Some((p0?, p1?))
+    }
+
+    /// Every sample of the ring, oldest first (the tests' view of what the
+    /// sampler saw).
+    #[cfg(test)]
+    fn snapshot(&self) -> Option<Vec<Sample>> {
+        self.read(|ring| (0..ring.len).map(|k| ring.get(k)).collect())
     }
 
     /// Someone asks: keep the sampler going, and wake it when parked.
@@ -185,6 +199,25 @@ impl StallClock {
                 continue;
             }
             std::thread::sleep(PERIOD);
+        }
+    }
+}
+
+/// The ring during one read of [`StallClock::read`]: its `len` samples,
+/// oldest first.
+struct RingView<'a> {
+    clock: &'a StallClock,
+    written: u64,
+    len: usize,
+}
+
+impl RingView<'_> {
+    /// Sample `k` (0 the oldest).
+    fn get(&self, k: usize) -> Sample {
+        let i = ((self.written - self.len as u64 + k as u64) % SLOTS as u64) as usize;
+        Sample {
+            at_ns: self.clock.at_ns[i].load(Ordering::Relaxed),
+            total_us: self.clock.total_us[i].load(Ordering::Relaxed),
         }
     }
 }
@@ -418,9 +451,7 @@ mod tests {
         let Some(file) = super::super::pressure_file() else {
             return;
         };
-        if !stagetrace_test_support::alone::in_own_process(
-            "host::stall_clock::tests::a_steady_stall_is_the_kernels_count_within_a_tenth_of_the_call",
-        ) {
+        if !stagetrace_test_support::alone::in_own_process(stagetrace_test_support::test_name!()) {
             return;
         }
         let c: &'static StallClock = Box::leak(Box::new(StallClock::new(file)));
@@ -506,22 +537,10 @@ mod tests {
     /// between `from_ns` and `to_ns` lie: the largest less the smallest;
     /// infinite with fewer than three intervals there (nothing to judge).
     fn rate_spread(c: &StallClock, from_ns: u64, to_ns: u64) -> f64 {
-        let ring: Vec<Sample> = loop {
-            let seq = c.seq.load(Ordering::Acquire);
-            if seq % 2 == 1 {
-                continue;
-            }
-            let n = c.written.load(Ordering::Relaxed) as usize;
-            let ring = (n.saturating_sub(SLOTS)..n)
-                .map(|k| Sample {
-                    at_ns: c.at_ns[k % SLOTS].load(Ordering::Relaxed),
-                    total_us: c.total_us[k % SLOTS].load(Ordering::Relaxed),
-                })
-                .collect();
-            if c.seq.load(Ordering::Acquire) == seq {
-                break ring;
-            }
-        };
+        // A write every 100 ms: a read races one rarely, a hundred never.
+        let ring = (0..100)
+            .find_map(|_| c.snapshot())
+            .expect("every read of the ring raced a write");
         let rates: Vec<f64> = ring
             .windows(2)
             .filter(|w| w[1].at_ns > from_ns && w[0].at_ns < to_ns)
