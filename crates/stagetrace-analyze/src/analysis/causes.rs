@@ -113,6 +113,7 @@ fn server_wait(r: &GroupReport, f: Figure, w: &ServerWait) -> Option<Verdict> {
         _ => return None,
     };
     Some(Verdict {
+        from_spikes: false,
         code,
         kind: r.kind.clone(),
         stage: Some(f.name()),
@@ -137,6 +138,7 @@ fn device_after_model(r: &GroupReport) -> Option<Verdict> {
     let share = d.late_calls as f64 / d.calls as f64;
     let on_late = |v: Option<f64>| v.map_or_else(|| "-".to_string(), fmt_ms);
     Some(Verdict {
+from_spikes: false,
         code: "device_after_model",
         kind: r.kind.clone(),
         stage: Some(Figure::Model.name()),

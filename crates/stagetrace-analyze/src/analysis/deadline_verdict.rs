@@ -28,6 +28,7 @@ pub(super) fn deadline_verdict(r: &GroupReport) -> Option<Verdict> {
     }
     let text = deadline_sentence(r, &miss_count(d.misses, d.calls));
     Some(Verdict {
+        from_spikes: false,
         code: "deadline_misses",
         kind: r.kind.clone(),
         stage: Some(Figure::E2e.name()),
@@ -204,6 +205,7 @@ pub(super) fn stall_verdicts(r: &GroupReport) -> Vec<Verdict> {
                 "look at what the robot did at that moment: a blocking call outside every stage (a log write, I/O, a lock), a garbage collection, page faults or swapping, another process on its core (the host figures, docs/host.md, tell which)".to_string()
             };
             Verdict {
+from_spikes: false,
                 code: "stall",
                 kind: r.kind.clone(),
                 stage: Some(Figure::Gap.name()),

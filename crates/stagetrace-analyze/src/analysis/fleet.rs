@@ -302,6 +302,7 @@ fn robot_verdict(
         }
     }
     Verdict {
+        from_spikes: false,
         code: "robot_differs",
         kind: v.kind,
         stage: v.stage,

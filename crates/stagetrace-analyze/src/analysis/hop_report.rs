@@ -208,6 +208,7 @@ fn verdict(
     };
     let f = figure(fig);
     Verdict {
+        from_spikes: false,
         code: "hop_slower",
         kind: kind.to_string(),
         stage: Some(f.name()),

@@ -145,6 +145,7 @@ fn shape_verdict(
         ),
     };
     Verdict {
+        from_spikes: false,
         code,
         kind: kind.to_string(),
         stage: Some(m.name()),
@@ -216,6 +217,7 @@ fn network(
         )
     });
     Some(Verdict {
+from_spikes: false,
         code: "network_moved",
         kind: kind.to_string(),
         stage: Some(Figure::Net.name()),
@@ -269,6 +271,7 @@ pub(super) fn e2e_moved(r: &GroupReport, cx: &Context, baseline_n: u64) -> Optio
         ),
     };
     Some(Verdict {
+        from_spikes: false,
         code: "e2e_moved",
         kind: r.kind.clone(),
         stage: Some(Figure::E2e.name()),

@@ -55,12 +55,9 @@ fn spikes(r: &GroupReport, cx: &Context, periodic: &[Figure]) -> Vec<Verdict> {
             cost_ms,
             median_ms: median.p50,
         };
-        out.push(spike_verdict(
-            &sp,
-            s.mean_ms,
-            (threshold, threshold),
-            s.host.as_ref(),
-        ));
+        let mut v = spike_verdict(&sp, s.mean_ms, (threshold, threshold), s.host.as_ref());
+        v.from_spikes = true;
+        out.push(v);
     }
     out
 }
@@ -102,6 +99,7 @@ pub(super) fn spike_verdict(
         )
     };
     Verdict {
+from_spikes: false,
         code: "spikes",
         kind: sp.kind.to_owned(),
         stage: Some(f.name()),
@@ -178,6 +176,7 @@ fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                 ));
             }
             Some(Verdict {
+from_spikes: false,
                 code: "second_mode",
                 kind: r.kind.clone(),
                 stage: Some(m.stage),
@@ -227,6 +226,7 @@ fn unexplained_gap(r: &GroupReport, has_baseline: bool) -> Option<Verdict> {
         "no stage explains it"
     };
     Some(Verdict {
+from_spikes: false,
         code: "unexplained_gap",
         kind: r.kind.clone(),
         stage: Some(Figure::Gap.name()),
@@ -289,6 +289,7 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
             }
         }
         out.push(Verdict {
+from_spikes: false,
             code: "periodic",
             kind: r.kind.clone(),
             stage: Some(m.name()),
@@ -353,6 +354,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
     out.extend(deadline_verdict(r));
     if out.is_empty() {
         out.push(Verdict {
+            from_spikes: false,
             code: "steady",
             kind: r.kind.clone(),
             stage: None,
@@ -368,6 +370,7 @@ pub(super) fn verdicts(r: &GroupReport, cx: &Context, baseline_n: u64) -> Vec<Ve
 /// `no_steady_calls`: every call was warm-up or failed.
 fn no_steady_calls(r: &GroupReport) -> Verdict {
     Verdict {
+        from_spikes: false,
         code: "no_steady_calls",
         kind: r.kind.clone(),
         stage: None,

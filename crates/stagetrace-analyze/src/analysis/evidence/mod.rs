@@ -157,7 +157,8 @@ impl VerdictEvidence {
             ev.periodic_calls.insert((*stage).to_owned(), steady);
         }
         ev.spikes = spikes::tally(g, &periodic);
-        for v in g.verdicts.iter().filter(|v| !spikes::from_spikes(g, v)) {
+        // The spike verdicts are recomputed from the merged counts, not voted.
+        for v in g.verdicts.iter().filter(|v| !v.from_spikes) {
             if QUIET.contains(&v.code) || v.code == DEADLINE_CODE {
                 continue;
             }

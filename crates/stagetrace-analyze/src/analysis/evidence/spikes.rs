@@ -10,13 +10,9 @@ use stagetrace_schema::Figure;
 use super::super::host_cause::BLOCKED;
 use super::super::host_verdict::Spikes;
 use super::super::options::{MIN_SPIKES, SPIKE_SHARE};
-use super::super::report::{GroupReport, HostCause, Verdict};
+use super::super::report::{GroupReport, HostCause};
 use super::super::verdict::{spike_verdict, spiked};
 use super::{ns, MergedVerdict, VerdictEvidence};
-
-/// Codes a figure's spikes give (`verdict.rs`, `spikes`): recomputed from
-/// the merged counts, never voted.
-const SPIKE_CODES: [&str; 5] = ["spikes", "host_cpu", "host_gc", "host_log", "blocked_wait"];
 
 /// One figure's spikes over the partitions.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -46,14 +42,6 @@ struct HostVote {
     best: (u64, f64, f64),
 }
 
-/// Whether a group's verdict is one its spikes gave (recomputed from the
-/// counts, never voted): not a period's, not a second mode's.
-pub(super) fn from_spikes(g: &GroupReport, v: &Verdict) -> bool {
-    SPIKE_CODES.contains(&v.code)
-        && v.evidence.get("period_s").is_none()
-        && !g.modes.iter().any(|m| Some(m.stage) == v.stage)
-}
-
 /// Every figure's spikes in one group; `periodic`: the figures whose
 /// spikes recur with a period there.
 pub(super) fn tally(g: &GroupReport, periodic: &[&str]) -> BTreeMap<String, SpikeTally> {
@@ -68,7 +56,7 @@ pub(super) fn tally(g: &GroupReport, periodic: &[&str]) -> BTreeMap<String, Spik
         let spoken = g
             .verdicts
             .iter()
-            .any(|v| from_spikes(g, v) && v.stage == Some(*name));
+            .any(|v| v.from_spikes && v.stage == Some(*name));
         let mut t = SpikeTally {
             rounds: s.rounds,
             sum_ns: ns(s.mean_ms * s.rounds as f64),

@@ -274,6 +274,12 @@ pub struct Verdict {
     pub text: String,
     /// The numbers behind it (fields depend on `code`, see docs/report.md).
     pub evidence: serde_json::Value,
+    /// Whether the spike rules gave it (`verdict.rs`'s `spikes`, with or
+    /// without a host cause): a merge recomputes those from the
+    /// partitions' counts, never votes on them, and `host_cpu` comes from
+    /// periodic figures and second modes too.
+    #[serde(skip)]
+    pub(crate) from_spikes: bool,
 }
 
 /// A host figure that explains a figure's spikes.
