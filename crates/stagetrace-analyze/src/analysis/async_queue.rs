@@ -61,7 +61,7 @@ pub(super) fn queue_ran_dry(r: &GroupReport) -> Option<Verdict> {
     }
     let late = q.dry_p50_ms.unwrap_or(0.0);
     Some(Verdict {
-from_spikes: false,
+        from_spikes: false,
         code: "queue_ran_dry",
         kind: r.kind.clone(),
         stage: Some(Figure::Margin.name()),

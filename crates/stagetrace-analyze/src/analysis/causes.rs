@@ -138,7 +138,7 @@ fn device_after_model(r: &GroupReport) -> Option<Verdict> {
     let share = d.late_calls as f64 / d.calls as f64;
     let on_late = |v: Option<f64>| v.map_or_else(|| "-".to_string(), fmt_ms);
     Some(Verdict {
-from_spikes: false,
+        from_spikes: false,
         code: "device_after_model",
         kind: r.kind.clone(),
         stage: Some(Figure::Model.name()),

@@ -205,7 +205,7 @@ pub(super) fn stall_verdicts(r: &GroupReport) -> Vec<Verdict> {
                 "look at what the robot did at that moment: a blocking call outside every stage (a log write, I/O, a lock), a garbage collection, page faults or swapping, another process on its core (the host figures, docs/host.md, tell which)".to_string()
             };
             Verdict {
-from_spikes: false,
+                from_spikes: false,
                 code: "stall",
                 kind: r.kind.clone(),
                 stage: Some(Figure::Gap.name()),

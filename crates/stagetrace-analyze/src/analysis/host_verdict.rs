@@ -71,7 +71,7 @@ pub(super) fn host_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
 /// time explaining them: a lock or a queue on the control thread.
 fn blocked_spikes(sp: &Spikes<'_>, cause: &HostCause) -> Verdict {
     Verdict {
-from_spikes: false,
+        from_spikes: false,
         code: "blocked_wait",
         kind: sp.kind.to_owned(),
         stage: Some(sp.f.name()),

@@ -217,7 +217,7 @@ fn network(
         )
     });
     Some(Verdict {
-from_spikes: false,
+        from_spikes: false,
         code: "network_moved",
         kind: kind.to_string(),
         stage: Some(Figure::Net.name()),

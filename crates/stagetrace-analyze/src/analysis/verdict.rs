@@ -99,7 +99,7 @@ pub(super) fn spike_verdict(
         )
     };
     Verdict {
-from_spikes: false,
+        from_spikes: false,
         code: "spikes",
         kind: sp.kind.to_owned(),
         stage: Some(f.name()),
@@ -176,7 +176,7 @@ fn second_modes(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
                 ));
             }
             Some(Verdict {
-from_spikes: false,
+                from_spikes: false,
                 code: "second_mode",
                 kind: r.kind.clone(),
                 stage: Some(m.stage),
@@ -226,7 +226,7 @@ fn unexplained_gap(r: &GroupReport, has_baseline: bool) -> Option<Verdict> {
         "no stage explains it"
     };
     Some(Verdict {
-from_spikes: false,
+        from_spikes: false,
         code: "unexplained_gap",
         kind: r.kind.clone(),
         stage: Some(Figure::Gap.name()),
@@ -289,7 +289,7 @@ fn periodic_verdicts(r: &GroupReport, periodic: &[Figure]) -> Vec<Verdict> {
             }
         }
         out.push(Verdict {
-from_spikes: false,
+            from_spikes: false,
             code: "periodic",
             kind: r.kind.clone(),
             stage: Some(m.name()),
