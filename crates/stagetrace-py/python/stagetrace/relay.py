@@ -143,6 +143,10 @@ class RelayRecord:
     timing: dict[str, Any] | None
     #: Why the request failed, when it did.
     error: str | None = None
+    #: How the request's arrival was known: ``"kernel"`` (the kernel's
+    #: receive stamp), ``"tcp_info"`` (a lower bound in scheduler ticks), or
+    #: None (the handler's read stamp: no wait seen).
+    arrival: str | None = None
 
 
 class _Failed(Exception):
@@ -264,7 +268,7 @@ class Relay(_Listener):
                     raw = await websocket.recv()
                 except websockets.exceptions.ConnectionClosed:
                     return
-                recv, recv_unix, loop_wait = _received(conn, raw)
+                recv, recv_unix, loop_wait, source = _received(conn, raw)
                 try:
                     request = _unpack(raw)
                 except MalformedRequest as e:
@@ -302,7 +306,7 @@ class Relay(_Listener):
                     return
                 finally:
                     self._count("requests")
-                self._emit(RelayRecord(trace_id, tp, ts, timing))
+                self._emit(RelayRecord(trace_id, tp, ts, timing, arrival=source))
         finally:
             if conn is not None:
                 conn.close()
@@ -369,19 +373,19 @@ class Relay(_Listener):
             logger.exception("on_request hook failed")
 
 
-def _received(conn: _loopwait.Connection | None, raw: Any) -> tuple[int, int, int | None]:
+def _received(conn: _loopwait.Connection | None, raw: Any) -> tuple[int, int, int | None, str | None]:
     """When the request just read was in: (perf_counter_ns, its wall ns, the
-    wait for the loop after it was in). The read's own stamp unless the
+    wait for the loop after it was in, how it was known). The read's own stamp unless the
     connection's watch knows the bytes' arrival (a kernel receive stamp, or
     TCP_INFO's lower bound; ``stagetrace._loopwait``)."""
     recv = time.perf_counter_ns()
     recv_unix = _ANCHOR.wall_ns(recv)
     if conn is None:
-        return recv, recv_unix, None
+        return recv, recv_unix, None, None
     arrival = conn.arrival(recv, recv_unix, _loopwait.wire_len(raw))
     if arrival is None or arrival.at_ns > recv:
-        return recv, recv_unix, None
-    return arrival.at_ns, _ANCHOR.wall_ns(arrival.at_ns), arrival.loop_wait_ns
+        return recv, recv_unix, None, None
+    return arrival.at_ns, _ANCHOR.wall_ns(arrival.at_ns), arrival.loop_wait_ns, arrival.source
 
 
 def _main(argv: list[str] | None = None) -> None:
