@@ -304,6 +304,32 @@ fn corpus() -> Vec<Case> {
             expect: &[("blocked_wait", "gap")],
         },
         Case {
+            name: "a lock held 15 ms around every 10th call of a 1 kHz-class loop, the observer 0.8 ms slower on those calls (woken cold): the lock, not the observer",
+            run: Scenario {
+                infer_ms: (0.3, 0.02),
+                every_nth: Some(("gap", 10, 15.0)),
+                observer_every: Some((10, 9, 800.0)),
+                host_figures: true,
+                vol_switches: Some(2),
+                ..sc(75)
+            },
+            baseline: None,
+            expect: &[("blocked_wait", "gap")],
+        },
+        Case {
+            name: "the same lock, and the observer 0.8 ms slower on other calls of the period (every 10th, 5 calls after the lock's): both named",
+            run: Scenario {
+                infer_ms: (0.3, 0.02),
+                every_nth: Some(("gap", 10, 15.0)),
+                observer_every: Some((10, 4, 800.0)),
+                host_figures: true,
+                vol_switches: Some(2),
+                ..sc(76)
+            },
+            baseline: None,
+            expect: &[("blocked_wait", "gap"), ("periodic", "observer")],
+        },
+        Case {
             name: "the same lock on a host whose cores are steadily busy: every call's CPU stall 80 % of its time, the long calls' too",
             run: Scenario {
                 stage_spikes: Some(("gap", 0.10, 12.0)),

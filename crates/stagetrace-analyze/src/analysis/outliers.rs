@@ -55,6 +55,7 @@ pub(super) fn outliers(
         count,
         by_stage: tally.by_stage(ds, g),
         rounds,
+        spike_calls: tally.spike_calls_by_name(),
     }
 }
 
@@ -62,8 +63,9 @@ pub(super) fn outliers(
 struct Tally {
     /// Rounds it spiked on, and the sum of its values there (ms).
     per_figure: [(u64, f64); FIGURE_COUNT],
-    /// The calls it spiked on (indices into the dataset).
-    spike_calls: Vec<Vec<usize>>,
+    /// The calls it spiked on (indices into the dataset) and its values
+    /// there (ms).
+    spike_calls: Vec<Vec<(usize, f64)>>,
 }
 
 impl Tally {
@@ -79,7 +81,20 @@ impl Tally {
         let slot = &mut self.per_figure[f.index()];
         slot.0 += 1;
         slot.1 += v;
-        self.spike_calls[f.index()].push(i);
+        self.spike_calls[f.index()].push((i, v));
+    }
+
+    /// The calls each figure spiked on, sorted (figures that never
+    /// spiked left out).
+    fn spike_calls_by_name(&mut self) -> BTreeMap<&'static str, Vec<(usize, f64)>> {
+        Figure::ALL
+            .into_iter()
+            .filter_map(|f| {
+                let mut calls = std::mem::take(&mut self.spike_calls[f.index()]);
+                calls.sort_unstable_by_key(|&(i, _)| i);
+                (!calls.is_empty()).then_some((f.name(), calls))
+            })
+            .collect()
     }
 
     /// Each figure that spiked: how often, by how much on average, and the
@@ -95,13 +110,18 @@ impl Tally {
                         StageSpikes {
                             rounds: n,
                             mean_ms: sum / n as f64,
-                            host: host_cause(ds, g, f, &self.spike_calls[f.index()]),
+                            host: host_cause(ds, g, f, &calls_of(&self.spike_calls[f.index()])),
                         },
                     )
                 })
             })
             .collect()
     }
+}
+
+/// The call indices of a figure's spikes.
+fn calls_of(spikes: &[(usize, f64)]) -> Vec<usize> {
+    spikes.iter().map(|&(i, _)| i).collect()
 }
 
 /// The figures of `call_time` above their threshold on call `i`, each

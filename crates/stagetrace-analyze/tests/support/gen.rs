@@ -115,6 +115,11 @@ pub(crate) struct Scenario {
     /// `host_cause` explains: a robot whose GIL another thread holds on
     /// every 20th call.
     pub(crate) every_nth: Option<(&'static str, usize, f64)>,
+    /// On every `n`-th call, the `k`-th of each `n` (`Some((n, k, extra_us))`),
+    /// the observer's own cost is this much (µs) more: its callbacks run
+    /// cold on a thread woken after a long wait (with `k = n - 1`, the
+    /// calls `every_nth` spikes).
+    pub(crate) observer_every: Option<(usize, usize, f64)>,
     /// Fields written on every call with a small host-like value (tens of
     /// µs): new figures present, explaining nothing.
     pub(crate) small_fields: &'static [&'static str],
@@ -246,6 +251,7 @@ impl Default for Scenario {
             parts: None,
             waits: Vec::new(),
             every_nth: None,
+            observer_every: None,
             small_fields: &[],
             link_delay_ms: (0.0, 0.0),
             trusted_clocks: false,
@@ -289,8 +295,15 @@ pub(crate) fn lines(s: &Scenario) -> String {
         let mut infer = pos(s.infer_ms.0 + s.infer_ms.1 * rng.normal()) * s.infer_factor;
         let mut downlink = pos(1.2 + 0.1 * rng.normal()) + s.link_shift_ms.1 + read_down;
         let mut dispatch = pos(s.dispatch_ms.0 + s.dispatch_ms.1 * rng.normal());
-        let observer_us = pos(s.observer_us + 0.5 * rng.normal());
+        let mut observer_us = pos(s.observer_us + 0.5 * rng.normal());
         let mut gap = pos(0.3 + 0.03 * rng.normal());
+        if let Some((n, k, extra)) = s.observer_every {
+            if i % n == k {
+                // The observer's time is inside the gap.
+                observer_us += extra;
+                gap += extra / 1000.0;
+            }
+        }
         if warm {
             infer *= 3.0;
         }

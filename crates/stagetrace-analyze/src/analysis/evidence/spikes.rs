@@ -128,8 +128,14 @@ impl VerdictEvidence {
             .filter(|name| periodic(name))
             .filter_map(|name| Figure::from_name(name))
             .collect();
+        let cost = |f: Figure| match (self.spikes.get(f.name()), p50_ms(f)) {
+            (Some(t), Some(median)) if t.rounds > 0 => {
+                t.sum_ns as f64 / t.rounds as f64 / 1e6 - median
+            }
+            _ => 0.0,
+        };
         let mut out = Vec::new();
-        for f in spiked(&flagged, &recurring) {
+        for f in spiked(&flagged, &recurring, cost) {
             let (Some(t), Some(median)) = (self.spikes.get(f.name()), p50_ms(f)) else {
                 continue;
             };

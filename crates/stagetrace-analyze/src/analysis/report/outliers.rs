@@ -26,9 +26,33 @@ pub struct Outliers {
     pub by_stage: BTreeMap<&'static str, StageSpikes>,
     /// The first rounds, in time order (at most the configured number).
     pub rounds: Vec<OutlierRound>,
+    /// Per figure: the calls it spiked on (indices into the dataset, in
+    /// order) and its values there (ms), for the verdicts that ask whether
+    /// two figures spiked on the same calls.
+    #[serde(skip)]
+    pub(crate) spike_calls: BTreeMap<&'static str, Vec<(usize, f64)>>,
 }
 
 impl Outliers {
+    /// The share of `calls` (dataset indices) on which `sum` spiked above
+    /// `above` ms (0 when `calls` is empty or `sum` never spiked).
+    pub(crate) fn share_within(&self, calls: &[usize], sum: &str, above: f64) -> f64 {
+        let Some(s) = self.spike_calls.get(sum) else {
+            return 0.0;
+        };
+        if calls.is_empty() {
+            return 0.0;
+        }
+        let shared = calls
+            .iter()
+            .filter(|&&i| {
+                s.binary_search_by_key(&i, |&(j, _)| j)
+                    .is_ok_and(|k| s[k].1 > above)
+            })
+            .count();
+        shared as f64 / calls.len() as f64
+    }
+
     /// How far the whole run shifted (ms): the e2e median's shift when e2e
     /// moved as a whole, else the largest shift of a figure that did.
     /// `None` when no figure moved as a whole (or without a baseline).
@@ -135,6 +159,9 @@ pub struct Periodicity {
     /// The period in calls when the spikes fall on every n-th call exactly
     /// (at least 80 % of the intervals).
     pub period_calls: Option<u64>,
+    /// Each spike event's first call (indices into the dataset, in order).
+    #[serde(skip)]
+    pub(crate) event_calls: Vec<usize>,
 }
 
 /// Share of the e2e variance each part explains (`cov(part, e2e) / var(e2e)`).
