@@ -17,7 +17,8 @@ const CHILD_ENV: &str = "STAGETRACE_TEST_ALONE";
 /// starts; in the parent, `false` once the child ran the test alone
 /// (`--test-threads=1`) and passed, its stderr (the timing lines
 /// included) passed on. Panics when the child failed, with its output.
-/// [`test_name!`](crate::test_name) spells `name`.
+/// [`in_own_process!`](crate::in_own_process) calls it with the test's
+/// own name.
 #[track_caller]
 pub fn in_own_process(name: &str) -> bool {
     if std::env::var(CHILD_ENV).is_ok_and(|n| n == name) {
@@ -57,6 +58,16 @@ macro_rules! test_name {
         let path = path.strip_suffix("::here").unwrap_or(path);
         path.split_once("::").map_or(path, |(_crate, rest)| rest)
     }};
+}
+
+/// [`in_own_process`] for the test this is written in
+/// ([`test_name!`](crate::test_name) spells its name): no caller can pass
+/// another test's.
+#[macro_export]
+macro_rules! in_own_process {
+    () => {
+        $crate::alone::in_own_process($crate::test_name!())
+    };
 }
 
 #[cfg(test)]

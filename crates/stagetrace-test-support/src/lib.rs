@@ -28,8 +28,8 @@
 //!
 //! [`alone`]: a test kept apart from its binary's other tests:
 //!
-//! - [`alone::in_own_process`]: run the test again, by itself, in a child
-//!   process.
+//! - [`in_own_process!`]: run the test again, by itself, in a child
+//!   process (its name found by [`test_name!`]).
 //!
 //! [`app_log`]: the app's own log in memory:
 //!

@@ -13,7 +13,7 @@
 //! process), so a stopped tool's ports stay its own for its restart.
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
 use std::sync::Mutex;
@@ -23,7 +23,7 @@ use std::sync::Mutex;
 const LOWEST: u16 = 10_000;
 
 /// Ports this process has handed out.
-static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// `n` distinct loopback ports, free now, outside the kernel's ephemeral
 /// range, and never handed out before by this process.
@@ -42,8 +42,7 @@ fn reserve_from(n: usize, seed: u64) -> Vec<u16> {
     let (start, end) = (LOWEST, ephemeral_low().max(LOWEST + 1));
     let span = u32::from(end - start);
     let offset = (seed % u64::from(span)) as u32;
-    let mut guard = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-    let handed_out = guard.get_or_insert_with(HashSet::new);
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     let mut ports = Vec::with_capacity(n);
     for step in 0..span {
         if ports.len() == n {
@@ -83,7 +82,7 @@ mod tests {
         let low = ephemeral_low();
         let first = reserve(50);
         let second = reserve(50);
-        let all: HashSet<u16> = first.iter().chain(&second).copied().collect();
+        let all: BTreeSet<u16> = first.iter().chain(&second).copied().collect();
         assert_eq!(
             all.len(),
             100,

@@ -63,9 +63,9 @@ pub(super) fn outliers(
 struct Tally {
     /// Rounds it spiked on, and the sum of its values there (ms).
     per_figure: [(u64, f64); FIGURE_COUNT],
-    /// The calls it spiked on (indices into the dataset) and its values
-    /// there (ms).
-    spike_calls: Vec<Vec<(usize, f64)>>,
+    /// The calls it spiked on (indices into the dataset, as the group
+    /// holds them) and its values there (ms).
+    spike_calls: Vec<Vec<(u32, f32)>>,
 }
 
 impl Tally {
@@ -81,12 +81,13 @@ impl Tally {
         let slot = &mut self.per_figure[f.index()];
         slot.0 += 1;
         slot.1 += v;
-        self.spike_calls[f.index()].push((i, v));
+        // The group's calls are u32 indices; a value as the column holds it.
+        self.spike_calls[f.index()].push((i as u32, v as f32));
     }
 
     /// The calls each figure spiked on, sorted (figures that never
     /// spiked left out).
-    fn spike_calls_by_name(&mut self) -> BTreeMap<&'static str, Vec<(usize, f64)>> {
+    fn spike_calls_by_name(&mut self) -> BTreeMap<&'static str, Vec<(u32, f32)>> {
         Figure::ALL
             .into_iter()
             .filter_map(|f| {
@@ -120,8 +121,8 @@ impl Tally {
 }
 
 /// The call indices of a figure's spikes.
-fn calls_of(spikes: &[(usize, f64)]) -> Vec<usize> {
-    spikes.iter().map(|&(i, _)| i).collect()
+fn calls_of(spikes: &[(u32, f32)]) -> Vec<usize> {
+    spikes.iter().map(|&(i, _)| i as usize).collect()
 }
 
 /// The figures of `call_time` above their threshold on call `i`, each

@@ -89,7 +89,7 @@ fn periodicity(
         significant,
         period_s: significant.then_some(period_ms / 1000.0),
         period_calls: every_nth,
-        event_calls: event_calls.iter().map(|&k| g.calls[k] as usize).collect(),
+        event_calls: event_calls.iter().map(|&k| g.calls[k]).collect(),
     })
 }
 

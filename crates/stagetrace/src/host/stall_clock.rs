@@ -451,7 +451,7 @@ mod tests {
         let Some(file) = super::super::pressure_file() else {
             return;
         };
-        if !stagetrace_test_support::alone::in_own_process(stagetrace_test_support::test_name!()) {
+        if !stagetrace_test_support::in_own_process!() {
             return;
         }
         let c: &'static StallClock = Box::leak(Box::new(StallClock::new(file)));

@@ -30,13 +30,13 @@ pub struct Outliers {
     /// order) and its values there (ms), for the verdicts that ask whether
     /// two figures spiked on the same calls.
     #[serde(skip)]
-    pub(crate) spike_calls: BTreeMap<&'static str, Vec<(usize, f64)>>,
+    pub(crate) spike_calls: BTreeMap<&'static str, Vec<(u32, f32)>>,
 }
 
 impl Outliers {
     /// The share of `calls` (dataset indices) on which `sum` spiked above
     /// `above` ms (0 when `calls` is empty or `sum` never spiked).
-    pub(crate) fn share_within(&self, calls: &[usize], sum: &str, above: f64) -> f64 {
+    pub(crate) fn share_within(&self, calls: &[u32], sum: &str, above: f64) -> f64 {
         let Some(s) = self.spike_calls.get(sum) else {
             return 0.0;
         };
@@ -47,7 +47,7 @@ impl Outliers {
             .iter()
             .filter(|&&i| {
                 s.binary_search_by_key(&i, |&(j, _)| j)
-                    .is_ok_and(|k| s[k].1 > above)
+                    .is_ok_and(|k| f64::from(s[k].1) > above)
             })
             .count();
         shared as f64 / calls.len() as f64
@@ -161,7 +161,7 @@ pub struct Periodicity {
     pub period_calls: Option<u64>,
     /// Each spike event's first call (indices into the dataset, in order).
     #[serde(skip)]
-    pub(crate) event_calls: Vec<usize>,
+    pub(crate) event_calls: Vec<u32>,
 }
 
 /// Share of the e2e variance each part explains (`cov(part, e2e) / var(e2e)`).
