@@ -357,6 +357,19 @@ def server_process(argv: list[str], *, ready: str, **popen: Any) -> Iterator[tup
                 proc.wait(timeout=10)
 
 
+def json_lines(proc: subprocess.Popen) -> list[dict[str, Any]]:
+    """The JSON lines ``proc`` prints on stdout from now on, each appended
+    to the list returned as it comes (a daemon thread reads them)."""
+    lines: list[dict[str, Any]] = []
+
+    def read() -> None:
+        for line in proc.stdout or ():
+            lines.append(json.loads(line))
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
 @contextlib.contextmanager
 def rust_policy_server(model_ms: float) -> Iterator[int]:
     """The Rust openpi-style policy server (the ``policy_server`` example:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import records_in, report_timing, server_process, stagetrace_report
+from conftest import json_lines, records_in, report_timing, server_process, stagetrace_report
 
 import stagetrace
 from stagetrace import server as st_server
@@ -98,19 +98,9 @@ def run_robot(
 def loop_server() -> Any:
     """The server process; yields (port, lines read so far)."""
     argv = [sys.executable, str(Path(__file__).with_name("loop_server.py")), "--model-ms", str(MODEL_MS)]
-    lines: list[dict[str, Any]] = []
-    with server_process(argv, ready="listening on ws://127.0.0.1:", env={**os.environ, "PYTHONUNBUFFERED": "1"}) as (
-        proc,
-        first,
-    ):
-
-        def read() -> None:
-            for line in proc.stdout:
-                lines.append(json.loads(line))
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        yield int(first.rsplit(":", 1)[1]), lines
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with server_process(argv, ready="listening on ws://127.0.0.1:", env=env) as (proc, first):
+        yield int(first.rsplit(":", 1)[1]), json_lines(proc)
 
 
 def test_two_robots_on_a_blocked_loop_wait_in_queue_not_uplink(loop_server: Any, tmp_path: Path) -> None:

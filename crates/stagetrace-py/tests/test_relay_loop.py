@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import report_timing, rust_policy_server, server_process
+from conftest import json_lines, report_timing, rust_policy_server, server_process
 
 import stagetrace
 
@@ -61,17 +61,9 @@ def relay(rust_server: int) -> Iterator[tuple[int, list[dict[str, Any]]]]:
         "--block-ms",
         str(BLOCK_S * 1e3),
     ]
-    lines: list[dict[str, Any]] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with server_process(argv, ready="listening on ws://127.0.0.1:", env=env) as (proc, first):
-
-        def read() -> None:
-            for line in proc.stdout:
-                lines.append(json.loads(line))
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        yield int(first.rsplit(":", 1)[1]), lines
+        yield int(first.rsplit(":", 1)[1]), json_lines(proc)
 
 
 def robot(n: int, port: int, out: Path, t0: float) -> None:

@@ -24,6 +24,7 @@ mod infer_parts;
 mod moves;
 mod options;
 mod outliers;
+mod parts;
 mod periodicity;
 mod report;
 mod server_waits;

@@ -10,8 +10,9 @@ use stagetrace_schema::Figure;
 use super::super::host_cause::BLOCKED;
 use super::super::host_verdict::Spikes;
 use super::super::options::{MIN_SPIKES, SPIKE_SHARE};
+use super::super::parts::spiked;
 use super::super::report::{GroupReport, HostCause};
-use super::super::verdict::{spike_verdict, spiked};
+use super::super::verdict::spike_verdict;
 use super::{ns, MergedVerdict, VerdictEvidence};
 
 /// One figure's spikes over the partitions.
@@ -98,6 +99,34 @@ impl SpikeTally {
     }
 }
 
+impl SpikeTally {
+    /// The spikes' mean value (ms), when there were any.
+    fn mean_ms(&self) -> Option<f64> {
+        (self.rounds > 0).then(|| self.sum_ns as f64 / self.rounds as f64 / 1e6)
+    }
+
+    /// The host figure that explained most of the spikes (more than half),
+    /// with its medians from the partition with the most of them.
+    fn host_cause(&self) -> Option<HostCause> {
+        self.hosts
+            .iter()
+            .filter(|(_, h)| 2 * h.rounds > self.rounds)
+            .find_map(|(name, h)| {
+                Some(HostCause {
+                    // The robot's voluntary switches are a count, not a
+                    // figure (`blocked_wait`).
+                    figure: if name == BLOCKED {
+                        BLOCKED
+                    } else {
+                        Figure::from_name(name)?.name()
+                    },
+                    spike_median_ms: h.best.1,
+                    median_ms: h.best.2,
+                })
+            })
+    }
+}
+
 impl VerdictEvidence {
     /// The spike rules of `verdict.rs` applied to the merged counts.
     pub(super) fn spike_verdicts(
@@ -129,9 +158,7 @@ impl VerdictEvidence {
             .filter_map(|name| Figure::from_name(name))
             .collect();
         let cost = |f: Figure| match (self.spikes.get(f.name()), p50_ms(f)) {
-            (Some(t), Some(median)) if t.rounds > 0 => {
-                t.sum_ns as f64 / t.rounds as f64 / 1e6 - median
-            }
+            (Some(t), Some(median)) => t.mean_ms().map_or(0.0, |m| m - median),
             _ => 0.0,
         };
         let mut out = Vec::new();
@@ -139,31 +166,17 @@ impl VerdictEvidence {
             let (Some(t), Some(median)) = (self.spikes.get(f.name()), p50_ms(f)) else {
                 continue;
             };
+            let Some(mean_ms) = t.mean_ms() else {
+                continue;
+            };
             if 2 * t.replaced_rounds > t.rounds {
                 continue;
             }
-            let mean_ms = t.sum_ns as f64 / t.rounds as f64 / 1e6;
             let cost_ms = mean_ms - median;
             if cost_ms < floor_ms {
                 continue;
             }
-            let cause = t
-                .hosts
-                .iter()
-                .filter(|(_, h)| 2 * h.rounds > t.rounds)
-                .find_map(|(name, h)| {
-                    Some(HostCause {
-                        // The robot's voluntary switches are a count, not
-                        // a figure (`blocked_wait`).
-                        figure: if name == BLOCKED {
-                            BLOCKED
-                        } else {
-                            Figure::from_name(name)?.name()
-                        },
-                        spike_median_ms: h.best.1,
-                        median_ms: h.best.2,
-                    })
-                });
+            let cause = t.host_cause();
             let sp = Spikes {
                 kind,
                 steady: self.steady,
